@@ -1,0 +1,53 @@
+//! `llmsim explain`: what will run, with nothing left to guess.
+
+use clap::Args;
+
+use super::{CliError, ScenarioArgs, print};
+use crate::config::Scenario;
+use crate::report::{summary, thousands};
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+}
+
+/// The effective configuration as a valid scenario, then derived figures
+/// as comments.
+pub fn render(s: &Scenario) -> String {
+    let c = &s.capacity;
+    let cost = s.engine_config().cost;
+    let decode = cost.step(1, 0);
+    let prefill = cost.step(u64::from(s.scheduler.max_batch_tokens), u64::from(s.scheduler.max_batch_tokens));
+    let mut out = format!("# effective configuration of {} (defaults filled in)\n", s.source.display());
+    out.push_str(&crate::config::effective_yaml(s));
+    out.push_str("# derived\n");
+    out.push_str(&format!(
+        "#   weights       {:.3} GB = {} B parameters x {} bytes\n",
+        c.weight_bytes / 1e9,
+        s.model.weights.parameters_billions,
+        s.model.weights.bytes_per_parameter
+    ));
+    if !c.overridden {
+        out.push_str(&format!(
+            "#   usable        {:.3} GB = {} GiB x {} - weights\n",
+            c.usable_bytes / 1e9,
+            s.hardware.hbm_gib,
+            s.model.kv_cache.gpu_memory_utilization
+        ));
+    }
+    out.push_str(&format!("#   block         {} bytes = {} tokens\n", thousands(c.block_bytes), c.block_size));
+    out.push_str(&format!("#   capacity      {}\n", summary::capacity_line(s)));
+    out.push_str(&format!(
+        "#   decode floor  {:.3} ms a step (weights only)\n#   full prefill  {:.3} ms for a step of {} tokens ({})\n",
+        decode.total_s * 1e3,
+        prefill.total_s * 1e3,
+        s.scheduler.max_batch_tokens,
+        if prefill.compute_bound() { "compute-bound" } else { "memory-bound" }
+    ));
+    out
+}
+
+pub fn execute(a: ExplainArgs) -> Result<(), CliError> {
+    print(&render(&a.scenario.load()?))
+}

@@ -1,0 +1,129 @@
+//! The command line: argument parsing and one module per subcommand. Only
+//! `main` turns a [`CliError`] into an exit code.
+
+pub mod explain;
+pub mod run;
+pub mod trace;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{ConfigError, Override, Scenario};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "llmsim",
+    version,
+    about = "Capacity planner for LLM serving: a vLLM-style engine in virtual time",
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Predict a scenario: TTFT, ITL, TPOT, E2E, throughput, KV use.
+    Run(run::RunArgs),
+    /// Write the requests a scenario generates as a trace CSV.
+    Trace(trace::TraceArgs),
+    /// Print the effective configuration (every default filled in) and the
+    /// derived capacity.
+    Explain(explain::ExplainArgs),
+}
+
+/// Why a command failed, and so which exit code `main` uses.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad usage or configuration (exit 2).
+    Usage(String),
+    /// The work could not be done, e.g. an output file could not be written (exit 1).
+    Failure(String),
+}
+
+impl From<ConfigError> for CliError {
+    fn from(e: ConfigError) -> Self {
+        CliError::Usage(e.to_string())
+    }
+}
+
+impl CliError {
+    pub fn message(&self) -> &str {
+        match self {
+            CliError::Usage(m) | CliError::Failure(m) => m,
+        }
+    }
+}
+
+pub fn dispatch(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Run(a) => run::execute(a),
+        Command::Trace(a) => trace::execute(a),
+        Command::Explain(a) => explain::execute(a),
+    }
+}
+
+/// A scenario file and the changes made to it on the command line.
+#[derive(Debug, Clone, Args)]
+pub struct ScenarioArgs {
+    /// Scenario YAML file (see scenarios/).
+    pub scenario: PathBuf,
+    /// Override a scenario key before validation, e.g.
+    /// --set scheduler.max_batch_tokens=2048 (repeatable).
+    #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+    pub set: Vec<String>,
+    /// Override workload.seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl ScenarioArgs {
+    pub fn overrides(&self) -> Result<Vec<Override>, CliError> {
+        let mut all = self
+            .set
+            .iter()
+            .map(|s| Override::parse(s).map_err(|e| CliError::Usage(format!("--set {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(seed) = self.seed {
+            all.push(Override {
+                path: vec!["workload".into(), "seed".into()],
+                value: serde_yaml::Value::Number(seed.into()),
+            });
+        }
+        Ok(all)
+    }
+
+    pub fn load(&self) -> Result<Scenario, CliError> {
+        Ok(crate::config::load_scenario_with(&self.scenario, &self.overrides()?)?)
+    }
+}
+
+/// Writes bytes to a file, or to stdout for `-`.
+pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    if path == Path::new("-") {
+        return print_bytes(bytes);
+    }
+    std::fs::write(path, bytes).map_err(|e| CliError::Failure(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Prints to stdout; a closed pipe (`| head`) is not a failure.
+pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::Failure(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+pub fn print(text: &str) -> Result<(), CliError> {
+    print_bytes(text.as_bytes())
+}
+
+/// Turns a CSV export error into a failure naming the file.
+pub fn csv_failure(what: &Path, e: csv::Error) -> CliError {
+    CliError::Failure(format!("cannot write {}: {e}", what.display()))
+}

@@ -1,0 +1,125 @@
+//! Scenario and hardware files (SCENARIO.md), read in two stages: `raw`
+//! mirrors the YAML with serde, `validate` checks every rule and builds the
+//! [`Scenario`]. Nothing else in the crate reads configuration.
+
+pub mod error;
+pub mod hardware;
+pub mod overrides;
+pub mod raw;
+pub mod scenario;
+pub mod validate;
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+
+pub use error::ConfigError;
+pub use overrides::Override;
+pub use scenario::*;
+
+/// Reads and validates a scenario file.
+pub fn load_scenario(file: &Path) -> Result<Scenario, ConfigError> {
+    load_scenario_with(file, &[])
+}
+
+/// Reads a scenario file, applies `--set` overrides, and validates.
+pub fn load_scenario_with(file: &Path, overrides: &[Override]) -> Result<Scenario, ConfigError> {
+    let text = read_text(file)?;
+    // Parsing the text first gives line numbers for the file's own mistakes.
+    let raw: raw::RawScenario = parse_str(&text, file)?;
+    if overrides.is_empty() {
+        return validate::scenario(raw, file);
+    }
+    let mut value: serde_yaml::Value = parse_str(&text, file)?;
+    for o in overrides {
+        o.apply(&mut value, file)?;
+    }
+    let raw: raw::RawScenario = parse_value(value, file, "")?;
+    validate::scenario(raw, file)
+}
+
+/// The whole file as text, or an error naming it.
+pub fn read_text(file: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(file).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file".to_string(),
+            _ => e.to_string(),
+        };
+        ConfigError::new(file, "", format!("cannot read the file: {why}"))
+    })
+}
+
+/// Deserialises YAML text, reporting the key path and line of any error.
+pub fn parse_str<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T, ConfigError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = clean_path(&e.path().to_string());
+        let inner = e.into_inner();
+        let line = inner.location().map(|l| l.line());
+        let msg = strip_location(&inner.to_string());
+        let msg = msg.strip_prefix(&format!("{path}: ")).map(str::to_string).unwrap_or(msg);
+        ConfigError::new(file, path, msg).at_line(line)
+    })
+}
+
+/// Deserialises an already-parsed YAML value found at `prefix` in `file`.
+pub fn parse_value<T: DeserializeOwned>(value: serde_yaml::Value, file: &Path, prefix: &str) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let inner = clean_path(&e.path().to_string());
+        let path = match (prefix.is_empty(), inner.is_empty()) {
+            (true, _) => inner,
+            (false, true) => prefix.to_string(),
+            (false, false) => format!("{prefix}.{inner}"),
+        };
+        ConfigError::new(file, path, strip_location(&e.into_inner().to_string()))
+    })
+}
+
+/// serde_path_to_error writes `.` for the root; we write nothing.
+fn clean_path(p: &str) -> String {
+    if p == "." { String::new() } else { p.to_string() }
+}
+
+/// serde_yaml appends "at line L column C"; the line is shown separately.
+fn strip_location(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+/// A short description of a YAML value for error messages.
+pub fn describe_value(v: &serde_yaml::Value) -> String {
+    match v {
+        serde_yaml::Value::Null => "nothing (null)".into(),
+        serde_yaml::Value::Bool(b) => format!("the boolean {b}"),
+        serde_yaml::Value::Number(n) => format!("the number {n}"),
+        serde_yaml::Value::String(s) => format!("the string \"{s}\""),
+        serde_yaml::Value::Sequence(_) => "a list".into(),
+        serde_yaml::Value::Mapping(_) => "a mapping".into(),
+        serde_yaml::Value::Tagged(t) => format!("the tagged value !{}", t.tag),
+    }
+}
+
+/// The effective configuration as YAML: every default filled in, the
+/// hardware inline. It is itself a valid scenario.
+pub fn effective_yaml(s: &Scenario) -> String {
+    let rendered = serde_yaml::to_value(s).and_then(|v| serde_yaml::to_string(&untag(v)));
+    rendered.unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+}
+
+/// Writes serde_yaml's `!kind value` enums as `kind: value`, the form users write.
+fn untag(v: serde_yaml::Value) -> serde_yaml::Value {
+    use serde_yaml::Value;
+    match v {
+        Value::Tagged(t) => {
+            let key = t.tag.to_string().trim_start_matches('!').to_string();
+            let mut m = serde_yaml::Mapping::new();
+            m.insert(Value::String(key), untag(t.value));
+            Value::Mapping(m)
+        }
+        Value::Mapping(m) => Value::Mapping(m.into_iter().map(|(k, v)| (k, untag(v))).collect()),
+        Value::Sequence(s) => Value::Sequence(s.into_iter().map(untag).collect()),
+        other => other,
+    }
+}

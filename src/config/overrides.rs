@@ -1,0 +1,77 @@
+//! `--set key.path=value`: change one key of a scenario before validation.
+
+use std::path::Path;
+
+use serde_yaml::{Mapping, Value};
+
+use super::ConfigError;
+
+/// One override: a dotted key path and a YAML value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Override {
+    pub path: Vec<String>,
+    pub value: Value,
+}
+
+impl Override {
+    /// Parses `a.b.c=value`; the value is read as YAML (`8192` is a number,
+    /// `h100-80gb` a string, `[1, 2]` a list).
+    pub fn parse(text: &str) -> Result<Override, String> {
+        let (key, value) = text.split_once('=').ok_or_else(|| format!("`{text}`: expected KEY.PATH=VALUE"))?;
+        let path: Vec<String> = key.trim().split('.').map(str::to_string).collect();
+        if path.iter().any(String::is_empty) {
+            return Err(format!("`{key}`: a key path is names joined by dots, like scheduler.max_batch_tokens"));
+        }
+        let value = serde_yaml::from_str(value.trim()).map_err(|e| format!("`{value}`: not a YAML value: {e}"))?;
+        Ok(Override { path, value })
+    }
+
+    pub fn key(&self) -> String {
+        self.path.join(".")
+    }
+
+    /// Sets the key in `root`, creating missing mappings on the way. A
+    /// hardware profile given by name is expanded first when a key inside
+    /// it is overridden.
+    pub fn apply(&self, root: &mut Value, file: &Path) -> Result<(), ConfigError> {
+        if self.path.len() > 1 && self.path[0] == "hardware" {
+            expand_hardware(root, file)?;
+        }
+        let mut node = root;
+        for (i, seg) in self.path.iter().enumerate() {
+            if node.is_null() {
+                *node = Value::Mapping(Mapping::new());
+            }
+            let map = match node {
+                Value::Mapping(m) => m,
+                other => {
+                    return Err(ConfigError::new(
+                        file,
+                        self.path[..i].join("."),
+                        format!("--set {}: cannot set a key inside {}", self.key(), super::describe_value(other)),
+                    ));
+                }
+            };
+            let key = Value::String(seg.clone());
+            if i + 1 == self.path.len() {
+                map.insert(key, self.value.clone());
+                return Ok(());
+            }
+            node = map.entry(key).or_insert(Value::Null);
+        }
+        Ok(())
+    }
+}
+
+/// Replaces `hardware: NAME` with the profile's mapping.
+fn expand_hardware(root: &mut Value, file: &Path) -> Result<(), ConfigError> {
+    let Some(Value::String(name)) = root.get("hardware").cloned() else {
+        return Ok(());
+    };
+    let found = super::hardware::find(&name, file)?;
+    let profile: Value = super::parse_str(&found.text, &found.file)?;
+    if let Value::Mapping(m) = root {
+        m.insert(Value::String("hardware".into()), profile);
+    }
+    Ok(())
+}

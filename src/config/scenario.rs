@@ -1,0 +1,230 @@
+//! Stage two's product: the validated scenario the engine and drivers use.
+//!
+//! Every default is filled in. It serialises back to the YAML schema (with
+//! the hardware inline), which is what `llmsim explain` prints: the output
+//! is itself a valid scenario.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Serialize, Serializer};
+
+use crate::engine::{Capacity, CostInput, CostModel, EngineConfig};
+use crate::workload::trace::TraceRow;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub hardware: Hardware,
+    pub model: Model,
+    pub scheduler: Scheduler,
+    pub latency: Latency,
+    pub efficiency: Efficiency,
+    pub workload: Workload,
+    /// The file it was read from.
+    #[serde(skip)]
+    pub source: PathBuf,
+    #[serde(skip)]
+    pub capacity: Capacity,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Hardware {
+    pub name: String,
+    pub hbm_gib: f64,
+    pub memory_bandwidth_gbps: f64,
+    pub peak_tflops: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_per_hour: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Model {
+    pub name: String,
+    pub context_length: u32,
+    pub weights: Weights,
+    pub kv_cache: KvCache,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Weights {
+    pub parameters_billions: f64,
+    pub bytes_per_parameter: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KvCache {
+    pub bytes_per_token: u64,
+    pub block_size: u32,
+    pub gpu_memory_utilization: f64,
+    pub watermark: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_blocks: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Scheduler {
+    pub max_batch_tokens: u32,
+    pub max_num_sequences: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Latency {
+    pub step_overhead_ms: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Efficiency {
+    pub compute: f64,
+    pub memory: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Workload {
+    pub seed: u64,
+    pub arrivals: Arrivals,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// `None` only for trace workloads, whose rows carry the lengths.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<Length>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<Length>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arrivals {
+    Poisson { rate: f64 },
+    Gamma { rate: f64, burstiness: f64 },
+    Constant { rate: f64 },
+    Closed { concurrency: u32, think_time_s: f64 },
+    Trace(Trace),
+}
+
+/// A trace file and its rows, read and checked at load time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trace {
+    /// As written in the scenario (relative to it).
+    pub path: String,
+    pub rows: Arc<Vec<TraceRow>>,
+}
+
+impl Serialize for Trace {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.path)
+    }
+}
+
+/// A token-length distribution. Samples are clamped to `[min, max]`
+/// (`min` defaults to 1).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Length {
+    Fixed(u32),
+    Uniform { lo: u32, hi: u32 },
+    Normal { mean: f64, std: f64, min: u32, max: Option<u32> },
+    Lognormal { mean: f64, std: f64, min: u32, max: Option<u32> },
+    Exponential { mean: f64, min: u32, max: Option<u32> },
+    Choice { values: Vec<u32>, weights: Vec<f64> },
+}
+
+impl Length {
+    /// The distribution's mean before clamping (what a user would quote).
+    pub fn mean(&self) -> f64 {
+        match self {
+            Length::Fixed(n) => f64::from(*n),
+            Length::Uniform { lo, hi } => (f64::from(*lo) + f64::from(*hi)) / 2.0,
+            Length::Normal { mean, .. } | Length::Lognormal { mean, .. } | Length::Exponential { mean, .. } => *mean,
+            Length::Choice { values, weights } => {
+                let total: f64 = weights.iter().sum();
+                values.iter().zip(weights).map(|(v, w)| f64::from(*v) * w).sum::<f64>() / total
+            }
+        }
+    }
+
+    /// The largest value it can produce, if bounded.
+    pub fn max(&self) -> Option<u32> {
+        match self {
+            Length::Fixed(n) => Some(*n),
+            Length::Uniform { hi, .. } => Some(*hi),
+            Length::Normal { max, .. } | Length::Lognormal { max, .. } | Length::Exponential { max, .. } => *max,
+            Length::Choice { values, .. } => values.iter().copied().max(),
+        }
+    }
+}
+
+impl Serialize for Length {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use std::collections::BTreeMap;
+        #[derive(Serialize)]
+        #[serde(rename_all = "snake_case")]
+        enum Tagged<'a> {
+            Uniform([u32; 2]),
+            Normal(BTreeMap<&'static str, f64>),
+            Lognormal(BTreeMap<&'static str, f64>),
+            Exponential(BTreeMap<&'static str, f64>),
+            Choice { values: &'a [u32], weights: &'a [f64] },
+        }
+        let bounds = |mut m: BTreeMap<&'static str, f64>, min: u32, max: Option<u32>| {
+            m.insert("min", f64::from(min));
+            if let Some(max) = max {
+                m.insert("max", f64::from(max));
+            }
+            m
+        };
+        let tagged = match self {
+            Length::Fixed(n) => return s.serialize_u32(*n),
+            Length::Uniform { lo, hi } => Tagged::Uniform([*lo, *hi]),
+            Length::Normal { mean, std, min, max } => {
+                Tagged::Normal(bounds(BTreeMap::from([("mean", *mean), ("std", *std)]), *min, *max))
+            }
+            Length::Lognormal { mean, std, min, max } => {
+                Tagged::Lognormal(bounds(BTreeMap::from([("mean", *mean), ("std", *std)]), *min, *max))
+            }
+            Length::Exponential { mean, min, max } => {
+                Tagged::Exponential(bounds(BTreeMap::from([("mean", *mean)]), *min, *max))
+            }
+            Length::Choice { values, weights } => Tagged::Choice { values, weights },
+        };
+        tagged.serialize(s)
+    }
+}
+
+impl Scenario {
+    /// The engine's limits and costs.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            capacity: self.capacity.clone(),
+            max_batch_tokens: self.scheduler.max_batch_tokens,
+            max_num_sequences: self.scheduler.max_num_sequences,
+            context_length: self.model.context_length,
+            cost: CostModel::new(&CostInput {
+                parameters_billions: self.model.weights.parameters_billions,
+                bytes_per_parameter: self.model.weights.bytes_per_parameter,
+                kv_bytes_per_token: self.model.kv_cache.bytes_per_token,
+                peak_tflops: self.hardware.peak_tflops,
+                memory_bandwidth_gbps: self.hardware.memory_bandwidth_gbps,
+                compute_efficiency: self.efficiency.compute,
+                memory_efficiency: self.efficiency.memory,
+                step_overhead_ms: self.latency.step_overhead_ms,
+            }),
+        }
+    }
+
+    /// Mean prompt and output lengths of the workload (of the trace rows
+    /// for a trace).
+    pub fn mean_lengths(&self) -> (f64, f64) {
+        if let Arrivals::Trace(t) = &self.workload.arrivals {
+            let n = t.rows.len().max(1) as f64;
+            let p: f64 = t.rows.iter().map(|r| f64::from(r.prompt)).sum();
+            let o: f64 = t.rows.iter().map(|r| f64::from(r.output)).sum();
+            return (p / n, o / n);
+        }
+        let mean = |l: &Option<Length>| l.as_ref().map_or(0.0, Length::mean);
+        (mean(&self.workload.prompt_tokens), mean(&self.workload.output_tokens))
+    }
+}

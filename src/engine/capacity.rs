@@ -1,0 +1,143 @@
+//! KV-cache capacity, computed once at start-up (ENGINE.md section 1).
+
+use std::fmt;
+
+/// `GiB` = 2^30 bytes.
+pub const GIB: f64 = 1_073_741_824.0;
+
+/// What the capacity formula needs; all validated positive by the config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapacityInput {
+    pub hbm_gib: f64,
+    pub gpu_memory_utilization: f64,
+    pub parameters_billions: f64,
+    pub bytes_per_parameter: f64,
+    pub kv_bytes_per_token: u64,
+    pub block_size: u32,
+    pub watermark: f64,
+    /// `kv_cache.num_blocks`: measured capacity that overrides the formula.
+    pub num_blocks_override: Option<u64>,
+}
+
+/// The derived capacity the engine runs with.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Capacity {
+    pub num_blocks: u32,
+    pub block_size: u32,
+    pub kv_tokens: u64,
+    pub watermark_blocks: u32,
+    pub weight_bytes: f64,
+    pub usable_bytes: f64,
+    pub block_bytes: u64,
+    /// True when `kv_cache.num_blocks` was given instead of computed.
+    pub overridden: bool,
+}
+
+/// The weights (plus the reserved share) do not leave room for one block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapacityError {
+    pub weight_bytes: f64,
+    pub budget_bytes: f64,
+    pub block_bytes: u64,
+}
+
+impl fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let short = self.weight_bytes + self.block_bytes as f64 - self.budget_bytes;
+        write!(
+            f,
+            "the model does not fit: weights take {:.2} GB of the {:.2} GB that \
+             hbm_gib x gpu_memory_utilization allows, leaving no room for one KV block \
+             of {} bytes (short by {:.2} GB); use a larger GPU, a higher \
+             gpu_memory_utilization, fewer bytes_per_parameter, or set kv_cache.num_blocks",
+            self.weight_bytes / 1e9,
+            self.budget_bytes / 1e9,
+            self.block_bytes,
+            short / 1e9
+        )
+    }
+}
+
+impl Capacity {
+    pub fn compute(input: &CapacityInput) -> Result<Capacity, CapacityError> {
+        let weight_bytes = input.parameters_billions * 1e9 * input.bytes_per_parameter;
+        let budget_bytes = input.hbm_gib * GIB * input.gpu_memory_utilization;
+        let usable_bytes = budget_bytes - weight_bytes;
+        let block_bytes = input.kv_bytes_per_token * u64::from(input.block_size);
+        let (blocks, overridden) = match input.num_blocks_override {
+            Some(n) => (n, true),
+            None => {
+                let n = (usable_bytes / block_bytes as f64).floor();
+                if n < 1.0 {
+                    return Err(CapacityError { weight_bytes, budget_bytes, block_bytes });
+                }
+                (n as u64, false)
+            }
+        };
+        // u32 blocks address 2^32 * block_size tokens: far beyond any GPU.
+        let num_blocks = blocks.min(u64::from(u32::MAX)) as u32;
+        let watermark_blocks = (input.watermark * f64::from(num_blocks)).floor() as u32;
+        Ok(Capacity {
+            num_blocks,
+            block_size: input.block_size,
+            kv_tokens: u64::from(num_blocks) * u64::from(input.block_size),
+            watermark_blocks,
+            weight_bytes,
+            usable_bytes,
+            block_bytes,
+            overridden,
+        })
+    }
+
+    /// Blocks that hold `tokens` tokens.
+    pub fn blocks_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(u64::from(self.block_size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn base_input() -> CapacityInput {
+        CapacityInput {
+            hbm_gib: 80.0,
+            gpu_memory_utilization: 0.9,
+            parameters_billions: 6.74,
+            bytes_per_parameter: 2.0,
+            kv_bytes_per_token: 524_288,
+            block_size: 16,
+            watermark: 0.01,
+            num_blocks_override: None,
+        }
+    }
+
+    #[test]
+    fn base_model_has_7609_blocks_121744_tokens_and_76_watermark_blocks() {
+        let cap = Capacity::compute(&base_input()).unwrap();
+        assert_eq!(cap.num_blocks, 7_609);
+        assert_eq!(cap.kv_tokens, 121_744);
+        assert_eq!(cap.watermark_blocks, 76);
+        assert_eq!(cap.weight_bytes, 13.48e9);
+    }
+
+    #[test]
+    fn num_blocks_override_replaces_the_formula() {
+        let mut input = base_input();
+        input.num_blocks_override = Some(6_750);
+        let cap = Capacity::compute(&input).unwrap();
+        assert_eq!((cap.num_blocks, cap.kv_tokens, cap.watermark_blocks), (6_750, 108_000, 67));
+        assert!(cap.overridden);
+    }
+
+    #[test]
+    fn weights_larger_than_memory_is_an_error_naming_the_numbers() {
+        let mut input = base_input();
+        input.hbm_gib = 12.0;
+        let err = Capacity::compute(&input).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("13.48 GB"), "{msg}");
+        assert!(msg.contains("11.60 GB"), "{msg}");
+        assert!(msg.contains("short by"), "{msg}");
+    }
+}

@@ -1,0 +1,154 @@
+//! The roofline step cost (ENGINE.md section 3, step 4).
+//!
+//! A step costs whichever is larger: the FLOPs of the tokens it computes, or
+//! the bytes it must read (all weights once, plus every scheduled request's
+//! KV after the step), plus a fixed per-step overhead.
+
+/// Hardware and model figures folded into the two roofline rates.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CostModel {
+    /// Model parameters (not billions).
+    pub parameters: f64,
+    pub weight_bytes: f64,
+    pub kv_bytes_per_token: f64,
+    /// Effective FLOP/s: `peak_tflops * 1e12 * efficiency.compute`.
+    pub flops_per_s: f64,
+    /// Effective bytes/s: `memory_bandwidth_gbps * 1e9 * efficiency.memory`.
+    pub bytes_per_s: f64,
+    pub overhead_s: f64,
+}
+
+/// The parts of one step's duration, in seconds.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct StepCost {
+    pub compute_s: f64,
+    pub memory_s: f64,
+    pub total_s: f64,
+}
+
+impl StepCost {
+    pub fn compute_bound(&self) -> bool {
+        self.compute_s > self.memory_s
+    }
+}
+
+/// The inputs of [`CostModel::new`], named so call sites read clearly.
+#[derive(Clone, Debug)]
+pub struct CostInput {
+    pub parameters_billions: f64,
+    pub bytes_per_parameter: f64,
+    pub kv_bytes_per_token: u64,
+    pub peak_tflops: f64,
+    pub memory_bandwidth_gbps: f64,
+    pub compute_efficiency: f64,
+    pub memory_efficiency: f64,
+    pub step_overhead_ms: f64,
+}
+
+impl CostModel {
+    pub fn new(i: &CostInput) -> CostModel {
+        let parameters = i.parameters_billions * 1e9;
+        CostModel {
+            parameters,
+            weight_bytes: parameters * i.bytes_per_parameter,
+            kv_bytes_per_token: i.kv_bytes_per_token as f64,
+            flops_per_s: i.peak_tflops * 1e12 * i.compute_efficiency,
+            bytes_per_s: i.memory_bandwidth_gbps * 1e9 * i.memory_efficiency,
+            overhead_s: i.step_overhead_ms / 1000.0,
+        }
+    }
+
+    /// Cost of a step computing `tokens` tokens whose requests hold
+    /// `sum_ctx` tokens of KV after the step.
+    pub fn step(&self, tokens: u64, sum_ctx: u64) -> StepCost {
+        let compute_s = 2.0 * self.parameters * tokens as f64 / self.flops_per_s;
+        let memory_s = (self.weight_bytes + sum_ctx as f64 * self.kv_bytes_per_token) / self.bytes_per_s;
+        StepCost { compute_s, memory_s, total_s: compute_s.max(memory_s) + self.overhead_s }
+    }
+
+    /// Duration of a step in whole nanoseconds (rounded to nearest, at least 1).
+    pub fn step_nanos(&self, tokens: u64, sum_ctx: u64) -> u64 {
+        crate::time::secs_to_nanos(self.step(tokens, sum_ctx).total_s).max(1)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The base model of ENGINE.md on the H100-like card.
+    pub(crate) fn base_cost() -> CostModel {
+        CostModel::new(&CostInput {
+            parameters_billions: 6.74,
+            bytes_per_parameter: 2.0,
+            kv_bytes_per_token: 524_288,
+            peak_tflops: 989.0,
+            memory_bandwidth_gbps: 3000.0,
+            compute_efficiency: 1.0,
+            memory_efficiency: 1.0,
+            step_overhead_ms: 0.0,
+        })
+    }
+
+    fn ms(x: f64) -> f64 {
+        x * 1000.0
+    }
+
+    #[test]
+    fn one_short_request_decoding_alone_costs_the_weights_4_49_ms() {
+        // A 16-token prompt decoding its first token: ctx 17 tokens.
+        let c = base_cost().step(1, 17);
+        assert!((ms(c.total_s) - 4.49).abs() < 0.01, "{}", ms(c.total_s));
+        assert!(!c.compute_bound());
+        // weights alone: 13.48 GB / 3000 GB/s
+        assert!((ms(base_cost().step(1, 0).total_s) - 4.493_333).abs() < 1e-5);
+    }
+
+    #[test]
+    fn twenty_nine_requests_at_4k_context_cost_about_25_ms() {
+        let c = base_cost().step(29, 29 * 4096);
+        assert!((ms(c.total_s) - 25.25).abs() < 0.01, "{}", ms(c.total_s));
+        assert!(!c.compute_bound());
+    }
+
+    #[test]
+    fn all_prefill_step_costs_112_ms_at_8192_tokens_and_28_ms_at_2048() {
+        let big = base_cost().step(8192, 8192);
+        let small = base_cost().step(2048, 2048);
+        assert!((ms(big.total_s) - 111.65).abs() < 0.01, "{}", ms(big.total_s));
+        assert!((ms(small.total_s) - 27.91).abs() < 0.01, "{}", ms(small.total_s));
+        assert!(big.compute_bound() && small.compute_bound());
+    }
+
+    #[test]
+    fn one_512_prompt_among_64_decodes_hides_under_memory_time() {
+        // 64 decodes at 538 tokens of context each, plus a 512-token prompt.
+        let sum_ctx = 64 * 538 + 512;
+        let one = base_cost().step(64 + 512, sum_ctx);
+        assert!((ms(one.compute_s) - 7.85).abs() < 0.01, "{}", ms(one.compute_s));
+        assert!((ms(one.memory_s) - 10.6).abs() < 0.05, "{}", ms(one.memory_s));
+        assert_eq!(one.total_s, one.memory_s);
+        let three = base_cost().step(64 + 3 * 512, 64 * 538 + 3 * 512);
+        assert!(three.compute_bound());
+        assert!((ms(three.total_s) - 21.8).abs() < 0.05, "{}", ms(three.total_s));
+    }
+
+    #[test]
+    fn overhead_and_efficiency_apply_as_documented() {
+        let mut input = CostInput {
+            parameters_billions: 6.74,
+            bytes_per_parameter: 2.0,
+            kv_bytes_per_token: 524_288,
+            peak_tflops: 989.0,
+            memory_bandwidth_gbps: 3000.0,
+            compute_efficiency: 1.0,
+            memory_efficiency: 0.5,
+            step_overhead_ms: 2.0,
+        };
+        let c = CostModel::new(&input).step(1, 0);
+        assert!((ms(c.total_s) - (2.0 * 4.493_333 + 2.0)).abs() < 1e-4);
+        input.compute_efficiency = 0.5;
+        let p = CostModel::new(&input).step(8192, 0);
+        assert!((ms(p.compute_s) - 2.0 * 111.65).abs() < 0.02);
+    }
+}

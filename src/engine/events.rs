@@ -1,0 +1,150 @@
+//! What the engine reports, and to whom.
+//!
+//! The engine never measures or prints: it calls an [`Observer`] at each
+//! event with the simulated time it happened at. A metrics collector, a CSV
+//! writer, an invariant checker and the real-time server's stream router are
+//! all observers. Every method has an empty default.
+
+use crate::time::SimTime;
+
+/// A request's identity: the order it was submitted in (0, 1, 2, ...).
+pub type RequestId = u64;
+
+/// Why a request was turned away.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RejectReason {
+    /// `prompt + output > context_length`, checked on arrival.
+    ContextLength,
+    /// Its known length could never fit beside the watermark, checked at the
+    /// head of the waiting queue.
+    NeverFits,
+}
+
+impl RejectReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::ContextLength => "rejected_context_length",
+            RejectReason::NeverFits => "rejected_kv_capacity",
+        }
+    }
+}
+
+/// One step, as reported after it ends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepRecord {
+    /// 0-based step number.
+    pub index: u64,
+    pub start: SimTime,
+    pub end: SimTime,
+    /// Requests scheduled in the step.
+    pub batch_size: u32,
+    /// Tokens computed in the step (`T`).
+    pub tokens: u32,
+    /// Of `tokens`, those of requests that were not decoding (prompt or recompute).
+    pub prefill_tokens: u32,
+    /// Sum over scheduled requests of their KV after the step.
+    pub sum_ctx: u64,
+    /// KV blocks in use after the step's allocations, before finished
+    /// requests free theirs.
+    pub kv_blocks_used: u32,
+    /// Requests in `running` (scheduled or not) and `waiting` during the step.
+    pub running: u32,
+    pub waiting: u32,
+    /// Requests preempted in this step.
+    pub preempted: u32,
+    pub compute_s: f64,
+    pub memory_s: f64,
+}
+
+impl StepRecord {
+    pub fn duration_nanos(&self) -> u64 {
+        self.end.nanos_since(self.start)
+    }
+}
+
+/// Receives the engine's events. `at` is always simulated time.
+#[allow(unused_variables)]
+pub trait Observer {
+    /// The request was submitted (it has arrived at `at`).
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {}
+    /// The request gets `tokens` tokens in the step starting at `at`;
+    /// `computed` is its KV before the step.
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {}
+    /// The request lost its KV and went back to the front of `waiting`.
+    fn preempted(&mut self, id: RequestId, at: SimTime) {}
+    /// The request's `index`-th output token (1-based) was released.
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {}
+    /// The request released its last token and freed its blocks.
+    fn finished(&mut self, id: RequestId, at: SimTime) {}
+    fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {}
+    /// The request was withdrawn by its client (real-time server only).
+    fn aborted(&mut self, id: RequestId, at: SimTime) {}
+    fn step(&mut self, step: &StepRecord) {}
+}
+
+/// Nothing to observe.
+impl Observer for () {}
+
+/// Two observers see every event, the first one first.
+impl<A: Observer, B: Observer> Observer for (A, B) {
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
+        self.0.arrived(id, at, prompt, output);
+        self.1.arrived(id, at, prompt, output);
+    }
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
+        self.0.scheduled(id, at, tokens, computed);
+        self.1.scheduled(id, at, tokens, computed);
+    }
+    fn preempted(&mut self, id: RequestId, at: SimTime) {
+        self.0.preempted(id, at);
+        self.1.preempted(id, at);
+    }
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        self.0.token(id, at, index);
+        self.1.token(id, at, index);
+    }
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.0.finished(id, at);
+        self.1.finished(id, at);
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
+        self.0.rejected(id, at, reason);
+        self.1.rejected(id, at, reason);
+    }
+    fn aborted(&mut self, id: RequestId, at: SimTime) {
+        self.0.aborted(id, at);
+        self.1.aborted(id, at);
+    }
+    fn step(&mut self, step: &StepRecord) {
+        self.0.step(step);
+        self.1.step(step);
+    }
+}
+
+/// An observer seen through a mutable reference is still an observer.
+impl<O: Observer + ?Sized> Observer for &mut O {
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
+        (**self).arrived(id, at, prompt, output);
+    }
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
+        (**self).scheduled(id, at, tokens, computed);
+    }
+    fn preempted(&mut self, id: RequestId, at: SimTime) {
+        (**self).preempted(id, at);
+    }
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        (**self).token(id, at, index);
+    }
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        (**self).finished(id, at);
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
+        (**self).rejected(id, at, reason);
+    }
+    fn aborted(&mut self, id: RequestId, at: SimTime) {
+        (**self).aborted(id, at);
+    }
+    fn step(&mut self, step: &StepRecord) {
+        (**self).step(step);
+    }
+}

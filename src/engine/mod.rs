@@ -1,0 +1,412 @@
+//! The scheduling core: continuous batching over paged KV blocks, chunked
+//! prefill, preemption by recompute and a roofline step cost, exactly as
+//! `ENGINE.md` describes.
+//!
+//! The engine is pure: it never reads a clock, a file or the environment and
+//! never spawns a thread. A driver submits requests stamped with their arrival
+//! time and calls [`Engine::step`]; the step starts at [`Engine::next_step_at`]
+//! and everything it releases is stamped with the step's end time. The
+//! offline planner (`crate::sim`) advances that time as fast as it can; the
+//! real-time server waits for the wall clock to reach it. Both see the same
+//! timeline.
+
+pub mod capacity;
+pub mod cost;
+pub mod events;
+pub mod kv;
+
+use std::collections::{HashMap, VecDeque};
+
+pub use capacity::{Capacity, CapacityError, CapacityInput};
+pub use cost::{CostInput, CostModel, StepCost};
+pub use events::{Observer, RejectReason, RequestId, StepRecord};
+use kv::KvBlocks;
+
+use crate::time::SimTime;
+
+/// The limits and costs the engine runs with, derived once from the config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub capacity: Capacity,
+    /// Token budget of one step (`max_batch_tokens`).
+    pub max_batch_tokens: u32,
+    pub max_num_sequences: u32,
+    pub context_length: u32,
+    pub cost: CostModel,
+}
+
+/// A request as submitted: `output` is its length `N`, used only to stop it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub id: RequestId,
+    pub arrival: SimTime,
+    pub prompt: u32,
+    pub output: u32,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum State {
+    /// Submitted, but its arrival is after the start of the current step.
+    Pending,
+    Waiting,
+    Running,
+    /// The slot is free for reuse.
+    Free,
+}
+
+/// A request inside the engine.
+#[derive(Clone, Debug)]
+struct Seq {
+    req: Request,
+    /// `g`: tokens generated so far.
+    generated: u32,
+    /// `c`: tokens whose KV is in the cache.
+    computed: u32,
+    blocks: u32,
+    state: State,
+}
+
+impl Seq {
+    /// `P + g`: the tokens the engine knows.
+    fn known(&self) -> u32 {
+        self.req.prompt + self.generated
+    }
+
+    fn remaining(&self) -> u32 {
+        self.known() - self.computed
+    }
+}
+
+/// The scheduler state: queues, sequences and the KV pool.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    cfg: EngineConfig,
+    kv: KvBlocks,
+    slots: Vec<Seq>,
+    free_slots: Vec<u32>,
+    /// Submitted requests whose arrival is later than the current step start,
+    /// in arrival order.
+    pending: VecDeque<u32>,
+    /// FIFO; preempted requests go back to its front.
+    waiting: VecDeque<u32>,
+    /// In admission order.
+    running: Vec<u32>,
+    /// Request id to slot, for aborts (looked up, never iterated).
+    by_id: HashMap<RequestId, u32>,
+    /// End of the last step (the earliest the next one can start).
+    clock: SimTime,
+    last_arrival: SimTime,
+    steps: u64,
+    /// (slot, tokens) scheduled in the step being built.
+    batch: Vec<(u32, u32)>,
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Engine {
+        Engine {
+            kv: KvBlocks::new(cfg.capacity.num_blocks),
+            cfg,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            pending: VecDeque::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            by_id: HashMap::new(),
+            clock: SimTime::ZERO,
+            last_arrival: SimTime::ZERO,
+            steps: 0,
+            batch: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// End of the last step.
+    pub fn clock(&self) -> SimTime {
+        self.clock
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Submitted requests that have not joined `waiting` yet.
+    pub fn num_pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn kv_blocks_used(&self) -> u32 {
+        self.kv.used()
+    }
+
+    pub fn kv_blocks_total(&self) -> u32 {
+        self.kv.total()
+    }
+
+    /// Nothing running, waiting or pending.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty() && self.pending.is_empty()
+    }
+
+    /// When the next step starts: at the end of the last one if anything is
+    /// running or waiting, else at the next pending arrival (the engine jumps
+    /// over idle time), else never.
+    pub fn next_step_at(&self) -> Option<SimTime> {
+        if !self.running.is_empty() || !self.waiting.is_empty() {
+            return Some(self.clock);
+        }
+        let first = self.pending.front()?;
+        Some(self.slots[*first as usize].req.arrival.max(self.clock))
+    }
+
+    /// Hands a request to the engine. Arrivals must not decrease from one
+    /// call to the next. A request longer than the context is rejected at
+    /// once (the server answers it with HTTP 400).
+    pub fn submit<O: Observer>(&mut self, req: Request, obs: &mut O) -> Result<(), RejectReason> {
+        debug_assert!(req.arrival >= self.last_arrival, "arrivals went backwards");
+        debug_assert!(req.prompt >= 1 && req.output >= 1, "empty prompt or output");
+        self.last_arrival = req.arrival;
+        obs.arrived(req.id, req.arrival, req.prompt, req.output);
+        let total = u64::from(req.prompt) + u64::from(req.output);
+        if total > u64::from(self.cfg.context_length) {
+            obs.rejected(req.id, req.arrival, RejectReason::ContextLength);
+            return Err(RejectReason::ContextLength);
+        }
+        let seq = Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending };
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = seq;
+                slot
+            }
+            None => {
+                self.slots.push(seq);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_id.insert(req.id, slot);
+        self.pending.push_back(slot);
+        Ok(())
+    }
+
+    /// Withdraws a request wherever it is and frees its blocks at once.
+    /// Returns false if the engine does not hold it (finished or unknown).
+    /// Call between steps.
+    pub fn abort<O: Observer>(&mut self, id: RequestId, at: SimTime, obs: &mut O) -> bool {
+        let Some(&slot) = self.by_id.get(&id) else {
+            return false;
+        };
+        match self.slots[slot as usize].state {
+            State::Pending => self.pending.retain(|&s| s != slot),
+            State::Waiting => self.waiting.retain(|&s| s != slot),
+            State::Running => self.running.retain(|&s| s != slot),
+            State::Free => return false,
+        }
+        obs.aborted(id, at);
+        self.release(slot);
+        true
+    }
+
+    /// Runs one step at [`Engine::next_step_at`] and returns its record, or
+    /// `None` when nothing was scheduled (then no time passes).
+    pub fn step<O: Observer>(&mut self, obs: &mut O) -> Option<StepRecord> {
+        let start = self.next_step_at()?;
+        self.clock = start;
+        self.join_arrivals(start);
+        self.batch.clear();
+        let mut budget = self.cfg.max_batch_tokens;
+        let preempted = self.schedule_running(start, &mut budget, obs);
+        if preempted == 0 {
+            self.admit_waiting(start, &mut budget, obs);
+        }
+        if self.batch.is_empty() {
+            return None;
+        }
+        let record = self.finish_step(start, preempted, obs);
+        obs.step(&record);
+        self.steps += 1;
+        self.clock = record.end;
+        self.debug_check();
+        Some(record)
+    }
+
+    /// Step 1: every submitted request that has arrived joins `waiting`.
+    fn join_arrivals(&mut self, start: SimTime) {
+        while let Some(&slot) = self.pending.front() {
+            let seq = &mut self.slots[slot as usize];
+            if seq.req.arrival > start {
+                break;
+            }
+            seq.state = State::Waiting;
+            self.pending.pop_front();
+            self.waiting.push_back(slot);
+        }
+    }
+
+    /// Step 2: running requests, oldest first, take budget; growth that does
+    /// not fit preempts the newest. Returns how many were preempted.
+    fn schedule_running<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) -> u32 {
+        let mut preempted = 0;
+        let mut i = 0;
+        while i < self.running.len() && *budget > 0 {
+            let slot = self.running[i];
+            let seq = &self.slots[slot as usize];
+            let tokens = seq.remaining().min(*budget);
+            let need = self.extra_blocks(seq, tokens);
+            while need > self.kv.free() {
+                // `running[i]` is in the list, so it is not empty.
+                let Some(victim) = self.running.pop() else { break };
+                self.preempt(victim, at, obs);
+                preempted += 1;
+                if victim == slot {
+                    return preempted;
+                }
+            }
+            self.kv.take(need);
+            self.slots[slot as usize].blocks += need;
+            self.add_to_batch(slot, tokens, at, obs);
+            *budget -= tokens;
+            i += 1;
+        }
+        preempted
+    }
+
+    /// Step 3: admit from the head of `waiting` while the whole known length
+    /// fits beside the watermark; no skipping ahead.
+    fn admit_waiting<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) {
+        let cap = &self.cfg.capacity;
+        let (total, watermark) = (i64::from(cap.num_blocks), i64::from(cap.watermark_blocks));
+        while let Some(&slot) = self.waiting.front() {
+            let seq = &self.slots[slot as usize];
+            let need = self.cfg.capacity.blocks_for(u64::from(seq.known())) as i64;
+            if total - need < watermark {
+                self.waiting.pop_front();
+                obs.rejected(seq.req.id, at, RejectReason::NeverFits);
+                self.release(slot);
+                continue;
+            }
+            let full = self.running.len() >= self.cfg.max_num_sequences as usize;
+            if *budget == 0 || full || i64::from(self.kv.free()) - need < watermark {
+                break;
+            }
+            self.waiting.pop_front();
+            let need = need as u32;
+            self.kv.take(need);
+            let seq = &mut self.slots[slot as usize];
+            seq.blocks = need;
+            seq.state = State::Running;
+            let tokens = seq.remaining().min(*budget);
+            self.running.push(slot);
+            self.add_to_batch(slot, tokens, at, obs);
+            *budget -= tokens;
+        }
+    }
+
+    /// Steps 4 and 5: the step's duration, then the counters, the tokens and
+    /// the finished requests, all at the step's end.
+    fn finish_step<O: Observer>(&mut self, start: SimTime, preempted: u32, obs: &mut O) -> StepRecord {
+        let (mut tokens, mut prefill, mut sum_ctx) = (0u64, 0u64, 0u64);
+        for &(slot, n) in &self.batch {
+            let seq = &self.slots[slot as usize];
+            tokens += u64::from(n);
+            sum_ctx += u64::from(seq.computed + n);
+            if seq.remaining() > 1 || seq.generated == 0 {
+                prefill += u64::from(n);
+            }
+        }
+        let cost = self.cfg.cost.step(tokens, sum_ctx);
+        let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
+        let record = StepRecord {
+            index: self.steps,
+            start,
+            end,
+            batch_size: self.batch.len() as u32,
+            tokens: tokens as u32,
+            prefill_tokens: prefill as u32,
+            sum_ctx,
+            kv_blocks_used: self.kv.used(),
+            running: self.running.len() as u32,
+            waiting: self.waiting.len() as u32,
+            preempted,
+            compute_s: cost.compute_s,
+            memory_s: cost.memory_s,
+        };
+        let mut any_finished = false;
+        for i in 0..self.batch.len() {
+            let (slot, n) = self.batch[i];
+            let seq = &mut self.slots[slot as usize];
+            seq.computed += n;
+            if seq.computed < seq.known() {
+                continue;
+            }
+            seq.generated += 1;
+            let (id, g, done) = (seq.req.id, seq.generated, seq.generated == seq.req.output);
+            obs.token(id, end, g);
+            if done {
+                obs.finished(id, end);
+                self.release(slot);
+                any_finished = true;
+            }
+        }
+        if any_finished {
+            let slots = &self.slots;
+            self.running.retain(|&s| slots[s as usize].state == State::Running);
+        }
+        record
+    }
+
+    fn add_to_batch<O: Observer>(&mut self, slot: u32, tokens: u32, at: SimTime, obs: &mut O) {
+        let seq = &self.slots[slot as usize];
+        obs.scheduled(seq.req.id, at, tokens, seq.computed);
+        self.batch.push((slot, tokens));
+    }
+
+    /// Blocks a sequence must add to hold `tokens` more tokens of KV.
+    fn extra_blocks(&self, seq: &Seq, tokens: u32) -> u32 {
+        let want = self.cfg.capacity.blocks_for(u64::from(seq.computed + tokens)) as u32;
+        want.saturating_sub(seq.blocks)
+    }
+
+    /// Frees the victim's blocks and puts it at the front of `waiting`.
+    fn preempt<O: Observer>(&mut self, slot: u32, at: SimTime, obs: &mut O) {
+        let seq = &mut self.slots[slot as usize];
+        self.kv.give_back(seq.blocks);
+        seq.blocks = 0;
+        seq.computed = 0;
+        seq.state = State::Waiting;
+        obs.preempted(seq.req.id, at);
+        self.waiting.push_front(slot);
+    }
+
+    /// Frees a slot and its blocks; the caller removed it from its queue.
+    fn release(&mut self, slot: u32) {
+        let seq = &mut self.slots[slot as usize];
+        self.kv.give_back(seq.blocks);
+        seq.blocks = 0;
+        seq.state = State::Free;
+        self.by_id.remove(&seq.req.id);
+        self.free_slots.push(slot);
+    }
+
+    /// Invariants, checked in debug builds after every step.
+    fn debug_check(&self) {
+        if cfg!(debug_assertions) {
+            let held: u64 = self.running.iter().map(|&s| u64::from(self.slots[s as usize].blocks)).sum();
+            debug_assert_eq!(held, u64::from(self.kv.used()), "blocks held != blocks used");
+            debug_assert!(self.running.iter().all(|&s| self.slots[s as usize].state == State::Running));
+            debug_assert!(self.waiting.iter().all(|&s| {
+                let seq = &self.slots[s as usize];
+                seq.state == State::Waiting && seq.blocks == 0 && seq.computed == 0
+            }));
+            debug_assert!(self.running.len() <= self.cfg.max_num_sequences as usize);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+//! Unit tests of the scheduling rules, each on a tiny hand-checked case.
+
+use super::*;
+use crate::engine::capacity::Capacity;
+
+/// Records every event as a short string, in order.
+#[derive(Default)]
+struct Log(Vec<String>);
+
+impl Observer for Log {
+    fn scheduled(&mut self, id: RequestId, _at: SimTime, tokens: u32, computed: u32) {
+        self.0.push(format!("sched {id} {tokens}@{computed}"));
+    }
+    fn preempted(&mut self, id: RequestId, _at: SimTime) {
+        self.0.push(format!("preempt {id}"));
+    }
+    fn token(&mut self, id: RequestId, _at: SimTime, index: u32) {
+        self.0.push(format!("token {id}#{index}"));
+    }
+    fn finished(&mut self, id: RequestId, _at: SimTime) {
+        self.0.push(format!("finish {id}"));
+    }
+    fn rejected(&mut self, id: RequestId, _at: SimTime, reason: RejectReason) {
+        self.0.push(format!("reject {id} {}", reason.as_str()));
+    }
+    fn aborted(&mut self, id: RequestId, _at: SimTime) {
+        self.0.push(format!("abort {id}"));
+    }
+}
+
+impl Log {
+    fn take(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+struct Limits {
+    num_blocks: u32,
+    block_size: u32,
+    watermark_blocks: u32,
+    budget: u32,
+    max_seqs: u32,
+    context: u32,
+}
+
+fn engine(l: Limits) -> Engine {
+    Engine::new(EngineConfig {
+        capacity: Capacity {
+            num_blocks: l.num_blocks,
+            block_size: l.block_size,
+            kv_tokens: u64::from(l.num_blocks) * u64::from(l.block_size),
+            watermark_blocks: l.watermark_blocks,
+            weight_bytes: 13.48e9,
+            usable_bytes: 0.0,
+            block_bytes: 0,
+            overridden: true,
+        },
+        max_batch_tokens: l.budget,
+        max_num_sequences: l.max_seqs,
+        context_length: l.context,
+        cost: cost::tests::base_cost(),
+    })
+}
+
+fn limits() -> Limits {
+    Limits { num_blocks: 100, block_size: 4, watermark_blocks: 0, budget: 64, max_seqs: 8, context: 1000 }
+}
+
+fn req(id: u64, at_ns: u64, prompt: u32, output: u32) -> Request {
+    Request { id, arrival: SimTime::from_nanos(at_ns), prompt, output }
+}
+
+#[test]
+fn a_lone_request_prefills_in_one_step_then_decodes_one_token_a_step() {
+    let mut e = engine(limits());
+    let mut log = Log::default();
+    e.submit(req(0, 0, 10, 3), &mut log).unwrap();
+    let s1 = e.step(&mut log).unwrap();
+    assert_eq!((s1.tokens, s1.batch_size, s1.prefill_tokens), (10, 1, 10));
+    assert_eq!(s1.kv_blocks_used, 3, "admission takes ceil(10/4) blocks at once");
+    let s2 = e.step(&mut log).unwrap();
+    assert_eq!((s2.tokens, s2.sum_ctx, s2.prefill_tokens), (1, 11, 0));
+    assert_eq!(s2.start, s1.end, "steps are back to back");
+    e.step(&mut log).unwrap();
+    assert!(e.step(&mut log).is_none());
+    assert_eq!(
+        log.take(),
+        ["sched 0 10@0", "token 0#1", "sched 0 1@10", "token 0#2", "sched 0 1@11", "token 0#3", "finish 0"]
+    );
+    assert_eq!(e.kv_blocks_used(), 0);
+}
+
+#[test]
+fn a_lone_decode_step_takes_the_weights_time() {
+    let mut e = engine(limits());
+    e.submit(req(0, 0, 16, 2), &mut ()).unwrap();
+    e.step(&mut ()).unwrap();
+    let decode = e.step(&mut ()).unwrap();
+    // (13.48e9 + 17 * 524288) / 3e12 s
+    let expect = ((13.48e9 + 17.0 * 524_288.0) / 3e12 * 1e9_f64).round() as u64;
+    assert_eq!(decode.duration_nanos(), expect);
+    assert!((decode.duration_nanos() as f64 / 1e6 - 4.49).abs() < 0.01);
+}
+
+#[test]
+fn a_long_prompt_is_chunked_by_the_token_budget() {
+    let mut e = engine(Limits { budget: 8, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 20, 1), &mut log).unwrap();
+    while e.step(&mut log).is_some() {}
+    assert_eq!(log.take(), ["sched 0 8@0", "sched 0 8@8", "sched 0 4@16", "token 0#1", "finish 0"]);
+}
+
+#[test]
+fn running_requests_go_first_and_admission_fills_the_rest_of_the_budget() {
+    let mut e = engine(Limits { budget: 12, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 4, 5), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    e.submit(req(1, 1, 20, 5), &mut log).unwrap();
+    log.take();
+    let s = e.step(&mut log).unwrap();
+    assert_eq!(log.take(), ["sched 0 1@4", "sched 1 11@0", "token 0#2"]);
+    assert_eq!((s.batch_size, s.tokens), (2, 12));
+}
+
+#[test]
+fn arrivals_after_the_step_start_wait_for_the_next_step() {
+    let mut e = engine(limits());
+    let mut log = Log::default();
+    e.submit(req(0, 0, 4, 2), &mut log).unwrap();
+    let first = e.step(&mut log).unwrap();
+    // arrives during the first step: joins at its end
+    e.submit(req(1, first.end.as_nanos() - 1, 4, 1), &mut log).unwrap();
+    let second = e.step(&mut log).unwrap();
+    assert_eq!(second.start, first.end);
+    assert_eq!(second.batch_size, 2);
+}
+
+#[test]
+fn an_idle_engine_jumps_to_the_next_arrival() {
+    let mut e = engine(limits());
+    e.submit(req(0, 5_000_000_000, 4, 1), &mut ()).unwrap();
+    assert_eq!(e.next_step_at(), Some(SimTime::from_nanos(5_000_000_000)));
+    let s = e.step(&mut ()).unwrap();
+    assert_eq!(s.start.as_nanos(), 5_000_000_000);
+}
+
+#[test]
+fn a_request_longer_than_the_context_is_rejected_on_arrival() {
+    let mut e = engine(Limits { context: 100, ..limits() });
+    let mut log = Log::default();
+    assert_eq!(e.submit(req(0, 0, 90, 11), &mut log), Err(RejectReason::ContextLength));
+    assert!(e.submit(req(1, 0, 90, 10), &mut log).is_ok());
+    assert_eq!(log.take(), ["reject 0 rejected_context_length"]);
+}
+
+#[test]
+fn a_prompt_that_could_never_fit_is_rejected_at_the_head_of_the_queue() {
+    // 10 blocks of 4 tokens, watermark 2: at most 8 blocks = 32 tokens admitted.
+    let mut e = engine(Limits { num_blocks: 10, watermark_blocks: 2, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 33, 1), &mut log).unwrap();
+    e.submit(req(1, 0, 32, 1), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    assert_eq!(log.take(), ["reject 0 rejected_kv_capacity", "sched 1 32@0", "token 1#1", "finish 1"]);
+}
+
+#[test]
+fn admission_keeps_the_watermark_free_and_blocks_the_head_of_the_line() {
+    // 10 blocks, watermark 2. Request 0 takes 5 blocks; request 1 needs 4
+    // (5 + 4 > 10 - 2): it waits, and request 2 (1 block) may not skip it.
+    let mut e = engine(Limits { num_blocks: 10, watermark_blocks: 2, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 20, 3), &mut log).unwrap();
+    e.submit(req(1, 0, 16, 1), &mut log).unwrap();
+    e.submit(req(2, 0, 4, 1), &mut log).unwrap();
+    let s = e.step(&mut log).unwrap();
+    assert_eq!((s.batch_size, s.kv_blocks_used, s.waiting), (1, 5, 2));
+}
+
+#[test]
+fn max_num_sequences_caps_the_running_set() {
+    let mut e = engine(Limits { max_seqs: 2, ..limits() });
+    for id in 0..4 {
+        e.submit(req(id, 0, 4, 3), &mut ()).unwrap();
+    }
+    let s = e.step(&mut ()).unwrap();
+    assert_eq!((s.batch_size, s.running, s.waiting), (2, 2, 2));
+}
+
+#[test]
+fn growth_that_does_not_fit_preempts_the_newest_and_blocks_admission() {
+    // 4 blocks of 4 tokens, no watermark. Two requests of 8 prompt tokens
+    // fill all 4 blocks after prefill; the first decode needs a fifth block.
+    let mut e = engine(Limits { num_blocks: 4, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 8, 4), &mut log).unwrap();
+    e.submit(req(1, 0, 8, 4), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    log.take();
+    e.submit(req(2, 1, 1, 1), &mut log).unwrap();
+    let s = e.step(&mut log).unwrap();
+    assert_eq!(s.preempted, 1);
+    assert_eq!(s.batch_size, 1, "no admission in a step that preempted");
+    assert_eq!(log.take(), ["preempt 1", "sched 0 1@8", "token 0#2"]);
+    // next step: request 1 is back at the front of waiting, ahead of 2
+    let s = e.step(&mut log).unwrap();
+    assert_eq!(s.preempted, 0);
+    let events = log.take();
+    assert_eq!(events[..2], ["sched 0 1@9", "token 0#3"]);
+    assert_eq!(e.num_waiting(), 2, "request 1 needs 9 tokens = 3 blocks; only 1 free");
+}
+
+#[test]
+fn a_preempted_request_recomputes_its_prompt_and_generated_tokens() {
+    let mut e = engine(Limits { num_blocks: 4, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 8, 3), &mut log).unwrap();
+    e.submit(req(1, 0, 8, 3), &mut log).unwrap();
+    while e.step(&mut log).is_some() {}
+    let events = log.take();
+    assert!(events.contains(&"preempt 1".to_string()));
+    // after 0 finishes, 1 recomputes 8 prompt + 1 generated token, then samples #2
+    let i = events.iter().position(|e| e == "finish 0").unwrap();
+    assert_eq!(events[i + 1], "sched 1 9@0");
+    assert_eq!(events[i + 2], "token 1#2");
+    assert_eq!(events.last().unwrap(), "finish 1");
+}
+
+#[test]
+fn a_request_that_preempts_itself_stops_the_running_pass() {
+    // One request alone outgrows the whole cache: it preempts itself, then is
+    // rejected at the head of the queue because it can never fit again.
+    let mut e = engine(Limits { num_blocks: 2, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 8, 5), &mut log).unwrap();
+    while e.next_step_at().is_some() {
+        e.step(&mut log);
+    }
+    assert_eq!(log.take(), ["sched 0 8@0", "token 0#1", "preempt 0", "reject 0 rejected_kv_capacity"]);
+    assert_eq!(e.kv_blocks_used(), 0);
+    assert!(e.is_idle());
+}
+
+#[test]
+fn abort_frees_blocks_wherever_the_request_is() {
+    let mut e = engine(Limits { max_seqs: 1, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 8, 10), &mut log).unwrap();
+    e.submit(req(1, 0, 8, 10), &mut log).unwrap();
+    e.submit(req(2, 10_000_000_000, 8, 10), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    assert_eq!((e.num_running(), e.num_waiting(), e.num_pending()), (1, 1, 1));
+    let now = e.clock();
+    assert!(e.abort(0, now, &mut log));
+    assert!(e.abort(1, now, &mut log));
+    assert!(e.abort(2, now, &mut log));
+    assert!(!e.abort(2, now, &mut log), "twice is a no-op");
+    assert_eq!(e.kv_blocks_used(), 0);
+    assert!(e.is_idle());
+}

@@ -1,0 +1,16 @@
+//! llmsim: a capacity planner for LLM serving.
+//!
+//! The engine (`engine`) runs the rules of a vLLM-style serving engine in
+//! simulated time; `sim` drives it as fast as possible, the real-time server
+//! drives it by the wall clock. `config` reads scenarios, `workload` makes
+//! requests, `metrics` measures, `report` renders.
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod metrics;
+pub mod report;
+pub mod sim;
+pub mod time;
+pub mod util;
+pub mod workload;

@@ -1,0 +1,305 @@
+//! Turning engine events into the numbers users read: per-request records,
+//! latency summaries and run-wide totals (ENGINE.md section 5).
+
+pub mod histogram;
+pub mod percentile;
+pub mod result;
+
+pub use histogram::Histogram;
+pub use result::{RunResult, Stats};
+
+use crate::config::Scenario;
+use crate::engine::{Observer, RejectReason, RequestId, StepRecord};
+use crate::time::SimTime;
+use result::*;
+
+/// How a request ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Still in the engine when the collector finished.
+    InFlight,
+    Finished,
+    Rejected(RejectReason),
+    Aborted,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::InFlight => "in_flight",
+            Status::Finished => "finished",
+            Status::Rejected(r) => r.as_str(),
+            Status::Aborted => "aborted",
+        }
+    }
+}
+
+/// Everything measured about one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    pub id: RequestId,
+    pub arrival: SimTime,
+    pub prompt: u32,
+    pub output: u32,
+    pub first_scheduled: Option<SimTime>,
+    pub first_token: Option<SimTime>,
+    pub last_token: Option<SimTime>,
+    pub tokens: u32,
+    pub preemptions: u32,
+    /// Longest gap between two of its tokens (its worst stall).
+    pub max_gap_ns: u64,
+    pub status: Status,
+}
+
+impl RequestRecord {
+    pub fn queue_ns(&self) -> Option<u64> {
+        self.first_scheduled.map(|t| t.nanos_since(self.arrival))
+    }
+    pub fn ttft_ns(&self) -> Option<u64> {
+        self.first_token.map(|t| t.nanos_since(self.arrival))
+    }
+    pub fn e2e_ns(&self) -> Option<u64> {
+        self.last_token.map(|t| t.nanos_since(self.arrival))
+    }
+    /// `(last - first) / (N - 1)` for a finished request with `N > 1`.
+    pub fn tpot_ns(&self) -> Option<f64> {
+        match (self.first_token, self.last_token) {
+            (Some(f), Some(l)) if self.tokens > 1 => Some(l.nanos_since(f) as f64 / f64::from(self.tokens - 1)),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CollectorOptions {
+    /// Keep every step record (for `--steps-csv` and timeline plots).
+    pub keep_steps: bool,
+}
+
+/// What a finished run produced.
+#[derive(Clone, Debug)]
+pub struct RunOutput {
+    pub result: RunResult,
+    pub requests: Vec<RequestRecord>,
+    /// Empty unless `keep_steps` was set.
+    pub steps: Vec<StepRecord>,
+}
+
+/// An [`Observer`] that measures.
+pub struct Collector {
+    options: CollectorOptions,
+    num_blocks: u32,
+    requests: Vec<RequestRecord>,
+    itl: Histogram,
+    step_ns: Histogram,
+    steps: Vec<StepRecord>,
+    step_count: u64,
+    batch_sum: u64,
+    batch_max: u32,
+    token_sum: u64,
+    kv_peak: u32,
+    /// Sum over steps of blocks used x duration (block-nanoseconds).
+    kv_weighted: u128,
+    busy_ns: u128,
+    preemptions: u64,
+}
+
+impl Collector {
+    pub fn new(num_blocks: u32, options: CollectorOptions) -> Collector {
+        Collector {
+            options,
+            num_blocks,
+            requests: Vec::new(),
+            itl: Histogram::new(),
+            step_ns: Histogram::new(),
+            steps: Vec::new(),
+            step_count: 0,
+            batch_sum: 0,
+            batch_max: 0,
+            token_sum: 0,
+            kv_peak: 0,
+            kv_weighted: 0,
+            busy_ns: 0,
+            preemptions: 0,
+        }
+    }
+
+    /// The record of request `id`, which ids index directly.
+    fn rec(&mut self, id: RequestId) -> Option<&mut RequestRecord> {
+        self.requests.get_mut(id as usize)
+    }
+
+    pub fn requests(&self) -> &[RequestRecord] {
+        &self.requests
+    }
+
+    /// The summary over everything seen so far.
+    pub fn finish(self, scenario: &Scenario) -> RunOutput {
+        let result = self.summarize(&scenario.name, scenario.workload.seed, &scenario.capacity);
+        RunOutput { result, requests: self.requests, steps: self.steps }
+    }
+
+    pub fn summarize(&self, name: &str, seed: u64, cap: &crate::engine::Capacity) -> RunResult {
+        let done: Vec<&RequestRecord> = self.requests.iter().filter(|r| r.status == Status::Finished).collect();
+        let count = |f: &dyn Fn(&RequestRecord) -> bool| self.requests.iter().filter(|r| f(r)).count() as u64;
+        let rejected_ctx = count(&|r| r.status == Status::Rejected(RejectReason::ContextLength));
+        let rejected_kv = count(&|r| r.status == Status::Rejected(RejectReason::NeverFits));
+        let input_tokens: u64 = done.iter().map(|r| u64::from(r.prompt)).sum();
+        let output_tokens: u64 = done.iter().map(|r| u64::from(r.tokens)).sum();
+        let first_arrival = self.requests.iter().map(|r| r.arrival).min();
+        let last_token = self.requests.iter().filter_map(|r| r.last_token).max();
+        let duration_s = match (first_arrival, last_token) {
+            (Some(a), Some(b)) => b.nanos_since(a) as f64 / 1e9,
+            _ => 0.0,
+        };
+        let per_s = |x: u64| if duration_s > 0.0 { x as f64 / duration_s } else { 0.0 };
+        let ns = |f: fn(&RequestRecord) -> Option<u64>| Stats::from_nanos(done.iter().filter_map(|r| f(r)).collect());
+        let tpot = {
+            let mut xs: Vec<f64> = done.iter().filter_map(|r| r.tpot_ns()).map(|x| x / 1e6).collect();
+            xs.sort_by(f64::total_cmp);
+            stats_ms(&xs)
+        };
+        let steps = self.step_count.max(1) as f64;
+        RunResult {
+            schema_version: SCHEMA_VERSION,
+            scenario: name.to_string(),
+            seed,
+            capacity: CapacityOut {
+                num_blocks: cap.num_blocks,
+                block_size: cap.block_size,
+                kv_tokens: cap.kv_tokens,
+                watermark_blocks: cap.watermark_blocks,
+            },
+            requests: RequestsOut {
+                total: self.requests.len() as u64,
+                completed: done.len() as u64,
+                rejected: rejected_ctx + rejected_kv,
+                rejected_context_length: rejected_ctx,
+                rejected_kv_capacity: rejected_kv,
+                aborted: count(&|r| r.status == Status::Aborted),
+                input_tokens,
+                output_tokens,
+            },
+            throughput: ThroughputOut {
+                duration_s,
+                requests_per_s: per_s(done.len() as u64),
+                input_tokens_per_s: per_s(input_tokens),
+                output_tokens_per_s: per_s(output_tokens),
+                total_tokens_per_s: per_s(input_tokens + output_tokens),
+            },
+            ttft_ms: ns(RequestRecord::ttft_ns),
+            itl_ms: Stats::from_histogram(&self.itl),
+            tpot_ms: tpot,
+            e2e_ms: ns(RequestRecord::e2e_ns),
+            queue_ms: ns(RequestRecord::queue_ns),
+            steps: StepsOut {
+                count: self.step_count,
+                mean_batch_size: self.batch_sum as f64 / steps,
+                max_batch_size: self.batch_max,
+                mean_tokens: self.token_sum as f64 / steps,
+                duration_ms: Stats::from_histogram(&self.step_ns),
+            },
+            kv: KvOut {
+                peak_blocks: self.kv_peak,
+                peak_usage: f64::from(self.kv_peak) / f64::from(self.num_blocks.max(1)),
+                mean_usage: if self.busy_ns > 0 {
+                    self.kv_weighted as f64 / self.busy_ns as f64 / f64::from(self.num_blocks.max(1))
+                } else {
+                    0.0
+                },
+            },
+            preemptions: self.preemptions,
+        }
+    }
+}
+
+/// Stats of ascending millisecond values.
+fn stats_ms(sorted: &[f64]) -> Stats {
+    use percentile::percentile_sorted as p;
+    Stats {
+        count: sorted.len() as u64,
+        mean: (!sorted.is_empty()).then(|| sorted.iter().sum::<f64>() / sorted.len() as f64),
+        p50: p(sorted, 50.0),
+        p90: p(sorted, 90.0),
+        p99: p(sorted, 99.0),
+        max: sorted.last().copied(),
+    }
+}
+
+impl Observer for Collector {
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
+        debug_assert_eq!(id as usize, self.requests.len(), "ids must be 0, 1, 2, ...");
+        self.requests.push(RequestRecord {
+            id,
+            arrival: at,
+            prompt,
+            output,
+            first_scheduled: None,
+            first_token: None,
+            last_token: None,
+            tokens: 0,
+            preemptions: 0,
+            max_gap_ns: 0,
+            status: Status::InFlight,
+        });
+    }
+
+    fn scheduled(&mut self, id: RequestId, at: SimTime, _tokens: u32, _computed: u32) {
+        if let Some(r) = self.rec(id) {
+            r.first_scheduled.get_or_insert(at);
+        }
+    }
+
+    fn preempted(&mut self, id: RequestId, _at: SimTime) {
+        self.preemptions += 1;
+        if let Some(r) = self.rec(id) {
+            r.preemptions += 1;
+        }
+    }
+
+    fn token(&mut self, id: RequestId, at: SimTime, _index: u32) {
+        let Some(r) = self.requests.get_mut(id as usize) else { return };
+        if let Some(last) = r.last_token {
+            let gap = at.nanos_since(last);
+            r.max_gap_ns = r.max_gap_ns.max(gap);
+            self.itl.record(gap);
+        } else {
+            r.first_token = Some(at);
+        }
+        r.last_token = Some(at);
+        r.tokens += 1;
+    }
+
+    fn finished(&mut self, id: RequestId, _at: SimTime) {
+        if let Some(r) = self.rec(id) {
+            r.status = Status::Finished;
+        }
+    }
+
+    fn rejected(&mut self, id: RequestId, _at: SimTime, reason: RejectReason) {
+        if let Some(r) = self.rec(id) {
+            r.status = Status::Rejected(reason);
+        }
+    }
+
+    fn aborted(&mut self, id: RequestId, _at: SimTime) {
+        if let Some(r) = self.rec(id) {
+            r.status = Status::Aborted;
+        }
+    }
+
+    fn step(&mut self, step: &StepRecord) {
+        let d = step.duration_nanos();
+        self.step_count += 1;
+        self.step_ns.record(d);
+        self.batch_sum += u64::from(step.batch_size);
+        self.batch_max = self.batch_max.max(step.batch_size);
+        self.token_sum += u64::from(step.tokens);
+        self.kv_peak = self.kv_peak.max(step.kv_blocks_used);
+        self.kv_weighted += u128::from(step.kv_blocks_used) * u128::from(d);
+        self.busy_ns += u128::from(d);
+        if self.options.keep_steps {
+            self.steps.push(step.clone());
+        }
+    }
+}

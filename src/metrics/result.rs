@@ -1,0 +1,96 @@
+//! The result JSON: the stable contract of ENGINE.md section 6.
+//!
+//! # Wire format
+//!
+//! `llmsim run SCENARIO --json FILE` writes one [`RunResult`] object. Keys in
+//! ENGINE.md section 6 never change without bumping `schema_version`; the
+//! others may be added to. Times are milliseconds (`*_ms`) or seconds
+//! (`*_s`); latency summaries are `{count, mean, p50, p90, p99, max}` over
+//! completed requests (ITL over every gap between two tokens of a request),
+//! `null` when there is no sample. Percentiles interpolate linearly between
+//! closest ranks, as numpy and `vllm bench serve` do.
+
+use serde::{Deserialize, Serialize};
+
+pub use super::percentile::Stats;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub schema_version: u32,
+    pub scenario: String,
+    pub seed: u64,
+    pub capacity: CapacityOut,
+    pub requests: RequestsOut,
+    pub throughput: ThroughputOut,
+    /// Arrival to first token.
+    pub ttft_ms: Stats,
+    /// Every gap between consecutive tokens of a request, pooled.
+    pub itl_ms: Stats,
+    /// Per request: `(last token - first token) / (N - 1)`, for `N > 1`.
+    pub tpot_ms: Stats,
+    /// Arrival to last token.
+    pub e2e_ms: Stats,
+    /// Arrival to the start of the first step that schedules the request.
+    pub queue_ms: Stats,
+    pub steps: StepsOut,
+    pub kv: KvOut,
+    /// Preemptions over the run (a request may suffer several).
+    pub preemptions: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CapacityOut {
+    pub num_blocks: u32,
+    pub block_size: u32,
+    pub kv_tokens: u64,
+    pub watermark_blocks: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestsOut {
+    /// Every request submitted.
+    pub total: u64,
+    pub completed: u64,
+    /// Both kinds below.
+    pub rejected: u64,
+    /// `prompt + output > context_length`.
+    pub rejected_context_length: u64,
+    /// The known length could never fit beside the watermark.
+    pub rejected_kv_capacity: u64,
+    /// Withdrawn by the client (real-time server only).
+    pub aborted: u64,
+    /// Prompt and output tokens of completed requests.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputOut {
+    /// Last token time minus first arrival.
+    pub duration_s: f64,
+    pub requests_per_s: f64,
+    pub input_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub total_tokens_per_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepsOut {
+    pub count: u64,
+    pub mean_batch_size: f64,
+    pub max_batch_size: u32,
+    pub mean_tokens: f64,
+    pub duration_ms: Stats,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KvOut {
+    pub peak_blocks: u32,
+    /// `peak_blocks / num_blocks`.
+    pub peak_usage: f64,
+    /// Blocks in use as a fraction of `num_blocks`, averaged over steps
+    /// weighted by their duration (idle time excluded).
+    pub mean_usage: f64,
+}

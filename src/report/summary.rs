@@ -1,0 +1,139 @@
+//! The human-readable summary `llmsim run` prints.
+
+use std::fmt::Write;
+
+use super::{opt, thousands};
+use crate::config::{Arrivals, Length, Scenario};
+use crate::metrics::{RunResult, Stats};
+
+/// Capacity in blocks, tokens and whole requests of the mean length.
+pub fn capacity_line(s: &Scenario) -> String {
+    let c = &s.capacity;
+    let (p, o) = s.mean_lengths();
+    let per_request = c.blocks_for((p + o).round().max(1.0) as u64).max(1);
+    let fit = u64::from(c.num_blocks) / per_request;
+    format!(
+        "{} blocks x {} = {} tokens ({} requests of {} tokens fit); watermark {} blocks{}",
+        thousands(u64::from(c.num_blocks)),
+        c.block_size,
+        thousands(c.kv_tokens),
+        thousands(fit),
+        thousands((p + o).round() as u64),
+        thousands(u64::from(c.watermark_blocks)),
+        if c.overridden { " (kv_cache.num_blocks)" } else { "" }
+    )
+}
+
+/// `poisson 20 req/s, 2000 requests, prompt 512, output 64`.
+pub fn workload_line(s: &Scenario) -> String {
+    let w = &s.workload;
+    let mut out = match &w.arrivals {
+        Arrivals::Poisson { rate } => format!("poisson {rate} req/s"),
+        Arrivals::Gamma { rate, burstiness } => format!("gamma {rate} req/s, burstiness {burstiness}"),
+        Arrivals::Constant { rate } => format!("constant {rate} req/s"),
+        Arrivals::Closed { concurrency, think_time_s } => {
+            format!("closed loop, {concurrency} users, think {think_time_s} s")
+        }
+        Arrivals::Trace(t) => format!("trace {} ({} rows)", t.path, t.rows.len()),
+    };
+    if let Some(n) = w.requests {
+        let _ = write!(out, ", {n} requests");
+    }
+    if let Some(d) = w.duration_s {
+        let _ = write!(out, ", for {d} s");
+    }
+    let describe = |l: &Option<Length>| match l {
+        None => String::new(),
+        Some(Length::Fixed(n)) => n.to_string(),
+        Some(other) => format!("{} (mean {:.0})", serde_json::to_string(other).unwrap_or_default(), other.mean()),
+    };
+    if w.prompt_tokens.is_some() {
+        let _ = write!(out, ", prompt {}, output {}", describe(&w.prompt_tokens), describe(&w.output_tokens));
+    }
+    let _ = write!(out, ", seed {}", w.seed);
+    out
+}
+
+fn row(out: &mut String, name: &str, s: &Stats) {
+    let _ = writeln!(
+        out,
+        "  {name:<6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        opt(s.mean, 2),
+        opt(s.p50, 2),
+        opt(s.p90, 2),
+        opt(s.p99, 2),
+        opt(s.max, 2)
+    );
+}
+
+/// The whole summary.
+pub fn render(s: &Scenario, r: &RunResult) -> String {
+    let mut out = String::new();
+    let h = &s.hardware;
+    let m = &s.model;
+    let _ = writeln!(out, "scenario   {}", s.name);
+    let _ = writeln!(
+        out,
+        "hardware   {}: {} GiB, {} GB/s, {} TFLOPS (efficiency compute {}, memory {})",
+        h.name, h.hbm_gib, h.memory_bandwidth_gbps, h.peak_tflops, s.efficiency.compute, s.efficiency.memory
+    );
+    let _ = writeln!(
+        out,
+        "model      {}: {} B parameters x {} bytes = {:.2} GB, {} bytes of KV per token, context {}",
+        m.name,
+        m.weights.parameters_billions,
+        m.weights.bytes_per_parameter,
+        s.capacity.weight_bytes / 1e9,
+        thousands(m.kv_cache.bytes_per_token),
+        thousands(u64::from(m.context_length))
+    );
+    let _ = writeln!(out, "capacity   {}", capacity_line(s));
+    let _ = writeln!(
+        out,
+        "scheduler  max_batch_tokens {}, max_num_sequences {}, step overhead {} ms",
+        s.scheduler.max_batch_tokens, s.scheduler.max_num_sequences, s.latency.step_overhead_ms
+    );
+    let _ = writeln!(out, "workload   {}", workload_line(s));
+    let _ = writeln!(out);
+    let q = &r.requests;
+    let _ = writeln!(
+        out,
+        "requests   {} completed, {} rejected ({} over context, {} never fit in KV), {} preemptions",
+        thousands(q.completed),
+        thousands(q.rejected),
+        thousands(q.rejected_context_length),
+        thousands(q.rejected_kv_capacity),
+        thousands(r.preemptions)
+    );
+    let t = &r.throughput;
+    let _ = writeln!(
+        out,
+        "throughput {:.2} req/s, {:.0} input tok/s, {:.0} output tok/s over {:.3} s",
+        t.requests_per_s, t.input_tokens_per_s, t.output_tokens_per_s, t.duration_s
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "  {:<6} {:>10} {:>10} {:>10} {:>10} {:>10}", "ms", "mean", "p50", "p90", "p99", "max");
+    row(&mut out, "TTFT", &r.ttft_ms);
+    row(&mut out, "ITL", &r.itl_ms);
+    row(&mut out, "TPOT", &r.tpot_ms);
+    row(&mut out, "E2E", &r.e2e_ms);
+    row(&mut out, "queue", &r.queue_ms);
+    row(&mut out, "step", &r.steps.duration_ms);
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "steps      {} steps, mean batch {:.1} (max {}), mean {:.1} tokens a step",
+        thousands(r.steps.count),
+        r.steps.mean_batch_size,
+        r.steps.max_batch_size,
+        r.steps.mean_tokens
+    );
+    let _ = writeln!(
+        out,
+        "kv cache   peak {} blocks ({:.1}%), mean {:.1}%",
+        thousands(u64::from(r.kv.peak_blocks)),
+        r.kv.peak_usage * 100.0,
+        r.kv.mean_usage * 100.0
+    );
+    out
+}

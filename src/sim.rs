@@ -1,0 +1,86 @@
+//! The virtual-time driver: feeds a workload to the engine and runs steps
+//! back to back, jumping over idle gaps. Simulated time is whatever the
+//! engine says; no clock is read.
+
+use crate::config::Scenario;
+use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
+use crate::metrics::{Collector, CollectorOptions, RunOutput};
+use crate::time::SimTime;
+use crate::workload::{AnySource, Source};
+
+/// Runs `source` through `engine` until both are exhausted.
+pub fn drive<S: Source, O: Observer>(engine: &mut Engine, source: &mut S, obs: &mut O) {
+    let mut tap = Tap { inner: obs, done: Vec::new() };
+    loop {
+        let start = match engine.next_step_at() {
+            Some(t) => t,
+            None => match source.peek() {
+                Some(t) => t,
+                None => break,
+            },
+        };
+        // Every request that has arrived by the step's start joins it.
+        while let Some(at) = source.peek().filter(|&at| at <= start) {
+            let Some(req) = source.pop() else { break };
+            if engine.submit(req, &mut tap).is_err() {
+                source.done(req.id, at);
+            }
+        }
+        engine.step(&mut tap);
+        for (id, at) in tap.done.drain(..) {
+            source.done(id, at);
+        }
+    }
+}
+
+/// Runs a scenario and collects its metrics.
+pub fn run(scenario: &Scenario, options: CollectorOptions) -> RunOutput {
+    run_observed(scenario, options, &mut ())
+}
+
+/// Runs a scenario, collecting metrics and also showing every event to `extra`.
+pub fn run_observed<O: Observer>(scenario: &Scenario, options: CollectorOptions, extra: &mut O) -> RunOutput {
+    let mut engine = Engine::new(scenario.engine_config());
+    let mut source = AnySource::new(scenario);
+    let mut collector = Collector::new(scenario.capacity.num_blocks, options);
+    drive(&mut engine, &mut source, &mut (&mut collector, extra));
+    collector.finish(scenario)
+}
+
+/// Forwards events and remembers which requests are done, for closed loops.
+struct Tap<'a, O> {
+    inner: &'a mut O,
+    done: Vec<(RequestId, SimTime)>,
+}
+
+impl<O: Observer> Observer for Tap<'_, O> {
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
+        self.inner.arrived(id, at, prompt, output);
+    }
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
+        self.inner.scheduled(id, at, tokens, computed);
+    }
+    fn preempted(&mut self, id: RequestId, at: SimTime) {
+        self.inner.preempted(id, at);
+    }
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        self.inner.token(id, at, index);
+    }
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.inner.finished(id, at);
+        self.done.push((id, at));
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
+        self.inner.rejected(id, at, reason);
+        // Rejections on arrival are reported by `submit`'s result instead.
+        if reason != RejectReason::ContextLength {
+            self.done.push((id, at));
+        }
+    }
+    fn aborted(&mut self, id: RequestId, at: SimTime) {
+        self.inner.aborted(id, at);
+    }
+    fn step(&mut self, step: &StepRecord) {
+        self.inner.step(step);
+    }
+}

@@ -1,0 +1,254 @@
+//! Where requests come from: open-loop arrival processes, closed-loop users
+//! and traces (ENGINE.md section 4).
+//!
+//! All randomness comes from the scenario's seed through ChaCha8, one
+//! independent stream each for arrival gaps, prompt lengths and output
+//! lengths, so changing the rate leaves the lengths alone and vice versa.
+
+pub mod dist;
+pub mod trace;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::config::{Arrivals, Length, Scenario};
+use crate::engine::{Request, RequestId};
+use crate::time::{SimTime, secs_to_nanos};
+use trace::TraceRow;
+
+/// A supply of requests in arrival order. Closed-loop sources only know a
+/// user's next arrival once its previous request is done.
+pub trait Source {
+    /// Arrival of the next request, if known now.
+    fn peek(&self) -> Option<SimTime>;
+    /// Takes the next request; ids are 0, 1, 2, ... in arrival order.
+    fn pop(&mut self) -> Option<Request>;
+    /// Request `id` finished or was rejected at `at`.
+    fn done(&mut self, _id: RequestId, _at: SimTime) {}
+}
+
+/// The source a scenario describes.
+pub enum AnySource {
+    Open(Box<OpenLoop>),
+    Closed(Box<ClosedLoop>),
+    Trace(TraceSource),
+}
+
+impl AnySource {
+    pub fn new(s: &Scenario) -> AnySource {
+        let w = &s.workload;
+        let limit = Limit { requests: w.requests, until: w.duration_s.map(SimTime::from_secs_f64) };
+        let lengths = Lengths::new(w.seed, w.prompt_tokens.clone(), w.output_tokens.clone());
+        let open = |gaps| AnySource::Open(Box::new(OpenLoop::new(gaps, w.seed, lengths, limit)));
+        match &w.arrivals {
+            Arrivals::Poisson { rate } => open(Gaps::Poisson { rate: *rate }),
+            Arrivals::Gamma { rate, burstiness } => open(Gaps::Gamma { rate: *rate, burstiness: *burstiness }),
+            Arrivals::Constant { rate } => open(Gaps::Constant { rate: *rate }),
+            Arrivals::Closed { concurrency, think_time_s } => {
+                let think = secs_to_nanos(*think_time_s);
+                let lengths = Lengths::new(w.seed, w.prompt_tokens.clone(), w.output_tokens.clone());
+                AnySource::Closed(Box::new(ClosedLoop::new(*concurrency, think, lengths, limit)))
+            }
+            Arrivals::Trace(t) => AnySource::Trace(TraceSource::new(t.rows.clone(), limit)),
+        }
+    }
+
+    fn inner(&self) -> &dyn Source {
+        match self {
+            AnySource::Open(s) => s.as_ref(),
+            AnySource::Closed(s) => s.as_ref(),
+            AnySource::Trace(s) => s,
+        }
+    }
+
+    fn inner_mut(&mut self) -> &mut dyn Source {
+        match self {
+            AnySource::Open(s) => s.as_mut(),
+            AnySource::Closed(s) => s.as_mut(),
+            AnySource::Trace(s) => s,
+        }
+    }
+}
+
+impl Source for AnySource {
+    fn peek(&self) -> Option<SimTime> {
+        self.inner().peek()
+    }
+    fn pop(&mut self) -> Option<Request> {
+        self.inner_mut().pop()
+    }
+    fn done(&mut self, id: RequestId, at: SimTime) {
+        self.inner_mut().done(id, at);
+    }
+}
+
+/// When a workload stops issuing requests.
+#[derive(Copy, Clone, Debug)]
+pub struct Limit {
+    pub requests: Option<u64>,
+    /// No arrival at or after this time.
+    pub until: Option<SimTime>,
+}
+
+impl Limit {
+    fn allows(&self, issued: u64, at: SimTime) -> bool {
+        self.requests.is_none_or(|n| issued < n) && self.until.is_none_or(|u| at < u)
+    }
+}
+
+/// Prompt and output lengths, each from its own stream of the seed.
+pub struct Lengths {
+    prompt: Option<Length>,
+    output: Option<Length>,
+    prompt_rng: ChaCha8Rng,
+    output_rng: ChaCha8Rng,
+}
+
+impl Lengths {
+    pub fn new(seed: u64, prompt: Option<Length>, output: Option<Length>) -> Lengths {
+        Lengths { prompt, output, prompt_rng: stream(seed, 1), output_rng: stream(seed, 2) }
+    }
+
+    fn next(&mut self) -> (u32, u32) {
+        let draw = |rng: &mut ChaCha8Rng, len: &Option<Length>| len.as_ref().map_or(1, |l| dist::sample_length(rng, l));
+        (draw(&mut self.prompt_rng, &self.prompt), draw(&mut self.output_rng, &self.output))
+    }
+}
+
+/// The `k`-th independent ChaCha8 stream of a seed.
+pub fn stream(seed: u64, k: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(k);
+    rng
+}
+
+/// Gaps between open-loop arrivals.
+#[derive(Copy, Clone, Debug)]
+pub enum Gaps {
+    Poisson {
+        rate: f64,
+    },
+    /// Shape `burstiness`, mean `1 / rate`, as `vllm bench serve` draws them.
+    Gamma {
+        rate: f64,
+        burstiness: f64,
+    },
+    Constant {
+        rate: f64,
+    },
+}
+
+/// Open loop: arrivals on their own schedule, the first at t = 0.
+pub struct OpenLoop {
+    gaps: Gaps,
+    rng: ChaCha8Rng,
+    lengths: Lengths,
+    limit: Limit,
+    issued: u64,
+    next_at: SimTime,
+}
+
+impl OpenLoop {
+    pub fn new(gaps: Gaps, seed: u64, lengths: Lengths, limit: Limit) -> OpenLoop {
+        OpenLoop { gaps, rng: stream(seed, 0), lengths, limit, issued: 0, next_at: SimTime::ZERO }
+    }
+
+    fn gap_nanos(&mut self) -> u64 {
+        let secs = match self.gaps {
+            Gaps::Poisson { rate } => dist::exponential(&mut self.rng, 1.0 / rate),
+            Gaps::Gamma { rate, burstiness } => dist::gamma(&mut self.rng, burstiness, 1.0 / (rate * burstiness)),
+            Gaps::Constant { rate } => 1.0 / rate,
+        };
+        secs_to_nanos(secs)
+    }
+}
+
+impl Source for OpenLoop {
+    fn peek(&self) -> Option<SimTime> {
+        self.limit.allows(self.issued, self.next_at).then_some(self.next_at)
+    }
+
+    fn pop(&mut self) -> Option<Request> {
+        let arrival = self.peek()?;
+        let (prompt, output) = self.lengths.next();
+        let req = Request { id: self.issued, arrival, prompt, output };
+        self.issued += 1;
+        self.next_at = arrival.plus_nanos(self.gap_nanos());
+        Some(req)
+    }
+}
+
+/// Closed loop: `concurrency` users start at t = 0; each sends its next
+/// request `think` after its previous one is done.
+pub struct ClosedLoop {
+    think_ns: u64,
+    lengths: Lengths,
+    limit: Limit,
+    issued: u64,
+    /// (arrival, user) of each user's next request, earliest first.
+    ready: BinaryHeap<Reverse<(SimTime, u32)>>,
+    /// The user of each issued request, by id.
+    user_of: Vec<u32>,
+}
+
+impl ClosedLoop {
+    pub fn new(concurrency: u32, think_ns: u64, lengths: Lengths, limit: Limit) -> ClosedLoop {
+        let ready = (0..concurrency).map(|u| Reverse((SimTime::ZERO, u))).collect();
+        ClosedLoop { think_ns, lengths, limit, issued: 0, ready, user_of: Vec::new() }
+    }
+}
+
+impl Source for ClosedLoop {
+    fn peek(&self) -> Option<SimTime> {
+        let Reverse((at, _)) = self.ready.peek()?;
+        self.limit.allows(self.issued, *at).then_some(*at)
+    }
+
+    fn pop(&mut self) -> Option<Request> {
+        let arrival = self.peek()?;
+        let Reverse((_, user)) = self.ready.pop()?;
+        let (prompt, output) = self.lengths.next();
+        let req = Request { id: self.issued, arrival, prompt, output };
+        self.issued += 1;
+        self.user_of.push(user);
+        Some(req)
+    }
+
+    fn done(&mut self, id: RequestId, at: SimTime) {
+        if let Some(&user) = self.user_of.get(id as usize) {
+            self.ready.push(Reverse((at.plus_nanos(self.think_ns), user)));
+        }
+    }
+}
+
+/// Replays trace rows; ids are row numbers.
+pub struct TraceSource {
+    rows: Arc<Vec<TraceRow>>,
+    limit: Limit,
+    next: usize,
+}
+
+impl TraceSource {
+    pub fn new(rows: Arc<Vec<TraceRow>>, limit: Limit) -> TraceSource {
+        TraceSource { rows, limit, next: 0 }
+    }
+}
+
+impl Source for TraceSource {
+    fn peek(&self) -> Option<SimTime> {
+        let row = self.rows.get(self.next)?;
+        self.limit.allows(self.next as u64, row.arrival).then_some(row.arrival)
+    }
+
+    fn pop(&mut self) -> Option<Request> {
+        self.peek()?;
+        let row = self.rows[self.next];
+        let req = Request { id: self.next as u64, arrival: row.arrival, prompt: row.prompt, output: row.output };
+        self.next += 1;
+        Some(req)
+    }
+}
