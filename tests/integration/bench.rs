@@ -1,0 +1,4 @@
+//! Integration tests: bench.
+
+#[allow(unused_imports)]
+use crate::support::*;

@@ -1,0 +1,4 @@
+//! Integration tests: cli_errors.
+
+#[allow(unused_imports)]
+use crate::support::*;

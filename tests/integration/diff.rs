@@ -1,0 +1,4 @@
+//! Integration tests: diff.
+
+#[allow(unused_imports)]
+use crate::support::*;

@@ -1,0 +1,4 @@
+//! Integration tests: experiments.
+
+#[allow(unused_imports)]
+use crate::support::*;

@@ -1,0 +1,4 @@
+//! Integration tests: server.
+
+#[allow(unused_imports)]
+use crate::support::*;

@@ -1,0 +1,4 @@
+//! Integration tests: sweep.
+
+#[allow(unused_imports)]
+use crate::support::*;
