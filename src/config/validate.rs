@@ -132,7 +132,7 @@ pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> 
 }
 
 /// `hardware:` is a profile name or an inline mapping.
-fn hardware_of(value: &serde_yaml::Value, file: &Path) -> Result<Hardware, ConfigError> {
+pub(crate) fn hardware_of(value: &serde_yaml::Value, file: &Path) -> Result<Hardware, ConfigError> {
     match value {
         serde_yaml::Value::String(name) => {
             let found = hardware::find(name, file)?;
@@ -167,7 +167,7 @@ fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) 
     })
 }
 
-fn model(ck: &Check, raw: RawModel) -> Result<Model, ConfigError> {
+pub(crate) fn model(ck: &Check, raw: RawModel) -> Result<Model, ConfigError> {
     let kv = raw.kv_cache;
     Ok(Model {
         name: raw.name.unwrap_or_else(|| "model".into()),
@@ -198,7 +198,7 @@ fn model(ck: &Check, raw: RawModel) -> Result<Model, ConfigError> {
     })
 }
 
-fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigError> {
+pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigError> {
     let requests = raw.requests.map(|n| ck.count("workload.requests", n, 1).map(u64::from)).transpose()?;
     let duration_s = raw.duration_s.map(|d| ck.positive("workload.duration_s", d)).transpose()?;
     let arrivals = arrivals(ck, raw.arrivals)?;
@@ -253,7 +253,7 @@ fn arrivals(ck: &Check, raw: RawArrivals) -> Result<Arrivals, ConfigError> {
     })
 }
 
-fn length(ck: &Check, path: &str, raw: RawLength) -> Result<Length, ConfigError> {
+pub(crate) fn length(ck: &Check, path: &str, raw: RawLength) -> Result<Length, ConfigError> {
     let bounds = |min: Option<i64>, max: Option<i64>| -> Result<(u32, Option<u32>), ConfigError> {
         let lo = ck.count(&format!("{path}.min"), min.unwrap_or(1), 1)?;
         let hi = max.map(|m| ck.count(&format!("{path}.max"), m, 1)).transpose()?;
