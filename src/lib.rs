@@ -5,9 +5,12 @@
 //! drives it by the wall clock. `config` reads scenarios, `workload` makes
 //! requests, `metrics` measures, `report` renders.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod diff;
 pub mod engine;
+pub mod measured;
 pub mod metrics;
 pub mod report;
 pub mod sim;

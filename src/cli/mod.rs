@@ -1,6 +1,8 @@
 //! The command line: argument parsing and one module per subcommand. Only
 //! `main` turns a [`CliError`] into an exit code.
 
+pub mod bench;
+pub mod diff;
 pub mod explain;
 pub mod run;
 pub mod trace;
@@ -33,6 +35,10 @@ pub enum Command {
     /// Print the effective configuration (every default filled in) and the
     /// derived capacity.
     Explain(explain::ExplainArgs),
+    /// Compare a prediction (`run --json`) with a measured load test.
+    Diff(diff::DiffArgs),
+    /// Load-test an OpenAI-compatible server and write a vLLM-style result.
+    Bench(bench::BenchArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -63,6 +69,8 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Run(a) => run::execute(a),
         Command::Trace(a) => trace::execute(a),
         Command::Explain(a) => explain::execute(a),
+        Command::Diff(a) => diff::execute(a),
+        Command::Bench(a) => bench::execute(a),
     }
 }
 

@@ -1,10 +1,12 @@
 //! `llmsim run`: predict one scenario.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, csv_failure, print, write_output};
+use crate::config::{Arrivals, Scenario, Trace};
 use crate::metrics::CollectorOptions;
 use crate::report;
 
@@ -27,10 +29,21 @@ pub struct RunArgs {
     /// Do not print the summary.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Replay the requests of a measured result (llmsim bench, vllm bench
+    /// serve --save-detailed, guidellm) instead of the scenario's workload:
+    /// the same send times and token counts, on the scenario's engine.
+    #[arg(long, value_name = "MEASURED")]
+    pub trace_from: Option<PathBuf>,
+    /// Which load level of --trace-from to replay (1-based), for files with several.
+    #[arg(long, value_name = "N", requires = "trace_from")]
+    pub trace_level: Option<usize>,
 }
 
 pub fn execute(a: RunArgs) -> Result<(), CliError> {
-    let scenario = a.scenario.load()?;
+    let mut scenario = a.scenario.load()?;
+    if let Some(file) = &a.trace_from {
+        eprintln!("{}", replay_measured(&mut scenario, file, a.trace_level)?);
+    }
     if a.explain {
         print(&super::explain::render(&scenario))?;
     }
@@ -54,4 +67,35 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         print(&report::summary::render(&scenario, &out.result))?;
     }
     Ok(())
+}
+
+/// Replaces the scenario's workload with the successful requests of a
+/// measured file, arriving when they were sent (relative to the first).
+/// Send times, not intended arrivals, because measured TTFT and E2E start
+/// at the send: the engine then sees what the server saw. Returns a note
+/// saying what is replayed.
+pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize>) -> Result<String, CliError> {
+    let measured = crate::measured::load(file)?;
+    let chosen = measured.pick(level, "--trace-level").map_err(CliError::Usage)?;
+    let (rows, skipped) = chosen
+        .trace_rows()
+        .map_err(|m| CliError::Usage(format!("{}: cannot replay {}: {m}", file.display(), chosen.label)))?;
+    let mut note = format!(
+        "replaying {} requests of {} ({}, {}) on {}",
+        rows.len(),
+        file.display(),
+        measured.tool.name(),
+        chosen.label,
+        scenario.name
+    );
+    if skipped > 0 {
+        note.push_str(&format!("; {skipped} failed requests left out"));
+    }
+    let w = &mut scenario.workload;
+    w.arrivals = Arrivals::Trace(Trace { path: file.display().to_string(), rows: Arc::new(rows) });
+    w.requests = None;
+    w.duration_s = None;
+    w.prompt_tokens = None;
+    w.output_tokens = None;
+    Ok(note)
 }

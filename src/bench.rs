@@ -1,0 +1,246 @@
+//! `llmsim bench`: a load generator for any OpenAI-compatible server.
+//!
+//! Why our own: the prediction is only useful if checked, and checking
+//! needs measurements that mean what the prediction means. This bench
+//! (1) sends an open-loop schedule on time whether or not earlier requests
+//! finished, and measures latency from the *scheduled* arrival as well as
+//! from the send, so a saturated client cannot hide queueing (coordinated
+//! omission); (2) watches its own lateness and CPU and says when it, not the
+//! server, is the bottleneck; (3) resets and reads the server's
+//! `/metrics/summary` (ours has one) so client, server and simulated
+//! figures cover the same requests; (4) writes `vllm bench serve`'s JSON
+//! schema, so existing tooling and `llmsim diff` read it.
+//!
+//! Every wall-clock read of the crate outside the server lives here and in
+//! the submodules: a load test measures real time by definition.
+
+pub mod client;
+pub mod health;
+pub mod report;
+pub mod schedule;
+pub mod table;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::{Instant, sleep_until};
+
+use client::{Client, Endpoint, Exchange, Failure};
+use health::{Health, Ticker};
+pub use schedule::Load;
+
+/// A validated bench.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchConfig {
+    /// `http://host:port`, no trailing slash.
+    pub base_url: String,
+    pub model: String,
+    pub load: Load,
+    pub requests: u64,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    pub warmup: u64,
+    pub seed: u64,
+    pub timeout: Duration,
+    pub endpoint: Endpoint,
+    pub label: Option<String>,
+}
+
+/// One measured request; times in nanoseconds since the measured run began.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measurement {
+    pub index: u64,
+    /// When the schedule said to send it (closed loop: when it was sent).
+    pub scheduled_ns: u64,
+    pub sent_ns: u64,
+    /// Arrival of every token chunk.
+    pub chunks_ns: Vec<u64>,
+    /// Server's `usage.prompt_tokens`, else the requested count.
+    pub prompt_tokens: u32,
+    /// Server's `usage.completion_tokens`, else the chunk count.
+    pub output_tokens: u32,
+    pub failure: Option<Failure>,
+}
+
+impl Measurement {
+    pub fn ok(&self) -> bool {
+        self.failure.is_none()
+    }
+}
+
+/// What the server's `/metrics/summary` did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServerSummary {
+    /// Reset after warm-up and read at the end.
+    Read(Value),
+    /// The server has no `/metrics/summary` (not an llmsim server).
+    Absent,
+    Failed(String),
+}
+
+/// A finished bench.
+#[derive(Clone, Debug)]
+pub struct BenchRun {
+    pub config: BenchConfig,
+    pub schedule_ns: Vec<u64>,
+    pub records: Vec<Measurement>,
+    pub duration_s: f64,
+    pub health: Health,
+    pub server: ServerSummary,
+}
+
+/// Runs the bench on a multi-threaded runtime of two workers (the machines
+/// this is built for have two cores; more threads only add switching).
+pub fn run(cfg: &BenchConfig) -> Result<BenchRun, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    rt.block_on(run_async(cfg))
+}
+
+async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
+    let client = Arc::new(Client::new(&cfg.base_url, &cfg.model, cfg.endpoint, cfg.timeout)?);
+    let nonce = run_nonce();
+    if cfg.warmup > 0 {
+        warm_up(&client, cfg, &format!("w{nonce}")).await;
+    }
+    let reset = reset_summary(&client).await;
+    let prompts: Arc<Vec<String>> = Arc::new(
+        (0..cfg.requests).map(|i| schedule::prompt(&format!("m{nonce}"), i, cfg.prompt_tokens, cfg.seed)).collect(),
+    );
+    let ticker = Ticker::start();
+    let base = Instant::now();
+    let (schedule_ns, exchanges) = match cfg.load {
+        Load::Open { rate, burstiness } => {
+            let at: Vec<u64> = schedule::open_schedule(rate, burstiness, cfg.requests, cfg.seed)
+                .into_iter()
+                .map(|t| t.as_nanos())
+                .collect();
+            let ex = open_loop(&client, &prompts, &at, base, cfg.output_tokens).await;
+            (at, ex)
+        }
+        Load::Closed { concurrency } => {
+            (Vec::new(), closed_loop(&client, &prompts, concurrency, cfg.output_tokens).await)
+        }
+    };
+    let duration_s = base.elapsed().as_secs_f64();
+    let health = ticker.stop().await;
+    let server = match reset {
+        Ok(true) => match client.get_json("/metrics/summary").await {
+            Ok(Some(v)) => ServerSummary::Read(v),
+            Ok(None) => ServerSummary::Absent,
+            Err(e) => ServerSummary::Failed(format!("cannot read /metrics/summary: {e}")),
+        },
+        Ok(false) => ServerSummary::Absent,
+        Err(e) => ServerSummary::Failed(e),
+    };
+    let mut records: Vec<Measurement> =
+        exchanges.into_iter().map(|(i, due, ex)| measurement(i, due, ex, base, cfg)).collect();
+    records.sort_by_key(|r| r.index);
+    let schedule_ns = if schedule_ns.is_empty() { records.iter().map(|r| r.sent_ns).collect() } else { schedule_ns };
+    Ok(BenchRun { config: cfg.clone(), schedule_ns, records, duration_s, health, server })
+}
+
+/// Four letters that differ between runs, so a server's prefix cache
+/// cannot serve this run's prompts from an earlier run's. The prompt text
+/// reaches no output, so reading the clock here costs no determinism.
+fn run_nonce() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let n = (nanos % (26u128.pow(4))) as u64 + 26u64.pow(3);
+    schedule::letters(n)
+}
+
+/// K requests at once, waited for; not measured.
+async fn warm_up(client: &Arc<Client>, cfg: &BenchConfig, tag: &str) {
+    let tasks: Vec<_> = (0..cfg.warmup)
+        .map(|i| {
+            let c = Arc::clone(client);
+            let prompt = schedule::prompt(tag, i, cfg.prompt_tokens, cfg.seed);
+            let out = cfg.output_tokens;
+            tokio::spawn(async move { c.complete(&prompt, out).await })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// `Ok(true)`: reset; `Ok(false)`: the server has no summary.
+async fn reset_summary(client: &Client) -> Result<bool, String> {
+    match client.post("/metrics/summary/reset").await {
+        Ok(s) if (200..300).contains(&s) => Ok(true),
+        Ok(404 | 405) => Ok(false),
+        Ok(s) => Err(format!("POST /metrics/summary/reset answered HTTP {s}")),
+        Err(e) => Err(format!("POST /metrics/summary/reset failed: {e}")),
+    }
+}
+
+type Sent = (u64, Instant, Exchange);
+
+/// Sends request `i` at `base + at[i]`, on time whatever earlier ones do.
+async fn open_loop(client: &Arc<Client>, prompts: &Arc<Vec<String>>, at: &[u64], base: Instant, out: u32) -> Vec<Sent> {
+    let mut tasks = Vec::with_capacity(at.len());
+    for (i, &ns) in at.iter().enumerate() {
+        let due = base + Duration::from_nanos(ns);
+        sleep_until(due).await;
+        let (c, p) = (Arc::clone(client), Arc::clone(prompts));
+        tasks.push(tokio::spawn(async move { (i as u64, due, c.complete(&p[i], out).await) }));
+    }
+    let mut done = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        if let Ok(x) = t.await {
+            done.push(x);
+        }
+    }
+    done
+}
+
+/// `users` loops, each sending its next request when the last is done.
+async fn closed_loop(client: &Arc<Client>, prompts: &Arc<Vec<String>>, users: u32, out: u32) -> Vec<Sent> {
+    let next = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..users)
+        .map(|_| {
+            let (c, p, next) = (Arc::clone(client), Arc::clone(prompts), Arc::clone(&next));
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(prompt) = p.get(i as usize) else { break };
+                    let now = Instant::now();
+                    mine.push((i, now, c.complete(prompt, out).await));
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut done = Vec::new();
+    for w in workers {
+        done.extend(w.await.unwrap_or_default());
+    }
+    done
+}
+
+fn measurement(index: u64, due: Instant, ex: Exchange, base: Instant, cfg: &BenchConfig) -> Measurement {
+    let ns = |t: Instant| t.saturating_duration_since(base).as_nanos() as u64;
+    let (chunks_ns, prompt, output, failure) = match ex.result {
+        Ok(reply) => {
+            let chunks: Vec<u64> = reply.chunks.iter().map(|&t| ns(t)).collect();
+            let output = reply.completion_tokens.unwrap_or(chunks.len() as u32);
+            (chunks, reply.prompt_tokens.unwrap_or(cfg.prompt_tokens), output, None)
+        }
+        Err(f) => (Vec::new(), cfg.prompt_tokens, 0, Some(f)),
+    };
+    Measurement {
+        index,
+        scheduled_ns: ns(due),
+        sent_ns: ns(ex.sent),
+        chunks_ns,
+        prompt_tokens: prompt,
+        output_tokens: output,
+        failure,
+    }
+}

@@ -1,0 +1,114 @@
+//! The table `llmsim bench` prints: client figures from the schedule and
+//! from the send, and the server's observed and simulated figures when it
+//! has a `/metrics/summary`, side by side over the same requests.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use super::report::{BenchJson, server_figure};
+use super::{BenchRun, Load, ServerSummary};
+use crate::report::opt;
+
+/// The whole printed report.
+pub fn render(run: &BenchRun, j: &BenchJson) -> String {
+    let mut out = String::new();
+    let c = &run.config;
+    let load = match c.load {
+        Load::Open { rate, burstiness: 1.0 } => format!("open loop, poisson {rate} req/s"),
+        Load::Open { rate, burstiness } => format!("open loop, gamma {rate} req/s, burstiness {burstiness}"),
+        Load::Closed { concurrency } => format!("closed loop, {concurrency} users"),
+    };
+    let _ = writeln!(out, "target     {} model {}", c.base_url, c.model);
+    let _ = writeln!(
+        out,
+        "load       {load}, {} requests of {} prompt -> {} output tokens, warm-up {}, seed {}",
+        c.requests, c.prompt_tokens, c.output_tokens, c.warmup, c.seed
+    );
+    let f = &j.llmsim_failures;
+    let _ = writeln!(
+        out,
+        "requests   {} completed, {} failed (connect {}, http {}, timeout {}, stream {})",
+        j.completed, j.failed, f["connect"], f["http"], f["timeout"], f["stream"]
+    );
+    if let Some(first) = j.errors.iter().find(|e| !e.is_empty()) {
+        let _ = writeln!(out, "           first error: {first}");
+    }
+    let input = j.total_input_tokens as f64 / j.duration.max(f64::MIN_POSITIVE);
+    let _ = writeln!(
+        out,
+        "throughput {:.2} req/s, {input:.0} input tok/s, {:.0} output tok/s over {:.3} s",
+        j.request_throughput, j.output_throughput, j.duration
+    );
+    let h = &j.llmsim_client_health;
+    let _ = writeln!(
+        out,
+        "client     {} ms ticker late by p50 {} / p99 {} / max {} ms; CPU {} of one core ({} cores)",
+        h.tick_ms,
+        opt(h.lateness_p50_ms, 2),
+        opt(h.lateness_p99_ms, 2),
+        opt(h.lateness_max_ms, 2),
+        h.cpu_percent.map_or("unknown".into(), |c| format!("{c:.0}%")),
+        h.cpu_cores
+    );
+    let _ = writeln!(out, "server     {}", server_line(&run.server));
+    let _ = writeln!(out);
+    table(&mut out, j, server_summary(&run.server));
+    let late = j.queue_times.iter().copied().fold(0.0, f64::max) * 1e3;
+    if late > 1.0 {
+        let _ = writeln!(
+            out,
+            "\nsends were up to {late:.1} ms behind schedule: latencies from the schedule include that wait \
+             (coordinated omission), latencies from the send do not"
+        );
+    }
+    for w in &j.llmsim_warnings {
+        let _ = writeln!(out, "\nWARNING: {w}");
+    }
+    out
+}
+
+fn server_line(s: &ServerSummary) -> String {
+    match s {
+        ServerSummary::Read(_) => "/metrics/summary reset after warm-up and read at the end".into(),
+        ServerSummary::Absent => "no /metrics/summary (not an llmsim server): client figures only".into(),
+        ServerSummary::Failed(m) => format!("no server figures: {m}"),
+    }
+}
+
+fn server_summary(s: &ServerSummary) -> Option<&Value> {
+    match s {
+        ServerSummary::Read(v) => Some(v),
+        _ => None,
+    }
+}
+
+/// Rows of figures, one column per point of view.
+fn table(out: &mut String, j: &BenchJson, server: Option<&Value>) {
+    let server_cols = server.is_some();
+    let _ = write!(out, "  {:<10} {:>14} {:>14}", "ms", "client:sched", "client:send");
+    if server_cols {
+        let _ = write!(out, " {:>14} {:>14}", "server:observed", "server:simulated");
+    }
+    let _ = writeln!(out);
+    let rows = [("TTFT", "ttft", "ttft"), ("ITL", "itl", "itl"), ("TPOT", "tpot", "tpot"), ("E2E", "e2el", "e2e")];
+    for (name, key, server_key) in rows {
+        for stat in ["mean", "p50", "p90", "p99"] {
+            let client = |m: &std::collections::BTreeMap<String, f64>| m.get(&format!("{stat}_{key}_ms")).copied();
+            let from_send = client(&j.stats);
+            // ITL and TPOT do not depend on when the request was sent.
+            let from_sched = if matches!(key, "ttft" | "e2el") { client(&j.llmsim_from_scheduled) } else { from_send };
+            let label = format!("{name} {stat}");
+            let _ = write!(out, "  {label:<10} {:>14} {:>14}", opt(from_sched, 2), opt(from_send, 2));
+            if let Some(s) = server {
+                let _ = write!(
+                    out,
+                    " {:>14} {:>14}",
+                    opt(server_figure(s, "observed", server_key, stat), 2),
+                    opt(server_figure(s, "simulated", server_key, stat), 2)
+                );
+            }
+            let _ = writeln!(out);
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! `llmsim diff PREDICTED MEASURED`: compare a prediction with a load test.
+//!
+//! Exit codes: 0 every compared figure is within the tolerance; 1 the
+//! comparison failed (a figure outside it, nothing comparable, or the
+//! measurement flagged its own lag); 2 bad usage or an unreadable file.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use super::{CliError, print, write_output};
+use crate::config::ConfigError;
+use crate::diff::{self, Comparison};
+use crate::measured::{self, LoadLevel, Measured};
+use crate::metrics::RunResult;
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// A `llmsim run --json` result (several, one per line or in a JSON
+    /// array, pair with the measured levels in order).
+    pub predicted: PathBuf,
+    /// A measured result: `llmsim bench --json`, `vllm bench serve
+    /// --save-result` (also `--append-result`), sglang bench_serving JSONL
+    /// or guidellm benchmarks.json.
+    pub measured: PathBuf,
+    /// Largest relative error that passes, e.g. 10% or 2.5%.
+    #[arg(long, default_value = "10%", value_name = "PERCENT")]
+    pub tolerance: String,
+    /// Compare only this measured load level (1-based), for files with
+    /// several.
+    #[arg(long, value_name = "N")]
+    pub level: Option<usize>,
+    /// Gate only on these figures (repeatable or comma-separated), e.g.
+    /// --metric ttft.p50,itl.p50,throughput.output; the others are shown.
+    #[arg(long = "metric", value_name = "ID", value_delimiter = ',')]
+    pub metrics: Vec<String>,
+    /// Also write the comparison as JSON here; `-` for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+pub fn execute(a: DiffArgs) -> Result<(), CliError> {
+    let tolerance = diff::parse_tolerance(&a.tolerance).map_err(CliError::Usage)?;
+    diff::check_metrics(&a.metrics).map_err(CliError::Usage)?;
+    let predicted = read_predicted(&a.predicted)?;
+    let measured = measured::load(&a.measured)?;
+    let pairs = pair(&predicted, &measured, a.level)?;
+    let comparisons: Vec<Comparison> =
+        pairs.iter().map(|(p, l)| diff::compare(p, l, measured.tool, tolerance, &a.metrics)).collect();
+    let text: Vec<String> = comparisons
+        .iter()
+        .map(|c| diff::table::render(c, &a.predicted.display().to_string(), &a.measured.display().to_string()))
+        .collect();
+    if let Some(path) = &a.json {
+        write_output(path, crate::report::to_json(&comparisons).as_bytes())?;
+    }
+    if a.json.as_deref() != Some(Path::new("-")) {
+        print(&text.join("\n"))?;
+    }
+    let failed = comparisons.iter().filter(|c| c.failed()).count();
+    if failed > 0 {
+        let lines: Vec<String> = comparisons
+            .iter()
+            .filter(|c| c.failed())
+            .map(|c| format!("{}: {}", c.level, diff::table::detail(c)))
+            .collect();
+        return Err(CliError::Failure(format!("the comparison failed: {}", lines.join("; "))));
+    }
+    Ok(())
+}
+
+/// Every run result in the file.
+fn read_predicted(file: &Path) -> Result<Vec<RunResult>, CliError> {
+    let text = crate::config::read_text(file)?;
+    let docs = measured::json::documents(&text, file)?;
+    docs.into_iter()
+        .map(|doc| {
+            if let Ok(tool) = measured::sniff(&doc) {
+                let msg = format!(
+                    "this is a {} result (a measurement); PREDICTED must be an `llmsim run --json` result \
+                     (did you swap the two files?)",
+                    tool.name()
+                );
+                return Err(ConfigError::new(file, "", msg).into());
+            }
+            serde_json::from_value::<RunResult>(doc).map_err(|e| {
+                let msg = format!("not an `llmsim run --json` result: {e}");
+                CliError::from(ConfigError::new(file, "", msg))
+            })
+        })
+        .collect()
+}
+
+/// Which prediction goes with which measured level.
+fn pair<'a>(
+    predicted: &'a [RunResult],
+    measured: &'a Measured,
+    level: Option<usize>,
+) -> Result<Vec<(&'a RunResult, &'a LoadLevel)>, CliError> {
+    let n = measured.levels.len();
+    if level.is_some() || (predicted.len() == 1 && n == 1) {
+        if predicted.len() != 1 {
+            return Err(CliError::Usage(format!(
+                "--level picks one measured level, but the predicted file has {} results",
+                predicted.len()
+            )));
+        }
+        let l = measured.pick(level, "--level").map_err(CliError::Usage)?;
+        return Ok(vec![(&predicted[0], l)]);
+    }
+    if predicted.len() == n {
+        return Ok(predicted.iter().zip(&measured.levels).collect());
+    }
+    if predicted.len() == 1 {
+        return Err(CliError::Usage(measured.pick(None, "--level").err().unwrap_or_default()));
+    }
+    Err(CliError::Usage(format!(
+        "the predicted file has {} results but {} has {n} load levels: give one prediction per level, in \
+         order, or one prediction and --level N:\n{}",
+        predicted.len(),
+        measured.file.display(),
+        measured.level_list().trim_end()
+    )))
+}
