@@ -226,11 +226,11 @@ pub fn sniff(doc: &Value) -> Result<Tool, String> {
     if has("benchmarks") {
         return Ok(Tool::Guidellm);
     }
-    if has("mean_ttft_ms") && has("request_throughput") {
+    if has("request_throughput") && has("backend") {
         if has("burstiness") || has("model_id") {
             return Ok(Tool::Vllm);
         }
-        if has("mean_e2e_latency_ms") || has("backend") {
+        if has("mean_e2e_latency_ms") || has("server_info") || has("mean_ttft_ms") {
             return Ok(Tool::Sglang);
         }
     }

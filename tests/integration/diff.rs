@@ -1,4 +1,308 @@
-//! Integration tests: diff.
+//! Integration tests: measured-file parsers (the shared sample files are the
+//! fixtures), `llmsim diff` and `llmsim run --trace-from`.
 
-#[allow(unused_imports)]
+use std::path::{Path, PathBuf};
+
+use llmsim::measured::{self, MetricKind, Strategy, Tool};
+use serde_json::Value;
+
 use crate::support::*;
+
+fn fixture(name: &str) -> PathBuf {
+    repo(&format!("tests/integration/fixtures/{name}"))
+}
+
+fn json_of(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+#[test]
+fn the_vllm_sample_parses_and_its_figures_equal_the_files_numbers() {
+    let m = measured::load(&fixture("vllm-bench-serve.json")).unwrap();
+    let raw = json_of(&fixture("vllm-bench-serve.json"));
+    assert_eq!(m.tool, Tool::Vllm);
+    assert_eq!(m.levels.len(), 1);
+    let l = &m.levels[0];
+    assert_eq!(l.strategy, Strategy::Open { rate: Some(4.0), burstiness: Some(1.0), max_concurrency: None });
+    assert_eq!((l.completed, l.failed), (Some(8), Some(0)));
+    assert_eq!(l.throughput.requests_per_s, raw["request_throughput"].as_f64());
+    assert_eq!(l.throughput.output_tokens_per_s, raw["output_throughput"].as_f64());
+    for (kind, stem) in [
+        (MetricKind::Ttft, "ttft"),
+        (MetricKind::DecodeMean, "tpot"),
+        (MetricKind::ChunkGap, "itl"),
+        (MetricKind::E2e, "e2el"),
+    ] {
+        let d = &l.metrics[&kind];
+        assert_eq!(d.mean, raw[format!("mean_{stem}_ms")].as_f64(), "{stem}");
+        assert_eq!(d.percentile(500), raw[format!("median_{stem}_ms")].as_f64(), "{stem}");
+        assert_eq!(d.percentile(900), raw[format!("p90_{stem}_ms")].as_f64(), "{stem}");
+        assert_eq!(d.percentile(990), raw[format!("p99_{stem}_ms")].as_f64(), "{stem}");
+        assert!(d.recomputed.is_empty(), "the file had every figure");
+    }
+    let requests = l.requests.as_ref().unwrap();
+    assert_eq!(requests.len(), 8);
+    assert_eq!(requests[2].prompt_tokens, 550);
+    assert_eq!(requests[2].output_tokens, 135);
+}
+
+#[test]
+fn recomputing_the_vllm_samples_summary_from_its_arrays_gives_the_same_figures() {
+    let raw = json_of(&fixture("vllm-bench-serve.json"));
+    let mut stripped = raw.clone();
+    let obj = stripped.as_object_mut().unwrap();
+    obj.retain(|k, _| !k.ends_with("_ms"));
+    let m = measured::parse(&stripped.to_string(), Path::new("stripped.json")).unwrap();
+    let l = &m.levels[0];
+    for (kind, stem) in [
+        (MetricKind::Ttft, "ttft"),
+        (MetricKind::DecodeMean, "tpot"),
+        (MetricKind::ChunkGap, "itl"),
+        (MetricKind::E2e, "e2el"),
+    ] {
+        let d = &l.metrics[&kind];
+        assert_eq!(d.recomputed, vec![500, 900, 990], "{stem}");
+        let want = |k: &str| raw[format!("{k}_{stem}_ms")].as_f64().unwrap();
+        assert!(close(d.mean.unwrap(), want("mean")), "{stem} mean");
+        assert!(close(d.std.unwrap(), want("std")), "{stem} std (population)");
+        assert!(close(d.percentile(500).unwrap(), want("median")), "{stem} p50");
+        assert!(close(d.percentile(900).unwrap(), want("p90")), "{stem} p90");
+        assert!(close(d.percentile(990).unwrap(), want("p99")), "{stem} p99");
+    }
+}
+
+#[test]
+fn the_vllm_append_file_has_one_level_per_line_and_no_requests_to_replay() {
+    let m = measured::load(&fixture("vllm-bench-serve-append.json")).unwrap();
+    let rates: Vec<String> = m.levels.iter().map(|l| l.strategy.to_string()).collect();
+    assert_eq!(rates, ["open loop 2 req/s", "open loop 8 req/s", "open loop 16 req/s, max concurrency 8"]);
+    assert_eq!(m.levels[1].metrics[&MetricKind::Ttft].percentile(500), Some(76.48280832676141));
+    assert_eq!(m.levels[2].metrics[&MetricKind::E2e].percentile(990), Some(1581.280615165032));
+    assert!(m.levels.iter().all(|l| l.requests.as_ref().is_err_and(|e| e.contains("--save-detailed"))));
+}
+
+#[test]
+fn the_sglang_sample_maps_e2e_latency_and_keeps_its_fixed_percentiles() {
+    let m = measured::load(&fixture("sglang-bench-serving.jsonl")).unwrap();
+    let text = std::fs::read_to_string(fixture("sglang-bench-serving.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(m.tool, Tool::Sglang);
+    assert_eq!(m.levels.len(), 2);
+    let e2e = &m.levels[0].metrics[&MetricKind::E2e];
+    assert_eq!(e2e.field, "e2e_latency");
+    assert_eq!(e2e.percentile(900), first["p90_e2e_latency_ms"].as_f64());
+    assert_eq!(e2e.percentile(950), first["p95_e2e_latency_ms"].as_f64());
+    assert_eq!(m.levels[0].metrics[&MetricKind::ChunkGap].mean, first["mean_itl_ms"].as_f64());
+    assert_eq!(m.levels[0].throughput.input_tokens_per_s, first["input_throughput"].as_f64());
+}
+
+#[test]
+fn the_guidellm_sample_gives_one_level_per_benchmark_with_its_own_definitions() {
+    let m = measured::load(&fixture("guidellm-report.json")).unwrap();
+    let raw = json_of(&fixture("guidellm-report.json"));
+    assert_eq!(m.tool, Tool::Guidellm);
+    let labels: Vec<&str> = m.levels.iter().map(|l| l.label.as_str()).collect();
+    assert_eq!(labels, ["synchronous", "constant@22.52"]);
+    assert_eq!(m.levels[0].strategy, Strategy::Closed { concurrency: 1 });
+    let b = &raw["benchmarks"][1]["metrics"];
+    let l = &m.levels[1];
+    let s = |name: &str, stat: &str| b[name]["successful"]["percentiles"][stat].as_f64().unwrap();
+    assert_eq!(l.metrics[&MetricKind::Ttft].percentile(500), Some(s("time_to_first_token_ms", "p50")));
+    let itl = &l.metrics[&MetricKind::DecodeMean];
+    assert_eq!((itl.field.as_str(), itl.token_weighted), ("inter_token_latency_ms", true));
+    assert_eq!(itl.percentile(990), Some(s("inter_token_latency_ms", "p99")));
+    assert_eq!(itl.percentile(1), Some(s("inter_token_latency_ms", "p001")));
+    assert!(l.metrics[&MetricKind::TimePerTokenWithTtft].token_weighted);
+    assert!(!l.metrics.contains_key(&MetricKind::ChunkGap), "guidellm has no pooled chunk gaps");
+    assert!(close(l.metrics[&MetricKind::E2e].percentile(500).unwrap(), s("request_latency", "p50") * 1e3));
+    assert_eq!(l.throughput.requests_per_s, b["requests_per_second"]["successful"]["mean"].as_f64());
+    assert_eq!((l.completed, l.failed), (Some(16), Some(0)));
+    assert!(l.requests.as_ref().is_err_and(|e| e.contains("sample_size 1")));
+}
+
+#[test]
+fn files_from_unsupported_tools_are_refused_by_name() {
+    let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"])
+        .arg(fixture("aiperf-profile_export_aiperf.json"))
+        .fails_with(2);
+    out.stderr_has(&["aiperf-profile_export_aiperf.json", "NVIDIA AIPerf", "supported:"]);
+}
+
+/// Predicts the vLLM sample's own requests; returns the result file.
+fn predict_vllm_sample(dir: &Path) -> PathBuf {
+    let pred = dir.join("pred.json");
+    TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"])
+        .arg(fixture("vllm-bench-serve.json"))
+        .arg("--json")
+        .arg(&pred)
+        .ok()
+        .stderr_has(&["replaying 8 requests"]);
+    pred
+}
+
+#[test]
+fn trace_from_replays_the_measured_send_times_and_lengths() {
+    let dir = tempdir();
+    let csv = dir.path().join("req.csv");
+    TestCommand::new(&["run", "scenarios/base.yml", "-q", "--trace-from"])
+        .arg(fixture("vllm-bench-serve.json"))
+        .arg("--requests-csv")
+        .arg(&csv)
+        .ok();
+    let raw = json_of(&fixture("vllm-bench-serve.json"));
+    let starts: Vec<f64> = raw["start_times"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    let mut reader = csv::Reader::from_path(&csv).unwrap();
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 8);
+    for (i, row) in rows.iter().enumerate() {
+        let arrival: f64 = row[1].parse().unwrap();
+        assert!((arrival - (starts[i] - starts[0])).abs() < 1e-6, "request {i}: {arrival}");
+        assert_eq!(row[2], raw["input_lens"][i].to_string(), "prompt of {i}");
+        assert_eq!(row[3], raw["output_lens"][i].to_string(), "output of {i}");
+        assert_eq!(&row[4], "finished");
+    }
+}
+
+#[test]
+fn trace_from_explains_files_without_replayable_requests() {
+    let cases = [
+        ("vllm-bench-serve-append.json", Some("2"), "--save-detailed"),
+        ("vllm-bench-serve-append.json", None, "choose one with --trace-level N"),
+        ("guidellm-report.json", Some("1"), "sample_size"),
+        ("sglang-bench-serving.jsonl", Some("2"), "does not save when each request was sent"),
+        ("vllm-bench-serve.json", Some("3"), "--trace-level 3 is out of range"),
+    ];
+    for (file, level, why) in cases {
+        let mut cmd = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(fixture(file));
+        if let Some(l) = level {
+            cmd = cmd.arg("--trace-level").arg(l);
+        }
+        cmd.fails_with(2).stderr_has(&[file, why]);
+    }
+}
+
+#[test]
+fn diff_prints_every_figure_with_its_error_and_fails_outside_the_tolerance() {
+    let dir = tempdir();
+    let pred = predict_vllm_sample(dir.path());
+    let out = TestCommand::new(&["diff"]).arg(&pred).arg(fixture("vllm-bench-serve.json")).fails_with(1);
+    out.stderr_has(&["the comparison failed", "outside ±10%"]);
+    let text = out.stdout();
+    for id in ["ttft.p50", "itl.p99", "tpot.mean", "e2e.p90", "throughput.output", "OUTSIDE"] {
+        assert!(text.contains(id), "{id} missing:\n{text}");
+    }
+    assert!(text.contains("definitions compared"), "{text}");
+    assert!(text.contains("vllm bench serve `itl` (every gap between consecutive streamed chunks, pooled)"), "{text}");
+}
+
+#[test]
+fn diff_passes_within_a_wide_tolerance_and_writes_json() {
+    let dir = tempdir();
+    let pred = predict_vllm_sample(dir.path());
+    let report = dir.path().join("diff.json");
+    let out = TestCommand::new(&["diff", "--tolerance", "100000%", "--json"])
+        .arg(&report)
+        .arg(&pred)
+        .arg(fixture("vllm-bench-serve.json"))
+        .ok();
+    assert!(out.stdout().contains("result: PASSED: 0 of 20 compared figures outside"), "{}", out.stdout());
+    let j = json_of(&report);
+    let ttft = j[0]["rows"].as_array().unwrap().iter().find(|r| r["id"] == "ttft.p50").unwrap();
+    assert_eq!(ttft["measured"].as_f64(), Some(54.72745479211764));
+    assert_eq!(ttft["verdict"], "within");
+}
+
+#[test]
+fn diff_gates_only_on_the_selected_metrics() {
+    let dir = tempdir();
+    let pred = predict_vllm_sample(dir.path());
+    let text = std::fs::read_to_string(&pred).unwrap();
+    let mut p: Value = serde_json::from_str(&text).unwrap();
+    // Make the predicted TTFT p50 equal the measured one: only it is gated.
+    p["ttft_ms"]["p50"] = serde_json::json!(54.72745479211764 * 1.05);
+    std::fs::write(&pred, p.to_string()).unwrap();
+    let out = TestCommand::new(&["diff", "--metric", "ttft.p50"]).arg(&pred).arg(fixture("vllm-bench-serve.json")).ok();
+    assert!(out.stdout().contains("(not selected)"), "{}", out.stdout());
+    assert!(out.stdout().contains("0 of 1 compared"), "{}", out.stdout());
+}
+
+#[test]
+fn missing_percentiles_are_shown_as_not_compared_never_invented() {
+    let dir = tempdir();
+    let pred = predict_vllm_sample(dir.path());
+    let measured = write(
+        dir.path(),
+        "default.json",
+        r#"{"backend": "vllm", "model_id": "m", "burstiness": 1.0, "request_rate": 4.0, "completed": 8,
+            "request_throughput": 2.0, "output_throughput": 250.0, "total_token_throughput": 1250.0,
+            "mean_ttft_ms": 50.0, "median_ttft_ms": 50.0, "std_ttft_ms": 1.0, "p99_ttft_ms": 70.0}"#,
+    );
+    let out = TestCommand::new(&["diff", "--tolerance", "100000%"]).arg(&pred).arg(&measured).ok();
+    let text = out.stdout();
+    let line = |id: &str| text.lines().find(|l| l.trim_start().starts_with(id)).unwrap_or_default().to_string();
+    assert!(line("ttft.p90").contains("not compared: not in the file (never estimated)"), "{text}");
+    assert!(line("ttft.p99").contains("ok"), "{text}");
+    assert!(line("itl.p50").contains("not compared"), "{text}");
+}
+
+#[test]
+fn a_measurement_that_flagged_its_own_lag_fails_the_diff_loudly() {
+    let dir = tempdir();
+    let pred = predict_vllm_sample(dir.path());
+    let mut m = json_of(&fixture("vllm-bench-serve.json"));
+    m["llmsim_version"] = "0.1.0".into();
+    m["llmsim_warnings"] = serde_json::json!(["client lag: the bench's 10 ms ticker woke up 9.0 ms late at p99"]);
+    let measured = write(dir.path(), "lagged.json", &m.to_string());
+    let out = TestCommand::new(&["diff", "--tolerance", "100000%"]).arg(&pred).arg(&measured).fails_with(1);
+    assert!(out.stdout().contains("WARNING: the measurement flagged itself: client lag"), "{}", out.stdout());
+    out.stderr_has(&["the comparison failed", "reported lag"]);
+}
+
+#[test]
+fn diff_pairs_levels_in_order_or_by_level_and_explains_mismatches() {
+    let dir = tempdir();
+    let pred = predict_vllm_sample(dir.path());
+    let append = fixture("vllm-bench-serve-append.json");
+    TestCommand::new(&["diff"]).arg(&pred).arg(&append).fails_with(2).stderr_has(&[
+        "3 load levels",
+        "--level N",
+        "2. rate 8",
+    ]);
+    let out = TestCommand::new(&["diff", "--level", "2", "--tolerance", "100000%"]).arg(&pred).arg(&append).ok();
+    assert!(out.stdout().contains("rate 8 (open loop 8 req/s)"), "{}", out.stdout());
+    let one = std::fs::read_to_string(&pred).unwrap();
+    let three = write(dir.path(), "three.json", &format!("{one}\n{one}\n{one}"));
+    let out = TestCommand::new(&["diff", "--tolerance", "100000%"]).arg(&three).arg(&append).ok();
+    assert_eq!(out.stdout().matches("result: PASSED").count(), 3, "{}", out.stdout());
+    let two = write(dir.path(), "two.json", &format!("[{one},{one}]"));
+    TestCommand::new(&["diff"]).arg(&two).arg(&append).fails_with(2).stderr_has(&["2 results", "3 load levels"]);
+}
+
+#[test]
+fn diff_refuses_bad_arguments_with_exit_2() {
+    let dir = tempdir();
+    let pred = predict_vllm_sample(dir.path());
+    let vllm = fixture("vllm-bench-serve.json");
+    TestCommand::new(&["diff"]).arg(&vllm).arg(&vllm).fails_with(2).stderr_has(&["did you swap the two files?"]);
+    TestCommand::new(&["diff", "--tolerance", "ten"])
+        .arg(&pred)
+        .arg(&vllm)
+        .fails_with(2)
+        .stderr_has(&["--tolerance `ten`", "percentage"]);
+    TestCommand::new(&["diff", "--metric", "ttft.p95"]).arg(&pred).arg(&vllm).fails_with(2).stderr_has(&[
+        "--metric `ttft.p95`",
+        "did you mean",
+        "ttft.p50",
+    ]);
+    let broken = write(dir.path(), "broken.json", "{\"backend\": \"vllm\",\n  \"mean_ttft_ms\": }");
+    TestCommand::new(&["diff"]).arg(&pred).arg(&broken).fails_with(2).stderr_has(&["broken.json:2", "not valid JSON"]);
+    TestCommand::new(&["diff"])
+        .arg(&pred)
+        .arg(dir.path().join("nope.json"))
+        .fails_with(2)
+        .stderr_has(&["no such file"]);
+}
