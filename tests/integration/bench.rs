@@ -128,7 +128,7 @@ fn serve(
             let n = seen.fetch_add(1, Ordering::SeqCst) + 1;
             let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             log.lock().unwrap().push(Logged::Completion(req.clone()));
-            if b.fail_every.is_some_and(|k| n % k == 0) {
+            if b.fail_every.is_some_and(|k| n.is_multiple_of(k)) {
                 return reply(&mut out, "500 Internal Server Error", r#"{"error": {"message": "boom"}}"#);
             }
             if b.hang == Some(n) {
