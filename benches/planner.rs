@@ -59,9 +59,20 @@ fn main() {
     let r = result.expect("ran");
     println!("saturation            {saturation:.2} req/s (512/128 tokens, base model)");
     println!("offered rate          {rate:.2} req/s (90%)");
-    println!("simulated             {} requests, {} output tokens, {} steps", r.requests.completed, r.requests.output_tokens, r.steps.count);
+    println!(
+        "simulated             {} requests, {} output tokens, {} steps",
+        r.requests.completed, r.requests.output_tokens, r.steps.count
+    );
     println!("wall time (best of 3) {best:.3} s");
-    println!("speed                 {:.0} requests/s, {:.0} output tokens/s of wall time", r.requests.completed as f64 / best, r.requests.output_tokens as f64 / best);
+    println!(
+        "speed                 {:.0} requests/s, {:.0} output tokens/s of wall time",
+        r.requests.completed as f64 / best,
+        r.requests.output_tokens as f64 / best
+    );
     println!("peak memory (VmHWM)   {:.1} MiB", peak_rss_mib().unwrap_or(f64::NAN));
-    println!("prediction            TTFT p99 {:.1} ms, ITL p99 {:.2} ms", r.ttft_ms.p99.unwrap_or(0.0), r.itl_ms.p99.unwrap_or(0.0));
+    println!(
+        "prediction            TTFT p99 {:.1} ms, ITL p99 {:.2} ms",
+        r.ttft_ms.p99.unwrap_or(0.0),
+        r.itl_ms.p99.unwrap_or(0.0)
+    );
 }
