@@ -283,3 +283,16 @@ fn a_missing_file_and_broken_yaml_name_the_file() {
     let e = error("responses: [\ndefault: {content: x}\n");
     assert!(e.starts_with("r.yml:"), "{e}");
 }
+
+#[test]
+fn responses_can_be_shared_between_server_tasks() {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Responses>();
+}
+
+#[test]
+fn the_builtin_echo_regex_skips_prompts_without_a_colon() {
+    let r = Responses::builtin();
+    let Matcher::Regex { prefilter: Some(p), .. } = &r.entries[0].matcher else { panic!("no prefilter") };
+    assert_eq!((p.needle(), p.is_folded()), (":", false));
+}
