@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod content;
 pub mod diff;
 pub mod engine;
 pub mod measured;
