@@ -103,15 +103,15 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchRun, String> {
 }
 
 async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
+    let words = content_words(cfg)?;
     let client = Arc::new(Client::new(&cfg.base_url, &cfg.model, cfg.endpoint, cfg.timeout)?);
     let nonce = run_nonce();
     if cfg.warmup > 0 {
-        warm_up(&client, cfg, &format!("w{nonce}")).await;
+        warm_up(&client, cfg, &format!("w{nonce}"), words).await;
     }
     let reset = reset_summary(&client).await;
-    let prompts: Arc<Vec<String>> = Arc::new(
-        (0..cfg.requests).map(|i| schedule::prompt(&format!("m{nonce}"), i, cfg.prompt_tokens, cfg.seed)).collect(),
-    );
+    let prompts: Arc<Vec<String>> =
+        Arc::new((0..cfg.requests).map(|i| schedule::prompt(&format!("m{nonce}"), i, words, cfg.seed)).collect());
     let ticker = Ticker::start();
     let base = Instant::now();
     let (schedule_ns, exchanges) = match cfg.load {
@@ -145,6 +145,19 @@ async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
     Ok(BenchRun { config: cfg.clone(), schedule_ns, records, duration_s, health, server })
 }
 
+/// Words of prompt text per request (see [`schedule::content_tokens`]).
+pub fn content_words(cfg: &BenchConfig) -> Result<u32, String> {
+    use crate::content::tokenizer::{PER_MESSAGE_OVERHEAD, PER_PROMPT_OVERHEAD};
+    schedule::content_tokens(cfg.prompt_tokens, cfg.endpoint == Endpoint::Chat).ok_or_else(|| {
+        format!(
+            "--prompt-tokens {} is too small for the chat endpoint: its template costs {PER_MESSAGE_OVERHEAD} \
+             tokens per message and {PER_PROMPT_OVERHEAD} per prompt, so give at least {}",
+            cfg.prompt_tokens,
+            PER_MESSAGE_OVERHEAD + PER_PROMPT_OVERHEAD + 1
+        )
+    })
+}
+
 /// Four letters that differ between runs, so a server's prefix cache
 /// cannot serve this run's prompts from an earlier run's. The prompt text
 /// reaches no output, so reading the clock here costs no determinism.
@@ -155,11 +168,11 @@ fn run_nonce() -> String {
 }
 
 /// K requests at once, waited for; not measured.
-async fn warm_up(client: &Arc<Client>, cfg: &BenchConfig, tag: &str) {
+async fn warm_up(client: &Arc<Client>, cfg: &BenchConfig, tag: &str, words: u32) {
     let tasks: Vec<_> = (0..cfg.warmup)
         .map(|i| {
             let c = Arc::clone(client);
-            let prompt = schedule::prompt(tag, i, cfg.prompt_tokens, cfg.seed);
+            let prompt = schedule::prompt(tag, i, words, cfg.seed);
             let out = cfg.output_tokens;
             tokio::spawn(async move { c.complete(&prompt, out).await })
         })

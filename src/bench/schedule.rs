@@ -9,10 +9,12 @@
 //! `llmsim trace`.
 //!
 //! Prompts are distinct from the first token on, so no prefix cache can
-//! serve one request's prompt from another's. Each prompt is `P` words of
+//! serve one request's prompt from another's. Each prompt is words of
 //! lowercase letters with a leading space: under the built-in tokenizer's
-//! rule "a run of letters with an optional leading space is one token" that
-//! is exactly `P` tokens on `/v1/completions`.
+//! rule "a run of letters with an optional leading space is one token"
+//! ([`crate::content::tokenizer`]) each word is one token, so the prompt
+//! has exactly the requested count; a chat prompt is shorter by the chat
+//! template's overhead ([`content_tokens`]).
 
 use rand::RngExt;
 
@@ -36,6 +38,15 @@ pub fn open_schedule(rate: f64, burstiness: f64, requests: u64, seed: u64) -> Ve
     let limit = Limit { requests: Some(requests), until: None };
     let mut source = OpenLoop::new(gaps, seed, Lengths::new(seed, None, None), limit);
     std::iter::from_fn(|| source.pop().map(|r| r.arrival)).collect()
+}
+
+/// Tokens of prompt text that make `prompt_tokens` in all: the whole count
+/// for completions; for chat, minus one message's and one prompt's template
+/// overhead. `None` if the overhead alone exceeds the count.
+pub fn content_tokens(prompt_tokens: u32, chat: bool) -> Option<u32> {
+    use crate::content::tokenizer::{PER_MESSAGE_OVERHEAD, PER_PROMPT_OVERHEAD};
+    let overhead = if chat { (PER_MESSAGE_OVERHEAD + PER_PROMPT_OVERHEAD) as u32 } else { 0 };
+    prompt_tokens.checked_sub(overhead).filter(|n| *n >= 1)
 }
 
 /// The prompt of request `index`: `tokens` one-token words, the first one
@@ -85,6 +96,19 @@ mod tests {
         assert!(words(&a).iter().all(|w| !w.is_empty() && w.bytes().all(|c| c.is_ascii_lowercase())));
         assert_ne!(words(&a)[0], words(&b)[0]);
         assert_eq!(prompt("xq", 0, 1, 1), " xqa");
+    }
+
+    #[test]
+    fn prompts_have_exactly_the_requested_tokens_by_our_tokenizer() {
+        use crate::content::tokenizer::{count, count_chat};
+        for (i, n) in [(0u64, 1u32), (1, 9), (30, 512), (7_000, 2048)] {
+            let p = prompt("mqz", i, n, 5);
+            assert_eq!(count(&p), n as usize, "completions prompt of {n}");
+            let chat = prompt("mqz", i, content_tokens(n + 8, true).unwrap(), 5);
+            assert_eq!(count_chat([("user", chat.as_str())]), n as usize + 8, "chat prompt of {}", n + 8);
+        }
+        assert_eq!(content_tokens(8, true), None);
+        assert_eq!(content_tokens(8, false), Some(8));
     }
 
     #[test]

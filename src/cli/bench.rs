@@ -114,7 +114,7 @@ pub fn config(a: &BenchArgs) -> Result<BenchConfig, CliError> {
     if !(a.timeout.is_finite() && a.timeout > 0.0) {
         return usage(format!("--timeout {} is not allowed: must be a number of seconds > 0", a.timeout));
     }
-    Ok(BenchConfig {
+    let cfg = BenchConfig {
         base_url: url.to_string(),
         model: a.model.clone(),
         load,
@@ -129,7 +129,9 @@ pub fn config(a: &BenchArgs) -> Result<BenchConfig, CliError> {
             EndpointArg::Chat => Endpoint::Chat,
         },
         label: a.label.clone(),
-    })
+    };
+    bench::content_words(&cfg).map_err(CliError::Usage)?;
+    Ok(cfg)
 }
 
 pub fn execute(a: BenchArgs) -> Result<(), CliError> {

@@ -398,18 +398,21 @@ fn a_closed_loop_never_has_more_requests_in_flight_than_users() {
 }
 
 #[test]
-fn the_chat_endpoint_skips_the_role_chunk() {
+fn the_chat_endpoint_skips_the_role_chunk_and_leaves_room_for_the_template() {
     let mock = Mock::start(Behaviour::default());
     let dir = tempdir();
     let b = dir.path().join("b.json");
-    bench(&mock, &["--rate", "100", "--requests", "3", "--prompt-tokens", "4", "--output-tokens", "5"])
+    bench(&mock, &["--rate", "100", "--requests", "3", "--prompt-tokens", "20", "--output-tokens", "5"])
         .args(&["--endpoint", "chat", "-q", "--json"])
         .arg(&b)
         .ok();
     let j = read_json(&b);
     assert_eq!(j["backend"], "openai-chat");
     assert!(j["itls"].as_array().unwrap().iter().all(|r| r.as_array().unwrap().len() == 4));
-    assert_eq!(mock.completions()[0]["messages"][0]["role"], "user");
+    let message = &mock.completions()[0]["messages"][0];
+    assert_eq!(message["role"], "user");
+    let words = message["content"].as_str().unwrap().split_whitespace().count();
+    assert_eq!(words, 20 - 8, "5 tokens of message template and 3 of prompt template");
 }
 
 #[test]
@@ -423,6 +426,10 @@ fn bad_bench_arguments_are_usage_errors() {
     run(&["--concurrency", "0"]).stderr_has(&["--concurrency 0 is not allowed"]);
     run(&["--rate", "1", "--burstiness=-1"]).stderr_has(&["--burstiness -1 is not allowed"]);
     run(&["--rate", "1", "--timeout", "0"]).stderr_has(&["--timeout 0 is not allowed"]);
+    TestCommand::new(&base)
+        .args(&["--prompt-tokens", "8", "--output-tokens", "1", "--rate", "1", "--endpoint", "chat"])
+        .fails_with(2)
+        .stderr_has(&["--prompt-tokens 8 is too small for the chat endpoint", "at least 9"]);
     TestCommand::new(&["bench", "--base-url", "https://x", "--model", "m", "--requests", "1", "--rate", "1"])
         .args(&tokens)
         .fails_with(2)
