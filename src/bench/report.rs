@@ -191,7 +191,7 @@ pub fn to_json(run: &BenchRun, date: String) -> BenchJson {
         llmsim_failures: failures,
         llmsim_client_health: run.health.clone(),
         llmsim_server_summary: server_summary.clone(),
-        llmsim_warnings: warnings(&run.health, server_summary.as_ref()),
+        llmsim_warnings: warnings(&run.health, server_summary.as_ref().map(|s| for_model(s, &cfg.model))),
     }
 }
 
@@ -229,21 +229,23 @@ pub fn warnings(health: &Health, server: Option<&Value>) -> Vec<String> {
     out
 }
 
-/// The server's lag p99 in ms, from `/metrics/summary`.
-pub fn server_lag_p99_ms(summary: &Value) -> Option<f64> {
-    ["/lag_ms/p99", "/observed/lag_ms/p99", "/lag/p99_ms"].iter().find_map(|p| summary.pointer(p)?.as_f64())
+/// The part of `llmsim serve`'s `/metrics/summary` about `model`
+/// (`models.NAME`), or the whole document for a server with one flat
+/// summary.
+pub fn for_model<'a>(summary: &'a Value, model: &str) -> &'a Value {
+    summary.get("models").and_then(|m| m.get(model)).unwrap_or(summary)
 }
 
-/// A latency figure from the server's `/metrics/summary`: `side` is
-/// `observed` or `simulated`, `metric` `ttft`/`itl`/`tpot`/`e2e`, `stat`
-/// `mean`/`p50`/`p90`/`p99`.
-pub fn server_figure(summary: &Value, side: &str, metric: &str, stat: &str) -> Option<f64> {
-    let paths = [
-        format!("/{side}/{metric}_ms/{stat}"),
-        format!("/{side}/{metric}/{stat}"),
-        format!("/{metric}_ms/{side}/{stat}"),
-    ];
-    paths.iter().find_map(|p| summary.pointer(p)?.as_f64())
+/// The server's token-release lag p99 in ms (`lag_ms.p99`).
+pub fn server_lag_p99_ms(model_summary: &Value) -> Option<f64> {
+    model_summary.pointer("/lag_ms/p99")?.as_f64()
+}
+
+/// A latency figure from a model's summary: `side` is `observed` or
+/// `simulated`, `metric` `ttft`/`itl`/`tpot`/`e2e`, `stat`
+/// `mean`/`p50`/`p90`/`p99` (`{side}.{metric}_ms.{stat}`).
+pub fn server_figure(model_summary: &Value, side: &str, metric: &str, stat: &str) -> Option<f64> {
+    model_summary.pointer(&format!("/{side}/{metric}_ms/{stat}"))?.as_f64()
 }
 
 #[cfg(test)]
@@ -304,10 +306,12 @@ mod tests {
 
     #[test]
     fn server_figures_and_lag_are_found_in_the_summary() {
-        let s = serde_json::json!({"simulated": {"ttft_ms": {"p50": 12.5}}, "lag_ms": {"p99": 9.0}});
-        assert_eq!(server_figure(&s, "simulated", "ttft", "p50"), Some(12.5));
-        assert_eq!(server_figure(&s, "observed", "ttft", "p50"), None);
-        let w = warnings(&Health::default(), Some(&s));
+        let m = serde_json::json!({"simulated": {"ttft_ms": {"p50": 12.5}}, "lag_ms": {"p99": 9.0}});
+        let s = serde_json::json!({"schema_version": 1, "models": {"m": m, "other": {}}});
+        let s = for_model(&s, "m");
+        assert_eq!(server_figure(s, "simulated", "ttft", "p50"), Some(12.5));
+        assert_eq!(server_figure(s, "observed", "ttft", "p50"), None);
+        let w = warnings(&Health::default(), Some(s));
         assert!(w[0].starts_with("server lag"), "{w:?}");
     }
 }

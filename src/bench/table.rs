@@ -53,7 +53,7 @@ pub fn render(run: &BenchRun, j: &BenchJson) -> String {
     );
     let _ = writeln!(out, "server     {}", server_line(&run.server));
     let _ = writeln!(out);
-    table(&mut out, j, server_summary(&run.server));
+    table(&mut out, j, server_summary(&run.server).map(|s| super::report::for_model(s, &c.model)));
     let late = j.queue_times.iter().copied().fold(0.0, f64::max) * 1e3;
     if late > 1.0 {
         let _ = writeln!(

@@ -121,7 +121,8 @@ fn serve(
         }
         ("GET", "/metrics/summary", true) => {
             log.lock().unwrap().push(Logged::Summary);
-            let s = r#"{"observed": {"ttft_ms": {"p50": 3.5}}, "simulated": {"ttft_ms": {"p50": 2.25}}, "lag_ms": {"p99": 0.5}}"#;
+            let s = r#"{"schema_version": 1, "models": {"m": {"observed": {"ttft_ms": {"p50": 3.5}},
+                "simulated": {"ttft_ms": {"p50": 2.25}}, "lag_ms": {"p99": 0.5}}}}"#;
             reply(&mut out, "200 OK", s);
         }
         ("POST", "/v1/completions" | "/v1/chat/completions", _) => {
@@ -220,12 +221,14 @@ fn an_open_loop_bench_writes_vllms_schema_with_every_request() {
         }
     }
     assert!(j["llmsim_from_scheduled"]["p99_ttft_ms"].as_f64().unwrap() >= j["p99_ttft_ms"].as_f64().unwrap() - 1e-9);
-    assert_eq!(j["llmsim_server_summary"]["simulated"]["ttft_ms"]["p50"].as_f64(), Some(2.25));
+    assert_eq!(j["llmsim_server_summary"]["models"]["m"]["simulated"]["ttft_ms"]["p50"].as_f64(), Some(2.25));
     assert_eq!(j["errors"].as_array().unwrap().iter().filter(|e| *e == "").count(), 20);
     let table = out.stdout();
     for col in ["client:sched", "client:send", "server:observed", "server:simulated", "TTFT p50", "20 completed"] {
         assert!(table.contains(col), "{col} missing:\n{table}");
     }
+    let ttft = table.lines().find(|l| l.starts_with("  TTFT p50")).unwrap();
+    assert!(ttft.ends_with("3.50           2.25"), "server columns: {ttft}");
 }
 
 #[test]
