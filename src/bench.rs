@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 
 use client::{Client, Endpoint, Exchange, Failure};
 use health::{Health, Ticker};
@@ -195,17 +195,33 @@ async fn reset_summary(client: &Client) -> Result<bool, String> {
 type Sent = (u64, Instant, Exchange);
 
 /// Sends request `i` at `base + at[i]`, on time whatever earlier ones do.
+///
+/// The schedule is kept by a plain thread sleeping until each due time and
+/// handing the request to the runtime: tokio's timer rounds deadlines up to
+/// the next millisecond, which would make every send up to a millisecond
+/// late; a thread's sleep overshoots by tens of microseconds.
 async fn open_loop(client: &Arc<Client>, prompts: &Arc<Vec<String>>, at: &[u64], base: Instant, out: u32) -> Vec<Sent> {
-    let mut tasks = Vec::with_capacity(at.len());
-    for (i, &ns) in at.iter().enumerate() {
-        let due = base + Duration::from_nanos(ns);
-        sleep_until(due).await;
-        let (c, p) = (Arc::clone(client), Arc::clone(prompts));
-        tasks.push(tokio::spawn(async move { (i as u64, due, c.complete(&p[i], out).await) }));
-    }
-    let mut done = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        if let Ok(x) = t.await {
+    let runtime = tokio::runtime::Handle::current();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (client, prompts, at, base) = (Arc::clone(client), Arc::clone(prompts), at.to_vec(), base.into_std());
+    std::thread::spawn(move || {
+        for (i, ns) in at.into_iter().enumerate() {
+            let due = base + Duration::from_nanos(ns);
+            let now = std::time::Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            let (c, p) = (Arc::clone(&client), Arc::clone(&prompts));
+            let due = Instant::from_std(due);
+            let task = runtime.spawn(async move { (i as u64, due, c.complete(&p[i], out).await) });
+            if tx.send(task).is_err() {
+                break;
+            }
+        }
+    });
+    let mut done = Vec::new();
+    while let Some(task) = rx.recv().await {
+        if let Ok(x) = task.await {
             done.push(x);
         }
     }
