@@ -31,7 +31,8 @@ pub struct RunArgs {
     pub quiet: bool,
     /// Replay the requests of a measured result (llmsim bench, vllm bench
     /// serve --save-detailed, guidellm) instead of the scenario's workload:
-    /// the same send times and token counts, on the scenario's engine.
+    /// the same send times and token counts, on the scenario's engine. A
+    /// trace CSV (e.g. from `llmsim serve --record`) is replayed as is.
     #[arg(long, value_name = "MEASURED")]
     pub trace_from: Option<PathBuf>,
     /// Which load level of --trace-from to replay (1-based), for files with several.
@@ -75,7 +76,14 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
 /// at the send: the engine then sees what the server saw. Returns a note
 /// saying what is replayed.
 pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize>) -> Result<String, CliError> {
-    let measured = crate::measured::load(file)?;
+    let text = crate::config::read_text(file)?;
+    if !text.trim_start().starts_with(['{', '[']) {
+        let rows = crate::workload::trace::parse(&text, file)?;
+        let note = format!("replaying {} requests of the trace {} on {}", rows.len(), file.display(), scenario.name);
+        set_trace(scenario, file, rows);
+        return Ok(note);
+    }
+    let measured = crate::measured::parse(&text, file)?;
     let chosen = measured.pick(level, "--trace-level").map_err(CliError::Usage)?;
     let (rows, skipped) = chosen
         .trace_rows()
@@ -91,11 +99,16 @@ pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize
     if skipped > 0 {
         note.push_str(&format!("; {skipped} failed requests left out"));
     }
+    set_trace(scenario, file, rows);
+    Ok(note)
+}
+
+/// Makes `rows` the scenario's whole workload.
+fn set_trace(scenario: &mut Scenario, file: &Path, rows: Vec<crate::workload::trace::TraceRow>) {
     let w = &mut scenario.workload;
     w.arrivals = Arrivals::Trace(Trace { path: file.display().to_string(), rows: Arc::new(rows) });
     w.requests = None;
     w.duration_s = None;
     w.prompt_tokens = None;
     w.output_tokens = None;
-    Ok(note)
 }

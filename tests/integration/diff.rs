@@ -168,6 +168,31 @@ fn trace_from_replays_the_measured_send_times_and_lengths() {
 }
 
 #[test]
+fn trace_from_also_replays_a_trace_csv_like_a_trace_workload() {
+    let dir = tempdir();
+    let trace = write(dir.path(), "t.csv", "arrival_s,prompt_tokens,output_tokens,id\n0.5,100,4,a\n0.75,200,8,b\n");
+    let scenario = std::fs::read_to_string(repo("scenarios/base.yml")).unwrap().replace(
+        "  arrivals:\n    poisson: { rate: 20 }\n  requests: 2000\n  prompt_tokens: 512\n  output_tokens: 64",
+        "  arrivals:\n    trace: t.csv",
+    );
+    let with_trace = write(dir.path(), "s.yml", &scenario);
+    let a = TestCommand::new(&["run", "--json", "-"]).arg(&with_trace).ok().stdout();
+    let b = TestCommand::new(&["run", "scenarios/base.yml", "--json", "-", "--trace-from"]).arg(&trace).ok();
+    b.stderr_has(&["replaying 2 requests of the trace"]);
+    let (mut a, mut b): (Value, Value) =
+        (serde_json::from_str(&a).unwrap(), serde_json::from_str(&b.stdout()).unwrap());
+    assert_eq!(a["requests"]["completed"], 2);
+    a["scenario"] = Value::Null;
+    b["scenario"] = Value::Null;
+    assert_eq!(a, b);
+    let bad = write(dir.path(), "bad.csv", "arrival_s,prompt_tokens\n0,1\n");
+    TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"])
+        .arg(&bad)
+        .fails_with(2)
+        .stderr_has(&["bad.csv", "missing column `output_tokens`"]);
+}
+
+#[test]
 fn trace_from_explains_files_without_replayable_requests() {
     let cases = [
         ("vllm-bench-serve-append.json", Some("2"), "--save-detailed"),
