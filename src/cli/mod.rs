@@ -1,6 +1,7 @@
 //! The command line: argument parsing and one module per subcommand. Only
 //! `main` turns a [`CliError`] into an exit code.
 
+pub mod experiments;
 pub mod explain;
 pub mod run;
 pub mod trace;
@@ -33,6 +34,9 @@ pub enum Command {
     /// Print the effective configuration (every default filled in) and the
     /// derived capacity.
     Explain(explain::ExplainArgs),
+    /// Run every experiment in scenarios/experiments/ and write its table to
+    /// results/ (or, with --check, fail if results/ is out of date).
+    Experiments(experiments::ExperimentsArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -63,6 +67,7 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Run(a) => run::execute(a),
         Command::Trace(a) => trace::execute(a),
         Command::Explain(a) => explain::execute(a),
+        Command::Experiments(a) => experiments::execute(a),
     }
 }
 
