@@ -11,6 +11,7 @@ pub mod config;
 pub mod content;
 pub mod diff;
 pub mod engine;
+pub mod experiments;
 pub mod measured;
 pub mod metrics;
 pub mod report;

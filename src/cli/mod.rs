@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod diff;
+pub mod experiments;
 pub mod explain;
 pub mod run;
 pub mod trace;
@@ -39,6 +40,9 @@ pub enum Command {
     Diff(diff::DiffArgs),
     /// Load-test an OpenAI-compatible server and write a vLLM-style result.
     Bench(bench::BenchArgs),
+    /// Run every experiment in scenarios/experiments/ and write its table to
+    /// results/ (or, with --check, fail if results/ is out of date).
+    Experiments(experiments::ExperimentsArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -71,6 +75,7 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Explain(a) => explain::execute(a),
         Command::Diff(a) => diff::execute(a),
         Command::Bench(a) => bench::execute(a),
+        Command::Experiments(a) => experiments::execute(a),
     }
 }
 
