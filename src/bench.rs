@@ -141,7 +141,15 @@ async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
     let mut records: Vec<Measurement> =
         exchanges.into_iter().map(|(i, due, ex)| measurement(i, due, ex, base, cfg)).collect();
     records.sort_by_key(|r| r.index);
-    let schedule_ns = if schedule_ns.is_empty() { records.iter().map(|r| r.sent_ns).collect() } else { schedule_ns };
+    let schedule_ns = if schedule_ns.is_empty() {
+        // A closed loop's schedule is when it sent, in time order (users
+        // race for the next index, so index order can be a hair off).
+        let mut sent: Vec<u64> = records.iter().map(|r| r.sent_ns).collect();
+        sent.sort_unstable();
+        sent
+    } else {
+        schedule_ns
+    };
     Ok(BenchRun { config: cfg.clone(), schedule_ns, records, duration_s, health, server })
 }
 

@@ -114,7 +114,7 @@ fn stat_keys(out: &mut BTreeMap<String, f64>, metric: &str, mut samples: Vec<f64
 /// Per-request TPOT in ms: (last - first) / (tokens - 1), tokens > 1.
 fn tpot_ms(r: &Measurement) -> Option<f64> {
     let (first, last) = (r.chunks_ns.first()?, r.chunks_ns.last()?);
-    (r.output_tokens > 1).then(|| (last - first) as f64 / 1e6 / f64::from(r.output_tokens - 1))
+    (r.output_tokens > 1).then(|| last.saturating_sub(*first) as f64 / 1e6 / f64::from(r.output_tokens - 1))
 }
 
 /// Builds the JSON of a finished bench; `date` is `YYYYMMDD-HHMMSS`.
@@ -127,7 +127,7 @@ pub fn to_json(run: &BenchRun, date: String) -> BenchJson {
     let mut stats = BTreeMap::new();
     stat_keys(&mut stats, "ttft", ok.iter().filter_map(|r| ttft_ms(r, r.sent_ns)).collect());
     stat_keys(&mut stats, "tpot", ok.iter().filter_map(|r| tpot_ms(r)).collect());
-    let gaps = ok.iter().flat_map(|r| r.chunks_ns.windows(2).map(|w| (w[1] - w[0]) as f64 / 1e6)).collect();
+    let gaps = ok.iter().flat_map(|r| r.chunks_ns.windows(2).map(|w| w[1].saturating_sub(w[0]) as f64 / 1e6)).collect();
     stat_keys(&mut stats, "itl", gaps);
     stat_keys(&mut stats, "e2el", ok.iter().filter_map(|r| e2e_ms(r, r.sent_ns)).collect());
     let mut from_scheduled = BTreeMap::new();
@@ -172,7 +172,11 @@ pub fn to_json(run: &BenchRun, date: String) -> BenchJson {
         input_lens: run.records.iter().map(|r| r.prompt_tokens).collect(),
         output_lens: run.records.iter().map(|r| r.output_tokens).collect(),
         ttfts: run.records.iter().map(|r| ttft_ms(r, r.sent_ns).map_or(0.0, |x| x / 1e3)).collect(),
-        itls: run.records.iter().map(|r| r.chunks_ns.windows(2).map(|w| secs(w[1] - w[0])).collect()).collect(),
+        itls: run
+            .records
+            .iter()
+            .map(|r| r.chunks_ns.windows(2).map(|w| secs(w[1].saturating_sub(w[0]))).collect())
+            .collect(),
         latencies: run.records.iter().map(|r| e2e_ms(r, r.sent_ns).map_or(0.0, |x| x / 1e3)).collect(),
         start_times: run.records.iter().map(|r| secs(r.sent_ns)).collect(),
         queue_times: run.records.iter().map(|r| secs(r.sent_ns.saturating_sub(r.scheduled_ns))).collect(),

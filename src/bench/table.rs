@@ -25,11 +25,16 @@ pub fn render(run: &BenchRun, j: &BenchJson) -> String {
         "load       {load}, {} requests of {} prompt -> {} output tokens, warm-up {}, seed {}",
         c.requests, c.prompt_tokens, c.output_tokens, c.warmup, c.seed
     );
-    let f = &j.llmsim_failures;
+    let f = |k: &str| j.llmsim_failures.get(k).copied().unwrap_or(0);
     let _ = writeln!(
         out,
         "requests   {} completed, {} failed (connect {}, http {}, timeout {}, stream {})",
-        j.completed, j.failed, f["connect"], f["http"], f["timeout"], f["stream"]
+        j.completed,
+        j.failed,
+        f("connect"),
+        f("http"),
+        f("timeout"),
+        f("stream")
     );
     if let Some(first) = j.errors.iter().find(|e| !e.is_empty()) {
         let _ = writeln!(out, "           first error: {first}");

@@ -15,6 +15,9 @@ use crate::measured::{self, LoadLevel, Measured};
 use crate::metrics::RunResult;
 
 #[derive(Debug, Args)]
+#[command(after_help = "Exit codes: 0 every compared figure is within the tolerance; 1 the comparison failed \
+(a figure outside it, nothing comparable, or the measurement reported its own lag); 2 bad usage or an \
+unreadable file.")]
 pub struct DiffArgs {
     /// A `llmsim run --json` result (several, one per line or in a JSON
     /// array, pair with the measured levels in order).

@@ -401,6 +401,21 @@ fn a_closed_loop_never_has_more_requests_in_flight_than_users() {
 }
 
 #[test]
+fn a_closed_loops_trace_is_its_send_times_and_replays() {
+    let mock = Mock::start(Behaviour::default());
+    let dir = tempdir();
+    let trace = dir.path().join("t.csv");
+    bench(&mock, &["--concurrency", "4", "--requests", "16", "--prompt-tokens", "6", "--output-tokens", "2", "-q"])
+        .arg("--trace")
+        .arg(&trace)
+        .ok();
+    TestCommand::new(&["run", "scenarios/base.yml", "-q", "--trace-from"])
+        .arg(&trace)
+        .ok()
+        .stderr_has(&["replaying 16 requests of the trace"]);
+}
+
+#[test]
 fn the_chat_endpoint_skips_the_role_chunk_and_leaves_room_for_the_template() {
     let mock = Mock::start(Behaviour::default());
     let dir = tempdir();
