@@ -10,6 +10,7 @@ pub mod config;
 pub mod engine;
 pub mod metrics;
 pub mod report;
+pub mod server;
 pub mod sim;
 pub mod time;
 pub mod util;

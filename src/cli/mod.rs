@@ -3,6 +3,7 @@
 
 pub mod explain;
 pub mod run;
+pub mod serve;
 pub mod trace;
 
 use std::io::Write;
@@ -33,6 +34,9 @@ pub enum Command {
     /// Print the effective configuration (every default filled in) and the
     /// derived capacity.
     Explain(explain::ExplainArgs),
+    /// Serve an OpenAI-compatible API whose tokens are timed by the engine
+    /// in real time.
+    Serve(serve::ServeArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -63,6 +67,7 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Run(a) => run::execute(a),
         Command::Trace(a) => trace::execute(a),
         Command::Explain(a) => explain::execute(a),
+        Command::Serve(a) => serve::execute(a),
     }
 }
 

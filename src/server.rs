@@ -1,0 +1,214 @@
+//! `llmsim serve`: an OpenAI-compatible HTTP server with no model, whose
+//! tokens are released at the times the planner's engine computes, on the
+//! wall clock instead of virtual time.
+//!
+//! What is said and when it is sent are separate: `content` (responses.yml
+//! matching and the tokenizer) decides the answer's tokens; a model's
+//! engine decides when each is due. A `scheduler` model runs the planner
+//! core in one engine task (`engine_task`) fed by commands; a `fixed` model
+//! computes due times per request (`feed`). Handlers (`routes`) stream
+//! tokens as they come due, and everything measured lands in `stats`, read
+//! by `/metrics` (`prom`) and `/metrics/summary` (`summary`).
+
+pub mod content_stub;
+pub mod engine_task;
+pub mod errors;
+pub mod feed;
+pub mod openai;
+pub mod prom;
+pub mod record;
+pub mod routes;
+pub mod sse;
+pub mod stats;
+pub mod summary;
+
+// The one line to change when `crate::content` lands.
+use content_stub as content;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::{self, UnboundedSender};
+
+use crate::config::models::{EngineKind, FixedTiming, ModelsFile, ServedModel};
+use crate::engine::Engine;
+use crate::time::SimTime;
+use engine_task::{Command, EngineTask, Sinks, lock};
+use errors::ApiError;
+use record::Recorder;
+use stats::{Gauges, ModelStats};
+
+pub use content::Responses;
+
+/// The server's timeline: nanoseconds since it started, on tokio's clock
+/// (which tests can pause and advance).
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    base: tokio::time::Instant,
+}
+
+impl Clock {
+    pub fn start() -> Clock {
+        Clock { base: tokio::time::Instant::now() }
+    }
+
+    pub fn now(&self) -> SimTime {
+        SimTime::from_nanos(u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The wall-clock instant of a simulated time.
+    pub fn instant(&self, t: SimTime) -> tokio::time::Instant {
+        self.base + Duration::from_nanos(t.as_nanos())
+    }
+}
+
+/// How a model's tokens are timed.
+pub enum Backend {
+    Scheduler { commands: UnboundedSender<Command> },
+    Fixed(FixedTiming),
+}
+
+/// One served model: its spec, its driver and its measurements.
+pub struct ModelHandle {
+    pub spec: ServedModel,
+    pub backend: Backend,
+    pub sinks: Sinks,
+    /// Handler-side request keys.
+    pub tickets: AtomicU64,
+}
+
+/// Server options besides the models and responses.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub max_body_bytes: usize,
+    /// Also export metric names vLLM deprecated but some routers still read.
+    pub legacy_metrics: bool,
+    /// `--record FILE`.
+    pub record: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { max_body_bytes: 8 * 1024 * 1024, legacy_metrics: false, record: None }
+    }
+}
+
+/// The shared state every handler sees.
+pub struct App {
+    pub models: Vec<ModelHandle>,
+    pub responses: Responses,
+    pub clock: Clock,
+    /// Unix seconds at start, for the `created` fields.
+    pub created: u64,
+    pub options: Options,
+    /// The summary window's epoch (bumped by a reset).
+    pub epoch: AtomicU64,
+    /// Error responses by status since start.
+    pub http_errors: Mutex<BTreeMap<u16, u64>>,
+    pub next_response: AtomicU64,
+}
+
+impl App {
+    /// Builds the state and spawns one engine task per scheduler model.
+    /// Call inside a tokio runtime. Fails only if a record file cannot be
+    /// created.
+    pub fn start(file: &ModelsFile, responses: Responses, options: Options) -> Result<Arc<App>, String> {
+        let clock = Clock::start();
+        let mut models = Vec::new();
+        for spec in &file.models {
+            let recorder = match &options.record {
+                Some(path) => {
+                    let path = record::path_for(path, &spec.name, file.models.len());
+                    let r = Recorder::create(&path)
+                        .map_err(|e| format!("cannot create the record file {}: {e}", path.display()))?;
+                    Some(Arc::new(Mutex::new(r)))
+                }
+                None => None,
+            };
+            let sinks = Sinks {
+                stats: Arc::new(Mutex::new(ModelStats::new(spec.context_length))),
+                gauges: Arc::new(Gauges::default()),
+                recorder,
+            };
+            let backend = match &spec.engine {
+                EngineKind::Fixed(t) => Backend::Fixed(*t),
+                EngineKind::Scheduler(s) => {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let task = EngineTask::new(Engine::new(s.engine.clone()), rx, clock, sinks.clone());
+                    tokio::spawn(task.run());
+                    Backend::Scheduler { commands: tx }
+                }
+            };
+            models.push(ModelHandle { spec: spec.clone(), backend, sinks, tickets: AtomicU64::new(0) });
+        }
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Ok(Arc::new(App {
+            models,
+            responses,
+            clock,
+            created,
+            options,
+            epoch: AtomicU64::new(0),
+            http_errors: Mutex::new(BTreeMap::new()),
+            next_response: AtomicU64::new(0),
+        }))
+    }
+
+    /// The model a request names, or the first one when it names none
+    /// (vLLM serves its default model then).
+    pub fn model(&self, name: Option<&str>) -> Result<&ModelHandle, ApiError> {
+        match name {
+            None => self.models.first().ok_or_else(|| ApiError::unknown_model("")),
+            Some(n) => self.models.iter().find(|m| m.spec.name == n).ok_or_else(|| ApiError::unknown_model(n)),
+        }
+    }
+
+    pub fn count_error(&self, status: u16) {
+        *lock(&self.http_errors).entry(status).or_insert(0) += 1;
+    }
+
+    /// Paths of the record files, in model order.
+    pub fn record_paths(&self) -> Vec<PathBuf> {
+        self.models
+            .iter()
+            .filter_map(|m| m.sinks.recorder.as_ref().map(|r| lock(r).path().to_path_buf()))
+            .collect()
+    }
+
+    /// Writes what is left of every record file (requests still in flight
+    /// are written as such).
+    pub fn finish_records(&self) {
+        for m in &self.models {
+            if let Some(r) = &m.sinks.recorder {
+                lock(r).finish();
+            }
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes; open streams get
+/// a short grace period, then are cut.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let router = routes::router(app);
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = tx.send(());
+    });
+    tokio::select! {
+        r = server => r,
+        () = async move {
+            let _ = rx.await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } => Ok(()),
+    }
+}

@@ -1,0 +1,233 @@
+//! A request's token feed, as a handler sees it: the engine task's events
+//! for a `scheduler` model, or due times computed on the spot for a
+//! `fixed` model. Either way the handler gets tokens at their due times,
+//! then the simulated story, and dropping the feed early (the client went
+//! away) aborts the request at once.
+
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+
+use super::engine_task::{Command, Event, Sinks, Submit, lock};
+use super::stats::{Finish, Story};
+use super::{Backend, Clock, ModelHandle};
+use crate::config::models::FixedTiming;
+use crate::engine::{RejectReason, RequestId};
+use crate::metrics::{RequestRecord, Status};
+use crate::time::SimTime;
+
+/// What a handler asks for.
+#[derive(Clone, Debug)]
+pub struct FeedRequest {
+    pub stamp: SimTime,
+    pub prompt: u32,
+    pub output: u32,
+    pub finish: Finish,
+    pub max_tokens: Option<u32>,
+    pub epoch: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum FeedEvent {
+    Token { index: u32, due: SimTime },
+    Done(Box<Story>),
+    Rejected(RejectReason),
+    /// The engine task is gone (the server is shutting down).
+    Lost,
+}
+
+/// The request as accepted: its id and (clamped) arrival.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Accepted {
+    pub id: RequestId,
+    pub arrival: SimTime,
+}
+
+pub struct Feed {
+    kind: Kind,
+}
+
+enum Kind {
+    Engine { events: UnboundedReceiver<Event>, guard: AbortGuard },
+    Fixed(Box<FixedFeed>),
+}
+
+impl Feed {
+    /// Hands the request to the model. Err carries a rejection on arrival.
+    pub async fn start(model: &ModelHandle, clock: Clock, req: FeedRequest) -> Result<(Feed, Accepted), FeedEvent> {
+        let ticket = model.tickets.fetch_add(1, Ordering::Relaxed);
+        match &model.backend {
+            Backend::Scheduler { commands } => start_engine(commands, ticket, req).await,
+            Backend::Fixed(timing) => Ok(FixedFeed::start(*timing, clock, model.sinks.clone(), ticket, req)),
+        }
+    }
+
+    pub async fn next(&mut self) -> FeedEvent {
+        match &mut self.kind {
+            Kind::Engine { events, guard } => {
+                let ev = match events.recv().await {
+                    Some(Event::Token { index, due }) => FeedEvent::Token { index, due },
+                    Some(Event::Done(story)) => FeedEvent::Done(story),
+                    Some(Event::Rejected(r)) => FeedEvent::Rejected(r),
+                    Some(Event::Accepted { .. }) | None => FeedEvent::Lost,
+                };
+                if !matches!(ev, FeedEvent::Token { .. }) {
+                    guard.armed = false;
+                }
+                ev
+            }
+            Kind::Fixed(f) => f.next().await,
+        }
+    }
+}
+
+async fn start_engine(
+    commands: &UnboundedSender<Command>,
+    ticket: u64,
+    req: FeedRequest,
+) -> Result<(Feed, Accepted), FeedEvent> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let submit = Submit {
+        ticket,
+        stamp: req.stamp,
+        prompt: req.prompt,
+        output: req.output,
+        finish: req.finish,
+        max_tokens: req.max_tokens,
+        epoch: req.epoch,
+        events: tx,
+    };
+    if commands.send(Command::Submit(submit)).is_err() {
+        return Err(FeedEvent::Lost);
+    }
+    // From here on, dropping this future (client gone) aborts the request.
+    let guard = AbortGuard { commands: commands.clone(), ticket, armed: true };
+    match rx.recv().await {
+        Some(Event::Accepted { id, arrival }) => {
+            Ok((Feed { kind: Kind::Engine { events: rx, guard } }, Accepted { id, arrival }))
+        }
+        Some(Event::Rejected(r)) => Err(FeedEvent::Rejected(r)),
+        _ => Err(FeedEvent::Lost),
+    }
+}
+
+/// Sends `Abort` when dropped while armed: the client went away.
+struct AbortGuard {
+    commands: UnboundedSender<Command>,
+    ticket: u64,
+    armed: bool,
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.commands.send(Command::Abort { ticket: self.ticket });
+        }
+    }
+}
+
+/// One request of a `fixed` model: TTFT = overhead + prompt / rate after
+/// arrival, then one token every ITL. No shared state besides the metrics.
+struct FixedFeed {
+    clock: Clock,
+    timing: FixedTiming,
+    sinks: Sinks,
+    story: Story,
+    finish: Finish,
+    max_tokens: Option<u32>,
+    epoch: u64,
+    next: u32,
+    done: bool,
+}
+
+impl FixedFeed {
+    fn start(timing: FixedTiming, clock: Clock, sinks: Sinks, ticket: u64, req: FeedRequest) -> (Feed, Accepted) {
+        let (id, arrival) = match &sinks.recorder {
+            Some(r) => lock(r).begin(req.stamp, req.prompt, req.output),
+            None => (ticket, req.stamp),
+        };
+        sinks.gauges.running.fetch_add(1, Ordering::Relaxed);
+        lock(&sinks.stats).accepted(req.prompt, req.epoch);
+        let rec = RequestRecord {
+            id,
+            arrival,
+            prompt: req.prompt,
+            output: req.output,
+            first_scheduled: Some(arrival),
+            first_token: None,
+            last_token: None,
+            tokens: 0,
+            preemptions: 0,
+            max_gap_ns: 0,
+            status: Status::InFlight,
+        };
+        let feed = FixedFeed {
+            clock,
+            timing,
+            sinks,
+            story: Story { rec, steps: 0, batch_sum: 0 },
+            finish: req.finish,
+            max_tokens: req.max_tokens,
+            epoch: req.epoch,
+            next: 1,
+            done: false,
+        };
+        (Feed { kind: Kind::Fixed(Box::new(feed)) }, Accepted { id, arrival })
+    }
+
+    /// Due time of token `index` (1-based).
+    fn due(&self, index: u32) -> SimTime {
+        let r = &self.story.rec;
+        let ttft = self.timing.ttft_ns(r.prompt);
+        r.arrival.plus_nanos(ttft + u64::from(index - 1) * self.timing.itl_ns)
+    }
+
+    async fn next(&mut self) -> FeedEvent {
+        if self.done {
+            return FeedEvent::Lost;
+        }
+        if self.next > self.story.rec.output {
+            self.done = true;
+            self.sinks.gauges.running.fetch_sub(1, Ordering::Relaxed);
+            self.story.rec.status = Status::Finished;
+            lock(&self.sinks.stats).finished(&self.story, self.finish, self.max_tokens, self.epoch);
+            if let Some(r) = &self.sinks.recorder {
+                lock(r).complete(&self.story.rec);
+            }
+            return FeedEvent::Done(Box::new(self.story.clone()));
+        }
+        let index = self.next;
+        let due = self.due(index);
+        tokio::time::sleep_until(self.clock.instant(due)).await;
+        let lag = self.clock.now().nanos_since(due);
+        let r = &mut self.story.rec;
+        let (ttft, gap) = match r.last_token {
+            None => (Some(due.nanos_since(r.arrival)), None),
+            Some(last) => (None, Some(due.nanos_since(last))),
+        };
+        if let Some(g) = gap {
+            r.max_gap_ns = r.max_gap_ns.max(g);
+        }
+        r.first_token.get_or_insert(due);
+        r.last_token = Some(due);
+        r.tokens = index;
+        self.next += 1;
+        let mut stats = lock(&self.sinks.stats);
+        stats.token(ttft, gap, self.epoch);
+        stats.lag(lag, 1);
+        FeedEvent::Token { index, due }
+    }
+}
+
+impl Drop for FixedFeed {
+    fn drop(&mut self) {
+        if !self.done {
+            self.sinks.gauges.running.fetch_sub(1, Ordering::Relaxed);
+            lock(&self.sinks.stats).aborted(self.epoch);
+            self.story.rec.status = Status::Aborted;
+            if let Some(r) = &self.sinks.recorder {
+                lock(r).complete(&self.story.rec);
+            }
+        }
+    }
+}
