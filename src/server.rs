@@ -23,7 +23,7 @@ pub mod stats;
 pub mod summary;
 
 // The one line to change when `crate::content` lands.
-use content_stub as content;
+pub use content_stub as content;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -199,7 +199,12 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    use axum::serve::ListenerExt;
     let router = routes::router(app);
+    // Tokens are small writes that must leave at once: no Nagle delay.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         shutdown.await;
         let _ = tx.send(());
