@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod content;
 pub mod engine;
 pub mod metrics;
 pub mod report;

@@ -10,6 +10,17 @@ use crate::workload::{AnySource, Source};
 
 /// Runs `source` through `engine` until both are exhausted.
 pub fn drive<S: Source, O: Observer>(engine: &mut Engine, source: &mut S, obs: &mut O) {
+    drive_with(engine, source, obs, |_, _| {});
+}
+
+/// [`drive`], calling `after_step` with the engine and the observer after
+/// every step (tests use it to check invariants between steps).
+pub fn drive_with<S, O, F>(engine: &mut Engine, source: &mut S, obs: &mut O, mut after_step: F)
+where
+    S: Source,
+    O: Observer,
+    F: FnMut(&Engine, &mut O),
+{
     let mut tap = Tap { inner: obs, done: Vec::new() };
     loop {
         let start = match engine.next_step_at() {
@@ -27,6 +38,7 @@ pub fn drive<S: Source, O: Observer>(engine: &mut Engine, source: &mut S, obs: &
             }
         }
         engine.step(&mut tap);
+        after_step(engine, tap.inner);
         for (id, at) in tap.done.drain(..) {
             source.done(id, at);
         }

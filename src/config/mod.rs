@@ -35,8 +35,12 @@ pub fn load_scenario_with(file: &Path, overrides: &[Override]) -> Result<Scenari
     for o in overrides {
         o.apply(&mut value, file)?;
     }
-    let raw: raw::RawScenario = parse_value(value, file, "")?;
-    validate::scenario(raw, file)
+    let with_overrides = |mut e: ConfigError| {
+        e.message.push_str(" (after --set overrides)");
+        e
+    };
+    let raw: raw::RawScenario = parse_value(value, file, "").map_err(with_overrides)?;
+    validate::scenario(raw, file).map_err(with_overrides)
 }
 
 /// The whole file as text, or an error naming it.
@@ -52,13 +56,17 @@ pub fn read_text(file: &Path) -> Result<String, ConfigError> {
 
 /// Deserialises YAML text, reporting the key path and line of any error.
 pub fn parse_str<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T, ConfigError> {
+    // A syntax error has no key path; report it as what it is.
+    if let Err(e) = serde_yaml::from_str::<serde_yaml::Value>(text) {
+        let line = e.location().map(|l| l.line());
+        return Err(ConfigError::new(file, "", format!("YAML syntax error: {e}")).at_line(line));
+    }
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = clean_path(&e.path().to_string());
         let inner = e.into_inner();
         let line = inner.location().map(|l| l.line());
-        let msg = strip_location(&inner.to_string());
-        let msg = msg.strip_prefix(&format!("{path}: ")).map(str::to_string).unwrap_or(msg);
+        let msg = strip_path_prefix(&strip_location(&inner.to_string()), &path);
         ConfigError::new(file, path, msg).at_line(line)
     })
 }
@@ -74,6 +82,19 @@ pub fn parse_value<T: DeserializeOwned>(value: serde_yaml::Value, file: &Path, p
         };
         ConfigError::new(file, path, strip_location(&e.into_inner().to_string()))
     })
+}
+
+/// serde_yaml starts some messages with (part of) the key path, which the
+/// error already shows.
+fn strip_path_prefix(msg: &str, path: &str) -> String {
+    if let Some((head, rest)) = msg.split_once(": ")
+        && !head.is_empty()
+        && !head.contains(' ')
+        && (path == head || path.starts_with(&format!("{head}.")))
+    {
+        return rest.to_string();
+    }
+    msg.to_string()
 }
 
 /// serde_path_to_error writes `.` for the root; we write nothing.

@@ -158,35 +158,38 @@ impl Length {
 }
 
 impl Serialize for Length {
+    /// A fixed length is a plain number; the others are one-key mappings,
+    /// the form users write.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use std::collections::BTreeMap;
+        #[derive(Serialize)]
+        struct Moments {
+            mean: f64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            std: Option<f64>,
+            min: u32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            max: Option<u32>,
+        }
         #[derive(Serialize)]
         #[serde(rename_all = "snake_case")]
         enum Tagged<'a> {
             Uniform([u32; 2]),
-            Normal(BTreeMap<&'static str, f64>),
-            Lognormal(BTreeMap<&'static str, f64>),
-            Exponential(BTreeMap<&'static str, f64>),
+            Normal(Moments),
+            Lognormal(Moments),
+            Exponential(Moments),
             Choice { values: &'a [u32], weights: &'a [f64] },
         }
-        let bounds = |mut m: BTreeMap<&'static str, f64>, min: u32, max: Option<u32>| {
-            m.insert("min", f64::from(min));
-            if let Some(max) = max {
-                m.insert("max", f64::from(max));
-            }
-            m
-        };
         let tagged = match self {
             Length::Fixed(n) => return s.serialize_u32(*n),
             Length::Uniform { lo, hi } => Tagged::Uniform([*lo, *hi]),
             Length::Normal { mean, std, min, max } => {
-                Tagged::Normal(bounds(BTreeMap::from([("mean", *mean), ("std", *std)]), *min, *max))
+                Tagged::Normal(Moments { mean: *mean, std: Some(*std), min: *min, max: *max })
             }
             Length::Lognormal { mean, std, min, max } => {
-                Tagged::Lognormal(bounds(BTreeMap::from([("mean", *mean), ("std", *std)]), *min, *max))
+                Tagged::Lognormal(Moments { mean: *mean, std: Some(*std), min: *min, max: *max })
             }
             Length::Exponential { mean, min, max } => {
-                Tagged::Exponential(bounds(BTreeMap::from([("mean", *mean)]), *min, *max))
+                Tagged::Exponential(Moments { mean: *mean, std: None, min: *min, max: *max })
             }
             Length::Choice { values, weights } => Tagged::Choice { values, weights },
         };

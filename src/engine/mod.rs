@@ -395,16 +395,58 @@ impl Engine {
 
     /// Invariants, checked in debug builds after every step.
     fn debug_check(&self) {
-        if cfg!(debug_assertions) {
-            let held: u64 = self.running.iter().map(|&s| u64::from(self.slots[s as usize].blocks)).sum();
-            debug_assert_eq!(held, u64::from(self.kv.used()), "blocks held != blocks used");
-            debug_assert!(self.running.iter().all(|&s| self.slots[s as usize].state == State::Running));
-            debug_assert!(self.waiting.iter().all(|&s| {
-                let seq = &self.slots[s as usize];
-                seq.state == State::Waiting && seq.blocks == 0 && seq.computed == 0
-            }));
-            debug_assert!(self.running.len() <= self.cfg.max_num_sequences as usize);
+        if cfg!(debug_assertions)
+            && let Err(e) = self.check_invariants()
+        {
+            panic!("engine invariant broken: {e}");
         }
+    }
+
+    /// Checks the engine's bookkeeping: blocks held by running requests
+    /// equal blocks in use, used + free = total, every live request is in
+    /// exactly one queue in the state that queue implies, waiting requests
+    /// hold no KV, and the running set respects `max_num_sequences`.
+    /// Tests call it after every step, in release builds too.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let held: u64 = self.running.iter().map(|&s| u64::from(self.slots[s as usize].blocks)).sum();
+        if held != u64::from(self.kv.used()) {
+            return Err(format!("running requests hold {held} blocks but {} are used", self.kv.used()));
+        }
+        if self.kv.used() + self.kv.free() != self.kv.total() {
+            return Err("used + free != total".into());
+        }
+        let mut seen = vec![0u8; self.slots.len()];
+        let queues: [(&str, State, Vec<u32>); 3] = [
+            ("pending", State::Pending, self.pending.iter().copied().collect()),
+            ("waiting", State::Waiting, self.waiting.iter().copied().collect()),
+            ("running", State::Running, self.running.clone()),
+        ];
+        for (name, state, slots) in &queues {
+            for &slot in slots {
+                let seq = &self.slots[slot as usize];
+                seen[slot as usize] += 1;
+                if seq.state != *state {
+                    return Err(format!("request {} is in {name} but in state {:?}", seq.req.id, seq.state));
+                }
+                if *state != State::Running && (seq.blocks != 0 || seq.computed != 0) {
+                    return Err(format!("request {} in {name} holds KV", seq.req.id));
+                }
+                if seq.computed > seq.known() || seq.generated >= seq.req.output {
+                    return Err(format!("request {} has impossible counters", seq.req.id));
+                }
+            }
+        }
+        if let Some(slot) = seen.iter().position(|&n| n > 1) {
+            return Err(format!("request {} is in two queues", self.slots[slot].req.id));
+        }
+        let live = self.pending.len() + self.waiting.len() + self.running.len();
+        if live != self.by_id.len() {
+            return Err(format!("{live} requests queued but {} known", self.by_id.len()));
+        }
+        if self.running.len() > self.cfg.max_num_sequences as usize {
+            return Err("more running requests than max_num_sequences".into());
+        }
+        Ok(())
     }
 }
 

@@ -260,3 +260,81 @@ fn abort_frees_blocks_wherever_the_request_is() {
     assert_eq!(e.kv_blocks_used(), 0);
     assert!(e.is_idle());
 }
+
+/// The base model of ENGINE.md: 7,609 blocks of 16 tokens, watermark 76.
+fn base_engine(budget: u32, max_seqs: u32) -> Engine {
+    let cap = Capacity::compute(&CapacityInput {
+        hbm_gib: 80.0,
+        gpu_memory_utilization: 0.9,
+        parameters_billions: 6.74,
+        bytes_per_parameter: 2.0,
+        kv_bytes_per_token: 524_288,
+        block_size: 16,
+        watermark: 0.01,
+        num_blocks_override: None,
+    })
+    .unwrap();
+    Engine::new(EngineConfig {
+        capacity: cap,
+        max_batch_tokens: budget,
+        max_num_sequences: max_seqs,
+        context_length: 32_768,
+        cost: cost::tests::base_cost(),
+    })
+}
+
+fn ms(step: &StepRecord) -> f64 {
+    step.duration_nanos() as f64 / 1e6
+}
+
+#[test]
+fn the_engine_prefills_8192_tokens_in_112_ms_and_2048_in_28_ms() {
+    for (budget, want) in [(8192, 111.65), (2048, 27.91)] {
+        let mut e = base_engine(budget, 64);
+        e.submit(req(0, 0, 20_000, 1), &mut ()).unwrap();
+        let first = e.step(&mut ()).unwrap();
+        assert_eq!(first.tokens, budget);
+        assert!((ms(&first) - want).abs() < 0.01, "budget {budget}: {} ms", ms(&first));
+    }
+}
+
+#[test]
+fn the_engine_decodes_29_requests_at_4k_context_in_about_25_ms() {
+    // A budget large enough to prefill all 29 in one step, so the decode
+    // step that follows has the whole batch at 4,096 tokens of context.
+    let mut e = base_engine(131_072, 64);
+    for id in 0..29 {
+        e.submit(req(id, 0, 4095, 2), &mut ()).unwrap();
+    }
+    let mut last = None;
+    while let Some(s) = e.step(&mut ()) {
+        last = Some(s);
+    }
+    let decode = last.unwrap();
+    assert_eq!((decode.batch_size, decode.tokens, decode.sum_ctx), (29, 29, 29 * 4096));
+    assert!((ms(&decode) - 25.25).abs() < 0.01, "{}", ms(&decode));
+}
+
+#[test]
+fn a_512_token_prompt_among_64_decodes_hides_under_memory_but_three_do_not() {
+    for (prompts, compute_bound, want) in [(1u64, false, 10.6), (3, true, 21.8)] {
+        let mut e = base_engine(8192, 67);
+        for id in 0..64 {
+            e.submit(req(id, 0, 512, 100), &mut ()).unwrap();
+        }
+        // Prefill (4 steps of 8192 tokens), then decode until every stream
+        // holds 537 tokens of KV.
+        for _ in 0..4 + 25 {
+            e.step(&mut ()).unwrap();
+        }
+        let now = e.clock();
+        for id in 0..prompts {
+            e.submit(Request { id: 64 + id, arrival: now, prompt: 512, output: 1 }, &mut ()).unwrap();
+        }
+        let s = e.step(&mut ()).unwrap();
+        assert_eq!((s.batch_size as u64, s.tokens as u64), (64 + prompts, 64 + 512 * prompts));
+        assert!((s.compute_s * 1e3 - 7.85 * (64.0 + 512.0 * prompts as f64) / 576.0).abs() < 0.01);
+        assert_eq!(s.compute_s > s.memory_s, compute_bound);
+        assert!((ms(&s) - want).abs() < 0.06, "{prompts} prompts: {} ms", ms(&s));
+    }
+}

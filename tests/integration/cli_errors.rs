@@ -1,4 +1,205 @@
-//! Integration tests: cli_errors.
+//! Integration tests: every bad input exits 2 with a message naming the
+//! file, the key path (or CSV line), the value and what is allowed, and
+//! never panics.
 
-#[allow(unused_imports)]
 use crate::support::*;
+
+const BASE: &str = "scenarios/base.yml";
+
+/// Runs `llmsim run` on the base scenario with overrides; expects exit 2.
+fn bad_set(sets: &[&str], fragments: &[&str]) {
+    let mut cmd = TestCommand::new(&["run", BASE]);
+    for s in sets {
+        cmd = cmd.arg("--set").arg(s);
+    }
+    cmd.fails_with(2).stderr_has(fragments);
+}
+
+/// The base scenario with one textual edit, written to a temp file.
+fn edited(from: &str, to: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let text = std::fs::read_to_string(repo(BASE)).expect("base");
+    assert!(text.contains(from), "{from}");
+    let dir = tempdir();
+    let path = write(dir.path(), "edited.yml", &text.replace(from, to));
+    (dir, path)
+}
+
+#[test]
+fn a_missing_scenario_file_is_named() {
+    TestCommand::new(&["run", "no/such/scenario.yml"]).fails_with(2).stderr_has(&[
+        "no/such/scenario.yml",
+        "cannot read the file",
+        "no such file",
+    ]);
+}
+
+#[test]
+fn a_yaml_syntax_error_names_the_file_and_line() {
+    let dir = tempdir();
+    let path = write(dir.path(), "broken.yml", "name: x\nmodel:\n  context_length: 4096\n\tweights: {}\n");
+    TestCommand::new(&["run"]).arg(&path).fails_with(2).stderr_has(&["broken.yml:4", "YAML syntax error", "tab"]);
+}
+
+#[test]
+fn an_unknown_key_names_its_path_and_the_allowed_keys() {
+    let (_d, path) = edited("max_batch_tokens: 8192", "max_batch_token: 8192");
+    TestCommand::new(&["run"]).arg(&path).fails_with(2).stderr_has(&[
+        "edited.yml:22",
+        "scheduler.max_batch_token",
+        "unknown field `max_batch_token`",
+        "`max_batch_tokens`",
+    ]);
+}
+
+#[test]
+fn a_wrong_type_names_the_path_the_value_and_the_type() {
+    let (_d, path) = edited("max_batch_tokens: 8192", "max_batch_tokens: lots");
+    TestCommand::new(&["run"]).arg(&path).fails_with(2).stderr_has(&[
+        "edited.yml:22",
+        "scheduler.max_batch_tokens",
+        "\"lots\"",
+        "expected i64",
+    ]);
+}
+
+#[test]
+fn zero_or_negative_rates_are_refused() {
+    bad_set(
+        &["workload.arrivals.poisson.rate=0"],
+        &["base.yml", "workload.arrivals.poisson.rate", "0 is not allowed", "greater than 0"],
+    );
+    bad_set(&["workload.arrivals={gamma: {rate: -2, burstiness: 1}}"], &["workload.arrivals.gamma.rate", "-2"]);
+    bad_set(&["workload.arrivals={gamma: {rate: 2, burstiness: 0}}"], &["workload.arrivals.gamma.burstiness"]);
+    bad_set(&["workload.arrivals={constant: {rate: -1}}"], &["workload.arrivals.constant.rate", "-1"]);
+    bad_set(
+        &["workload.arrivals={closed: {concurrency: 0}}"],
+        &["workload.arrivals.closed.concurrency", "0 is not allowed"],
+    );
+}
+
+#[test]
+fn zero_or_negative_sizes_and_speeds_are_refused() {
+    bad_set(&["model.kv_cache.block_size=0"], &["model.kv_cache.block_size", "0 is not allowed", "from 1"]);
+    bad_set(&["hardware.memory_bandwidth_gbps=0"], &["hardware.memory_bandwidth_gbps", "greater than 0"]);
+    bad_set(&["hardware.peak_tflops=-989"], &["hardware.peak_tflops", "-989"]);
+    bad_set(&["workload.requests=0"], &["workload.requests", "0 is not allowed"]);
+    bad_set(&["workload.requests=-5"], &["workload.requests", "-5"]);
+    bad_set(&["scheduler.max_num_sequences=0"], &["scheduler.max_num_sequences"]);
+    bad_set(&["model.kv_cache.bytes_per_token=0"], &["model.kv_cache.bytes_per_token"]);
+    bad_set(&["workload.prompt_tokens=0"], &["workload.prompt_tokens", "0 is not allowed"]);
+    bad_set(&["workload.output_tokens={uniform: [10, 5]}"], &["workload.output_tokens.uniform", "[10, 5]"]);
+}
+
+#[test]
+fn efficiency_must_be_in_zero_to_one() {
+    bad_set(&["efficiency.compute=1.5"], &["efficiency.compute", "1.5", "(0, 1]"]);
+    bad_set(&["efficiency.memory=0"], &["efficiency.memory", "(0, 1]"]);
+}
+
+#[test]
+fn watermark_must_be_below_one() {
+    bad_set(&["model.kv_cache.watermark=1"], &["model.kv_cache.watermark", "[0, 1)"]);
+    bad_set(&["model.kv_cache.watermark=-0.1"], &["model.kv_cache.watermark", "-0.1"]);
+}
+
+#[test]
+fn weights_larger_than_memory_say_by_how_much() {
+    bad_set(
+        &["model.weights.parameters_billions=70"],
+        &["model.weights", "does not fit", "140.00 GB", "77.31 GB", "short by 62.70 GB"],
+    );
+}
+
+#[test]
+fn an_unknown_hardware_name_lists_the_known_ones() {
+    bad_set(
+        &["hardware=h100-80g"],
+        &["unknown hardware profile `h100-80g`", "did you mean `h100-80gb`", "a100-40gb", "rtx-4090"],
+    );
+}
+
+#[test]
+fn every_shipped_hardware_profile_loads() {
+    for name in ["h100-80gb", "h200", "a100-80gb", "a100-40gb", "l40s", "a10g", "l4", "rtx-4090"] {
+        let set = format!("hardware={name}");
+        let out = TestCommand::new(&["explain", BASE, "--set", &set]).ok().stdout();
+        assert!(out.contains(&format!("name: {name}")), "{out}");
+        let profile = std::fs::read_to_string(repo(&format!("hardware/{name}.yml"))).expect("profile");
+        assert!(profile.contains("datasheet") || profile.contains("whitepaper"), "{name} names no source");
+    }
+}
+
+/// Runs the base scenario on a trace file with the given text.
+fn bad_trace(text: &str, fragments: &[&str]) {
+    let dir = tempdir();
+    let trace = write(dir.path(), "bad.csv", text);
+    let set = format!("workload.arrivals={{trace: {}}}", trace.display());
+    bad_set(&[&set, "workload.prompt_tokens=null", "workload.output_tokens=null"], fragments);
+}
+
+#[test]
+fn a_trace_with_a_missing_column_is_refused() {
+    bad_trace("arrival_s,prompt_tokens\n0,5\n", &["bad.csv", "line 1", "missing column `output_tokens`"]);
+}
+
+#[test]
+fn a_trace_with_a_non_number_names_the_line_and_column() {
+    bad_trace(
+        "arrival_s,prompt_tokens,output_tokens\n0,5,5\n0.5,five,5\n",
+        &["bad.csv", "line 3, column prompt_tokens", "`five`"],
+    );
+    bad_trace("arrival_s,prompt_tokens,output_tokens\nsoon,5,5\n", &["line 2, column arrival_s", "`soon`"]);
+}
+
+#[test]
+fn a_trace_with_negative_or_decreasing_arrivals_is_refused() {
+    bad_trace("arrival_s,prompt_tokens,output_tokens\n-0.5,5,5\n", &["line 2, column arrival_s", "-0.5", ">= 0"]);
+    bad_trace(
+        "arrival_s,prompt_tokens,output_tokens\n1,5,5\n0.5,5,5\n",
+        &["line 3, column arrival_s", "must not decrease"],
+    );
+}
+
+#[test]
+fn an_empty_trace_is_refused() {
+    bad_trace("arrival_s,prompt_tokens,output_tokens\n", &["bad.csv", "no requests"]);
+}
+
+#[test]
+fn a_missing_trace_file_is_named() {
+    bad_set(
+        &["workload.arrivals={trace: no-such-trace.csv}", "workload.prompt_tokens=null", "workload.output_tokens=null"],
+        &["no-such-trace.csv", "no such file"],
+    );
+}
+
+#[test]
+fn a_workload_that_never_ends_is_refused() {
+    bad_set(&["workload.requests=null"], &["workload", "never ends"]);
+}
+
+#[test]
+fn an_unknown_arrival_kind_lists_the_kinds() {
+    bad_set(
+        &["workload.arrivals={poison: {rate: 3}}"],
+        &["workload.arrivals", "unknown variant `poison`", "`poisson`", "`closed`"],
+    );
+}
+
+#[test]
+fn a_malformed_set_is_a_usage_error() {
+    TestCommand::new(&["run", BASE, "--set", "nonsense"]).fails_with(2).stderr_has(&["--set", "KEY.PATH=VALUE"]);
+}
+
+#[test]
+fn an_unknown_subcommand_or_flag_is_a_usage_error() {
+    TestCommand::new(&["frobnicate"]).fails_with(2);
+    TestCommand::new(&["run", BASE, "--no-such-flag"]).fails_with(2);
+}
+
+#[test]
+fn an_unwritable_output_file_is_a_failure_not_a_usage_error() {
+    TestCommand::new(&["run", BASE, "--set", "workload.requests=5", "--json", "/no/such/dir/out.json"])
+        .fails_with(1)
+        .stderr_has(&["/no/such/dir/out.json", "cannot write"]);
+}

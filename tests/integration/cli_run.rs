@@ -1,4 +1,258 @@
-//! Integration tests: cli_run.
+//! Integration tests: `llmsim run`, `trace` and `explain` on shipped scenarios.
 
-#[allow(unused_imports)]
 use crate::support::*;
+use serde_json::Value;
+
+/// Every scenario file users can run directly.
+fn shipped_scenarios() -> Vec<String> {
+    let mut out = Vec::new();
+    for dir in ["scenarios", "scenarios/workloads", "scenarios/models"] {
+        for entry in std::fs::read_dir(repo(dir)).expect("scenario dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "yml") {
+                out.push(path.strip_prefix(root()).expect("inside repo").display().to_string());
+            }
+        }
+    }
+    out.sort();
+    assert!(out.len() >= 9, "{out:?}");
+    out
+}
+
+fn run_json(args: &[&str]) -> Value {
+    let out = TestCommand::new(&["run"]).arg(args[0]).arg("--json").arg("-").args_from(&args[1..]).ok();
+    serde_json::from_str(&out.stdout()).expect("result JSON")
+}
+
+trait ArgsFrom {
+    fn args_from(self, rest: &[&str]) -> Self;
+}
+
+impl ArgsFrom for TestCommand {
+    fn args_from(mut self, rest: &[&str]) -> Self {
+        for a in rest {
+            self = self.arg(a);
+        }
+        self
+    }
+}
+
+#[test]
+fn run_prints_capacity_latencies_and_throughput_for_the_base_scenario() {
+    let out = TestCommand::new(&["run", "scenarios/base.yml"]).ok().stdout();
+    for want in [
+        "7,609 blocks x 16 = 121,744 tokens",
+        "211 requests of 576 tokens fit",
+        "watermark 76 blocks",
+        "TTFT",
+        "ITL",
+        "TPOT",
+        "E2E",
+        "queue",
+        "req/s",
+        "mean batch",
+        "preemptions",
+        "rejected",
+    ] {
+        assert!(out.contains(want), "summary lacks {want:?}:\n{out}");
+    }
+}
+
+#[test]
+fn every_shipped_scenario_runs_and_completes_requests() {
+    for s in shipped_scenarios() {
+        let v = run_json(&[&s]);
+        let completed = v["requests"]["completed"].as_u64().expect("completed");
+        assert!(completed > 0, "{s}: nothing completed");
+        assert_eq!(v["requests"]["rejected"], 0, "{s}");
+    }
+}
+
+#[test]
+fn the_result_json_has_every_key_of_the_contract() {
+    let v = run_json(&["scenarios/base.yml"]);
+    let stats = ["mean", "p50", "p90", "p99", "max"];
+    let paths: Vec<String> = [
+        "capacity.num_blocks",
+        "capacity.block_size",
+        "capacity.kv_tokens",
+        "capacity.watermark_blocks",
+        "requests.completed",
+        "requests.rejected",
+        "throughput.duration_s",
+        "throughput.requests_per_s",
+        "throughput.input_tokens_per_s",
+        "throughput.output_tokens_per_s",
+        "steps.count",
+        "steps.mean_batch_size",
+        "steps.max_batch_size",
+        "steps.mean_tokens",
+        "kv.peak_blocks",
+        "kv.mean_usage",
+        "preemptions",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(
+        ["ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms", "steps.duration_ms"]
+            .iter()
+            .flat_map(|m| stats.iter().map(move |s| format!("{m}.{s}"))),
+    )
+    .collect();
+    for p in &paths {
+        let node = p.split('.').fold(&v, |node, k| &node[k]);
+        assert!(node.is_number(), "{p} is {node}");
+    }
+    assert_eq!(v["capacity"]["num_blocks"], 7609);
+    assert_eq!(v["requests"]["completed"], 2000);
+}
+
+#[test]
+fn the_same_scenario_twice_gives_byte_identical_json() {
+    let a = TestCommand::new(&["run", "scenarios/workloads/closed-loop.yml", "--json", "-"]).ok().stdout();
+    let b = TestCommand::new(&["run", "scenarios/workloads/closed-loop.yml", "--json", "-"]).ok().stdout();
+    assert_eq!(a, b);
+    let c = TestCommand::new(&["run", "scenarios/base.yml", "--json", "-"]).ok().stdout();
+    let d = TestCommand::new(&["run", "scenarios/base.yml", "--json", "-"]).ok().stdout();
+    assert_eq!(c, d);
+}
+
+#[test]
+fn a_different_seed_gives_different_arrivals() {
+    let a = TestCommand::new(&["trace", "scenarios/base.yml", "-o", "-"]).ok().stdout();
+    let b = TestCommand::new(&["trace", "scenarios/base.yml", "-o", "-", "--seed", "43"]).ok().stdout();
+    assert_ne!(a, b);
+    assert_eq!(a.lines().count(), b.lines().count());
+}
+
+#[test]
+fn replaying_a_generated_trace_reproduces_the_run_exactly() {
+    let dir = tempdir();
+    for s in ["scenarios/base.yml", "scenarios/workloads/closed-loop.yml", "scenarios/workloads/gamma-bursty.yml"] {
+        let trace = dir.path().join("trace.csv");
+        TestCommand::new(&["trace", s, "-o"]).arg(&trace).ok();
+        let original = run_json(&[s]);
+        let set = format!("workload.arrivals={{trace: {}}}", trace.display());
+        let replay = TestCommand::new(&["run", s, "--json", "-", "--set", &set])
+            .arg("--set")
+            .arg("workload.prompt_tokens=null")
+            .arg("--set")
+            .arg("workload.output_tokens=null")
+            .arg("--set")
+            .arg("workload.requests=null")
+            .ok();
+        let replay: Value = serde_json::from_str(&replay.stdout()).expect("json");
+        for key in ["requests", "throughput", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms", "steps", "kv"] {
+            assert_eq!(original[key], replay[key], "{s}: {key} differs after replay");
+        }
+    }
+}
+
+#[test]
+fn explain_prints_a_valid_scenario_that_runs_identically() {
+    let out = TestCommand::new(&["explain", "scenarios/workloads/closed-loop.yml"]).ok().stdout();
+    assert!(out.contains("max_num_sequences: 64") && out.contains("watermark: 0.01"), "{out}");
+    assert!(out.contains("gpu_memory_utilization: 0.9"), "defaults are filled in:\n{out}");
+    assert!(out.contains("7,609 blocks"), "{out}");
+    let dir = tempdir();
+    let effective = write(dir.path(), "effective.yml", &out);
+    let a = run_json(&["scenarios/workloads/closed-loop.yml"]);
+    let b = run_json(&[effective.to_str().expect("utf-8 path")]);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn run_with_explain_prints_the_configuration_then_the_summary() {
+    let out = TestCommand::new(&["run", "scenarios/workloads/trace-replay.yml", "--explain"]).ok().stdout();
+    let config = out.find("effective configuration").expect("explanation");
+    let summary = out.find("throughput").expect("summary");
+    assert!(config < summary);
+}
+
+#[test]
+fn set_and_seed_override_the_scenario() {
+    let base = run_json(&["scenarios/base.yml", "--set", "workload.requests=50"]);
+    assert_eq!(base["requests"]["completed"], 50);
+    let small =
+        run_json(&["scenarios/base.yml", "--set", "workload.requests=50", "--set", "model.kv_cache.num_blocks=100"]);
+    assert_eq!(small["capacity"]["num_blocks"], 100);
+    let seeded = run_json(&["scenarios/base.yml", "--set", "workload.requests=50", "--seed", "1"]);
+    assert_eq!(seeded["seed"], 1);
+    assert_ne!(seeded["ttft_ms"], base["ttft_ms"]);
+}
+
+#[test]
+fn requests_and_steps_csv_have_a_row_each() {
+    let dir = tempdir();
+    let (req, steps) = (dir.path().join("r.csv"), dir.path().join("s.csv"));
+    let json = dir.path().join("out.json");
+    TestCommand::new(&["run", "scenarios/workloads/trace-replay.yml", "--quiet", "--requests-csv"])
+        .arg(&req)
+        .arg("--steps-csv")
+        .arg(&steps)
+        .arg("--json")
+        .arg(&json)
+        .ok();
+    let result: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("json");
+    let req = std::fs::read_to_string(&req).expect("requests csv");
+    let header = req.lines().next().expect("header");
+    assert_eq!(
+        header,
+        "id,arrival_s,prompt_tokens,output_tokens,status,queue_ms,ttft_ms,e2e_ms,tpot_ms,max_itl_ms,preemptions"
+    );
+    assert_eq!(req.lines().count(), 11);
+    assert!(req.lines().nth(3).expect("row").starts_with("2,0.031000000,96,12,finished,"), "{req}");
+    let steps = std::fs::read_to_string(&steps).expect("steps csv");
+    assert!(steps.starts_with("index,start_s,duration_ms,batch_size,tokens,prefill_tokens,kv_blocks_used,"));
+    assert_eq!(steps.lines().count() as u64, result["steps"]["count"].as_u64().expect("count") + 1);
+}
+
+#[test]
+fn a_closed_summary_pipe_is_not_an_error() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_llmsim"))
+        .args(["trace", "scenarios/base.yml", "-o", "-"])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn requests_over_the_context_are_counted_as_rejected_not_errors() {
+    let v = run_json(&["scenarios/base.yml", "--set", "workload.requests=20", "--set", "model.context_length=540"]);
+    assert_eq!(v["requests"]["rejected"], 20);
+    assert_eq!(v["requests"]["rejected_context_length"], 20);
+    assert_eq!(v["requests"]["completed"], 0);
+    assert!(v["ttft_ms"]["p50"].is_null());
+}
+
+#[test]
+fn prompts_that_can_never_fit_are_counted_as_rejected() {
+    // 40 blocks of 16 = 640 tokens; 1% watermark of 40 is 0 blocks: a
+    // 700-token prompt can never fit, a 500-token one can.
+    let v = run_json(&[
+        "scenarios/base.yml",
+        "--set",
+        "workload.requests=30",
+        "--set",
+        "model.kv_cache.num_blocks=40",
+        "--set",
+        "workload.prompt_tokens={choice: {values: [500, 700]}}",
+    ]);
+    let rejected = v["requests"]["rejected_kv_capacity"].as_u64().expect("count");
+    assert!(rejected > 0 && rejected < 30, "{v}");
+    assert_eq!(v["requests"]["completed"].as_u64().expect("count") + rejected, 30);
+    let out = TestCommand::new(&["run", "scenarios/base.yml", "--set", "workload.requests=30"])
+        .arg("--set")
+        .arg("model.kv_cache.num_blocks=40")
+        .arg("--set")
+        .arg("workload.prompt_tokens=700")
+        .ok()
+        .stdout();
+    assert!(out.contains("30 never fit in KV"), "{out}");
+}

@@ -8,5 +8,6 @@ mod cli_errors;
 mod cli_run;
 mod diff;
 mod experiments;
+mod invariants;
 mod server;
 mod sweep;

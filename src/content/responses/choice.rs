@@ -1,0 +1,146 @@
+//! Deterministic choices: which variant, how many synthetic tokens, which
+//! filler words. The same seed, entry and prompt give the same answer on
+//! every machine and every Rust release.
+//!
+//! std's `DefaultHasher` is not guaranteed stable across releases, so the
+//! hash is spelled out: FNV-1a 64 over the seed (8 bytes, little-endian),
+//! the entry id, a 0xFF byte (never part of UTF-8, so the fields cannot run
+//! into each other) and the trimmed prompt, then the SplitMix64 finaliser,
+//! which spreads FNV's weak low bits over the whole word. Filler words come
+//! from a SplitMix64 stream started at that hash.
+
+/// The hash that every choice for one answer derives from.
+pub fn answer_hash(seed: u64, entry: &str, prompt: &str) -> u64 {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let bytes = seed.to_le_bytes().into_iter().chain(entry.bytes()).chain([0xFF]).chain(prompt.bytes());
+    mix(bytes.fold(FNV_OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)))
+}
+
+/// The SplitMix64 finaliser.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// `lo + hash mod (hi - lo + 1)`: a value in `[lo, hi]`.
+pub fn in_range(hash: u64, lo: u64, hi: u64) -> u64 {
+    match (hi - lo).checked_add(1) {
+        Some(span) => lo + hash % span,
+        None => hash,
+    }
+}
+
+/// A SplitMix64 stream.
+struct Stream(u64);
+
+impl Stream {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix(self.0)
+    }
+
+    /// A value in `[0, n)` (multiply-shift; the bias is below 2^-50 for our n).
+    fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next()) * n as u128) >> 64) as usize
+    }
+}
+
+/// Filler words: plain ASCII letters, so that each, with its leading space,
+/// is exactly one token of the built-in tokenizer.
+const WORDS: &[&str] = &[
+    "the", "model", "answer", "request", "token", "server", "time", "batch", "memory", "cache", "block", "queue",
+    "load", "step", "prompt", "output", "latency", "system", "engine", "value", "result", "simple", "quick", "steady",
+    "large", "small", "early", "later", "every", "each", "some", "many", "few", "more", "less", "often", "still",
+    "again", "here", "there", "then", "now", "and", "but", "so", "yet", "with", "without", "from", "into", "over",
+    "under", "after", "before", "while", "because", "runs", "waits", "grows", "shrinks", "moves", "holds", "sends",
+    "reads", "writes", "keeps", "makes", "takes", "gives", "finds", "shows", "starts", "stops", "fills", "frees",
+    "serves", "is", "was", "can", "will", "may", "should", "we", "it", "they", "this", "that", "a", "an", "of", "to",
+    "in", "on", "for", "as", "by", "at",
+];
+
+/// Text of exactly `tokens` tokens by the built-in tokenizer: sentences of
+/// filler words, each capitalised and ending in a period, with an
+/// occasional comma. The same `hash` gives the same text.
+pub fn filler(tokens: usize, hash: u64) -> String {
+    let mut rng = Stream(hash);
+    let mut out = String::with_capacity(tokens * 7);
+    let mut left = tokens;
+    let mut words = 0; // words in the current sentence
+    let mut target = 5 + rng.below(10);
+    while left > 0 {
+        // End the sentence on the last token, or when it is long enough and
+        // at least two tokens remain for a next sentence to make sense.
+        let end = words > 0 && (left == 1 || (words >= target && left >= 3));
+        if end {
+            out.push('.');
+            words = 0;
+            target = 5 + rng.below(10);
+        } else {
+            push_word(&mut out, WORDS[rng.below(WORDS.len())], words == 0);
+            words += 1;
+            if words >= 2 && words + 1 < target && left >= 4 && rng.below(8) == 0 {
+                out.push(',');
+                left -= 1;
+            }
+        }
+        left -= 1;
+    }
+    out
+}
+
+fn push_word(out: &mut String, word: &str, capital: bool) {
+    if !out.is_empty() {
+        out.push(' ');
+    }
+    let mut chars = word.chars();
+    if capital && let Some(first) = chars.next() {
+        out.push(first.to_ascii_uppercase());
+    }
+    out.push_str(chars.as_str());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::tokenizer::count;
+
+    #[test]
+    fn the_hash_is_a_fixed_function_of_seed_entry_and_prompt() {
+        // Pinned values: a change here changes every scripted answer.
+        assert_eq!(answer_hash(0, "greet", "hello"), 0x64db1bcb01038a44);
+        assert_ne!(answer_hash(0, "greet", "hello"), answer_hash(1, "greet", "hello"));
+        assert_ne!(answer_hash(0, "greet", "hello"), answer_hash(0, "greeting", "hello"));
+        assert_ne!(answer_hash(0, "ab", "c"), answer_hash(0, "a", "bc"), "fields cannot run into each other");
+    }
+
+    #[test]
+    fn in_range_covers_the_whole_inclusive_range() {
+        let seen: std::collections::BTreeSet<u64> = (0..1000).map(|i| in_range(mix(i), 3, 7)).collect();
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![3, 4, 5, 6, 7]);
+        assert_eq!(in_range(12345, 4, 4), 4);
+        assert_eq!(in_range(12345, 0, u64::MAX), 12345);
+    }
+
+    #[test]
+    fn filler_has_exactly_the_requested_number_of_tokens() {
+        for seed in 0..20 {
+            for n in 0..300 {
+                let text = filler(n, seed);
+                assert_eq!(count(&text), n, "seed {seed}, {n} tokens: {text:?}");
+            }
+        }
+        assert_eq!(count(&filler(100_000, 7)), 100_000);
+    }
+
+    #[test]
+    fn filler_reads_as_sentences() {
+        let text = filler(40, 1);
+        assert!(text.starts_with(|c: char| c.is_ascii_uppercase()), "{text}");
+        assert!(text.ends_with('.'), "{text}");
+        assert!(text.matches(". ").count() >= 2, "{text}");
+        assert_eq!(filler(40, 1), text, "same hash, same text");
+        assert_ne!(filler(40, 2), text);
+    }
+}

@@ -1,0 +1,354 @@
+//! Seeded randomized runs over generated scenarios, checking the engine's
+//! invariants from outside: an observer keeps its own model of every
+//! request (tokens, KV blocks held, queue state) and compares it with what
+//! the engine reports after every step.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use llmsim::config::{self, Scenario};
+use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
+use llmsim::sim;
+use llmsim::time::SimTime;
+use llmsim::workload::AnySource;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// How many scenarios one test run generates.
+const SCENARIOS: u64 = 1_200;
+
+#[derive(Clone, Debug, Default)]
+struct Req {
+    prompt: u32,
+    output: u32,
+    generated: u32,
+    computed: u32,
+    held: u32,
+    terminal: u32,
+    finished: bool,
+}
+
+/// An independent model of the engine's bookkeeping, fed by its events.
+struct Checker {
+    block_size: u32,
+    budget: u32,
+    max_seqs: u32,
+    reqs: Vec<Req>,
+    used: u64,
+    freed_this_step: u64,
+    scheduled_this_step: BTreeSet<RequestId>,
+    admitted_this_step: u32,
+    tokens_this_step: u64,
+    last_time: SimTime,
+    last_step_end: SimTime,
+    steps: u64,
+    preemptions: u64,
+    rejected: [u64; 2],
+    errors: Vec<String>,
+}
+
+impl Checker {
+    fn new(s: &Scenario) -> Checker {
+        Checker {
+            block_size: s.capacity.block_size,
+            budget: s.scheduler.max_batch_tokens,
+            max_seqs: s.scheduler.max_num_sequences,
+            reqs: Vec::new(),
+            used: 0,
+            freed_this_step: 0,
+            scheduled_this_step: BTreeSet::new(),
+            admitted_this_step: 0,
+            tokens_this_step: 0,
+            last_time: SimTime::ZERO,
+            last_step_end: SimTime::ZERO,
+            steps: 0,
+            preemptions: 0,
+            rejected: [0; 2],
+            errors: Vec::new(),
+        }
+    }
+
+    fn fail(&mut self, msg: String) {
+        if self.errors.len() < 5 {
+            self.errors.push(msg);
+        }
+    }
+
+    fn blocks(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.block_size)
+    }
+
+    fn time(&mut self, at: SimTime, what: &str) {
+        if at < self.last_time {
+            self.fail(format!("time went back at {what}: {at} < {}", self.last_time));
+        }
+        self.last_time = at;
+    }
+
+    fn set_held(&mut self, id: RequestId, blocks: u32) {
+        let r = &mut self.reqs[id as usize];
+        self.used = self.used + u64::from(blocks) - u64::from(r.held);
+        r.held = blocks;
+    }
+
+    fn live(&self) -> usize {
+        self.reqs.iter().filter(|r| r.terminal == 0).count()
+    }
+
+    /// Compares the model with the engine between steps.
+    fn after_step(&mut self, engine: &Engine) {
+        if let Err(e) = engine.check_invariants() {
+            self.fail(format!("engine: {e}"));
+        }
+        if u64::from(engine.kv_blocks_used()) != self.used {
+            self.fail(format!("engine uses {} blocks, requests hold {}", engine.kv_blocks_used(), self.used));
+        }
+        if engine.kv_blocks_used() > engine.kv_blocks_total() {
+            self.fail("more blocks used than exist".into());
+        }
+        let queued = engine.num_running() + engine.num_waiting() + engine.num_pending();
+        if queued != self.live() {
+            self.fail(format!("{queued} requests in the engine's queues, {} live", self.live()));
+        }
+    }
+}
+
+impl Observer for Checker {
+    fn arrived(&mut self, id: RequestId, _at: SimTime, prompt: u32, output: u32) {
+        if id as usize != self.reqs.len() {
+            self.fail(format!("id {id} out of order"));
+        }
+        self.reqs.push(Req { prompt, output, ..Req::default() });
+    }
+
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
+        self.time(at, "scheduled");
+        if !self.scheduled_this_step.insert(id) {
+            self.fail(format!("request {id} scheduled twice in one step"));
+        }
+        let r = self.reqs[id as usize].clone();
+        if r.terminal > 0 {
+            self.fail(format!("request {id} scheduled after it ended"));
+        }
+        if computed != r.computed {
+            self.fail(format!("request {id}: engine says {computed} computed, model {}", r.computed));
+        }
+        let known = r.prompt + r.generated;
+        if tokens == 0 || r.computed + tokens > known {
+            self.fail(format!("request {id}: {tokens} tokens with {} of {known} computed", r.computed));
+        }
+        let want = if r.held == 0 {
+            // admission takes the whole known length at once
+            self.admitted_this_step += 1;
+            self.blocks(known)
+        } else {
+            r.held.max(self.blocks(r.computed + tokens))
+        };
+        self.set_held(id, want);
+        self.reqs[id as usize].computed += tokens;
+        self.tokens_this_step += u64::from(tokens);
+    }
+
+    fn preempted(&mut self, id: RequestId, at: SimTime) {
+        self.time(at, "preempted");
+        if self.scheduled_this_step.contains(&id) {
+            self.fail(format!("request {id} preempted after being scheduled in the same step"));
+        }
+        self.preemptions += 1;
+        self.set_held(id, 0);
+        self.reqs[id as usize].computed = 0;
+    }
+
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        self.time(at, "token");
+        let r = &mut self.reqs[id as usize];
+        r.generated += 1;
+        let (g, known, computed) = (r.generated, r.prompt + r.generated - 1, r.computed);
+        if index != g {
+            self.fail(format!("request {id}: token #{index} but {g} generated"));
+        }
+        if computed != known {
+            self.fail(format!("request {id} sampled with {computed} of {known} tokens computed"));
+        }
+    }
+
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.time(at, "finished");
+        let r = self.reqs[id as usize].clone();
+        if r.generated != r.output {
+            self.fail(format!("request {id} finished with {} of {} tokens", r.generated, r.output));
+        }
+        self.freed_this_step += u64::from(r.held);
+        self.set_held(id, 0);
+        let r = &mut self.reqs[id as usize];
+        r.terminal += 1;
+        r.finished = true;
+    }
+
+    fn rejected(&mut self, id: RequestId, _at: SimTime, reason: RejectReason) {
+        self.rejected[(reason == RejectReason::NeverFits) as usize] += 1;
+        if self.reqs[id as usize].held != 0 {
+            self.fail(format!("request {id} rejected while holding KV"));
+        }
+        self.reqs[id as usize].terminal += 1;
+    }
+
+    fn step(&mut self, s: &StepRecord) {
+        self.steps += 1;
+        if s.start < self.last_step_end || s.end <= s.start {
+            self.fail(format!("step {} runs {}..{} after {}", s.index, s.start, s.end, self.last_step_end));
+        }
+        self.last_step_end = s.end;
+        if s.tokens > self.budget || u64::from(s.tokens) != self.tokens_this_step {
+            self.fail(format!(
+                "step {}: {} tokens, {} scheduled, budget {}",
+                s.index, s.tokens, self.tokens_this_step, self.budget
+            ));
+        }
+        if s.batch_size > self.max_seqs || s.running > self.max_seqs {
+            self.fail(format!("step {}: batch {} over max_num_sequences {}", s.index, s.batch_size, self.max_seqs));
+        }
+        if s.batch_size as usize != self.scheduled_this_step.len() {
+            self.fail(format!(
+                "step {}: batch {} but {} scheduled",
+                s.index,
+                s.batch_size,
+                self.scheduled_this_step.len()
+            ));
+        }
+        if u64::from(s.kv_blocks_used) != self.used + self.freed_this_step {
+            self.fail(format!(
+                "step {}: {} blocks reported, model {}",
+                s.index,
+                s.kv_blocks_used,
+                self.used + self.freed_this_step
+            ));
+        }
+        if s.preempted > 0 && self.admitted_this_step > 0 {
+            self.fail(format!("step {}: admitted requests in a step that preempted", s.index));
+        }
+        self.scheduled_this_step.clear();
+        self.freed_this_step = 0;
+        self.admitted_this_step = 0;
+        self.tokens_this_step = 0;
+    }
+}
+
+fn pick<T: Copy>(rng: &mut ChaCha8Rng, xs: &[T]) -> T {
+    xs[rng.random_range(0..xs.len())]
+}
+
+fn length(rng: &mut ChaCha8Rng, scale: u32) -> String {
+    let mean = rng.random_range(1..=scale);
+    match rng.random_range(0..6) {
+        0 | 1 => mean.to_string(),
+        2 => format!("{{uniform: [{}, {}]}}", mean.div_ceil(2), mean + mean / 2),
+        3 => format!("{{normal: {{mean: {mean}, std: {}}}}}", mean / 2 + 1),
+        4 => format!("{{lognormal: {{mean: {mean}, std: {}, max: {}}}}}", mean, scale * 2),
+        _ => format!("{{choice: {{values: [1, {mean}, {}], weights: [1, 3, 1]}}}}", mean * 2),
+    }
+}
+
+/// A random scenario: small caches, tight budgets and overload are common.
+fn generate(i: u64) -> String {
+    let mut rng = ChaCha8Rng::seed_from_u64(0xC0FFEE + i);
+    let block_size = pick(&mut rng, &[1, 2, 4, 8, 16, 32]);
+    let num_blocks = pick(&mut rng, &[1, 3, 8, 20, 64, 200, 1000]);
+    let watermark = pick(&mut rng, &[0.0, 0.0, 0.01, 0.05, 0.2]);
+    let budget = pick(&mut rng, &[1, 7, 16, 64, 256, 2048, 8192]);
+    let max_seqs = pick(&mut rng, &[1, 2, 4, 16, 64, 256]);
+    let context = pick(&mut rng, &[16, 256, 2048, 32768]);
+    let scale = pick(&mut rng, &[4, 32, 300, 1500]);
+    let arrivals = match rng.random_range(0..5) {
+        0 => format!("poisson: {{rate: {}}}", pick(&mut rng, &[0.5, 5.0, 50.0, 500.0, 5000.0])),
+        1 => format!(
+            "gamma: {{rate: {}, burstiness: {}}}",
+            pick(&mut rng, &[5.0, 100.0, 2000.0]),
+            pick(&mut rng, &[0.1, 0.5, 3.0])
+        ),
+        2 => format!("constant: {{rate: {}}}", pick(&mut rng, &[1.0, 40.0, 1000.0])),
+        _ => format!(
+            "closed: {{concurrency: {}, think_time_s: {}}}",
+            pick(&mut rng, &[1, 3, 16, 64]),
+            pick(&mut rng, &[0.0, 0.0, 0.005, 0.2])
+        ),
+    };
+    format!(
+        "name: gen-{i}
+hardware: {{hbm_gib: 80, memory_bandwidth_gbps: {bw}, peak_tflops: {tf}}}
+model:
+  context_length: {context}
+  weights: {{parameters_billions: {params}}}
+  kv_cache: {{bytes_per_token: 131072, block_size: {block_size}, watermark: {watermark}, num_blocks: {num_blocks}}}
+scheduler: {{max_batch_tokens: {budget}, max_num_sequences: {max_seqs}}}
+latency: {{step_overhead_ms: {overhead}}}
+workload:
+  seed: {seed}
+  arrivals: {{{arrivals}}}
+  requests: {requests}
+  prompt_tokens: {prompt}
+  output_tokens: {output}
+",
+        bw = pick(&mut rng, &[300, 3000]),
+        tf = pick(&mut rng, &[100, 989]),
+        params = pick(&mut rng, &[0.5, 7.0, 70.0]),
+        overhead = pick(&mut rng, &[0.0, 0.0, 1.5]),
+        seed = rng.random_range(0..1000),
+        requests = rng.random_range(1..=120),
+        prompt = length(&mut rng, scale),
+        output = length(&mut rng, scale / 2 + 1),
+    )
+}
+
+fn scenario(text: &str) -> Scenario {
+    let file = Path::new("generated.yml");
+    let raw = config::parse_str(text, file).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    config::validate::scenario(raw, file).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// Totals over all generated runs, to prove the hard cases were exercised.
+#[derive(Default, Debug)]
+struct Coverage {
+    requests: u64,
+    finished: u64,
+    preemptions: u64,
+    rejected_context: u64,
+    rejected_kv: u64,
+    steps: u64,
+}
+
+fn check_one(i: u64, cov: &mut Coverage) {
+    let text = generate(i);
+    let s = scenario(&text);
+    let mut engine = Engine::new(s.engine_config());
+    let mut source = AnySource::new(&s);
+    let mut checker = Checker::new(&s);
+    sim::drive_with(&mut engine, &mut source, &mut checker, |e, c| c.after_step(e));
+    for (id, r) in checker.reqs.iter().enumerate() {
+        if r.terminal != 1 {
+            checker.errors.push(format!("request {id} ended {} times", r.terminal));
+            break;
+        }
+    }
+    assert!(engine.is_idle(), "scenario {i}: engine not idle at the end\n{text}");
+    assert!(checker.errors.is_empty(), "scenario {i}: {:#?}\n{text}", checker.errors);
+    cov.requests += checker.reqs.len() as u64;
+    cov.finished += checker.reqs.iter().filter(|r| r.finished).count() as u64;
+    cov.preemptions += checker.preemptions;
+    cov.rejected_context += checker.rejected[0];
+    cov.rejected_kv += checker.rejected[1];
+    cov.steps += checker.steps;
+}
+
+#[test]
+fn every_generated_scenario_keeps_the_engine_invariants() {
+    let mut cov = Coverage::default();
+    for i in 0..SCENARIOS {
+        check_one(i, &mut cov);
+    }
+    // The generator must actually reach the hard cases.
+    assert!(cov.preemptions > 1_000, "{cov:?}");
+    assert!(cov.rejected_context > 100 && cov.rejected_kv > 100, "{cov:?}");
+    assert!(cov.finished > cov.requests / 2, "{cov:?}");
+    eprintln!("invariants held over {SCENARIOS} scenarios: {cov:?}");
+}
