@@ -10,7 +10,6 @@
 //! tokens as they come due, and everything measured lands in `stats`, read
 //! by `/metrics` (`prom`) and `/metrics/summary` (`summary`).
 
-pub mod content_stub;
 pub mod engine_task;
 pub mod errors;
 pub mod feed;
@@ -22,8 +21,7 @@ pub mod sse;
 pub mod stats;
 pub mod summary;
 
-// The one line to change when `crate::content` lands.
-pub use content_stub as content;
+pub use crate::content;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
