@@ -142,9 +142,7 @@ impl App {
             };
             models.push(ModelHandle { spec: spec.clone(), backend, sinks, tickets: AtomicU64::new(0) });
         }
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Ok(Arc::new(App {
             models,
             responses,
@@ -172,10 +170,7 @@ impl App {
 
     /// Paths of the record files, in model order.
     pub fn record_paths(&self) -> Vec<PathBuf> {
-        self.models
-            .iter()
-            .filter_map(|m| m.sinks.recorder.as_ref().map(|r| lock(r).path().to_path_buf()))
-            .collect()
+        self.models.iter().filter_map(|m| m.sinks.recorder.as_ref().map(|r| lock(r).path().to_path_buf())).collect()
     }
 
     /// Writes what is left of every record file (requests still in flight

@@ -53,14 +53,16 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
         builder.worker_threads(n);
     }
     let runtime = builder.build().map_err(|e| CliError::Failure(format!("cannot start the async runtime: {e}")))?;
-    let options = Options { max_body_bytes: a.max_body_bytes, legacy_metrics: a.legacy_metrics, record: a.record.clone() };
+    let options =
+        Options { max_body_bytes: a.max_body_bytes, legacy_metrics: a.legacy_metrics, record: a.record.clone() };
     runtime.block_on(async move {
         let addr = format!("{}:{}", a.host, a.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| CliError::Failure(format!("cannot listen on {addr}: {e}")))?;
         let app = App::start(&models, responses, options).map_err(CliError::Failure)?;
-        let local = listener.local_addr().map_err(|e| CliError::Failure(format!("cannot read the bound address: {e}")))?;
+        let local =
+            listener.local_addr().map_err(|e| CliError::Failure(format!("cannot read the bound address: {e}")))?;
         announce(&app, local)?;
         crate::server::serve(listener, app.clone(), shutdown_signal())
             .await

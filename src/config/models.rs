@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::raw::{
-    RawArrivals, RawEfficiency, RawLatency, RawLength, RawModel, RawScenario, RawScheduler, RawWorkload,
-};
+use super::raw::{RawArrivals, RawEfficiency, RawLatency, RawLength, RawModel, RawScenario, RawScheduler, RawWorkload};
 use super::validate::Check;
 use super::{ConfigError, Scenario};
 use crate::engine::EngineConfig;

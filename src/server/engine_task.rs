@@ -35,7 +35,9 @@ use crate::time::SimTime;
 pub enum Command {
     Submit(Submit),
     /// The client went away: free the request's blocks now.
-    Abort { ticket: u64 },
+    Abort {
+        ticket: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -56,9 +58,15 @@ pub struct Submit {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// Submitted with this engine id and (clamped) arrival.
-    Accepted { id: RequestId, arrival: SimTime },
+    Accepted {
+        id: RequestId,
+        arrival: SimTime,
+    },
     /// The `index`-th token (1-based), due at `due`.
-    Token { index: u32, due: SimTime },
+    Token {
+        index: u32,
+        due: SimTime,
+    },
     Done(Box<Story>),
     Rejected(RejectReason),
 }

@@ -107,7 +107,12 @@ impl ApiError {
     /// The envelope as JSON text.
     pub fn json(&self) -> String {
         let env = Envelope {
-            error: Body { message: &self.message, kind: self.kind(), param: self.param.as_deref(), code: self.status.as_u16() },
+            error: Body {
+                message: &self.message,
+                kind: self.kind(),
+                param: self.param.as_deref(),
+                code: self.status.as_u16(),
+            },
         };
         // invariant: a struct of strings and integers always serialises.
         serde_json::to_string(&env).unwrap_or_default()

@@ -29,7 +29,10 @@ pub struct FeedRequest {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum FeedEvent {
-    Token { index: u32, due: SimTime },
+    Token {
+        index: u32,
+        due: SimTime,
+    },
     Done(Box<Story>),
     Rejected(RejectReason),
     /// The engine task is gone (the server is shutting down).

@@ -148,8 +148,9 @@ impl Common {
         }
         let max_tokens = match max_tokens {
             Some(m) if m < 1 => {
-                return Err(ApiError::bad_request(format!("max_tokens must be at least 1, got {m}."))
-                    .with_param("max_tokens"));
+                return Err(
+                    ApiError::bad_request(format!("max_tokens must be at least 1, got {m}.")).with_param("max_tokens")
+                );
             }
             Some(m) => Some(u32::try_from(m).unwrap_or(u32::MAX)),
             None => None,
@@ -291,7 +292,11 @@ fn frame<T: Serialize>(value: &T) -> String {
 
 impl Reply {
     fn usage(&self, completion: u32) -> Usage {
-        Usage { prompt_tokens: self.prompt_tokens, total_tokens: self.prompt_tokens + completion, completion_tokens: completion }
+        Usage {
+            prompt_tokens: self.prompt_tokens,
+            total_tokens: self.prompt_tokens + completion,
+            completion_tokens: completion,
+        }
     }
 
     /// The text of token `index` (1-based); empty for the end-of-sequence
@@ -322,7 +327,10 @@ impl Reply {
         match self.api {
             Api::Chat => {
                 let delta = Delta { role: None, content: Some(text) };
-                self.chunk(vec![ChatChoice { index: 0, delta, logprobs: None, finish_reason: None, stop_reason: None }], usage)
+                self.chunk(
+                    vec![ChatChoice { index: 0, delta, logprobs: None, finish_reason: None, stop_reason: None }],
+                    usage,
+                )
             }
             Api::Completion => self.chunk(
                 vec![TextChoice { index: 0, text, logprobs: None, finish_reason: None, stop_reason: None }],
@@ -339,7 +347,10 @@ impl Reply {
         let mut out = match self.api {
             Api::Chat => {
                 let delta = Delta { role: None, content: Some("") };
-                self.chunk(vec![ChatChoice { index: 0, delta, logprobs: None, finish_reason: finish, stop_reason: stop }], usage)
+                self.chunk(
+                    vec![ChatChoice { index: 0, delta, logprobs: None, finish_reason: finish, stop_reason: stop }],
+                    usage,
+                )
             }
             Api::Completion => self.chunk(
                 vec![TextChoice { index: 0, text: "", logprobs: None, finish_reason: finish, stop_reason: stop }],

@@ -28,7 +28,8 @@ struct Snapshot<'a> {
 
 /// The whole exposition, models in file order.
 pub fn render(app: &App) -> String {
-    let snaps: Vec<Snapshot> = app.models.iter().map(|m| Snapshot { model: m, stats: lock(&m.sinks.stats).clone() }).collect();
+    let snaps: Vec<Snapshot> =
+        app.models.iter().map(|m| Snapshot { model: m, stats: lock(&m.sinks.stats).clone() }).collect();
     render_snapshots(&snaps, app.options.legacy_metrics)
 }
 
@@ -64,9 +65,12 @@ fn sample(out: &mut String, name: &str, labels: &str, v: f64) {
     let _ = writeln!(out, "{name}{{{labels}}} {}", num(v));
 }
 
+/// A family's name, help text and how to read its value.
+type Family<T, V> = (&'static str, &'static str, fn(&T) -> V);
+
 fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
     let g = |s: &Snapshot, f: fn(&super::stats::Gauges) -> f64| f(&s.model.sinks.gauges);
-    let families: Vec<(&str, &str, fn(&super::stats::Gauges) -> f64)> = vec![
+    let families: Vec<Family<super::stats::Gauges, f64>> = vec![
         ("vllm:num_requests_running", "Number of requests in model execution batches.", |g| {
             g.running.load(Ordering::Relaxed) as f64
         }),
@@ -77,9 +81,11 @@ fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
     ];
     let mut all = families;
     if legacy {
-        all.push(("vllm:gpu_cache_usage_perc", "GPU KV-cache usage (deprecated alias). 1 means 100 percent usage.", |g| {
-            g.kv_usage()
-        }));
+        all.push((
+            "vllm:gpu_cache_usage_perc",
+            "GPU KV-cache usage (deprecated alias). 1 means 100 percent usage.",
+            |g| g.kv_usage(),
+        ));
     }
     for (name, help, f) in all {
         head(out, name, "gauge", help);
@@ -99,7 +105,7 @@ fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
 }
 
 fn counters(out: &mut String, snaps: &[Snapshot]) {
-    let families: [(&str, &str, fn(&Prom) -> u64); 3] = [
+    let families: [Family<Prom, u64>; 3] = [
         ("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", |p| p.preemptions),
         ("vllm:prompt_tokens_total", "Number of prefill tokens processed.", |p| p.prompt_tokens),
         ("vllm:generation_tokens_total", "Number of generation tokens processed.", |p| p.generation_tokens),

@@ -58,7 +58,13 @@ impl Recorder {
         let mut out = csv::Writer::from_writer(BufWriter::new(file));
         out.write_record(COLUMNS)?;
         out.flush()?;
-        Ok(Recorder { path: path.to_path_buf(), out: Some(out), rows: BTreeMap::new(), next_id: 0, last_arrival: SimTime::ZERO })
+        Ok(Recorder {
+            path: path.to_path_buf(),
+            out: Some(out),
+            rows: BTreeMap::new(),
+            next_id: 0,
+            last_arrival: SimTime::ZERO,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -152,7 +158,8 @@ pub fn path_for(file: &Path, name: &str, models: usize) -> PathBuf {
     if models == 1 {
         return file.to_path_buf();
     }
-    let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    let safe: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
     let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let name = match file.extension() {
         Some(ext) => format!("{stem}.{safe}.{}", ext.to_string_lossy()),

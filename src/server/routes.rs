@@ -145,7 +145,8 @@ const COMPLETIONS_DEFAULT_MAX_TOKENS: u32 = 16;
 
 fn parse_completion(body: &[u8]) -> Result<Parsed, ApiError> {
     let req: CompletionRequest = openai::parse(body)?;
-    let many = || ApiError::bad_request("llmsim takes one prompt per request; send a list of one.").with_param("prompt");
+    let many =
+        || ApiError::bad_request("llmsim takes one prompt per request; send a list of one.").with_param("prompt");
     let (text, tokens) = match req.prompt {
         Prompt::Text(t) => {
             let n = tokenizer::count(&t);
@@ -166,7 +167,13 @@ fn parse_completion(body: &[u8]) -> Result<Parsed, ApiError> {
     Ok(Parsed { model: req.model, prompt_tokens: tokens.max(1), last_user_message: text, options, empty: false })
 }
 
-async fn handle(app: &Arc<App>, api: Api, stamp: SimTime, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn handle(
+    app: &Arc<App>,
+    api: Api,
+    stamp: SimTime,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let body = read_body(app, headers, body).await?;
     let parsed = match api {
         Api::Chat => parse_chat(&body)?,
@@ -207,7 +214,8 @@ fn plan_reply(app: &App, model: &ModelHandle, api: Api, parsed: &Parsed) -> Resu
     }
     // vLLM's default: whatever the context leaves.
     let max_tokens = parsed.options.max_tokens.unwrap_or(context - prompt);
-    let query = Query { last_user_message: &parsed.last_user_message, model: &model.spec.name, seed: parsed.options.seed };
+    let query =
+        Query { last_user_message: &parsed.last_user_message, model: &model.spec.name, seed: parsed.options.seed };
     let answer = app.responses.answer(&query);
     let plan = openai::plan(&answer.text, &parsed.options.stops, max_tokens, tokenizer::tokenize);
     let n = app.next_response.fetch_add(1, Ordering::Relaxed);

@@ -73,14 +73,14 @@ impl PromHist {
 /// vLLM's bucket layouts (research notes section 2).
 pub mod buckets {
     pub const TTFT: &[f64] = &[
-        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-        80.0, 160.0, 640.0, 2560.0,
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+        160.0, 640.0, 2560.0,
     ];
     pub const ITL: &[f64] =
         &[0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
     pub const REQUEST: &[f64] = &[
-        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-        960.0, 1920.0, 7680.0,
+        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+        1920.0, 7680.0,
     ];
     pub const ITERATION_TOKENS: &[f64] =
         &[1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0];
@@ -244,8 +244,12 @@ impl ModelStats {
         }
         if let Some(w) = self.window(epoch) {
             w.output_tokens += 1;
-            ttft_ns.map(|t| w.sim_ttft.record(t));
-            gap_ns.map(|g| w.sim_itl.record(g));
+            if let Some(t) = ttft_ns {
+                w.sim_ttft.record(t);
+            }
+            if let Some(g) = gap_ns {
+                w.sim_itl.record(g);
+            }
         }
     }
 
@@ -288,9 +292,15 @@ impl ModelStats {
         }
         if let Some(w) = self.window(epoch) {
             w.completed += 1;
-            r.e2e_ns().map(|v| w.sim_e2e.record(v));
-            r.queue_ns().map(|v| w.sim_queue.record(v));
-            r.tpot_ns().map(|v| w.sim_tpot.record(v.round() as u64));
+            if let Some(v) = r.e2e_ns() {
+                w.sim_e2e.record(v);
+            }
+            if let Some(v) = r.queue_ns() {
+                w.sim_queue.record(v);
+            }
+            if let Some(v) = r.tpot_ns() {
+                w.sim_tpot.record(v.round() as u64);
+            }
         }
     }
 
@@ -310,8 +320,12 @@ impl ModelStats {
 
     pub fn observed(&mut self, o: &Observed, epoch: u64) {
         let Some(w) = self.window(epoch) else { return };
-        o.ttft_ns.map(|v| w.obs_ttft.record(v));
-        o.e2e_ns.map(|v| w.obs_e2e.record(v));
+        if let Some(v) = o.ttft_ns {
+            w.obs_ttft.record(v);
+        }
+        if let Some(v) = o.e2e_ns {
+            w.obs_e2e.record(v);
+        }
         o.gaps_ns.iter().for_each(|&g| w.obs_itl.record(g));
         o.delivery_lags_ns.iter().for_each(|&g| w.delivery_lag.record(g));
     }

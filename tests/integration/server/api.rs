@@ -19,7 +19,8 @@ fn a_streamed_chat_sends_role_tokens_finish_usage_comment_and_done() {
     let role = chunk(0);
     assert_eq!(role["object"], "chat.completion.chunk");
     assert_eq!(role["choices"][0]["delta"]["role"], "assistant");
-    let text: String = (1..=n).map(|i| chunk(i)["choices"][0]["delta"]["content"].as_str().unwrap().to_string()).collect();
+    let text: String =
+        (1..=n).map(|i| chunk(i)["choices"][0]["delta"]["content"].as_str().unwrap().to_string()).collect();
     assert_eq!(text, MESSAGE);
     assert!((1..=n).all(|i| chunk(i)["choices"][0]["finish_reason"].is_null()));
     assert_eq!(chunk(n + 1)["choices"][0]["finish_reason"], "stop");
@@ -174,5 +175,9 @@ fn the_summary_counts_a_window_that_a_reset_starts_over() {
     assert_eq!(server.chat("sched", MESSAGE, "").status, 200);
     let s = server.get("/metrics/summary").json();
     assert_eq!(s["models"]["sched"]["requests"]["completed"], 1);
-    assert_eq!(server.metric("vllm:request_success_total{model_name=\"sched\",engine=\"0\",finished_reason=\"stop\"}"), Some(4.0), "Prometheus counters never reset");
+    assert_eq!(
+        server.metric("vllm:request_success_total{model_name=\"sched\",engine=\"0\",finished_reason=\"stop\"}"),
+        Some(4.0),
+        "Prometheus counters never reset"
+    );
 }

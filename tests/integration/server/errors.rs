@@ -38,8 +38,10 @@ fn every_client_error_gets_vllms_envelope_and_the_server_keeps_serving() {
     let r = server.chat("sched", "hi", r#""max_tokens":5000"#);
     let msg = envelope(&r, 400, "BadRequestError");
     assert!(
-        msg.starts_with("'max_tokens' or 'max_completion_tokens' is too large: 5000. This model's maximum context \
-                         length is 4096 tokens and your request has "),
+        msg.starts_with(
+            "'max_tokens' or 'max_completion_tokens' is too large: 5000. This model's maximum context \
+                         length is 4096 tokens and your request has "
+        ),
         "{msg}"
     );
 
@@ -103,15 +105,17 @@ fn a_prompt_that_never_fits_in_kv_is_an_error_streamed_or_not() {
 fn a_broken_models_file_stops_serve_before_it_listens() {
     let dir = tempdir();
     let models = write(dir.path(), "models.yml", &MODELS.replace("max_num_sequences: 64", "max_num_sequences: -1"));
-    TestCommand::new(&["serve", "--port", "0", "--models"])
-        .arg(&models)
-        .fails_with(2)
-        .stderr_has(&["models.yml", "models[0].scheduler.max_num_sequences", "-1 is not allowed"]);
+    TestCommand::new(&["serve", "--port", "0", "--models"]).arg(&models).fails_with(2).stderr_has(&[
+        "models.yml",
+        "models[0].scheduler.max_num_sequences",
+        "-1 is not allowed",
+    ]);
     let models = write(dir.path(), "typo.yml", &MODELS.replace("engine: fixed", "engine: fixd"));
-    TestCommand::new(&["serve", "--port", "0", "--models"])
-        .arg(&models)
-        .fails_with(2)
-        .stderr_has(&["typo.yml:", "models[2].engine", "unknown variant `fixd`"]);
+    TestCommand::new(&["serve", "--port", "0", "--models"]).arg(&models).fails_with(2).stderr_has(&[
+        "typo.yml:",
+        "models[2].engine",
+        "unknown variant `fixd`",
+    ]);
     TestCommand::new(&["serve", "--port", "0", "--models", "nowhere.yml"])
         .fails_with(2)
         .stderr_has(&["nowhere.yml", "no such file"]);

@@ -120,7 +120,18 @@ fn a_recorded_session_replays_offline_to_the_nanosecond() {
         let idx: Vec<usize> = cols.iter().map(|c| h.iter().position(|x| x == *c).expect(c)).collect();
         r.records().map(|row| idx.iter().map(|&i| row.as_ref().expect("row")[i].to_string()).collect()).collect()
     };
-    let cols = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status", "queue_ms", "ttft_ms", "e2e_ms", "max_itl_ms", "preemptions"];
+    let cols = [
+        "id",
+        "arrival_s",
+        "prompt_tokens",
+        "output_tokens",
+        "status",
+        "queue_ms",
+        "ttft_ms",
+        "e2e_ms",
+        "max_itl_ms",
+        "preemptions",
+    ];
     let live = pick(&recorded, &cols);
     assert_eq!(live.len(), 24);
     assert!(live.iter().any(|r| r[9] != "0"), "the session should include preemptions:\n{recorded}");

@@ -36,6 +36,10 @@ fn the_official_openai_python_client_streams_chat_and_completions() {
         .expect("run the python client");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "python client failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- server\n{}", server.stderr());
+    assert!(
+        out.status.success(),
+        "python client failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- server\n{}",
+        server.stderr()
+    );
     assert!(stdout.contains("openai client: all checks passed"), "{stdout}");
 }
