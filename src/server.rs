@@ -46,11 +46,39 @@ pub use content::Responses;
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     base: tokio::time::Instant,
+    /// Finish the engine task's waits with a sub-millisecond sleep (see
+    /// [`Clock::sleep_until`]); off on a paused clock, where it means nothing.
+    precise: bool,
 }
 
 impl Clock {
+    /// A clock for tests: plain tokio timers, so a paused clock drives it.
     pub fn start() -> Clock {
-        Clock { base: tokio::time::Instant::now() }
+        Clock { base: tokio::time::Instant::now(), precise: false }
+    }
+
+    /// The server's clock, with precise waits.
+    pub fn start_precise() -> Clock {
+        Clock { precise: true, ..Clock::start() }
+    }
+
+    /// When a coarse wait for `t` should end: tokio's timer fires on whole
+    /// milliseconds (rounding up), so a precise clock wakes a millisecond
+    /// early and finishes with [`Clock::finish_wait`].
+    pub fn coarse(&self, t: SimTime) -> SimTime {
+        if self.precise { SimTime::from_nanos(t.as_nanos().saturating_sub(1_000_000)) } else { t }
+    }
+
+    /// Sleeps out the rest of a wait for `t` on the blocking pool (OS
+    /// timers have microsecond resolution); a no-op on a plain clock.
+    pub async fn finish_wait(&self, t: SimTime) {
+        if !self.precise {
+            return;
+        }
+        let rest = self.instant(t).saturating_duration_since(tokio::time::Instant::now());
+        if !rest.is_zero() {
+            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
+        }
     }
 
     pub fn now(&self) -> SimTime {
@@ -114,7 +142,7 @@ impl App {
     /// Call inside a tokio runtime. Fails only if a record file cannot be
     /// created.
     pub fn start(file: &ModelsFile, responses: Responses, options: Options) -> Result<Arc<App>, String> {
-        let clock = Clock::start();
+        let clock = Clock::start_precise();
         let mut models = Vec::new();
         for spec in &file.models {
             let recorder = match &options.record {
@@ -136,7 +164,7 @@ impl App {
                 EngineKind::Scheduler(s) => {
                     let (tx, rx) = mpsc::unbounded_channel();
                     let task = EngineTask::new(Engine::new(s.engine.clone()), rx, clock, sinks.clone());
-                    tokio::spawn(task.run());
+                    spawn_engine(&spec.name, task)?;
                     Backend::Scheduler { commands: tx }
                 }
             };
@@ -182,6 +210,20 @@ impl App {
             }
         }
     }
+}
+
+/// Runs an engine task on a thread of its own with its own timer, so that
+/// its deadlines are never queued behind the handlers it wakes.
+fn spawn_engine(name: &str, task: EngineTask) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("cannot start the engine runtime for {name}: {e}"))?;
+    std::thread::Builder::new()
+        .name(format!("engine {name}"))
+        .spawn(move || runtime.block_on(task.run()))
+        .map(|_| ())
+        .map_err(|e| format!("cannot start the engine thread for {name}: {e}"))
 }
 
 /// Serves `app` on `listener` until `shutdown` completes; open streams get

@@ -224,12 +224,15 @@ impl EngineTask {
     /// end of the step in flight, if any (aborts are stamped with it).
     /// Returns false when every sender is gone.
     async fn wait_until(&mut self, t: SimTime, step_end: Option<SimTime>) -> bool {
-        let sleep = tokio::time::sleep_until(self.clock.instant(t));
+        let sleep = tokio::time::sleep_until(self.clock.instant(self.clock.coarse(t)));
         tokio::pin!(sleep);
         loop {
             tokio::select! {
                 biased;
-                () = &mut sleep => return true,
+                () = &mut sleep => {
+                    self.clock.finish_wait(t).await;
+                    return true;
+                }
                 cmd = self.rx.recv() => match cmd {
                     Some(cmd) => {
                         self.handle(cmd, step_end);

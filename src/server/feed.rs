@@ -141,6 +141,16 @@ struct FixedFeed {
     epoch: u64,
     next: u32,
     done: bool,
+    /// Measurements not yet in the shared stats: they are added once, when
+    /// the request ends, to keep a lock off the per-token path.
+    unflushed: Unflushed,
+}
+
+#[derive(Default)]
+struct Unflushed {
+    ttft_ns: Option<u64>,
+    gaps: u64,
+    lags_ns: Vec<u64>,
 }
 
 impl FixedFeed {
@@ -174,6 +184,7 @@ impl FixedFeed {
             epoch: req.epoch,
             next: 1,
             done: false,
+            unflushed: Unflushed::default(),
         };
         (Feed { kind: Kind::Fixed(Box::new(feed)) }, Accepted { id, arrival })
     }
@@ -193,7 +204,11 @@ impl FixedFeed {
             self.done = true;
             self.sinks.gauges.running.fetch_sub(1, Ordering::Relaxed);
             self.story.rec.status = Status::Finished;
-            lock(&self.sinks.stats).finished(&self.story, self.finish, self.max_tokens, self.epoch);
+            let sinks = self.sinks.clone();
+            let mut stats = lock(&sinks.stats);
+            self.flush(&mut stats);
+            stats.finished(&self.story, self.finish, self.max_tokens, self.epoch);
+            drop(stats);
             if let Some(r) = &self.sinks.recorder {
                 lock(r).complete(&self.story.rec);
             }
@@ -215,10 +230,24 @@ impl FixedFeed {
         r.last_token = Some(due);
         r.tokens = index;
         self.next += 1;
-        let mut stats = lock(&self.sinks.stats);
-        stats.token(ttft, gap, self.epoch);
-        stats.lag(lag, 1);
+        let u = &mut self.unflushed;
+        if ttft.is_some() {
+            u.ttft_ns = ttft;
+        } else {
+            u.gaps += 1;
+        }
+        u.lags_ns.push(lag);
         FeedEvent::Token { index, due }
+    }
+
+    /// Adds the request's token measurements to the shared stats.
+    fn flush(&mut self, stats: &mut super::stats::ModelStats) {
+        let u = std::mem::take(&mut self.unflushed);
+        if u.ttft_ns.is_some() {
+            stats.token(u.ttft_ns, None, self.epoch);
+        }
+        stats.gaps(self.timing.itl_ns, u.gaps, self.epoch);
+        stats.lags(&u.lags_ns);
     }
 }
 
@@ -226,7 +255,11 @@ impl Drop for FixedFeed {
     fn drop(&mut self) {
         if !self.done {
             self.sinks.gauges.running.fetch_sub(1, Ordering::Relaxed);
-            lock(&self.sinks.stats).aborted(self.epoch);
+            let sinks = self.sinks.clone();
+            let mut stats = lock(&sinks.stats);
+            self.flush(&mut stats);
+            stats.aborted(self.epoch);
+            drop(stats);
             self.story.rec.status = Status::Aborted;
             if let Some(r) = &self.sinks.recorder {
                 lock(r).complete(&self.story.rec);

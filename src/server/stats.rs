@@ -253,6 +253,25 @@ impl ModelStats {
         }
     }
 
+    /// `n` later tokens, each `gap_ns` after the one before (a fixed model).
+    pub fn gaps(&mut self, gap_ns: u64, n: u64, epoch: u64) {
+        self.prom.generation_tokens += n;
+        self.prom.itl.observe_n(secs(gap_ns), n);
+        if let Some(w) = self.window(epoch) {
+            w.output_tokens += n;
+            for _ in 0..n {
+                w.sim_itl.record(gap_ns);
+            }
+        }
+    }
+
+    /// Tokens released late by these amounts.
+    pub fn lags(&mut self, lags_ns: &[u64]) {
+        for &l in lags_ns {
+            self.window.lag.record(l);
+        }
+    }
+
     /// `n` tokens whose release was `lag_ns` late.
     pub fn lag(&mut self, lag_ns: u64, n: usize) {
         for _ in 0..n {
