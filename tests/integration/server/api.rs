@@ -181,3 +181,28 @@ fn the_summary_counts_a_window_that_a_reset_starts_over() {
         "Prometheus counters never reset"
     );
 }
+
+#[test]
+fn the_request_seed_picks_the_answer_deterministically() {
+    let server = Server::start();
+    let answer = |seed: u64| -> String {
+        let r = server.chat("fixed", "pick one", &format!(r#""seed":{seed}"#));
+        r.json()["choices"][0]["message"]["content"].as_str().expect("content").to_string()
+    };
+    let answers: Vec<String> = (0..12).map(answer).collect();
+    assert_eq!(answer(3), answers[3], "the same seed gives the same answer");
+    let distinct: std::collections::BTreeSet<&String> = answers.iter().collect();
+    assert!(distinct.len() > 1, "different seeds pick different variants: {answers:?}");
+}
+
+#[test]
+fn continuous_usage_stats_put_usage_on_every_token_chunk() {
+    let server = Server::start();
+    let extra = r#""stream":true,"stream_options":{"continuous_usage_stats":true}"#;
+    let events = server.chat("fixed", MESSAGE, extra).events();
+    let n = tokenizer::count(MESSAGE);
+    for (i, e) in events[1..=n].iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(e).expect("chunk");
+        assert_eq!(v["usage"]["completion_tokens"], i + 1, "{e}");
+    }
+}

@@ -35,13 +35,17 @@ models:
     fixed: {context_length: 4096, ttft_overhead_ms: 5, prefill_tokens_per_s: 100000, itl_ms: 1}
 ";
 
-/// Answers: messages starting with `long` get 3,000 tokens; everything else
-/// is echoed (the default), so tests know the content without a tokenizer.
+/// Answers: messages starting with `long` get 3,000 tokens, `pick` one of
+/// eight words chosen by the seed; everything else is echoed (the default),
+/// so tests know the content without a tokenizer.
 pub const RESPONSES: &str = "
 responses:
   - id: long
     starts_with: long
     synthetic: {tokens: [3000, 3000]}
+  - id: pick
+    starts_with: pick
+    variants: [alpha, bravo, charlie, delta, echo, foxtrot, golf, hotel]
 default:
   content: \"{last_user_message}\"
 ";

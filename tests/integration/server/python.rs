@@ -42,4 +42,6 @@ fn the_official_openai_python_client_streams_chat_and_completions() {
         server.stderr()
     );
     assert!(stdout.contains("openai client: all checks passed"), "{stdout}");
+    // Shown with --nocapture: how close the client's TTFT came to the engine's.
+    stdout.lines().filter(|l| l.contains("TTFT")).for_each(|l| println!("{l}"));
 }
