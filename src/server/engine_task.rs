@@ -1,5 +1,6 @@
 //! The live driver: one task per `scheduler` model owns its [`Engine`] and
-//! runs it on the wall clock. Handlers talk to it only through commands
+//! runs it on the wall clock (in the server, on a thread and runtime of its
+//! own: `server::spawn_engine`). Handlers talk to it only through commands
 //! (no lock around the scheduler); it answers each request on that
 //! request's own unbounded channel, which it never waits on.
 //!
