@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod content;
 pub mod engine;
+pub mod experiments;
 pub mod metrics;
 pub mod report;
 pub mod server;

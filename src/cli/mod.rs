@@ -1,6 +1,7 @@
 //! The command line: argument parsing and one module per subcommand. Only
 //! `main` turns a [`CliError`] into an exit code.
 
+pub mod experiments;
 pub mod explain;
 pub mod run;
 pub mod serve;
@@ -37,6 +38,9 @@ pub enum Command {
     /// Serve an OpenAI-compatible API whose tokens are timed by the engine
     /// in real time.
     Serve(serve::ServeArgs),
+    /// Run every experiment in scenarios/experiments/ and write its table to
+    /// results/ (or, with --check, fail if results/ is out of date).
+    Experiments(experiments::ExperimentsArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -68,6 +72,7 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Trace(a) => trace::execute(a),
         Command::Explain(a) => explain::execute(a),
         Command::Serve(a) => serve::execute(a),
+        Command::Experiments(a) => experiments::execute(a),
     }
 }
 

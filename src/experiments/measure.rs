@@ -1,0 +1,199 @@
+//! What a run measured, by name: every number of the result JSON by key
+//! path (`ttft_ms.p50`, `throughput.output_tokens_per_s`, `kv.peak_blocks`),
+//! plus figures some experiments need that the result JSON does not carry
+//! (the longest freeze a preempted stream sees, the most requests running at
+//! once, the cost of pure decode steps, the total tokens computed). Those
+//! come from the per-request records and from an observer that tallies
+//! steps as they happen, so no run keeps its steps in memory.
+
+use std::collections::BTreeMap;
+
+use crate::config::Scenario;
+use crate::engine::{Observer, StepRecord};
+use crate::metrics::{Collector, CollectorOptions, RequestRecord, RunResult};
+
+/// Metrics computed here, with what each one is (for errors and the README).
+pub const DERIVED: &[(&str, &str)] = &[
+    ("max_running", "most requests running at once (max over steps of the running queue's length)"),
+    ("max_gap_ms", "longest gap between two tokens of any request (exact, not from a histogram)"),
+    ("preempted_requests", "requests preempted at least once"),
+    (
+        "preempted_max_gap_ms",
+        "longest gap between two tokens of a request that was preempted: the longest freeze a preempted stream sees",
+    ),
+    ("decode_steps", "steps that computed no prompt or recompute tokens"),
+    ("decode_step_ms", "mean duration of those pure decode steps"),
+    ("decode_step_ms_per_stream", "their total duration over their total batch size: decode step time per stream"),
+    ("work_tokens", "tokens computed over the run: prompts, recomputes and decodes"),
+    ("prefill_work_tokens", "of those, the tokens of requests that were not decoding"),
+    ("busy_s", "sum of all step durations"),
+    ("queue_share", "queue_ms.mean / ttft_ms.mean: the share of TTFT spent waiting to be scheduled"),
+];
+
+/// The metrics of one run. `None`: nothing to measure (no sample).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    pub values: BTreeMap<String, Option<f64>>,
+}
+
+impl Measured {
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.values.get(name).copied().flatten()
+    }
+}
+
+/// Runs the scenario and measures it.
+pub fn measure(s: &Scenario) -> Measured {
+    let mut tally = StepTally::default();
+    let out = crate::sim::run_observed(s, CollectorOptions::default(), &mut tally);
+    let mut values = result_values(&out.result);
+    values.extend(tally.values());
+    values.extend(request_values(&out.requests));
+    let share = match (out.result.queue_ms.mean, out.result.ttft_ms.mean) {
+        (Some(q), Some(t)) if t > 0.0 => Some(q / t),
+        _ => None,
+    };
+    values.insert("queue_share".into(), share);
+    Measured { values }
+}
+
+/// Every metric name a run of `s` has, sorted.
+pub fn names(s: &Scenario) -> Vec<String> {
+    let empty = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).summarize(
+        &s.name,
+        s.workload.seed,
+        &s.capacity,
+    );
+    let mut all: Vec<String> = result_values(&empty).into_keys().collect();
+    all.extend(DERIVED.iter().map(|(n, _)| (*n).to_string()));
+    all.sort();
+    all
+}
+
+/// The result JSON's numbers (and nulls) by dotted key path.
+fn result_values(r: &RunResult) -> BTreeMap<String, Option<f64>> {
+    let mut out = BTreeMap::new();
+    if let Ok(v) = serde_json::to_value(r) {
+        flatten("", &v, &mut out);
+    }
+    out
+}
+
+fn flatten(path: &str, v: &serde_json::Value, out: &mut BTreeMap<String, Option<f64>>) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                flatten(&p, v, out);
+            }
+        }
+        Value::Number(n) => {
+            out.insert(path.to_string(), n.as_f64());
+        }
+        Value::Null => {
+            out.insert(path.to_string(), None);
+        }
+        _ => {}
+    }
+}
+
+/// Figures from the per-request records.
+fn request_values(requests: &[RequestRecord]) -> BTreeMap<String, Option<f64>> {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let preempted: Vec<&RequestRecord> = requests.iter().filter(|r| r.preemptions > 0).collect();
+    BTreeMap::from([
+        ("max_gap_ms".to_string(), requests.iter().map(|r| r.max_gap_ns).max().map(ms)),
+        ("preempted_requests".to_string(), Some(preempted.len() as f64)),
+        ("preempted_max_gap_ms".to_string(), preempted.iter().map(|r| r.max_gap_ns).max().map(ms)),
+    ])
+}
+
+/// Sums over steps, kept as they happen.
+#[derive(Default)]
+struct StepTally {
+    max_running: u32,
+    work_tokens: u64,
+    prefill_tokens: u64,
+    busy_ns: u128,
+    decode_steps: u64,
+    decode_ns: u128,
+    decode_batch: u64,
+}
+
+impl Observer for StepTally {
+    fn step(&mut self, s: &StepRecord) {
+        let d = u128::from(s.duration_nanos());
+        self.max_running = self.max_running.max(s.running);
+        self.work_tokens += u64::from(s.tokens);
+        self.prefill_tokens += u64::from(s.prefill_tokens);
+        self.busy_ns += d;
+        if s.prefill_tokens == 0 {
+            self.decode_steps += 1;
+            self.decode_ns += d;
+            self.decode_batch += u64::from(s.batch_size);
+        }
+    }
+}
+
+impl StepTally {
+    fn values(&self) -> BTreeMap<String, Option<f64>> {
+        let decode_ms = self.decode_ns as f64 / 1e6;
+        let per = |n: u64| (n > 0).then(|| decode_ms / n as f64);
+        BTreeMap::from([
+            ("max_running".to_string(), Some(f64::from(self.max_running))),
+            ("work_tokens".to_string(), Some(self.work_tokens as f64)),
+            ("prefill_work_tokens".to_string(), Some(self.prefill_tokens as f64)),
+            ("busy_s".to_string(), Some(self.busy_ns as f64 / 1e9)),
+            ("decode_steps".to_string(), Some(self.decode_steps as f64)),
+            ("decode_step_ms".to_string(), per(self.decode_steps)),
+            ("decode_step_ms_per_stream".to_string(), per(self.decode_batch)),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::SimTime;
+
+    fn step(prefill: u32, batch: u32, running: u32, ms: u64) -> StepRecord {
+        StepRecord {
+            index: 0,
+            start: SimTime::ZERO,
+            end: SimTime::ZERO.plus_nanos(ms * 1_000_000),
+            batch_size: batch,
+            tokens: batch + prefill,
+            prefill_tokens: prefill,
+            sum_ctx: 0,
+            kv_blocks_used: 0,
+            running,
+            waiting: 0,
+            preempted: 0,
+            compute_s: 0.0,
+            memory_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_step_tally_separates_pure_decode_steps() {
+        let mut t = StepTally::default();
+        t.step(&step(512, 4, 4, 10));
+        t.step(&step(0, 4, 5, 6));
+        t.step(&step(0, 2, 2, 4));
+        let v = t.values();
+        assert_eq!(v["max_running"], Some(5.0));
+        assert_eq!(v["decode_steps"], Some(2.0));
+        assert_eq!(v["decode_step_ms"], Some(5.0));
+        assert_eq!(v["decode_step_ms_per_stream"], Some(10.0 / 6.0));
+        assert_eq!(v["work_tokens"], Some(512.0 + 10.0));
+        assert_eq!(v["busy_s"], Some(0.020));
+    }
+
+    #[test]
+    fn no_decode_step_means_no_decode_figure() {
+        let mut t = StepTally::default();
+        t.step(&step(100, 1, 1, 3));
+        assert_eq!(t.values()["decode_step_ms"], None);
+    }
+}
