@@ -6,13 +6,16 @@
 //! matching and the tokenizer) decides the answer's tokens; a model's
 //! engine decides when each is due. A `scheduler` model runs the planner
 //! core in one engine task (`engine_task`) fed by commands; a `fixed` model
-//! computes due times per request (`feed`). Handlers (`routes`) stream
+//! has a timer task (`fixed`) that releases each request's tokens at its
+//! own due times. Each driver runs on a thread of its own. A request's
+//! `feed` is its handler's view of either. Handlers (`routes`, `sse`) stream
 //! tokens as they come due, and everything measured lands in `stats`, read
 //! by `/metrics` (`prom`) and `/metrics/summary` (`summary`).
 
 pub mod engine_task;
 pub mod errors;
 pub mod feed;
+pub mod fixed;
 pub mod openai;
 pub mod prom;
 pub mod record;
@@ -94,7 +97,7 @@ impl Clock {
 /// How a model's tokens are timed.
 pub enum Backend {
     Scheduler { commands: UnboundedSender<Command> },
-    Fixed(FixedTiming),
+    Fixed { timing: FixedTiming, timer: UnboundedSender<fixed::Schedule> },
 }
 
 /// One served model: its spec, its driver and its measurements.
@@ -160,11 +163,15 @@ impl App {
                 recorder,
             };
             let backend = match &spec.engine {
-                EngineKind::Fixed(t) => Backend::Fixed(*t),
+                EngineKind::Fixed(t) => {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    spawn_driver(&spec.name, fixed::FixedTimer::new(rx, clock).run())?;
+                    Backend::Fixed { timing: *t, timer: tx }
+                }
                 EngineKind::Scheduler(s) => {
                     let (tx, rx) = mpsc::unbounded_channel();
                     let task = EngineTask::new(Engine::new(s.engine.clone()), rx, clock, sinks.clone());
-                    spawn_engine(&spec.name, task)?;
+                    spawn_driver(&spec.name, task.run())?;
                     Backend::Scheduler { commands: tx }
                 }
             };
@@ -212,18 +219,19 @@ impl App {
     }
 }
 
-/// Runs an engine task on a thread of its own with its own timer, so that
-/// its deadlines are never queued behind the handlers it wakes.
-fn spawn_engine(name: &str, task: EngineTask) -> Result<(), String> {
+/// Runs a model's driver (engine task or fixed timer) on a thread of its
+/// own with its own timer, so its deadlines never queue behind the handlers
+/// it wakes.
+fn spawn_driver(name: &str, driver: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
-        .map_err(|e| format!("cannot start the engine runtime for {name}: {e}"))?;
+        .map_err(|e| format!("cannot start the runtime for model {name}: {e}"))?;
     std::thread::Builder::new()
-        .name(format!("engine {name}"))
-        .spawn(move || runtime.block_on(task.run()))
+        .name(format!("model {name}"))
+        .spawn(move || runtime.block_on(driver))
         .map(|_| ())
-        .map_err(|e| format!("cannot start the engine thread for {name}: {e}"))
+        .map_err(|e| format!("cannot start the thread for model {name}: {e}"))
 }
 
 /// Serves `app` on `listener` until `shutdown` completes; open streams get

@@ -1,6 +1,6 @@
 //! A request's token feed, as a handler sees it: the engine task's events
-//! for a `scheduler` model, or due times computed on the spot for a
-//! `fixed` model. Either way the handler gets tokens at their due times,
+//! for a `scheduler` model, or the timer task's for a `fixed` model (whose
+//! metrics the feed keeps, as no engine task does). Either way the handler gets tokens at their due times,
 //! then the simulated story, and dropping the feed early (the client went
 //! away) aborts the request at once.
 
@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::engine_task::{Command, Event, Sinks, Submit, lock};
+use super::fixed::Schedule;
 use super::stats::{Finish, Story};
 use super::{Backend, Clock, ModelHandle};
 use crate::config::models::FixedTiming;
@@ -61,7 +62,9 @@ impl Feed {
         let ticket = model.tickets.fetch_add(1, Ordering::Relaxed);
         match &model.backend {
             Backend::Scheduler { commands } => start_engine(commands, ticket, req).await,
-            Backend::Fixed(timing) => Ok(FixedFeed::start(*timing, clock, model.sinks.clone(), ticket, req)),
+            Backend::Fixed { timing, timer } => {
+                FixedFeed::start(*timing, timer, clock, model.sinks.clone(), ticket, req)
+            }
         }
     }
 
@@ -130,10 +133,12 @@ impl Drop for AbortGuard {
 }
 
 /// One request of a `fixed` model: TTFT = overhead + prompt / rate after
-/// arrival, then one token every ITL. No shared state besides the metrics.
+/// arrival, then one token every ITL, released by the model's timer task.
+/// No shared state besides the metrics.
 struct FixedFeed {
     clock: Clock,
     timing: FixedTiming,
+    events: UnboundedReceiver<Event>,
     sinks: Sinks,
     story: Story,
     finish: Finish,
@@ -154,7 +159,14 @@ struct Unflushed {
 }
 
 impl FixedFeed {
-    fn start(timing: FixedTiming, clock: Clock, sinks: Sinks, ticket: u64, req: FeedRequest) -> (Feed, Accepted) {
+    fn start(
+        timing: FixedTiming,
+        timer: &UnboundedSender<Schedule>,
+        clock: Clock,
+        sinks: Sinks,
+        ticket: u64,
+        req: FeedRequest,
+    ) -> Result<(Feed, Accepted), FeedEvent> {
         let (id, arrival) = match &sinks.recorder {
             Some(r) => lock(r).begin(req.stamp, req.prompt, req.output),
             None => (ticket, req.stamp),
@@ -174,9 +186,13 @@ impl FixedFeed {
             max_gap_ns: 0,
             status: Status::InFlight,
         };
+        let (tx, events) = mpsc::unbounded_channel();
+        let first_due = arrival.plus_nanos(timing.ttft_ns(req.prompt));
+        let schedule = Schedule { first_due, itl_ns: timing.itl_ns, n: req.output, events: tx };
         let feed = FixedFeed {
             clock,
             timing,
+            events,
             sinks,
             story: Story { rec, steps: 0, batch_sum: 0 },
             finish: req.finish,
@@ -186,14 +202,11 @@ impl FixedFeed {
             done: false,
             unflushed: Unflushed::default(),
         };
-        (Feed { kind: Kind::Fixed(Box::new(feed)) }, Accepted { id, arrival })
-    }
-
-    /// Due time of token `index` (1-based).
-    fn due(&self, index: u32) -> SimTime {
-        let r = &self.story.rec;
-        let ttft = self.timing.ttft_ns(r.prompt);
-        r.arrival.plus_nanos(ttft + u64::from(index - 1) * self.timing.itl_ns)
+        // Dropping the feed (and with it the receiver) is what tells the
+        // timer the request is gone, so it is built before any error.
+        let feed = Feed { kind: Kind::Fixed(Box::new(feed)) };
+        timer.send(schedule).map_err(|_| FeedEvent::Lost)?;
+        Ok((feed, Accepted { id, arrival }))
     }
 
     async fn next(&mut self) -> FeedEvent {
@@ -214,9 +227,9 @@ impl FixedFeed {
             }
             return FeedEvent::Done(Box::new(self.story.clone()));
         }
-        let index = self.next;
-        let due = self.due(index);
-        tokio::time::sleep_until(self.clock.instant(due)).await;
+        let Some(Event::Token { index, due }) = self.events.recv().await else {
+            return FeedEvent::Lost;
+        };
         let lag = self.clock.now().nanos_since(due);
         let r = &mut self.story.rec;
         let (ttft, gap) = match r.last_token {
