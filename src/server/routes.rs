@@ -184,7 +184,7 @@ async fn handle(
         return Err(ApiError::bad_request("`messages` must contain at least one message.").with_param("messages"));
     }
     let reply = plan_reply(app, model, api, &parsed)?;
-    let epoch = app.epoch.load(Ordering::Relaxed);
+    let epoch = app.epoch.load(Ordering::SeqCst);
     let req = FeedRequest {
         stamp,
         prompt: reply.prompt_tokens,

@@ -164,9 +164,12 @@ fn model_summary(w: &Window, secs: f64, engine: &'static str, gauges: GaugesOut)
 /// Starts a new window for every model: requests that arrived before it
 /// no longer count.
 pub fn reset(app: &App) {
-    let epoch = app.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+    // The windows move to the new epoch before new requests are stamped
+    // with it, so every request stamped with it is counted from its start.
+    let epoch = app.epoch.load(Ordering::SeqCst) + 1;
     let now = app.clock.now();
     for m in &app.models {
         lock(&m.sinks.stats).reset(epoch, now);
     }
+    app.epoch.store(epoch, Ordering::SeqCst);
 }

@@ -12,6 +12,9 @@ fn a_streamed_chat_sends_role_tokens_finish_usage_comment_and_done() {
     let r = server.chat("sched", MESSAGE, r#""stream":true,"stream_options":{"include_usage":true}"#);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("content-type"), Some("text/event-stream; charset=utf-8"));
+    assert_eq!(r.header("x-llmsim-engine"), Some("scheduler"));
+    assert_eq!(r.header("x-llmsim-request-id"), Some("0"));
+    assert_eq!(r.header("x-llmsim-output-tokens"), Some(tokenizer::count(MESSAGE).to_string().as_str()));
     let events = r.events();
     let n = tokenizer::count(MESSAGE);
     assert_eq!(events.len(), 1 + n + 1 + 1 + 1, "role, {n} tokens, finish, usage, [DONE]:\n{}", r.body);
