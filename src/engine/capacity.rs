@@ -96,7 +96,7 @@ impl Capacity {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn base_input() -> CapacityInput {

@@ -77,8 +77,8 @@ pub(crate) mod tests {
     use super::*;
 
     /// The base model of ENGINE.md on the H100-like card.
-    pub(crate) fn base_cost() -> CostModel {
-        CostModel::new(&CostInput {
+    pub(crate) fn base_input() -> CostInput {
+        CostInput {
             parameters_billions: 6.74,
             bytes_per_parameter: 2.0,
             kv_bytes_per_token: 524_288,
@@ -87,7 +87,11 @@ pub(crate) mod tests {
             compute_efficiency: 1.0,
             memory_efficiency: 1.0,
             step_overhead_ms: 0.0,
-        })
+        }
+    }
+
+    pub(crate) fn base_cost() -> CostModel {
+        CostModel::new(&base_input())
     }
 
     fn ms(x: f64) -> f64 {
@@ -135,16 +139,7 @@ pub(crate) mod tests {
 
     #[test]
     fn overhead_and_efficiency_apply_as_documented() {
-        let mut input = CostInput {
-            parameters_billions: 6.74,
-            bytes_per_parameter: 2.0,
-            kv_bytes_per_token: 524_288,
-            peak_tflops: 989.0,
-            memory_bandwidth_gbps: 3000.0,
-            compute_efficiency: 1.0,
-            memory_efficiency: 0.5,
-            step_overhead_ms: 2.0,
-        };
+        let mut input = CostInput { memory_efficiency: 0.5, step_overhead_ms: 2.0, ..base_input() };
         let c = CostModel::new(&input).step(1, 0);
         assert!((ms(c.total_s) - (2.0 * 4.493_333 + 2.0)).abs() < 1e-4);
         input.compute_efficiency = 0.5;

@@ -263,17 +263,7 @@ fn abort_frees_blocks_wherever_the_request_is() {
 
 /// The base model of ENGINE.md: 7,609 blocks of 16 tokens, watermark 76.
 fn base_engine(budget: u32, max_seqs: u32) -> Engine {
-    let cap = Capacity::compute(&CapacityInput {
-        hbm_gib: 80.0,
-        gpu_memory_utilization: 0.9,
-        parameters_billions: 6.74,
-        bytes_per_parameter: 2.0,
-        kv_bytes_per_token: 524_288,
-        block_size: 16,
-        watermark: 0.01,
-        num_blocks_override: None,
-    })
-    .unwrap();
+    let cap = Capacity::compute(&capacity::tests::base_input()).unwrap();
     Engine::new(EngineConfig {
         capacity: cap,
         max_batch_tokens: budget,
