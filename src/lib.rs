@@ -15,6 +15,7 @@ pub mod experiments;
 pub mod measured;
 pub mod metrics;
 pub mod report;
+pub mod server;
 pub mod sim;
 pub mod time;
 pub mod util;

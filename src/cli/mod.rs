@@ -6,6 +6,7 @@ pub mod diff;
 pub mod experiments;
 pub mod explain;
 pub mod run;
+pub mod serve;
 pub mod trace;
 
 use std::io::Write;
@@ -40,6 +41,9 @@ pub enum Command {
     Diff(diff::DiffArgs),
     /// Load-test an OpenAI-compatible server and write a vLLM-style result.
     Bench(bench::BenchArgs),
+    /// Serve an OpenAI-compatible API whose tokens are timed by the engine
+    /// in real time.
+    Serve(serve::ServeArgs),
     /// Run every experiment in scenarios/experiments/ and write its table to
     /// results/ (or, with --check, fail if results/ is out of date).
     Experiments(experiments::ExperimentsArgs),
@@ -75,6 +79,7 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Explain(a) => explain::execute(a),
         Command::Diff(a) => diff::execute(a),
         Command::Bench(a) => bench::execute(a),
+        Command::Serve(a) => serve::execute(a),
         Command::Experiments(a) => experiments::execute(a),
     }
 }

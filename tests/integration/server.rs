@@ -1,4 +1,12 @@
-//! Integration tests: server.
+//! Integration tests: `llmsim serve` on a real socket. Each test starts its
+//! own server on a free port (read back from its first stdout line) and
+//! stops it when done. Timing is checked exactly in the engine task's unit
+//! tests (paused clock); here we check the HTTP surface, errors, SSE
+//! framing, headers, disconnects, the record/replay promise and a real
+//! OpenAI client.
 
-#[allow(unused_imports)]
-use crate::support::*;
+mod api;
+mod errors;
+mod harness;
+mod lifecycle;
+mod python;

@@ -1,0 +1,113 @@
+//! `llmsim serve`: load the models and responses (a broken file stops here,
+//! with the same errors as `run`, before any traffic), bind, print where we
+//! listen, and serve until SIGINT or SIGTERM. On the way out, the record
+//! files are completed.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::CliError;
+use crate::config::models::load_models;
+use crate::server::{App, Options, Responses};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The models file: names, engines and their settings.
+    #[arg(long, value_name = "FILE", default_value = "scenarios/serve/models.yml")]
+    pub models: PathBuf,
+    /// Scripted answers (responses.yml); without it, the built-in answers.
+    #[arg(long, value_name = "FILE")]
+    pub responses: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// 0 picks a free port (printed at start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Write each request's arrival and lengths as a trace CSV (one file per
+    /// model when several are served), with the simulated times used.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Largest request body accepted; larger ones get HTTP 413.
+    #[arg(long, value_name = "BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Also export vLLM's deprecated metric names (gpu_cache_usage_perc,
+    /// time_per_output_token_seconds) that some routers still scrape.
+    #[arg(long)]
+    pub legacy_metrics: bool,
+    /// Runtime worker threads (default: one per core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+}
+
+pub fn execute(a: ServeArgs) -> Result<(), CliError> {
+    let models = load_models(&a.models)?;
+    let responses = match &a.responses {
+        Some(path) => Responses::load(path)?,
+        None => Responses::builtin(),
+    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(n) = a.workers.filter(|&n| n > 0) {
+        builder.worker_threads(n);
+    }
+    let runtime = builder.build().map_err(|e| CliError::Failure(format!("cannot start the async runtime: {e}")))?;
+    let options =
+        Options { max_body_bytes: a.max_body_bytes, legacy_metrics: a.legacy_metrics, record: a.record.clone() };
+    runtime.block_on(async move {
+        let addr = format!("{}:{}", a.host, a.port);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|e| CliError::Failure(format!("cannot listen on {addr}: {e}")))?;
+        let app = App::start(&models, responses, options).map_err(CliError::Failure)?;
+        let local =
+            listener.local_addr().map_err(|e| CliError::Failure(format!("cannot read the bound address: {e}")))?;
+        announce(&app, local)?;
+        crate::server::serve(listener, app.clone(), shutdown_signal())
+            .await
+            .map_err(|e| CliError::Failure(format!("the server failed: {e}")))?;
+        app.finish_records();
+        eprintln!("llmsim serve: stopped");
+        Ok(())
+    })
+}
+
+/// The first stdout line is the address (tests and scripts read it).
+fn announce(app: &App, local: std::net::SocketAddr) -> Result<(), CliError> {
+    let names: Vec<&str> = app.models.iter().map(|m| m.spec.name.as_str()).collect();
+    let mut out = std::io::stdout().lock();
+    let text = format!(
+        "llmsim serve: listening on http://{local}\nllmsim serve: models: {} (OpenAI base_url http://{local}/v1)\n",
+        names.join(", ")
+    );
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::Failure(format!("cannot write to stdout: {e}")))?;
+    for path in app.record_paths() {
+        eprintln!("llmsim serve: recording requests to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

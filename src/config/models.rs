@@ -1,0 +1,318 @@
+//! The models file of `llmsim serve` (`scenarios/serve/models.yml`): which
+//! model names the server answers to, and what times each one's tokens.
+//!
+//! Each entry names a model and an engine. A `scheduler` model takes its
+//! hardware, model, scheduler, latency and efficiency sections in the
+//! scenario schema (inline, or from a scenario file with `scenario: FILE`,
+//! whose workload is ignored), so the live server and `llmsim run` read the
+//! same numbers through the same validation. A `fixed` model needs no
+//! hardware: TTFT = overhead + prompt tokens / prefill rate, then a fixed
+//! inter-token latency. Read in the same two stages as scenarios: serde
+//! structs that mirror the YAML, then checks that name the key path.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::raw::{RawArrivals, RawEfficiency, RawLatency, RawLength, RawModel, RawScenario, RawScheduler, RawWorkload};
+use super::validate::Check;
+use super::{ConfigError, Scenario};
+use crate::engine::EngineConfig;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModelsFile {
+    pub models: Vec<RawServedModel>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServedModel {
+    /// The `model` field clients send.
+    pub name: String,
+    pub engine: Option<RawEngineKind>,
+    /// A scenario file (relative to the models file) to take the engine
+    /// sections from.
+    pub scenario: Option<String>,
+    pub hardware: Option<serde_yaml::Value>,
+    pub model: Option<RawModel>,
+    pub scheduler: Option<RawScheduler>,
+    pub latency: Option<RawLatency>,
+    pub efficiency: Option<RawEfficiency>,
+    pub fixed: Option<RawFixed>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RawEngineKind {
+    Scheduler,
+    Fixed,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFixed {
+    pub context_length: i64,
+    pub ttft_overhead_ms: Option<f64>,
+    pub prefill_tokens_per_s: f64,
+    pub itl_ms: f64,
+}
+
+/// The validated models file.
+#[derive(Clone, Debug)]
+pub struct ModelsFile {
+    pub source: PathBuf,
+    /// In file order; the first is the default when a request names none.
+    pub models: Vec<ServedModel>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServedModel {
+    pub name: String,
+    /// Prompt plus output tokens a request may use (vLLM's `max_model_len`).
+    pub context_length: u32,
+    pub engine: EngineKind,
+}
+
+#[derive(Clone, Debug)]
+pub enum EngineKind {
+    /// The planner core, run on the wall clock.
+    Scheduler(Box<SchedulerModel>),
+    /// Each request alone, with fixed timing.
+    Fixed(FixedTiming),
+}
+
+#[derive(Clone, Debug)]
+pub struct SchedulerModel {
+    pub engine: EngineConfig,
+    /// The scenario the sections came from, if any (for `llmsim run` replays).
+    pub scenario_file: Option<PathBuf>,
+}
+
+/// The `fixed` engine's timing, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FixedTiming {
+    pub ttft_overhead_ns: u64,
+    pub prefill_tokens_per_s: f64,
+    pub itl_ns: u64,
+}
+
+impl FixedTiming {
+    /// Arrival to first token for a prompt of `prompt` tokens.
+    pub fn ttft_ns(&self, prompt: u32) -> u64 {
+        self.ttft_overhead_ns + crate::time::secs_to_nanos(f64::from(prompt) / self.prefill_tokens_per_s)
+    }
+}
+
+impl EngineKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EngineKind::Scheduler(_) => "scheduler",
+            EngineKind::Fixed(_) => "fixed",
+        }
+    }
+}
+
+/// Reads and validates a models file.
+pub fn load_models(file: &Path) -> Result<ModelsFile, ConfigError> {
+    let text = super::read_text(file)?;
+    let raw: RawModelsFile = super::parse_str(&text, file)?;
+    if raw.models.is_empty() {
+        return Err(ConfigError::new(file, "models", "an empty list is not allowed: serve at least one model"));
+    }
+    let mut models: Vec<ServedModel> = Vec::new();
+    for (i, entry) in raw.models.into_iter().enumerate() {
+        let at = format!("models[{i}]");
+        let model = served(entry, file, &at)?;
+        if models.iter().any(|m| m.name == model.name) {
+            return Err(ConfigError::new(
+                file,
+                format!("{at}.name"),
+                format!("`{}` is served twice: model names must be unique", model.name),
+            ));
+        }
+        models.push(model);
+    }
+    Ok(ModelsFile { source: file.to_path_buf(), models })
+}
+
+fn served(raw: RawServedModel, file: &Path, at: &str) -> Result<ServedModel, ConfigError> {
+    let name = raw.name.trim().to_string();
+    if name.is_empty() {
+        return Err(ConfigError::new(file, format!("{at}.name"), "an empty name is not allowed"));
+    }
+    match raw.engine.unwrap_or(RawEngineKind::Scheduler) {
+        RawEngineKind::Fixed => fixed(raw, name, file, at),
+        RawEngineKind::Scheduler => scheduler(raw, name, file, at),
+    }
+}
+
+fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<ServedModel, ConfigError> {
+    let unused = [
+        ("scenario", raw.scenario.is_some()),
+        ("hardware", raw.hardware.is_some()),
+        ("model", raw.model.is_some()),
+        ("scheduler", raw.scheduler.is_some()),
+        ("latency", raw.latency.is_some()),
+        ("efficiency", raw.efficiency.is_some()),
+    ];
+    if let Some((key, _)) = unused.iter().find(|(_, set)| *set) {
+        return Err(ConfigError::new(
+            file,
+            format!("{at}.{key}"),
+            "not used by the fixed engine: remove it, or set `engine: scheduler`",
+        ));
+    }
+    let Some(f) = raw.fixed else {
+        return Err(ConfigError::new(
+            file,
+            format!("{at}.fixed"),
+            "missing: a fixed model needs fixed: {context_length, prefill_tokens_per_s, itl_ms, ttft_overhead_ms}",
+        ));
+    };
+    let ck = Check { file };
+    let p = |k: &str| format!("{at}.fixed.{k}");
+    let context_length = ck.count(&p("context_length"), f.context_length, 2)?;
+    let overhead = ck.non_negative(&p("ttft_overhead_ms"), f.ttft_overhead_ms.unwrap_or(0.0))?;
+    let timing = FixedTiming {
+        ttft_overhead_ns: crate::time::secs_to_nanos(overhead / 1e3),
+        prefill_tokens_per_s: ck.positive(&p("prefill_tokens_per_s"), f.prefill_tokens_per_s)?,
+        itl_ns: crate::time::secs_to_nanos(ck.non_negative(&p("itl_ms"), f.itl_ms)? / 1e3),
+    };
+    Ok(ServedModel { name, context_length, engine: EngineKind::Fixed(timing) })
+}
+
+fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<ServedModel, ConfigError> {
+    if raw.fixed.is_some() {
+        return Err(ConfigError::new(
+            file,
+            format!("{at}.fixed"),
+            "only used by the fixed engine: remove it, or set `engine: fixed`",
+        ));
+    }
+    let (scenario, scenario_file) = match raw.scenario {
+        Some(rel) => {
+            let inline = [raw.hardware.is_some(), raw.model.is_some(), raw.scheduler.is_some()];
+            if inline.iter().any(|&x| x) || raw.latency.is_some() || raw.efficiency.is_some() {
+                return Err(ConfigError::new(
+                    file,
+                    format!("{at}.scenario"),
+                    "give either `scenario: FILE` or inline hardware/model/scheduler sections, not both",
+                ));
+            }
+            let path = file.parent().unwrap_or(Path::new("")).join(&rel);
+            (super::load_scenario(&path)?, Some(path))
+        }
+        None => (inline_scenario(raw, &name, file, at)?, None),
+    };
+    Ok(ServedModel {
+        name,
+        context_length: scenario.model.context_length,
+        engine: EngineKind::Scheduler(Box::new(SchedulerModel { engine: scenario.engine_config(), scenario_file })),
+    })
+}
+
+/// Validates inline sections as a scenario whose workload is a placeholder
+/// (the server's workload is its clients), naming `models[i].` in errors.
+fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Result<Scenario, ConfigError> {
+    let (Some(hardware), Some(model)) = (raw.hardware, raw.model) else {
+        return Err(ConfigError::new(
+            file,
+            at,
+            "a scheduler model needs `hardware` and `model` sections (as in a scenario), or `scenario: FILE`",
+        ));
+    };
+    let placeholder = RawWorkload {
+        seed: None,
+        arrivals: RawArrivals::Constant { rate: 1.0 },
+        requests: Some(1),
+        duration_s: None,
+        prompt_tokens: Some(RawLength::Fixed(1)),
+        output_tokens: Some(RawLength::Fixed(1)),
+    };
+    let scenario = RawScenario {
+        name: Some(name.to_string()),
+        description: None,
+        hardware,
+        model,
+        scheduler: raw.scheduler.unwrap_or_default(),
+        latency: raw.latency.unwrap_or_default(),
+        efficiency: raw.efficiency.unwrap_or_default(),
+        workload: placeholder,
+    };
+    super::validate::scenario(scenario, file).map_err(|mut e| {
+        if e.file == file {
+            e.path = if e.path.is_empty() { at.to_string() } else { format!("{at}.{}", e.path) };
+        }
+        e
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<ModelsFile, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("models.yml");
+        std::fs::write(&path, text).unwrap();
+        load_models(&path).map_err(|e| e.to_string())
+    }
+
+    const INLINE: &str = "
+models:
+  - name: small
+    hardware: h100-80gb
+    model:
+      context_length: 4096
+      weights: {parameters_billions: 1}
+      kv_cache: {bytes_per_token: 131072}
+    scheduler: {max_num_sequences: 8}
+  - name: quick
+    engine: fixed
+    fixed: {context_length: 2048, ttft_overhead_ms: 10, prefill_tokens_per_s: 1000, itl_ms: 5}
+";
+
+    #[test]
+    fn reads_a_scheduler_model_and_a_fixed_model() {
+        let m = load(INLINE).unwrap();
+        assert_eq!(m.models.len(), 2);
+        assert_eq!(m.models[0].context_length, 4096);
+        let EngineKind::Scheduler(s) = &m.models[0].engine else { panic!("scheduler expected") };
+        assert_eq!(s.engine.max_num_sequences, 8);
+        let EngineKind::Fixed(f) = &m.models[1].engine else { panic!("fixed expected") };
+        assert_eq!(f.ttft_ns(500), 10_000_000 + 500_000_000);
+        assert_eq!(f.itl_ns, 5_000_000);
+    }
+
+    #[test]
+    fn errors_name_the_entry_and_key_path() {
+        let e = load(&INLINE.replace("max_num_sequences: 8", "max_num_sequences: 0")).unwrap_err();
+        assert!(e.contains("models[0].scheduler.max_num_sequences: 0 is not allowed"), "{e}");
+        let e = load(&INLINE.replace("itl_ms: 5", "itl_ms: -5")).unwrap_err();
+        assert!(e.contains("models[1].fixed.itl_ms: -5 is not allowed"), "{e}");
+        let e = load(&INLINE.replace("engine: fixed", "engine: turbo")).unwrap_err();
+        assert!(e.contains("models.yml:11: models[1].engine") && e.contains("`scheduler` or `fixed`"), "{e}");
+        let e = load(&INLINE.replace("name: quick", "name: small")).unwrap_err();
+        assert!(e.contains("models[1].name: `small` is served twice"), "{e}");
+    }
+
+    #[test]
+    fn a_fixed_model_refuses_scheduler_sections() {
+        let e = load(&INLINE.replace("    engine: fixed\n", "    engine: fixed\n    scheduler: {}\n")).unwrap_err();
+        assert!(e.contains("models[1].scheduler: not used by the fixed engine"), "{e}");
+    }
+
+    #[test]
+    fn a_scheduler_model_can_point_at_a_scenario_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/base.yml")).unwrap();
+        std::fs::write(dir.path().join("base.yml"), base).unwrap();
+        let path = dir.path().join("models.yml");
+        std::fs::write(&path, "models:\n  - name: base\n    scenario: base.yml\n").unwrap();
+        let m = load_models(&path).unwrap();
+        let EngineKind::Scheduler(s) = &m.models[0].engine else { panic!("scheduler expected") };
+        assert_eq!(s.engine.capacity.num_blocks, 7609);
+        assert_eq!(s.scenario_file.as_deref(), Some(dir.path().join("base.yml").as_path()));
+    }
+}

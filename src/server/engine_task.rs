@@ -1,0 +1,407 @@
+//! The live driver: one task per `scheduler` model owns its [`Engine`] and
+//! runs it on the wall clock (in the server, on a thread and runtime of its
+//! own: `server::spawn_engine`). Handlers talk to it only through commands
+//! (no lock around the scheduler); it answers each request on that
+//! request's own unbounded channel, which it never waits on.
+//!
+//! Time: a [`SimTime`] is nanoseconds since the server started. The loop
+//! asks the engine when the next step starts (S), waits until the wall
+//! clock gets there, computes the step [S, E] at once, then waits until E
+//! and releases the step's tokens, recording how late it was (lag). The
+//! next step starts at E whatever the lateness: the timeline is anchored.
+//! Every wait is a deadline (`sleep_until`), never a chain of sleeps, and
+//! commands are served while waiting.
+//!
+//! Arrivals: the handler stamps a request when it is received; the task
+//! sets `arrival = max(stamp, start of the last computed step + 1 ns,
+//! previous arrival)`. Arrivals so never go back and never join a step that
+//! was already computed. This clamp is the only rounding between the live
+//! server and `llmsim run` on the recorded trace: with the clamped arrivals
+//! the two produce the same timeline to the nanosecond.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use super::Clock;
+use super::record::Recorder;
+use super::stats::{Finish, Gauges, ModelStats, Story};
+use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
+use crate::metrics::{RequestRecord, Status};
+use crate::time::SimTime;
+
+/// What a handler asks of the engine task.
+#[derive(Debug)]
+pub enum Command {
+    Submit(Submit),
+    /// The client went away: free the request's blocks now.
+    Abort {
+        ticket: u64,
+    },
+}
+
+#[derive(Debug)]
+pub struct Submit {
+    /// The handler's key for the request (aborts name it).
+    pub ticket: u64,
+    /// When the request was received.
+    pub stamp: SimTime,
+    pub prompt: u32,
+    pub output: u32,
+    pub finish: Finish,
+    pub max_tokens: Option<u32>,
+    pub epoch: u64,
+    pub events: UnboundedSender<Event>,
+}
+
+/// What the engine task tells a handler.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Submitted with this engine id and (clamped) arrival.
+    Accepted {
+        id: RequestId,
+        arrival: SimTime,
+    },
+    /// The `index`-th token (1-based), due at `due`.
+    Token {
+        index: u32,
+        due: SimTime,
+    },
+    Done(Box<Story>),
+    Rejected(RejectReason),
+}
+
+/// Shared outputs of a model's driver.
+#[derive(Clone)]
+pub struct Sinks {
+    pub stats: Arc<Mutex<ModelStats>>,
+    pub gauges: Arc<Gauges>,
+    pub recorder: Option<Arc<Mutex<Recorder>>>,
+}
+
+/// A request the engine holds.
+struct Live {
+    ticket: u64,
+    events: UnboundedSender<Event>,
+    story: Story,
+    finish: Finish,
+    max_tokens: Option<u32>,
+    epoch: u64,
+}
+
+/// What a step produced, kept until its end time.
+enum Out {
+    Token(RequestId, u32),
+    Finished(RequestId),
+    Rejected(RequestId, RejectReason),
+}
+
+/// Routes engine events to the live requests and buffers releases.
+struct Router<'a> {
+    live: &'a mut HashMap<RequestId, Live>,
+    out: &'a mut Vec<Out>,
+    in_step: &'a mut Vec<RequestId>,
+}
+
+impl Observer for Router<'_> {
+    fn scheduled(&mut self, id: RequestId, at: SimTime, _tokens: u32, _computed: u32) {
+        if let Some(l) = self.live.get_mut(&id) {
+            l.story.rec.first_scheduled.get_or_insert(at);
+            l.story.steps += 1;
+            self.in_step.push(id);
+        }
+    }
+    fn preempted(&mut self, id: RequestId, _at: SimTime) {
+        if let Some(l) = self.live.get_mut(&id) {
+            l.story.rec.preemptions += 1;
+        }
+    }
+    fn token(&mut self, id: RequestId, _at: SimTime, index: u32) {
+        self.out.push(Out::Token(id, index));
+    }
+    fn finished(&mut self, id: RequestId, _at: SimTime) {
+        self.out.push(Out::Finished(id));
+    }
+    fn rejected(&mut self, id: RequestId, _at: SimTime, reason: RejectReason) {
+        self.out.push(Out::Rejected(id, reason));
+    }
+    fn step(&mut self, step: &StepRecord) {
+        for id in self.in_step.drain(..) {
+            if let Some(l) = self.live.get_mut(&id) {
+                l.story.batch_sum += u64::from(step.batch_size);
+            }
+        }
+    }
+}
+
+/// The task's state. Build with [`EngineTask::new`], run with [`EngineTask::run`].
+pub struct EngineTask {
+    engine: Engine,
+    rx: UnboundedReceiver<Command>,
+    clock: Clock,
+    sinks: Sinks,
+    live: HashMap<RequestId, Live>,
+    tickets: HashMap<u64, RequestId>,
+    next_id: RequestId,
+    last_arrival: SimTime,
+    /// Start of the last step computed: later arrivals must come after it.
+    last_step_start: Option<SimTime>,
+    out: Vec<Out>,
+    in_step: Vec<RequestId>,
+}
+
+impl EngineTask {
+    pub fn new(engine: Engine, rx: UnboundedReceiver<Command>, clock: Clock, sinks: Sinks) -> EngineTask {
+        sinks.gauges.kv_total.store(u64::from(engine.kv_blocks_total()), std::sync::atomic::Ordering::Relaxed);
+        EngineTask {
+            engine,
+            rx,
+            clock,
+            sinks,
+            live: HashMap::new(),
+            tickets: HashMap::new(),
+            next_id: 0,
+            last_arrival: SimTime::ZERO,
+            last_step_start: None,
+            out: Vec::new(),
+            in_step: Vec::new(),
+        }
+    }
+
+    /// Runs until every command sender is gone.
+    pub async fn run(mut self) {
+        let mut idle_steps = 0;
+        loop {
+            if !self.drain(None) {
+                return;
+            }
+            let Some(start) = self.engine.next_step_at().filter(|_| idle_steps < 2) else {
+                idle_steps = 0;
+                match self.rx.recv().await {
+                    Some(cmd) => self.handle(cmd, None),
+                    None => return,
+                }
+                continue;
+            };
+            if self.clock.now() < start {
+                if !self.wait_until(start, None).await {
+                    return;
+                }
+                continue;
+            }
+            let record = self.step();
+            match record {
+                Some(r) => {
+                    idle_steps = 0;
+                    if !self.wait_until(r.end, Some(r.end)).await {
+                        return;
+                    }
+                    self.release(r.end, r.tokens, r.preempted);
+                }
+                None => {
+                    // Nothing was scheduled (e.g. a preemption emptied the
+                    // batch); retry once, then wait for a command.
+                    idle_steps += 1;
+                    let now = self.clock.now();
+                    self.release(now, 0, 0);
+                }
+            }
+        }
+    }
+
+    fn step(&mut self) -> Option<StepRecord> {
+        let mut router = Router { live: &mut self.live, out: &mut self.out, in_step: &mut self.in_step };
+        let record = self.engine.step(&mut router);
+        self.in_step.clear();
+        if let Some(r) = &record {
+            self.last_step_start = Some(r.start);
+        }
+        self.update_gauges();
+        record
+    }
+
+    /// Serves commands until the wall clock reaches `t`. `step_end` is the
+    /// end of the step in flight, if any (aborts are stamped with it).
+    /// Returns false when every sender is gone.
+    async fn wait_until(&mut self, t: SimTime, step_end: Option<SimTime>) -> bool {
+        let sleep = tokio::time::sleep_until(self.clock.instant(self.clock.coarse(t)));
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut sleep => {
+                    self.clock.finish_wait(t).await;
+                    return true;
+                }
+                cmd = self.rx.recv() => match cmd {
+                    Some(cmd) => {
+                        self.handle(cmd, step_end);
+                        if !self.drain(step_end) {
+                            return false;
+                        }
+                    }
+                    None => return false,
+                },
+            }
+        }
+    }
+
+    /// Handles every command already queued. False when the channel closed.
+    fn drain(&mut self, step_end: Option<SimTime>) -> bool {
+        loop {
+            match self.rx.try_recv() {
+                Ok(cmd) => self.handle(cmd, step_end),
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return false,
+            }
+        }
+        self.update_gauges();
+        true
+    }
+
+    fn handle(&mut self, cmd: Command, step_end: Option<SimTime>) {
+        match cmd {
+            Command::Submit(s) => self.submit(s),
+            Command::Abort { ticket } => {
+                let at = step_end.unwrap_or_else(|| self.clock.now().max(self.engine.clock()));
+                self.abort(ticket, at);
+            }
+        }
+    }
+
+    fn submit(&mut self, s: Submit) {
+        let floor = self.last_step_start.map_or(SimTime::ZERO, |t| t.plus_nanos(1));
+        let arrival = s.stamp.max(floor).max(self.last_arrival);
+        self.last_arrival = arrival;
+        let id = self.next_id;
+        self.next_id += 1;
+        if let Some(rec) = &self.sinks.recorder {
+            let (rid, _) = lock(rec).begin(arrival, s.prompt, s.output);
+            debug_assert_eq!(rid, id, "recorder and engine ids agree");
+        }
+        let request = Request { id, arrival, prompt: s.prompt, output: s.output };
+        let rec = RequestRecord {
+            id,
+            arrival,
+            prompt: s.prompt,
+            output: s.output,
+            first_scheduled: None,
+            first_token: None,
+            last_token: None,
+            tokens: 0,
+            preemptions: 0,
+            max_gap_ns: 0,
+            status: Status::InFlight,
+        };
+        let live = Live {
+            ticket: s.ticket,
+            events: s.events,
+            story: Story { rec, steps: 0, batch_sum: 0 },
+            finish: s.finish,
+            max_tokens: s.max_tokens,
+            epoch: s.epoch,
+        };
+        match self.engine.submit(request, &mut ()) {
+            Ok(()) => {
+                let _ = live.events.send(Event::Accepted { id, arrival });
+                lock(&self.sinks.stats).accepted(s.prompt, s.epoch);
+                self.tickets.insert(s.ticket, id);
+                self.live.insert(id, live);
+            }
+            Err(reason) => self.end_rejected(live, reason),
+        }
+    }
+
+    fn abort(&mut self, ticket: u64, at: SimTime) {
+        let Some(id) = self.tickets.remove(&ticket) else { return };
+        let Some(mut live) = self.live.remove(&id) else { return };
+        self.engine.abort(id, at, &mut ());
+        live.story.rec.status = Status::Aborted;
+        lock(&self.sinks.stats).aborted(live.epoch);
+        self.record(&live.story.rec);
+    }
+
+    /// Hands the buffered step output to the handlers at `due`.
+    fn release(&mut self, due: SimTime, tokens: u32, preempted: u32) {
+        let lag = self.clock.now().nanos_since(due);
+        let mut rejected = Vec::new();
+        let mut stats = lock(&self.sinks.stats);
+        if tokens > 0 {
+            stats.step(tokens, preempted);
+        }
+        let mut released = 0;
+        for out in self.out.drain(..) {
+            match out {
+                Out::Token(id, index) => {
+                    let Some(l) = self.live.get_mut(&id) else { continue };
+                    let r = &mut l.story.rec;
+                    let (ttft, gap) = match r.last_token {
+                        None => (Some(due.nanos_since(r.arrival)), None),
+                        Some(last) => (None, Some(due.nanos_since(last))),
+                    };
+                    if let Some(g) = gap {
+                        r.max_gap_ns = r.max_gap_ns.max(g);
+                    }
+                    r.first_token.get_or_insert(due);
+                    r.last_token = Some(due);
+                    r.tokens = index;
+                    stats.token(ttft, gap, l.epoch);
+                    released += 1;
+                    let _ = l.events.send(Event::Token { index, due });
+                }
+                Out::Finished(id) => {
+                    let Some(mut l) = self.live.remove(&id) else { continue };
+                    self.tickets.remove(&l.ticket);
+                    l.story.rec.status = Status::Finished;
+                    stats.finished(&l.story, l.finish, l.max_tokens, l.epoch);
+                    if let Some(rec) = &self.sinks.recorder {
+                        lock(rec).complete(&l.story.rec);
+                    }
+                    let _ = l.events.send(Event::Done(Box::new(l.story)));
+                }
+                Out::Rejected(id, reason) => {
+                    let Some(l) = self.live.remove(&id) else { continue };
+                    self.tickets.remove(&l.ticket);
+                    stats.rejected(l.epoch);
+                    rejected.push((l, reason));
+                }
+            }
+        }
+        stats.lag(lag, released);
+        drop(stats);
+        for (l, reason) in rejected {
+            self.end_rejected(l, reason);
+        }
+    }
+
+    fn end_rejected(&mut self, mut live: Live, reason: RejectReason) {
+        live.story.rec.status = Status::Rejected(reason);
+        if reason == RejectReason::ContextLength {
+            lock(&self.sinks.stats).rejected(live.epoch);
+        }
+        self.record(&live.story.rec);
+        let _ = live.events.send(Event::Rejected(reason));
+    }
+
+    fn record(&self, rec: &RequestRecord) {
+        if let Some(r) = &self.sinks.recorder {
+            lock(r).complete(rec);
+        }
+    }
+
+    fn update_gauges(&self) {
+        let e = &self.engine;
+        let waiting = e.num_waiting() + e.num_pending();
+        self.sinks.gauges.set(e.num_running() as u64, waiting as u64, u64::from(e.kv_blocks_used()));
+    }
+}
+
+/// Locks a mutex, recovering from a poisoned one (a panicking holder cannot
+/// leave these counters in a state worse than slightly stale).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests;

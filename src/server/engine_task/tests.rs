@@ -1,0 +1,232 @@
+//! The live driver on tokio's paused clock: time only moves when every task
+//! waits, straight to the next deadline, so these tests check exact
+//! nanoseconds without sleeping for real.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+
+use super::*;
+use crate::engine::EngineConfig;
+use crate::workload::TraceSource;
+use crate::workload::trace::TraceRow;
+
+fn base_config() -> EngineConfig {
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/base.yml"));
+    crate::config::load_scenario(path).expect("base scenario").engine_config()
+}
+
+/// A KV cache small enough that a burst of long requests preempts.
+fn tight_config() -> EngineConfig {
+    let mut cfg = base_config();
+    cfg.capacity.num_blocks = 120;
+    cfg.capacity.watermark_blocks = 1;
+    cfg.max_batch_tokens = 2048;
+    cfg
+}
+
+struct Harness {
+    commands: UnboundedSender<Command>,
+    clock: Clock,
+    sinks: Sinks,
+    next_ticket: u64,
+}
+
+impl Harness {
+    fn start(cfg: EngineConfig) -> Harness {
+        let clock = Clock::start();
+        let sinks = Sinks {
+            stats: Arc::new(Mutex::new(ModelStats::new(cfg.context_length))),
+            gauges: Arc::new(Gauges::default()),
+            recorder: None,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(EngineTask::new(Engine::new(cfg), rx, clock, sinks.clone()).run());
+        Harness { commands: tx, clock, sinks, next_ticket: 0 }
+    }
+
+    /// Submits a request stamped now; returns its ticket and event channel.
+    fn submit(&mut self, prompt: u32, output: u32) -> (u64, UnboundedReceiver<Event>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let submit = Submit {
+            ticket,
+            stamp: self.clock.now(),
+            prompt,
+            output,
+            finish: Finish::Stop,
+            max_tokens: None,
+            epoch: 0,
+            events: tx,
+        };
+        self.commands.send(Command::Submit(submit)).expect("engine task alive");
+        (ticket, rx)
+    }
+}
+
+/// Everything a request's channel said, with the clock when each token came.
+#[derive(Debug, Default)]
+struct Seen {
+    accepted: Option<(RequestId, SimTime)>,
+    tokens: Vec<SimTime>,
+    received_at: Vec<SimTime>,
+    story: Option<Story>,
+}
+
+async fn collect(clock: Clock, mut rx: UnboundedReceiver<Event>) -> Seen {
+    let mut seen = Seen::default();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Accepted { id, arrival } => seen.accepted = Some((id, arrival)),
+            Event::Token { due, .. } => {
+                seen.tokens.push(due);
+                seen.received_at.push(clock.now());
+            }
+            Event::Done(story) => {
+                seen.story = Some(*story);
+                break;
+            }
+            Event::Rejected(_) => break,
+        }
+    }
+    seen
+}
+
+/// Token times per request id, from the offline driver on the same trace.
+fn offline(cfg: EngineConfig, rows: Vec<TraceRow>) -> BTreeMap<RequestId, Vec<SimTime>> {
+    struct Tokens(BTreeMap<RequestId, Vec<SimTime>>);
+    impl Observer for Tokens {
+        fn token(&mut self, id: RequestId, at: SimTime, _index: u32) {
+            self.0.entry(id).or_default().push(at);
+        }
+    }
+    let mut engine = Engine::new(cfg);
+    let limit = crate::workload::Limit { requests: None, until: None };
+    let mut source = TraceSource::new(Arc::new(rows), limit);
+    let mut tokens = Tokens(BTreeMap::new());
+    crate::sim::drive(&mut engine, &mut source, &mut tokens);
+    tokens.0
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_request_gets_each_token_exactly_when_the_offline_engine_says() {
+    let mut h = Harness::start(base_config());
+    let (_, rx) = h.submit(512, 8);
+    let seen = collect(h.clock, rx).await;
+    let (id, arrival) = seen.accepted.expect("accepted");
+    let expected = offline(base_config(), vec![TraceRow { arrival, prompt: 512, output: 8 }]);
+    assert_eq!(seen.tokens, expected[&id]);
+    // tokio's timer wheel has millisecond resolution: a deadline fires on
+    // the next whole millisecond, never before it.
+    for (got, due) in seen.received_at.iter().zip(&seen.tokens) {
+        assert!(got >= due && got.nanos_since(*due) < 1_000_000, "released at {got}, due at {due}");
+    }
+    let story = seen.story.expect("done");
+    assert_eq!(story.rec.tokens, 8);
+    assert_eq!(story.steps, 8);
+    let lag = lock(&h.sinks.stats).window.lag.clone();
+    assert_eq!(lag.count(), 8);
+    assert!(lag.max().is_some_and(|m| m < 1_000_000), "lag is measured: {:?}", lag.max());
+}
+
+#[tokio::test(start_paused = true)]
+async fn live_equals_offline_for_staggered_arrivals_with_preemptions() {
+    let mut h = Harness::start(tight_config());
+    let mut waiters = Vec::new();
+    let mut lengths = Vec::new();
+    for i in 0..40u32 {
+        // Arrivals 0 to 3 ms apart, landing inside steps as well as between them.
+        let gap = u64::from((i * 7919) % 3_000) * 1_000;
+        tokio::time::sleep(std::time::Duration::from_nanos(gap)).await;
+        let (prompt, output) = (200 + (i * 37) % 600, 5 + (i * 13) % 60);
+        let (_, rx) = h.submit(prompt, output);
+        lengths.push((prompt, output));
+        waiters.push(tokio::spawn(collect(h.clock, rx)));
+    }
+    let mut live = BTreeMap::new();
+    let mut rows = Vec::new();
+    let mut preemptions = 0;
+    for (w, (prompt, output)) in waiters.into_iter().zip(lengths) {
+        let seen = w.await.expect("collector");
+        let (id, arrival) = seen.accepted.expect("accepted");
+        preemptions += seen.story.as_ref().map_or(0, |s| s.rec.preemptions);
+        rows.push(TraceRow { arrival, prompt, output });
+        live.insert(id, seen.tokens);
+    }
+    assert!(preemptions > 0, "the tight KV cache should preempt");
+    assert_eq!(live, offline(tight_config(), rows));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_arrival_during_a_computed_step_joins_the_next_step() {
+    let mut h = Harness::start(base_config());
+    let (_, first) = h.submit(8000, 2);
+    // The first step (a long prefill) starts at 0; arrive in the middle of it.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let (_, second) = h.submit(16, 2);
+    let a = collect(h.clock, first).await;
+    let b = collect(h.clock, second).await;
+    let first_end = a.tokens[0];
+    let (_, arrival) = b.accepted.expect("accepted");
+    assert_eq!(arrival, SimTime::from_nanos(50_000_000), "the stamp was after the step start, so it is kept");
+    let story = b.story.expect("done");
+    assert_eq!(story.rec.first_scheduled, Some(first_end), "it is first scheduled in the step after");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_stamp_is_clamped_after_the_last_computed_step_start() {
+    let mut h = Harness::start(base_config());
+    let (_, first) = h.submit(8000, 2);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // Stamped at 1 ms, but received after the step starting at 0 was computed.
+    let (tx, rx) = mpsc::unbounded_channel();
+    let submit = Submit {
+        ticket: 99,
+        stamp: SimTime::from_nanos(1_000_000),
+        prompt: 16,
+        output: 1,
+        finish: Finish::Stop,
+        max_tokens: None,
+        epoch: 0,
+        events: tx,
+    };
+    h.commands.send(Command::Submit(submit)).unwrap();
+    let b = collect(h.clock, rx).await;
+    assert_eq!(b.accepted.map(|a| a.1), Some(SimTime::from_nanos(1_000_000)), "max(stamp, 0 + 1 ns) = stamp");
+    drop(first);
+    let (_, late) = h.submit(16, 1);
+    let c = collect(h.clock, late).await;
+    assert!(c.accepted.expect("accepted").1 > SimTime::from_nanos(1_000_000), "arrivals never go back");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_abort_frees_the_blocks_at_once() {
+    let mut h = Harness::start(base_config());
+    let mut channels = Vec::new();
+    for _ in 0..10 {
+        channels.push(h.submit(1000, 500));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let gauges = h.sinks.gauges.clone();
+    assert_eq!(gauges.running.load(std::sync::atomic::Ordering::Relaxed), 10);
+    assert!(gauges.kv_used.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    for (ticket, _) in &channels {
+        h.commands.send(Command::Abort { ticket: *ticket }).unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    assert_eq!(gauges.running.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(gauges.kv_used.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(lock(&h.sinks.stats).prom.success[Finish::Abort as usize], 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prompt_that_can_never_fit_is_rejected_not_left_waiting() {
+    let mut h = Harness::start(tight_config());
+    let (_, rx) = h.submit(120 * 16, 1);
+    let mut rx = rx;
+    assert!(matches!(rx.recv().await, Some(Event::Accepted { .. })));
+    assert_eq!(rx.recv().await, Some(Event::Rejected(RejectReason::NeverFits)));
+}

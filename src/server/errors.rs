@@ -1,0 +1,155 @@
+//! HTTP errors in vLLM's JSON envelope.
+//!
+//! vLLM answers `{"error": {"message", "type", "param", "code"}}` where
+//! `type` is an SDK-class-like name (`BadRequestError`, `NotFoundError`) and
+//! `code` is the integer HTTP status (OpenAI itself uses string codes; we
+//! follow vLLM, which is what the server imitates). Messages that clients
+//! match on (context length, unknown model) use vLLM's exact wording.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// An error answer: status, message and the offending parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub param: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    error: Body<'a>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: u16,
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::BAD_REQUEST, message: message.into(), param: None }
+    }
+
+    pub fn with_param(mut self, param: &str) -> ApiError {
+        self.param = Some(param.to_string());
+        self
+    }
+
+    /// vLLM: 404 "The model `x` does not exist."
+    pub fn unknown_model(name: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("The model `{name}` does not exist."),
+            param: Some("model".into()),
+        }
+    }
+
+    /// A prompt that alone fills the context (vLLM's wording).
+    pub fn prompt_too_long(context: u32, prompt: u32) -> ApiError {
+        ApiError::bad_request(format!(
+            "This model's maximum context length is {context} tokens. However, your request has {prompt} input \
+             tokens. Please reduce the length of the input messages."
+        ))
+        .with_param("input_tokens")
+    }
+
+    /// Prompt plus `max_tokens` over the context (vLLM's wording).
+    pub fn max_tokens_too_large(context: u32, prompt: u32, max_tokens: u32) -> ApiError {
+        ApiError::bad_request(format!(
+            "'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context \
+             length is {context} tokens and your request has {prompt} input tokens ({max_tokens} > {context} - \
+             {prompt})."
+        ))
+        .with_param("max_tokens")
+    }
+
+    pub fn too_large(len: u64, limit: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!(
+                "The request body is {len} bytes; this server accepts at most {limit} (see --max-body-bytes)."
+            ),
+            param: None,
+        }
+    }
+
+    /// The engine can never hold the request's KV (ENGINE.md section 2).
+    pub fn never_fits(prompt: u32, num_blocks: u32, block_size: u32, watermark: u32) -> ApiError {
+        ApiError::bad_request(format!(
+            "This request's {prompt} prompt tokens can never fit in the KV cache: it has {num_blocks} blocks of \
+             {block_size} tokens and keeps {watermark} free as a watermark. Please reduce the length of the input."
+        ))
+        .with_param("input_tokens")
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into(), param: None }
+    }
+
+    /// The class-like name vLLM puts in `type`.
+    pub fn kind(&self) -> &'static str {
+        match self.status {
+            StatusCode::BAD_REQUEST => "BadRequestError",
+            StatusCode::NOT_FOUND => "NotFoundError",
+            StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLargeError",
+            StatusCode::UNPROCESSABLE_ENTITY => "UnprocessableEntityError",
+            _ => "InternalServerError",
+        }
+    }
+
+    /// The envelope as JSON text.
+    pub fn json(&self) -> String {
+        let env = Envelope {
+            error: Body {
+                message: &self.message,
+                kind: self.kind(),
+                param: self.param.as_deref(),
+                code: self.status.as_u16(),
+            },
+        };
+        // invariant: a struct of strings and integers always serialises.
+        serde_json::to_string(&env).unwrap_or_default()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, self.json()).into_response();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_envelope_carries_type_param_and_integer_code() {
+        let e = ApiError::unknown_model("gpt-9");
+        let v: serde_json::Value = serde_json::from_str(&e.json()).unwrap();
+        assert_eq!(v["error"]["message"], "The model `gpt-9` does not exist.");
+        assert_eq!(v["error"]["type"], "NotFoundError");
+        assert_eq!(v["error"]["param"], "model");
+        assert_eq!(v["error"]["code"], 404);
+    }
+
+    #[test]
+    fn context_messages_use_vllm_wording() {
+        let e = ApiError::max_tokens_too_large(4096, 4000, 100);
+        assert_eq!(
+            e.message,
+            "'max_tokens' or 'max_completion_tokens' is too large: 100. This model's maximum context length is \
+             4096 tokens and your request has 4000 input tokens (100 > 4096 - 4000)."
+        );
+        let e = ApiError::prompt_too_long(4096, 5000);
+        assert!(e.message.starts_with("This model's maximum context length is 4096 tokens. However, your request"));
+    }
+}

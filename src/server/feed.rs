@@ -1,0 +1,282 @@
+//! A request's token feed, as a handler sees it: the engine task's events
+//! for a `scheduler` model, or the timer task's for a `fixed` model (whose
+//! metrics the feed keeps, as no engine task does). Either way the handler gets tokens at their due times,
+//! then the simulated story, and dropping the feed early (the client went
+//! away) aborts the request at once.
+
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+
+use super::engine_task::{Command, Event, Sinks, Submit, lock};
+use super::fixed::Schedule;
+use super::stats::{Finish, Story};
+use super::{Backend, Clock, ModelHandle};
+use crate::config::models::FixedTiming;
+use crate::engine::{RejectReason, RequestId};
+use crate::metrics::{RequestRecord, Status};
+use crate::time::SimTime;
+
+/// What a handler asks for.
+#[derive(Clone, Debug)]
+pub struct FeedRequest {
+    pub stamp: SimTime,
+    pub prompt: u32,
+    pub output: u32,
+    pub finish: Finish,
+    pub max_tokens: Option<u32>,
+    pub epoch: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum FeedEvent {
+    Token {
+        index: u32,
+        due: SimTime,
+    },
+    Done(Box<Story>),
+    Rejected(RejectReason),
+    /// The engine task is gone (the server is shutting down).
+    Lost,
+}
+
+/// The request as accepted: its id and (clamped) arrival.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Accepted {
+    pub id: RequestId,
+    pub arrival: SimTime,
+}
+
+pub struct Feed {
+    kind: Kind,
+}
+
+enum Kind {
+    Engine { events: UnboundedReceiver<Event>, guard: AbortGuard },
+    Fixed(Box<FixedFeed>),
+}
+
+impl Feed {
+    /// Hands the request to the model. Err carries a rejection on arrival.
+    pub async fn start(model: &ModelHandle, clock: Clock, req: FeedRequest) -> Result<(Feed, Accepted), FeedEvent> {
+        let ticket = model.tickets.fetch_add(1, Ordering::Relaxed);
+        match &model.backend {
+            Backend::Scheduler { commands } => start_engine(commands, ticket, req).await,
+            Backend::Fixed { timing, timer } => {
+                FixedFeed::start(*timing, timer, clock, model.sinks.clone(), ticket, req)
+            }
+        }
+    }
+
+    pub async fn next(&mut self) -> FeedEvent {
+        match &mut self.kind {
+            Kind::Engine { events, guard } => {
+                let ev = match events.recv().await {
+                    Some(Event::Token { index, due }) => FeedEvent::Token { index, due },
+                    Some(Event::Done(story)) => FeedEvent::Done(story),
+                    Some(Event::Rejected(r)) => FeedEvent::Rejected(r),
+                    Some(Event::Accepted { .. }) | None => FeedEvent::Lost,
+                };
+                if !matches!(ev, FeedEvent::Token { .. }) {
+                    guard.armed = false;
+                }
+                ev
+            }
+            Kind::Fixed(f) => f.next().await,
+        }
+    }
+}
+
+async fn start_engine(
+    commands: &UnboundedSender<Command>,
+    ticket: u64,
+    req: FeedRequest,
+) -> Result<(Feed, Accepted), FeedEvent> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let submit = Submit {
+        ticket,
+        stamp: req.stamp,
+        prompt: req.prompt,
+        output: req.output,
+        finish: req.finish,
+        max_tokens: req.max_tokens,
+        epoch: req.epoch,
+        events: tx,
+    };
+    if commands.send(Command::Submit(submit)).is_err() {
+        return Err(FeedEvent::Lost);
+    }
+    // From here on, dropping this future (client gone) aborts the request.
+    let guard = AbortGuard { commands: commands.clone(), ticket, armed: true };
+    match rx.recv().await {
+        Some(Event::Accepted { id, arrival }) => {
+            Ok((Feed { kind: Kind::Engine { events: rx, guard } }, Accepted { id, arrival }))
+        }
+        Some(Event::Rejected(r)) => Err(FeedEvent::Rejected(r)),
+        _ => Err(FeedEvent::Lost),
+    }
+}
+
+/// Sends `Abort` when dropped while armed: the client went away.
+struct AbortGuard {
+    commands: UnboundedSender<Command>,
+    ticket: u64,
+    armed: bool,
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.commands.send(Command::Abort { ticket: self.ticket });
+        }
+    }
+}
+
+/// One request of a `fixed` model: TTFT = overhead + prompt / rate after
+/// arrival, then one token every ITL, released by the model's timer task.
+/// No shared state besides the metrics.
+struct FixedFeed {
+    clock: Clock,
+    timing: FixedTiming,
+    events: UnboundedReceiver<Event>,
+    sinks: Sinks,
+    story: Story,
+    finish: Finish,
+    max_tokens: Option<u32>,
+    epoch: u64,
+    next: u32,
+    done: bool,
+    /// Measurements not yet in the shared stats: they are added once, when
+    /// the request ends, to keep a lock off the per-token path.
+    unflushed: Unflushed,
+}
+
+#[derive(Default)]
+struct Unflushed {
+    ttft_ns: Option<u64>,
+    gaps: u64,
+    lags_ns: Vec<u64>,
+}
+
+impl FixedFeed {
+    fn start(
+        timing: FixedTiming,
+        timer: &UnboundedSender<Schedule>,
+        clock: Clock,
+        sinks: Sinks,
+        ticket: u64,
+        req: FeedRequest,
+    ) -> Result<(Feed, Accepted), FeedEvent> {
+        let (id, arrival) = match &sinks.recorder {
+            Some(r) => lock(r).begin(req.stamp, req.prompt, req.output),
+            None => (ticket, req.stamp),
+        };
+        sinks.gauges.running.fetch_add(1, Ordering::Relaxed);
+        lock(&sinks.stats).accepted(req.prompt, req.epoch);
+        let rec = RequestRecord {
+            id,
+            arrival,
+            prompt: req.prompt,
+            output: req.output,
+            first_scheduled: Some(arrival),
+            first_token: None,
+            last_token: None,
+            tokens: 0,
+            preemptions: 0,
+            max_gap_ns: 0,
+            status: Status::InFlight,
+        };
+        let (tx, events) = mpsc::unbounded_channel();
+        let first_due = arrival.plus_nanos(timing.ttft_ns(req.prompt));
+        let schedule = Schedule { first_due, itl_ns: timing.itl_ns, n: req.output, events: tx };
+        let feed = FixedFeed {
+            clock,
+            timing,
+            events,
+            sinks,
+            story: Story { rec, steps: 0, batch_sum: 0 },
+            finish: req.finish,
+            max_tokens: req.max_tokens,
+            epoch: req.epoch,
+            next: 1,
+            done: false,
+            unflushed: Unflushed::default(),
+        };
+        // Dropping the feed (and with it the receiver) is what tells the
+        // timer the request is gone, so it is built before any error.
+        let feed = Feed { kind: Kind::Fixed(Box::new(feed)) };
+        timer.send(schedule).map_err(|_| FeedEvent::Lost)?;
+        Ok((feed, Accepted { id, arrival }))
+    }
+
+    async fn next(&mut self) -> FeedEvent {
+        if self.done {
+            return FeedEvent::Lost;
+        }
+        if self.next > self.story.rec.output {
+            self.done = true;
+            self.sinks.gauges.running.fetch_sub(1, Ordering::Relaxed);
+            self.story.rec.status = Status::Finished;
+            let sinks = self.sinks.clone();
+            let mut stats = lock(&sinks.stats);
+            self.flush(&mut stats);
+            stats.finished(&self.story, self.finish, self.max_tokens, self.epoch);
+            drop(stats);
+            if let Some(r) = &self.sinks.recorder {
+                lock(r).complete(&self.story.rec);
+            }
+            return FeedEvent::Done(Box::new(self.story.clone()));
+        }
+        let Some(Event::Token { index, due }) = self.events.recv().await else {
+            return FeedEvent::Lost;
+        };
+        let lag = self.clock.now().nanos_since(due);
+        let r = &mut self.story.rec;
+        let (ttft, gap) = match r.last_token {
+            None => (Some(due.nanos_since(r.arrival)), None),
+            Some(last) => (None, Some(due.nanos_since(last))),
+        };
+        if let Some(g) = gap {
+            r.max_gap_ns = r.max_gap_ns.max(g);
+        }
+        r.first_token.get_or_insert(due);
+        r.last_token = Some(due);
+        r.tokens = index;
+        self.next += 1;
+        let u = &mut self.unflushed;
+        if ttft.is_some() {
+            u.ttft_ns = ttft;
+        } else {
+            u.gaps += 1;
+        }
+        u.lags_ns.push(lag);
+        FeedEvent::Token { index, due }
+    }
+
+    /// Adds the request's token measurements to the shared stats.
+    fn flush(&mut self, stats: &mut super::stats::ModelStats) {
+        let u = std::mem::take(&mut self.unflushed);
+        if u.ttft_ns.is_some() {
+            stats.token(u.ttft_ns, None, self.epoch);
+        }
+        stats.gaps(self.timing.itl_ns, u.gaps, self.epoch);
+        stats.lags(&u.lags_ns);
+    }
+}
+
+impl Drop for FixedFeed {
+    fn drop(&mut self) {
+        if !self.done {
+            self.sinks.gauges.running.fetch_sub(1, Ordering::Relaxed);
+            let sinks = self.sinks.clone();
+            let mut stats = lock(&sinks.stats);
+            self.flush(&mut stats);
+            stats.aborted(self.epoch);
+            drop(stats);
+            self.story.rec.status = Status::Aborted;
+            if let Some(r) = &self.sinks.recorder {
+                lock(r).complete(&self.story.rec);
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! `GET /metrics`: Prometheus text with vLLM's metric names, labels and
+//! bucket layouts, so routers, autoscalers and dashboards built for vLLM
+//! scrape us unchanged.
+//!
+//! Written by hand rather than through a Prometheus crate because vLLM's
+//! quirks are the contract: counters are exposed with `_total` (Python's
+//! client appends it), `vllm:iteration_tokens_total` is a histogram despite
+//! its name, the success counter's label is `finished_reason`, labels come
+//! in the order `model_name, engine` and `le` last, and numbers print as
+//! Python prints floats (`1.0`). One series per served model. Latency
+//! histograms hold the *simulated* times (what the engine computed), which
+//! are what a vLLM would have reported; the observed ones are in
+//! `/metrics/summary`. `_created` samples are not exported.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use super::engine_task::lock;
+use super::stats::{Finish, ModelStats, Prom, PromHist};
+use super::{App, ModelHandle};
+use crate::config::models::EngineKind;
+
+/// One model's values at scrape time.
+struct Snapshot<'a> {
+    model: &'a ModelHandle,
+    stats: ModelStats,
+}
+
+/// The whole exposition, models in file order.
+pub fn render(app: &App) -> String {
+    let snaps: Vec<Snapshot> =
+        app.models.iter().map(|m| Snapshot { model: m, stats: lock(&m.sinks.stats).clone() }).collect();
+    render_snapshots(&snaps, app.options.legacy_metrics)
+}
+
+fn render_snapshots(snaps: &[Snapshot], legacy: bool) -> String {
+    let mut out = String::new();
+    gauges(&mut out, snaps, legacy);
+    counters(&mut out, snaps);
+    histograms(&mut out, snaps, legacy);
+    out
+}
+
+/// Python's float formatting for the values we produce.
+pub fn num(v: f64) -> String {
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf".into() } else { "-Inf".into() };
+    }
+    if v.fract() == 0.0 && v.abs() < 1e16 { format!("{v:.1}") } else { format!("{v:?}") }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn labels(m: &ModelHandle) -> String {
+    format!("model_name=\"{}\",engine=\"0\"", escape(&m.spec.name))
+}
+
+fn head(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
+}
+
+fn sample(out: &mut String, name: &str, labels: &str, v: f64) {
+    let _ = writeln!(out, "{name}{{{labels}}} {}", num(v));
+}
+
+/// A family's name, help text and how to read its value.
+type Family<T, V> = (&'static str, &'static str, fn(&T) -> V);
+
+fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
+    let g = |s: &Snapshot, f: fn(&super::stats::Gauges) -> f64| f(&s.model.sinks.gauges);
+    let families: Vec<Family<super::stats::Gauges, f64>> = vec![
+        ("vllm:num_requests_running", "Number of requests in model execution batches.", |g| {
+            g.running.load(Ordering::Relaxed) as f64
+        }),
+        ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", |g| {
+            g.waiting.load(Ordering::Relaxed) as f64
+        }),
+        ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", |g| g.kv_usage()),
+    ];
+    let mut all = families;
+    if legacy {
+        all.push((
+            "vllm:gpu_cache_usage_perc",
+            "GPU KV-cache usage (deprecated alias). 1 means 100 percent usage.",
+            |g| g.kv_usage(),
+        ));
+    }
+    for (name, help, f) in all {
+        head(out, name, "gauge", help);
+        for s in snaps {
+            sample(out, name, &labels(s.model), g(s, f));
+        }
+    }
+    head(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.");
+    for s in snaps {
+        let (block, blocks) = match &s.model.spec.engine {
+            EngineKind::Scheduler(m) => (m.engine.capacity.block_size, m.engine.capacity.num_blocks),
+            EngineKind::Fixed(_) => (0, 0),
+        };
+        let l = format!("block_size=\"{block}\",num_gpu_blocks=\"{blocks}\",{}", labels(s.model));
+        sample(out, "vllm:cache_config_info", &l, 1.0);
+    }
+}
+
+fn counters(out: &mut String, snaps: &[Snapshot]) {
+    let families: [Family<Prom, u64>; 3] = [
+        ("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", |p| p.preemptions),
+        ("vllm:prompt_tokens_total", "Number of prefill tokens processed.", |p| p.prompt_tokens),
+        ("vllm:generation_tokens_total", "Number of generation tokens processed.", |p| p.generation_tokens),
+    ];
+    for (name, help, f) in families {
+        head(out, name, "counter", help);
+        for s in snaps {
+            sample(out, name, &labels(s.model), f(&s.stats.prom) as f64);
+        }
+    }
+    let name = "vllm:request_success_total";
+    head(out, name, "counter", "Count of successfully processed requests.");
+    for s in snaps {
+        for (i, f) in Finish::ALL.iter().enumerate() {
+            let l = format!("{},finished_reason=\"{}\"", labels(s.model), f.as_str());
+            sample(out, name, &l, s.stats.prom.success[i] as f64);
+        }
+    }
+}
+
+fn histograms(out: &mut String, snaps: &[Snapshot], legacy: bool) {
+    type Pick = fn(&Prom) -> &PromHist;
+    let mut families: Vec<(&str, &str, Pick)> = vec![
+        ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", |p| &p.request_prompt_tokens),
+        ("vllm:request_generation_tokens", "Number of generation tokens processed.", |p| &p.request_generation_tokens),
+        ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", |p| &p.iteration_tokens),
+        ("vllm:request_params_n", "Histogram of the n request parameter.", |p| &p.params_n),
+        ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", |p| &p.params_max_tokens),
+        ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", |p| &p.ttft),
+        ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", |p| &p.itl),
+    ];
+    if legacy {
+        families.push((
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds (deprecated alias of inter_token_latency).",
+            |p| &p.itl,
+        ));
+    }
+    families.extend([
+        (
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            (|p| &p.request_tpot) as Pick,
+        ),
+        ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", |p| &p.e2e),
+        ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", |p| &p.queue),
+        ("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", |p| {
+            &p.inference
+        }),
+        ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", |p| &p.prefill),
+        ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", |p| &p.decode),
+        ("vllm:request_num_preemptions", "Number of preemptions per finished request.", |p| &p.num_preemptions),
+    ]);
+    for (name, help, pick) in families {
+        head(out, name, "histogram", help);
+        for s in snaps {
+            histogram(out, name, &labels(s.model), pick(&s.stats.prom));
+        }
+    }
+}
+
+fn histogram(out: &mut String, name: &str, labels: &str, h: &PromHist) {
+    let mut cumulative = 0;
+    for (i, count) in h.counts.iter().enumerate() {
+        cumulative += count;
+        let le = h.bounds.get(i).map_or_else(|| "+Inf".to_string(), |&b| num(b));
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {}", num(cumulative as f64));
+    }
+    let _ = writeln!(out, "{name}_count{{{labels}}} {}", num(h.count as f64));
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", num(h.sum));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_print_as_python_floats() {
+        assert_eq!(num(3.0), "3.0");
+        assert_eq!(num(0.001), "0.001");
+        assert_eq!(num(2560.0), "2560.0");
+        assert_eq!(num(0.25), "0.25");
+        assert_eq!(num(f64::INFINITY), "+Inf");
+    }
+
+    #[test]
+    fn a_histogram_is_cumulative_with_inf_count_and_sum() {
+        let mut h = PromHist::new(vec![0.1, 1.0]);
+        h.observe(0.05);
+        h.observe(0.5);
+        h.observe(3.0);
+        let mut out = String::new();
+        histogram(&mut out, "x", "model_name=\"m\",engine=\"0\"", &h);
+        assert_eq!(
+            out,
+            "x_bucket{model_name=\"m\",engine=\"0\",le=\"0.1\"} 1.0\n\
+             x_bucket{model_name=\"m\",engine=\"0\",le=\"1.0\"} 2.0\n\
+             x_bucket{model_name=\"m\",engine=\"0\",le=\"+Inf\"} 3.0\n\
+             x_count{model_name=\"m\",engine=\"0\"} 3.0\n\
+             x_sum{model_name=\"m\",engine=\"0\"} 3.55\n"
+        );
+    }
+}

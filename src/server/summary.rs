@@ -1,0 +1,175 @@
+//! `GET /metrics/summary` and `POST /metrics/summary/reset`: latency
+//! percentiles a load test can read directly, over a window a benchmark
+//! starts after its warm-up.
+//!
+//! # Wire format
+//!
+//! ```text
+//! {
+//!   "schema_version": 1,
+//!   "window_s": 12.5,                 // wall seconds since start or last reset
+//!   "http_errors": {"400": 2},        // error responses since start, by status
+//!   "models": {
+//!     "NAME": {
+//!       "engine": "scheduler" | "fixed",
+//!       "requests": {"submitted", "completed", "aborted", "rejected", "in_flight"},
+//!       "tokens": {"prompt", "output"},
+//!       "throughput": {"requests_per_s", "output_tokens_per_s"},   // over window_s
+//!       "preemptions": 0,
+//!       "simulated": {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms"},
+//!       "observed": {"ttft_ms", "itl_ms", "e2e_ms"},
+//!       "lag_ms": Stats,              // token release time - due time
+//!       "delivery_lag_ms": Stats,     // hand-over to the connection - due time
+//!       "gauges": {"running", "waiting", "kv_cache_usage"}
+//!     }
+//!   }
+//! }
+//! ```
+//!
+//! Every `Stats` is `{count, mean, p50, p90, p99, max}` in milliseconds
+//! (`null` without samples), as in `llmsim run --json`. Simulated times
+//! are the engine's timeline (what `llmsim run` predicts); observed times
+//! are measured by the handler from when the request was received to when
+//! each chunk was handed to the connection. Only requests that arrived
+//! after the reset count; `requests.*` and `tokens.*` count in the window.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use super::App;
+use super::engine_task::lock;
+use super::stats::Window;
+use crate::metrics::Stats;
+
+#[derive(Serialize)]
+struct Summary {
+    schema_version: u32,
+    window_s: f64,
+    http_errors: BTreeMap<String, u64>,
+    models: BTreeMap<String, ModelSummary>,
+}
+
+#[derive(Serialize)]
+struct ModelSummary {
+    engine: &'static str,
+    requests: Requests,
+    tokens: Tokens,
+    throughput: Throughput,
+    preemptions: u64,
+    simulated: Simulated,
+    observed: ObservedOut,
+    lag_ms: Stats,
+    delivery_lag_ms: Stats,
+    gauges: GaugesOut,
+}
+
+#[derive(Serialize)]
+struct Requests {
+    submitted: u64,
+    completed: u64,
+    aborted: u64,
+    rejected: u64,
+    in_flight: u64,
+}
+
+#[derive(Serialize)]
+struct Tokens {
+    prompt: u64,
+    output: u64,
+}
+
+#[derive(Serialize)]
+struct Throughput {
+    requests_per_s: f64,
+    output_tokens_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct Simulated {
+    ttft_ms: Stats,
+    itl_ms: Stats,
+    tpot_ms: Stats,
+    e2e_ms: Stats,
+    queue_ms: Stats,
+}
+
+#[derive(Serialize)]
+struct ObservedOut {
+    ttft_ms: Stats,
+    itl_ms: Stats,
+    e2e_ms: Stats,
+}
+
+#[derive(Serialize)]
+struct GaugesOut {
+    running: u64,
+    waiting: u64,
+    kv_cache_usage: f64,
+}
+
+/// The summary JSON.
+pub fn render(app: &App) -> String {
+    let now = app.clock.now();
+    let mut window_s = 0.0;
+    let mut models = BTreeMap::new();
+    for m in &app.models {
+        let w = lock(&m.sinks.stats).window.clone();
+        let secs = now.nanos_since(w.since) as f64 / 1e9;
+        window_s = secs;
+        let g = &m.sinks.gauges;
+        let gauges = GaugesOut {
+            running: g.running.load(Ordering::Relaxed),
+            waiting: g.waiting.load(Ordering::Relaxed),
+            kv_cache_usage: g.kv_usage(),
+        };
+        models.insert(m.spec.name.clone(), model_summary(&w, secs, m.spec.engine.as_str(), gauges));
+    }
+    let http_errors = lock(&app.http_errors).iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let s = Summary { schema_version: 1, window_s, http_errors, models };
+    // invariant: plain data always serialises.
+    serde_json::to_string_pretty(&s).unwrap_or_default()
+}
+
+fn model_summary(w: &Window, secs: f64, engine: &'static str, gauges: GaugesOut) -> ModelSummary {
+    let per_s = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
+    let h = Stats::from_histogram;
+    ModelSummary {
+        engine,
+        requests: Requests {
+            submitted: w.submitted,
+            completed: w.completed,
+            aborted: w.aborted,
+            rejected: w.rejected,
+            in_flight: w.submitted.saturating_sub(w.completed + w.aborted + w.rejected),
+        },
+        tokens: Tokens { prompt: w.prompt_tokens, output: w.output_tokens },
+        throughput: Throughput { requests_per_s: per_s(w.completed), output_tokens_per_s: per_s(w.output_tokens) },
+        preemptions: w.preemptions,
+        simulated: Simulated {
+            ttft_ms: h(&w.sim_ttft),
+            itl_ms: h(&w.sim_itl),
+            tpot_ms: h(&w.sim_tpot),
+            e2e_ms: h(&w.sim_e2e),
+            queue_ms: h(&w.sim_queue),
+        },
+        observed: ObservedOut { ttft_ms: h(&w.obs_ttft), itl_ms: h(&w.obs_itl), e2e_ms: h(&w.obs_e2e) },
+        lag_ms: h(&w.lag),
+        delivery_lag_ms: h(&w.delivery_lag),
+        gauges,
+    }
+}
+
+/// Starts a new window for every model: requests that arrived before it
+/// no longer count.
+pub fn reset(app: &App) {
+    // The windows move to the new epoch before new requests are stamped
+    // with it, so every request stamped with it is counted from its start.
+    let epoch = app.epoch.load(Ordering::SeqCst) + 1;
+    let now = app.clock.now();
+    for m in &app.models {
+        lock(&m.sinks.stats).reset(epoch, now);
+    }
+    app.epoch.store(epoch, Ordering::SeqCst);
+}

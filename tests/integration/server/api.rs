@@ -1,0 +1,211 @@
+//! The OpenAI surface as a client sees it: SSE framing, whole responses,
+//! explanation headers, models, health, metrics and the summary.
+
+use super::harness::*;
+use llmsim::server::content::tokenizer;
+
+const MESSAGE: &str = "The quick brown fox jumps over the lazy dog";
+
+#[test]
+fn a_streamed_chat_sends_role_tokens_finish_usage_comment_and_done() {
+    let server = Server::start();
+    let r = server.chat("sched", MESSAGE, r#""stream":true,"stream_options":{"include_usage":true}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("text/event-stream; charset=utf-8"));
+    assert_eq!(r.header("x-llmsim-engine"), Some("scheduler"));
+    assert_eq!(r.header("x-llmsim-request-id"), Some("0"));
+    assert_eq!(r.header("x-llmsim-output-tokens"), Some(tokenizer::count(MESSAGE).to_string().as_str()));
+    let events = r.events();
+    let n = tokenizer::count(MESSAGE);
+    assert_eq!(events.len(), 1 + n + 1 + 1 + 1, "role, {n} tokens, finish, usage, [DONE]:\n{}", r.body);
+    let chunk = |i: usize| -> serde_json::Value { serde_json::from_str(&events[i]).expect("chunk JSON") };
+    let role = chunk(0);
+    assert_eq!(role["object"], "chat.completion.chunk");
+    assert_eq!(role["choices"][0]["delta"]["role"], "assistant");
+    let text: String =
+        (1..=n).map(|i| chunk(i)["choices"][0]["delta"]["content"].as_str().unwrap().to_string()).collect();
+    assert_eq!(text, MESSAGE);
+    assert!((1..=n).all(|i| chunk(i)["choices"][0]["finish_reason"].is_null()));
+    assert_eq!(chunk(n + 1)["choices"][0]["finish_reason"], "stop");
+    let usage = chunk(n + 2);
+    assert_eq!(usage["choices"], serde_json::json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], n);
+    assert_eq!(usage["usage"]["total_tokens"], usage["usage"]["prompt_tokens"].as_u64().unwrap() + n as u64);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    assert!(r.body.contains("\n\n: llmsim engine=scheduler request_id=0 "), "explanation comment:\n{}", r.body);
+    assert!(r.body.ends_with("\n\ndata: [DONE]\n\n"));
+    let ids: Vec<String> = (0..=n + 2).map(|i| chunk(i)["id"].as_str().unwrap().to_string()).collect();
+    assert!(ids.iter().all(|id| id == &ids[0] && id.starts_with("chatcmpl-")));
+}
+
+#[test]
+fn a_whole_chat_answer_carries_usage_and_explanation_headers() {
+    let server = Server::start();
+    let r = server.chat("sched", MESSAGE, "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "sched");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], MESSAGE);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let n = tokenizer::count(MESSAGE) as u64;
+    assert_eq!(v["usage"]["completion_tokens"], n);
+    assert_eq!(r.header("x-llmsim-output-tokens"), Some(n.to_string().as_str()));
+    assert_eq!(r.header("x-llmsim-engine"), Some("scheduler"));
+    assert_eq!(r.header("x-llmsim-preemptions"), Some("0"));
+    assert_eq!(r.header("x-llmsim-steps"), Some(n.to_string().as_str()), "one step per token when alone");
+    let ms = |h: &str| -> f64 { r.header(h).unwrap_or_else(|| panic!("header {h}")).parse().expect("ms") };
+    assert!(ms("x-llmsim-queue-ms") >= 0.0);
+    let ttft = ms("x-llmsim-ttft-ms");
+    assert!((4.0..6.0).contains(&ttft), "a short prompt alone on the base model takes one ~4.5 ms step: {ttft}");
+    assert!((ms("x-llmsim-e2e-ms") - ttft - ms("x-llmsim-decode-ms")).abs() < 0.002);
+}
+
+#[test]
+fn max_tokens_truncates_with_finish_length_and_stop_ends_early() {
+    let server = Server::start();
+    let r = server.chat("fixed", MESSAGE, r#""max_completion_tokens":3,"max_tokens":100"#);
+    let v = r.json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "max_completion_tokens wins over max_tokens");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    let r = server.chat("fixed", MESSAGE, r#""stop":["lazy"]"#);
+    let v = r.json();
+    assert_eq!(v["choices"][0]["message"]["content"], "The quick brown fox jumps over the ");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["choices"][0]["stop_reason"], "lazy");
+}
+
+#[test]
+fn completions_stream_text_chunks_and_default_to_16_tokens() {
+    let server = Server::start();
+    let long = "w ".repeat(40);
+    let body = format!(r#"{{"model":"fixed","prompt":{},"stream":true}}"#, serde_json::to_string(long.trim()).unwrap());
+    let r = server.post("/v1/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let events = r.events();
+    assert_eq!(events.len(), 16 + 1 + 1, "16 tokens (vLLM's default max_tokens), finish, [DONE]");
+    let first: serde_json::Value = serde_json::from_str(&events[0]).unwrap();
+    assert_eq!(first["object"], "text_completion");
+    assert!(first["id"].as_str().unwrap().starts_with("cmpl-"));
+    let finish: serde_json::Value = serde_json::from_str(&events[16]).unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    let whole = server.post("/v1/completions", r#"{"model":"fixed","prompt":"hello there","max_tokens":50}"#);
+    let v = whole.json();
+    assert_eq!(v["choices"][0]["text"], "hello there");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(whole.header("x-llmsim-engine"), Some("fixed"));
+}
+
+#[test]
+fn models_health_and_unknown_paths_answer_like_vllm() {
+    let server = Server::start();
+    let m = server.get("/v1/models").json();
+    let ids: Vec<&str> = m["data"].as_array().unwrap().iter().map(|d| d["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["sched", "tiny-kv", "fixed"]);
+    assert_eq!(m["data"][0]["max_model_len"], 4096);
+    assert_eq!(server.get("/health").status, 200);
+    let nf = server.get("/v2/nothing");
+    assert_eq!((nf.status, nf.body.as_str()), (404, r#"{"detail":"Not Found"}"#));
+}
+
+#[test]
+fn a_request_without_a_model_goes_to_the_first_model() {
+    let server = Server::start();
+    let r = server.post("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"hi"}]}"#);
+    assert_eq!(r.json()["model"], "sched");
+}
+
+#[test]
+fn metrics_use_vllm_names_and_match_the_golden_file() {
+    let server = Server::start_with(
+        "models:\n  - name: fixed\n    engine: fixed\n    fixed: {context_length: 1000, ttft_overhead_ms: 5, \
+         prefill_tokens_per_s: 100000, itl_ms: 1}\n",
+        &[],
+    );
+    assert_eq!(server.chat("fixed", MESSAGE, "").status, 200);
+    assert_eq!(server.chat("fixed", MESSAGE, r#""max_tokens":2"#).status, 200);
+    let text = server.get("/metrics").body;
+    let golden = crate::support::repo("tests/integration/server/metrics.golden.prom");
+    if std::env::var_os("LLMSIM_BLESS").is_some() {
+        std::fs::write(&golden, &text).expect("bless");
+    }
+    let expected = read(&golden);
+    assert_eq!(text, expected, "set LLMSIM_BLESS=1 to accept the new output");
+    for name in [
+        "vllm:num_requests_running{",
+        "vllm:kv_cache_usage_perc{",
+        "vllm:request_success_total{model_name=\"fixed\",engine=\"0\",finished_reason=\"length\"} 1.0",
+        "vllm:time_to_first_token_seconds_bucket{",
+        "vllm:inter_token_latency_seconds_bucket{",
+        "vllm:e2e_request_latency_seconds_bucket{",
+        "vllm:request_queue_time_seconds_bucket{",
+        "vllm:iteration_tokens_total_bucket{",
+    ] {
+        assert!(text.contains(name), "missing {name}");
+    }
+    assert!(!text.contains("vllm:gpu_cache_usage_perc"), "legacy names only with --legacy-metrics");
+}
+
+#[test]
+fn legacy_metric_names_are_exported_on_request() {
+    let server = Server::start_with(MODELS, &["--legacy-metrics"]);
+    let text = server.get("/metrics").body;
+    assert!(text.contains("vllm:gpu_cache_usage_perc{model_name=\"sched\",engine=\"0\"} 0.0"));
+    assert!(text.contains("# TYPE vllm:time_per_output_token_seconds histogram"));
+}
+
+#[test]
+fn the_summary_counts_a_window_that_a_reset_starts_over() {
+    let server = Server::start();
+    for _ in 0..3 {
+        assert_eq!(server.chat("sched", MESSAGE, "").status, 200);
+    }
+    let s = server.get("/metrics/summary").json();
+    let m = &s["models"]["sched"];
+    assert_eq!(m["requests"]["completed"], 3);
+    assert_eq!(m["engine"], "scheduler");
+    assert_eq!(m["simulated"]["ttft_ms"]["count"], 3);
+    assert_eq!(m["observed"]["ttft_ms"]["count"], 3);
+    assert!(m["lag_ms"]["count"].as_u64().unwrap() > 0);
+    let sim = m["simulated"]["ttft_ms"]["p50"].as_f64().unwrap();
+    let obs = m["observed"]["ttft_ms"]["p50"].as_f64().unwrap();
+    assert!(obs >= sim, "a token is never handed over before it is due: observed {obs} < simulated {sim}");
+    let reset = server.post("/metrics/summary/reset", "");
+    assert_eq!(reset.status, 200);
+    assert_eq!(reset.json()["models"]["sched"]["requests"]["completed"], 0);
+    assert!(reset.json()["models"]["sched"]["simulated"]["ttft_ms"]["p50"].is_null());
+    assert_eq!(server.chat("sched", MESSAGE, "").status, 200);
+    let s = server.get("/metrics/summary").json();
+    assert_eq!(s["models"]["sched"]["requests"]["completed"], 1);
+    assert_eq!(
+        server.metric("vllm:request_success_total{model_name=\"sched\",engine=\"0\",finished_reason=\"stop\"}"),
+        Some(4.0),
+        "Prometheus counters never reset"
+    );
+}
+
+#[test]
+fn the_request_seed_picks_the_answer_deterministically() {
+    let server = Server::start();
+    let answer = |seed: u64| -> String {
+        let r = server.chat("fixed", "pick one", &format!(r#""seed":{seed}"#));
+        r.json()["choices"][0]["message"]["content"].as_str().expect("content").to_string()
+    };
+    let answers: Vec<String> = (0..12).map(answer).collect();
+    assert_eq!(answer(3), answers[3], "the same seed gives the same answer");
+    let distinct: std::collections::BTreeSet<&String> = answers.iter().collect();
+    assert!(distinct.len() > 1, "different seeds pick different variants: {answers:?}");
+}
+
+#[test]
+fn continuous_usage_stats_put_usage_on_every_token_chunk() {
+    let server = Server::start();
+    let extra = r#""stream":true,"stream_options":{"continuous_usage_stats":true}"#;
+    let events = server.chat("fixed", MESSAGE, extra).events();
+    let n = tokenizer::count(MESSAGE);
+    for (i, e) in events[1..=n].iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(e).expect("chunk");
+        assert_eq!(v["usage"]["completion_tokens"], i + 1, "{e}");
+    }
+}

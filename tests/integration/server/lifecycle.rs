@@ -1,0 +1,139 @@
+//! Requests over their whole life: clients that go away mid-stream, and a
+//! recorded session replayed offline to the nanosecond.
+
+use std::io::Read;
+
+use super::harness::*;
+use crate::support::*;
+
+#[test]
+fn cutting_500_streams_midway_frees_every_slot_and_block() {
+    let server = Server::start();
+    // About 300 prompt tokens: 64 such requests fit in the KV cache.
+    let long = format!("long {}", "word ".repeat(300));
+    let body = chat_body("sched", &long, r#""stream":true"#);
+    let mut streams = Vec::new();
+    for _ in 0..500 {
+        let mut s = connect(server.port);
+        send(&mut s, "POST", "/v1/chat/completions", &body);
+        streams.push(s);
+    }
+    // Every stream has started (its role chunk arrived) before any is cut.
+    for s in &mut streams {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("data: ") {
+            let n = s.read(&mut buf).expect("read a stream");
+            assert!(n > 0, "stream closed early: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+    }
+    let running = r#"vllm:num_requests_running{model_name="sched",engine="0"}"#;
+    let waiting = r#"vllm:num_requests_waiting{model_name="sched",engine="0"}"#;
+    let kv = r#"vllm:kv_cache_usage_perc{model_name="sched",engine="0"}"#;
+    server.wait_for(10, "max_num_sequences (64) running, the rest waiting", |s| {
+        s.metric(running) == Some(64.0) && s.metric(waiting) == Some(436.0)
+    });
+    assert!(server.metric(kv).unwrap() > 0.0);
+    drop(streams);
+    server.wait_for(10, "0 running, 0 waiting and 0% KV", |s| {
+        s.metric(running) == Some(0.0) && s.metric(waiting) == Some(0.0) && s.metric(kv) == Some(0.0)
+    });
+    let aborted = r#"vllm:request_success_total{model_name="sched",engine="0",finished_reason="abort"}"#;
+    assert_eq!(server.metric(aborted), Some(500.0));
+    assert_eq!(server.chat("sched", "still serving", "").status, 200);
+}
+
+#[test]
+fn a_client_that_leaves_a_whole_response_aborts_it_too() {
+    let server = Server::start();
+    let long = format!("long {}", "word ".repeat(10));
+    let mut s = connect(server.port);
+    send(&mut s, "POST", "/v1/chat/completions", &chat_body("fixed", &long, ""));
+    let running = r#"vllm:num_requests_running{model_name="fixed",engine="0"}"#;
+    server.wait_for(10, "the request to run", |s| s.metric(running) == Some(1.0));
+    drop(s);
+    server.wait_for(10, "the request to be aborted", |s| s.metric(running) == Some(0.0));
+}
+
+/// A scenario with a small KV cache and a small prefill budget, so the
+/// recorded session has chunked prefills, batching and preemptions.
+const TIGHT: &str = "
+name: tight
+hardware: {name: test, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
+model:
+  context_length: 8192
+  weights: {parameters_billions: 6.74}
+  kv_cache: {bytes_per_token: 524288, num_blocks: 150}
+scheduler: {max_batch_tokens: 512, max_num_sequences: 16}
+workload:
+  arrivals: {poisson: {rate: 1}}
+  requests: 1
+  prompt_tokens: 1
+  output_tokens: 1
+";
+
+#[test]
+fn a_recorded_session_replays_offline_to_the_nanosecond() {
+    let dir = tempdir();
+    write(dir.path(), "tight.yml", TIGHT);
+    let models = write(dir.path(), "models.yml", "models:\n  - name: tight\n    scenario: tight.yml\n");
+    let responses = write(dir.path(), "responses.yml", RESPONSES);
+    let record = dir.path().join("rec.csv");
+    let args: Vec<String> = ["serve", "--port", "0", "--models"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([models.display().to_string(), "--responses".into(), responses.display().to_string()])
+        .chain(["--record".to_string(), record.display().to_string()])
+        .collect();
+    let server = Server::spawn(tempdir(), &args);
+    let port = server.port;
+    let clients: Vec<_> = (0..24)
+        .map(|i| {
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(7 * i));
+                let words = "word ".repeat(50 + 37 * i as usize % 300);
+                let r = http(port, "POST", "/v1/chat/completions", &chat_body("tight", &words, r#""max_tokens":40"#));
+                assert_eq!(r.status, 200, "{}", r.body);
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("client");
+    }
+    server.stop();
+    let recorded = read(&record);
+    let trace = format!("workload={{arrivals: {{trace: {}}}}}", record.display());
+    let out = dir.path().join("offline.csv");
+    TestCommand::new(&["run"])
+        .arg(dir.path().join("tight.yml"))
+        .arg("--set")
+        .arg(&trace)
+        .arg("--requests-csv")
+        .arg(&out)
+        .arg("-q")
+        .ok();
+    let offline = read(&out);
+    let pick = |text: &str, cols: &[&str]| -> Vec<Vec<String>> {
+        let mut r = csv::Reader::from_reader(text.as_bytes());
+        let h = r.headers().expect("header").clone();
+        let idx: Vec<usize> = cols.iter().map(|c| h.iter().position(|x| x == *c).expect(c)).collect();
+        r.records().map(|row| idx.iter().map(|&i| row.as_ref().expect("row")[i].to_string()).collect()).collect()
+    };
+    let cols = [
+        "id",
+        "arrival_s",
+        "prompt_tokens",
+        "output_tokens",
+        "status",
+        "queue_ms",
+        "ttft_ms",
+        "e2e_ms",
+        "max_itl_ms",
+        "preemptions",
+    ];
+    let live = pick(&recorded, &cols);
+    assert_eq!(live.len(), 24);
+    assert!(live.iter().any(|r| r[9] != "0"), "the session should include preemptions:\n{recorded}");
+    assert_eq!(live, pick(&offline, &cols), "live:\n{recorded}\noffline:\n{offline}");
+}
