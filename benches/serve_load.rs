@@ -5,8 +5,8 @@
 //! prints the server's summary for the model: completed streams, output
 //! tokens per second and the lag percentiles the server measured.
 //!
-//! cargo run --release --example serve_load -- ADDR MODEL CONCURRENCY [DURATION_S] [WARMUP_S]
-//! e.g. cargo run --release --example serve_load -- 127.0.0.1:8080 bench-fixed 500 10 3
+//! cargo bench --bench serve_load -- ADDR MODEL CONCURRENCY [DURATION_S] [WARMUP_S]
+//! e.g. cargo bench --bench serve_load -- 127.0.0.1:8080 bench-fixed 500 10 3
 
 use std::time::Duration;
 
@@ -23,7 +23,8 @@ struct Args {
 }
 
 fn args() -> Result<Args, String> {
-    let a: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` passes `--bench` to harness-less benchmarks: not ours.
+    let a: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let usage = "usage: serve_load ADDR MODEL CONCURRENCY [DURATION_S] [WARMUP_S]";
     if a.len() < 3 {
         return Err(usage.into());
