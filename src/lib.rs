@@ -5,12 +5,16 @@
 //! drives it by the wall clock. `config` reads scenarios, `workload` makes
 //! requests, `metrics` measures, `report` renders.
 
+pub mod capacity;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod metrics;
+pub mod plot;
 pub mod report;
 pub mod sim;
+pub mod sweep;
 pub mod time;
+pub mod trace_events;
 pub mod util;
 pub mod workload;

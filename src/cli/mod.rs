@@ -1,8 +1,11 @@
 //! The command line: argument parsing and one module per subcommand. Only
 //! `main` turns a [`CliError`] into an exit code.
 
+pub mod capacity;
 pub mod explain;
+pub mod merge;
 pub mod run;
+pub mod sweep;
 pub mod trace;
 
 use std::io::Write;
@@ -33,6 +36,12 @@ pub enum Command {
     /// Print the effective configuration (every default filled in) and the
     /// derived capacity.
     Explain(explain::ExplainArgs),
+    /// Run a scenario over axes of values (cartesian product, in parallel).
+    Sweep(sweep::SweepArgs),
+    /// Join the shard files of a sweep into what one run would have written.
+    Merge(merge::MergeArgs),
+    /// Find the highest arrival rate that meets every SLO.
+    Capacity(capacity::CapacityArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -63,6 +72,9 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Run(a) => run::execute(a),
         Command::Trace(a) => trace::execute(a),
         Command::Explain(a) => explain::execute(a),
+        Command::Sweep(a) => sweep::execute_sweep(a),
+        Command::Merge(a) => merge::execute(a),
+        Command::Capacity(a) => capacity::execute(a),
     }
 }
 
