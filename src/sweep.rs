@@ -57,6 +57,28 @@ impl PointResult {
     }
 }
 
+impl SweepData {
+    /// Checks the shape that the renderers index into: every point has one
+    /// coordinate per axis, within the axis, and one result per seed. Data
+    /// made by [`exec`] always has it; a shard file is checked on reading.
+    pub fn check(&self) -> Result<(), String> {
+        for a in &self.axes {
+            if a.labels.is_empty() || a.labels.len() != a.values.len() {
+                return Err(format!("axis `{}` has {} labels for {} values", a.key, a.labels.len(), a.values.len()));
+            }
+        }
+        for p in &self.points {
+            let inside =
+                p.coords.len() == self.axes.len() && p.coords.iter().zip(&self.axes).all(|(&c, a)| c < a.labels.len());
+            let seeds = p.seeds.len() == self.seeds as usize && p.results.len() == p.seeds.len();
+            if !inside || !seeds {
+                return Err(format!("point {} does not match the sweep's axes and seeds", p.index));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A sweep's results, complete or one shard's part.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SweepData {

@@ -98,7 +98,7 @@ impl TraceEvents {
             name: name.to_string(),
             ph,
             ts: us(at),
-            dur: end.map(|e| us(e) - us(at)),
+            dur: end.map(|e| e.nanos_since(at) as f64 / 1e3),
             pid,
             tid,
             s: (ph == "i").then_some("t"),

@@ -130,6 +130,9 @@ fn plan(a: &SweepArgs) -> Result<Plan, CliError> {
             SetArg::Axis(axis) => plan.axes.push(axis),
         }
     }
+    if let Some(o) = plan.fixed.iter().find(|o| plan.axes.iter().any(|a| a.key == o.key())) {
+        return Err(usage(format!("`{}` is both an axis and a plain override; keep one", o.key())));
+    }
     if let Some(seed) = a.seed {
         plan.fixed.push(Override { path: vec!["workload".into(), "seed".into()], value: seed.into() });
     }

@@ -21,6 +21,9 @@ pub const FAMILIES: [Family; 5] = [Family::Ttft, Family::Itl, Family::Tpot, Fami
 pub const STATS: [Stat; 2] = [Stat::P50, Stat::P99];
 const SIZE: (u32, u32) = (900, 560);
 
+// Indexing by coordinates below is safe (invariant): the data comes from a
+// plan, or from shard files that passed `SweepData::check`.
+
 /// Every plot of a sweep.
 pub fn plots(data: &SweepData, slos: &[Slo]) -> Result<Vec<Plot>, String> {
     if data.axes.is_empty() {
@@ -137,7 +140,10 @@ fn draw(data: &SweepData, m: Metric, points: &[&PointResult], group: &str, slo: 
             }
         };
         let mut mesh = chart.configure_mesh();
-        mesh.x_desc(first.key.as_str()).y_desc(format!("{} (ms)", m.name())).x_label_formatter(&fmt_x);
+        mesh.x_desc(first.key.as_str())
+            .y_desc(format!("{} (ms)", m.name()))
+            .x_label_formatter(&fmt_x)
+            .y_label_formatter(&|y| format_num(*y));
         if !numeric_x {
             mesh.x_labels(first.labels.len());
         }

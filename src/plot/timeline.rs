@@ -66,7 +66,14 @@ pub fn plot(title: &str, steps: &[StepRecord], num_blocks: u32) -> Result<Plot, 
                 .y_label_area_size(56)
                 .build_cartesian_2d(0.0..t_end, y_range(hi))
                 .map_err(err)?;
-            chart.configure_mesh().x_desc("simulated time (s)").y_labels(5).draw().map_err(err)?;
+            chart
+                .configure_mesh()
+                .x_desc("simulated time (s)")
+                .y_labels(5)
+                .x_label_formatter(&|x| super::sweep::format_num(*x))
+                .y_label_formatter(&|y| super::sweep::format_num(*y))
+                .draw()
+                .map_err(err)?;
             for s in &panel.series {
                 let c = s.color;
                 chart

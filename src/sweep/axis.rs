@@ -44,6 +44,7 @@ impl Axis {
 
     /// The override that puts this axis at value `i`.
     pub fn at(&self, i: usize) -> Override {
+        // invariant: `i` comes from the plan's coordinates, within the axis.
         Override { path: self.key.split('.').map(str::to_string).collect(), value: self.values[i].clone() }
     }
 
@@ -120,6 +121,7 @@ fn parse_range(s: &str, kind: Kind) -> Result<Option<Vec<Value>>, String> {
     let whole = parts.iter().all(|p| p.parse::<i64>().is_ok());
     let nums: Vec<f64> = parts.iter().filter_map(|p| p.parse::<f64>().ok()).collect();
     let decimals = parts.iter().map(|p| decimals_of(p)).max().unwrap_or(0);
+    // invariant: three parts, each checked above to parse as a number.
     range(nums[0], nums[1], nums[2], whole, decimals, kind).map(Some)
 }
 

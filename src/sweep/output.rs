@@ -133,7 +133,7 @@ pub fn table(data: &SweepData) -> String {
         }
         rows.push(row);
     }
-    let cols = rows[0].len();
+    let cols = rows[0].len(); // invariant: the header row is always there
     let width: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     let naxes = data.axes.len();

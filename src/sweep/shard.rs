@@ -95,7 +95,9 @@ impl ShardFile {
         if v != Some(u64::from(FORMAT_VERSION)) {
             return Err(format!("{file}: shard format version {v:?}; this llmsim reads version {FORMAT_VERSION}"));
         }
-        serde_json::from_value(probe).map_err(|e| format!("{file}: damaged shard file: {e}"))
+        let shard: ShardFile = serde_json::from_value(probe).map_err(|e| format!("{file}: damaged shard file: {e}"))?;
+        shard.data.check().map_err(|e| format!("{file}: damaged shard file: {e}"))?;
+        Ok(shard)
     }
 }
 

@@ -102,11 +102,3 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     std::fs::write(&p, text).expect("write");
     p
 }
-
-impl TestCommand {
-    /// Adds several arguments.
-    pub fn args(mut self, args: &[&str]) -> Self {
-        self.cmd.args(args);
-        self
-    }
-}

@@ -5,6 +5,17 @@ use std::path::Path;
 
 use crate::support::*;
 
+/// Several arguments at once (kept here, not in the shared support module).
+trait ArgsExt {
+    fn args(self, args: &[&str]) -> Self;
+}
+
+impl ArgsExt for TestCommand {
+    fn args(self, args: &[&str]) -> Self {
+        args.iter().fold(self, |c, a| c.arg(a))
+    }
+}
+
 /// A small, fast base: 60 requests of the base model.
 const SMALL: &[&str] = &["--set", "workload.requests=60"];
 
@@ -481,7 +492,7 @@ fn capacity_lists_the_slo_metrics_in_help_and_when_one_is_unknown() {
     TestCommand::new(&["capacity", "scenarios/base.yml", "--slo", "latency_p99_ms=100"])
         .fails_with(2)
         .stderr_has(&["--slo `latency_p99_ms=100`: `latency_p99_ms` is not a metric", "SLO metrics are ttft_mean_ms"]);
-    sweep(&["--set", "workload.requests=1,2", "--slo", "ttft_p98_ms=1"]).fails_with(2).stderr_has(&["is not a metric"]);
+    sweep(&["--set", "workload.seed=1,2", "--slo", "ttft_p98_ms=1"]).fails_with(2).stderr_has(&["is not a metric"]);
 }
 
 #[test]
@@ -498,4 +509,30 @@ fn capacity_says_when_an_slo_is_unreachable_even_at_the_lowest_rate() {
         .args(&["--set", "workload.arrivals={closed: {concurrency: 4}}"])
         .fails_with(2)
         .stderr_has(&["workload.arrivals is a closed loop"]);
+}
+
+#[test]
+fn a_key_cannot_be_both_an_axis_and_a_plain_override() {
+    sweep(&["--set", "scheduler.max_batch_tokens=512,1024", "--set", "scheduler.max_batch_tokens=2048"])
+        .fails_with(2)
+        .stderr_has(&["`scheduler.max_batch_tokens` is both an axis and a plain override"]);
+    sweep(&["--set", "workload.seed=1,2", "--set", "workload.seed=3,4"])
+        .fails_with(2)
+        .stderr_has(&["`workload.seed` is already an axis"]);
+}
+
+#[test]
+fn merge_refuses_a_damaged_shard_file_without_panicking() {
+    let dir = tempdir();
+    let p = dir.path().join("s0.json");
+    sweep(&["--set", "scheduler.max_batch_tokens=512,1024", "--shard", "0/1", "-o"]).arg(&p).ok();
+    let mut shard = json(&p);
+    shard["data"]["points"][1]["coords"] = serde_json::json!([7]);
+    std::fs::write(&p, serde_json::to_string(&shard).unwrap()).unwrap();
+    TestCommand::new(&["merge"])
+        .arg(&p)
+        .args(&["--plot"])
+        .arg(dir.path().join("plots"))
+        .fails_with(2)
+        .stderr_has(&["s0.json: damaged shard file: point 1 does not match the sweep's axes and seeds"]);
 }
