@@ -94,6 +94,11 @@ impl std::fmt::Display for SearchError {
                 "capacity varies an arrival rate, and workload.arrivals is {kind}: use poisson, gamma or \
                  constant, e.g. --set 'workload.arrivals={{poisson: {{rate: 1}}}}'"
             ),
+            SearchError::Unreachable { saturation_rps, .. } if *saturation_rps <= 0.0 => write!(
+                f,
+                "no rate meets every SLO: no request completes even with the engine saturated (every request \
+                 was rejected; `llmsim run` says why)"
+            ),
             SearchError::Unreachable { saturation_rps, best, slos } => {
                 let missed: Vec<String> = slos
                     .iter()
@@ -209,8 +214,12 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
     let mut log = Vec::new();
     let (burst, _) = probe(base, &opts.slos, BURST_RATE, n);
     let saturation = burst.requests_per_s;
+    if saturation <= 0.0 {
+        // Nothing completes at all (every request rejected): no rate helps.
+        return Err(SearchError::Unreachable { saturation_rps: 0.0, best: Box::new(burst), slos: opts.slos.clone() });
+    }
     let lowest = steady_probe(base, opts, saturation * LOWEST_FRACTION, n, &mut log);
-    if !lowest.pass || saturation <= 0.0 {
+    if !lowest.pass {
         return Err(SearchError::Unreachable {
             saturation_rps: saturation,
             best: Box::new(lowest),

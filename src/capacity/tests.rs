@@ -129,3 +129,12 @@ fn probes_are_sized_by_the_highest_quantile() {
     assert_eq!(super::search::requests_for(&slos(&["ttft_p50_ms", "itl_p99_ms"])), 10_000);
     assert_eq!(super::search::requests_for(&slos(&["e2e_max_ms"])), 100_000);
 }
+
+#[test]
+fn when_every_request_is_rejected_no_rate_helps() {
+    let mut s = scenario();
+    s.model.context_length = 100;
+    let err = search(&s, &options(1e6)).unwrap_err();
+    assert!(matches!(&err, SearchError::Unreachable { saturation_rps, .. } if *saturation_rps == 0.0), "{err}");
+    assert!(err.to_string().contains("no request completes even with the engine saturated"), "{err}");
+}

@@ -16,14 +16,22 @@ pub struct Override {
 impl Override {
     /// Parses `a.b.c=value`; the value is read as YAML (`8192` is a number,
     /// `h100-80gb` a string, `[1, 2]` a list). The key path must be one the
-    /// scenario schema has (see [`super::keys`]) and the value must have its
-    /// shape, so a typo or a wrong type is caught before any file is read.
+    /// scenario schema has (see [`super::keys`]), so a typo is caught, with
+    /// the nearest valid path, before any file is read.
     pub fn parse(text: &str) -> Result<Override, String> {
         let (key, value) = text.split_once('=').ok_or_else(|| format!("`{text}`: expected KEY.PATH=VALUE"))?;
-        let kind = Self::parse_key(key)?;
+        Self::parse_key(key)?;
         let value = Self::parse_value(value)?;
-        super::keys::check_value(key.trim(), kind, &value)?;
         Ok(Override { path: key.trim().split('.').map(str::to_string).collect(), value })
+    }
+
+    /// [`Override::parse`], and the value must have the key's shape (a whole
+    /// number for `scheduler.max_batch_tokens`, ...).
+    pub fn parse_checked(text: &str) -> Result<Override, String> {
+        let o = Self::parse(text)?;
+        let kind = Self::parse_key(&o.key())?;
+        super::keys::check_value(&o.key(), kind, &o.value)?;
+        Ok(o)
     }
 
     /// Checks a key path on its own; returns what the key holds.

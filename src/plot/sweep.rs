@@ -91,7 +91,8 @@ fn lines(data: &SweepData, m: Metric, points: &[&PointResult], x_of: &dyn Fn(usi
                     s.mean.map(|y| (p.coords[0], x_of(p.coords[0]), y, s.ci95))
                 })
                 .collect();
-            pts.sort_by_key(|p| p.0);
+            // By x, so an axis written out of order still draws a clean line.
+            pts.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
             Line { label, points: pts.into_iter().map(|(_, x, y, c)| (x, y, c)).collect() }
         })
         .collect()

@@ -78,7 +78,7 @@ pub fn parse_set(text: &str) -> Result<SetArg, String> {
     }
     let parts = split_top_level(rhs);
     if parts.len() == 1 {
-        return Override::parse(text).map(SetArg::Fixed);
+        return Override::parse_checked(text).map(SetArg::Fixed);
     }
     let mut values = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {

@@ -141,7 +141,17 @@ fn a_sweep_file_names_its_base_and_axes_and_the_command_line_adds_more() {
 fn a_hardware_axis_runs_each_profile() {
     let dir = tempdir();
     let js = dir.path().join("out.json");
-    sweep(&["--set", "hardware=h100-80gb,a100-80gb,l40s", "--json"]).arg(&js).ok();
+    sweep(&["--set", "hardware=h100-80gb,a100-80gb,l40s", "--json"])
+        .arg(&js)
+        .arg("--plot")
+        .arg(dir.path().join("p"))
+        .ok();
+    let svg = read(&dir.path().join("p/itl_p50_ms.svg"));
+    let texts = svg_texts(&roxmltree::Document::parse(&svg).unwrap());
+    for name in ["h100-80gb", "a100-80gb", "l40s"] {
+        assert!(texts.iter().any(|t| t == name), "profile names are the x ticks: {texts:?}");
+    }
+    assert_eq!(lines_in(&roxmltree::Document::parse(&svg).unwrap(), "#4E79A7"), [3]);
     let points = json(&js);
     let blocks: Vec<u64> =
         (0..3).map(|i| points[i]["results"][0]["capacity"]["num_blocks"].as_u64().unwrap()).collect();

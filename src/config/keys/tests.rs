@@ -164,3 +164,14 @@ fn a_field_added_to_a_struct_is_listed_without_editing_the_list() {
     assert_eq!(names, ["top", "top.inner", "top.inner.added_later", "top.inner.rate", "top.old"]);
     assert_eq!(keys["top.inner.added_later"], Kind::Text);
 }
+
+#[test]
+fn plain_parse_checks_the_path_and_checked_parse_also_the_shape() {
+    assert!(Override::parse("sheduler.max_batch_tokens=1").unwrap_err().contains("did you mean"));
+    // Callers that only validate a key (with a dummy value) keep working.
+    assert!(Override::parse("hardware=0").is_ok());
+    assert!(Override::parse("scheduler.max_batch_tokens=abc").is_ok());
+    let e = Override::parse_checked("scheduler.max_batch_tokens=abc").unwrap_err();
+    assert!(e.contains("expects a whole number"), "{e}");
+    assert!(Override::parse_checked("hardware=a100-80gb").is_ok());
+}
