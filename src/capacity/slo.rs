@@ -10,7 +10,9 @@
 //! request has many inter-token gaps, so `itl_<stat>` holds each request to
 //! the same statistic over its own gaps: `itl_p99_ms=50` needs the
 //! request's own p99 gap <= 50 ms, `itl_max_ms` every gap, `itl_mean_ms`
-//! its mean gap. Only finished requests can meet an SLO.
+//! its mean gap. Only finished requests can meet an SLO. Run-wide metrics
+//! (`step_p99_ms`, `preemptions`, `rejected`, `kv_peak_frac`, ...) bound the
+//! run but no single request, so they never make a request miss.
 
 use std::fmt;
 
@@ -22,21 +24,25 @@ use crate::time::SimTime;
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct Slo {
     pub metric: Metric,
-    /// Upper bound, in the metric's unit (milliseconds).
+    /// Upper bound, in the metric's unit (milliseconds for `*_ms`).
     pub bound: f64,
 }
 
 impl Slo {
-    /// Parses `METRIC=BOUND` (or `METRIC<=BOUND`), e.g. `ttft_p99_ms=500`.
+    /// Parses `METRIC=BOUND` (or `METRIC<=BOUND`), e.g. `ttft_p99_ms=500` or
+    /// `preemptions=0`.
     pub fn parse(text: &str) -> Result<Slo, String> {
         let (name, bound) = text
             .split_once("<=")
             .or_else(|| text.split_once('='))
             .ok_or_else(|| format!("`{text}`: expected METRIC=BOUND, like ttft_p99_ms=500"))?;
         let metric = metric::parse_slo_metric(name.trim()).map_err(|e| format!("`{text}`: {e}"))?;
-        let bound: f64 = bound.trim().parse().ok().filter(|b: &f64| b.is_finite() && *b > 0.0).ok_or_else(|| {
-            format!("`{text}`: the bound `{}` must be a number of milliseconds above 0", bound.trim())
-        })?;
+        let bound: f64 = bound
+            .trim()
+            .parse()
+            .ok()
+            .filter(|b: &f64| b.is_finite() && *b >= 0.0)
+            .ok_or_else(|| format!("`{text}`: the bound `{}` must be a number, 0 or more", bound.trim()))?;
         Ok(Slo { metric, bound })
     }
 
@@ -175,8 +181,9 @@ mod tests {
         let s = Slo::parse("ttft_p99_ms=500").unwrap();
         assert_eq!((s.name(), s.bound), ("ttft_p99_ms".to_string(), 500.0));
         assert_eq!(Slo::parse("itl_p50_ms<=20").unwrap().bound, 20.0);
-        assert!(Slo::parse("ttft_p99_ms=-1").unwrap_err().contains("above 0"));
+        assert!(Slo::parse("ttft_p99_ms=-1").unwrap_err().contains("must be a number, 0 or more"));
         assert!(Slo::parse("ttft_p99_ms").unwrap_err().contains("METRIC=BOUND"));
+        assert_eq!(Slo::parse("preemptions=0").unwrap().metric, Metric::Preemptions);
         let e = Slo::parse("latency_p99_ms=5").unwrap_err();
         assert!(e.contains("is not a metric") && e.contains("ttft_p99_ms, ttft_max_ms"), "{e}");
     }

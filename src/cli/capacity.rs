@@ -12,8 +12,9 @@ use crate::capacity::{Options, Slo, report, search};
 
 static SLO_HELP: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "An SLO, METRIC=BOUND in ms: met when the run's metric is <= BOUND, e.g. ttft_p99_ms=500 \
-         (repeatable; every SLO must hold). METRIC is one of: {}",
+        "An SLO, METRIC=BOUND: met when the run's metric is <= BOUND, in the metric's unit (ms for \
+         *_ms), e.g. ttft_p99_ms=500 or preemptions=0 (repeatable; every SLO must hold). Latencies \
+         also decide which requests count as good. METRIC is one of: {}",
         crate::sweep::metric::slo_names()
     )
 });
@@ -22,7 +23,7 @@ static SLO_HELP: LazyLock<String> = LazyLock::new(|| {
 pub struct CapacityArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    #[arg(long, value_name = "METRIC=MS", required = true, help = SLO_HELP.as_str())]
+    #[arg(long, value_name = "METRIC=BOUND", required = true, help = SLO_HELP.as_str())]
     pub slo: Vec<String>,
     /// The rate the fleet must serve (req/s): prints the replicas needed,
     /// with requests split evenly between them.

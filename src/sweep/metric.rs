@@ -135,10 +135,12 @@ impl Metric {
         out
     }
 
-    /// The metrics an SLO may bound: every per-request latency (the step
-    /// duration is the engine's, so no request can be checked against it).
+    /// The metrics an SLO may bound: all of them. Per-request latencies
+    /// also decide which requests count as good; run-wide figures (step
+    /// duration, preemptions, rejections, KV usage, throughput) bound the
+    /// run only.
     pub fn slo_metrics() -> Vec<Metric> {
-        Metric::all().into_iter().filter(|m| m.per_request()).collect()
+        Metric::all()
     }
 
     /// A latency every request has its own value of.
@@ -207,17 +209,13 @@ pub fn slo_names() -> String {
 
 /// Parses a metric an SLO may bound; the error lists them all.
 pub fn parse_slo_metric(name: &str) -> Result<Metric, String> {
-    match Metric::parse(name) {
-        Some(m) if m.per_request() => Ok(m),
-        found => {
-            let names: Vec<String> = Metric::slo_metrics().iter().map(|m| m.name()).collect();
-            let near = crate::util::nearest(name, names.iter().map(String::as_str))
-                .map(|n| format!(" (did you mean `{n}`?)"))
-                .unwrap_or_default();
-            let why = if found.is_some() { "is not a per-request latency" } else { "is not a metric" };
-            Err(format!("`{name}` {why}{near}; SLO metrics are {}", names.join(", ")))
-        }
-    }
+    Metric::parse(name).filter(|m| Metric::slo_metrics().contains(m)).ok_or_else(|| {
+        let names: Vec<String> = Metric::slo_metrics().iter().map(|m| m.name()).collect();
+        let near = crate::util::nearest(name, names.iter().map(String::as_str))
+            .map(|n| format!(" (did you mean `{n}`?)"))
+            .unwrap_or_default();
+        format!("`{name}` is not a metric{near}; SLO metrics are {}", names.join(", "))
+    })
 }
 
 #[cfg(test)]
@@ -238,14 +236,15 @@ mod tests {
     }
 
     #[test]
-    fn slo_metrics_are_the_per_request_latencies() {
-        assert_eq!(Metric::slo_metrics().len(), 25);
+    fn every_metric_can_be_an_slo_and_the_latencies_are_per_request() {
+        assert_eq!(Metric::slo_metrics().len(), 40);
+        assert_eq!(Metric::all().iter().filter(|m| m.per_request()).count(), 25);
         assert_eq!(parse_slo_metric("ttft_p99_ms"), Ok(Metric::Latency(Family::Ttft, Stat::P99)));
         assert_eq!(parse_slo_metric("queue_mean_ms"), Ok(Metric::Latency(Family::Queue, Stat::Mean)));
         let e = parse_slo_metric("ttft_99_ms").unwrap_err();
         assert!(e.contains("did you mean `ttft_p99_ms`") && e.contains("e2e_max_ms"), "{e}");
-        let e = parse_slo_metric("step_p99_ms").unwrap_err();
-        assert!(e.contains("not a per-request latency"), "{e}");
+        assert_eq!(parse_slo_metric("step_p99_ms"), Ok(Metric::Latency(Family::Step, Stat::P99)));
+        assert_eq!(parse_slo_metric("preemptions"), Ok(Metric::Preemptions));
     }
 
     #[test]

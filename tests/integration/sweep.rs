@@ -499,9 +499,11 @@ fn capacity_lists_the_slo_metrics_in_help_and_when_one_is_unknown() {
     for m in ["ttft_p99_ms", "itl_p50_ms", "e2e_mean_ms", "tpot_p90_ms", "queue_p99_ms"] {
         assert!(help.contains(m), "{m} missing from --help");
     }
-    TestCommand::new(&["capacity", "scenarios/base.yml", "--slo", "latency_p99_ms=100"])
-        .fails_with(2)
-        .stderr_has(&["--slo `latency_p99_ms=100`: `latency_p99_ms` is not a metric", "SLO metrics are ttft_mean_ms"]);
+    TestCommand::new(&["capacity", "scenarios/base.yml", "--slo", "latency_p99_ms=100"]).fails_with(2).stderr_has(&[
+        "--slo `latency_p99_ms=100`: `latency_p99_ms` is not a metric",
+        "SLO metrics are completed,",
+        "ttft_mean_ms",
+    ]);
     sweep(&["--set", "workload.seed=1,2", "--slo", "ttft_p98_ms=1"]).fails_with(2).stderr_has(&["is not a metric"]);
 }
 
@@ -545,4 +547,19 @@ fn merge_refuses_a_damaged_shard_file_without_panicking() {
         .arg(dir.path().join("plots"))
         .fails_with(2)
         .stderr_has(&["s0.json: damaged shard file: point 1 does not match the sweep's axes and seeds"]);
+}
+
+#[test]
+fn a_run_wide_metric_can_be_an_slo_and_bind() {
+    let dir = tempdir();
+    let out = dir.path().join("cap.json");
+    TestCommand::new(&["capacity", "scenarios/base.yml", "--set", "model.kv_cache.num_blocks=200"])
+        .args(&["--slo", "preemptions=0", "--slo", "ttft_p99_ms=10000", "--requests", "300", "-q", "--json"])
+        .arg(&out)
+        .ok();
+    let r = json(&out);
+    assert_eq!(r["binding_slo"], "preemptions");
+    assert_eq!(r["at_max_rate"]["slo_values"]["preemptions"], 0.0);
+    let failed = r["probes"].as_array().unwrap().iter().filter(|p| p["pass"] == false);
+    assert!(failed.clone().count() > 0 && failed.clone().all(|p| p["slo_values"]["preemptions"].as_f64() > Some(0.0)));
 }
