@@ -9,7 +9,7 @@ use crate::capacity::Slo;
 use crate::config::Override;
 use crate::plot::Plot;
 use crate::sweep::axis::{SetArg, parse_set};
-use crate::sweep::exec::{ExecOptions, execute};
+use crate::sweep::exec::{self, ExecOptions, execute};
 use crate::sweep::plan::Plan;
 use crate::sweep::shard::{ShardFile, ShardSpec};
 use crate::sweep::{SweepData, file, output};
@@ -169,9 +169,10 @@ pub fn execute_sweep(a: SweepArgs) -> Result<(), CliError> {
     let plan = plan(&a)?;
     let spec = shard(&a)?;
     a.out.slos()?;
-    let points = plan.points().map_err(CliError::Usage)?;
-    let opts = ExecOptions { threads: a.threads, progress: !a.out.quiet, shard: spec };
-    let data = execute(&plan, &points, opts).map_err(CliError::Failure)?;
+    let pool = exec::pool(a.threads).map_err(CliError::Failure)?;
+    let points = pool.install(|| plan.points()).map_err(CliError::Usage)?;
+    let opts = ExecOptions { progress: !a.out.quiet, shard: spec };
+    let data = execute(&plan, &points, &pool, opts);
     match (spec, &a.output) {
         (Some(spec), Some(path)) => {
             let file = ShardFile::new(spec, plan.fingerprint(&points), points.len(), data);

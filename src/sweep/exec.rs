@@ -14,17 +14,23 @@ use crate::metrics::{CollectorOptions, RunResult};
 /// How to run.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExecOptions {
-    /// Worker threads; 0 lets rayon choose (`RAYON_NUM_THREADS` or one per core).
-    pub threads: usize,
     /// Draw a progress bar on stderr if it is a terminal.
     pub progress: bool,
     /// Run only this shard's points.
     pub shard: Option<ShardSpec>,
 }
 
-/// Runs the points (of the shard, if any) with every seed and gathers the
-/// results in point order.
-pub fn execute(plan: &Plan, points: &[Point], opts: ExecOptions) -> Result<SweepData, String> {
+/// A pool of `threads` workers (0: rayon's default).
+pub fn pool(threads: usize) -> Result<rayon::ThreadPool, String> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| format!("cannot start {threads} worker threads: {e}"))
+}
+
+/// Runs the points (of the shard, if any) with every seed on `pool` and
+/// gathers the results in point order.
+pub fn execute(plan: &Plan, points: &[Point], pool: &rayon::ThreadPool, opts: ExecOptions) -> SweepData {
     let mine: Vec<&Point> = points.iter().filter(|p| opts.shard.is_none_or(|s| s.owns(p.index))).collect();
     let tasks: Vec<(usize, u64)> = mine
         .iter()
@@ -32,10 +38,6 @@ pub fn execute(plan: &Plan, points: &[Point], opts: ExecOptions) -> Result<Sweep
         .flat_map(|(i, p)| seeds_of(&p.scenario, plan.seeds).into_iter().map(move |s| (i, s)))
         .collect();
     let bar = progress_bar(tasks.len() as u64, opts.progress);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.threads)
-        .build()
-        .map_err(|e| format!("cannot start {} worker threads: {e}", opts.threads))?;
     let results: Vec<RunResult> = pool.install(|| {
         tasks
             .par_iter()
@@ -58,7 +60,7 @@ pub fn execute(plan: &Plan, points: &[Point], opts: ExecOptions) -> Result<Sweep
             results: rs.to_vec(),
         })
         .collect();
-    Ok(SweepData { axes: plan.axes_data(), seeds: plan.seeds, points })
+    SweepData { axes: plan.axes_data(), seeds: plan.seeds, points }
 }
 
 /// One run of one point with one seed.

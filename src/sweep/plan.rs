@@ -68,18 +68,22 @@ impl Plan {
         if parts.is_empty() { "the base scenario".into() } else { parts.join(", ") }
     }
 
-    /// Loads and validates every point, so a bad value stops the sweep
-    /// before anything runs.
+    /// Loads and validates every point (in parallel on the current rayon
+    /// pool), so a bad value stops the sweep before anything runs. The error
+    /// is the first bad point's, whatever the thread count.
     pub fn points(&self) -> Result<Vec<Point>, String> {
+        use rayon::prelude::*;
         let n = self.count()?;
-        (0..n)
+        let loaded: Vec<Result<Point, String>> = (0..n)
+            .into_par_iter()
             .map(|index| {
                 let coords = self.coords(index);
                 crate::config::load_scenario_with(&self.base, &self.overrides(&coords))
                     .map(|scenario| Point { index, coords: coords.clone(), scenario })
                     .map_err(|e| format!("point {} of {n} ({}): {e}", index + 1, self.describe(&coords)))
             })
-            .collect()
+            .collect();
+        loaded.into_iter().collect()
     }
 
     pub fn axes_data(&self) -> Vec<AxisData> {
@@ -189,6 +193,14 @@ mod tests {
         let e = p.points().unwrap_err();
         assert!(e.starts_with("point 2 of 2 (scheduler.max_batch_tokens=0): "), "{e}");
         assert!(e.contains("must be a whole number from 1"), "{e}");
+    }
+
+    #[test]
+    fn of_several_bad_points_the_first_is_named() {
+        let p = plan(&["scheduler.max_batch_tokens=1024,-1,2048,0"]);
+        for _ in 0..5 {
+            assert!(p.points().unwrap_err().starts_with("point 2 of 4 (scheduler.max_batch_tokens=-1)"));
+        }
     }
 
     #[test]
