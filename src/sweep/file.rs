@@ -110,6 +110,10 @@ pub fn load(file: &Path) -> Result<SweepFile, ConfigError> {
         Some(n) => return Err(err("seeds".into(), format!("{n} is not allowed: must be from 1 to 10000"), "seeds")),
     };
     let base = file.parent().unwrap_or(Path::new("")).join(&raw.base);
+    if !base.is_file() {
+        let msg = format!("the base scenario {} does not exist (a path relative to this file)", base.display());
+        return Err(err("base".into(), msg, "base:"));
+    }
     Ok(SweepFile { base, fixed, axes, seeds })
 }
 

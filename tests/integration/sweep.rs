@@ -271,10 +271,21 @@ fn an_empty_axis_and_a_zero_step_are_refused() {
         .stderr_has(&["has a zero step; the step must be greater than 0"]);
     let dir = tempdir();
     let file = write(dir.path(), "s.yml", "base: x.yml\naxes:\n  - key: workload.requests\n    values: []\n");
+    write(dir.path(), "x.yml", "");
     TestCommand::new(&["sweep"])
         .arg(&file)
         .fails_with(2)
         .stderr_has(&["s.yml:3: axes[0]: `workload.requests`: the axis is empty"]);
+}
+
+#[test]
+fn a_sweep_file_must_name_a_base_that_exists() {
+    let dir = tempdir();
+    let file = write(dir.path(), "s.yml", "# a sweep\nbase: missing.yml\naxes: []\n");
+    TestCommand::new(&["sweep"])
+        .arg(&file)
+        .fails_with(2)
+        .stderr_has(&["s.yml:2: base: the base scenario", "missing.yml does not exist"]);
 }
 
 #[test]
