@@ -6,6 +6,7 @@
 //! requests, `metrics` measures, `report` renders.
 
 pub mod bench;
+pub mod capacity;
 pub mod cli;
 pub mod config;
 pub mod content;
@@ -14,9 +15,12 @@ pub mod engine;
 pub mod experiments;
 pub mod measured;
 pub mod metrics;
+pub mod plot;
 pub mod report;
 pub mod server;
 pub mod sim;
+pub mod sweep;
 pub mod time;
+pub mod trace_events;
 pub mod util;
 pub mod workload;

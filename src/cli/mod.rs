@@ -2,11 +2,14 @@
 //! `main` turns a [`CliError`] into an exit code.
 
 pub mod bench;
+pub mod capacity;
 pub mod diff;
 pub mod experiments;
 pub mod explain;
+pub mod merge;
 pub mod run;
 pub mod serve;
+pub mod sweep;
 pub mod trace;
 
 use std::io::Write;
@@ -37,16 +40,22 @@ pub enum Command {
     /// Print the effective configuration (every default filled in) and the
     /// derived capacity.
     Explain(explain::ExplainArgs),
-    /// Compare a prediction (`run --json`) with a measured load test.
-    Diff(diff::DiffArgs),
-    /// Load-test an OpenAI-compatible server and write a vLLM-style result.
-    Bench(bench::BenchArgs),
-    /// Serve an OpenAI-compatible API whose tokens are timed by the engine
-    /// in real time.
-    Serve(serve::ServeArgs),
+    /// Run a scenario over axes of values (cartesian product, in parallel).
+    Sweep(sweep::SweepArgs),
+    /// Join the shard files of a sweep into what one run would have written.
+    Merge(merge::MergeArgs),
+    /// Find the highest arrival rate that meets every SLO.
+    Capacity(capacity::CapacityArgs),
     /// Run every experiment in scenarios/experiments/ and write its table to
     /// results/ (or, with --check, fail if results/ is out of date).
     Experiments(experiments::ExperimentsArgs),
+    /// Serve an OpenAI-compatible API whose tokens are timed by the engine
+    /// in real time.
+    Serve(serve::ServeArgs),
+    /// Load-test an OpenAI-compatible server and write a vLLM-style result.
+    Bench(bench::BenchArgs),
+    /// Compare a prediction (`run --json`) with a measured load test.
+    Diff(diff::DiffArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -77,10 +86,13 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Run(a) => run::execute(a),
         Command::Trace(a) => trace::execute(a),
         Command::Explain(a) => explain::execute(a),
-        Command::Diff(a) => diff::execute(a),
-        Command::Bench(a) => bench::execute(a),
-        Command::Serve(a) => serve::execute(a),
+        Command::Sweep(a) => sweep::execute_sweep(a),
+        Command::Merge(a) => merge::execute(a),
+        Command::Capacity(a) => capacity::execute(a),
         Command::Experiments(a) => experiments::execute(a),
+        Command::Serve(a) => serve::execute(a),
+        Command::Bench(a) => bench::execute(a),
+        Command::Diff(a) => diff::execute(a),
     }
 }
 

@@ -9,6 +9,7 @@ use super::{CliError, ScenarioArgs, csv_failure, print, write_output};
 use crate::config::{Arrivals, Scenario, Trace};
 use crate::metrics::CollectorOptions;
 use crate::report;
+use crate::trace_events::TraceEvents;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -23,6 +24,14 @@ pub struct RunArgs {
     /// Write one CSV row per step here.
     #[arg(long, value_name = "FILE")]
     pub steps_csv: Option<PathBuf>,
+    /// Draw the run's timeline (batch size, KV usage, waiting queue, step
+    /// duration over simulated time) as DIR/timeline.svg.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// Write a Chrome trace-event JSON (open it in ui.perfetto.dev): one
+    /// slice per step, one track per request; `-` for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub trace_events: Option<PathBuf>,
     /// Print the effective configuration before the summary.
     #[arg(long)]
     pub explain: bool,
@@ -48,8 +57,12 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     if a.explain {
         print(&super::explain::render(&scenario))?;
     }
-    let options = CollectorOptions { keep_steps: a.steps_csv.is_some() };
-    let out = crate::sim::run(&scenario, options);
+    let options = CollectorOptions { keep_steps: a.steps_csv.is_some() || a.plot.is_some() };
+    let mut trace = a.trace_events.as_ref().map(|_| TraceEvents::new());
+    let out = match &mut trace {
+        Some(t) => crate::sim::run_observed(&scenario, options, t),
+        None => crate::sim::run(&scenario, options),
+    };
     if let Some(path) = &a.json {
         write_output(path, report::to_json(&out.result).as_bytes())?;
     }
@@ -62,8 +75,17 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
             report::csv_out::steps(&out.steps, scenario.capacity.num_blocks).map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
-    let to_stdout =
-        [&a.json, &a.requests_csv, &a.steps_csv].iter().any(|p| p.as_deref() == Some(std::path::Path::new("-")));
+    if let Some(dir) = &a.plot {
+        let plot = crate::plot::timeline::plot(&scenario.name, &out.steps, scenario.capacity.num_blocks)
+            .map_err(CliError::Failure)?;
+        super::sweep::write_plots(dir, &[plot])?;
+    }
+    if let (Some(path), Some(t)) = (&a.trace_events, trace) {
+        write_output(path, t.render().as_bytes())?;
+    }
+    let to_stdout = [&a.json, &a.requests_csv, &a.steps_csv, &a.trace_events]
+        .iter()
+        .any(|p| p.as_deref() == Some(std::path::Path::new("-")));
     if !a.quiet && !to_stdout {
         print(&report::summary::render(&scenario, &out.result))?;
     }

@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod hardware;
+pub mod keys;
 pub mod models;
 pub mod overrides;
 pub mod raw;

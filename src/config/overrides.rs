@@ -15,15 +15,37 @@ pub struct Override {
 
 impl Override {
     /// Parses `a.b.c=value`; the value is read as YAML (`8192` is a number,
-    /// `h100-80gb` a string, `[1, 2]` a list).
+    /// `h100-80gb` a string, `[1, 2]` a list). The key path must be one the
+    /// scenario schema has (see [`super::keys`]), so a typo is caught, with
+    /// the nearest valid path, before any file is read.
     pub fn parse(text: &str) -> Result<Override, String> {
         let (key, value) = text.split_once('=').ok_or_else(|| format!("`{text}`: expected KEY.PATH=VALUE"))?;
-        let path: Vec<String> = key.trim().split('.').map(str::to_string).collect();
-        if path.iter().any(String::is_empty) {
+        Self::parse_key(key)?;
+        let value = Self::parse_value(value)?;
+        Ok(Override { path: key.trim().split('.').map(str::to_string).collect(), value })
+    }
+
+    /// [`Override::parse`], and the value must have the key's shape (a whole
+    /// number for `scheduler.max_batch_tokens`, ...).
+    pub fn parse_checked(text: &str) -> Result<Override, String> {
+        let o = Self::parse(text)?;
+        let kind = Self::parse_key(&o.key())?;
+        super::keys::check_value(&o.key(), kind, &o.value)?;
+        Ok(o)
+    }
+
+    /// Checks a key path on its own; returns what the key holds.
+    pub fn parse_key(key: &str) -> Result<super::keys::Kind, String> {
+        let key = key.trim();
+        if key.is_empty() || key.split('.').any(str::is_empty) {
             return Err(format!("`{key}`: a key path is names joined by dots, like scheduler.max_batch_tokens"));
         }
-        let value = serde_yaml::from_str(value.trim()).map_err(|e| format!("`{value}`: not a YAML value: {e}"))?;
-        Ok(Override { path, value })
+        super::keys::check_path(key)
+    }
+
+    /// Reads one value as YAML.
+    pub fn parse_value(value: &str) -> Result<Value, String> {
+        serde_yaml::from_str(value.trim()).map_err(|e| format!("`{}`: not a YAML value: {e}", value.trim()))
     }
 
     pub fn key(&self) -> String {

@@ -211,11 +211,13 @@ fn an_unknown_metric_is_an_error_with_a_suggestion() {
 }
 
 #[test]
-fn a_varied_key_that_is_not_a_scenario_key_is_an_error_naming_the_level() {
+fn a_varied_key_that_is_not_a_scenario_key_is_an_error_suggesting_the_nearest() {
     let dir = spec_dir(&SPEC.replace("key: workload.arrivals.closed.concurrency", "key: scheduler.max_batch_tokenz"));
-    run_specs(dir.path())
-        .fails_with(2)
-        .stderr_has(&["vary.levels[0]: scheduler.max_batch_tokenz = 1:", "unknown field"]);
+    run_specs(dir.path()).fails_with(2).stderr_has(&[
+        "small.yml: vary.key",
+        "unknown key path `scheduler.max_batch_tokenz`",
+        "did you mean `scheduler.max_batch_tokens`",
+    ]);
 }
 
 #[test]

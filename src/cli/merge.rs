@@ -1,0 +1,32 @@
+//! `llmsim merge`: join the shard files of a sweep into the CSV, JSON and
+//! plots one unsplit run would have written, byte for byte.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::CliError;
+use super::sweep::SweepOutputs;
+use crate::sweep::shard::{ShardFile, merge};
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Shard files written by `llmsim sweep --shard K/N --output FILE`, in
+    /// any order; every shard of the sweep is needed.
+    #[arg(required = true, value_name = "SHARD")]
+    pub shards: Vec<PathBuf>,
+    #[command(flatten)]
+    pub out: SweepOutputs,
+}
+
+pub fn execute(a: MergeArgs) -> Result<(), CliError> {
+    a.out.slos()?;
+    let mut shards = Vec::with_capacity(a.shards.len());
+    for path in &a.shards {
+        let text = crate::config::read_text(path)?;
+        let file = ShardFile::parse(&path.display().to_string(), &text).map_err(CliError::Usage)?;
+        shards.push((path.clone(), file));
+    }
+    let data = merge(shards).map_err(CliError::Usage)?;
+    a.out.write(&data)
+}

@@ -1,0 +1,81 @@
+//! Running a sweep's points on a rayon pool, with a progress bar when a
+//! person is watching.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
+
+use super::plan::{Plan, Point, seeds_of};
+use super::shard::ShardSpec;
+use super::{PointResult, SweepData};
+use crate::metrics::{CollectorOptions, RunResult};
+
+/// How to run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExecOptions {
+    /// Draw a progress bar on stderr if it is a terminal.
+    pub progress: bool,
+    /// Run only this shard's points.
+    pub shard: Option<ShardSpec>,
+}
+
+/// A pool of `threads` workers (0: rayon's default).
+pub fn pool(threads: usize) -> Result<rayon::ThreadPool, String> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| format!("cannot start {threads} worker threads: {e}"))
+}
+
+/// Runs the points (of the shard, if any) with every seed on `pool` and
+/// gathers the results in point order.
+pub fn execute(plan: &Plan, points: &[Point], pool: &rayon::ThreadPool, opts: ExecOptions) -> SweepData {
+    let mine: Vec<&Point> = points.iter().filter(|p| opts.shard.is_none_or(|s| s.owns(p.index))).collect();
+    let tasks: Vec<(usize, u64)> = mine
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| seeds_of(&p.scenario, plan.seeds).into_iter().map(move |s| (i, s)))
+        .collect();
+    let bar = progress_bar(tasks.len() as u64, opts.progress);
+    let results: Vec<RunResult> = pool.install(|| {
+        tasks
+            .par_iter()
+            .map(|&(i, seed)| {
+                let r = run_one(&mine[i].scenario, seed);
+                bar.inc(1);
+                r
+            })
+            .collect()
+    });
+    bar.finish_and_clear();
+    let per = plan.seeds as usize;
+    let points = mine
+        .iter()
+        .zip(results.chunks(per.max(1)))
+        .map(|(p, rs)| PointResult {
+            index: p.index,
+            coords: p.coords.clone(),
+            seeds: seeds_of(&p.scenario, plan.seeds),
+            results: rs.to_vec(),
+        })
+        .collect();
+    SweepData { axes: plan.axes_data(), seeds: plan.seeds, points }
+}
+
+/// One run of one point with one seed.
+pub fn run_one(scenario: &crate::config::Scenario, seed: u64) -> RunResult {
+    let mut s = scenario.clone();
+    s.workload.seed = seed;
+    crate::sim::run(&s, CollectorOptions::default()).result
+}
+
+/// Points done, rate and ETA; hidden unless stderr is a terminal.
+fn progress_bar(len: u64, wanted: bool) -> ProgressBar {
+    if !wanted || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let style = ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {per_sec}, ETA {eta}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr()).with_style(style)
+}
