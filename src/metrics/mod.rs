@@ -51,7 +51,61 @@ pub struct RequestRecord {
     pub status: Status,
 }
 
+/// What one released token was, for a request's latency figures.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TokenGap {
+    /// The first token: nanoseconds since arrival.
+    First { ttft_ns: u64 },
+    /// A later token: nanoseconds since the previous one.
+    Next { gap_ns: u64 },
+}
+
+impl TokenGap {
+    /// `(ttft_ns, gap_ns)`: exactly one of them is set.
+    pub fn split(self) -> (Option<u64>, Option<u64>) {
+        match self {
+            TokenGap::First { ttft_ns } => (Some(ttft_ns), None),
+            TokenGap::Next { gap_ns } => (None, Some(gap_ns)),
+        }
+    }
+}
+
 impl RequestRecord {
+    /// A request that has arrived and nothing else yet.
+    pub fn new(id: RequestId, arrival: SimTime, prompt: u32, output: u32) -> RequestRecord {
+        RequestRecord {
+            id,
+            arrival,
+            prompt,
+            output,
+            first_scheduled: None,
+            first_token: None,
+            last_token: None,
+            tokens: 0,
+            preemptions: 0,
+            max_gap_ns: 0,
+            status: Status::InFlight,
+        }
+    }
+
+    /// Records its `index`-th token (1-based), released at `at`.
+    pub fn add_token(&mut self, at: SimTime, index: u32) -> TokenGap {
+        let gap = match self.last_token {
+            None => {
+                self.first_token = Some(at);
+                TokenGap::First { ttft_ns: at.nanos_since(self.arrival) }
+            }
+            Some(last) => {
+                let gap_ns = at.nanos_since(last);
+                self.max_gap_ns = self.max_gap_ns.max(gap_ns);
+                TokenGap::Next { gap_ns }
+            }
+        };
+        self.last_token = Some(at);
+        self.tokens = index;
+        gap
+    }
+
     pub fn queue_ns(&self) -> Option<u64> {
         self.first_scheduled.map(|t| t.nanos_since(self.arrival))
     }
@@ -229,19 +283,7 @@ fn stats_ms(sorted: &[f64]) -> Stats {
 impl Observer for Collector {
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
         debug_assert_eq!(id as usize, self.requests.len(), "ids must be 0, 1, 2, ...");
-        self.requests.push(RequestRecord {
-            id,
-            arrival: at,
-            prompt,
-            output,
-            first_scheduled: None,
-            first_token: None,
-            last_token: None,
-            tokens: 0,
-            preemptions: 0,
-            max_gap_ns: 0,
-            status: Status::InFlight,
-        });
+        self.requests.push(RequestRecord::new(id, at, prompt, output));
     }
 
     fn scheduled(&mut self, id: RequestId, at: SimTime, _tokens: u32, _computed: u32) {
@@ -257,17 +299,11 @@ impl Observer for Collector {
         }
     }
 
-    fn token(&mut self, id: RequestId, at: SimTime, _index: u32) {
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
         let Some(r) = self.requests.get_mut(id as usize) else { return };
-        if let Some(last) = r.last_token {
-            let gap = at.nanos_since(last);
-            r.max_gap_ns = r.max_gap_ns.max(gap);
-            self.itl.record(gap);
-        } else {
-            r.first_token = Some(at);
+        if let TokenGap::Next { gap_ns } = r.add_token(at, index) {
+            self.itl.record(gap_ns);
         }
-        r.last_token = Some(at);
-        r.tokens += 1;
     }
 
     fn finished(&mut self, id: RequestId, _at: SimTime) {

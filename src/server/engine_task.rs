@@ -281,19 +281,7 @@ impl EngineTask {
             debug_assert_eq!(rid, id, "recorder and engine ids agree");
         }
         let request = Request { id, arrival, prompt: s.prompt, output: s.output };
-        let rec = RequestRecord {
-            id,
-            arrival,
-            prompt: s.prompt,
-            output: s.output,
-            first_scheduled: None,
-            first_token: None,
-            last_token: None,
-            tokens: 0,
-            preemptions: 0,
-            max_gap_ns: 0,
-            status: Status::InFlight,
-        };
+        let rec = RequestRecord::new(id, arrival, s.prompt, s.output);
         let live = Live {
             ticket: s.ticket,
             events: s.events,
@@ -335,17 +323,7 @@ impl EngineTask {
             match out {
                 Out::Token(id, index) => {
                     let Some(l) = self.live.get_mut(&id) else { continue };
-                    let r = &mut l.story.rec;
-                    let (ttft, gap) = match r.last_token {
-                        None => (Some(due.nanos_since(r.arrival)), None),
-                        Some(last) => (None, Some(due.nanos_since(last))),
-                    };
-                    if let Some(g) = gap {
-                        r.max_gap_ns = r.max_gap_ns.max(g);
-                    }
-                    r.first_token.get_or_insert(due);
-                    r.last_token = Some(due);
-                    r.tokens = index;
+                    let (ttft, gap) = l.story.rec.add_token(due, index).split();
                     stats.token(ttft, gap, l.epoch);
                     released += 1;
                     let _ = l.events.send(Event::Token { index, due });

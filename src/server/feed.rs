@@ -14,7 +14,7 @@ use super::stats::{Finish, Story};
 use super::{Backend, Clock, ModelHandle};
 use crate::config::models::FixedTiming;
 use crate::engine::{RejectReason, RequestId};
-use crate::metrics::{RequestRecord, Status};
+use crate::metrics::{RequestRecord, Status, TokenGap};
 use crate::time::SimTime;
 
 /// What a handler asks for.
@@ -173,19 +173,8 @@ impl FixedFeed {
         };
         sinks.gauges.running.fetch_add(1, Ordering::Relaxed);
         lock(&sinks.stats).accepted(req.prompt, req.epoch);
-        let rec = RequestRecord {
-            id,
-            arrival,
-            prompt: req.prompt,
-            output: req.output,
-            first_scheduled: Some(arrival),
-            first_token: None,
-            last_token: None,
-            tokens: 0,
-            preemptions: 0,
-            max_gap_ns: 0,
-            status: Status::InFlight,
-        };
+        let rec =
+            RequestRecord { first_scheduled: Some(arrival), ..RequestRecord::new(id, arrival, req.prompt, req.output) };
         let (tx, events) = mpsc::unbounded_channel();
         let first_due = arrival.plus_nanos(timing.ttft_ns(req.prompt));
         let schedule = Schedule { first_due, itl_ns: timing.itl_ns, n: req.output, events: tx };
@@ -231,23 +220,12 @@ impl FixedFeed {
             return FeedEvent::Lost;
         };
         let lag = self.clock.now().nanos_since(due);
-        let r = &mut self.story.rec;
-        let (ttft, gap) = match r.last_token {
-            None => (Some(due.nanos_since(r.arrival)), None),
-            Some(last) => (None, Some(due.nanos_since(last))),
-        };
-        if let Some(g) = gap {
-            r.max_gap_ns = r.max_gap_ns.max(g);
-        }
-        r.first_token.get_or_insert(due);
-        r.last_token = Some(due);
-        r.tokens = index;
+        let token = self.story.rec.add_token(due, index);
         self.next += 1;
         let u = &mut self.unflushed;
-        if ttft.is_some() {
-            u.ttft_ns = ttft;
-        } else {
-            u.gaps += 1;
+        match token {
+            TokenGap::First { ttft_ns } => u.ttft_ns = Some(ttft_ns),
+            TokenGap::Next { .. } => u.gaps += 1,
         }
         u.lags_ns.push(lag);
         FeedEvent::Token { index, due }

@@ -19,7 +19,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-use crate::metrics::{RequestRecord, Status};
+use crate::metrics::RequestRecord;
 use crate::time::SimTime;
 
 pub const COLUMNS: [&str; 10] = [
@@ -78,19 +78,7 @@ impl Recorder {
         self.last_arrival = arrival;
         let id = self.next_id;
         self.next_id += 1;
-        let rec = RequestRecord {
-            id,
-            arrival,
-            prompt,
-            output,
-            first_scheduled: None,
-            first_token: None,
-            last_token: None,
-            tokens: 0,
-            preemptions: 0,
-            max_gap_ns: 0,
-            status: Status::InFlight,
-        };
+        let rec = RequestRecord::new(id, arrival, prompt, output);
         self.rows.insert(id, Row { rec, done: false });
         (id, arrival)
     }
@@ -171,6 +159,7 @@ pub fn path_for(file: &Path, name: &str, models: usize) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Status;
 
     #[test]
     fn rows_are_written_in_arrival_order_once_complete() {
