@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::Clock;
+use super::feed::FeedRequest;
 use super::record::Recorder;
 use super::stats::{Finish, Gauges, ModelStats, Story};
 use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
@@ -45,13 +46,7 @@ pub enum Command {
 pub struct Submit {
     /// The handler's key for the request (aborts name it).
     pub ticket: u64,
-    /// When the request was received.
-    pub stamp: SimTime,
-    pub prompt: u32,
-    pub output: u32,
-    pub finish: Finish,
-    pub max_tokens: Option<u32>,
-    pub epoch: u64,
+    pub req: FeedRequest,
     pub events: UnboundedSender<Event>,
 }
 
@@ -270,7 +265,7 @@ impl EngineTask {
         }
     }
 
-    fn submit(&mut self, s: Submit) {
+    fn submit(&mut self, Submit { ticket, req: s, events }: Submit) {
         let floor = self.last_step_start.map_or(SimTime::ZERO, |t| t.plus_nanos(1));
         let arrival = s.stamp.max(floor).max(self.last_arrival);
         self.last_arrival = arrival;
@@ -283,8 +278,8 @@ impl EngineTask {
         let request = Request { id, arrival, prompt: s.prompt, output: s.output };
         let rec = RequestRecord::new(id, arrival, s.prompt, s.output);
         let live = Live {
-            ticket: s.ticket,
-            events: s.events,
+            ticket,
+            events,
             story: Story { rec, steps: 0, batch_sum: 0 },
             finish: s.finish,
             max_tokens: s.max_tokens,
@@ -294,7 +289,7 @@ impl EngineTask {
             Ok(()) => {
                 let _ = live.events.send(Event::Accepted { id, arrival });
                 lock(&self.sinks.stats).accepted(s.prompt, s.epoch);
-                self.tickets.insert(s.ticket, id);
+                self.tickets.insert(ticket, id);
                 self.live.insert(id, live);
             }
             Err(reason) => self.end_rejected(live, reason),

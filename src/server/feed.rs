@@ -93,16 +93,7 @@ async fn start_engine(
     req: FeedRequest,
 ) -> Result<(Feed, Accepted), FeedEvent> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let submit = Submit {
-        ticket,
-        stamp: req.stamp,
-        prompt: req.prompt,
-        output: req.output,
-        finish: req.finish,
-        max_tokens: req.max_tokens,
-        epoch: req.epoch,
-        events: tx,
-    };
+    let submit = Submit { ticket, req, events: tx };
     if commands.send(Command::Submit(submit)).is_err() {
         return Err(FeedEvent::Lost);
     }

@@ -52,19 +52,15 @@ impl Harness {
         let (tx, rx) = mpsc::unbounded_channel();
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        let submit = Submit {
-            ticket,
-            stamp: self.clock.now(),
-            prompt,
-            output,
-            finish: Finish::Stop,
-            max_tokens: None,
-            epoch: 0,
-            events: tx,
-        };
+        let submit = Submit { ticket, req: request(self.clock.now(), prompt, output), events: tx };
         self.commands.send(Command::Submit(submit)).expect("engine task alive");
         (ticket, rx)
     }
+}
+
+/// A plain request: stops on its own, no max_tokens, summary epoch 0.
+fn request(stamp: SimTime, prompt: u32, output: u32) -> FeedRequest {
+    FeedRequest { stamp, prompt, output, finish: Finish::Stop, max_tokens: None, epoch: 0 }
 }
 
 /// Everything a request's channel said, with the clock when each token came.
@@ -183,16 +179,7 @@ async fn a_stale_stamp_is_clamped_after_the_last_computed_step_start() {
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     // Stamped at 1 ms, but received after the step starting at 0 was computed.
     let (tx, rx) = mpsc::unbounded_channel();
-    let submit = Submit {
-        ticket: 99,
-        stamp: SimTime::from_nanos(1_000_000),
-        prompt: 16,
-        output: 1,
-        finish: Finish::Stop,
-        max_tokens: None,
-        epoch: 0,
-        events: tx,
-    };
+    let submit = Submit { ticket: 99, req: request(SimTime::from_nanos(1_000_000), 16, 1), events: tx };
     h.commands.send(Command::Submit(submit)).unwrap();
     let b = collect(h.clock, rx).await;
     assert_eq!(b.accepted.map(|a| a.1), Some(SimTime::from_nanos(1_000_000)), "max(stamp, 0 + 1 ns) = stamp");
