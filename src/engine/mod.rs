@@ -10,6 +10,7 @@
 //! real-time server waits for the wall clock to reach it. Both see the same
 //! timeline.
 
+pub mod arch;
 pub mod capacity;
 pub mod cost;
 pub mod events;
@@ -18,7 +19,7 @@ pub mod kv;
 use std::collections::{HashMap, VecDeque};
 
 pub use capacity::{Capacity, CapacityError, CapacityInput};
-pub use cost::{CostInput, CostModel, StepCost};
+pub use cost::{CostInput, CostModel, StepCost, StepShape};
 pub use events::{Observer, RejectReason, RequestId, StepRecord};
 use kv::KvBlocks;
 
@@ -310,16 +311,23 @@ impl Engine {
     /// Steps 4 and 5: the step's duration, then the counters, the tokens and
     /// the finished requests, all at the step's end.
     fn finish_step<O: Observer>(&mut self, start: SimTime, preempted: u32, obs: &mut O) -> StepRecord {
-        let (mut tokens, mut prefill, mut sum_ctx) = (0u64, 0u64, 0u64);
+        let mut shape = StepShape { batch: self.batch.len() as u64, ..StepShape::default() };
+        let mut prefill = 0u64;
         for &(slot, n) in &self.batch {
             let seq = &self.slots[slot as usize];
-            tokens += u64::from(n);
-            sum_ctx += u64::from(seq.computed + n);
+            let (n, c) = (u64::from(n), u64::from(seq.computed));
+            shape.tokens += n;
+            shape.sum_ctx += c + n;
+            // What an architecture's cost needs: causal attention pairs and
+            // the requests whose step ends in a sampled token.
+            shape.attention_pairs += arch::attention_pairs(n, c);
+            shape.sampled += u64::from(c + n == u64::from(seq.known()));
             if seq.remaining() > 1 || seq.generated == 0 {
-                prefill += u64::from(n);
+                prefill += n;
             }
         }
-        let cost = self.cfg.cost.step(tokens, sum_ctx);
+        let (tokens, sum_ctx) = (shape.tokens, shape.sum_ctx);
+        let cost = self.cfg.cost.cost(&shape);
         let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
         let record = StepRecord {
             index: self.steps,
