@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::raw::{RawArrivals, RawEfficiency, RawLatency, RawLength, RawModel, RawScenario, RawScheduler, RawWorkload};
+use super::raw::{
+    RawArrivals, RawEfficiency, RawLatency, RawLength, RawModel, RawParallelism, RawScenario, RawScheduler, RawWorkload,
+};
 use super::validate::Check;
 use super::{ConfigError, Scenario};
 use crate::engine::EngineConfig;
@@ -35,7 +37,10 @@ pub struct RawServedModel {
     /// sections from.
     pub scenario: Option<String>,
     pub hardware: Option<serde_yaml::Value>,
+    /// A model name or a mapping, as in a scenario.
+    #[serde(default, deserialize_with = "super::raw::some_model_or_name")]
     pub model: Option<RawModel>,
+    pub parallelism: Option<RawParallelism>,
     pub scheduler: Option<RawScheduler>,
     pub latency: Option<RawLatency>,
     pub efficiency: Option<RawEfficiency>,
@@ -152,6 +157,7 @@ fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<Ser
         ("scenario", raw.scenario.is_some()),
         ("hardware", raw.hardware.is_some()),
         ("model", raw.model.is_some()),
+        ("parallelism", raw.parallelism.is_some()),
         ("scheduler", raw.scheduler.is_some()),
         ("latency", raw.latency.is_some()),
         ("efficiency", raw.efficiency.is_some()),
@@ -192,7 +198,8 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
     }
     let (scenario, scenario_file) = match raw.scenario {
         Some(rel) => {
-            let inline = [raw.hardware.is_some(), raw.model.is_some(), raw.scheduler.is_some()];
+            let inline =
+                [raw.hardware.is_some(), raw.model.is_some(), raw.scheduler.is_some(), raw.parallelism.is_some()];
             if inline.iter().any(|&x| x) || raw.latency.is_some() || raw.efficiency.is_some() {
                 return Err(ConfigError::new(
                     file,
@@ -205,6 +212,19 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
         }
         None => (inline_scenario(raw, &name, file, at)?, None),
     };
+    if scenario.latency.request_overhead_ms > 0.0 {
+        // The server's requests pass through a real HTTP stack; adding a
+        // modelled delay on top would count that cost twice.
+        return Err(ConfigError::new(
+            file,
+            format!("{at}.latency.request_overhead_ms"),
+            format!(
+                "{} is not allowed in a served model: llmsim serve's requests already pay the real HTTP and \
+                 queueing cost; set it to 0 (llmsim run applies it)",
+                scenario.latency.request_overhead_ms
+            ),
+        ));
+    }
     Ok(ServedModel {
         name,
         context_length: scenario.model.context_length,
@@ -235,6 +255,7 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         description: None,
         hardware,
         model,
+        parallelism: raw.parallelism.unwrap_or_default(),
         scheduler: raw.scheduler.unwrap_or_default(),
         latency: raw.latency.unwrap_or_default(),
         efficiency: raw.efficiency.unwrap_or_default(),
