@@ -26,20 +26,31 @@ where
     O: Observer,
     F: FnMut(&Engine, &mut O),
 {
-    drive_delayed(engine, source, obs, 0, after_step);
+    drive_loop(engine, source, &mut Tap { inner: obs, done: Vec::new(), delay_ns: 0 }, after_step);
 }
 
 /// [`drive_with`], each request reaching the engine `delay_ns` after its
 /// arrival; observers see the arrival itself.
-pub fn drive_delayed<S, O, F>(engine: &mut Engine, source: &mut S, obs: &mut O, delay_ns: u64, mut after_step: F)
+pub fn drive_delayed<S, O, F>(engine: &mut Engine, source: &mut S, obs: &mut O, delay_ns: u64, after_step: F)
 where
     S: Source,
     O: Observer,
     F: FnMut(&Engine, &mut O),
 {
-    let mut source = Delayed { inner: source, ns: delay_ns };
-    let source = &mut source;
     let mut tap = Tap { inner: obs, done: Vec::new(), delay_ns };
+    if delay_ns == 0 {
+        drive_loop(engine, source, &mut tap, after_step);
+    } else {
+        drive_loop(engine, &mut Delayed { inner: source, ns: delay_ns }, &mut tap, after_step);
+    }
+}
+
+fn drive_loop<S, O, F>(engine: &mut Engine, source: &mut S, tap: &mut Tap<'_, O>, mut after_step: F)
+where
+    S: Source,
+    O: Observer,
+    F: FnMut(&Engine, &mut O),
+{
     loop {
         let start = match engine.next_step_at() {
             Some(t) => t,
@@ -51,11 +62,11 @@ where
         // Every request that has arrived by the step's start joins it.
         while let Some(at) = source.peek().filter(|&at| at <= start) {
             let Some(req) = source.pop() else { break };
-            if engine.submit(req, &mut tap).is_err() {
+            if engine.submit(req, tap).is_err() {
                 source.done(req.id, at);
             }
         }
-        engine.step(&mut tap);
+        engine.step(tap);
         after_step(engine, tap.inner);
         for (id, at) in tap.done.drain(..) {
             source.done(id, at);

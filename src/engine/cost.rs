@@ -137,10 +137,12 @@ impl CostModel {
         if let Some(d) = &self.deployment {
             return d.cost(self, s);
         }
-        let compute_s = 2.0 * self.parameters * s.tokens as f64 / self.flops_per_s;
-        let memory_s = (self.weight_bytes + s.sum_ctx as f64 * self.kv_bytes_per_token) / self.bytes_per_s;
-        let overhead_s = self.overhead_s + s.batch as f64 * self.per_sequence_s;
-        StepCost { compute_s, memory_s, comm_s: 0.0, overhead_s, total_s: compute_s.max(memory_s) + overhead_s }
+        let mut c = self.step(s.tokens, s.sum_ctx);
+        if self.per_sequence_s > 0.0 {
+            c.overhead_s += s.batch as f64 * self.per_sequence_s;
+            c.total_s = c.compute_s.max(c.memory_s) + c.overhead_s;
+        }
+        c
     }
 
     /// Duration of a step in whole nanoseconds (rounded to nearest, at least 1).

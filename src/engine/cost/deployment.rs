@@ -112,6 +112,8 @@ impl DeploymentCost {
         self.comm_fixed_s + self.comm_s_per_token * tokens as f64
     }
 
+    /// Out of line: the ENGINE.md path never calls it.
+    #[inline(never)]
     pub fn cost(&self, m: &CostModel, s: &StepShape) -> StepCost {
         let flops = self.linear_flops_per_token * s.tokens as f64
             + self.attention_flops_per_pair * s.attention_pairs as f64
