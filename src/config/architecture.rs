@@ -417,11 +417,13 @@ pub fn find(name: &str, scenario_file: &Path) -> Result<(PathBuf, String), Confi
     ))
 }
 
-/// `models/` in the scenario's directory and every directory above it.
+/// `models/` in the scenario's directory and every directory above it:
+/// first as the scenario's path gives them (so a relative path stays
+/// relative in messages), then above that, from the canonical path.
 fn search_dirs(scenario_file: &Path) -> Vec<PathBuf> {
     let start = scenario_file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let start = std::fs::canonicalize(&start).unwrap_or(start);
-    start.ancestors().map(|d| d.join("models")).collect()
+    let canonical = std::fs::canonicalize(&start).unwrap_or_else(|_| start.clone());
+    start.ancestors().chain(canonical.ancestors()).map(|d| d.join("models")).collect()
 }
 
 /// Every model name reachable from this scenario, sorted.

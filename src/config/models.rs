@@ -336,4 +336,24 @@ models:
         assert_eq!(s.engine.capacity.num_blocks, 7609);
         assert_eq!(s.scenario_file.as_deref(), Some(dir.path().join("base.yml").as_path()));
     }
+
+    #[test]
+    fn a_served_model_can_be_a_deployment_but_not_add_a_request_overhead() {
+        let served = "
+models:
+  - name: big
+    hardware: h100-80gb
+    model: llama-3.1-70b
+    parallelism: {tensor: 4}
+";
+        let m = load(served).unwrap();
+        let EngineKind::Scheduler(s) = &m.models[0].engine else { panic!("scheduler expected") };
+        // (77,309,411,328 - 35,276,853,248) / (81,920 * 16)
+        assert_eq!(s.engine.capacity.num_blocks, 32_068);
+        assert_eq!(m.models[0].context_length, 131_072);
+        let e = load(&format!("{served}    latency: {{request_overhead_ms: 5}}\n")).unwrap_err();
+        assert!(e.contains("models[0].latency.request_overhead_ms: 5 is not allowed in a served model"), "{e}");
+        let e = load(&served.replace("tensor: 4", "tensor: 3")).unwrap_err();
+        assert!(e.contains("models[0].parallelism.tensor: 3 does not divide the 64 attention heads"), "{e}");
+    }
 }
