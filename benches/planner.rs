@@ -4,6 +4,13 @@
 //! `cargo bench --bench planner` prints simulated requests and output tokens
 //! per second of wall time and the process's peak memory. It asserts
 //! nothing: speed is measured here, never in a test.
+//!
+//! Then the cost of a deployment (DEPLOYMENT.md): 100,000 requests from 64
+//! closed-loop users through the same KV pool, once with the model as two
+//! numbers and once as Llama 3.1 70B on four GPUs (architecture, attention,
+//! LM head, all-reduces). A closed loop without think time schedules the
+//! same steps whatever they cost, so the two runs do the same scheduling
+//! work and differ only in the cost model.
 
 use std::path::Path;
 use std::time::Instant;
@@ -20,6 +27,49 @@ fn peak_rss_mib() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// Best wall time of three runs, and the last run's result.
+fn best_of_3(s: &llmsim::config::Scenario) -> (f64, llmsim::metrics::RunResult) {
+    let mut best = f64::INFINITY;
+    let mut result = None;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let out = llmsim::sim::run(s, CollectorOptions::default());
+        best = best.min(t.elapsed().as_secs_f64());
+        result = Some(out.result);
+    }
+    (best, result.expect("ran"))
+}
+
+/// The deployment's cost against the plain model's on identical schedules.
+fn deployment_overhead(base: &Path) {
+    let common = [
+        set("workload.arrivals", "{closed: {concurrency: 64}}"),
+        set("workload.requests", "100000"),
+        set("workload.prompt_tokens", "512"),
+        set("workload.output_tokens", "128"),
+        set("model.kv_cache.num_blocks", "20000"),
+    ];
+    let plain = load_scenario_with(base, &common).expect("scenario");
+    let mut deployed = common.to_vec();
+    deployed.extend([
+        set("hardware", "h100-80gb"),
+        set("model", "{preset: llama-3.1-70b, context_length: 32768, kv_cache: {num_blocks: 20000}}"),
+        set("parallelism.tensor", "4"),
+    ]);
+    let deployed = load_scenario_with(base, &deployed).expect("scenario");
+    let (t_plain, r_plain) = best_of_3(&plain);
+    let (t_dep, r_dep) = best_of_3(&deployed);
+    println!();
+    println!("deployment overhead   100,000 requests, 64 closed-loop users, 512/128 tokens, 20,000 blocks");
+    println!("  plain model         {t_plain:.3} s wall, {} steps", r_plain.steps.count);
+    println!("  llama-3.1-70b, TP 4 {t_dep:.3} s wall, {} steps", r_dep.steps.count);
+    println!(
+        "  ratio               {:.3}x (same schedule: {})",
+        t_dep / t_plain,
+        r_plain.steps.count == r_dep.steps.count
+    );
 }
 
 fn main() {
@@ -48,15 +98,7 @@ fn main() {
         set("workload.requests", "100000"),
     ]);
     let s = load_scenario_with(&base, &load).expect("scenario");
-    let mut best = f64::INFINITY;
-    let mut result = None;
-    for _ in 0..3 {
-        let t = Instant::now();
-        let out = llmsim::sim::run(&s, CollectorOptions::default());
-        best = best.min(t.elapsed().as_secs_f64());
-        result = Some(out.result);
-    }
-    let r = result.expect("ran");
+    let (best, r) = best_of_3(&s);
     println!("saturation            {saturation:.2} req/s (512/128 tokens, base model)");
     println!("offered rate          {rate:.2} req/s (90%)");
     println!(
@@ -75,4 +117,5 @@ fn main() {
         r.ttft_ms.p99.unwrap_or(0.0),
         r.itl_ms.p99.unwrap_or(0.0)
     );
+    deployment_overhead(&base);
 }

@@ -8,7 +8,9 @@
 //! `requests_per_probe`, `requests_rule`, `saturation_rps`, `max_rate_rps`
 //! (highest passing probe), `max_rate_upper_rps` (lowest failing probe, or
 //! saturation), `binding_slo` (null when only saturation limits),
-//! `limited_by`, `at_max_rate` (a probe), `cost_per_hour`,
+//! `limited_by`, `at_max_rate` (a probe), `gpus_per_replica` (written
+//! when a replica is more than one GPU: its tensor degree),
+//! `cost_per_hour` (of one replica: the GPU's price x its GPUs),
 //! `cost_per_million_output_tokens`, `target_rate_rps`, `replicas`,
 //! `rate_per_replica_rps`, `fleet_cost_per_hour` (null when not asked or
 //! not known) and `probes`: each `{rate_rps, requests, pass, slo_values,
@@ -64,12 +66,15 @@ pub fn render(r: &Report) -> String {
         "at max rate goodput {:.3} req/s, SLO attainment {:.2}%, {:.0} output tok/s",
         m.goodput_rps, m.slo_attainment_pct, m.output_tokens_per_s
     );
+    let g = r.gpus_per_replica;
     if let (Some(c), Some(per_m)) = (r.cost_per_hour, r.cost_per_million_output_tokens) {
-        let _ = writeln!(out, "cost        {per_m:.4} per million output tokens ({c} an hour per replica)");
+        let of = if g > 1 { format!(" of {g} GPUs") } else { String::new() };
+        let _ = writeln!(out, "cost        {per_m:.4} per million output tokens ({c} an hour per replica{of})");
     }
     if let (Some(t), Some(n), Some(each)) = (r.target_rate_rps, r.replicas, r.rate_per_replica_rps) {
         let fleet = r.fleet_cost_per_hour.map(|c| format!(", {c:.2} an hour")).unwrap_or_default();
-        let _ = writeln!(out, "replicas    {n} for {t} req/s ({each:.3} req/s each{fleet})");
+        let gpus = if g > 1 { format!(", {} GPUs", n * u64::from(g)) } else { String::new() };
+        let _ = writeln!(out, "replicas    {n} for {t} req/s ({each:.3} req/s each{gpus}{fleet})");
     }
     out
 }

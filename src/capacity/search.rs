@@ -67,6 +67,10 @@ pub struct Report {
     /// `"slo"` or `"saturation"`: what stops the rate from growing.
     pub limited_by: String,
     pub at_max_rate: Probe,
+    /// GPUs one replica uses (its tensor degree); written when above 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub gpus_per_replica: u32,
+    /// Price of one replica-hour: `hardware.cost_per_hour` x `gpus_per_replica`.
     pub cost_per_hour: Option<f64>,
     pub cost_per_million_output_tokens: Option<f64>,
     pub target_rate_rps: Option<f64>,
@@ -75,6 +79,10 @@ pub struct Report {
     pub fleet_cost_per_hour: Option<f64>,
     /// In the order they ran.
     pub probes: Vec<Probe>,
+}
+
+fn is_one(x: &u32) -> bool {
+    *x == 1
 }
 
 /// Why there is no answer.
@@ -270,7 +278,8 @@ fn finish(
     binding: Option<String>,
     probes: Vec<Probe>,
 ) -> Report {
-    let cost = base.hardware.cost_per_hour;
+    let gpus = base.deployment.gpus();
+    let cost = base.hardware.cost_per_hour.map(|c| c * f64::from(gpus));
     let replicas = opts.target_rate.map(|t| (t / lo).ceil().max(1.0) as u64);
     Report {
         scenario: base.name.clone(),
@@ -290,6 +299,7 @@ fn finish(
         max_rate_upper_rps: hi,
         limited_by: if binding.is_some() { "slo" } else { "saturation" }.into(),
         binding_slo: binding,
+        gpus_per_replica: gpus,
         cost_per_hour: cost,
         cost_per_million_output_tokens: cost
             .filter(|_| best.output_tokens_per_s > 0.0)

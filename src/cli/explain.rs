@@ -1,5 +1,7 @@
 //! `llmsim explain`: what will run, with nothing left to guess.
 
+mod deployment;
+
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, print};
@@ -15,17 +17,26 @@ pub struct ExplainArgs {
 /// The effective configuration as a valid scenario, then derived figures
 /// as comments.
 pub fn render(s: &Scenario) -> String {
+    let mut out = format!("# effective configuration of {} (defaults filled in)\n", s.source.display());
+    out.push_str(&crate::config::effective_yaml(s));
+    out.push_str("# derived\n");
+    match &s.model.architecture {
+        None => plain(s, &mut out),
+        Some(a) => deployment::render(s, a, &mut out),
+    }
+    out
+}
+
+/// The derived figures of a model given as two numbers (ENGINE.md).
+fn plain(s: &Scenario, out: &mut String) {
     let c = &s.capacity;
     let cost = s.engine_config().cost;
     let decode = cost.step(1, 0);
     let prefill = cost.step(u64::from(s.scheduler.max_batch_tokens), u64::from(s.scheduler.max_batch_tokens));
-    let mut out = format!("# effective configuration of {} (defaults filled in)\n", s.source.display());
-    out.push_str(&crate::config::effective_yaml(s));
-    out.push_str("# derived\n");
     out.push_str(&format!(
         "#   weights       {:.3} GB = {} B parameters x {} bytes\n",
         c.weight_bytes / 1e9,
-        s.model.weights.parameters_billions,
+        s.model.weights.parameters_billions.unwrap_or(0.0),
         s.model.weights.bytes_per_parameter
     ));
     if !c.overridden {
@@ -45,7 +56,9 @@ pub fn render(s: &Scenario) -> String {
         s.scheduler.max_batch_tokens,
         if prefill.compute_bound() { "compute-bound" } else { "memory-bound" }
     ));
-    out
+    if s.latency.per_sequence_overhead_us > 0.0 || s.latency.request_overhead_ms > 0.0 {
+        out.push_str(&format!("#   overheads     {}\n", deployment::overheads(s)));
+    }
 }
 
 pub fn execute(a: ExplainArgs) -> Result<(), CliError> {

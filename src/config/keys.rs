@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
 use serde_yaml::Value;
 
-use super::raw::{RawArrivals, RawDist, RawHardware, RawScenario};
+use super::raw::{RawArrivals, RawDist, RawHardware, RawModel, RawScenario};
 
 /// What a key holds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -31,6 +31,10 @@ pub enum Kind {
     Mapping,
     /// `hardware`: a profile name or an inline mapping.
     NameOrMapping,
+    /// `model`: a model name or a mapping.
+    ModelOrMapping,
+    /// An interconnect figure: a number or a mapping by GPU count.
+    NumberOrMapping,
     /// A token length: a whole number or a distribution mapping.
     CountOrMapping,
     /// Read through `serde_yaml::Value` and not yet expanded (see [`OPAQUE`]).
@@ -46,7 +50,8 @@ impl Kind {
             (Kind::Number, Value::Number(_)) => true,
             (Kind::Text, Value::String(_)) | (Kind::Bool, Value::Bool(_)) => true,
             (Kind::List, Value::Sequence(_)) | (Kind::Mapping, Value::Mapping(_)) => true,
-            (Kind::NameOrMapping, Value::String(_) | Value::Mapping(_)) => true,
+            (Kind::NameOrMapping | Kind::ModelOrMapping, Value::String(_) | Value::Mapping(_)) => true,
+            (Kind::NumberOrMapping, Value::Number(_) | Value::Mapping(_)) => true,
             (Kind::CountOrMapping, Value::Number(n)) => n.is_i64(),
             (Kind::CountOrMapping, Value::Mapping(_)) => true,
             (Kind::Opaque, _) => true,
@@ -63,6 +68,8 @@ impl Kind {
             Kind::List => "a list",
             Kind::Mapping => "a mapping",
             Kind::NameOrMapping => "a hardware profile name or a mapping",
+            Kind::ModelOrMapping => "a model name (scenarios/models/) or a mapping",
+            Kind::NumberOrMapping => "a number or a mapping by GPU count ({2: 248, 4: 289})",
             Kind::CountOrMapping => "a whole number of tokens or a distribution mapping",
             Kind::Opaque => "a YAML value",
         }
@@ -80,9 +87,14 @@ pub struct Expansion {
     pub trace: Option<Expand>,
 }
 
-/// The keys the raw structs read through `serde_yaml::Value`.
+/// The keys the raw structs read through `serde_yaml::Value` (or a
+/// hand-written `Deserialize`). A key inside another's expansion comes
+/// after it.
 pub const OPAQUE: &[Expansion] = &[
     Expansion { path: "hardware", kind: Kind::NameOrMapping, trace: Some(trace::<RawHardware>) },
+    Expansion { path: "hardware.interconnect.bandwidth_gbps", kind: Kind::NumberOrMapping, trace: None },
+    Expansion { path: "hardware.interconnect.latency_us", kind: Kind::NumberOrMapping, trace: None },
+    Expansion { path: "model", kind: Kind::ModelOrMapping, trace: Some(trace::<RawModel>) },
     Expansion { path: "workload.arrivals", kind: Kind::Mapping, trace: Some(trace::<RawArrivals>) },
     Expansion { path: "workload.prompt_tokens", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
     Expansion { path: "workload.output_tokens", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },

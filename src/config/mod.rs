@@ -2,6 +2,8 @@
 //! mirrors the YAML with serde, `validate` checks every rule and builds the
 //! [`Scenario`]. Nothing else in the crate reads configuration.
 
+pub mod architecture;
+pub mod deployment;
 pub mod error;
 pub mod hardware;
 pub mod keys;

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::raw::{RawArrivals, RawEfficiency, RawLatency, RawLength, RawModel, RawScenario, RawScheduler, RawWorkload};
+use super::raw::{
+    RawArrivals, RawEfficiency, RawLatency, RawLength, RawModel, RawParallelism, RawScenario, RawScheduler, RawWorkload,
+};
 use super::validate::Check;
 use super::{ConfigError, Scenario};
 use crate::engine::EngineConfig;
@@ -35,7 +37,10 @@ pub struct RawServedModel {
     /// sections from.
     pub scenario: Option<String>,
     pub hardware: Option<serde_yaml::Value>,
+    /// A model name or a mapping, as in a scenario.
+    #[serde(default, deserialize_with = "super::raw::some_model_or_name")]
     pub model: Option<RawModel>,
+    pub parallelism: Option<RawParallelism>,
     pub scheduler: Option<RawScheduler>,
     pub latency: Option<RawLatency>,
     pub efficiency: Option<RawEfficiency>,
@@ -152,6 +157,7 @@ fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<Ser
         ("scenario", raw.scenario.is_some()),
         ("hardware", raw.hardware.is_some()),
         ("model", raw.model.is_some()),
+        ("parallelism", raw.parallelism.is_some()),
         ("scheduler", raw.scheduler.is_some()),
         ("latency", raw.latency.is_some()),
         ("efficiency", raw.efficiency.is_some()),
@@ -192,7 +198,8 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
     }
     let (scenario, scenario_file) = match raw.scenario {
         Some(rel) => {
-            let inline = [raw.hardware.is_some(), raw.model.is_some(), raw.scheduler.is_some()];
+            let inline =
+                [raw.hardware.is_some(), raw.model.is_some(), raw.scheduler.is_some(), raw.parallelism.is_some()];
             if inline.iter().any(|&x| x) || raw.latency.is_some() || raw.efficiency.is_some() {
                 return Err(ConfigError::new(
                     file,
@@ -205,6 +212,19 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
         }
         None => (inline_scenario(raw, &name, file, at)?, None),
     };
+    if scenario.latency.request_overhead_ms > 0.0 {
+        // The server's requests pass through a real HTTP stack; adding a
+        // modelled delay on top would count that cost twice.
+        return Err(ConfigError::new(
+            file,
+            format!("{at}.latency.request_overhead_ms"),
+            format!(
+                "{} is not allowed in a served model: llmsim serve's requests already pay the real HTTP and \
+                 queueing cost; set it to 0 (llmsim run applies it)",
+                scenario.latency.request_overhead_ms
+            ),
+        ));
+    }
     Ok(ServedModel {
         name,
         context_length: scenario.model.context_length,
@@ -235,6 +255,7 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         description: None,
         hardware,
         model,
+        parallelism: raw.parallelism.unwrap_or_default(),
         scheduler: raw.scheduler.unwrap_or_default(),
         latency: raw.latency.unwrap_or_default(),
         efficiency: raw.efficiency.unwrap_or_default(),
@@ -314,5 +335,25 @@ models:
         let EngineKind::Scheduler(s) = &m.models[0].engine else { panic!("scheduler expected") };
         assert_eq!(s.engine.capacity.num_blocks, 7609);
         assert_eq!(s.scenario_file.as_deref(), Some(dir.path().join("base.yml").as_path()));
+    }
+
+    #[test]
+    fn a_served_model_can_be_a_deployment_but_not_add_a_request_overhead() {
+        let served = "
+models:
+  - name: big
+    hardware: h100-80gb
+    model: llama-3.1-70b
+    parallelism: {tensor: 4}
+";
+        let m = load(served).unwrap();
+        let EngineKind::Scheduler(s) = &m.models[0].engine else { panic!("scheduler expected") };
+        // (77,309,411,328 - 35,276,853,248) / (81,920 * 16)
+        assert_eq!(s.engine.capacity.num_blocks, 32_068);
+        assert_eq!(m.models[0].context_length, 131_072);
+        let e = load(&format!("{served}    latency: {{request_overhead_ms: 5}}\n")).unwrap_err();
+        assert!(e.contains("models[0].latency.request_overhead_ms: 5 is not allowed in a served model"), "{e}");
+        let e = load(&served.replace("tensor: 4", "tensor: 3")).unwrap_err();
+        assert!(e.contains("models[0].parallelism.tensor: 3 does not divide the 64 attention heads"), "{e}");
     }
 }

@@ -54,10 +54,13 @@ impl Override {
 
     /// Sets the key in `root`, creating missing mappings on the way. A
     /// hardware profile given by name is expanded first when a key inside
-    /// it is overridden.
+    /// it is overridden; `model: NAME` becomes `model: {preset: NAME}`.
     pub fn apply(&self, root: &mut Value, file: &Path) -> Result<(), ConfigError> {
         if self.path.len() > 1 && self.path[0] == "hardware" {
             expand_hardware(root, file)?;
+        }
+        if self.path.len() > 1 && self.path[0] == "model" {
+            expand_model_name(root);
         }
         let mut node = root;
         for (i, seg) in self.path.iter().enumerate() {
@@ -82,6 +85,18 @@ impl Override {
             node = map.entry(key).or_insert(Value::Null);
         }
         Ok(())
+    }
+}
+
+/// Replaces `model: NAME` with `model: {preset: NAME}`, so keys can be set beside it.
+fn expand_model_name(root: &mut Value) {
+    let Some(Value::String(name)) = root.get("model").cloned() else {
+        return;
+    };
+    if let Value::Mapping(m) = root {
+        let mut model = Mapping::new();
+        model.insert(Value::String("preset".into()), Value::String(name));
+        m.insert(Value::String("model".into()), Value::Mapping(model));
     }
 }
 

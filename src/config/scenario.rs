@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
+pub use super::deployment::{ArchitectureOrigin, ByGpus, Deployment, Interconnect, KvDtype, Parallelism};
+use crate::engine::arch::Architecture;
 use crate::engine::{Capacity, CostInput, CostModel, EngineConfig};
 use crate::workload::trace::TraceRow;
 
@@ -19,6 +21,9 @@ pub struct Scenario {
     pub description: Option<String>,
     pub hardware: Hardware,
     pub model: Model,
+    /// Shown when the model has an architecture (tensor parallelism needs one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<Parallelism>,
     pub scheduler: Scheduler,
     pub latency: Latency,
     pub efficiency: Efficiency,
@@ -28,6 +33,9 @@ pub struct Scenario {
     pub source: PathBuf,
     #[serde(skip)]
     pub capacity: Capacity,
+    /// Derived figures of the deployment (DEPLOYMENT.md sections 1 and 2).
+    #[serde(skip)]
+    pub deployment: Deployment,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -37,6 +45,10 @@ pub struct Hardware {
     pub memory_bandwidth_gbps: f64,
     pub peak_tflops: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_tflops_fp8: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interconnect: Option<Interconnect>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_per_hour: Option<f64>,
 }
 
@@ -44,19 +56,30 @@ pub struct Hardware {
 pub struct Model {
     pub name: String,
     pub context_length: u32,
+    /// Expanded from a preset or an HF config, so the effective
+    /// configuration stands alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<Architecture>,
     pub weights: Weights,
     pub kv_cache: KvCache,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Weights {
-    pub parameters_billions: f64,
+    /// Required without an architecture; with one, an explicit override.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameters_billions: Option<f64>,
     pub bytes_per_parameter: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct KvCache {
-    pub bytes_per_token: u64,
+    /// Required without an architecture; with one, an explicit override.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_token: Option<u64>,
+    /// With an architecture only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<KvDtype>,
     pub block_size: u32,
     pub gpu_memory_utilization: f64,
     pub watermark: f64,
@@ -73,6 +96,19 @@ pub struct Scheduler {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Latency {
     pub step_overhead_ms: f64,
+    /// A request reaches the engine this long after it arrives.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub request_overhead_ms: f64,
+    /// Per step, times the layers (needs an architecture).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub per_layer_overhead_us: f64,
+    /// Per step, times the requests scheduled in it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub per_sequence_overhead_us: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -206,14 +242,16 @@ impl Scenario {
             max_num_sequences: self.scheduler.max_num_sequences,
             context_length: self.model.context_length,
             cost: CostModel::new(&CostInput {
-                parameters_billions: self.model.weights.parameters_billions,
+                parameters_billions: self.model.weights.parameters_billions.unwrap_or(0.0),
                 bytes_per_parameter: self.model.weights.bytes_per_parameter,
-                kv_bytes_per_token: self.model.kv_cache.bytes_per_token,
+                kv_bytes_per_token: self.deployment.kv_bytes_per_token_per_gpu,
                 peak_tflops: self.hardware.peak_tflops,
                 memory_bandwidth_gbps: self.hardware.memory_bandwidth_gbps,
                 compute_efficiency: self.efficiency.compute,
                 memory_efficiency: self.efficiency.memory,
                 step_overhead_ms: self.latency.step_overhead_ms,
+                per_sequence_overhead_us: self.latency.per_sequence_overhead_us,
+                deployment: self.deployment.cost_input(self),
             }),
         }
     }

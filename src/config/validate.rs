@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use super::raw::*;
 use super::scenario::*;
-use super::{ConfigError, hardware};
-use crate::engine::{Capacity, CapacityInput};
+use super::{ConfigError, deployment, hardware};
 
 /// vLLM's defaults where it has one (SCENARIO.md).
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
@@ -80,11 +79,16 @@ impl Check<'_> {
     }
 }
 
+/// Most `latency.request_overhead_ms` allowed: an hour.
+pub const MAX_REQUEST_OVERHEAD_MS: f64 = 3_600_000.0;
+/// Most `latency.per_layer_overhead_us` and `per_sequence_overhead_us`: a second.
+pub const MAX_FINE_OVERHEAD_US: f64 = 1_000_000.0;
+
 /// Builds the scenario from its raw form. `file` is the scenario's path.
 pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> {
     let ck = Check { file };
     let hardware = hardware_of(&raw.hardware, file)?;
-    let model = model(&ck, raw.model)?;
+    let built = deployment::build(&ck, raw.model, raw.parallelism, &hardware)?;
     let scheduler = Scheduler {
         max_batch_tokens: match raw.scheduler.max_batch_tokens {
             Some(v) => ck.count("scheduler.max_batch_tokens", v, 1)?,
@@ -95,25 +99,20 @@ pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> 
             None => DEFAULT_MAX_NUM_SEQUENCES,
         },
     };
-    let latency = Latency {
-        step_overhead_ms: ck.non_negative("latency.step_overhead_ms", raw.latency.step_overhead_ms.unwrap_or(0.0))?,
-    };
+    let latency = latency(&ck, &raw.latency)?;
+    if latency.per_layer_overhead_us > 0.0 && built.model.architecture.is_none() {
+        return Err(ck.err(
+            "latency.per_layer_overhead_us",
+            "needs a model architecture (its layer count): describe the model with model: NAME, \
+             model.architecture or model.hf_config, or use step_overhead_ms",
+        ));
+    }
     let efficiency = Efficiency {
         compute: ck.fraction("efficiency.compute", raw.efficiency.compute.unwrap_or(1.0))?,
         memory: ck.fraction("efficiency.memory", raw.efficiency.memory.unwrap_or(1.0))?,
     };
     let workload = workload(&ck, raw.workload)?;
-    let capacity = Capacity::compute(&CapacityInput {
-        hbm_gib: hardware.hbm_gib,
-        gpu_memory_utilization: model.kv_cache.gpu_memory_utilization,
-        parameters_billions: model.weights.parameters_billions,
-        bytes_per_parameter: model.weights.bytes_per_parameter,
-        kv_bytes_per_token: model.kv_cache.bytes_per_token,
-        block_size: model.kv_cache.block_size,
-        watermark: model.kv_cache.watermark,
-        num_blocks_override: model.kv_cache.num_blocks,
-    })
-    .map_err(|e| ck.err("model.weights", e.to_string()))?;
+    let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware)?;
     let name = raw
         .name
         .unwrap_or_else(|| file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned()));
@@ -121,13 +120,36 @@ pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> 
         name,
         description: raw.description,
         hardware,
-        model,
+        model: built.model,
+        parallelism: built.parallelism,
         scheduler,
         latency,
         efficiency,
         workload,
         source: file.to_path_buf(),
         capacity,
+        deployment: built.deployment,
+    })
+}
+
+fn latency(ck: &Check, raw: &RawLatency) -> Result<Latency, ConfigError> {
+    let bounded = |key: &str, v: Option<f64>, max: f64| -> Result<f64, ConfigError> {
+        let path = format!("latency.{key}");
+        let v = ck.non_negative(&path, v.unwrap_or(0.0))?;
+        if v > max {
+            return Err(ck.err(&path, format!("{v} is not allowed: must be at most {max}")));
+        }
+        Ok(v)
+    };
+    Ok(Latency {
+        step_overhead_ms: ck.non_negative("latency.step_overhead_ms", raw.step_overhead_ms.unwrap_or(0.0))?,
+        request_overhead_ms: bounded("request_overhead_ms", raw.request_overhead_ms, MAX_REQUEST_OVERHEAD_MS)?,
+        per_layer_overhead_us: bounded("per_layer_overhead_us", raw.per_layer_overhead_us, MAX_FINE_OVERHEAD_US)?,
+        per_sequence_overhead_us: bounded(
+            "per_sequence_overhead_us",
+            raw.per_sequence_overhead_us,
+            MAX_FINE_OVERHEAD_US,
+        )?,
     })
 }
 
@@ -163,38 +185,9 @@ fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) 
         hbm_gib: ck.positive(&p("hbm_gib"), raw.hbm_gib)?,
         memory_bandwidth_gbps: ck.positive(&p("memory_bandwidth_gbps"), raw.memory_bandwidth_gbps)?,
         peak_tflops: ck.positive(&p("peak_tflops"), raw.peak_tflops)?,
+        peak_tflops_fp8: raw.peak_tflops_fp8.map(|x| ck.positive(&p("peak_tflops_fp8"), x)).transpose()?,
+        interconnect: raw.interconnect.map(|i| deployment::interconnect(&ck, i, &p)).transpose()?,
         cost_per_hour: raw.cost_per_hour.map(|c| ck.non_negative(&p("cost_per_hour"), c)).transpose()?,
-    })
-}
-
-pub(crate) fn model(ck: &Check, raw: RawModel) -> Result<Model, ConfigError> {
-    let kv = raw.kv_cache;
-    Ok(Model {
-        name: raw.name.unwrap_or_else(|| "model".into()),
-        context_length: ck.count("model.context_length", raw.context_length, 2)?,
-        weights: Weights {
-            parameters_billions: ck.positive("model.weights.parameters_billions", raw.weights.parameters_billions)?,
-            bytes_per_parameter: ck.positive(
-                "model.weights.bytes_per_parameter",
-                raw.weights.bytes_per_parameter.unwrap_or(DEFAULT_BYTES_PER_PARAMETER),
-            )?,
-        },
-        kv_cache: KvCache {
-            bytes_per_token: u64::from(ck.count("model.kv_cache.bytes_per_token", kv.bytes_per_token, 1)?),
-            block_size: match kv.block_size {
-                Some(b) => ck.count("model.kv_cache.block_size", b, 1)?,
-                None => DEFAULT_BLOCK_SIZE,
-            },
-            gpu_memory_utilization: ck.fraction(
-                "model.kv_cache.gpu_memory_utilization",
-                kv.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION),
-            )?,
-            watermark: ck.open_fraction("model.kv_cache.watermark", kv.watermark.unwrap_or(DEFAULT_WATERMARK))?,
-            num_blocks: kv
-                .num_blocks
-                .map(|n| ck.count("model.kv_cache.num_blocks", n, 1).map(u64::from))
-                .transpose()?,
-        },
     })
 }
 

@@ -1,4 +1,6 @@
-//! KV-cache capacity, computed once at start-up (ENGINE.md section 1).
+//! KV-cache capacity, computed once at start-up (ENGINE.md section 1; with
+//! tensor parallelism, DEPLOYMENT.md section 2: each of `t` GPUs holds
+//! `weight_bytes / t` of weights and its share of every token's KV).
 
 use std::fmt;
 
@@ -10,8 +12,11 @@ pub const GIB: f64 = 1_073_741_824.0;
 pub struct CapacityInput {
     pub hbm_gib: f64,
     pub gpu_memory_utilization: f64,
-    pub parameters_billions: f64,
-    pub bytes_per_parameter: f64,
+    /// The whole model's weights: `parameters * bytes_per_parameter`.
+    pub weight_bytes: f64,
+    /// GPUs the weights are split over (1 without tensor parallelism).
+    pub tensor_parallel: u32,
+    /// KV bytes per token on one GPU.
     pub kv_bytes_per_token: u64,
     pub block_size: u32,
     pub watermark: f64,
@@ -26,7 +31,9 @@ pub struct Capacity {
     pub block_size: u32,
     pub kv_tokens: u64,
     pub watermark_blocks: u32,
+    /// Weight bytes on one GPU.
     pub weight_bytes: f64,
+    /// Bytes left for KV on one GPU.
     pub usable_bytes: f64,
     pub block_bytes: u64,
     /// True when `kv_cache.num_blocks` was given instead of computed.
@@ -60,7 +67,7 @@ impl fmt::Display for CapacityError {
 
 impl Capacity {
     pub fn compute(input: &CapacityInput) -> Result<Capacity, CapacityError> {
-        let weight_bytes = input.parameters_billions * 1e9 * input.bytes_per_parameter;
+        let weight_bytes = input.weight_bytes / f64::from(input.tensor_parallel.max(1));
         let budget_bytes = input.hbm_gib * GIB * input.gpu_memory_utilization;
         let usable_bytes = budget_bytes - weight_bytes;
         let block_bytes = input.kv_bytes_per_token * u64::from(input.block_size);
@@ -103,8 +110,8 @@ pub(crate) mod tests {
         CapacityInput {
             hbm_gib: 80.0,
             gpu_memory_utilization: 0.9,
-            parameters_billions: 6.74,
-            bytes_per_parameter: 2.0,
+            weight_bytes: 6.74 * 1e9 * 2.0,
+            tensor_parallel: 1,
             kv_bytes_per_token: 524_288,
             block_size: 16,
             watermark: 0.01,
@@ -139,5 +146,46 @@ pub(crate) mod tests {
         assert!(msg.contains("13.48 GB"), "{msg}");
         assert!(msg.contains("11.60 GB"), "{msg}");
         assert!(msg.contains("short by"), "{msg}");
+    }
+
+    #[test]
+    fn llama_3_1_8b_on_an_h100_has_29_205_blocks() {
+        // (80 GiB * 0.9 - 8,030,261,248 * 2) / (131,072 * 16)
+        // = (77,309,411,328 - 16,060,522,496) / 2,097,152 = 29,205.3
+        let input = CapacityInput {
+            weight_bytes: 8_030_261_248.0 * 2.0,
+            kv_bytes_per_token: 131_072,
+            hbm_gib: 80.0,
+            ..base_input()
+        };
+        assert_eq!(Capacity::compute(&input).unwrap().num_blocks, 29_205);
+    }
+
+    #[test]
+    fn tensor_parallel_gpus_each_hold_a_share_of_the_weights_and_of_the_kv() {
+        // Llama 3.1 70B: 141,107,412,992 bytes of weights; KV a token per GPU
+        // 2*80*ceil(8/t)*128*2. Blocks = floor((77,309,411,328 - weights/t) / (kv*16)).
+        let cases = [
+            // (77,309,411,328 - 70,553,706,496) / (163,840*16) = 6,755,704,832 / 2,621,440 = 2,577.1
+            (2, 163_840, 2_577),
+            // (77,309,411,328 - 35,276,853,248) / 1,310,720 = 32,068.3
+            (4, 81_920, 32_068),
+            // (77,309,411,328 - 17,638,426,624) / 655,360 = 91,050.4
+            (8, 40_960, 91_050),
+        ];
+        for (t, kv, blocks) in cases {
+            let input = CapacityInput {
+                weight_bytes: 141_107_412_992.0,
+                tensor_parallel: t,
+                kv_bytes_per_token: kv,
+                ..base_input()
+            };
+            let cap = Capacity::compute(&input).unwrap();
+            assert_eq!(cap.num_blocks, blocks, "TP {t}");
+            assert_eq!(cap.weight_bytes, 141_107_412_992.0 / f64::from(t));
+        }
+        // TP 1: 141.1 GB of weights against 77.3 GB
+        let one = CapacityInput { weight_bytes: 141_107_412_992.0, kv_bytes_per_token: 327_680, ..base_input() };
+        assert!(Capacity::compute(&one).is_err());
     }
 }

@@ -1,21 +1,54 @@
-//! The roofline step cost (ENGINE.md section 3, step 4).
+//! The roofline step cost (ENGINE.md section 3, step 4, and DEPLOYMENT.md
+//! sections 1 and 2).
 //!
 //! A step costs whichever is larger: the FLOPs of the tokens it computes, or
-//! the bytes it must read (all weights once, plus every scheduled request's
-//! KV after the step), plus a fixed per-step overhead.
+//! the bytes it must read (the weights once, plus every scheduled request's
+//! KV after the step), plus fixed overheads. Without an architecture the
+//! model is two numbers and the ENGINE.md formulas apply unchanged; with one
+//! ([`deployment`]) attention, the LM head, experts, tensor parallelism and
+//! its all-reduces are costed too.
 
-/// Hardware and model figures folded into the two roofline rates.
+pub mod deployment;
+
+pub use deployment::{DeploymentCost, DeploymentInput, Link};
+
+/// Hardware and model figures folded into the roofline rates.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct CostModel {
     /// Model parameters (not billions).
     pub parameters: f64,
+    /// Weight bytes one GPU holds (all of them at tensor parallelism 1).
     pub weight_bytes: f64,
+    /// KV bytes per token one GPU holds.
     pub kv_bytes_per_token: f64,
-    /// Effective FLOP/s: `peak_tflops * 1e12 * efficiency.compute`.
+    /// Effective FLOP/s of the whole engine:
+    /// `tensor * peak_tflops * 1e12 * efficiency.compute`.
     pub flops_per_s: f64,
-    /// Effective bytes/s: `memory_bandwidth_gbps * 1e9 * efficiency.memory`.
+    /// Effective bytes/s of one GPU: `memory_bandwidth_gbps * 1e9 * efficiency.memory`.
     pub bytes_per_s: f64,
+    /// `latency.step_overhead_ms`, in seconds.
     pub overhead_s: f64,
+    /// `latency.per_sequence_overhead_us`, in seconds.
+    pub per_sequence_s: f64,
+    /// The architecture's terms, when the model has one.
+    pub deployment: Option<DeploymentCost>,
+}
+
+/// What the cost of a step depends on, summed over its scheduled requests
+/// while the batch is built. Request `i` computes `n_i` new tokens on top of
+/// `c_i` cached ones.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct StepShape {
+    /// `T = sum(n_i)`.
+    pub tokens: u64,
+    /// `sum(c_i + n_i)`: KV tokens after the step.
+    pub sum_ctx: u64,
+    /// `sum(n_i * c_i + n_i * (n_i + 1) / 2)`: causal attention pairs.
+    pub attention_pairs: u128,
+    /// Requests that sample a token at the step's end.
+    pub sampled: u64,
+    /// Requests scheduled.
+    pub batch: u64,
 }
 
 /// The parts of one step's duration, in seconds.
@@ -23,6 +56,11 @@ pub struct CostModel {
 pub struct StepCost {
     pub compute_s: f64,
     pub memory_s: f64,
+    /// All-reduces of tensor parallelism.
+    pub comm_s: f64,
+    /// Fixed terms: step, per layer and per sequence overheads.
+    pub overhead_s: f64,
+    /// `max(compute, memory) + comm + overhead`.
     pub total_s: f64,
 }
 
@@ -35,35 +73,76 @@ impl StepCost {
 /// The inputs of [`CostModel::new`], named so call sites read clearly.
 #[derive(Clone, Debug)]
 pub struct CostInput {
+    /// The model's size when it has no architecture (the architecture's
+    /// figure, or an explicit override of it, is in `deployment`).
     pub parameters_billions: f64,
     pub bytes_per_parameter: f64,
+    /// KV bytes per token of one GPU.
     pub kv_bytes_per_token: u64,
     pub peak_tflops: f64,
     pub memory_bandwidth_gbps: f64,
     pub compute_efficiency: f64,
     pub memory_efficiency: f64,
     pub step_overhead_ms: f64,
+    pub per_sequence_overhead_us: f64,
+    pub deployment: Option<DeploymentInput>,
 }
 
 impl CostModel {
     pub fn new(i: &CostInput) -> CostModel {
+        let bytes_per_s = i.memory_bandwidth_gbps * 1e9 * i.memory_efficiency;
+        let overhead_s = i.step_overhead_ms / 1000.0;
+        let per_sequence_s = i.per_sequence_overhead_us / 1e6;
+        let kv_bytes_per_token = i.kv_bytes_per_token as f64;
+        if let Some(d) = &i.deployment {
+            let t = f64::from(d.tensor_parallel);
+            return CostModel {
+                parameters: d.parameters,
+                weight_bytes: d.parameters * i.bytes_per_parameter / t,
+                kv_bytes_per_token,
+                flops_per_s: t * d.peak_tflops * 1e12 * i.compute_efficiency,
+                bytes_per_s,
+                overhead_s,
+                per_sequence_s,
+                deployment: Some(DeploymentCost::new(d, i.bytes_per_parameter)),
+            };
+        }
         let parameters = i.parameters_billions * 1e9;
         CostModel {
             parameters,
             weight_bytes: parameters * i.bytes_per_parameter,
-            kv_bytes_per_token: i.kv_bytes_per_token as f64,
+            kv_bytes_per_token,
             flops_per_s: i.peak_tflops * 1e12 * i.compute_efficiency,
-            bytes_per_s: i.memory_bandwidth_gbps * 1e9 * i.memory_efficiency,
-            overhead_s: i.step_overhead_ms / 1000.0,
+            bytes_per_s,
+            overhead_s,
+            per_sequence_s,
+            deployment: None,
         }
     }
 
     /// Cost of a step computing `tokens` tokens whose requests hold
-    /// `sum_ctx` tokens of KV after the step.
+    /// `sum_ctx` tokens of KV after the step, by the ENGINE.md formulas
+    /// (the model as two numbers; no per-sequence term).
     pub fn step(&self, tokens: u64, sum_ctx: u64) -> StepCost {
         let compute_s = 2.0 * self.parameters * tokens as f64 / self.flops_per_s;
         let memory_s = (self.weight_bytes + sum_ctx as f64 * self.kv_bytes_per_token) / self.bytes_per_s;
-        StepCost { compute_s, memory_s, total_s: compute_s.max(memory_s) + self.overhead_s }
+        let overhead_s = self.overhead_s;
+        StepCost { compute_s, memory_s, comm_s: 0.0, overhead_s, total_s: compute_s.max(memory_s) + overhead_s }
+    }
+
+    /// Cost of a step of this shape: the ENGINE.md formulas without an
+    /// architecture (plus `batch * per_sequence_overhead`, which adds
+    /// exactly zero at its default), DEPLOYMENT.md's with one.
+    pub fn cost(&self, s: &StepShape) -> StepCost {
+        if let Some(d) = &self.deployment {
+            return d.cost(self, s);
+        }
+        let mut c = self.step(s.tokens, s.sum_ctx);
+        if self.per_sequence_s > 0.0 {
+            c.overhead_s += s.batch as f64 * self.per_sequence_s;
+            c.total_s = c.compute_s.max(c.memory_s) + c.overhead_s;
+        }
+        c
     }
 
     /// Duration of a step in whole nanoseconds (rounded to nearest, at least 1).
@@ -87,6 +166,8 @@ pub(crate) mod tests {
             compute_efficiency: 1.0,
             memory_efficiency: 1.0,
             step_overhead_ms: 0.0,
+            per_sequence_overhead_us: 0.0,
+            deployment: None,
         }
     }
 

@@ -10,6 +10,7 @@
 //! real-time server waits for the wall clock to reach it. Both see the same
 //! timeline.
 
+pub mod arch;
 pub mod capacity;
 pub mod cost;
 pub mod events;
@@ -18,7 +19,7 @@ pub mod kv;
 use std::collections::{HashMap, VecDeque};
 
 pub use capacity::{Capacity, CapacityError, CapacityInput};
-pub use cost::{CostInput, CostModel, StepCost};
+pub use cost::{CostInput, CostModel, StepCost, StepShape};
 pub use events::{Observer, RejectReason, RequestId, StepRecord};
 use kv::KvBlocks;
 
@@ -310,16 +311,12 @@ impl Engine {
     /// Steps 4 and 5: the step's duration, then the counters, the tokens and
     /// the finished requests, all at the step's end.
     fn finish_step<O: Observer>(&mut self, start: SimTime, preempted: u32, obs: &mut O) -> StepRecord {
-        let (mut tokens, mut prefill, mut sum_ctx) = (0u64, 0u64, 0u64);
-        for &(slot, n) in &self.batch {
-            let seq = &self.slots[slot as usize];
-            tokens += u64::from(n);
-            sum_ctx += u64::from(seq.computed + n);
-            if seq.remaining() > 1 || seq.generated == 0 {
-                prefill += u64::from(n);
-            }
-        }
-        let cost = self.cfg.cost.step(tokens, sum_ctx);
+        // Only a model with an architecture costs attention and the LM head;
+        // the ENGINE.md path does not even branch on them.
+        let (shape, prefill) =
+            if self.cfg.cost.deployment.is_some() { self.detailed_shape() } else { self.shape_of::<false>() };
+        let (tokens, sum_ctx) = (shape.tokens, shape.sum_ctx);
+        let cost = self.cfg.cost.cost(&shape);
         let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
         let record = StepRecord {
             index: self.steps,
@@ -358,6 +355,34 @@ impl Engine {
             self.running.retain(|&s| slots[s as usize].state == State::Running);
         }
         record
+    }
+
+    /// [`Engine::shape_of`] with attention pairs and samples, kept out of
+    /// line so the ENGINE.md path's code stays as it was.
+    #[inline(never)]
+    fn detailed_shape(&self) -> (StepShape, u64) {
+        self.shape_of::<true>()
+    }
+
+    /// The step's [`StepShape`] (attention pairs and samples only when
+    /// `DETAILED`) and its prompt tokens.
+    fn shape_of<const DETAILED: bool>(&self) -> (StepShape, u64) {
+        let mut shape = StepShape { batch: self.batch.len() as u64, ..StepShape::default() };
+        let mut prefill = 0u64;
+        for &(slot, n) in &self.batch {
+            let seq = &self.slots[slot as usize];
+            let (n, c) = (u64::from(n), u64::from(seq.computed));
+            shape.tokens += n;
+            shape.sum_ctx += c + n;
+            if DETAILED {
+                shape.attention_pairs += arch::attention_pairs(n, c);
+                shape.sampled += u64::from(c + n == u64::from(seq.known()));
+            }
+            if seq.remaining() > 1 || seq.generated == 0 {
+                prefill += n;
+            }
+        }
+        (shape, prefill)
     }
 
     fn add_to_batch<O: Observer>(&mut self, slot: u32, tokens: u32, at: SimTime, obs: &mut O) {

@@ -189,7 +189,8 @@ impl Collector {
 
     /// The summary over everything seen so far.
     pub fn finish(self, scenario: &Scenario) -> RunOutput {
-        let result = self.summarize(&scenario.name, scenario.workload.seed, &scenario.capacity);
+        let mut result = self.summarize(&scenario.name, scenario.workload.seed, &scenario.capacity);
+        result.deployment = result::DeploymentOut::of(scenario);
         RunOutput { result, requests: self.requests, steps: self.steps }
     }
 
@@ -263,6 +264,7 @@ impl Collector {
                 },
             },
             preemptions: self.preemptions,
+            deployment: None,
         }
     }
 }

@@ -8,7 +8,10 @@
 //! (`*_s`); latency summaries are `{count, mean, p50, p90, p99, max}` over
 //! completed requests (ITL over every gap between two tokens of a request),
 //! `null` when there is no sample. Percentiles interpolate linearly between
-//! closest ranks, as numpy and `vllm bench serve` do.
+//! closest ranks, as numpy and `vllm bench serve` do. `deployment`
+//! (`{gpus, tensor_parallel, parameters, active_parameters,
+//! kv_bytes_per_token_per_gpu}`) is written for a model with an
+//! architecture and left out otherwise.
 
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +41,38 @@ pub struct RunResult {
     pub kv: KvOut,
     /// Preemptions over the run (a request may suffer several).
     pub preemptions: u64,
+    /// The deployment (DEPLOYMENT.md sections 1 and 2). Present only when
+    /// the model has an architecture, so an ENGINE.md scenario's JSON keeps
+    /// its bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<DeploymentOut>,
+}
+
+/// One engine's deployment: `gpus` is what a replica costs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentOut {
+    pub gpus: u32,
+    pub tensor_parallel: u32,
+    /// Parameters used for weight bytes (the architecture's, or an explicit override).
+    pub parameters: u64,
+    /// Parameters one token uses (fewer than `parameters` for a mixture of experts).
+    pub active_parameters: u64,
+    pub kv_bytes_per_token_per_gpu: u64,
+}
+
+impl DeploymentOut {
+    /// The figures of a scenario whose model has an architecture.
+    pub fn of(s: &crate::config::Scenario) -> Option<DeploymentOut> {
+        s.model.architecture.as_ref()?;
+        let d = &s.deployment;
+        Some(DeploymentOut {
+            gpus: d.gpus(),
+            tensor_parallel: d.tensor_parallel,
+            parameters: d.parameters.round() as u64,
+            active_parameters: d.active_parameters.round() as u64,
+            kv_bytes_per_token_per_gpu: d.kv_bytes_per_token_per_gpu,
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -24,6 +24,33 @@ pub fn capacity_line(s: &Scenario) -> String {
     )
 }
 
+/// `llama-3.1-70b, fp8 weights, 16-bit KV, 4 x h100-80gb (TP 4): ...`:
+/// the model, its dtypes and the GPUs of one engine.
+pub fn deployment_line(s: &Scenario) -> String {
+    let d = &s.deployment;
+    let m = &s.model;
+    let kv = match m.kv_cache.dtype {
+        Some(crate::config::KvDtype::Auto) | None => "16-bit".to_string(),
+        Some(k) => k.as_str().to_string(),
+    };
+    let t = d.tensor_parallel;
+    let mut out = format!(
+        "{}, {} weights, {kv} KV, {t} x {} (TP {t}): {:.2} GB of weights and {} bytes of KV a token per GPU",
+        m.name,
+        crate::config::deployment::weight_dtype(m.weights.bytes_per_parameter),
+        s.hardware.name,
+        d.weight_bytes / f64::from(t) / 1e9,
+        thousands(d.kv_bytes_per_token_per_gpu)
+    );
+    if d.peak_is_fp8 {
+        let _ = write!(out, "; FP8 peak {} TFLOPS", d.peak_tflops);
+    }
+    if let Some(link) = d.link {
+        let _ = write!(out, "; all-reduce {} us + bytes at {} GB/s", link.latency_us, link.bandwidth_gbps);
+    }
+    out
+}
+
 /// `poisson 20 req/s, 2000 requests, prompt 512, output 64`.
 pub fn workload_line(s: &Scenario) -> String {
     let w = &s.workload;
@@ -77,21 +104,39 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
         "hardware   {}: {} GiB, {} GB/s, {} TFLOPS (efficiency compute {}, memory {})",
         h.name, h.hbm_gib, h.memory_bandwidth_gbps, h.peak_tflops, s.efficiency.compute, s.efficiency.memory
     );
+    let d = &s.deployment;
+    let size = match (m.architecture.is_some(), m.weights.parameters_billions) {
+        (false, Some(b)) => format!("{b} B parameters"),
+        _ => format!("{} parameters", thousands(d.parameters.round() as u64)),
+    };
     let _ = writeln!(
         out,
-        "model      {}: {} B parameters x {} bytes = {:.2} GB, {} bytes of KV per token, context {}",
+        "model      {}: {size} x {} bytes = {:.2} GB, {} bytes of KV per token, context {}",
         m.name,
-        m.weights.parameters_billions,
         m.weights.bytes_per_parameter,
-        s.capacity.weight_bytes / 1e9,
-        thousands(m.kv_cache.bytes_per_token),
+        d.weight_bytes / 1e9,
+        thousands(d.kv_bytes_per_token),
         thousands(u64::from(m.context_length))
     );
+    if m.architecture.is_some() {
+        let _ = writeln!(out, "deployment {}", deployment_line(s));
+    }
     let _ = writeln!(out, "capacity   {}", capacity_line(s));
+    let l = &s.latency;
+    let mut overheads = format!("step overhead {} ms", l.step_overhead_ms);
+    for (name, v, unit) in [
+        ("request overhead", l.request_overhead_ms, "ms"),
+        ("per layer", l.per_layer_overhead_us, "us"),
+        ("per sequence", l.per_sequence_overhead_us, "us"),
+    ] {
+        if v > 0.0 {
+            let _ = write!(overheads, ", {name} {v} {unit}");
+        }
+    }
     let _ = writeln!(
         out,
-        "scheduler  max_batch_tokens {}, max_num_sequences {}, step overhead {} ms",
-        s.scheduler.max_batch_tokens, s.scheduler.max_num_sequences, s.latency.step_overhead_ms
+        "scheduler  max_batch_tokens {}, max_num_sequences {}, {overheads}",
+        s.scheduler.max_batch_tokens, s.scheduler.max_num_sequences
     );
     let _ = writeln!(out, "workload   {}", workload_line(s));
     let _ = writeln!(out);

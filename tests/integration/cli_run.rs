@@ -6,7 +6,7 @@ use serde_json::Value;
 /// Every scenario file users can run directly.
 fn shipped_scenarios() -> Vec<String> {
     let mut out = Vec::new();
-    for dir in ["scenarios", "scenarios/workloads", "scenarios/models"] {
+    for dir in ["scenarios", "scenarios/workloads", "scenarios/deployments"] {
         for entry in std::fs::read_dir(repo(dir)).expect("scenario dir") {
             let path = entry.expect("entry").path();
             if path.extension().is_some_and(|e| e == "yml") {

@@ -29,7 +29,7 @@ struct Req {
 }
 
 /// An independent model of the engine's bookkeeping, fed by its events.
-struct Checker {
+pub(crate) struct Checker {
     block_size: u32,
     budget: u32,
     max_seqs: u32,
@@ -48,7 +48,7 @@ struct Checker {
 }
 
 impl Checker {
-    fn new(s: &Scenario) -> Checker {
+    pub(crate) fn new(s: &Scenario) -> Checker {
         Checker {
             block_size: s.capacity.block_size,
             budget: s.scheduler.max_batch_tokens,
@@ -96,7 +96,7 @@ impl Checker {
     }
 
     /// Compares the model with the engine between steps.
-    fn after_step(&mut self, engine: &Engine) {
+    pub(crate) fn after_step(&mut self, engine: &Engine) {
         if let Err(e) = engine.check_invariants() {
             self.fail(format!("engine: {e}"));
         }
@@ -234,11 +234,11 @@ impl Observer for Checker {
     }
 }
 
-fn pick<T: Copy>(rng: &mut ChaCha8Rng, xs: &[T]) -> T {
+pub(crate) fn pick<T: Copy>(rng: &mut ChaCha8Rng, xs: &[T]) -> T {
     xs[rng.random_range(0..xs.len())]
 }
 
-fn length(rng: &mut ChaCha8Rng, scale: u32) -> String {
+pub(crate) fn length(rng: &mut ChaCha8Rng, scale: u32) -> String {
     let mean = rng.random_range(1..=scale);
     match rng.random_range(0..6) {
         0 | 1 => mean.to_string(),
@@ -300,7 +300,7 @@ workload:
     )
 }
 
-fn scenario(text: &str) -> Scenario {
+pub(crate) fn scenario(text: &str) -> Scenario {
     let file = Path::new("generated.yml");
     let raw = config::parse_str(text, file).unwrap_or_else(|e| panic!("{e}\n{text}"));
     config::validate::scenario(raw, file).unwrap_or_else(|e| panic!("{e}\n{text}"))
@@ -308,22 +308,30 @@ fn scenario(text: &str) -> Scenario {
 
 /// Totals over all generated runs, to prove the hard cases were exercised.
 #[derive(Default, Debug)]
-struct Coverage {
-    requests: u64,
-    finished: u64,
-    preemptions: u64,
-    rejected_context: u64,
-    rejected_kv: u64,
-    steps: u64,
+pub(crate) struct Coverage {
+    pub(crate) requests: u64,
+    pub(crate) finished: u64,
+    pub(crate) preemptions: u64,
+    pub(crate) rejected_context: u64,
+    pub(crate) rejected_kv: u64,
+    pub(crate) steps: u64,
 }
 
 fn check_one(i: u64, cov: &mut Coverage) {
-    let text = generate(i);
-    let s = scenario(&text);
+    check_scenario(i, &generate(i), cov, &mut ());
+}
+
+/// Runs a scenario under the checker (and `extra`, another observer that
+/// checks more), its requests reaching the engine after the scenario's
+/// request overhead. Other generators (invariants_models.rs) share it.
+pub(crate) fn check_scenario<X: Observer>(i: u64, text: &str, cov: &mut Coverage, extra: &mut X) {
+    let s = scenario(text);
     let mut engine = Engine::new(s.engine_config());
     let mut source = AnySource::new(&s);
     let mut checker = Checker::new(&s);
-    sim::drive_with(&mut engine, &mut source, &mut checker, |e, c| c.after_step(e));
+    let delay = llmsim::time::secs_to_nanos(s.latency.request_overhead_ms / 1e3);
+    let mut both = (&mut checker, extra);
+    sim::drive_delayed(&mut engine, &mut source, &mut both, delay, |e, c| c.0.after_step(e));
     for (id, r) in checker.reqs.iter().enumerate() {
         if r.terminal != 1 {
             checker.errors.push(format!("request {id} ended {} times", r.terminal));

@@ -1,0 +1,236 @@
+//! `llmsim explain` for a model with an architecture: every derived figure
+//! of DEPLOYMENT.md sections 1 and 2 and the input it came from.
+
+use std::fmt::Write;
+
+use crate::config::Scenario;
+use crate::config::deployment::{FigureSource, weight_dtype};
+use crate::engine::StepShape;
+use crate::engine::arch::{Architecture, attention_pairs};
+use crate::report::{summary, thousands};
+
+fn n(x: f64) -> String {
+    thousands(x.round() as u64)
+}
+
+/// Appends the derived lines.
+pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
+    let d = &s.deployment;
+    let c = &s.capacity;
+    let t = d.tensor_parallel;
+    let line = |out: &mut String, name: &str, text: String| {
+        let _ = writeln!(out, "#   {name:<13} {text}");
+    };
+    if let Some(origin) = &d.architecture_origin {
+        line(out, "architecture", origin.describe());
+    }
+    let derived = a.parameters();
+    line(
+        out,
+        "parameters",
+        match d.parameters_from {
+            FigureSource::Override => format!(
+                "{} (model.weights.parameters_billions, which wins over the architecture's {}: weight bytes, \
+                 capacity and bytes read use it; FLOPs use the architecture)",
+                n(d.parameters),
+                thousands(derived)
+            ),
+            _ => format!(
+                "{} = {} layers x {} + embeddings {} + norms {} (architecture)",
+                thousands(derived),
+                a.layers,
+                thousands(a.layer_parameters()),
+                thousands(a.embedding_parameters()),
+                thousands(a.norm_parameters())
+            ),
+        },
+    );
+    line(
+        out,
+        "active",
+        if a.is_moe() {
+            format!(
+                "{} a token: {} of {} experts a layer (FLOPs); a step reads the experts its tokens touch",
+                n(d.active_parameters),
+                a.experts_per_token,
+                a.experts
+            )
+        } else {
+            format!("{} a token (dense: all of them)", n(d.active_parameters))
+        },
+    );
+    let per_gpu = if t > 1 { format!("; {:.3} GB a GPU over TP {t}", c.weight_bytes / 1e9) } else { String::new() };
+    line(
+        out,
+        "weights",
+        format!(
+            "{:.3} GB = {} parameters x {} bytes ({}){per_gpu}",
+            d.weight_bytes / 1e9,
+            n(d.parameters),
+            s.model.weights.bytes_per_parameter,
+            weight_dtype(s.model.weights.bytes_per_parameter)
+        ),
+    );
+    line(out, "KV per token", kv_line(s, a));
+    line(out, "compute peak", peak_line(s));
+    if let Some(link) = d.link {
+        line(
+            out,
+            "interconnect",
+            format!(
+                "{} us + 2 x {}/{t} x bytes / {} GB/s per all-reduce at {t} GPUs (hardware {})",
+                link.latency_us,
+                t - 1,
+                link.bandwidth_gbps,
+                s.hardware.name
+            ),
+        );
+    }
+    if !c.overridden {
+        line(
+            out,
+            "usable",
+            format!(
+                "{:.3} GB a GPU = {} GiB x {} - weights{}",
+                c.usable_bytes / 1e9,
+                s.hardware.hbm_gib,
+                s.model.kv_cache.gpu_memory_utilization,
+                if t > 1 { " / TP" } else { "" }
+            ),
+        );
+    }
+    line(out, "block", format!("{} bytes a GPU = {} tokens", thousands(c.block_bytes), c.block_size));
+    line(out, "capacity", summary::capacity_line(s));
+    steps(s, out);
+    if s.latency.per_layer_overhead_us > 0.0
+        || s.latency.per_sequence_overhead_us > 0.0
+        || s.latency.request_overhead_ms > 0.0
+        || s.latency.step_overhead_ms > 0.0
+    {
+        line(out, "overheads", overheads(s));
+    }
+}
+
+fn kv_line(s: &Scenario, a: &Architecture) -> String {
+    let d = &s.deployment;
+    let dtype = s.model.kv_cache.dtype.map_or("auto", |k| k.as_str());
+    let element = s.model.kv_cache.dtype.map_or(2, |k| k.element_bytes());
+    let whole = match d.kv_from {
+        FigureSource::Override => format!(
+            "{} bytes (model.kv_cache.bytes_per_token, which wins over the architecture's {} and over kv_cache.dtype)",
+            thousands(d.kv_bytes_per_token),
+            thousands(a.kv_bytes_per_token(element, 1))
+        ),
+        _ => format!(
+            "{} bytes = 2 x {} layers x {} KV heads x {} x {element} bytes (kv_cache.dtype {dtype})",
+            thousands(d.kv_bytes_per_token),
+            a.layers,
+            a.kv_heads,
+            a.head_dim
+        ),
+    };
+    let t = u64::from(d.tensor_parallel);
+    if t == 1 {
+        return whole;
+    }
+    let heads = a.kv_heads_per_gpu(t);
+    let replicated = if t > a.kv_heads { ", replicated: TP exceeds the KV heads" } else { "" };
+    format!(
+        "{whole}; {} a GPU ({heads} of {} KV heads{replicated})",
+        thousands(d.kv_bytes_per_token_per_gpu),
+        a.kv_heads
+    )
+}
+
+fn peak_line(s: &Scenario) -> String {
+    let d = &s.deployment;
+    let which = if d.peak_is_fp8 {
+        "peak_tflops_fp8, for 1-byte weights"
+    } else if s.model.weights.bytes_per_parameter == 1.0 {
+        "peak_tflops: the hardware gives no peak_tflops_fp8"
+    } else {
+        "peak_tflops"
+    };
+    format!("{} x {} TFLOPS ({which}) x efficiency {}", d.tensor_parallel, d.peak_tflops, s.efficiency.compute)
+}
+
+/// The step costs a planner reasons with.
+fn steps(s: &Scenario, out: &mut String) {
+    let cost = s.engine_config().cost;
+    let (prompt, output) = s.mean_lengths();
+    let ctx = (prompt + output / 2.0).round() as u64;
+    let fmt = |c: crate::engine::StepCost| {
+        format!(
+            "{:.3} ms (compute {:.3} / memory {:.3} / comm {:.3} / overheads {:.3}; {})",
+            c.total_s * 1e3,
+            c.compute_s * 1e3,
+            c.memory_s * 1e3,
+            c.comm_s * 1e3,
+            c.overhead_s * 1e3,
+            if c.compute_bound() { "compute-bound" } else { "memory-bound" }
+        )
+    };
+    let decode = |b: u64, ctx: u64| StepShape {
+        tokens: b,
+        sum_ctx: b * (ctx + 1),
+        attention_pairs: u128::from(b) * attention_pairs(1, ctx),
+        sampled: b,
+        batch: b,
+    };
+    let _ = writeln!(out, "#   decode floor  batch 1 at context 0: {}", fmt(cost.cost(&decode(1, 0))));
+    let b = u64::from(s.scheduler.max_num_sequences);
+    let _ = writeln!(
+        out,
+        "#   decode        batch 1 at context {ctx} (mean prompt + output / 2): {}",
+        fmt(cost.cost(&decode(1, ctx)))
+    );
+    let _ = writeln!(
+        out,
+        "#                 batch {b} (max_num_sequences) at context {ctx}: {}",
+        fmt(cost.cost(&decode(b, ctx)))
+    );
+    let budget = u64::from(s.scheduler.max_batch_tokens);
+    let prefill = StepShape {
+        tokens: budget,
+        sum_ctx: budget,
+        attention_pairs: attention_pairs(budget, 0),
+        sampled: 1,
+        batch: 1,
+    };
+    let p = cost.cost(&prefill);
+    let _ =
+        writeln!(out, "#   full prefill  one prompt of {budget} tokens (max_batch_tokens), nothing cached: {}", fmt(p));
+    if s.deployment.tensor_parallel > 1 {
+        let _ = writeln!(
+            out,
+            "#   comm          {:.3} ms a decode step of 1, {:.3} of {b}, {:.3} a full prefill (2 all-reduces a layer)",
+            cost.cost(&decode(1, ctx)).comm_s * 1e3,
+            cost.cost(&decode(b, ctx)).comm_s * 1e3,
+            p.comm_s * 1e3
+        );
+    }
+}
+
+/// The latency terms, each with its per-step or per-request figure.
+pub fn overheads(s: &Scenario) -> String {
+    let l = &s.latency;
+    let layers = s.model.architecture.as_ref().map_or(0, |a| a.layers);
+    let mut parts = vec![format!("step {} ms", l.step_overhead_ms)];
+    if l.per_layer_overhead_us > 0.0 {
+        parts.push(format!(
+            "{layers} layers x {} us = {:.3} ms a step",
+            l.per_layer_overhead_us,
+            layers as f64 * l.per_layer_overhead_us / 1e3
+        ));
+    }
+    if l.per_sequence_overhead_us > 0.0 {
+        parts.push(format!("{} us per request scheduled in a step", l.per_sequence_overhead_us));
+    }
+    if l.request_overhead_ms > 0.0 {
+        parts.push(format!(
+            "{} ms before a request reaches the engine (counted in TTFT, E2E and queue)",
+            l.request_overhead_ms
+        ));
+    }
+    parts.join("; ")
+}

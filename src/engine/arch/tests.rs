@@ -1,0 +1,182 @@
+//! The parameter and KV formulas of DEPLOYMENT.md section 1 on the models
+//! its worked checks name, each expectation computed by hand from the
+//! published config.json figures (the arithmetic is in the comments).
+
+use super::*;
+
+fn dense(layers: u64, hidden: u64, heads: u64, kv_heads: u64, intermediate: u64, vocab: u64) -> Architecture {
+    Architecture {
+        layers,
+        hidden_size: hidden,
+        attention_heads: heads,
+        kv_heads,
+        head_dim: hidden / heads,
+        intermediate_size: Some(intermediate),
+        vocab_size: vocab,
+        tie_word_embeddings: false,
+        experts: 0,
+        experts_per_token: 0,
+        expert_intermediate_size: 0,
+        shared_expert_intermediate_size: 0,
+    }
+}
+
+/// meta-llama/Llama-3.1-8B config.json.
+pub(crate) fn llama_3_1_8b() -> Architecture {
+    dense(32, 4096, 32, 8, 14336, 128256)
+}
+
+/// meta-llama/Llama-3.1-70B config.json.
+pub(crate) fn llama_3_1_70b() -> Architecture {
+    dense(80, 8192, 64, 8, 28672, 128256)
+}
+
+/// mistralai/Mixtral-8x7B-v0.1 config.json.
+pub(crate) fn mixtral_8x7b() -> Architecture {
+    Architecture {
+        experts: 8,
+        experts_per_token: 2,
+        expert_intermediate_size: 14336,
+        ..dense(32, 4096, 32, 8, 14336, 32000)
+    }
+}
+
+/// Qwen/Qwen3-32B config.json: head_dim 128 although hidden / heads = 80.
+pub(crate) fn qwen3_32b() -> Architecture {
+    Architecture { head_dim: 128, ..dense(64, 5120, 64, 8, 25600, 151936) }
+}
+
+#[test]
+fn llama_3_1_8b_has_8_030_261_248_parameters_and_131_072_kv_bytes_a_token() {
+    let a = llama_3_1_8b();
+    // q_dim = 32 * 128 = 4096, kv_dim = 8 * 128 = 1024
+    // attn = 4096*4096 + 2*4096*1024 + 4096*4096 = 16,777,216 * 2 + 8,388,608 = 41,943,040
+    assert_eq!(a.attention_parameters(), 41_943_040);
+    // mlp = 3 * 4096 * 14336 = 176,160,768
+    assert_eq!(a.mlp_parameters(), 176_160_768);
+    // layer = 218,103,808; 32 layers = 6,979,321,856
+    assert_eq!(a.layer_parameters(), 218_103_808);
+    // embed = 128256 * 4096 * 2 = 1,050,673,152; norms = 65 * 4096 = 266,240
+    assert_eq!(a.embedding_parameters(), 1_050_673_152);
+    assert_eq!(a.norm_parameters(), 266_240);
+    // 6,979,321,856 + 1,050,673,152 + 266,240
+    assert_eq!(a.parameters(), 8_030_261_248);
+    assert_eq!(a.active_parameters(), a.parameters());
+    // 2 * 32 layers * 1024 * 2 bytes
+    assert_eq!(a.kv_bytes_per_token(2, 1), 131_072);
+    // fp8 KV: one byte an element
+    assert_eq!(a.kv_bytes_per_token(1, 1), 65_536);
+}
+
+#[test]
+fn llama_3_1_70b_has_70_553_706_496_parameters_and_327_680_kv_bytes_a_token() {
+    let a = llama_3_1_70b();
+    // attn = 2*8192*8192 + 2*8192*1024 = 134,217,728 + 16,777,216 = 150,994,944
+    // mlp = 3*8192*28672 = 704,643,072; layer = 855,638,016; x80 = 68,451,041,280
+    // embed = 128256*8192*2 = 2,101,346,304; norms = 161*8192 = 1,318,912
+    assert_eq!(a.layer_parameters(), 855_638_016);
+    assert_eq!(a.parameters(), 68_451_041_280 + 2_101_346_304 + 1_318_912);
+    assert_eq!(a.parameters(), 70_553_706_496);
+    // 2 * 80 * 8 * 128 * 2
+    assert_eq!(a.kv_bytes_per_token(2, 1), 327_680);
+}
+
+#[test]
+fn kv_heads_split_over_tensor_parallel_gpus_and_replicate_past_their_count() {
+    let a = llama_3_1_70b(); // 8 KV heads
+    // TP 2: 4 heads a GPU -> 2*80*4*128*2 = 163,840; TP 4: 2 heads -> 81,920; TP 8: 1 -> 40,960
+    assert_eq!(a.kv_bytes_per_token(2, 2), 163_840);
+    assert_eq!(a.kv_bytes_per_token(2, 4), 81_920);
+    assert_eq!(a.kv_bytes_per_token(2, 8), 40_960);
+    // TP 16 (16 divides 64 query heads) still holds ceil(8/16) = 1 head a GPU
+    assert_eq!(a.kv_heads_per_gpu(16), 1);
+    assert_eq!(a.kv_bytes_per_token(2, 16), 40_960);
+    // 3 KV heads over 2 GPUs: ceil(3/2) = 2 each
+    let odd = Architecture { kv_heads: 3, ..a };
+    assert_eq!(odd.kv_heads_per_gpu(2), 2);
+}
+
+#[test]
+fn mixtral_8x7b_has_46_7_b_parameters_of_which_12_9_b_are_active() {
+    let a = mixtral_8x7b();
+    // expert = 3*4096*14336 = 176,160,768
+    assert_eq!(a.expert_parameters(), 176_160_768);
+    // moe = 8*176,160,768 + 4096*8 = 1,409,286,144 + 32,768 = 1,409,318,912
+    // layer = 41,943,040 + 1,409,318,912 = 1,451,261,952; x32 = 46,440,382,464
+    // embed = 32000*4096*2 = 262,144,000; norms = 266,240
+    assert_eq!(a.layer_parameters(), 1_451_261_952);
+    assert_eq!(a.parameters(), 46_702_792_704);
+    // active layer = 41,943,040 + 2*176,160,768 + 32,768 = 394,297,344; x32 = 12,617,515,008
+    // + 262,144,000 + 266,240
+    assert_eq!(a.active_layer_parameters(), 394_297_344);
+    assert_eq!(a.active_parameters(), 12_879_925_248);
+    // 32 layers * 8 experts * 176,160,768
+    assert_eq!(a.all_expert_parameters(), 45_097_156_608);
+}
+
+#[test]
+fn qwen3_32b_has_32_762_106_880_parameters_and_262_144_kv_bytes_a_token() {
+    let a = qwen3_32b();
+    // q_dim = 64*128 = 8192 (not the hidden size 5120), kv_dim = 1024
+    // attn = 5120*8192 + 2*5120*1024 + 8192*5120 = 41,943,040 + 10,485,760 + 41,943,040 = 94,371,840
+    assert_eq!(a.attention_parameters(), 94_371_840);
+    // mlp = 3*5120*25600 = 393,216,000; layer = 487,587,840; x64 = 31,205,621,760
+    // embed = 151936*5120*2 = 1,555,824,640; norms = 129*5120 = 660,480
+    assert_eq!(a.parameters(), 31_205_621_760 + 1_555_824_640 + 660_480);
+    assert_eq!(a.parameters(), 32_762_106_880);
+    // 2 * 64 * 8 * 128 * 2
+    assert_eq!(a.kv_bytes_per_token(2, 1), 262_144);
+}
+
+#[test]
+fn tied_embeddings_count_the_vocabulary_matrix_once() {
+    let tied = Architecture { tie_word_embeddings: true, ..llama_3_1_8b() };
+    // 8,030,261,248 - 128256*4096
+    assert_eq!(tied.parameters(), 8_030_261_248 - 525_336_576);
+}
+
+#[test]
+fn a_shared_expert_adds_three_matrices_to_every_moe_layer() {
+    let a = Architecture { shared_expert_intermediate_size: 1000, ..mixtral_8x7b() };
+    // 3 * 4096 * 1000 = 12,288,000 more a layer, active too; x32 = 393,216,000
+    assert_eq!(a.parameters(), 46_702_792_704 + 393_216_000);
+    assert_eq!(a.active_parameters(), 12_879_925_248 + 393_216_000);
+}
+
+#[test]
+fn step_flop_rates_follow_the_formulas() {
+    let a = llama_3_1_8b();
+    // 2 * 32 * 218,103,808
+    assert_eq!(a.linear_flops_per_token(), 13_958_643_712);
+    // 4 * 32 * 4096
+    assert_eq!(a.attention_flops_per_pair(), 524_288);
+    // 2 * 4096 * 128256
+    assert_eq!(a.head_flops_per_sample(), 1_050_673_152);
+}
+
+#[test]
+fn attention_pairs_count_a_causal_triangle_on_top_of_the_cache() {
+    // a decode token at context 1024 (1024 cached): 1*1024 + 1 = 1025
+    assert_eq!(attention_pairs(1, 1024), 1025);
+    // a 2,048-token prefill, nothing cached: 2048*2049/2 = 2,098,176
+    assert_eq!(attention_pairs(2048, 0), 2_098_176);
+    // on top of 30,000 cached: 2048*30000 + 2,098,176 = 63,538,176
+    assert_eq!(attention_pairs(2048, 30_000), 63_538_176);
+    // no overflow at the limits of u32 inputs
+    let max = u64::from(u32::MAX);
+    assert!(attention_pairs(max, max) > u128::from(u64::MAX));
+}
+
+#[test]
+fn touched_experts_grow_from_k_to_all_with_the_tokens() {
+    // 1 token: 8 * (1 - 6/8) = 2
+    assert_eq!(touched_experts(8, 2, 1), 2.0);
+    // 2 tokens: 8 * (1 - 0.75^2) = 8 * 0.4375 = 3.5
+    assert_eq!(touched_experts(8, 2, 2), 3.5);
+    // 64 tokens: 8 * (1 - 0.75^64) = 8 - 8.1e-8
+    let t = touched_experts(8, 2, 64);
+    assert!(t < 8.0 && 8.0 - t < 1e-7, "{t}");
+    assert_eq!(touched_experts(0, 0, 64), 0.0);
+    // every expert chosen by every token
+    assert_eq!(touched_experts(4, 4, 3), 4.0);
+}

@@ -1,0 +1,130 @@
+//! The step cost of a model with an architecture, on `t` tensor-parallel
+//! GPUs (DEPLOYMENT.md sections 1 and 2):
+//!
+//! ```text
+//! flops   = 2*layers*active_layer*T + 4*layers*q_dim*pairs + 2*hidden*vocab*S
+//! compute = flops / (t * peak * 1e12 * efficiency.compute)
+//! touched = experts * (1 - (1 - experts_per_token/experts)^T)      (0 when dense)
+//! read    = (parameters - layers*experts*expert + layers*touched*expert) * bytes_per_parameter
+//! memory  = (read / t + sum_ctx * kv_bytes_per_token_per_gpu) / (bandwidth * 1e9 * efficiency.memory)
+//! comm    = 2 * layers * (latency + 2*(t-1)/t * T*hidden*2 / interconnect_bandwidth)   (0 at t = 1)
+//! step    = max(compute, memory) + comm + step_overhead + layers*per_layer + batch*per_sequence
+//! ```
+//!
+//! Everything that does not depend on the step is folded into rates once,
+//! so a step costs a handful of multiplications (and one `pow` for a
+//! mixture of experts).
+
+use serde::Serialize;
+
+use super::{CostModel, StepCost, StepShape};
+use crate::engine::arch::{Architecture, touched_experts};
+
+/// An all-reduce link at the engine's tensor degree.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct Link {
+    /// Bus bandwidth of an all-reduce, GB/s.
+    pub bandwidth_gbps: f64,
+    /// Fixed cost of one all-reduce, microseconds.
+    pub latency_us: f64,
+}
+
+/// What [`DeploymentCost::new`] needs besides the common cost inputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeploymentInput {
+    pub architecture: Architecture,
+    /// The architecture's parameter count, or an explicit override of it
+    /// (`weights.parameters_billions`), which then sets the bytes read.
+    pub parameters: f64,
+    pub tensor_parallel: u32,
+    /// The peak that applies: `peak_tflops_fp8` for 1-byte weights when the
+    /// hardware gives it, else `peak_tflops`.
+    pub peak_tflops: f64,
+    /// Required when `tensor_parallel > 1`; unused at 1.
+    pub link: Option<Link>,
+    pub per_layer_overhead_us: f64,
+}
+
+/// The architecture's terms of the step cost, folded into rates.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeploymentCost {
+    pub tensor_parallel: u32,
+    pub layers: u64,
+    /// `2 * layers * active_layer`.
+    pub linear_flops_per_token: f64,
+    /// `4 * layers * q_dim`.
+    pub attention_flops_per_pair: f64,
+    /// `2 * hidden * vocab_size`.
+    pub head_flops_per_sample: f64,
+    pub experts: u64,
+    pub experts_per_token: u64,
+    /// Bytes every step reads on one GPU: all weights but the experts', over `t`.
+    pub always_read_bytes: f64,
+    /// Bytes of one expert in every layer on one GPU, per expert touched.
+    pub expert_read_bytes: f64,
+    /// `2 * layers * latency` (0 at `t = 1`).
+    pub comm_fixed_s: f64,
+    /// `2 * layers * 2*(t-1)/t * hidden * 2 / bandwidth`, per token (0 at `t = 1`).
+    pub comm_s_per_token: f64,
+    /// `layers * per_layer_overhead`.
+    pub layers_overhead_s: f64,
+}
+
+impl DeploymentCost {
+    pub fn new(d: &DeploymentInput, bytes_per_parameter: f64) -> DeploymentCost {
+        let a = &d.architecture;
+        let t = f64::from(d.tensor_parallel);
+        let layers = a.layers as f64;
+        let experts_bytes = a.all_expert_parameters() as f64;
+        let (comm_fixed_s, comm_s_per_token) = match d.link {
+            Some(link) if d.tensor_parallel > 1 => (
+                2.0 * layers * link.latency_us * 1e-6,
+                2.0 * layers * (2.0 * (t - 1.0) / t) * (a.hidden_size as f64 * 2.0) / (link.bandwidth_gbps * 1e9),
+            ),
+            _ => (0.0, 0.0),
+        };
+        DeploymentCost {
+            tensor_parallel: d.tensor_parallel,
+            layers: a.layers,
+            linear_flops_per_token: a.linear_flops_per_token() as f64,
+            attention_flops_per_pair: a.attention_flops_per_pair() as f64,
+            head_flops_per_sample: a.head_flops_per_sample() as f64,
+            experts: a.experts,
+            experts_per_token: a.experts_per_token,
+            always_read_bytes: (d.parameters - experts_bytes) * bytes_per_parameter / t,
+            expert_read_bytes: (a.layers * a.expert_parameters()) as f64 * bytes_per_parameter / t,
+            comm_fixed_s,
+            comm_s_per_token,
+            layers_overhead_s: layers * d.per_layer_overhead_us / 1e6,
+        }
+    }
+
+    /// Weight bytes one GPU reads in a step of `tokens` tokens.
+    pub fn weight_read_bytes(&self, tokens: u64) -> f64 {
+        if self.experts == 0 {
+            return self.always_read_bytes;
+        }
+        self.always_read_bytes + touched_experts(self.experts, self.experts_per_token, tokens) * self.expert_read_bytes
+    }
+
+    /// The all-reduces of a step of `tokens` tokens.
+    pub fn comm_s(&self, tokens: u64) -> f64 {
+        self.comm_fixed_s + self.comm_s_per_token * tokens as f64
+    }
+
+    /// Out of line: the ENGINE.md path never calls it.
+    #[inline(never)]
+    pub fn cost(&self, m: &CostModel, s: &StepShape) -> StepCost {
+        let flops = self.linear_flops_per_token * s.tokens as f64
+            + self.attention_flops_per_pair * s.attention_pairs as f64
+            + self.head_flops_per_sample * s.sampled as f64;
+        let compute_s = flops / m.flops_per_s;
+        let memory_s = (self.weight_read_bytes(s.tokens) + s.sum_ctx as f64 * m.kv_bytes_per_token) / m.bytes_per_s;
+        let comm_s = self.comm_s(s.tokens);
+        let overhead_s = m.overhead_s + self.layers_overhead_s + s.batch as f64 * m.per_sequence_s;
+        StepCost { compute_s, memory_s, comm_s, overhead_s, total_s: compute_s.max(memory_s) + comm_s + overhead_s }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,230 @@
+//! Every worked check of DEPLOYMENT.md sections 1 and 2, on hand-computed
+//! numbers: H100 (3,350 GB/s, 989 TFLOPS), efficiency 1, 16-bit weights
+//! and KV. "Context c" means c tokens cached before the step.
+
+use super::*;
+use crate::engine::arch::tests::{llama_3_1_8b, llama_3_1_70b, mixtral_8x7b};
+use crate::engine::cost::CostInput;
+
+fn model(arch: Architecture, t: u32, kv_bytes_per_token: u64, link: Option<Link>) -> CostModel {
+    with_layer_overhead(arch, t, kv_bytes_per_token, link, 0.0)
+}
+
+fn with_layer_overhead(arch: Architecture, t: u32, kv: u64, link: Option<Link>, per_layer_us: f64) -> CostModel {
+    let kv_bytes_per_token = kv;
+    let parameters = arch.parameters() as f64;
+    CostModel::new(&CostInput {
+        parameters_billions: 0.0,
+        bytes_per_parameter: 2.0,
+        kv_bytes_per_token,
+        peak_tflops: 989.0,
+        memory_bandwidth_gbps: 3350.0,
+        compute_efficiency: 1.0,
+        memory_efficiency: 1.0,
+        step_overhead_ms: 0.0,
+        per_sequence_overhead_us: 0.0,
+        deployment: Some(DeploymentInput {
+            architecture: arch,
+            parameters,
+            tensor_parallel: t,
+            peak_tflops: 989.0,
+            link,
+            per_layer_overhead_us: per_layer_us,
+        }),
+    })
+}
+
+/// `b` requests decoding one token each at context `c`.
+fn decode(b: u64, c: u64) -> StepShape {
+    StepShape { tokens: b, sum_ctx: b * (c + 1), attention_pairs: u128::from(b * (c + 1)), sampled: b, batch: b }
+}
+
+fn ms(s: f64) -> f64 {
+    s * 1e3
+}
+
+/// `x` equals `want` to the decimals the spec prints.
+fn close(x: f64, want: f64, decimals: i32) {
+    let unit = 10f64.powi(-decimals);
+    assert!((x - want).abs() <= unit / 2.0, "{x} is not {want} to {decimals} decimals");
+}
+
+#[test]
+fn llama_8b_decode_of_one_request_at_1024_is_memory_bound_at_4_834_ms() {
+    let m = model(llama_3_1_8b(), 1, 131_072, None);
+    let c = m.cost(&decode(1, 1024));
+    // flops = 2*32*218,103,808 + 4*32*4096*1025 + 2*4096*128256
+    //       = 13,958,643,712 + 537,395,200 + 1,050,673,152 = 15,546,712,064
+    close(ms(c.compute_s), 15_546_712_064.0 / 989e12 * 1e3, 12);
+    close(ms(c.compute_s), 0.0157, 4);
+    // bytes = 8,030,261,248*2 + 1025*131072 = 16,060,522,496 + 134,348,800
+    close(ms(c.memory_s), 16_194_871_296.0 / 3.35e12 * 1e3, 12);
+    close(ms(c.memory_s), 4.8343, 4);
+    assert_eq!(c.comm_s, 0.0);
+    assert_eq!(c.total_s, c.memory_s);
+}
+
+#[test]
+fn llama_8b_decode_of_64_requests_at_1024() {
+    let c = model(llama_3_1_8b(), 1, 131_072, None).cost(&decode(64, 1024));
+    // 64 * (13,958,643,712 + 1,050,673,152) + 524,288 * 64*1025 = 994,989,572,096 flops
+    close(ms(c.compute_s), 994_989_572_096.0 / 989e12 * 1e3, 12);
+    close(ms(c.compute_s), 1.0061, 4);
+    // 16,060,522,496 + 64*1025*131072 = 24,658,845,696 bytes
+    close(ms(c.memory_s), 7.3608, 4);
+}
+
+#[test]
+fn llama_8b_prefill_chunk_of_2048_costs_30_ms_and_twice_that_over_30k_cached_tokens() {
+    let m = model(llama_3_1_8b(), 1, 131_072, None);
+    // nothing cached: pairs = 2048*2049/2 = 2,098,176; one sample (the chunk completes the prompt)
+    let fresh = StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, sampled: 1, batch: 1 };
+    let c = m.cost(&fresh);
+    // 13,958,643,712*2048 + 524,288*2,098,176 + 1,050,673,152 = 29,688,401,494,016 flops
+    close(ms(c.compute_s), 29_688_401_494_016.0 / 989e12 * 1e3, 12);
+    close(ms(c.compute_s), 30.0186, 4);
+    // 16,060,522,496 + 2048*131072 = 16,328,957,952 bytes
+    close(ms(c.memory_s), 4.8743, 4);
+    // 30,000 cached: pairs = 2048*30000 + 2,098,176 = 63,538,176; KV after = 32,048 tokens
+    let cached = StepShape { tokens: 2048, sum_ctx: 32_048, attention_pairs: 63_538_176, sampled: 1, batch: 1 };
+    let c = m.cost(&cached);
+    close(ms(c.compute_s), 62.5891, 4);
+    close(ms(c.memory_s), 6.0481, 4);
+}
+
+#[test]
+fn a_chunk_that_does_not_complete_its_prompt_skips_the_lm_head() {
+    let m = model(llama_3_1_8b(), 1, 131_072, None);
+    let sampled = StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, sampled: 1, batch: 1 };
+    let chunk = StepShape { sampled: 0, ..sampled };
+    // the head is 2*4096*128256 = 1,050,673,152 flops
+    let diff = m.cost(&sampled).compute_s - m.cost(&chunk).compute_s;
+    close(diff * 989e12, 1_050_673_152.0, 0);
+}
+
+const LINK: Link = Link { bandwidth_gbps: 350.0, latency_us: 10.0 };
+
+#[test]
+fn llama_70b_decode_of_4_at_2048_over_tp_2_4_8() {
+    // flops = 4*(2*80*855,638,016) + 4*80*8192*(4*2049) + 4*2*8192*128256 = 577,499,037,696
+    // comm = 2*80*(10 us + 2*(t-1)/t * 4*8192*2 bytes / 350 GB/s)
+    let cases = [
+        // t, KV bytes a token per GPU (2*80*ceil(8/t)*128*2), compute, memory, comm (ms)
+        (2, 163_840, 0.292, 21.4617, 1.63),
+        (4, 81_920, 0.146, 10.7308, 1.6449),
+        (8, 40_960, 0.073, 5.3654, 1.6524),
+    ];
+    for (t, kv, compute, memory, comm) in cases {
+        let c = model(llama_3_1_70b(), t, kv, Some(LINK)).cost(&decode(4, 2048));
+        close(ms(c.compute_s), 577_499_037_696.0 / (f64::from(t) * 989e12) * 1e3, 12);
+        close(ms(c.compute_s), compute, 3);
+        // (141,107,412,992 / t + 4*2049*kv) / 3.35e12
+        close(ms(c.memory_s), (141_107_412_992.0 / f64::from(t) + 8196.0 * kv as f64) / 3.35e12 * 1e3, 12);
+        close(ms(c.memory_s), memory, 4);
+        let hand = 160.0 * (10e-6 + 2.0 * f64::from(t - 1) / f64::from(t) * 65_536.0 / 350e9);
+        close(ms(c.comm_s), ms(hand), 12);
+        close(ms(c.comm_s), comm, if t == 2 { 2 } else { 4 });
+        assert_eq!(c.total_s, c.memory_s + c.comm_s);
+    }
+}
+
+#[test]
+fn per_layer_overhead_adds_layers_times_it_at_any_tp() {
+    for t in [1, 2, 4, 8] {
+        let before = with_layer_overhead(llama_3_1_70b(), t, 40_960, Some(LINK), 0.0).cost(&decode(4, 2048));
+        let after = with_layer_overhead(llama_3_1_70b(), t, 40_960, Some(LINK), 75.0).cost(&decode(4, 2048));
+        // 80 layers * 75 us = 6.0 ms
+        close(ms(after.total_s - before.total_s), 6.0, 9);
+    }
+}
+
+#[test]
+fn no_all_reduce_at_tp_1_even_with_a_link() {
+    let c = model(llama_3_1_8b(), 1, 131_072, Some(LINK)).cost(&decode(8, 100));
+    assert_eq!(c.comm_s, 0.0);
+}
+
+#[test]
+fn mixtral_batch_1_touches_2_experts_and_batch_64_all_8() {
+    let m = model(mixtral_8x7b(), 1, 131_072, None);
+    let one = m.cost(&decode(1, 1024));
+    // flops = 2*32*394,297,344 + 4*32*4096*1025 + 2*4096*32000 = 26,034,569,216
+    close(ms(one.compute_s), 26_034_569_216.0 / 989e12 * 1e3, 12);
+    close(ms(one.compute_s), 0.0263, 4);
+    // read = (46,702,792,704 - 32*8*176,160,768 + 32*2*176,160,768) * 2 = 12,879,925,248 * 2
+    close(ms(one.memory_s), (25_759_850_496.0 + 1025.0 * 131_072.0) / 3.35e12 * 1e3, 12);
+    close(ms(one.memory_s), 7.7296, 4);
+    let all = m.cost(&decode(64, 1024));
+    close(ms(all.compute_s), 1.6847, 4);
+    // touched = 8*(1 - 0.75^64), within 1e-7 of all 8: the whole 93.4 GB is read
+    close(ms(all.memory_s), 30.4489, 4);
+}
+
+#[test]
+fn overheads_add_step_layer_and_sequence_terms() {
+    let mut input = CostInput {
+        parameters_billions: 0.0,
+        bytes_per_parameter: 2.0,
+        kv_bytes_per_token: 131_072,
+        peak_tflops: 989.0,
+        memory_bandwidth_gbps: 3350.0,
+        compute_efficiency: 1.0,
+        memory_efficiency: 1.0,
+        step_overhead_ms: 1.5,
+        per_sequence_overhead_us: 20.0,
+        deployment: Some(DeploymentInput {
+            architecture: llama_3_1_8b(),
+            parameters: 8_030_261_248.0,
+            tensor_parallel: 1,
+            peak_tflops: 989.0,
+            link: None,
+            per_layer_overhead_us: 10.0,
+        }),
+    };
+    let c = CostModel::new(&input).cost(&decode(16, 100));
+    // 1.5 ms + 32 layers * 10 us + 16 requests * 20 us = 1.5 + 0.32 + 0.32 = 2.14 ms
+    close(ms(c.overhead_s), 2.14, 12);
+    assert_eq!(c.total_s, c.compute_s.max(c.memory_s) + c.overhead_s);
+    // FP8 weights at the FP8 peak halve the bytes and the compute time
+    input.bytes_per_parameter = 1.0;
+    if let Some(d) = &mut input.deployment {
+        d.peak_tflops = 1979.0;
+    }
+    let fp8 = CostModel::new(&input).cost(&decode(16, 100));
+    close(fp8.compute_s / c.compute_s, 989.0 / 1979.0, 12);
+    // weights 8,030,261,248 bytes instead of twice that
+    close(fp8.memory_s * 3.35e12, 8_030_261_248.0 + 16.0 * 101.0 * 131_072.0, 3);
+}
+
+#[test]
+fn an_explicit_parameter_count_sets_the_bytes_read_but_not_the_flops() {
+    let arch = llama_3_1_8b();
+    let mut input = CostInput {
+        parameters_billions: 0.0,
+        bytes_per_parameter: 2.0,
+        kv_bytes_per_token: 131_072,
+        peak_tflops: 989.0,
+        memory_bandwidth_gbps: 3350.0,
+        compute_efficiency: 1.0,
+        memory_efficiency: 1.0,
+        step_overhead_ms: 0.0,
+        per_sequence_overhead_us: 0.0,
+        deployment: Some(DeploymentInput {
+            architecture: arch,
+            parameters: 9e9,
+            tensor_parallel: 1,
+            peak_tflops: 989.0,
+            link: None,
+            per_layer_overhead_us: 0.0,
+        }),
+    };
+    let c = CostModel::new(&input).cost(&decode(1, 1024));
+    // 9e9 * 2 bytes + 1025 tokens of KV
+    close(c.memory_s * 3.35e12, 18e9 + 1025.0 * 131_072.0, 3);
+    // the architecture's 15,546,712,064 flops, as without the override
+    close(ms(c.compute_s), 0.0157, 4);
+    if let Some(d) = &mut input.deployment {
+        d.parameters = 8_030_261_248.0;
+    }
+    assert!(CostModel::new(&input).cost(&decode(1, 1024)).compute_s == c.compute_s);
+}
