@@ -314,8 +314,19 @@ fn formula(name: &str, v: &Value, file: &Path, path: &str) -> Result<Formula, Co
     let source = source_of(v).ok_or_else(|| {
         ConfigError::new(file, path, format!("expected an expression, got {}", config::describe_value(v)))
     })?;
-    let expr = expr::parse(&source).map_err(|e| ConfigError::new(file, path, format!("`{source}`: {e}")))?;
+    let expr = expr::parse(&source).map_err(|e| ConfigError::new(file, path, format!("{}: {e}", quoted(&source))))?;
     Ok(Formula { name: name.to_string(), source, expr })
+}
+
+/// An expression as an error quotes it: whole up to 80 characters, else
+/// its start and its length.
+fn quoted(source: &str) -> String {
+    let n = source.chars().count();
+    if n <= 80 {
+        return format!("`{source}`");
+    }
+    let head: String = source.chars().take(60).collect();
+    format!("`{head}...` ({n} characters)")
 }
 
 fn lets(map: &serde_yaml::Mapping, file: &Path) -> Result<Vec<Formula>, ConfigError> {

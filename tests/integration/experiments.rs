@@ -250,3 +250,23 @@ fn a_wrong_prediction_is_kept_as_a_fail_with_a_prompt_for_its_note() {
     assert_eq!(table.matches("| **FAIL** |").count(), 3, "{table}");
     assert!(table.contains("## What the misses show\n\n- `decode_step_ms`: _no note yet"), "{table}");
 }
+
+#[test]
+fn an_expression_nested_too_deeply_is_an_error_not_a_stack_overflow() {
+    // 100,000 unary minus signs used to overflow the parser's stack.
+    let signs = format!("expect: {}1\n", "-".repeat(100_000));
+    let dir = spec_dir(&SPEC.replace(
+        "expect: (weights_read_s + batch * (prompt_mean + output_mean / 2) * kv_read_s_per_token) * 1000\n",
+        &signs,
+    ));
+    let out = run_specs(dir.path()).fails_with(2);
+    out.stderr_has(&["predictions[0].expect", "(100001 characters): at column 102", "nests more than 100 levels deep"]);
+    assert!(out.stderr().len() < 1000, "the error quotes the start of the expression, not all of it");
+    // A long flat chain builds a deep tree too (evaluating it recursed as deep).
+    let chain = format!("expect: {}1\n", "1 + ".repeat(100_000));
+    let dir = spec_dir(&SPEC.replace(
+        "expect: (weights_read_s + batch * (prompt_mean + output_mean / 2) * kv_read_s_per_token) * 1000\n",
+        &chain,
+    ));
+    run_specs(dir.path()).fails_with(2).stderr_has(&["predictions[0].expect", "nests more than 100 levels deep"]);
+}
