@@ -78,8 +78,12 @@ fn main() {
 
     // Saturation: the completion rate under sustained overload. A burst
     // start phase-locks the batch into cohorts that prefill together and
-    // understates it, so a first burst run only gives a lower bound; the
-    // second run offers 1.5x that bound as Poisson arrivals.
+    // understates it (35.8 req/s here), so a first burst run only gives a
+    // lower bound; the second run offers 1.5x that bound as Poisson
+    // arrivals (43.8). This is the effect `llmsim capacity` measures
+    // saturation around (README, "Phase-locking"): its sustained-rate
+    // search finds 43.5 req/s on this shape, within 1% of this figure,
+    // which only sets the offered load.
     let throughput = |rate: f64| {
         let mut o = shape.to_vec();
         o.extend([
