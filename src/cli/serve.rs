@@ -63,6 +63,7 @@ fn timeout(flag: &str, secs: f64) -> Result<std::time::Duration, CliError> {
     if secs.is_finite() && secs > 0.0 && secs <= MAX_TIMEOUT_S {
         return Ok(std::time::Duration::from_secs_f64(secs));
     }
+    let secs = super::bench::short(secs);
     Err(CliError::Usage(format!("{flag} {secs} is not allowed: give seconds in (0, {MAX_TIMEOUT_S}]")))
 }
 
