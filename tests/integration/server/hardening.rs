@@ -182,3 +182,20 @@ fn sighup_stops_the_server_gracefully_and_keeps_the_record() {
     assert!(rows[1].contains(",finished,"), "{}", rows[1]);
     assert!(rows[2].contains(",in_flight,"), "{}", rows[2]);
 }
+
+#[test]
+fn limit_flags_out_of_range_are_usage_errors() {
+    let dir = tempdir();
+    let models = models_file(dir.path());
+    let serve = |extra: &[&str]| {
+        let mut c = TestCommand::new(&["serve", "--port", "0", "--models"]).arg(&models);
+        for x in extra {
+            c = c.arg(x);
+        }
+        c.fails_with(2)
+    };
+    serve(&["--header-timeout", "0"]).stderr_has(&["--header-timeout 0 is not allowed: give seconds in (0, 86400]"]);
+    serve(&["--body-timeout", "1e300"]).stderr_has(&["--body-timeout 1e300 is not allowed"]);
+    serve(&["--body-timeout", "NaN"]).stderr_has(&["--body-timeout NaN is not allowed"]);
+    serve(&["--max-connections", "0"]).stderr_has(&["--max-connections 0 is not allowed: must be >= 1"]);
+}
