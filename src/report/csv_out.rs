@@ -1,47 +1,103 @@
 //! `--requests-csv` and `--steps-csv`: one row per request, one per step.
+//!
+//! The request row is written by [`RequestColumn::cell`] alone: `llmsim run
+//! --requests-csv` and `llmsim serve --record` (crate::server::record) pick
+//! their columns from it, so a column both files carry is the same text
+//! byte for byte. Times ending in `_ms` are milliseconds with six decimals
+//! (nanosecond resolution); `arrival_s` is seconds with nine.
 
 use crate::engine::StepRecord;
 use crate::metrics::RequestRecord;
 
-/// Seconds of a nanosecond duration with nine decimals.
+/// Milliseconds of a nanosecond duration with six decimals (empty for
+/// none).
 fn ms(ns: Option<u64>) -> String {
     ns.map_or_else(String::new, |v| format!("{:.6}", v as f64 / 1e6))
 }
 
-pub const REQUEST_COLUMNS: [&str; 11] = [
-    "id",
-    "arrival_s",
-    "prompt_tokens",
-    "output_tokens",
-    "status",
-    "queue_ms",
-    "ttft_ms",
-    "e2e_ms",
-    "tpot_ms",
-    "max_itl_ms",
-    "preemptions",
+/// One column of a request row.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RequestColumn {
+    Id,
+    ArrivalS,
+    PromptTokens,
+    OutputTokens,
+    Status,
+    QueueMs,
+    TtftMs,
+    E2eMs,
+    TpotMs,
+    MaxItlMs,
+    Preemptions,
+}
+
+impl RequestColumn {
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestColumn::Id => "id",
+            RequestColumn::ArrivalS => "arrival_s",
+            RequestColumn::PromptTokens => "prompt_tokens",
+            RequestColumn::OutputTokens => "output_tokens",
+            RequestColumn::Status => "status",
+            RequestColumn::QueueMs => "queue_ms",
+            RequestColumn::TtftMs => "ttft_ms",
+            RequestColumn::E2eMs => "e2e_ms",
+            RequestColumn::TpotMs => "tpot_ms",
+            RequestColumn::MaxItlMs => "max_itl_ms",
+            RequestColumn::Preemptions => "preemptions",
+        }
+    }
+
+    /// The cell of this column for `r`. Latencies are empty for requests
+    /// that never produced the event; `max_itl_ms` needs two tokens.
+    pub fn cell(self, r: &RequestRecord) -> String {
+        match self {
+            RequestColumn::Id => r.id.to_string(),
+            RequestColumn::ArrivalS => r.arrival.to_string(),
+            RequestColumn::PromptTokens => r.prompt.to_string(),
+            RequestColumn::OutputTokens => r.output.to_string(),
+            RequestColumn::Status => r.status.as_str().to_string(),
+            RequestColumn::QueueMs => ms(r.queue_ns()),
+            RequestColumn::TtftMs => ms(r.ttft_ns()),
+            RequestColumn::E2eMs => ms(r.e2e_ns()),
+            RequestColumn::TpotMs => r.tpot_ns().map_or_else(String::new, |v| format!("{:.6}", v / 1e6)),
+            RequestColumn::MaxItlMs => ms((r.tokens > 1).then_some(r.max_gap_ns)),
+            RequestColumn::Preemptions => r.preemptions.to_string(),
+        }
+    }
+}
+
+/// The header of a row of `columns`.
+pub fn request_header(columns: &[RequestColumn]) -> Vec<&'static str> {
+    columns.iter().map(|c| c.name()).collect()
+}
+
+/// The cells of `r` in the order of `columns`.
+pub fn request_row(r: &RequestRecord, columns: &[RequestColumn]) -> Vec<String> {
+    columns.iter().map(|c| c.cell(r)).collect()
+}
+
+/// The columns of `--requests-csv`.
+pub const REQUEST_COLUMNS: [RequestColumn; 11] = [
+    RequestColumn::Id,
+    RequestColumn::ArrivalS,
+    RequestColumn::PromptTokens,
+    RequestColumn::OutputTokens,
+    RequestColumn::Status,
+    RequestColumn::QueueMs,
+    RequestColumn::TtftMs,
+    RequestColumn::E2eMs,
+    RequestColumn::TpotMs,
+    RequestColumn::MaxItlMs,
+    RequestColumn::Preemptions,
 ];
 
-/// One row per request, in id (arrival) order. Latencies are empty for
-/// requests that never produced the event.
+/// One row per request, in id (arrival) order.
 pub fn requests(records: &[RequestRecord]) -> csv::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(REQUEST_COLUMNS)?;
+    w.write_record(request_header(&REQUEST_COLUMNS))?;
     for r in records {
-        let max_itl = (r.tokens > 1).then_some(r.max_gap_ns);
-        w.write_record([
-            r.id.to_string(),
-            r.arrival.to_string(),
-            r.prompt.to_string(),
-            r.output.to_string(),
-            r.status.as_str().to_string(),
-            ms(r.queue_ns()),
-            ms(r.ttft_ns()),
-            ms(r.e2e_ns()),
-            r.tpot_ns().map_or_else(String::new, |v| format!("{:.6}", v / 1e6)),
-            ms(max_itl),
-            r.preemptions.to_string(),
-        ])?;
+        w.write_record(request_row(r, &REQUEST_COLUMNS))?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }
