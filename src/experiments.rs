@@ -50,8 +50,8 @@ pub fn run(specs: Vec<Spec>, threads: Option<usize>) -> Result<Vec<Outcome>, Str
     let pool = builder.build().map_err(|e| format!("cannot start worker threads: {e}"))?;
     let points: Vec<(usize, &crate::config::Scenario)> =
         specs.iter().enumerate().flat_map(|(i, s)| s.rows.iter().map(move |r| (i, &r.scenario))).collect();
-    let measured: Vec<(usize, Measured)> =
-        pool.install(|| points.par_iter().map(|(i, s)| (*i, measure::measure(s))).collect());
+    let measured: Vec<(usize, Measured)> = pool
+        .install(|| points.par_iter().map(|(i, s)| measure::measure(s).map(|m| (*i, m))).collect::<Result<_, _>>())?;
     let mut outcomes: Vec<Outcome> = specs.into_iter().map(|spec| Outcome { spec, measured: Vec::new() }).collect();
     for (i, m) in measured {
         outcomes[i].measured.push(m);

@@ -84,11 +84,14 @@ pub enum SearchError {
     NoRate(String),
     /// Even the lowest rate misses an SLO; `best` is that probe.
     Unreachable { saturation_rps: f64, best: Box<Probe>, slos: Vec<Slo> },
+    /// A probe stopped at a run limit ([`crate::sim::SimError`]).
+    Run { rate_rps: f64, error: crate::sim::SimError },
 }
 
 impl std::fmt::Display for SearchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            SearchError::Run { rate_rps, error } => write!(f, "the probe at {rate_rps:.3} req/s: {error}"),
             SearchError::NoRate(kind) => write!(
                 f,
                 "capacity varies an arrival rate, and workload.arrivals is {kind}: use poisson, gamma or \
@@ -160,9 +163,10 @@ fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
 }
 
 /// Runs one probe.
-pub fn probe(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> (Probe, RunResult) {
+pub fn probe(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> Result<(Probe, RunResult), SearchError> {
     let mut itl = RequestItl::default();
-    let out = crate::sim::run_observed(&at_rate(base, rate, n), CollectorOptions::default(), &mut itl);
+    let out = crate::sim::run_observed(&at_rate(base, rate, n), CollectorOptions::default(), &mut itl)
+        .map_err(|error| SearchError::Run { rate_rps: rate, error })?;
     let r = out.result;
     let good = good_requests(slos, &out.requests, &itl);
     let failed: Vec<String> = slos.iter().filter(|s| !s.holds(&r)).map(Slo::name).collect();
@@ -179,26 +183,32 @@ pub fn probe(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> (Probe, RunRes
         output_tokens_per_s: r.throughput.output_tokens_per_s,
         e2e_mean_ms: r.e2e_ms.mean,
     };
-    (p, r)
+    Ok((p, r))
 }
 
 /// A probe at `rate`, rerun longer if it passes but its arrivals span fewer
 /// than [`E2E_MULTIPLE`] mean E2Es.
-fn steady_probe(base: &Scenario, opts: &Options, rate: f64, n: u64, log: &mut Vec<Probe>) -> Probe {
-    let (p, _) = probe(base, &opts.slos, rate, n);
+fn steady_probe(
+    base: &Scenario,
+    opts: &Options,
+    rate: f64,
+    n: u64,
+    log: &mut Vec<Probe>,
+) -> Result<Probe, SearchError> {
+    let (p, _) = probe(base, &opts.slos, rate, n)?;
     let span_s = n as f64 / rate;
     let e2e_s = p.e2e_mean_ms.unwrap_or(0.0) / 1e3;
     if opts.requests.is_none() && p.pass && span_s < E2E_MULTIPLE * e2e_s {
         let more = ((E2E_MULTIPLE * e2e_s * rate / 1000.0).ceil() as u64 * 1000).clamp(n, MAX_REQUESTS);
         if more > n {
             log.push(p);
-            let (longer, _) = probe(base, &opts.slos, rate, more);
+            let (longer, _) = probe(base, &opts.slos, rate, more)?;
             log.push(longer.clone());
-            return longer;
+            return Ok(longer);
         }
     }
     log.push(p.clone());
-    p
+    Ok(p)
 }
 
 /// The whole search.
@@ -212,13 +222,13 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
     };
     let n = opts.requests.unwrap_or_else(|| requests_for(&opts.slos));
     let mut log = Vec::new();
-    let (burst, _) = probe(base, &opts.slos, BURST_RATE, n);
+    let (burst, _) = probe(base, &opts.slos, BURST_RATE, n)?;
     let saturation = burst.requests_per_s;
     if saturation <= 0.0 {
         // Nothing completes at all (every request rejected): no rate helps.
         return Err(SearchError::Unreachable { saturation_rps: 0.0, best: Box::new(burst), slos: opts.slos.clone() });
     }
-    let lowest = steady_probe(base, opts, saturation * LOWEST_FRACTION, n, &mut log);
+    let lowest = steady_probe(base, opts, saturation * LOWEST_FRACTION, n, &mut log)?;
     if !lowest.pass {
         return Err(SearchError::Unreachable {
             saturation_rps: saturation,
@@ -226,7 +236,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
             slos: opts.slos.clone(),
         });
     }
-    let top = steady_probe(base, opts, saturation, n, &mut log);
+    let top = steady_probe(base, opts, saturation, n, &mut log)?;
     let (mut lo, mut hi, mut best, mut first_fail) = (lowest.rate_rps, saturation, lowest, None);
     if top.pass {
         lo = saturation;
@@ -235,7 +245,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
         first_fail = Some(top);
         while hi - lo > opts.precision * lo {
             let mid = (lo + hi) / 2.0;
-            let p = steady_probe(base, opts, mid, n, &mut log);
+            let p = steady_probe(base, opts, mid, n, &mut log)?;
             if p.pass {
                 lo = mid;
                 best = p;

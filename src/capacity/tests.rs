@@ -58,12 +58,12 @@ fn below_the_step_rate_every_ttft_is_one_step_and_above_it_the_queue_grows() {
     let d = step_ns() as f64 / 1e6;
     let slos = options(1.5 * d).slos;
     let rate = 1e9 / step_ns() as f64;
-    let (below, r) = probe(&scenario(), &slos, 0.95 * rate, 2000);
+    let (below, r) = probe(&scenario(), &slos, 0.95 * rate, 2000).unwrap();
     assert!(below.pass);
     assert_eq!(r.ttft_ms.max, Some(d));
     assert_eq!(r.ttft_ms.p50, Some(d));
     assert_eq!(below.slo_attainment_pct, 100.0);
-    let (above, r) = probe(&scenario(), &slos, 1.05 * rate, 2000);
+    let (above, r) = probe(&scenario(), &slos, 1.05 * rate, 2000).unwrap();
     assert!(!above.pass);
     // The last of n requests waits (n - 1)(d - g) longer than the first.
     let g = 1e3 / (1.05 * rate);

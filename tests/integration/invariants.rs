@@ -323,7 +323,7 @@ fn check_one(i: u64, cov: &mut Coverage) {
     let mut engine = Engine::new(s.engine_config());
     let mut source = AnySource::new(&s);
     let mut checker = Checker::new(&s);
-    sim::drive_with(&mut engine, &mut source, &mut checker, |e, c| c.after_step(e));
+    sim::drive_with(&mut engine, &mut source, &mut checker, |e, c| c.after_step(e)).expect("within the run limits");
     for (id, r) in checker.reqs.iter().enumerate() {
         if r.terminal != 1 {
             checker.errors.push(format!("request {id} ended {} times", r.terminal));

@@ -9,5 +9,6 @@ mod cli_run;
 mod diff;
 mod experiments;
 mod invariants;
+mod limits;
 mod server;
 mod sweep;
