@@ -197,9 +197,10 @@ impl Source for OpenLoop {
 /// `vllm bench serve`: its user counts it and sends the next one after the
 /// think time. With a think time of 0, a user whose requests are all
 /// rejected on arrival would resend at the same instant for ever and
-/// simulated time could never reach `duration_s`; once a closed loop has
-/// issued [`limits::SAME_INSTANT_ROUNDS`] requests per user at one instant
-/// it reports itself stalled and the run stops with an error.
+/// simulated time could never reach `duration_s`; once a closed loop
+/// without a request count has issued [`limits::SAME_INSTANT_ROUNDS`]
+/// requests per user at one instant it reports itself stalled and the run
+/// stops with an error. (With `workload.requests` the count ends the run.)
 pub struct ClosedLoop {
     think_ns: u64,
     lengths: Lengths,
@@ -254,6 +255,10 @@ impl Source for ClosedLoop {
     }
 
     fn stalled(&self) -> Option<String> {
+        // A request count ends the run however many are rejected.
+        if self.limit.requests.is_some() {
+            return None;
+        }
         let (_, n) = self.instant;
         let most = limits::SAME_INSTANT_ROUNDS * u64::from(self.concurrency);
         (n > most).then(|| {

@@ -56,8 +56,10 @@ fn a_closed_loop_whose_requests_never_fit_the_kv_cache_stops_too() {
 
 #[test]
 fn an_all_rejected_closed_loop_with_a_request_count_ends_and_counts_every_rejection() {
+    // 300 rejections of one user at t = 0: the count, not the stall
+    // guard, ends it.
     let out = run_set(&[
-        "workload.arrivals={closed: {concurrency: 4, think_time_s: 0}}",
+        "workload.arrivals={closed: {concurrency: 1, think_time_s: 0}}",
         "workload.requests=300",
         "workload.prompt_tokens=40000",
     ]);
