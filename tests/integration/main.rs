@@ -8,6 +8,7 @@ mod cli_errors;
 mod cli_run;
 mod diff;
 mod experiments;
+mod fuzz;
 mod invariants;
 mod limits;
 mod server;
