@@ -225,7 +225,7 @@ pub const TABLE: &[Limit] = &[
     Limit {
         key: "workload.arrivals.gamma.burstiness",
         range: BURSTINESS,
-        why: "`vllm bench serve` uses 0.1 to 10; beyond 1000 every gap rounds to 0",
+        why: "`vllm bench serve` uses 0.1 to 10; at 1000 the gaps are already constant within 3%",
     },
     Limit {
         key: "workload.arrivals.closed.concurrency",
@@ -246,6 +246,7 @@ pub const TABLE: &[Limit] = &[
     Limit { key: "normal, lognormal: std", range: LENGTH_STD, why: "up to the largest token count" },
     Limit { key: "choice: weights", range: CHOICE_WEIGHT, why: "relative weights; their sum stays exact enough" },
     Limit { key: "trace CSV: arrival_s", range: ARRIVAL_S, why: "the simulated-time limit" },
+    Limit { key: "trace CSV: prompt_tokens, output_tokens", range: TOKENS, why: "counted in 32 bits" },
     Limit { key: "serve models file: fixed.ttft_overhead_ms, fixed.itl_ms", range: STEP_OVERHEAD_MS, why: "a minute" },
     Limit {
         key: "serve models file: fixed.prefill_tokens_per_s",
@@ -253,12 +254,42 @@ pub const TABLE: &[Limit] = &[
         why: "keeps the time to first token finite",
     },
     Limit { key: "serve models file: fixed.context_length", range: CONTEXT_LENGTH, why: "as model.context_length" },
-    Limit { key: "trace CSV: prompt_tokens, output_tokens", range: TOKENS, why: "counted in 32 bits" },
 ];
+
+/// The README's table of input limits, row by row (a test keeps the
+/// README equal to it).
+pub fn readme_rows() -> Vec<String> {
+    TABLE
+        .iter()
+        .map(|l| {
+            let key = if l.key.contains(' ') { l.key.to_string() } else { format!("`{}`", l.key) };
+            format!("| {key} | {} | {} |", l.range, l.why)
+        })
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_readme_states_every_limit_as_the_code_has_it() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        for row in readme_rows() {
+            assert!(readme.contains(&row), "README.md lacks the row\n{row}");
+        }
+        for (what, value) in [
+            ("simulated time", format!("{} s", thousands(MAX_SIM_SECONDS as u64))),
+            ("requests", thousands(MAX_REQUESTS)),
+            ("steps", thousands(MAX_STEPS)),
+            ("same-instant", format!("{SAME_INSTANT_ROUNDS} requests per user")),
+            ("YAML size", format!("{} MiB", MAX_YAML_BYTES >> 20)),
+            ("YAML depth", format!("{MAX_YAML_DEPTH} levels")),
+            ("trace size", format!("{} GiB", MAX_TRACE_BYTES >> 30)),
+        ] {
+            assert!(readme.contains(&value), "README.md lacks the {what} limit {value}");
+        }
+    }
 
     #[test]
     fn ranges_include_and_exclude_their_ends_as_written() {
