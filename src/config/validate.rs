@@ -136,7 +136,7 @@ pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> 
 /// [`limits::MAX_REQUESTS`] requests.
 pub(crate) fn run_limits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
     let cheapest = s.engine_config().cost.step(1, 1).total_s;
-    if !(cheapest >= limits::MIN_STEP_SECONDS) {
+    if cheapest.is_nan() || cheapest < limits::MIN_STEP_SECONDS {
         return Err(ck.err(
             "model.weights.parameters_billions",
             format!(

@@ -331,10 +331,10 @@ fn mutate(text: &str, rng: &mut ChaCha8Rng, csv: bool) -> (String, String) {
             let depth = [10, 65, 5000, 50_000][rng.random_range(0..4)];
             let i = pick_line(rng);
             let mut l: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
-            if let Some(line) = l.get_mut(i) {
-                if let Some((k, _)) = line.split_once(':') {
-                    *line = format!("{k}: {}1{}", "[".repeat(depth), "]".repeat(depth));
-                }
+            if let Some(line) = l.get_mut(i)
+                && let Some((k, _)) = line.split_once(':')
+            {
+                *line = format!("{k}: {}1{}", "[".repeat(depth), "]".repeat(depth));
             }
             (l.join("\n"), format!("nest line {} {depth} deep", i + 1))
         }

@@ -446,7 +446,7 @@ fn generate_extreme(i: u64) -> (String, Expect) {
     let too_long = (context + 1).min(u64::from(u32::MAX));
     let watermark_blocks = (watermark * num_blocks as f64).floor() as i128;
     let never_fits =
-        |p: u64| i128::from(num_blocks) - i128::from(p.div_ceil(block_size)) < watermark_blocks && p + 1 <= context;
+        |p: u64| i128::from(num_blocks) - i128::from(p.div_ceil(block_size)) < watermark_blocks && p < context;
     let tiny_cache = context >= 2 && never_fits(context - 1);
     let length = |rng: &mut ChaCha8Rng| -> String {
         match rng.random_range(0..6) {
@@ -476,7 +476,7 @@ fn generate_extreme(i: u64) -> (String, Expect) {
     let always_rejected = prompt.parse::<u64>().is_ok_and(|p| p + 1 > context || never_fits(p));
     assert!(!rejected || always_rejected, "generator: {prompt} is not always rejected");
     let expect = match (rejected, requests, think) {
-        (true, None, t) if t == 0.0 => Expect::Stalled,
+        (true, None, 0.0) => Expect::Stalled,
         (true, Some(_), _) if duration.is_none() => Expect::AllRejected,
         (false, None, t) if closed && t == 0.0 => Expect::MayStall,
         _ => Expect::FinishOrLimit,
