@@ -334,3 +334,30 @@ fn a_file_written_with_300_digits_or_underscores_gets_a_short_message() {
         assert!(out.stderr().len() < 400, "{}", out.stderr());
     }
 }
+
+#[test]
+fn a_sweep_point_that_reaches_a_run_limit_fails_the_sweep_naming_the_point() {
+    let out = TestCommand::new(&["sweep", BASE, "--set", "workload.arrivals.poisson.rate=20,1e-6", "-q"])
+        .bounded(HANG_S, MEM_MIB);
+    refused(&out, &["point 2 of 2 (workload.arrivals.poisson.rate=1e-6), seed 42", "past the limit"]);
+    assert!(out.stdout().is_empty(), "no table of a sweep that did not finish\n{}", out.describe());
+}
+
+#[test]
+fn trace_and_capacity_stop_at_the_run_limits_too() {
+    let out = TestCommand::new(&["trace", BASE, "--set", "workload.arrivals.poisson.rate=1e-6", "-o", "-"])
+        .bounded(HANG_S, MEM_MIB);
+    refused(&out, &["past the limit of 1,000,000,000 s"]);
+    assert!(out.stdout().is_empty(), "{}", out.describe());
+    // 100 T parameters read at 1 GB/s: 2e5 s a step; the burst probe of
+    // 5,000 requests passes the time limit.
+    let out = TestCommand::new(&["capacity", BASE, "--slo", "ttft_p99_ms=500", "--requests", "5000"])
+        .arg("--set")
+        .arg("hardware.memory_bandwidth_gbps=1")
+        .arg("--set")
+        .arg("model.weights.parameters_billions=100000")
+        .arg("--set")
+        .arg("model.kv_cache.num_blocks=100000")
+        .bounded(HANG_S, MEM_MIB);
+    refused(&out, &["the probe at", "past the limit of 1,000,000,000 s"]);
+}
