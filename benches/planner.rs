@@ -35,7 +35,7 @@ fn best_of_3(s: &llmsim::config::Scenario) -> (f64, llmsim::metrics::RunResult) 
     let mut result = None;
     for _ in 0..3 {
         let t = Instant::now();
-        let out = llmsim::sim::run(s, CollectorOptions::default());
+        let out = llmsim::sim::run(s, CollectorOptions::default()).expect("within the run limits");
         best = best.min(t.elapsed().as_secs_f64());
         result = Some(out.result);
     }
@@ -91,7 +91,11 @@ fn main() {
             set("workload.requests", "20000"),
         ]);
         let s = load_scenario_with(&base, &o).expect("scenario");
-        llmsim::sim::run(&s, CollectorOptions::default()).result.throughput.requests_per_s
+        llmsim::sim::run(&s, CollectorOptions::default())
+            .expect("within the run limits")
+            .result
+            .throughput
+            .requests_per_s
     };
     let saturation = throughput(1.5 * throughput(1000.0));
     let rate = 0.9 * saturation;

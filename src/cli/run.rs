@@ -59,10 +59,14 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     }
     let options = CollectorOptions { keep_steps: a.steps_csv.is_some() || a.plot.is_some() };
     let mut trace = a.trace_events.as_ref().map(|_| TraceEvents::new());
+    let mut progress = super::progress::RunProgress::new(&scenario, !a.quiet);
+    let mut report = |p: &crate::sim::Progress| progress.update(p);
     let out = match &mut trace {
-        Some(t) => crate::sim::run_observed(&scenario, options, t),
-        None => crate::sim::run(&scenario, options),
+        Some(t) => crate::sim::run_with_progress(&scenario, options, t, &mut report),
+        None => crate::sim::run_with_progress(&scenario, options, &mut (), &mut report),
     };
+    progress.finish();
+    let out = out.map_err(|e| CliError::sim(&scenario, e))?;
     if let Some(path) = &a.json {
         write_output(path, report::to_json(&out.result).as_bytes())?;
     }

@@ -34,15 +34,25 @@ impl Observer for Arrivals {
 }
 
 /// The trace rows a scenario produces.
-pub fn generate(scenario: &crate::config::Scenario) -> Vec<TraceRow> {
+pub fn generate(scenario: &crate::config::Scenario) -> Result<Vec<TraceRow>, crate::sim::SimError> {
+    generate_with_progress(scenario, &mut |_| {})
+}
+
+fn generate_with_progress(
+    scenario: &crate::config::Scenario,
+    progress: &mut dyn FnMut(&crate::sim::Progress),
+) -> Result<Vec<TraceRow>, crate::sim::SimError> {
     let mut rows = Arrivals::default();
-    crate::sim::run_observed(scenario, CollectorOptions::default(), &mut rows);
-    rows.0
+    crate::sim::run_with_progress(scenario, CollectorOptions::default(), &mut rows, progress)?;
+    Ok(rows.0)
 }
 
 pub fn execute(a: TraceArgs) -> Result<(), CliError> {
     let scenario = a.scenario.load()?;
-    let rows = generate(&scenario);
+    let mut progress = super::progress::RunProgress::new(&scenario, true);
+    let rows = generate_with_progress(&scenario, &mut |p| progress.update(p));
+    progress.finish();
+    let rows = rows.map_err(|e| CliError::sim(&scenario, e))?;
     let mut bytes = Vec::new();
     trace::write(&mut bytes, &rows).map_err(|e| csv_failure(&a.output, e))?;
     write_output(&a.output, &bytes)

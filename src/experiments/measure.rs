@@ -103,10 +103,12 @@ impl OverSeeds {
     }
 }
 
-/// Runs the scenario and measures it.
-pub fn measure(s: &Scenario) -> Measured {
+/// Runs the scenario and measures it; a run that stops at a run limit
+/// ([`crate::sim::SimError`]) is an error naming the scenario.
+pub fn measure(s: &Scenario) -> Result<Measured, String> {
     let mut tally = StepTally::default();
-    let out = crate::sim::run_observed(s, CollectorOptions::default(), &mut tally);
+    let out = crate::sim::run_observed(s, CollectorOptions::default(), &mut tally)
+        .map_err(|e| format!("{} ({}): {e}", s.source.display(), s.name))?;
     let mut values = result_values(&out.result);
     values.extend(tally.values());
     values.extend(request_values(&out.requests));
@@ -115,7 +117,7 @@ pub fn measure(s: &Scenario) -> Measured {
         _ => None,
     };
     values.insert("queue_share".into(), share);
-    Measured { values }
+    Ok(Measured { values })
 }
 
 /// Every metric name a run of `s` has, sorted.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::config::{Arrivals, Length, Scenario};
+use crate::config::{Arrivals, Length, Scenario, limits};
 use crate::engine::{Request, RequestId};
 use crate::time::{SimTime, secs_to_nanos};
 use trace::TraceRow;
@@ -29,6 +29,11 @@ pub trait Source {
     fn pop(&mut self) -> Option<Request>;
     /// Request `id` finished or was rejected at `at`.
     fn done(&mut self, _id: RequestId, _at: SimTime) {}
+    /// Why the source can no longer advance in simulated time, if so: the
+    /// driver stops the run with this message.
+    fn stalled(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The source a scenario describes.
@@ -83,6 +88,9 @@ impl Source for AnySource {
     }
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner_mut().done(id, at);
+    }
+    fn stalled(&self) -> Option<String> {
+        self.inner().stalled()
     }
 }
 
@@ -184,21 +192,42 @@ impl Source for OpenLoop {
 
 /// Closed loop: `concurrency` users start at t = 0; each sends its next
 /// request `think` after its previous one is done.
+///
+/// A rejected request is done at once, like a failed request in
+/// `vllm bench serve`: its user counts it and sends the next one after the
+/// think time. With a think time of 0, a user whose requests are all
+/// rejected on arrival would resend at the same instant for ever and
+/// simulated time could never reach `duration_s`; once a closed loop
+/// without a request count has issued [`limits::SAME_INSTANT_ROUNDS`]
+/// requests per user at one instant it reports itself stalled and the run
+/// stops with an error. (With `workload.requests` the count ends the run.)
 pub struct ClosedLoop {
     think_ns: u64,
     lengths: Lengths,
     limit: Limit,
     issued: u64,
+    concurrency: u32,
     /// (arrival, user) of each user's next request, earliest first.
     ready: BinaryHeap<Reverse<(SimTime, u32)>>,
     /// The user of each issued request, by id.
     user_of: Vec<u32>,
+    /// The instant of the last request issued and how many were issued then.
+    instant: (SimTime, u64),
 }
 
 impl ClosedLoop {
     pub fn new(concurrency: u32, think_ns: u64, lengths: Lengths, limit: Limit) -> ClosedLoop {
         let ready = (0..concurrency).map(|u| Reverse((SimTime::ZERO, u))).collect();
-        ClosedLoop { think_ns, lengths, limit, issued: 0, ready, user_of: Vec::new() }
+        ClosedLoop {
+            think_ns,
+            lengths,
+            limit,
+            issued: 0,
+            concurrency,
+            ready,
+            user_of: Vec::new(),
+            instant: (SimTime::ZERO, 0),
+        }
     }
 }
 
@@ -215,6 +244,7 @@ impl Source for ClosedLoop {
         let req = Request { id: self.issued, arrival, prompt, output };
         self.issued += 1;
         self.user_of.push(user);
+        self.instant = if self.instant.0 == arrival { (arrival, self.instant.1 + 1) } else { (arrival, 1) };
         Some(req)
     }
 
@@ -222,6 +252,25 @@ impl Source for ClosedLoop {
         if let Some(&user) = self.user_of.get(id as usize) {
             self.ready.push(Reverse((at.plus_nanos(self.think_ns), user)));
         }
+    }
+
+    fn stalled(&self) -> Option<String> {
+        // A request count ends the run however many are rejected.
+        if self.limit.requests.is_some() {
+            return None;
+        }
+        let (_, n) = self.instant;
+        let most = limits::SAME_INSTANT_ROUNDS * u64::from(self.concurrency);
+        (n > most).then(|| {
+            format!(
+                "the closed loop issued {n} requests at that instant, more than {} per user: its requests \
+                 are rejected on arrival (too long for the context, or for the KV cache) and, with \
+                 think_time_s {}, every user sends the next one at the same instant, so simulated time \
+                 cannot advance; make the requests fit, or set workload.requests",
+                limits::SAME_INSTANT_ROUNDS,
+                crate::config::num::short_float(self.think_ns as f64 / 1e9)
+            )
+        })
     }
 }
 

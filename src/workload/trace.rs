@@ -5,7 +5,8 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::config::ConfigError;
+use crate::config::num::{short_float, short_text};
+use crate::config::{ConfigError, limits};
 use crate::time::SimTime;
 
 /// One request of a trace.
@@ -19,10 +20,11 @@ pub struct TraceRow {
 pub const COLUMNS: [&str; 3] = ["arrival_s", "prompt_tokens", "output_tokens"];
 
 /// Reads and checks a trace file: the columns exist, every value is a
-/// number of the right kind, arrivals are non-negative and never decrease,
-/// and there is at least one row.
+/// number of the right kind, arrivals lie in [`limits::ARRIVAL_S`] and never
+/// decrease, and there are 1 to [`limits::MAX_REQUESTS`] rows in at most
+/// [`limits::MAX_TRACE_BYTES`] bytes.
 pub fn read(file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
-    let text = crate::config::read_text(file)?;
+    let text = crate::config::read_text_limited(file, limits::MAX_TRACE_BYTES)?;
     parse(&text, file)
 }
 
@@ -55,20 +57,40 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
         let line = record.position().map_or(0, |p| p.line());
         let at = |col: usize| format!("line {line}, column {}", COLUMNS[col]);
         let field = |col: usize| record.get(index[col]).unwrap_or("");
-        let secs: f64 = field(0)
-            .parse()
-            .ok()
-            .filter(|s: &f64| s.is_finite())
-            .ok_or_else(|| ConfigError::new(file, at(0), format!("`{}` is not a number of seconds", field(0))))?;
+        let secs: f64 = field(0).parse().ok().filter(|s: &f64| !s.is_nan()).ok_or_else(|| {
+            ConfigError::new(file, at(0), format!("`{}` is not a number of seconds", short_text(field(0))))
+        })?;
         if secs < 0.0 {
-            return Err(ConfigError::new(file, at(0), format!("{secs} is not allowed: arrivals must be >= 0")));
+            return Err(ConfigError::new(
+                file,
+                at(0),
+                format!("{} is not allowed: arrivals must be >= 0", short_float(secs)),
+            ));
+        }
+        if !limits::ARRIVAL_S.contains(secs) {
+            return Err(ConfigError::new(
+                file,
+                at(0),
+                format!("{} is not allowed: arrivals must be in {}", short_float(secs), limits::ARRIVAL_S),
+            ));
+        }
+        if rows.len() as u64 >= limits::MAX_REQUESTS {
+            return Err(ConfigError::new(
+                file,
+                format!("line {line}"),
+                format!(
+                    "more than {} rows: a run may issue at most {} requests",
+                    crate::report::thousands(limits::MAX_REQUESTS),
+                    crate::report::thousands(limits::MAX_REQUESTS)
+                ),
+            ));
         }
         let arrival = SimTime::from_secs_f64(secs);
         if arrival < last {
             return Err(ConfigError::new(
                 file,
                 at(0),
-                format!("{secs} is earlier than the row before ({last}): arrivals must not decrease"),
+                format!("{} is earlier than the row before ({last}): arrivals must not decrease", short_float(secs)),
             ));
         }
         last = arrival;
@@ -79,7 +101,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
                 _ => Err(ConfigError::new(
                     file,
                     at(col),
-                    format!("`{v}` is not allowed: must be a whole number of tokens >= 1"),
+                    format!("`{}` is not allowed: must be a whole number of tokens >= 1", short_text(v)),
                 )),
             }
         };
