@@ -184,10 +184,13 @@ where
 {
     let mut at = Progress::default();
     loop {
+        // An idle engine's next step starts at the next arrival, but never
+        // before the engine's clock: requests that arrived while the last
+        // step ran all join the next one (ENGINE.md, step 1).
         let start = match engine.next_step_at() {
             Some(t) => t,
             None => match source.peek() {
-                Some(t) => t,
+                Some(t) => t.max(engine.clock()),
                 None => break,
             },
         };
