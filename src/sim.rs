@@ -3,6 +3,7 @@
 //! engine says; no clock is read.
 
 use crate::config::Scenario;
+use crate::engine::prefix::hash::request_block_hashes;
 use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
 use crate::time::SimTime;
@@ -22,6 +23,8 @@ where
     F: FnMut(&Engine, &mut O),
 {
     let mut tap = Tap { inner: obs, done: Vec::new() };
+    let hashing = engine.config().prefix_caching;
+    let block_size = engine.config().capacity.block_size;
     loop {
         let start = match engine.next_step_at() {
             Some(t) => t,
@@ -33,14 +36,25 @@ where
         // Every request that has arrived by the step's start joins it.
         while let Some(at) = source.peek().filter(|&at| at <= start) {
             let Some(req) = source.pop() else { break };
-            if engine.submit(req, &mut tap).is_err() {
-                source.done(req.id, at);
+            let submitted = match hashing {
+                // Content hashes only matter, and are only made, with prefix caching.
+                true => {
+                    let hashes = request_block_hashes(&req, source.segments(), block_size);
+                    engine.submit_with_hashes(req, hashes, &mut tap)
+                }
+                false => engine.submit(req, &mut tap),
+            };
+            if submitted.is_err() {
+                source.rejected(req.id, at);
             }
         }
         engine.step(&mut tap);
         after_step(engine, tap.inner);
-        for (id, at) in tap.done.drain(..) {
-            source.done(id, at);
+        for (id, at, finished) in tap.done.drain(..) {
+            match finished {
+                true => source.done(id, at),
+                false => source.rejected(id, at),
+            }
         }
     }
 }
@@ -59,10 +73,11 @@ pub fn run_observed<O: Observer>(scenario: &Scenario, options: CollectorOptions,
     collector.finish(scenario)
 }
 
-/// Forwards events and remembers which requests are done, for closed loops.
+/// Forwards events and remembers which requests are done (and whether
+/// they finished), for closed loops and sessions.
 struct Tap<'a, O> {
     inner: &'a mut O,
-    done: Vec<(RequestId, SimTime)>,
+    done: Vec<(RequestId, SimTime, bool)>,
 }
 
 impl<O: Observer> Observer for Tap<'_, O> {
@@ -80,13 +95,13 @@ impl<O: Observer> Observer for Tap<'_, O> {
     }
     fn finished(&mut self, id: RequestId, at: SimTime) {
         self.inner.finished(id, at);
-        self.done.push((id, at));
+        self.done.push((id, at, true));
     }
     fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
         self.inner.rejected(id, at, reason);
         // Rejections on arrival are reported by `submit`'s result instead.
         if reason != RejectReason::ContextLength {
-            self.done.push((id, at));
+            self.done.push((id, at, false));
         }
     }
     fn aborted(&mut self, id: RequestId, at: SimTime) {
@@ -94,5 +109,8 @@ impl<O: Observer> Observer for Tap<'_, O> {
     }
     fn step(&mut self, step: &StepRecord) {
         self.inner.step(step);
+    }
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
+        self.inner.prefix_lookup(id, at, queried, hit);
     }
 }

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
 use serde_yaml::Value;
 
-use super::raw::{RawArrivals, RawDist, RawHardware, RawScenario};
+use super::raw::{RawArrivals, RawDist, RawHardware, RawScenario, RawSecondsDist};
 
 /// What a key holds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -33,6 +33,8 @@ pub enum Kind {
     NameOrMapping,
     /// A token length: a whole number or a distribution mapping.
     CountOrMapping,
+    /// A duration: a number of seconds or a distribution mapping.
+    NumberOrMapping,
     /// Read through `serde_yaml::Value` and not yet expanded (see [`OPAQUE`]).
     Opaque,
 }
@@ -49,6 +51,7 @@ impl Kind {
             (Kind::NameOrMapping, Value::String(_) | Value::Mapping(_)) => true,
             (Kind::CountOrMapping, Value::Number(n)) => n.is_i64(),
             (Kind::CountOrMapping, Value::Mapping(_)) => true,
+            (Kind::NumberOrMapping, Value::Number(_) | Value::Mapping(_)) => true,
             (Kind::Opaque, _) => true,
             _ => false,
         }
@@ -64,6 +67,7 @@ impl Kind {
             Kind::Mapping => "a mapping",
             Kind::NameOrMapping => "a hardware profile name or a mapping",
             Kind::CountOrMapping => "a whole number of tokens or a distribution mapping",
+            Kind::NumberOrMapping => "a number of seconds or a distribution mapping",
             Kind::Opaque => "a YAML value",
         }
     }
@@ -86,6 +90,8 @@ pub const OPAQUE: &[Expansion] = &[
     Expansion { path: "workload.arrivals", kind: Kind::Mapping, trace: Some(trace::<RawArrivals>) },
     Expansion { path: "workload.prompt_tokens", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
     Expansion { path: "workload.output_tokens", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
+    Expansion { path: "workload.sessions.turns", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
+    Expansion { path: "workload.sessions.think_s", kind: Kind::NumberOrMapping, trace: Some(trace::<RawSecondsDist>) },
 ];
 
 /// Every valid key path of a scenario and what it holds, in path order.

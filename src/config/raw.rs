@@ -59,6 +59,7 @@ pub struct RawKvCache {
     pub gpu_memory_utilization: Option<f64>,
     pub watermark: Option<f64>,
     pub num_blocks: Option<i64>,
+    pub prefix_caching: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -91,6 +92,65 @@ pub struct RawWorkload {
     pub duration_s: Option<f64>,
     pub prompt_tokens: Option<RawLength>,
     pub output_tokens: Option<RawLength>,
+    pub shared_prefix: Option<RawSharedPrefix>,
+    pub sessions: Option<RawSessions>,
+    /// Tokens per `hash_ids` entry of a JSONL (Mooncake-style) trace.
+    pub hash_block_size: Option<i64>,
+}
+
+/// `workload.shared_prefix`: every request starts with one of `groups`
+/// system prompts of `tokens` tokens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSharedPrefix {
+    pub groups: i64,
+    pub tokens: i64,
+}
+
+/// `workload.sessions`: multi-turn conversations.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSessions {
+    pub turns: RawLength,
+    pub think_s: Option<RawSeconds>,
+}
+
+/// A duration in seconds: a plain number or a distribution.
+#[derive(Debug)]
+pub enum RawSeconds {
+    Fixed(f64),
+    Dist(RawSecondsDist),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawSecondsDist {
+    Uniform([f64; 2]),
+    Exponential(RawSecondsMean),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecondsMean {
+    pub mean: f64,
+}
+
+impl<'de> Deserialize<'de> for RawSeconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_yaml::Value::deserialize(d)?;
+        match &value {
+            serde_yaml::Value::Number(n) => match n.as_f64() {
+                Some(x) => Ok(RawSeconds::Fixed(x)),
+                None => Err(D::Error::custom(format!("{n} is not a number of seconds"))),
+            },
+            serde_yaml::Value::Mapping(_) => from_single_key_map(value).map(RawSeconds::Dist),
+            other => Err(D::Error::custom(format!(
+                "expected a number of seconds or one of uniform: [lo, hi], exponential: {{mean}}; got {}",
+                super::describe_value(other)
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

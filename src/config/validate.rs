@@ -194,6 +194,7 @@ pub(crate) fn model(ck: &Check, raw: RawModel) -> Result<Model, ConfigError> {
                 .num_blocks
                 .map(|n| ck.count("model.kv_cache.num_blocks", n, 1).map(u64::from))
                 .transpose()?,
+            prefix_caching: kv.prefix_caching.unwrap_or(false),
         },
     })
 }
@@ -201,8 +202,40 @@ pub(crate) fn model(ck: &Check, raw: RawModel) -> Result<Model, ConfigError> {
 pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigError> {
     let requests = raw.requests.map(|n| ck.count("workload.requests", n, 1).map(u64::from)).transpose()?;
     let duration_s = raw.duration_s.map(|d| ck.positive("workload.duration_s", d)).transpose()?;
-    let arrivals = arrivals(ck, raw.arrivals)?;
+    let hash_block_size = raw.hash_block_size.map(|n| ck.count("workload.hash_block_size", n, 1)).transpose()?;
+    let arrivals = arrivals(ck, raw.arrivals, hash_block_size)?;
     let is_trace = matches!(arrivals, Arrivals::Trace(_));
+    if let Some(n) = hash_block_size {
+        let jsonl =
+            matches!(&arrivals, Arrivals::Trace(t) if t.content.as_ref().is_some_and(|c| c.hash_block_size.is_some()));
+        if !jsonl {
+            return Err(ck.err(
+                "workload.hash_block_size",
+                format!("{n} is not allowed here: it only applies to a JSONL trace with hash_ids (Mooncake style)"),
+            ));
+        }
+    }
+    let only_generated = |key: &str, given: bool| -> Result<(), ConfigError> {
+        if given && is_trace {
+            return Err(ck.err(
+                &format!("workload.{key}"),
+                "not allowed with a trace: use the trace's prefix_id, prefix_tokens and session_id columns",
+            ));
+        }
+        Ok(())
+    };
+    only_generated("shared_prefix", raw.shared_prefix.is_some())?;
+    only_generated("sessions", raw.sessions.is_some())?;
+    let shared_prefix = raw
+        .shared_prefix
+        .map(|sp| {
+            Ok::<_, ConfigError>(SharedPrefix {
+                groups: ck.count("workload.shared_prefix.groups", sp.groups, 1)?,
+                tokens: ck.count("workload.shared_prefix.tokens", sp.tokens, 1)?,
+            })
+        })
+        .transpose()?;
+    let sessions = raw.sessions.map(|se| sessions(ck, se)).transpose()?;
     if !is_trace && requests.is_none() && duration_s.is_none() {
         return Err(ck.err("workload", "the workload never ends: set workload.requests, workload.duration_s or both"));
     }
@@ -227,10 +260,36 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
         arrivals,
         requests,
         duration_s,
+        shared_prefix,
+        sessions,
+        hash_block_size,
     })
 }
 
-fn arrivals(ck: &Check, raw: RawArrivals) -> Result<Arrivals, ConfigError> {
+fn sessions(ck: &Check, raw: RawSessions) -> Result<Sessions, ConfigError> {
+    let p = "workload.sessions.think_s";
+    let think_s = match raw.think_s {
+        None => Seconds::Fixed(0.0),
+        Some(RawSeconds::Fixed(x)) => Seconds::Fixed(ck.non_negative(p, x)?),
+        Some(RawSeconds::Dist(RawSecondsDist::Uniform([lo, hi]))) => {
+            let lo = ck.non_negative(&format!("{p}.uniform[0]"), lo)?;
+            let hi = ck.non_negative(&format!("{p}.uniform[1]"), hi)?;
+            if hi < lo {
+                return Err(ck.err(
+                    &format!("{p}.uniform"),
+                    format!("[{lo}, {hi}] is not allowed: the upper bound must be >= the lower"),
+                ));
+            }
+            Seconds::Uniform { lo, hi }
+        }
+        Some(RawSeconds::Dist(RawSecondsDist::Exponential(m))) => {
+            Seconds::Exponential { mean: ck.positive(&format!("{p}.exponential.mean"), m.mean)? }
+        }
+    };
+    Ok(Sessions { turns: length(ck, "workload.sessions.turns", raw.turns)?, think_s })
+}
+
+fn arrivals(ck: &Check, raw: RawArrivals, hash_block_size: Option<u32>) -> Result<Arrivals, ConfigError> {
     let p = "workload.arrivals";
     Ok(match raw {
         RawArrivals::Poisson { rate } => Arrivals::Poisson { rate: ck.positive(&format!("{p}.poisson.rate"), rate)? },
@@ -247,8 +306,8 @@ fn arrivals(ck: &Check, raw: RawArrivals) -> Result<Arrivals, ConfigError> {
         },
         RawArrivals::Trace(path) => {
             let resolved = ck.file.parent().unwrap_or(Path::new("")).join(&path);
-            let rows = crate::workload::trace::read(&resolved)?;
-            Arrivals::Trace(Trace { path, rows: Arc::new(rows) })
+            let (rows, content) = crate::workload::trace::read_with_content(&resolved, hash_block_size)?;
+            Arrivals::Trace(Trace { path, rows: Arc::new(rows), content: content.map(Arc::new) })
         }
     })
 }

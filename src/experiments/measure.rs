@@ -172,6 +172,8 @@ mod tests {
             preempted: 0,
             compute_s: 0.0,
             memory_s: 0.0,
+            cached_blocks: 0,
+            evictions: 0,
         }
     }
 

@@ -38,6 +38,22 @@ pub struct RunResult {
     pub kv: KvOut,
     /// Preemptions over the run (a request may suffer several).
     pub preemptions: u64,
+    /// Only with `kv_cache.prefix_caching: true` (absent otherwise, so
+    /// results without it keep their bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache: Option<PrefixCacheOut>,
+}
+
+/// Prefix-cache lookups (DEPLOYMENT.md section 3): every admission, first
+/// or after a preemption, queries its `P + g` known tokens once and hits
+/// `c` of them. Tokens, as vLLM's `vllm:prefix_cache_queries_total` and
+/// `vllm:prefix_cache_hits_total` count them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrefixCacheOut {
+    pub queried_tokens: u64,
+    pub hit_tokens: u64,
+    /// `hit_tokens / queried_tokens` (0 when nothing was queried).
+    pub hit_rate: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
