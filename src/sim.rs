@@ -25,6 +25,7 @@ where
     let mut tap = Tap { inner: obs, done: Vec::new() };
     let hashing = engine.config().prefix_caching;
     let block_size = engine.config().capacity.block_size;
+    let mut hashes = Vec::new();
     loop {
         let start = match engine.next_step_at() {
             Some(t) => t,
@@ -39,8 +40,8 @@ where
             let submitted = match hashing {
                 // Content hashes only matter, and are only made, with prefix caching.
                 true => {
-                    let hashes = request_block_hashes(&req, source.segments(), block_size);
-                    engine.submit_with_hashes(req, hashes, &mut tap)
+                    request_block_hashes(&req, source.segments(), block_size, &mut hashes);
+                    engine.submit_with_hashes(req, &hashes, &mut tap)
                 }
                 false => engine.submit(req, &mut tap),
             };

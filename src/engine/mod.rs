@@ -69,6 +69,9 @@ struct Seq {
     computed: u32,
     blocks: u32,
     state: State,
+    /// With prefix caching: once `c` reaches this, a full block awaits
+    /// registration (0 = check at the next scheduling).
+    register_at: u64,
 }
 
 impl Seq {
@@ -222,7 +225,7 @@ impl Engine {
     /// once (the server answers it with HTTP 400). With prefix caching on,
     /// its content is unique: it never hits and nothing hits it.
     pub fn submit<O: Observer>(&mut self, req: Request, obs: &mut O) -> Result<(), RejectReason> {
-        self.submit_with_hashes(req, Vec::new(), obs)
+        self.submit_with_hashes(req, &[], obs)
     }
 
     /// [`Engine::submit`] with the request's content: the hashes of its
@@ -233,7 +236,7 @@ impl Engine {
     pub fn submit_with_hashes<O: Observer>(
         &mut self,
         req: Request,
-        hashes: Vec<u64>,
+        hashes: &[u64],
         obs: &mut O,
     ) -> Result<(), RejectReason> {
         debug_assert!(req.arrival >= self.last_arrival, "arrivals went backwards");
@@ -245,7 +248,7 @@ impl Engine {
             obs.rejected(req.id, req.arrival, RejectReason::ContextLength);
             return Err(RejectReason::ContextLength);
         }
-        let seq = Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending };
+        let seq = Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending, register_at: 0 };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = seq;
@@ -392,6 +395,7 @@ impl Engine {
             let seq = &mut self.slots[slot as usize];
             seq.blocks = need as u32;
             seq.computed = computed;
+            seq.register_at = 0;
             seq.state = State::Running;
             let tokens = seq.remaining().min(*budget);
             self.running.push(slot);
@@ -458,17 +462,23 @@ impl Engine {
     /// Schedules `tokens` of a request in this step; with prefix caching
     /// its full blocks among the first `c + tokens` are registered at once
     /// (rule 4), so a request scheduled later in the step can hit them.
+    #[inline]
     fn add_to_batch<O: Observer>(&mut self, slot: u32, tokens: u32, at: SimTime, obs: &mut O) {
-        let seq = &self.slots[slot as usize];
+        let seq = &mut self.slots[slot as usize];
         obs.scheduled(seq.req.id, at, tokens, seq.computed);
-        if let Kv::Prefix(p) = &mut self.kv {
-            p.register(slot, seq.computed + tokens);
+        if let Kv::Prefix(p) = &mut self.kv
+            && u64::from(seq.computed + tokens) >= seq.register_at
+        {
+            seq.register_at = p.register(slot, seq.computed + tokens);
         }
         self.batch.push((slot, tokens));
     }
 
     /// A running request takes `n` more blocks; the caller checked they are free.
     fn grow(&mut self, slot: u32, n: u32) {
+        if n == 0 {
+            return;
+        }
         match &mut self.kv {
             Kv::Count(k) => k.take(n),
             Kv::Prefix(p) => p.allocate(slot, n),

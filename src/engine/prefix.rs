@@ -53,8 +53,6 @@ struct Block {
     /// Its content hash; meaningful only while `cached`.
     hash: u64,
     cached: bool,
-    /// Registration order, for the invariant check.
-    registered: u64,
     /// Free-queue neighbours (while `refs == 0`).
     prev: u32,
     next: u32,
@@ -65,7 +63,7 @@ struct Block {
 
 impl Block {
     fn fresh() -> Block {
-        Block { refs: 0, hash: 0, cached: false, registered: 0, prev: NIL, next: NIL, same_prev: NIL, same_next: NIL }
+        Block { refs: 0, hash: 0, cached: false, prev: NIL, next: NIL, same_prev: NIL, same_next: NIL }
     }
 }
 
@@ -113,6 +111,9 @@ pub struct PrefixPool {
     /// Materialised blocks; the rest (`total - blocks.len()`) were never
     /// used and make up the head of the free queue, in index order.
     blocks: Vec<Block>,
+    /// When each block last got its hash (registration order), kept apart
+    /// from the hot block data: only the invariant check reads it.
+    registered_at: Vec<u64>,
     /// The free queue after the never-used blocks: a linked list.
     head: u32,
     tail: u32,
@@ -133,10 +134,13 @@ impl PrefixPool {
             block_size: block_size.max(1),
             total,
             blocks: Vec::new(),
+            registered_at: Vec::new(),
             head: NIL,
             tail: NIL,
             listed: 0,
-            cache: HashMap::default(),
+            // One entry per cached block at most: reserving up front spares
+            // the rehashes (bounded, for huge pools).
+            cache: HashMap::with_capacity_and_hasher(total.min(1 << 20) as usize, Default::default()),
             cached: 0,
             registrations: 0,
             evictions: 0,
@@ -175,15 +179,17 @@ impl PrefixPool {
     }
 
     /// Gives request `slot` its content (the hashes of its full blocks,
-    /// prompt then answer). Its slot holds no blocks.
-    pub fn set_content(&mut self, slot: u32, hashes: Vec<u64>) {
+    /// prompt then answer), copied into the slot's own buffer (reused from
+    /// request to request). Its slot holds no blocks.
+    pub fn set_content(&mut self, slot: u32, hashes: &[u64]) {
         let i = slot as usize;
         if i >= self.slots.len() {
             self.slots.resize_with(i + 1, SlotState::default);
         }
         let s = &mut self.slots[i];
         debug_assert!(s.table.is_empty(), "content set on a slot that holds blocks");
-        s.hashes = hashes;
+        s.hashes.clear();
+        s.hashes.extend_from_slice(hashes);
         s.registered = 0;
     }
 
@@ -234,8 +240,10 @@ impl PrefixPool {
 
     /// Rule 4: request `slot` is scheduled up to `tokens = c + n`: its full
     /// blocks among them that have no hash yet get one. If another block
-    /// already holds the hash, that one stays the one lookups use.
-    pub fn register(&mut self, slot: u32, tokens: u32) {
+    /// already holds the hash, that one stays the one lookups use. Returns
+    /// the token count below which a later call registers nothing (so the
+    /// engine can skip the call on most decode steps).
+    pub fn register(&mut self, slot: u32, tokens: u32) -> u64 {
         let s = &mut self.slots[slot as usize];
         let full = ((tokens / self.block_size) as usize).min(s.hashes.len()).min(s.table.len());
         for i in s.registered as usize..full {
@@ -244,7 +252,7 @@ impl PrefixPool {
             debug_assert!(!block.cached, "registering a block that holds a hash");
             block.hash = h;
             block.cached = true;
-            block.registered = self.registrations;
+            self.registered_at[b as usize] = self.registrations;
             self.registrations += 1;
             self.cached += 1;
             match self.cache.entry(h) {
@@ -259,7 +267,12 @@ impl PrefixPool {
                 }
             }
         }
+
         s.registered = s.registered.max(full as u32);
+        match (s.registered as usize) < s.hashes.len() {
+            true => (u64::from(s.registered) + 1) * u64::from(self.block_size),
+            false => u64::MAX,
+        }
     }
 
     /// Rule 5: request `slot` lets go of its blocks, last position first.
@@ -285,7 +298,7 @@ impl PrefixPool {
     pub fn forget(&mut self, slot: u32) {
         if let Some(s) = self.slots.get_mut(slot as usize) {
             debug_assert!(s.table.is_empty(), "forgetting a request that holds blocks");
-            s.hashes = Vec::new();
+            s.hashes.clear();
             s.registered = 0;
         }
     }
@@ -294,6 +307,7 @@ impl PrefixPool {
     fn pop_free(&mut self) -> u32 {
         if (self.blocks.len() as u32) < self.total {
             self.blocks.push(Block::fresh());
+            self.registered_at.push(0);
             return self.blocks.len() as u32 - 1;
         }
         let b = self.head;
@@ -343,15 +357,21 @@ impl PrefixPool {
         if same_next != NIL {
             self.blocks[same_next as usize].same_prev = same_prev;
         }
-        if let Entry::Occupied(mut e) = self.cache.entry(hash) {
-            match (same_prev, same_next) {
-                (NIL, NIL) => {
-                    e.remove();
-                }
-                (NIL, n) => e.get_mut().first = n,
-                (p, NIL) => e.get_mut().last = p,
-                _ => {}
+        match (same_prev, same_next) {
+            (NIL, NIL) => {
+                self.cache.remove(&hash);
             }
+            (NIL, n) => {
+                if let Some(h) = self.cache.get_mut(&hash) {
+                    h.first = n;
+                }
+            }
+            (p, NIL) => {
+                if let Some(h) = self.cache.get_mut(&hash) {
+                    h.last = p;
+                }
+            }
+            _ => {}
         }
         let block = &mut self.blocks[b as usize];
         block.cached = false;
@@ -424,10 +444,11 @@ impl PrefixPool {
                 if !block.cached || block.hash != h || block.same_prev != prev {
                     return Err(format!("hash {h:016x} lists block {cur}, which does not hold it"));
                 }
-                if order.is_some_and(|o| o >= block.registered) {
+                let at = self.registered_at[cur as usize];
+                if order.is_some_and(|o| o >= at) {
                     return Err(format!("hash {h:016x}: block {cur} is listed out of registration order"));
                 }
-                order = Some(block.registered);
+                order = Some(at);
                 in_lists += 1;
                 prev = cur;
                 cur = block.same_next;

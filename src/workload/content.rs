@@ -31,8 +31,8 @@ use crate::time::{SimTime, secs_to_nanos};
 
 /// Stream numbers of the seed (the plain workload uses 0, 1 and 2).
 const GROUP_STREAM: u64 = 0x7072_6566_6978; // "prefix"
-const TURNS_STREAM: u64 = 0x7475_726e_73; // "turns"
-const THINK_STREAM: u64 = 0x7468_696e_6b; // "think"
+const TURNS_STREAM: u64 = 0x0074_7572_6e73; // "turns"
+const THINK_STREAM: u64 = 0x0074_6869_6e6b; // "think"
 
 /// The content key of system prompt `group`: `named_key("sys:<group>")`,
 /// without allocating.
@@ -125,7 +125,7 @@ impl Source for Prefixed {
 /// How conversations start.
 enum Starts {
     /// Open loop: one conversation per arrival of the process.
-    Open { gaps: Gaps, rng: ChaCha8Rng },
+    Open { gaps: Gaps, rng: Box<ChaCha8Rng> },
     /// Closed loop: each user starts a new conversation `think_ns` after
     /// its previous one ends.
     Closed { think_ns: u64 },
@@ -206,7 +206,7 @@ impl SessionSource {
         };
         match (&w.arrivals, Gaps::of(&w.arrivals)) {
             (_, Some(gaps)) => {
-                source.starts = Starts::Open { gaps, rng: stream(w.seed, 0) };
+                source.starts = Starts::Open { gaps, rng: Box::new(stream(w.seed, 0)) };
                 source.push(SimTime::ZERO, Next::Start { user: 0 });
             }
             (Arrivals::Closed { concurrency, think_time_s }, None) => {

@@ -9,5 +9,7 @@ mod cli_run;
 mod diff;
 mod experiments;
 mod invariants;
+mod invariants_prefix;
+mod prefix;
 mod server;
 mod sweep;

@@ -78,19 +78,25 @@ pub fn hash_id_key(id: u64) -> u64 {
 /// tokens of `segments` (fewer if the segments hold fewer tokens):
 /// `min(limit, total) / block_size` hashes. Zero-length segments are skipped.
 pub fn segment_block_hashes(segments: &[Segment], limit: u64, block_size: u32, out: &mut Vec<u64>) {
-    let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
+    hash_blocks(segments, None, limit, block_size, out);
+}
+
+/// [`segment_block_hashes`] over `segments` followed by `tail`.
+fn hash_blocks(segments: &[Segment], tail: Option<Segment>, limit: u64, block_size: u32, out: &mut Vec<u64>) {
+    let at = |i: usize| if i < segments.len() { segments[i] } else { tail.unwrap_or(Segment::new(0, 0)) };
+    let count = segments.len() + usize::from(tail.is_some());
+    let total: u64 = segments.iter().chain(&tail).map(|s| u64::from(s.len)).sum();
     let blocks = limit.min(total) / u64::from(block_size.max(1));
     out.reserve(blocks as usize);
     let (mut seg, mut off, mut prev) = (0usize, 0u32, 0u64);
     for _ in 0..blocks {
         let mut h = mix(prev, BLOCK);
         let mut left = block_size;
-        while left > 0 {
-            let s = segments[seg];
+        while left > 0 && seg < count {
+            let s = at(seg);
             let take = (s.len - off).min(left);
             if take > 0 {
-                h = mix(h, s.key);
-                h = mix(h, (u64::from(off) << 32) | u64::from(take));
+                h = mix(h ^ s.key, (u64::from(off) << 32) | u64::from(take));
             }
             off += take;
             left -= take;
@@ -104,12 +110,12 @@ pub fn segment_block_hashes(segments: &[Segment], limit: u64, block_size: u32, o
     }
 }
 
-/// The content hashes the planner gives request `req`: its prompt as
-/// `prompt` segments (a unique segment keyed by its id when empty), then
-/// its answer as a segment keyed by its id; only the blocks that can ever
-/// be computed (the first `P + N - 1` tokens: the last token is sampled,
-/// never fed back).
-pub fn request_block_hashes(req: &crate::engine::Request, prompt: &[Segment], block_size: u32) -> Vec<u64> {
+/// The content hashes the planner gives request `req`, written to `out`
+/// (cleared first): its prompt as `prompt` segments (a unique segment keyed
+/// by its id when empty), then its answer as a segment keyed by its id;
+/// only the blocks that can ever be computed (the first `P + N - 1` tokens:
+/// the last token is sampled, never fed back).
+pub fn request_block_hashes(req: &crate::engine::Request, prompt: &[Segment], block_size: u32, out: &mut Vec<u64>) {
     let unique = [Segment::new(prompt_key(req.id), req.prompt)];
     let prompt = if prompt.is_empty() { &unique[..] } else { prompt };
     debug_assert_eq!(
@@ -117,13 +123,9 @@ pub fn request_block_hashes(req: &crate::engine::Request, prompt: &[Segment], bl
         u64::from(req.prompt),
         "segments must add up to the prompt"
     );
-    let mut segments = Vec::with_capacity(prompt.len() + 1);
-    segments.extend_from_slice(prompt);
-    segments.push(Segment::new(generated_key(req.id), req.output));
     let limit = u64::from(req.prompt) + u64::from(req.output) - 1;
-    let mut out = Vec::new();
-    segment_block_hashes(&segments, limit, block_size, &mut out);
-    out
+    out.clear();
+    hash_blocks(prompt, Some(Segment::new(generated_key(req.id), req.output)), limit, block_size, out);
 }
 
 /// The hashes of the full blocks of a token-id sequence (the server's

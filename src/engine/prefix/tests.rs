@@ -15,7 +15,7 @@ fn pool(blocks: u32) -> PrefixPool {
 /// Admits `slot` with `known` tokens as the engine does: lookup, then the
 /// blocks it still needs. Returns the hit.
 fn admit(p: &mut PrefixPool, slot: u32, hashes: &[u64], known: u32) -> Lookup {
-    p.set_content(slot, hashes.to_vec());
+    p.set_content(slot, hashes);
     let hit = p.lookup(slot, known);
     p.admit(slot, known.div_ceil(4) - hit.blocks);
     hit
@@ -29,7 +29,7 @@ fn a_lookup_never_covers_the_last_token() {
     p.release(0);
     p.check(|_| false).unwrap();
     // The same 12 tokens: floor((12 - 1) / 4) = 2 blocks may hit, not 3.
-    p.set_content(1, vec![1, 2, 3]);
+    p.set_content(1, &[1, 2, 3]);
     assert_eq!(p.lookup(1, 12).blocks, 2);
     // 13 tokens: floor(12 / 4) = 3.
     assert_eq!(p.lookup(1, 13).blocks, 3);
@@ -58,12 +58,12 @@ fn freeing_puts_a_requests_tail_before_its_head_in_the_queue() {
     p.register(0, 13);
     p.release(0);
     // Queue: block 3 (no hash), 2 (hash 3), 1 (hash 2), 0 (hash 1).
-    p.set_content(1, vec![]);
+    p.set_content(1, &[]);
     p.allocate(1, 1);
     assert_eq!(p.evictions(), 0, "the unhashed tail block goes first");
     p.allocate(1, 1);
     assert_eq!(p.evictions(), 1, "then the last full block");
-    p.set_content(2, vec![1, 2, 3]);
+    p.set_content(2, &[1, 2, 3]);
     assert_eq!(p.lookup(2, 13), Lookup { blocks: 2, free_blocks: 2 }, "the head survives");
     p.check(|s| s == 1).unwrap();
 }
@@ -77,10 +77,10 @@ fn the_least_recently_freed_blocks_are_evicted_first() {
     p.register(1, 8);
     p.release(0);
     p.release(1);
-    p.set_content(2, vec![]);
+    p.set_content(2, &[]);
     p.allocate(2, 2);
-    p.set_content(3, vec![10, 11]);
-    p.set_content(4, vec![20, 21]);
+    p.set_content(3, &[10, 11]);
+    p.set_content(4, &[20, 21]);
     assert_eq!(p.lookup(3, 9).blocks, 0, "freed first, evicted first");
     assert_eq!(p.lookup(4, 9).blocks, 2);
     p.check(|s| s == 2).unwrap();
@@ -90,8 +90,8 @@ fn the_least_recently_freed_blocks_are_evicted_first() {
 fn a_hash_held_twice_serves_the_earliest_and_the_other_after_an_eviction() {
     let mut p = pool(3);
     // Two requests compute the same block before either registered it.
-    p.set_content(0, vec![7]);
-    p.set_content(1, vec![7]);
+    p.set_content(0, &[7]);
+    p.set_content(1, &[7]);
     assert_eq!(p.lookup(0, 5).blocks, 0);
     p.admit(0, 1);
     assert_eq!(p.lookup(1, 5).blocks, 0);
@@ -100,13 +100,13 @@ fn a_hash_held_twice_serves_the_earliest_and_the_other_after_an_eviction() {
     p.register(1, 4); // block 1: a second holder of hash 7
     assert_eq!(p.cached_blocks(), 2);
     p.check(|s| s <= 1).unwrap();
-    p.set_content(2, vec![7]);
+    p.set_content(2, &[7]);
     p.lookup(2, 5);
     assert_eq!(p.hits, vec![0], "the earliest-registered holder");
     p.release(0);
     p.release(1);
     // Queue: block 2 (never used), block 0, block 1.
-    p.set_content(3, vec![]);
+    p.set_content(3, &[]);
     p.allocate(3, 2);
     assert_eq!(p.evictions(), 1, "block 0 was evicted");
     assert_eq!(p.lookup(2, 5).blocks, 1);
@@ -121,7 +121,7 @@ fn hit_blocks_in_use_stay_out_of_the_free_count_and_free_ones_leave_it() {
     p.register(0, 9);
     assert_eq!((p.used(), p.free()), (3, 3));
     // In use: a hit adds a reference and no block.
-    p.set_content(1, vec![1, 2]);
+    p.set_content(1, &[1, 2]);
     let hit = p.lookup(1, 9);
     assert_eq!(hit, Lookup { blocks: 2, free_blocks: 0 });
     p.admit(1, 1);
@@ -130,7 +130,7 @@ fn hit_blocks_in_use_stay_out_of_the_free_count_and_free_ones_leave_it() {
     p.release(1);
     assert_eq!((p.used(), p.free()), (0, 6));
     // Free: the hit blocks leave the queue when taken.
-    p.set_content(2, vec![1, 2]);
+    p.set_content(2, &[1, 2]);
     assert_eq!(p.lookup(2, 9), Lookup { blocks: 2, free_blocks: 2 });
     p.admit(2, 1);
     assert_eq!((p.used(), p.free(), p.evictions()), (3, 3, 0));
@@ -140,7 +140,7 @@ fn hit_blocks_in_use_stay_out_of_the_free_count_and_free_ones_leave_it() {
 #[test]
 fn a_huge_pool_materialises_only_the_blocks_it_uses() {
     let mut p = PrefixPool::new(u32::MAX - 1, 16);
-    p.set_content(0, vec![1]);
+    p.set_content(0, &[1]);
     p.lookup(0, 40);
     p.admit(0, 3);
     assert_eq!(p.blocks.len(), 3);
@@ -214,8 +214,8 @@ fn a_request_hits_blocks_registered_earlier_in_the_same_step() {
     let mut e = engine(20, 0, 64);
     let mut log = Log::default();
     // Same first 2 blocks, then different content.
-    e.submit_with_hashes(req(0, 10, 5), vec![1, 2, 3], &mut log).unwrap();
-    e.submit_with_hashes(req(1, 10, 5), vec![1, 2, 4], &mut log).unwrap();
+    e.submit_with_hashes(req(0, 10, 5), &[1, 2, 3], &mut log).unwrap();
+    e.submit_with_hashes(req(1, 10, 5), &[1, 2, 4], &mut log).unwrap();
     // Request 0 is scheduled for its 10 tokens and registers blocks [0, 8)
     // at once; request 1, admitted next in the same step, finds them:
     // floor((10 - 1) / 4) = 2 blocks = 8 tokens, and computes the other 2.
@@ -235,8 +235,8 @@ fn a_preempted_request_re_hits_its_own_blocks() {
     // takes ceil(9 / 4) - 2 = 1 fresh block and computes 1 token.
     let mut e = engine(5, 0, 64);
     let mut log = Log::default();
-    e.submit_with_hashes(req(0, 8, 2), vec![1, 2, 3], &mut log).unwrap();
-    e.submit_with_hashes(req(1, 8, 9), vec![5, 6, 7, 8], &mut log).unwrap();
+    e.submit_with_hashes(req(0, 8, 2), &[1, 2, 3], &mut log).unwrap();
+    e.submit_with_hashes(req(1, 8, 9), &[5, 6, 7, 8], &mut log).unwrap();
     assert_eq!(step(&mut e, &mut log), ["lookup 0 0/8", "sched 0 8@0", "lookup 1 0/8", "sched 1 8@0"]);
     assert_eq!(step(&mut e, &mut log), ["sched 0 1@8", "preempt 1", "finish 0"]);
     assert_eq!(step(&mut e, &mut log), ["lookup 1 8/9", "sched 1 1@8"]);
@@ -253,10 +253,10 @@ fn admission_counts_free_hit_blocks_as_leaving_the_free_queue() {
     // (counting only the new blocks, 5 - 2 = 3 >= 2, would admit it).
     let mut e = engine(8, 2, 64);
     let mut log = Log::default();
-    e.submit_with_hashes(req(0, 8, 1), vec![1, 2], &mut log).unwrap();
-    e.submit_with_hashes(req(2, 11, 50), vec![7, 8, 9], &mut log).unwrap();
+    e.submit_with_hashes(req(0, 8, 1), &[1, 2], &mut log).unwrap();
+    e.submit_with_hashes(req(2, 11, 50), &[7, 8, 9], &mut log).unwrap();
     assert_eq!(step(&mut e, &mut log), ["lookup 0 0/8", "sched 0 8@0", "lookup 2 0/11", "sched 2 11@0", "finish 0"]);
-    e.submit_with_hashes(req(1, 16, 3), vec![1, 2, 3, 4], &mut log).unwrap();
+    e.submit_with_hashes(req(1, 16, 3), &[1, 2, 3, 4], &mut log).unwrap();
     assert_eq!(step(&mut e, &mut log), ["sched 2 1@11"], "request 1 waits, and a wait is not a lookup");
     assert_eq!((e.num_waiting(), e.kv_blocks_used()), (1, 3));
 }
@@ -270,9 +270,9 @@ fn admission_needs_no_free_block_for_hits_held_by_running_requests() {
     // would need 3 fresh blocks.
     let mut e = engine(4, 0, 64);
     let mut log = Log::default();
-    e.submit_with_hashes(req(0, 8, 50), vec![1, 2, 9], &mut log).unwrap();
+    e.submit_with_hashes(req(0, 8, 50), &[1, 2, 9], &mut log).unwrap();
     step(&mut e, &mut log);
-    e.submit_with_hashes(req(1, 12, 3), vec![1, 2, 3], &mut log).unwrap();
+    e.submit_with_hashes(req(1, 12, 3), &[1, 2, 3], &mut log).unwrap();
     let events = step(&mut e, &mut log);
     assert_eq!(events, ["sched 0 1@8", "lookup 1 8/12", "sched 1 4@8"]);
     assert_eq!(e.kv_blocks_used(), 4, "3 of request 0 + 1 new; the 2 shared count once");
