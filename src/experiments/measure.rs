@@ -59,11 +59,8 @@ pub fn measure(s: &Scenario) -> Measured {
 
 /// Every metric name a run of `s` has, sorted.
 pub fn names(s: &Scenario) -> Vec<String> {
-    let empty = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).summarize(
-        &s.name,
-        s.workload.seed,
-        &s.capacity,
-    );
+    // `finish`, not `summarize`: it adds what the scenario turns on (prefix_cache.*).
+    let empty = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).finish(s).result;
     let mut all: Vec<String> = result_values(&empty).into_keys().collect();
     all.extend(DERIVED.iter().map(|(n, _)| (*n).to_string()));
     all.sort();
