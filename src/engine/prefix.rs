@@ -26,15 +26,14 @@
 //! The pool is exact and pure: it only counts, links and looks up. Blocks
 //! are materialised the first time they leave the free queue, so a huge
 //! `num_blocks` costs memory only for the blocks a run actually touches.
-//! The hash map uses the hashes themselves as bucket positions (they are
-//! already uniformly mixed) and is only looked up, never iterated, outside
-//! of the invariant check.
+//! The hash map (`index.rs`) uses the hashes themselves as positions (they
+//! are already uniformly mixed) and is only looked up, never iterated,
+//! outside of the invariant check.
 
 pub mod hash;
+mod index;
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-use std::hash::{BuildHasherDefault, Hasher};
+use index::{HashIndex, Holders};
 
 /// No block.
 const NIL: u32 = u32::MAX;
@@ -67,13 +66,6 @@ impl Block {
     }
 }
 
-/// The blocks holding one hash: the first is the one lookups use.
-#[derive(Copy, Clone, Debug)]
-struct Holders {
-    first: u32,
-    last: u32,
-}
-
 /// A request's part of the pool.
 #[derive(Clone, Debug, Default)]
 struct SlotState {
@@ -83,24 +75,6 @@ struct SlotState {
     hashes: Vec<u64>,
     /// Leading blocks of `table` that hold their hash.
     registered: u32,
-}
-
-/// Content hashes are uniformly mixed already: use them as they are.
-#[derive(Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
 }
 
 /// The block pool with prefix caching.
@@ -118,7 +92,7 @@ pub struct PrefixPool {
     head: u32,
     tail: u32,
     listed: u32,
-    cache: HashMap<u64, Holders, BuildHasherDefault<PassThrough>>,
+    cache: HashIndex,
     /// Blocks holding a hash.
     cached: u32,
     registrations: u64,
@@ -140,7 +114,7 @@ impl PrefixPool {
             listed: 0,
             // One entry per cached block at most: reserving up front spares
             // the rehashes (bounded, for huge pools).
-            cache: HashMap::with_capacity_and_hasher(total.min(1 << 20) as usize, Default::default()),
+            cache: HashIndex::with_capacity(total.min(1 << 20) as usize),
             cached: 0,
             registrations: 0,
             evictions: 0,
@@ -201,7 +175,7 @@ impl PrefixPool {
         let max = (known.saturating_sub(1) / self.block_size) as usize;
         let mut free_blocks = 0;
         for h in &s.hashes[..max.min(s.hashes.len())] {
-            let Some(holders) = self.cache.get(h) else { break };
+            let Some(holders) = self.cache.get(*h) else { break };
             let b = holders.first;
             free_blocks += u32::from(self.blocks[b as usize].refs == 0);
             self.hits.push(b);
@@ -255,16 +229,11 @@ impl PrefixPool {
             self.registered_at[b as usize] = self.registrations;
             self.registrations += 1;
             self.cached += 1;
-            match self.cache.entry(h) {
-                Entry::Occupied(mut e) => {
-                    let last = e.get().last;
-                    e.get_mut().last = b;
-                    self.blocks[last as usize].same_next = b;
-                    self.blocks[b as usize].same_prev = last;
-                }
-                Entry::Vacant(e) => {
-                    e.insert(Holders { first: b, last: b });
-                }
+            let (holders, inserted) = self.cache.get_or_insert(h, Holders { first: b, last: b });
+            if !inserted {
+                let last = std::mem::replace(&mut holders.last, b);
+                self.blocks[last as usize].same_next = b;
+                self.blocks[b as usize].same_prev = last;
             }
         }
 
@@ -359,15 +328,15 @@ impl PrefixPool {
         }
         match (same_prev, same_next) {
             (NIL, NIL) => {
-                self.cache.remove(&hash);
+                self.cache.remove(hash);
             }
             (NIL, n) => {
-                if let Some(h) = self.cache.get_mut(&hash) {
+                if let Some(h) = self.cache.get_mut(hash) {
                     h.first = n;
                 }
             }
             (p, NIL) => {
-                if let Some(h) = self.cache.get_mut(&hash) {
+                if let Some(h) = self.cache.get_mut(hash) {
                     h.last = p;
                 }
             }
@@ -437,7 +406,7 @@ impl PrefixPool {
             return Err("blocks in use + free != total".into());
         }
         let mut in_lists = 0u32;
-        for (&h, holders) in &self.cache {
+        for (h, holders) in self.cache.iter() {
             let (mut cur, mut prev, mut order) = (holders.first, NIL, None);
             while cur != NIL {
                 let block = self.blocks.get(cur as usize).ok_or("a hash maps to a missing block")?;
@@ -456,6 +425,10 @@ impl PrefixPool {
             if prev != holders.last {
                 return Err(format!("hash {h:016x}: the list does not end at its last block"));
             }
+        }
+        let entries = self.cache.iter().count();
+        if entries != self.cache.len() || (entries == 0) != self.cache.is_empty() {
+            return Err(format!("the hash index counts {} entries but holds {entries}", self.cache.len()));
         }
         let cached = self.blocks.iter().filter(|b| b.cached).count() as u32;
         if in_lists != cached || cached != self.cached {
