@@ -62,8 +62,8 @@ pub struct KvCache {
     pub watermark: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub num_blocks: Option<u64>,
-    /// Shown only when on, so scenarios without it print (and hash) as before.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// Always shown (false by default, unlike vLLM V1), so `llmsim explain`
+    /// says whether it ran.
     pub prefix_caching: bool,
 }
 

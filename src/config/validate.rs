@@ -205,6 +205,10 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
     let hash_block_size = raw.hash_block_size.map(|n| ck.count("workload.hash_block_size", n, 1)).transpose()?;
     let arrivals = arrivals(ck, raw.arrivals, hash_block_size)?;
     let is_trace = matches!(arrivals, Arrivals::Trace(_));
+    let arrivals_block_size = match &arrivals {
+        Arrivals::Trace(t) => t.content.as_ref().and_then(|c| c.hash_block_size),
+        _ => None,
+    };
     if let Some(n) = hash_block_size {
         let jsonl =
             matches!(&arrivals, Arrivals::Trace(t) if t.content.as_ref().is_some_and(|c| c.hash_block_size.is_some()));
@@ -262,7 +266,11 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
         duration_s,
         shared_prefix,
         sessions,
-        hash_block_size,
+        // A JSONL trace shows the block size it was read with, default included.
+        hash_block_size: match &arrivals_block_size {
+            Some(bs) => Some(*bs),
+            None => hash_block_size,
+        },
     })
 }
 

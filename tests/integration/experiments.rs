@@ -73,9 +73,9 @@ fn committed_results_are_current() {
 }
 
 #[test]
-fn there_are_seven_experiments_and_each_has_its_table_and_index_line() {
+fn there_are_eleven_experiments_and_each_has_its_table_and_index_line() {
     let specs = experiments::load_dir(&repo("scenarios/experiments")).unwrap();
-    assert_eq!(specs.len(), 7);
+    assert_eq!(specs.len(), 11);
     let index = std::fs::read_to_string(repo("results/README.md")).unwrap();
     for s in &specs {
         assert!(repo(&format!("results/{}.md", s.name)).is_file(), "no table for {}", s.name);
@@ -106,7 +106,7 @@ fn output_is_byte_identical_on_one_thread_and_on_several() {
         TestCommand::new(&["experiments", "--threads", threads, "--results"]).arg(dir.path().join(out)).ok();
     }
     let names: Vec<_> = std::fs::read_dir(dir.path().join("one")).unwrap().flatten().map(|e| e.file_name()).collect();
-    assert_eq!(names.len(), 8);
+    assert_eq!(names.len(), 12);
     for name in names {
         let one = std::fs::read(dir.path().join("one").join(&name)).unwrap();
         let three = std::fs::read(dir.path().join("three").join(&name)).unwrap();
@@ -131,7 +131,7 @@ fn check_against(dir: &Path) -> TestCommand {
 fn check_passes_on_an_untouched_copy_of_the_results() {
     let dir = copy_of_results();
     let out = check_against(dir.path()).ok();
-    assert!(out.stdout().contains("is current (8 files)"), "{}", out.describe());
+    assert!(out.stdout().contains("is current (12 files)"), "{}", out.describe());
 }
 
 #[test]
