@@ -16,6 +16,7 @@
 use std::fmt;
 
 use crate::config::{Scenario, limits};
+use crate::engine::prefix::hash::request_block_hashes;
 use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
 use crate::report::thousands;
@@ -183,6 +184,9 @@ where
     F: FnMut(&Engine, &mut O),
 {
     let mut at = Progress::default();
+    let hashing = engine.config().prefix_caching;
+    let block_size = engine.config().capacity.block_size;
+    let mut hashes = Vec::new();
     loop {
         // An idle engine's next step starts at the next arrival, but never
         // before the engine's clock: requests that arrived while the last
@@ -206,8 +210,16 @@ where
                 let (limit, rejected) = (limits.max_requests, tap.rejected);
                 return Err(SimError::TooManyRequests { limit, rejected, progress: at });
             }
-            if engine.submit(req, tap).is_err() {
-                source.done(req.id, when);
+            let submitted = match hashing {
+                // Content hashes only matter, and are only made, with prefix caching.
+                true => {
+                    request_block_hashes(&req, source.segments(), block_size, &mut hashes);
+                    engine.submit_with_hashes(req, &hashes, tap)
+                }
+                false => engine.submit(req, tap),
+            };
+            if submitted.is_err() {
+                source.rejected(req.id, when);
             }
             if let Some(why) = source.stalled() {
                 return Err(SimError::Stalled { why, progress: at });
@@ -226,8 +238,11 @@ where
             return Err(SimError::TimeLimit { at: engine.clock(), limit: limits.max_time, progress: at });
         }
         after_step(engine, tap.inner);
-        for (id, when) in tap.done.drain(..) {
-            source.done(id, when);
+        for (id, when, finished) in tap.done.drain(..) {
+            match finished {
+                true => source.done(id, when),
+                false => source.rejected(id, when),
+            }
         }
         if let Some(why) = source.stalled() {
             return Err(SimError::Stalled { why, progress: at });
@@ -281,19 +296,26 @@ impl<S: Source> Source for Delayed<'_, S> {
         req.arrival = req.arrival.plus_nanos(self.ns);
         Some(req)
     }
+    fn segments(&self) -> &[crate::engine::prefix::hash::Segment] {
+        self.inner.segments()
+    }
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner.done(id, at);
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime) {
+        self.inner.rejected(id, at);
     }
     fn stalled(&self) -> Option<String> {
         self.inner.stalled()
     }
 }
 
-/// Forwards events and remembers which requests are done, for closed
-/// loops; reports arrivals at the client's time (before the delay).
+/// Forwards events and remembers which requests are done (and whether
+/// they finished), for closed loops and sessions; reports arrivals at the
+/// client's time (before the delay).
 struct Tap<'a, O> {
     inner: &'a mut O,
-    done: Vec<(RequestId, SimTime)>,
+    done: Vec<(RequestId, SimTime, bool)>,
     /// Requests rejected so far, for messages.
     rejected: u64,
     delay_ns: u64,
@@ -314,14 +336,14 @@ impl<O: Observer> Observer for Tap<'_, O> {
     }
     fn finished(&mut self, id: RequestId, at: SimTime) {
         self.inner.finished(id, at);
-        self.done.push((id, at));
+        self.done.push((id, at, true));
     }
     fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
         self.inner.rejected(id, at, reason);
         self.rejected += 1;
         // Rejections on arrival are reported by `submit`'s result instead.
         if reason != RejectReason::ContextLength {
-            self.done.push((id, at));
+            self.done.push((id, at, false));
         }
     }
     fn aborted(&mut self, id: RequestId, at: SimTime) {
@@ -329,5 +351,8 @@ impl<O: Observer> Observer for Tap<'_, O> {
     }
     fn step(&mut self, step: &StepRecord) {
         self.inner.step(step);
+    }
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
+        self.inner.prefix_lookup(id, at, queried, hit);
     }
 }

@@ -356,6 +356,7 @@ fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, Confi
             &limits::WATERMARK,
         )?,
         num_blocks: kv.num_blocks.map(|n| ck.whole("model.kv_cache.num_blocks", n, &limits::NUM_BLOCKS)).transpose()?,
+        prefix_caching: kv.prefix_caching.unwrap_or(false),
     })
 }
 

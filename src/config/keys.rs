@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
 use serde_yaml::Value;
 
-use super::raw::{RawArrivals, RawDist, RawHardware, RawModel, RawScenario};
+use super::raw::{RawArrivals, RawDist, RawHardware, RawModel, RawScenario, RawSecondsDist};
 
 /// What a key holds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,6 +37,8 @@ pub enum Kind {
     NumberOrMapping,
     /// A token length: a whole number or a distribution mapping.
     CountOrMapping,
+    /// A duration: a number of seconds or a distribution mapping.
+    SecondsOrMapping,
     /// Read through `serde_yaml::Value` and not yet expanded (see [`OPAQUE`]).
     Opaque,
 }
@@ -53,6 +55,7 @@ impl Kind {
             (Kind::NameOrMapping | Kind::ModelOrMapping, Value::String(_) | Value::Mapping(_)) => true,
             (Kind::NumberOrMapping, Value::Number(_) | Value::Mapping(_)) => true,
             (Kind::CountOrMapping, Value::Mapping(_)) => true,
+            (Kind::SecondsOrMapping, Value::Number(_) | Value::Mapping(_)) => true,
             (Kind::Opaque, _) => true,
             _ => false,
         }
@@ -70,6 +73,7 @@ impl Kind {
             Kind::ModelOrMapping => "a model name (scenarios/models/) or a mapping",
             Kind::NumberOrMapping => "a number or a mapping by GPU count ({2: 248, 4: 289})",
             Kind::CountOrMapping => "a whole number of tokens or a distribution mapping",
+            Kind::SecondsOrMapping => "a number of seconds or a distribution mapping",
             Kind::Opaque => "a YAML value",
         }
     }
@@ -102,6 +106,8 @@ pub const OPAQUE: &[Expansion] = &[
     Expansion { path: "workload.arrivals", kind: Kind::Mapping, trace: Some(trace::<RawArrivals>) },
     Expansion { path: "workload.prompt_tokens", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
     Expansion { path: "workload.output_tokens", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
+    Expansion { path: "workload.sessions.turns", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
+    Expansion { path: "workload.sessions.think_s", kind: Kind::SecondsOrMapping, trace: Some(trace::<RawSecondsDist>) },
 ];
 
 /// Every valid key path of a scenario and what it holds, in path order.

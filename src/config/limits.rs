@@ -132,6 +132,10 @@ pub const RATE: Range = Range::closed(1e-6, 1e9);
 pub const BURSTINESS: Range = Range::closed(0.001, 1000.0);
 pub const CONCURRENCY: Range = Range::whole(1, 1_000_000);
 pub const THINK_TIME_S: Range = Range::closed(0.0, MAX_SIM_SECONDS);
+/// An exponential think time's mean: above 0 (a mean of 0 is a fixed 0).
+pub const THINK_MEAN_S: Range = Range::above(0.0, MAX_SIM_SECONDS);
+/// System prompts of `workload.shared_prefix`: each is one content key.
+pub const PREFIX_GROUPS: Range = Range::whole(1, 100_000_000);
 /// Token counts: prompt and output lengths, their bounds, `choice` values.
 pub const TOKENS: Range = Range::whole(1, u32::MAX as u64);
 pub const LENGTH_MEAN: Range = Range::closed(1.0, u32::MAX as f64);
@@ -273,6 +277,19 @@ pub const TABLE: &[Limit] = &[
         why: "users are kept in memory; 1000x a large benchmark",
     },
     Limit { key: "workload.arrivals.closed.think_time_s", range: THINK_TIME_S, why: "up to the simulated-time limit" },
+    Limit { key: "workload.hash_block_size", range: BLOCK_SIZE, why: "as model.kv_cache.block_size" },
+    Limit {
+        key: "workload.shared_prefix.groups",
+        range: PREFIX_GROUPS,
+        why: "distinct system prompts; each is drawn per request",
+    },
+    Limit { key: "workload.shared_prefix.tokens", range: TOKENS, why: "counted in 32 bits" },
+    Limit {
+        key: "workload.sessions.think_s, its uniform bounds",
+        range: THINK_TIME_S,
+        why: "up to the simulated-time limit",
+    },
+    Limit { key: "workload.sessions.think_s.exponential.mean", range: THINK_MEAN_S, why: "a mean of 0 is a fixed 0" },
     Limit {
         key: "token counts: fixed lengths, uniform bounds, min, max, choice values",
         range: TOKENS,

@@ -258,6 +258,9 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         duration_s: None,
         prompt_tokens: Some(RawLength::Fixed(1)),
         output_tokens: Some(RawLength::Fixed(1)),
+        shared_prefix: None,
+        sessions: None,
+        hash_block_size: None,
     };
     let scenario = RawScenario {
         name: Some(name.to_string()),

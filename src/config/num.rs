@@ -291,6 +291,15 @@ pub fn whole_pair<'de, D: Deserializer<'de>>(d: D) -> Result<[i64; 2], D::Error>
     }
 }
 
+/// `[lo, hi]` of real numbers.
+pub fn real_pair<'de, D: Deserializer<'de>>(d: D) -> Result<[f64; 2], D::Error> {
+    let v = real_list(d)?;
+    match v[..] {
+        [a, b] => Ok([a, b]),
+        _ => Err(D::Error::custom(format!("expected two numbers [lo, hi], got a list of {}", v.len()))),
+    }
+}
+
 fn list<'de, D: Deserializer<'de>>(d: D, name: &'static str) -> Result<Vec<Num>, D::Error> {
     struct Item(&'static str);
     impl<'de> de::DeserializeSeed<'de> for Item {

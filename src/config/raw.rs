@@ -198,6 +198,7 @@ pub struct RawKvCache {
     pub watermark: Option<f64>,
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub num_blocks: Option<i64>,
+    pub prefix_caching: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -254,6 +255,113 @@ pub struct RawWorkload {
     pub duration_s: Option<f64>,
     pub prompt_tokens: Option<RawLength>,
     pub output_tokens: Option<RawLength>,
+    pub shared_prefix: Option<RawSharedPrefix>,
+    pub sessions: Option<RawSessions>,
+    /// Tokens per `hash_ids` entry of a JSONL (Mooncake-style) trace.
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub hash_block_size: Option<i64>,
+}
+
+/// `workload.shared_prefix`: every request starts with one of `groups`
+/// system prompts of `tokens` tokens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSharedPrefix {
+    #[serde(deserialize_with = "num::whole")]
+    pub groups: i64,
+    #[serde(deserialize_with = "num::whole")]
+    pub tokens: i64,
+}
+
+/// `workload.sessions`: multi-turn conversations.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSessions {
+    pub turns: RawLength,
+    #[serde(default)]
+    pub think_s: Option<RawSeconds>,
+}
+
+/// A duration in seconds: a plain number or a distribution.
+#[derive(Debug)]
+pub enum RawSeconds {
+    Fixed(f64),
+    Dist(RawSecondsDist),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawSecondsDist {
+    Uniform(#[serde(deserialize_with = "num::real_pair")] [f64; 2]),
+    Exponential(RawSecondsMean),
+}
+
+impl OneKey for RawSecondsDist {
+    const FORMS: &'static str = "a number of seconds, uniform: [lo, hi], exponential: {mean}";
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecondsMean {
+    #[serde(deserialize_with = "num::real")]
+    pub mean: f64,
+}
+
+impl<'de> Deserialize<'de> for RawSeconds {
+    /// A number (the one grammar) or a one-key distribution mapping.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl V {
+            fn fixed<E: de::Error>(n: Num) -> Result<RawSeconds, E> {
+                Ok(RawSeconds::Fixed(n.as_f64()))
+            }
+            fn refuse<E: de::Error>(what: impl fmt::Display) -> Result<RawSeconds, E> {
+                Err(E::custom(onekey::got(what, RawSecondsDist::FORMS)))
+            }
+        }
+        impl<'de> Visitor<'de> for V {
+            type Value = RawSeconds;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "one of {}", RawSecondsDist::FORMS)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawSeconds, E> {
+                V::fixed(Num::Int(i128::from(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawSeconds, E> {
+                V::fixed(Num::Int(i128::from(v)))
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<RawSeconds, E> {
+                V::fixed(Num::Int(v))
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<RawSeconds, E> {
+                V::fixed(i128::try_from(v).map_or(Num::Float(v as f64), Num::Int))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawSeconds, E> {
+                V::fixed(Num::Float(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawSeconds, A::Error> {
+                onekey::from_map(map).map(RawSeconds::Dist)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawSeconds, E> {
+                let why = num::not_a_number(v);
+                if why.starts_with("expected a number") {
+                    V::refuse(format_args!("the string \"{}\"", short_text(v)))
+                } else {
+                    Err(E::custom(why))
+                }
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawSeconds, E> {
+                V::refuse(format_args!("the boolean {v}"))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<RawSeconds, E> {
+                V::refuse("nothing (null)")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<RawSeconds, A::Error> {
+                Err(A::Error::custom(onekey::got("a list", RawSecondsDist::FORMS)))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -230,8 +230,45 @@ fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) 
 pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigError> {
     let requests = raw.requests.map(|n| ck.whole("workload.requests", n, &limits::REQUESTS)).transpose()?;
     let duration_s = raw.duration_s.map(|d| ck.real("workload.duration_s", d, &limits::DURATION_S)).transpose()?;
-    let arrivals = arrivals(ck, raw.arrivals)?;
+    let hash_block_size =
+        raw.hash_block_size.map(|n| ck.whole32("workload.hash_block_size", n, &limits::BLOCK_SIZE)).transpose()?;
+    let arrivals = arrivals(ck, raw.arrivals, hash_block_size)?;
     let is_trace = matches!(arrivals, Arrivals::Trace(_));
+    let arrivals_block_size = match &arrivals {
+        Arrivals::Trace(t) => t.content.as_ref().and_then(|c| c.hash_block_size),
+        _ => None,
+    };
+    if let Some(n) = hash_block_size {
+        let jsonl =
+            matches!(&arrivals, Arrivals::Trace(t) if t.content.as_ref().is_some_and(|c| c.hash_block_size.is_some()));
+        if !jsonl {
+            return Err(ck.err(
+                "workload.hash_block_size",
+                format!("{n} is not allowed here: it only applies to a JSONL trace with hash_ids (Mooncake style)"),
+            ));
+        }
+    }
+    let only_generated = |key: &str, given: bool| -> Result<(), ConfigError> {
+        if given && is_trace {
+            return Err(ck.err(
+                &format!("workload.{key}"),
+                "not allowed with a trace: use the trace's prefix_id, prefix_tokens and session_id columns",
+            ));
+        }
+        Ok(())
+    };
+    only_generated("shared_prefix", raw.shared_prefix.is_some())?;
+    only_generated("sessions", raw.sessions.is_some())?;
+    let shared_prefix = raw
+        .shared_prefix
+        .map(|sp| {
+            Ok::<_, ConfigError>(SharedPrefix {
+                groups: ck.whole32("workload.shared_prefix.groups", sp.groups, &limits::PREFIX_GROUPS)?,
+                tokens: ck.whole32("workload.shared_prefix.tokens", sp.tokens, &limits::TOKENS)?,
+            })
+        })
+        .transpose()?;
+    let sessions = raw.sessions.map(|se| sessions(ck, se)).transpose()?;
     if !is_trace && requests.is_none() && duration_s.is_none() {
         return Err(ck.err("workload", "the workload never ends: set workload.requests, workload.duration_s or both"));
     }
@@ -256,10 +293,40 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
         arrivals,
         requests,
         duration_s,
+        shared_prefix,
+        sessions,
+        // A JSONL trace shows the block size it was read with, default included.
+        hash_block_size: match &arrivals_block_size {
+            Some(bs) => Some(*bs),
+            None => hash_block_size,
+        },
     })
 }
 
-fn arrivals(ck: &Check, raw: RawArrivals) -> Result<Arrivals, ConfigError> {
+fn sessions(ck: &Check, raw: RawSessions) -> Result<Sessions, ConfigError> {
+    let p = "workload.sessions.think_s";
+    let think_s = match raw.think_s {
+        None => Seconds::Fixed(0.0),
+        Some(RawSeconds::Fixed(x)) => Seconds::Fixed(ck.real(p, x, &limits::THINK_TIME_S)?),
+        Some(RawSeconds::Dist(RawSecondsDist::Uniform([lo, hi]))) => {
+            let lo = ck.real(&format!("{p}.uniform[0]"), lo, &limits::THINK_TIME_S)?;
+            let hi = ck.real(&format!("{p}.uniform[1]"), hi, &limits::THINK_TIME_S)?;
+            if hi < lo {
+                return Err(ck.err(
+                    &format!("{p}.uniform"),
+                    format!("[{lo}, {hi}] is not allowed: the upper bound must be >= the lower"),
+                ));
+            }
+            Seconds::Uniform { lo, hi }
+        }
+        Some(RawSeconds::Dist(RawSecondsDist::Exponential(m))) => {
+            Seconds::Exponential { mean: ck.real(&format!("{p}.exponential.mean"), m.mean, &limits::THINK_MEAN_S)? }
+        }
+    };
+    Ok(Sessions { turns: length(ck, "workload.sessions.turns", raw.turns)?, think_s })
+}
+
+fn arrivals(ck: &Check, raw: RawArrivals, hash_block_size: Option<u32>) -> Result<Arrivals, ConfigError> {
     let p = "workload.arrivals";
     Ok(match raw {
         RawArrivals::Poisson { rate } => {
@@ -282,8 +349,8 @@ fn arrivals(ck: &Check, raw: RawArrivals) -> Result<Arrivals, ConfigError> {
         },
         RawArrivals::Trace(path) => {
             let resolved = ck.file.parent().unwrap_or(Path::new("")).join(&path);
-            let rows = crate::workload::trace::read(&resolved)?;
-            Arrivals::Trace(Trace { path, rows: Arc::new(rows) })
+            let (rows, content) = crate::workload::trace::read_with_content(&resolved, hash_block_size)?;
+            Arrivals::Trace(Trace { path, rows: Arc::new(rows), content: content.map(Arc::new) })
         }
     })
 }

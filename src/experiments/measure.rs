@@ -122,6 +122,7 @@ pub fn measure(s: &Scenario) -> Result<Measured, String> {
 
 /// Every metric name a run of `s` has, sorted.
 pub fn names(s: &Scenario) -> Vec<String> {
+    // `finish`, not `summarize`: it adds what the scenario turns on (prefix_cache.*).
     let empty = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).finish(s).result;
     let mut all: Vec<String> = result_values(&empty).into_keys().collect();
     all.extend(DERIVED.iter().map(|(n, _)| (*n).to_string()));
@@ -231,6 +232,8 @@ mod tests {
             preempted: 0,
             compute_s: 0.0,
             memory_s: 0.0,
+            cached_blocks: 0,
+            evictions: 0,
         }
     }
 

@@ -13,6 +13,8 @@ mod experiments;
 mod fuzz;
 mod invariants;
 mod invariants_models;
+mod invariants_prefix;
 mod limits;
+mod prefix;
 mod server;
 mod sweep;

@@ -90,7 +90,7 @@ fn the_list_names_the_documented_keys_with_their_kinds() {
 fn sample(kind: Kind) -> &'static str {
     match kind {
         Kind::Integer | Kind::CountOrMapping => "7",
-        Kind::Number => "0.5",
+        Kind::Number | Kind::SecondsOrMapping => "0.5",
         Kind::Text | Kind::NameOrMapping => "h100-80gb",
         Kind::ModelOrMapping => "llama-3.1-8b",
         Kind::NumberOrMapping => "{2: 248, 4: 289}",
