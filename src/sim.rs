@@ -147,7 +147,7 @@ where
 const PROGRESS_EVERY: u64 = 1 << 16;
 
 /// The driver itself: [`drive_delayed`] within `limits`, reporting
-/// progress every [`PROGRESS_EVERY`] steps.
+/// progress every `PROGRESS_EVERY` (65,536) steps.
 pub fn drive_limited<S, O, F>(
     engine: &mut Engine,
     source: &mut S,

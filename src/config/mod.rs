@@ -13,6 +13,7 @@ pub mod num;
 pub mod onekey;
 pub mod overrides;
 pub mod raw;
+pub mod reference;
 pub mod scenario;
 pub mod validate;
 pub mod yaml;

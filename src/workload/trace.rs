@@ -375,7 +375,7 @@ pub fn write<W: Write>(out: W, rows: &[TraceRow]) -> csv::Result<()> {
     write_with_content(out, rows, None)
 }
 
-/// [`write`], plus the content columns when `content` is given (one entry
+/// [`fn@write`], plus the content columns when `content` is given (one entry
 /// per row; hash ids have no CSV column and are left out).
 pub fn write_with_content<W: Write>(out: W, rows: &[TraceRow], content: Option<&[RowContent]>) -> csv::Result<()> {
     let mut w = csv::Writer::from_writer(out);
