@@ -184,7 +184,11 @@ pub fn hardware_table() -> String {
         };
         let fp8 = hw.peak_tflops_fp8.map(limits::number).unwrap_or_else(|| "none".into());
         let link = match &hw.interconnect {
-            Some(i) => format!("latency {}; bus bandwidth {}", by_gpus(&i.latency_us, " us"), by_gpus(&i.bandwidth_gbps, " GB/s")),
+            Some(i) => format!(
+                "latency {}; bus bandwidth {}",
+                by_gpus(&i.latency_us, " us"),
+                by_gpus(&i.bandwidth_gbps, " GB/s")
+            ),
             None => "none: give `hardware.interconnect` inline".into(),
         };
         s.push_str(&format!(

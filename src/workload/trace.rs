@@ -2,7 +2,7 @@
 //!
 //! * The trace CSV: `arrival_s,prompt_tokens,output_tokens`, extra columns
 //!   ignored. `llmsim trace` writes it; a `trace:` workload and any other
-//!   tool read it. Optional content columns (DEPLOYMENT.md section 3):
+//!   tool read it. Optional content columns (docs/prefix-caching.md):
 //!   `prefix_id,prefix_tokens` (the first `prefix_tokens` of the prompt are
 //!   the content named `prefix_id`, shared by every row naming it) and
 //!   `session_id` (a row continues the latest earlier row of the same
