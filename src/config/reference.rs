@@ -74,7 +74,9 @@ fn grouped_range(path: &str) -> Option<Range> {
 fn row_names(key: &str) -> Vec<String> {
     let mut out = Vec::new();
     for part in key.split(", ") {
-        if part.contains(' ') || part.contains(':') {
+        // Rows described in words ("token counts: ...", "its uniform
+        // bounds") name no key there.
+        if key.contains(':') || part.contains(' ') || !part.contains('.') {
             continue;
         }
         match (part.find('{'), part.find('}')) {
