@@ -17,14 +17,17 @@ pub mod engine_task;
 pub mod errors;
 pub mod feed;
 pub mod fixed;
+pub mod logprobs;
 pub mod openai;
 pub mod prom;
 pub mod record;
+pub mod request;
 pub mod routes;
 pub mod sse;
 pub mod stats;
 pub mod stop;
 pub mod summary;
+pub mod tokenize;
 
 pub use crate::content;
 
@@ -109,6 +112,7 @@ pub struct ModelHandle {
     pub sinks: Sinks,
     /// Handler-side request keys.
     pub tickets: AtomicU64,
+    pub tokenizer: tokenize::Tokenizer,
 }
 
 /// Server options besides the models and responses.
@@ -192,7 +196,8 @@ impl App {
                     Backend::Scheduler { commands: tx }
                 }
             };
-            models.push(ModelHandle { spec: spec.clone(), backend, sinks, tickets: AtomicU64::new(0) });
+            let tokenizer = tokenize::Tokenizer::default();
+            models.push(ModelHandle { spec: spec.clone(), backend, sinks, tickets: AtomicU64::new(0), tokenizer });
         }
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Ok(Arc::new(App {
