@@ -36,6 +36,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/health", get(health))
+        .route("/ping", get(health).post(health))
+        .route("/version", get(version))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
         .route("/metrics", get(metrics))
         .route("/metrics/summary", get(summary))
         .route("/metrics/summary/reset", post(reset))
@@ -59,24 +63,113 @@ async fn method_not_allowed(State(app): State<Arc<App>>) -> Response {
     respond(&app, Err(ApiError::http(StatusCode::METHOD_NOT_ALLOWED)))
 }
 
+/// vLLM's model cards: `created` stamped per response, a permission
+/// object, `owned_by` "vllm" (clients written for vLLM see what they expect).
 async fn models(State(app): State<Arc<App>>) -> Response {
+    let created = unix_now();
     let data: Vec<serde_json::Value> = app
         .models
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
             serde_json::json!({
                 "id": m.spec.name,
                 "object": "model",
-                "created": app.created,
-                "owned_by": "llmsim",
+                "created": created,
+                "owned_by": "vllm",
                 "root": m.spec.name,
                 "parent": null,
                 "max_model_len": m.spec.context_length,
-                "permission": [],
+                "permission": [{
+                    "id": format!("modelperm-llmsim-{i}"),
+                    "object": "model_permission",
+                    "created": created,
+                    "allow_create_engine": false,
+                    "allow_sampling": true,
+                    "allow_logprobs": true,
+                    "allow_search_indices": false,
+                    "allow_view": true,
+                    "allow_fine_tuning": false,
+                    "organization": "*",
+                    "group": null,
+                    "is_blocking": false,
+                }],
             })
         })
         .collect();
     json_response(StatusCode::OK, serde_json::json!({"object": "list", "data": data}).to_string())
+}
+
+/// `GET /version`: vLLM answers its package version; llmsim answers its own.
+async fn version() -> Response {
+    json_response(StatusCode::OK, serde_json::json!({"version": env!("CARGO_PKG_VERSION")}).to_string())
+}
+
+/// `POST /tokenize`: vLLM's answer (`count`, `max_model_len`, `tokens`,
+/// `token_strs`) for a completions `prompt` or chat `messages`, counted by
+/// the model's tokenizer (chat: with the template framing, as the prompt of
+/// a chat request is counted).
+async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let body = read_body(&app, &headers, body).await?;
+        let value: serde_json::Value = openai::parse(&body)?;
+        let obj = value.as_object().cloned().unwrap_or_default();
+        let model = app.model(obj.get("model").and_then(|m| m.as_str()))?;
+        let want_strs = obj.get("return_token_strs").and_then(serde_json::Value::as_bool).unwrap_or(false);
+        let (ids, strs) = if obj.contains_key("messages") {
+            let parsed = request::read(Api::Chat, &value)?;
+            match &parsed.prompts[0] {
+                PromptIn::Chat(m) => model.tokenizer.encode_chat(m),
+                _ => (Vec::new(), Vec::new()),
+            }
+        } else {
+            let Some(prompt) = obj.get("prompt").and_then(|p| p.as_str()) else {
+                return Err(
+                    ApiError::bad_request("`prompt` (a string) or `messages` is required.").with_param("prompt")
+                );
+            };
+            (model.tokenizer.encode(prompt), model.tokenizer.pieces(prompt))
+        };
+        let count = ids.len();
+        let strs = want_strs.then_some(strs);
+        let out = serde_json::json!({
+            "count": count,
+            "max_model_len": model.spec.context_length,
+            "tokens": ids,
+            "token_strs": strs,
+        });
+        Ok(json_response(StatusCode::OK, out.to_string()))
+    }
+    .await;
+    respond(&app, result)
+}
+
+/// `POST /detokenize`: the text of token ids, when the model's tokenizer
+/// has a vocabulary (a `tokenizer.json`); the built-in one has none.
+async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let body = read_body(&app, &headers, body).await?;
+        let value: serde_json::Value = openai::parse(&body)?;
+        let model = app.model(value.get("model").and_then(|m| m.as_str()))?;
+        let Some(list) = value.get("tokens").and_then(|t| t.as_array()) else {
+            return Err(ApiError::bad_request("`tokens` (a list of token ids) is required.").with_param("tokens"));
+        };
+        let ids: Option<Vec<u64>> = list.iter().map(serde_json::Value::as_u64).collect();
+        let Some(ids) = ids else {
+            return Err(ApiError::bad_request("`tokens` must be a list of non-negative integers.").with_param("tokens"));
+        };
+        match model.tokenizer.decode(&ids) {
+            Some(text) => Ok(json_response(StatusCode::OK, serde_json::json!({"prompt": text}).to_string())),
+            None => Err(ApiError::bad_request(format!(
+                "model `{}` uses llmsim's built-in tokenizer, whose token ids are hashes of the text and cannot be \
+                 turned back into text; give the model a `tokenizer:` (a tokenizer.json) to detokenize.",
+                model.spec.name
+            ))
+            .with_param("tokens")),
+        }
+    }
+    .await;
+    respond(&app, result)
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {

@@ -74,6 +74,37 @@ impl Tokenizer {
         }
     }
 
+    /// Token ids and texts of a chat prompt with its ChatML framing
+    /// (`<|im_start|>role\n` before each message, `<|im_end|>\n` after it,
+    /// `<|im_start|>assistant\n` at the end): as many as
+    /// [`Tokenizer::count_chat`] counts. The two markers take the ids just
+    /// past the hashed ones.
+    pub fn encode_chat(&self, messages: &[(String, String)]) -> (Vec<u32>, Vec<String>) {
+        let (start, end) = (BUILTIN_VOCAB, BUILTIN_VOCAB + 1);
+        let mut ids = Vec::new();
+        let mut strs = Vec::new();
+        let mut push = |id: u32, s: &str| {
+            ids.push(id);
+            strs.push(s.to_string());
+        };
+        let turn = |role: &str, push: &mut dyn FnMut(u32, &str)| {
+            push(start, "<|im_start|>");
+            push(builtin_id(role), role);
+            push(builtin_id("\n"), "\n");
+        };
+        for (role, content) in messages {
+            turn(role, &mut push);
+            for piece in self.pieces(content) {
+                let id = self.encode(&piece).first().copied().unwrap_or(0);
+                push(id, &piece);
+            }
+            push(end, "<|im_end|>");
+            push(builtin_id("\n"), "\n");
+        }
+        turn("assistant", &mut push);
+        (ids, strs)
+    }
+
     /// The text of token ids; None when the tokenizer cannot say (the
     /// built-in one has no vocabulary).
     pub fn decode(&self, _ids: &[u64]) -> Option<String> {
@@ -117,5 +148,20 @@ mod tests {
         // "hello" and " hello" are different tokens.
         assert_eq!(t.encode("hello"), vec![ids[0]]);
         assert_eq!(t.decode(&[1, 2]), None);
+    }
+
+    #[test]
+    fn a_chat_encodes_to_as_many_tokens_as_it_counts() {
+        let t = Tokenizer::Builtin;
+        let m = vec![("system".to_string(), "Be brief.".to_string()), ("user".to_string(), "Hi there".to_string())];
+        let (ids, strs) = t.encode_chat(&m);
+        // (3 + 5) + (2 + 5) + 3, by hand: "Be", " brief", "." and "Hi", " there".
+        assert_eq!(ids.len(), 18);
+        assert_eq!(ids.len(), t.count_chat(m.iter().map(|(r, c)| (r.as_str(), c.as_str()))));
+        assert_eq!(strs[..4], ["<|im_start|>", "system", "\n", "Be"]);
+        assert_eq!(
+            strs.concat(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+        );
     }
 }
