@@ -19,6 +19,7 @@ use axum::routing::{get, post};
 
 use super::content::Query;
 use super::errors::ApiError;
+use super::faults::Kind;
 use super::feed::{Accepted, Feed, FeedEvent, FeedRequest};
 use super::openai::{self, Api, Choice, Lengths, Reply};
 use super::request::{self, Parsed, PromptIn};
@@ -270,6 +271,7 @@ async fn handle(
     } else {
         plan_reply(app, index, api, &parsed, options, created)?
     };
+    let fault = inject(app, model)?;
     let epoch = app.epoch.load(Ordering::SeqCst);
     let max_tokens = reply.options.max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
     let mut feeds = Vec::with_capacity(reply.choices.len());
@@ -291,8 +293,40 @@ async fn handle(
         feeds.push(feed);
         accepted.push(acc);
     }
-    let ctx = Ctx { app: app.clone(), model: index, reply, stamp, accepted, epoch };
+    let ctx = Ctx { app: app.clone(), model: index, reply, stamp, accepted, epoch, fault };
     if ctx.reply.options.stream { Ok(sse::response(ctx, feeds)) } else { whole(ctx, feeds).await }
+}
+
+/// Picks this request's fault (`faults`), counts and logs it; the faults
+/// that answer before the first byte are the error returned.
+fn inject(app: &App, model: &ModelHandle) -> Result<Option<Kind>, ApiError> {
+    let Some(f) = &model.spec.faults else { return Ok(None) };
+    let k = model.arrivals.fetch_add(1, Ordering::Relaxed);
+    let waiting = model.sinks.gauges.waiting.load(Ordering::Relaxed);
+    let kind = if f.max_waiting.is_some_and(|m| waiting >= m) { Some(Kind::QueueFull) } else { f.pick(k) };
+    let Some(kind) = kind else { return Ok(None) };
+    model.faults_seen[kind.slot()].fetch_add(1, Ordering::Relaxed);
+    if let Some(log) = &model.fault_log {
+        super::engine_task::lock(log).write(app.clock.now(), k, kind);
+    }
+    let http = |status: StatusCode| ApiError::http(status);
+    match kind {
+        Kind::Http429 { retry_after_s } => {
+            Err(ApiError { retry_after: Some(retry_after_s), ..http(StatusCode::TOO_MANY_REQUESTS) })
+        }
+        Kind::Http500 => Err(http(StatusCode::INTERNAL_SERVER_ERROR)),
+        Kind::Http503 => Err(http(StatusCode::SERVICE_UNAVAILABLE)),
+        Kind::QueueFull => Err(ApiError {
+            message: format!(
+                "Too many requests waiting: model `{}` has {waiting} waiting and accepts at most {} (faults.max_waiting).",
+                model.spec.name,
+                f.max_waiting.unwrap_or(0)
+            ),
+            retry_after: Some(1),
+            ..http(StatusCode::TOO_MANY_REQUESTS)
+        }),
+        other => Ok(Some(other)),
+    }
 }
 
 /// Unix seconds now: each response's `created` (vLLM stamps every response
@@ -419,6 +453,8 @@ pub struct Ctx {
     /// Each choice's engine request, in `reply.choices` order.
     pub accepted: Vec<Accepted>,
     pub epoch: u64,
+    /// An injected mid-answer fault (stall, cut, malformed).
+    pub fault: Option<Kind>,
 }
 
 impl Ctx {
@@ -472,7 +508,20 @@ async fn whole(ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
         stories.push(d?);
     }
     let max_lag = stories.iter().map(|(_, l)| *l).max().unwrap_or(0);
-    let mut resp = json_response(StatusCode::OK, ctx.reply.full_body());
+    let mut body = ctx.reply.full_body();
+    match ctx.fault {
+        Some(Kind::Stall { stall_ms, .. }) => tokio::time::sleep(std::time::Duration::from_millis(stall_ms)).await,
+        Some(Kind::Cut { .. }) => return Ok(cut_response()),
+        Some(Kind::Malformed { .. }) => {
+            let mut half = body.len() / 2;
+            while !body.is_char_boundary(half) {
+                half -= 1;
+            }
+            body.truncate(half);
+        }
+        _ => {}
+    }
+    let mut resp = json_response(StatusCode::OK, body);
     if let Some((story, _)) = stories.first() {
         for (name, value) in explain(&ctx, 0, story, Some(max_lag)) {
             if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) {
@@ -481,6 +530,17 @@ async fn whole(ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
         }
     }
     Ok(resp)
+}
+
+/// A response whose body breaks before its first byte: the client sees the
+/// status line and headers, then the connection closes.
+fn cut_response() -> Response {
+    let broken = futures_util::stream::once(async {
+        Err::<Bytes, std::io::Error>(std::io::Error::other("llmsim fault injection: connection cut"))
+    });
+    let mut resp = (StatusCode::OK, Body::from_stream(broken)).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
 }
 
 /// Why the response took as long as it did: the simulated story of the

@@ -16,7 +16,6 @@
 //! away, hyper drops the body, the feeds are dropped, and the requests are
 //! aborted at once.
 
-use std::convert::Infallible;
 use std::pin::Pin;
 
 use axum::body::{Body, Bytes};
@@ -24,6 +23,7 @@ use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 
+use super::faults::Kind;
 use super::feed::{Feed, FeedEvent};
 use super::openai::{self, Api};
 use super::routes::{Ctx, explain, feed_error};
@@ -62,6 +62,19 @@ struct Streamer {
     phase: Phase,
     seen: Vec<Seen>,
     open: usize,
+    /// Token chunks sent, and whether the injected fault has happened.
+    sent: u32,
+    faulted: bool,
+}
+
+/// How long a `cut` waits for the tokens before it to be written.
+const CUT_GRACE_MS: u64 = 20;
+
+/// What the body does next.
+enum Next {
+    Bytes(String),
+    /// Close the connection without finishing the body (a `cut` fault).
+    Cut,
 }
 
 /// The streaming response for accepted requests (one feed per choice).
@@ -78,10 +91,15 @@ pub fn response(ctx: Ctx, feeds: Vec<Feed>) -> Response {
     let open = feeds.len();
     let seen = (0..open).map(|_| Seen::default()).collect();
     let events = stream::select_all(feeds.into_iter().enumerate().map(|(i, f)| events(i, f)));
-    let state = Streamer { ctx, events, phase, seen, open };
+    let state = Streamer { ctx, events, phase, seen, open, sent: 0, faulted: false };
     let body = stream::unfold(state, |mut s| async move {
-        let bytes = s.advance().await?;
-        Some((Ok::<Bytes, Infallible>(Bytes::from(bytes)), s))
+        match s.advance().await? {
+            Next::Bytes(bytes) => Some((Ok(Bytes::from(bytes)), s)),
+            Next::Cut => {
+                s.phase = Phase::End;
+                Some((Err(std::io::Error::other("llmsim fault injection: connection cut")), s))
+            }
+        }
     });
     let mut resp = (StatusCode::OK, Body::from_stream(body)).into_response();
     let h = resp.headers_mut();
@@ -97,20 +115,63 @@ pub fn response(ctx: Ctx, feeds: Vec<Feed>) -> Response {
 
 impl Streamer {
     /// The next piece of the body, or None when it is complete.
-    async fn advance(&mut self) -> Option<String> {
+    async fn advance(&mut self) -> Option<Next> {
         match self.phase {
             Phase::Start => {
                 self.phase = Phase::Tokens;
-                Some(self.ctx.reply.role_frames())
+                Some(Next::Bytes(self.ctx.reply.role_frames()))
             }
             Phase::Tokens => {
+                if let Some(next) = self.fault().await {
+                    return Some(next);
+                }
                 let Some((choice, ev)) = self.events.next().await else {
                     self.phase = Phase::End;
-                    return Some(self.end());
+                    return Some(Next::Bytes(self.end()));
                 };
-                Some(self.on_event(choice, ev))
+                if matches!(ev, FeedEvent::Token { .. }) {
+                    self.sent += 1;
+                }
+                Some(Next::Bytes(self.on_event(choice, ev)))
             }
             Phase::End => None,
+        }
+    }
+
+    /// The injected fault, once its token count is reached.
+    async fn fault(&mut self) -> Option<Next> {
+        let kind = self.ctx.fault?;
+        let after = match kind {
+            Kind::Stall { after_tokens, .. } | Kind::Cut { after_tokens } | Kind::Malformed { after_tokens } => {
+                after_tokens
+            }
+            _ => return None,
+        };
+        if self.faulted || self.sent < after {
+            return None;
+        }
+        self.faulted = true;
+        match kind {
+            Kind::Stall { stall_ms, .. } => {
+                tokio::time::sleep(std::time::Duration::from_millis(stall_ms)).await;
+                None
+            }
+            Kind::Cut { .. } => {
+                // hyper drops what it has not written yet when a body fails:
+                // give the tokens already sent time to leave first.
+                tokio::time::sleep(std::time::Duration::from_millis(CUT_GRACE_MS)).await;
+                Some(Next::Cut)
+            }
+            _ => {
+                // A chunk whose JSON stops half way, as a broken proxy sends.
+                let whole = self.ctx.reply.token_frame(0, 1);
+                let json = whole.trim_start_matches("data: ").trim_end();
+                let mut half = json.len() / 2;
+                while !json.is_char_boundary(half) {
+                    half -= 1;
+                }
+                Some(Next::Bytes(format!("data: {}\n\n", &json[..half])))
+            }
         }
     }
 

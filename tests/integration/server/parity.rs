@@ -352,3 +352,162 @@ fn echo_puts_the_prompt_before_the_answer() {
     let r = server.post("/v1/completions", r#"{"model":"fixed","prompt":"a b","echo":true,"stream":true}"#);
     assert_eq!(chunks(&r)[0]["choices"][0]["text"], "a ba", "the first chunk carries the prompt");
 }
+
+/// Fixed models that each inject one kind of fault into every request, and
+/// a one-sequence scheduler model whose queue holds one request.
+const FAULT_MODELS: &str = "
+models:
+  - name: f429
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
+    faults: {seed: 1, rate: 1, kinds: [{kind: http_429, retry_after_s: 2}]}
+  - name: f503
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
+    faults: {rate: 1, kinds: [{kind: http_503}]}
+  - name: stall
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
+    faults: {rate: 1, kinds: [{kind: stall, after_tokens: 2, stall_ms: 400}]}
+  - name: cut
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
+    faults: {rate: 1, kinds: [{kind: cut, after_tokens: 3}]}
+  - name: malformed
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
+    faults: {rate: 1, kinds: [{kind: malformed, after_tokens: 1}]}
+  - name: half
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
+    faults: {seed: 9, rate: 0.5, kinds: [{kind: http_500}]}
+  - name: queue
+    engine: scheduler
+    hardware: {name: test, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
+    model:
+      context_length: 8192
+      weights: {parameters_billions: 6.74}
+      kv_cache: {bytes_per_token: 524288}
+    scheduler: {max_batch_tokens: 8192, max_num_sequences: 1}
+    faults: {max_waiting: 1}
+";
+
+#[test]
+fn injected_faults_answer_as_configured_and_are_counted_and_recorded() {
+    let dir = crate::support::tempdir();
+    let record = dir.path().join("served.csv");
+    let server = Server::start_with(FAULT_MODELS, &["--record", record.to_str().unwrap()]);
+    // http_429: before the first byte, with retry-after, in vLLM's HTTP-error envelope.
+    let r = server.chat("f429", "hi", "");
+    assert_eq!((r.status, r.header("retry-after")), (429, Some("2")));
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"error": {"message": "Too Many Requests", "type": "Too Many Requests", "param": null, "code": 429}})
+    );
+    assert_eq!(server.chat("f503", "hi", r#""stream":true"#).status, 503);
+    // stall: the stream pauses 400 ms after two tokens, then finishes.
+    let t = std::time::Instant::now();
+    let r = server.chat("stall", MESSAGE, r#""stream":true"#);
+    assert!(t.elapsed() >= std::time::Duration::from_millis(400), "{:?}", t.elapsed());
+    assert_eq!(r.events().last().map(String::as_str), Some("[DONE]"));
+    // cut: role + 3 tokens, then the connection closes: no finish, no [DONE].
+    let r = server.chat("cut", MESSAGE, r#""stream":true"#);
+    let ev = r.events();
+    assert_eq!(ev.len(), 1 + 3, "{}", r.body);
+    assert!(!r.body.contains("[DONE]") && !r.body.contains("finish_reason\":\"stop"));
+    // malformed: one event's JSON is cut in half; the stream goes on to [DONE].
+    let r = server.chat("malformed", MESSAGE, r#""stream":true"#);
+    let bad = r.events().iter().filter(|e| *e != "[DONE]" && serde_json::from_str::<Value>(e).is_err()).count();
+    assert_eq!(bad, 1, "{}", r.body);
+    assert_eq!(r.events().last().map(String::as_str), Some("[DONE]"));
+    // A whole (non-streamed) malformed answer is cut-in-half JSON.
+    let r = server.chat("malformed", MESSAGE, "");
+    assert!(serde_json::from_str::<Value>(&r.body).is_err() && r.body.starts_with('{'), "{}", r.body);
+    // rate 0.5: the same seed gives the same faults, near half of them.
+    let statuses: Vec<u16> = (0..40).map(|_| server.chat("half", "hi", "").status).collect();
+    let failed = statuses.iter().filter(|&&s| s == 500).count();
+    assert!((10..=30).contains(&failed), "{statuses:?}");
+    assert!(statuses.iter().all(|&s| s == 200 || s == 500));
+    // Counted per kind in /metrics.
+    let m = |model: &str, kind: &str| {
+        server.metric(&format!("llmsim:faults_injected_total{{engine=\"0\",kind=\"{kind}\",model_name=\"{model}\"}}"))
+    };
+    assert_eq!(m("f429", "http_429"), Some(1.0));
+    assert_eq!(m("cut", "cut"), Some(1.0));
+    assert_eq!(m("malformed", "malformed"), Some(2.0));
+    assert_eq!(m("half", "http_500"), Some(failed as f64));
+    server.stop();
+    // Recorded beside each model's record file.
+    let log = read(&dir.path().join("served.half.faults.csv"));
+    assert_eq!(log.lines().next(), Some("at_s,request,kind"));
+    assert_eq!(log.lines().count(), 1 + failed);
+    let picked: Vec<u64> = log.lines().skip(1).map(|l| l.split(',').nth(1).unwrap().parse().unwrap()).collect();
+    let want: Vec<u64> = statuses.iter().enumerate().filter(|(_, s)| **s == 500).map(|(i, _)| i as u64).collect();
+    assert_eq!(picked, want, "the request numbers of the 500s");
+}
+
+#[test]
+fn max_waiting_turns_requests_away_with_429_while_the_queue_is_full() {
+    let server = Server::start_with(FAULT_MODELS, &[]);
+    let port = server.port;
+    // One sequence at a time: a long answer runs, a second waits...
+    let long = std::thread::spawn(move || {
+        http(port, "POST", "/v1/chat/completions", &chat_body("queue", "hi", r#""max_tokens":2000,"ignore_eos":true"#))
+    });
+    server.wait_for(10, "the first request running", |s| {
+        s.metric("vllm:num_requests_running{engine=\"0\",model_name=\"queue\"}") == Some(1.0)
+    });
+    let waiting = std::thread::spawn(move || {
+        http(port, "POST", "/v1/chat/completions", &chat_body("queue", "hi", r#""max_tokens":5"#))
+    });
+    server.wait_for(10, "the second request waiting", |s| {
+        s.metric("vllm:num_requests_waiting{engine=\"0\",model_name=\"queue\"}") == Some(1.0)
+    });
+    // ...and a third finds the queue full.
+    let r = server.chat("queue", "hi", r#""max_tokens":5"#);
+    assert_eq!((r.status, r.header("retry-after")), (429, Some("1")), "{}", r.body);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("faults.max_waiting"));
+    assert_eq!(long.join().unwrap().status, 200);
+    assert_eq!(waiting.join().unwrap().status, 200);
+    assert_eq!(
+        server.metric("llmsim:faults_injected_total{engine=\"0\",kind=\"queue_full\",model_name=\"queue\"}"),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_model_with_a_tokenizer_json_counts_and_streams_its_tokens() {
+    let dir = crate::support::tempdir();
+    // A word-level tokenizer made here: whitespace pre-tokenizer, seven words.
+    let tokenizer = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+        "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+        "model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"world":2,"the":3,"quick":4,"fox":5,",":6},
+        "unk_token":"[UNK]"}}"#;
+    std::fs::write(dir.path().join("tokenizer.json"), tokenizer).unwrap();
+    let models = format!(
+        "models:\n  - name: words\n    engine: fixed\n    tokenizer: {}\n    fixed: {{context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}}\n",
+        dir.path().join("tokenizer.json").display()
+    );
+    let server = Server::start_with(&models, &[]);
+    // "hello, world 123456": hello / , / world / 123456 (the built-in one counts 6).
+    let v = server.post("/tokenize", r#"{"prompt":"hello, world 123456"}"#).json();
+    assert_eq!((&v["count"], &v["tokens"]), (&Value::from(4), &serde_json::json!([1, 6, 2, 0])));
+    assert_eq!(server.post("/detokenize", r#"{"tokens":[1,2]}"#).json()["prompt"], "hello world");
+    // Usage and the streamed chunks follow the model's tokens.
+    let v = server.post("/v1/completions", r#"{"prompt":"hello, world 123456"}"#).json();
+    assert_eq!(v["usage"]["prompt_tokens"], 4);
+    assert_eq!(v["usage"]["completion_tokens"], 4 + 1, "4 tokens and EOS");
+    let r = server.post("/v1/completions", r#"{"prompt":"hello, world 123456","stream":true}"#);
+    let texts: Vec<String> = chunks(&r).iter().map(|c| c["choices"][0]["text"].as_str().unwrap().to_string()).collect();
+    assert_eq!(texts, vec!["hello", ", ", "world ", "123456", ""]);
+    // A token-id prompt is decoded for the responses script.
+    let v = server.post("/v1/completions", r#"{"prompt":[1,2]}"#).json();
+    assert_eq!(choice(&v)["text"], "hello world");
+    // A broken tokenizer file stops serve before it listens, naming the key.
+    std::fs::write(dir.path().join("tokenizer.json"), "{not json").unwrap();
+    let out = crate::support::TestCommand::new(&["serve", "--port", "0", "--models"])
+        .arg(server.dir.path().join("models.yml"))
+        .output();
+    assert_eq!(out.code(), 2, "{}", out.describe());
+    assert!(out.stderr().contains("models[0].tokenizer: cannot read"), "{}", out.describe());
+}
