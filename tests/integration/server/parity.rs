@@ -452,7 +452,7 @@ fn max_waiting_turns_requests_away_with_429_while_the_queue_is_full() {
     let port = server.port;
     // One sequence at a time: a long answer runs, a second waits...
     let long = std::thread::spawn(move || {
-        http(port, "POST", "/v1/chat/completions", &chat_body("queue", "hi", r#""max_tokens":2000,"ignore_eos":true"#))
+        http(port, "POST", "/v1/chat/completions", &chat_body("queue", "hi", r#""max_tokens":400,"ignore_eos":true"#))
     });
     server.wait_for(10, "the first request running", |s| {
         s.metric("vllm:num_requests_running{engine=\"0\",model_name=\"queue\"}") == Some(1.0)
@@ -510,4 +510,42 @@ fn a_model_with_a_tokenizer_json_counts_and_streams_its_tokens() {
         .output();
     assert_eq!(out.code(), 2, "{}", out.describe());
     assert!(out.stderr().contains("models[0].tokenizer: cannot read"), "{}", out.describe());
+}
+
+#[test]
+fn bench_counts_each_injected_fault_by_kind() {
+    let models = "
+models:
+  - name: flaky
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 1000000, itl_ms: 1}
+    faults:
+      seed: 5
+      rate: 0.6
+      kinds: [{kind: http_429}, {kind: http_503}, {kind: cut, after_tokens: 2}, {kind: malformed, after_tokens: 1}, {kind: stall, after_tokens: 1, stall_ms: 20}]
+";
+    let server = Server::start_with(models, &[]);
+    let dir = crate::support::tempdir();
+    let json = dir.path().join("bench.json");
+    let mut cmd =
+        crate::support::TestCommand::new(&["bench", "--base-url"]).arg(format!("http://127.0.0.1:{}", server.port));
+    for a in ["--model", "flaky", "--rate", "200", "--requests", "60", "--prompt-tokens", "32", "--output-tokens", "8"]
+    {
+        cmd = cmd.arg(a);
+    }
+    let out = cmd.arg("--seed").arg("1").arg("-q").arg("--json").arg(&json).output();
+    assert!(json.exists(), "{}", out.describe());
+    let b: Value = serde_json::from_str(&read(&json)).unwrap();
+    let by_kind = &b["llmsim_failures_by_kind"];
+    let server_faults = &b["llmsim_server_summary"]["models"]["flaky"]["faults"];
+    // Every fault the server injected before or during a stream is a failure
+    // of its own kind on the client; a stall is not a failure.
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    assert_eq!(n(by_kind, "http_429"), n(server_faults, "http_429"), "{by_kind} vs {server_faults}");
+    assert_eq!(n(by_kind, "http_503"), n(server_faults, "http_503"));
+    assert_eq!(n(by_kind, "stream_cut"), n(server_faults, "cut"));
+    assert_eq!(n(by_kind, "stream_malformed"), n(server_faults, "malformed"));
+    let injected: u64 = ["http_429", "http_503", "cut", "malformed", "stall"].iter().map(|k| n(server_faults, k)).sum();
+    assert!(injected > 20 && n(server_faults, "stall") > 0, "60% of 60 requests: {server_faults}");
+    assert_eq!(b["failed"].as_u64().unwrap(), injected - n(server_faults, "stall"));
 }
