@@ -88,7 +88,7 @@ def main():
     http = DefaultHttpxClient(event_hooks={"request": [on_request]})
     client = OpenAI(base_url=base, api_key="not-needed", max_retries=0, http_client=http)
     models = [m.id for m in client.models.list().data]
-    check(models == ["sched", "tiny-kv", "fixed"], f"models listed: {models}")
+    check(models == ["sched", "tiny-kv", "fixed", "flaky", "cutter"], f"models listed: {models}")
 
     # Warm up the connection pool so TTFT measures the server, not setup.
     client.chat.completions.create(model="fixed", messages=[{"role": "user", "content": "warm up"}])
@@ -167,6 +167,24 @@ def main():
         check(False, "an unknown model raises")
     except Exception as e:  # openai.NotFoundError
         check(type(e).__name__ == "NotFoundError", f"an unknown model raises NotFoundError ({type(e).__name__})")
+    # Injected faults, as the SDK meets them: a 429 with retry-after before
+    # the first byte, and a stream whose connection is cut after two tokens.
+    try:
+        client.chat.completions.create(model="flaky", messages=[{"role": "user", "content": "hi"}])
+        check(False, "an injected 429 raises")
+    except Exception as e:  # openai.RateLimitError
+        retry = getattr(getattr(e, "response", None), "headers", {}).get("retry-after")
+        check(type(e).__name__ == "RateLimitError" and retry == "1", f"injected 429: {type(e).__name__}, retry-after {retry}")
+    got = []
+    try:
+        for chunk in client.chat.completions.create(
+            model="cutter", messages=[{"role": "user", "content": MESSAGE}], stream=True
+        ):
+            if chunk.choices and chunk.choices[0].delta.content:
+                got.append(chunk.choices[0].delta.content)
+        check(False, "a cut stream raises")
+    except Exception as e:  # httpx.RemoteProtocolError or openai.APIError
+        check(got == ["The", " quick"], f"a stream cut after 2 tokens raises {type(e).__name__} after {got}")
     print("openai client: all checks passed")
 
 
