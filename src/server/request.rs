@@ -411,8 +411,8 @@ fn bool_of(v: &Value) -> Result<bool, Fail> {
     match v {
         Value::Bool(b) => Ok(*b),
         Value::Number(n) => match n.as_f64() {
-            Some(x) if x == 0.0 => Ok(false),
-            Some(x) if x == 1.0 => Ok(true),
+            Some(0.0) => Ok(false),
+            Some(1.0) => Ok(true),
             _ => Err(PARSE),
         },
         Value::String(s) => match s.to_ascii_lowercase().as_str() {
