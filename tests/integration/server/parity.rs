@@ -549,3 +549,39 @@ models:
     assert!(injected > 20 && n(server_faults, "stall") > 0, "60% of 60 requests: {server_faults}");
     assert_eq!(b["failed"].as_u64().unwrap(), injected - n(server_faults, "stall"));
 }
+
+#[test]
+fn diff_shows_the_servers_figures_beside_the_clients() {
+    let server = Server::start();
+    let dir = crate::support::tempdir();
+    let (bench, predicted) = (dir.path().join("bench.json"), dir.path().join("predicted.json"));
+    let mut cmd =
+        crate::support::TestCommand::new(&["bench", "--base-url"]).arg(format!("http://127.0.0.1:{}", server.port));
+    for a in ["--model", "sched", "--rate", "20", "--requests", "20", "--prompt-tokens", "64", "--output-tokens", "16"]
+    {
+        cmd = cmd.arg(a);
+    }
+    let out = cmd.arg("-q").arg("--json").arg(&bench).output();
+    assert_eq!(out.code(), 0, "{}", out.describe());
+    let out = crate::support::TestCommand::new(&["run", "scenarios/base.yml", "-q", "--trace-from"])
+        .arg(&bench)
+        .arg("--json")
+        .arg(&predicted)
+        .output();
+    assert_eq!(out.code(), 0, "{}", out.describe());
+    let out = crate::support::TestCommand::new(&["diff"]).arg(&predicted).arg(&bench).output();
+    let text = out.stdout();
+    assert!(text.contains("server-side figures (llmsim serve /metrics/summary of model `sched`, ms)"), "{text}");
+    // The server-observed TTFT p50 printed is the summary's.
+    let b: Value = serde_json::from_str(&read(&bench)).unwrap();
+    let obs = b["llmsim_server_summary"]["models"]["sched"]["observed"]["ttft_ms"]["p50"].as_f64().unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("ttft.p50 ") && l.split_whitespace().count() == 6)
+        .expect("a ttft.p50 row with six columns");
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cols[3], format!("{obs:.3}"), "{line}");
+    let client: f64 = cols[2].parse().unwrap();
+    let overhead: f64 = cols[5].parse().unwrap();
+    assert!((overhead - (client - obs)).abs() < 0.0015, "client minus server observed: {line}");
+}
