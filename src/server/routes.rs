@@ -230,6 +230,14 @@ async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, 
     }
 }
 
+/// Most sequences (prompts x n) one request may ask for: each is an engine
+/// request with its own plan (vLLM allows n up to 16,384 a prompt).
+const MAX_CHOICES: u64 = 1_024;
+
+/// Most output tokens one request's plans may hold (sequences x their
+/// `max_tokens`): a plan keeps each token's text.
+const MAX_PLANNED_TOKENS: u64 = 2 << 20;
+
 /// vLLM's completions default `max_tokens` (the legacy OpenAI default).
 const COMPLETIONS_DEFAULT_MAX_TOKENS: u64 = 16;
 
@@ -376,6 +384,16 @@ fn plan_reply(
     let model = &app.models[index];
     let context = model.spec.context_length;
     let stops = Stops::new(options.stops.clone())?;
+    let wanted = parsed.prompts.len() as u64 * u64::from(options.n);
+    if wanted > MAX_CHOICES {
+        return Err(ApiError::bad_request(format!(
+            "{} prompts x n={} asks for {wanted} sequences; llmsim plans at most {MAX_CHOICES} per request.",
+            parsed.prompts.len(),
+            options.n
+        ))
+        .with_param("n"));
+    }
+    let mut planned = 0u64;
     let mut choices = Vec::new();
     let mut total_prompt = 0u32;
     for (p, prompt) in parsed.prompts.iter().enumerate() {
@@ -398,6 +416,14 @@ fn plan_reply(
             ignore_eos: options.ignore_eos,
             include_stop: options.include_stop,
         };
+        planned += u64::from(max_tokens) * u64::from(options.n);
+        if planned > MAX_PLANNED_TOKENS {
+            return Err(ApiError::bad_request(format!(
+                "this request may generate up to {planned} tokens (sequences x max_tokens); llmsim plans at most \
+                 {MAX_PLANNED_TOKENS} per request: lower n or max_tokens."
+            ))
+            .with_param(options.max_tokens_param));
+        }
         for j in 0..options.n {
             // Sample j of n answers with its own seed, so the n choices differ
             // as sampled sequences do, and replay the same for the same seed.

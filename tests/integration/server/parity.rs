@@ -339,6 +339,15 @@ fn n_and_lists_of_prompts_give_one_choice_each_with_vllms_indices_and_usage() {
         .map(|x| x["choices"][0]["index"].as_u64().unwrap())
         .collect();
     assert_eq!(finished.len(), 2);
+    // llmsim's bounds: at most 1,024 sequences and 2 Mi planned tokens a request.
+    let (_, msg, param) = error(&server.chat("fixed", "hi", r#""n":1025"#), 400);
+    assert_eq!(param, "n");
+    assert!(msg.contains("asks for 1025 sequences; llmsim plans at most 1024"), "{msg}");
+    let (_, msg, _) = error(&server.chat("fixed", "hi", r#""n":1024,"max_tokens":4000"#), 400);
+    assert_eq!(
+        msg,
+        "this request may generate up to 4096000 tokens (sequences x max_tokens); llmsim plans at most 2097152 per request: lower n or max_tokens."
+    );
     // vLLM counts n once per request in its histogram.
     assert_eq!(server.metric("vllm:request_params_n_count{engine=\"0\",model_name=\"sched\"}"), Some(2.0));
 }
