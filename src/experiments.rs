@@ -63,8 +63,9 @@ pub fn run(specs: Vec<Spec>, threads: Option<usize>) -> Result<Vec<Outcome>, Str
             })
         })
         .collect();
-    let measured: Vec<(usize, usize, Measured)> =
-        pool.install(|| points.par_iter().map(|(i, r, s)| (*i, *r, measure::measure(s))).collect());
+    let measured: Vec<(usize, usize, Measured)> = pool.install(|| {
+        points.par_iter().map(|(i, r, s)| measure::measure(s).map(|m| (*i, *r, m))).collect::<Result<_, _>>()
+    })?;
     let mut runs: Vec<Vec<Vec<Measured>>> = specs.iter().map(|s| vec![Vec::new(); s.rows.len()]).collect();
     for (i, r, m) in measured {
         runs[i][r].push(m);

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::search::at_rate;
+use super::search::{SearchError, at_rate};
 use crate::config::Scenario;
 use crate::engine::{Observer, RequestId};
 use crate::metrics::CollectorOptions;
@@ -185,23 +185,24 @@ pub struct SaturationProbe {
 }
 
 /// Runs `rate` on every seed.
-pub fn probe(base: &Scenario, seeds: &[u64], rate: f64, n: u64) -> SaturationProbe {
+pub fn probe(base: &Scenario, seeds: &[u64], rate: f64, n: u64) -> Result<SaturationProbe, SearchError> {
     let runs: Vec<(Trend, Option<f64>)> = seeds
         .par_iter()
         .map(|&seed| {
             let mut s = at_rate(base, rate, n);
             s.workload.seed = seed;
             let mut watch = QueueWatch::default();
-            let out = crate::sim::run_observed(&s, CollectorOptions::default(), &mut watch);
-            (watch.trend(), out.result.e2e_ms.mean)
+            let out = crate::sim::run_observed(&s, CollectorOptions::default(), &mut watch)
+                .map_err(|error| SearchError::Run { rate_rps: rate, error })?;
+            Ok((watch.trend(), out.result.e2e_ms.mean))
         })
-        .collect();
+        .collect::<Result<_, SearchError>>()?;
     let trends: Vec<Trend> = runs.iter().map(|r| r.0).collect();
     let g = growth(&trends);
     let half_s: f64 = trends.iter().map(|t| t.half_s).sum();
     let finished: u64 = trends.iter().map(|t| t.finished).sum();
     let e2es: Vec<f64> = runs.iter().filter_map(|r| r.1).collect();
-    SaturationProbe {
+    Ok(SaturationProbe {
         rate_rps: rate,
         requests: n,
         sustained: g <= GROWTH_LIMIT,
@@ -209,7 +210,7 @@ pub fn probe(base: &Scenario, seeds: &[u64], rate: f64, n: u64) -> SaturationPro
         queue_growth_by_seed: trends.iter().map(Trend::growth).collect(),
         served_rps: if half_s > 0.0 { finished as f64 / half_s } else { 0.0 },
         e2e_mean_ms: (!e2es.is_empty()).then(|| e2es.iter().sum::<f64>() / e2es.len() as f64),
-    }
+    })
 }
 
 /// What the saturation search found.
@@ -245,31 +246,38 @@ fn sized_probe(
     rate: f64,
     size: Sizing,
     log: &mut Vec<SaturationProbe>,
-) -> SaturationProbe {
+) -> Result<SaturationProbe, SearchError> {
     let n = size.requests;
-    let p = probe(base, seeds, rate, n);
+    let p = probe(base, seeds, rate, n)?;
     let span_s = n as f64 / rate;
     let e2e_s = p.e2e_mean_ms.unwrap_or(0.0) / 1e3;
     if size.extend && p.sustained && span_s < size.e2e_multiple * e2e_s {
         let more = ((size.e2e_multiple * e2e_s * rate / 1000.0).ceil() as u64 * 1000).clamp(n, size.max_requests);
         if more > n {
             log.push(p);
-            let longer = probe(base, seeds, rate, more);
+            let longer = probe(base, seeds, rate, more)?;
             log.push(longer.clone());
-            return longer;
+            return Ok(longer);
         }
     }
     log.push(p.clone());
-    p
+    Ok(p)
 }
 
 /// Brackets the sustained rate starting from `start` (the burst
 /// throughput), growing or shrinking by [`STEP`], then bisects until the
 /// bracket is within `precision` of its lower end. `None`: no rate down to
 /// `start / STEP^64` is sustained.
-pub fn find(base: &Scenario, seeds: &[u64], start: f64, precision: f64, size: Sizing) -> Option<Saturation> {
+/// A probe that stops at a run limit is an error.
+pub fn find(
+    base: &Scenario,
+    seeds: &[u64],
+    start: f64,
+    precision: f64,
+    size: Sizing,
+) -> Result<Option<Saturation>, SearchError> {
     let mut log = Vec::new();
-    let first = sized_probe(base, seeds, start.min(MAX_RATE), size, &mut log);
+    let first = sized_probe(base, seeds, start.min(MAX_RATE), size, &mut log)?;
     let (mut lo, mut hi) = if first.sustained {
         let mut lo = first;
         let mut hi = None;
@@ -278,7 +286,7 @@ pub fn find(base: &Scenario, seeds: &[u64], start: f64, precision: f64, size: Si
             if rate > MAX_RATE {
                 break;
             }
-            let p = sized_probe(base, seeds, rate, size, &mut log);
+            let p = sized_probe(base, seeds, rate, size, &mut log)?;
             if p.sustained {
                 lo = p;
             } else {
@@ -291,21 +299,22 @@ pub fn find(base: &Scenario, seeds: &[u64], start: f64, precision: f64, size: Si
         let mut hi = first;
         let mut lo = None;
         for _ in 0..MAX_BRACKET_PROBES {
-            let p = sized_probe(base, seeds, hi.rate_rps / STEP, size, &mut log);
+            let p = sized_probe(base, seeds, hi.rate_rps / STEP, size, &mut log)?;
             if p.sustained {
                 lo = Some(p);
                 break;
             }
             hi = p;
         }
-        (lo?, Some(hi))
+        let Some(lo) = lo else { return Ok(None) };
+        (lo, Some(hi))
     };
     while let Some(h) = hi.as_ref().filter(|h| h.rate_rps - lo.rate_rps > precision * lo.rate_rps) {
         let mid = (lo.rate_rps + h.rate_rps) / 2.0;
         if mid <= lo.rate_rps || mid >= h.rate_rps {
             break;
         }
-        let p = sized_probe(base, seeds, mid, size, &mut log);
+        let p = sized_probe(base, seeds, mid, size, &mut log)?;
         if p.sustained {
             lo = p;
         } else {
@@ -313,7 +322,12 @@ pub fn find(base: &Scenario, seeds: &[u64], start: f64, precision: f64, size: Si
         }
     }
     let rps = log.iter().filter(|p| p.sustained).map(|p| p.served_rps.min(p.rate_rps)).fold(0.0, f64::max);
-    Some(Saturation { rps, sustained_rate_rps: lo.rate_rps, unsustained_rate_rps: hi.map(|h| h.rate_rps), probes: log })
+    Ok(Some(Saturation {
+        rps,
+        sustained_rate_rps: lo.rate_rps,
+        unsustained_rate_rps: hi.map(|h| h.rate_rps),
+        probes: log,
+    }))
 }
 
 #[cfg(test)]

@@ -134,11 +134,14 @@ pub enum SearchError {
     Unreachable { saturation_rps: f64, best: Box<Probe>, slos: Vec<Slo> },
     /// The waiting queue grows at every rate tried.
     NeverSustained { burst_rps: f64, lowest_rps: f64 },
+    /// A probe stopped at a run limit ([`crate::sim::SimError`]).
+    Run { rate_rps: f64, error: crate::sim::SimError },
 }
 
 impl std::fmt::Display for SearchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            SearchError::Run { rate_rps, error } => write!(f, "the probe at {rate_rps:.3} req/s: {error}"),
             SearchError::NoRate(kind) => write!(
                 f,
                 "capacity varies an arrival rate, and workload.arrivals is {kind}: use poisson, gamma or \
@@ -216,9 +219,10 @@ pub fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
 }
 
 /// Runs one probe on the scenario's own seed.
-pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> (Probe, RunResult) {
+pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> Result<(Probe, RunResult), SearchError> {
     let mut itl = RequestItl::default();
-    let out = crate::sim::run_observed(&at_rate(base, rate, n), CollectorOptions::default(), &mut itl);
+    let out = crate::sim::run_observed(&at_rate(base, rate, n), CollectorOptions::default(), &mut itl)
+        .map_err(|error| SearchError::Run { rate_rps: rate, error })?;
     let r = out.result;
     let good = good_requests(slos, &out.requests, &itl);
     let failed: Vec<String> = slos.iter().filter(|s| !s.holds(&r)).map(Slo::name).collect();
@@ -236,22 +240,22 @@ pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> (Probe, R
         output_tokens_per_s: r.throughput.output_tokens_per_s,
         e2e_mean_ms: r.e2e_ms.mean,
     };
-    (p, r)
+    Ok((p, r))
 }
 
 /// Runs one rate on every seed (in parallel; the result does not depend on
 /// the thread count) and combines them: it passes when every seed met every
 /// SLO, its SLO values are the worst over seeds, the rest are means.
-pub fn probe(base: &Scenario, slos: &[Slo], seeds: &[u64], rate: f64, n: u64) -> Probe {
+pub fn probe(base: &Scenario, slos: &[Slo], seeds: &[u64], rate: f64, n: u64) -> Result<Probe, SearchError> {
     let runs: Vec<Probe> = seeds
         .par_iter()
         .map(|&seed| {
             let mut s = base.clone();
             s.workload.seed = seed;
-            probe_seed(&s, slos, rate, n).0
+            probe_seed(&s, slos, rate, n).map(|p| p.0)
         })
-        .collect();
-    combine(slos, rate, n, &runs)
+        .collect::<Result<_, _>>()?;
+    Ok(combine(slos, rate, n, &runs))
 }
 
 fn combine(slos: &[Slo], rate: f64, n: u64, runs: &[Probe]) -> Probe {
@@ -282,21 +286,28 @@ fn combine(slos: &[Slo], rate: f64, n: u64, runs: &[Probe]) -> Probe {
 
 /// A probe at `rate`, rerun longer if it passes but its arrivals span fewer
 /// than [`E2E_MULTIPLE`] mean E2Es.
-fn steady_probe(base: &Scenario, opts: &Options, seeds: &[u64], rate: f64, n: u64, log: &mut Vec<Probe>) -> Probe {
-    let p = probe(base, &opts.slos, seeds, rate, n);
+fn steady_probe(
+    base: &Scenario,
+    opts: &Options,
+    seeds: &[u64],
+    rate: f64,
+    n: u64,
+    log: &mut Vec<Probe>,
+) -> Result<Probe, SearchError> {
+    let p = probe(base, &opts.slos, seeds, rate, n)?;
     let span_s = n as f64 / rate;
     let e2e_s = p.e2e_mean_ms.unwrap_or(0.0) / 1e3;
     if opts.requests.is_none() && p.pass && span_s < E2E_MULTIPLE * e2e_s {
         let more = ((E2E_MULTIPLE * e2e_s * rate / 1000.0).ceil() as u64 * 1000).clamp(n, MAX_REQUESTS);
         if more > n {
             log.push(p);
-            let longer = probe(base, &opts.slos, seeds, rate, more);
+            let longer = probe(base, &opts.slos, seeds, rate, more)?;
             log.push(longer.clone());
-            return longer;
+            return Ok(longer);
         }
     }
     log.push(p.clone());
-    p
+    Ok(p)
 }
 
 /// The whole search: saturation first, then the SLOs below it.
@@ -310,7 +321,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
     };
     let seeds = crate::sweep::plan::seeds_of(base, opts.seeds.max(1));
     let n = opts.requests.unwrap_or_else(|| requests_for(&opts.slos));
-    let (burst, _) = probe_seed(base, &opts.slos, BURST_RATE, n);
+    let (burst, _) = probe_seed(base, &opts.slos, BURST_RATE, n)?;
     if burst.requests_per_s <= 0.0 {
         // Nothing completes at all (every request rejected): no rate helps.
         return Err(SearchError::Unreachable { saturation_rps: 0.0, best: Box::new(burst), slos: opts.slos.clone() });
@@ -321,7 +332,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
         e2e_multiple: E2E_MULTIPLE,
         max_requests: MAX_REQUESTS,
     };
-    let sat = saturation::find(base, &seeds, burst.requests_per_s, opts.precision, size).ok_or(
+    let sat = saturation::find(base, &seeds, burst.requests_per_s, opts.precision, size)?.ok_or(
         SearchError::NeverSustained {
             burst_rps: burst.requests_per_s,
             lowest_rps: burst.requests_per_s.min(saturation::MAX_RATE)
@@ -330,7 +341,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
     )?;
     let saturation = sat.rps;
     let mut log = Vec::new();
-    let lowest = steady_probe(base, opts, &seeds, saturation * LOWEST_FRACTION, n, &mut log);
+    let lowest = steady_probe(base, opts, &seeds, saturation * LOWEST_FRACTION, n, &mut log)?;
     if !lowest.pass {
         return Err(SearchError::Unreachable {
             saturation_rps: saturation,
@@ -342,7 +353,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
     let (mut lo, mut best, mut first_fail) = (lowest.rate_rps, lowest, None);
     while lo < saturation {
         let rate = (lo * SLO_STEP).min(saturation);
-        let p = steady_probe(base, opts, &seeds, rate, n, &mut log);
+        let p = steady_probe(base, opts, &seeds, rate, n, &mut log)?;
         if p.pass {
             lo = rate;
             best = p;
@@ -358,7 +369,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
         if mid <= lo || mid >= hi {
             break;
         }
-        let p = steady_probe(base, opts, &seeds, mid, n, &mut log);
+        let p = steady_probe(base, opts, &seeds, mid, n, &mut log)?;
         if p.pass {
             lo = mid;
             best = p;

@@ -64,12 +64,12 @@ fn below_the_step_rate_every_ttft_is_one_step_and_above_it_the_queue_grows() {
     let d = step_ns() as f64 / 1e6;
     let slos = options(1.5 * d).slos;
     let rate = 1e9 / step_ns() as f64;
-    let (below, r) = probe(&scenario(), &slos, 0.95 * rate, 2000);
+    let (below, r) = probe(&scenario(), &slos, 0.95 * rate, 2000).unwrap();
     assert!(below.pass);
     assert_eq!(r.ttft_ms.max, Some(d));
     assert_eq!(r.ttft_ms.p50, Some(d));
     assert_eq!(below.slo_attainment_pct, 100.0);
-    let (above, r) = probe(&scenario(), &slos, 1.05 * rate, 2000);
+    let (above, r) = probe(&scenario(), &slos, 1.05 * rate, 2000).unwrap();
     assert!(!above.pass);
     // The last of n requests waits (n - 1)(d - g) longer than the first.
     let g = 1e3 / (1.05 * rate);
@@ -116,14 +116,14 @@ fn the_queue_growth_is_the_share_of_arrivals_the_engine_falls_behind_by() {
     let size = Sizing { requests: 4000, extend: false, e2e_multiple: 20.0, max_requests: 4000 };
     let seeds = [7];
     // Below 1/d every request finds the engine idle: nothing ever waits.
-    let below = saturation::probe(&scenario(), &seeds, 0.95 / d, size.requests);
+    let below = saturation::probe(&scenario(), &seeds, 0.95 / d, size.requests).unwrap();
     assert_eq!(below.queue_growth, 0.0);
     assert!(below.sustained);
     // Served over the second half: the offered rate, to a request or two.
     assert!((below.served_rps * d - 0.95).abs() < 0.002, "{}", below.served_rps * d);
     // Above it the queue grows by 1 - 1/(rate d) of the arrivals.
     for over in [1.01, 1.05, 1.5] {
-        let p = saturation::probe(&scenario(), &seeds, over / d, size.requests);
+        let p = saturation::probe(&scenario(), &seeds, over / d, size.requests).unwrap();
         let expect = 1.0 - 1.0 / over;
         assert!((p.queue_growth - expect).abs() < 0.002, "at {over}/d: {} vs {expect}", p.queue_growth);
         assert_eq!(p.sustained, expect <= saturation::GROWTH_LIMIT);
@@ -137,14 +137,14 @@ fn the_saturation_search_brackets_from_the_burst_figure_in_steps_of_a_quarter() 
     let d = step_ns() as f64 / 1e9;
     let size = Sizing { requests: 2000, extend: false, e2e_multiple: 20.0, max_requests: 2000 };
     // From far below: 0.5/d grows x1.25 until the queue grows, then bisects.
-    let found = saturation::find(&scenario(), &[7], 0.5 / d, 0.01, size).unwrap();
+    let found = saturation::find(&scenario(), &[7], 0.5 / d, 0.01, size).unwrap().unwrap();
     let rates: Vec<f64> = found.probes.iter().map(|p| p.rate_rps * d).collect();
     for (k, r) in rates.iter().take(4).enumerate() {
         assert!((r - 0.5 * 1.25f64.powi(k as i32)).abs() < 1e-9, "{rates:?}");
     }
     assert!((found.rps * d - 1.0).abs() < 2e-3, "{}", found.rps * d);
     // From far above: shrinks by 1.25 until sustained.
-    let found = saturation::find(&scenario(), &[7], 3.0 / d, 0.01, size).unwrap();
+    let found = saturation::find(&scenario(), &[7], 3.0 / d, 0.01, size).unwrap().unwrap();
     assert!(!found.probes[0].sustained && (found.probes[1].rate_rps * d - 2.4).abs() < 1e-9);
     assert!((found.rps * d - 1.0).abs() < 2e-3, "{}", found.rps * d);
     let (lo, hi) = (found.sustained_rate_rps, found.unsustained_rate_rps.unwrap());

@@ -90,6 +90,7 @@ pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
     let scenario = a.scenario.load()?;
     let found = search(&scenario, &opts).map_err(|e| match e {
         SearchError::NoRate(_) => CliError::Usage(e.to_string()),
+        SearchError::Run { .. } => CliError::Usage(format!("{}: {e}", scenario.source.display())),
         SearchError::Unreachable { .. } | SearchError::NeverSustained { .. } => CliError::Failure(e.to_string()),
     })?;
     if let Some(path) = &a.json {

@@ -103,10 +103,12 @@ impl OverSeeds {
     }
 }
 
-/// Runs the scenario and measures it.
-pub fn measure(s: &Scenario) -> Measured {
+/// Runs the scenario and measures it; a run that stops at a run limit
+/// ([`crate::sim::SimError`]) is an error naming the scenario.
+pub fn measure(s: &Scenario) -> Result<Measured, String> {
     let mut tally = StepTally::default();
-    let out = crate::sim::run_observed(s, CollectorOptions::default(), &mut tally);
+    let out = crate::sim::run_observed(s, CollectorOptions::default(), &mut tally)
+        .map_err(|e| format!("{} ({}): {e}", s.source.display(), s.name))?;
     let mut values = result_values(&out.result);
     values.extend(tally.values());
     values.extend(request_values(&out.requests));
@@ -115,11 +117,12 @@ pub fn measure(s: &Scenario) -> Measured {
         _ => None,
     };
     values.insert("queue_share".into(), share);
-    Measured { values }
+    Ok(Measured { values })
 }
 
 /// Every metric name a run of `s` has, sorted.
 pub fn names(s: &Scenario) -> Vec<String> {
+    // `finish`, not `summarize`: it adds what the scenario turns on (prefix_cache.*).
     let empty = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).finish(s).result;
     let mut all: Vec<String> = result_values(&empty).into_keys().collect();
     all.extend(DERIVED.iter().map(|(n, _)| (*n).to_string()));
@@ -229,6 +232,8 @@ mod tests {
             preempted: 0,
             compute_s: 0.0,
             memory_s: 0.0,
+            cached_blocks: 0,
+            evictions: 0,
         }
     }
 

@@ -243,6 +243,9 @@ pub fn load(file: &Path) -> Result<Spec, ConfigError> {
 
 /// A mapping with a scenario's keys and none of an experiment's.
 fn looks_like_a_scenario(text: &str) -> bool {
+    if config::yaml::precheck(text).is_err() {
+        return false;
+    }
     let Ok(Value::Mapping(m)) = serde_yaml::from_str::<Value>(text) else {
         return false;
     };

@@ -29,6 +29,8 @@ pub enum RequestColumn {
     TpotMs,
     MaxItlMs,
     Preemptions,
+    /// Prompt tokens found in the prefix cache at the first admission.
+    CachedTokens,
 }
 
 impl RequestColumn {
@@ -45,6 +47,7 @@ impl RequestColumn {
             RequestColumn::TpotMs => "tpot_ms",
             RequestColumn::MaxItlMs => "max_itl_ms",
             RequestColumn::Preemptions => "preemptions",
+            RequestColumn::CachedTokens => "cached_tokens",
         }
     }
 
@@ -63,6 +66,7 @@ impl RequestColumn {
             RequestColumn::TpotMs => r.tpot_ns().map_or_else(String::new, |v| format!("{:.6}", v / 1e6)),
             RequestColumn::MaxItlMs => ms((r.tokens > 1).then_some(r.max_gap_ns)),
             RequestColumn::Preemptions => r.preemptions.to_string(),
+            RequestColumn::CachedTokens => r.cached_tokens.map_or_else(String::new, |c| c.to_string()),
         }
     }
 }
@@ -92,12 +96,28 @@ pub const REQUEST_COLUMNS: [RequestColumn; 11] = [
     RequestColumn::Preemptions,
 ];
 
+/// Added at the end of each table when prefix caching is on (and only
+/// then, so tables without it keep their bytes).
+pub const PREFIX_REQUEST_COLUMNS: [RequestColumn; 1] = [RequestColumn::CachedTokens];
+pub const PREFIX_STEP_COLUMNS: [&str; 2] = ["cached_blocks", "evictions"];
+
 /// One row per request, in id (arrival) order.
 pub fn requests(records: &[RequestRecord]) -> csv::Result<Vec<u8>> {
+    requests_with(records, false)
+}
+
+/// [`requests`]; with `prefix_caching`, a last column `cached_tokens`: the
+/// prompt tokens found in the cache at the request's first admission
+/// (empty if it was never admitted).
+pub fn requests_with(records: &[RequestRecord], prefix_caching: bool) -> csv::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(request_header(&REQUEST_COLUMNS))?;
+    let columns: Vec<RequestColumn> = match prefix_caching {
+        false => REQUEST_COLUMNS.to_vec(),
+        true => REQUEST_COLUMNS.iter().chain(&PREFIX_REQUEST_COLUMNS).copied().collect(),
+    };
+    w.write_record(request_header(&columns))?;
     for r in records {
-        w.write_record(request_row(r, &REQUEST_COLUMNS))?;
+        w.write_record(request_row(r, &columns))?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }
@@ -120,24 +140,39 @@ pub const STEP_COLUMNS: [&str; 13] = [
 
 /// One row per step.
 pub fn steps(steps: &[StepRecord], num_blocks: u32) -> csv::Result<Vec<u8>> {
+    steps_with(steps, num_blocks, false)
+}
+
+/// [`steps`]; with `prefix_caching`, two last columns: `cached_blocks`
+/// (blocks holding a content hash, in use or free, at the step's record)
+/// and `evictions` (cached blocks the step's allocations reused).
+pub fn steps_with(steps: &[StepRecord], num_blocks: u32, prefix_caching: bool) -> csv::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(STEP_COLUMNS)?;
+    match prefix_caching {
+        false => w.write_record(STEP_COLUMNS)?,
+        true => w.write_record(STEP_COLUMNS.iter().chain(&PREFIX_STEP_COLUMNS))?,
+    }
     for s in steps {
-        w.write_record([
-            s.index.to_string(),
-            s.start.to_string(),
-            ms(Some(s.duration_nanos())),
-            s.batch_size.to_string(),
-            s.tokens.to_string(),
-            s.prefill_tokens.to_string(),
-            s.kv_blocks_used.to_string(),
-            format!("{:.6}", f64::from(s.kv_blocks_used) / f64::from(num_blocks.max(1))),
-            s.running.to_string(),
-            s.waiting.to_string(),
-            s.preempted.to_string(),
-            format!("{:.6}", s.compute_s * 1e3),
-            format!("{:.6}", s.memory_s * 1e3),
-        ])?;
+        let cache = prefix_caching.then(|| [s.cached_blocks.to_string(), s.evictions.to_string()]);
+        w.write_record(
+            [
+                s.index.to_string(),
+                s.start.to_string(),
+                ms(Some(s.duration_nanos())),
+                s.batch_size.to_string(),
+                s.tokens.to_string(),
+                s.prefill_tokens.to_string(),
+                s.kv_blocks_used.to_string(),
+                format!("{:.6}", f64::from(s.kv_blocks_used) / f64::from(num_blocks.max(1))),
+                s.running.to_string(),
+                s.waiting.to_string(),
+                s.preempted.to_string(),
+                format!("{:.6}", s.compute_s * 1e3),
+                format!("{:.6}", s.memory_s * 1e3),
+            ]
+            .into_iter()
+            .chain(cache.into_iter().flatten()),
+        )?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }

@@ -45,7 +45,9 @@ fn sweep_point(rate: f64, seeds: &[u64], n: u64) -> f64 {
                 set("workload.seed", &seed.to_string()),
             ];
             let s = load_scenario_with(&base, &o).expect("scenario");
-            served_over_second_half(&llmsim::sim::run(&s, CollectorOptions::default()).requests)
+            served_over_second_half(
+                &llmsim::sim::run(&s, CollectorOptions::default()).expect("within the run limits").requests,
+            )
         })
         .collect();
     served.iter().sum::<f64>() / served.len() as f64
