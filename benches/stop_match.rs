@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use llmsim::server::content::tokenizer;
-use llmsim::server::openai::plan;
+use llmsim::server::openai::{Lengths, plan};
 use llmsim::server::stop::Stops;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -39,7 +39,7 @@ fn measure(answer: &str, stops: &[String]) {
         let s = Stops::new(stops.to_vec()).expect("within the limits").expect("non-empty");
         build.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
-        let p = plan(answer, tokenizer::tokens(answer), Some(&s), u32::MAX);
+        let p = plan(tokenizer::tokens(answer), |_| Vec::new(), Some(&s), Lengths::cap(u32::MAX));
         scan.push(t.elapsed().as_secs_f64() * 1e3);
         tokens = p.output;
     }

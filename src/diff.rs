@@ -9,6 +9,7 @@
 //! compared, never estimated. The definitions compared are part of the
 //! output.
 
+pub mod server;
 pub mod table;
 
 use serde::Serialize;

@@ -15,16 +15,20 @@
 pub mod conn;
 pub mod engine_task;
 pub mod errors;
+pub mod faults;
 pub mod feed;
 pub mod fixed;
+pub mod logprobs;
 pub mod openai;
 pub mod prom;
 pub mod record;
+pub mod request;
 pub mod routes;
 pub mod sse;
 pub mod stats;
 pub mod stop;
 pub mod summary;
+pub mod tokenize;
 
 pub use crate::content;
 
@@ -109,6 +113,13 @@ pub struct ModelHandle {
     pub sinks: Sinks,
     /// Handler-side request keys.
     pub tickets: AtomicU64,
+    pub tokenizer: tokenize::Tokenizer,
+    /// Requests that passed validation, in arrival order (fault picks).
+    pub arrivals: AtomicU64,
+    /// Faults injected, by kind (`faults::NAMES` order).
+    pub faults_seen: [AtomicU64; 7],
+    /// `--record`'s fault file, when the model injects faults.
+    pub fault_log: Option<Mutex<faults::FaultLog>>,
 }
 
 /// Server options besides the models and responses.
@@ -192,7 +203,26 @@ impl App {
                     Backend::Scheduler { commands: tx }
                 }
             };
-            models.push(ModelHandle { spec: spec.clone(), backend, sinks, tickets: AtomicU64::new(0) });
+            let tokenizer = spec.tokenizer.clone();
+            let fault_log = match (&options.record, &spec.faults) {
+                (Some(path), Some(_)) => {
+                    let path = faults::log_path(&record::path_for(path, &spec.name, file.models.len()));
+                    let log = faults::FaultLog::create(&path)
+                        .map_err(|e| format!("cannot create the fault file {}: {e}", path.display()))?;
+                    Some(Mutex::new(log))
+                }
+                _ => None,
+            };
+            models.push(ModelHandle {
+                spec: spec.clone(),
+                backend,
+                sinks,
+                tickets: AtomicU64::new(0),
+                tokenizer,
+                arrivals: AtomicU64::new(0),
+                faults_seen: Default::default(),
+                fault_log,
+            });
         }
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         Ok(Arc::new(App {

@@ -27,8 +27,12 @@ pub enum Failure {
     Http { status: u16, body: String },
     /// No complete answer within the per-request timeout.
     Timeout,
-    /// The stream broke or carried an error event.
+    /// The stream carried an error event or ended without a token.
     Stream(String),
+    /// The connection broke in the middle of the stream.
+    Cut(String),
+    /// An SSE event's payload was not JSON.
+    Malformed(String),
 }
 
 impl Failure {
@@ -38,7 +42,20 @@ impl Failure {
             Failure::Connect(_) => "connect",
             Failure::Http { .. } => "http",
             Failure::Timeout => "timeout",
-            Failure::Stream(_) => "stream",
+            Failure::Stream(_) | Failure::Cut(_) | Failure::Malformed(_) => "stream",
+        }
+    }
+
+    /// The finer kind, for `llmsim_failures_by_kind`: `http_<status>`,
+    /// `stream_cut`, `stream_malformed`, `stream_error`, `connect`,
+    /// `timeout`.
+    pub fn detail(&self) -> String {
+        match self {
+            Failure::Http { status, .. } => format!("http_{status}"),
+            Failure::Cut(_) => "stream_cut".into(),
+            Failure::Malformed(_) => "stream_malformed".into(),
+            Failure::Stream(_) => "stream_error".into(),
+            other => other.kind().into(),
         }
     }
 
@@ -48,6 +65,8 @@ impl Failure {
             Failure::Http { status, body } => format!("HTTP {status}: {body}"),
             Failure::Timeout => "timed out".into(),
             Failure::Stream(m) => format!("stream error: {m}"),
+            Failure::Cut(m) => format!("stream cut: {m}"),
+            Failure::Malformed(m) => format!("malformed stream: {m}"),
         }
     }
 }
@@ -136,7 +155,11 @@ impl Client {
         }
         let mut lines = SseLines::default();
         let mut reply = Reply::default();
-        while let Some(bytes) = resp.chunk().await.map_err(transport)? {
+        let cut = |e: reqwest::Error| match transport(e) {
+            Failure::Stream(m) => Failure::Cut(m),
+            other => other,
+        };
+        while let Some(bytes) = resp.chunk().await.map_err(cut)? {
             let now = Instant::now();
             for payload in lines.feed(&bytes) {
                 match event(&payload, &mut reply)? {
@@ -259,7 +282,7 @@ pub fn event(payload: &str, reply: &mut Reply) -> Result<Step, Failure> {
     if payload == "[DONE]" {
         return Ok(Step::Done);
     }
-    let v: Value = serde_json::from_str(payload).map_err(|e| Failure::Stream(format!("bad SSE JSON: {e}")))?;
+    let v: Value = serde_json::from_str(payload).map_err(|e| Failure::Malformed(format!("bad SSE JSON: {e}")))?;
     if let Some(err) = v.get("error") {
         let msg = err.get("message").and_then(Value::as_str).map_or_else(|| err.to_string(), str::to_string);
         return Err(Failure::Stream(msg));
@@ -311,6 +334,9 @@ mod tests {
         let mut r = Reply::default();
         let e = event(r#"{"error":{"message":"no KV room","code":400}}"#, &mut r).unwrap_err();
         assert_eq!(e, Failure::Stream("no KV room".into()));
-        assert!(matches!(event("{nope", &mut r), Err(Failure::Stream(_))));
+        assert!(matches!(event("{nope", &mut r), Err(Failure::Malformed(_))));
+        assert_eq!(Failure::Malformed(String::new()).detail(), "stream_malformed");
+        assert_eq!(Failure::Http { status: 429, body: String::new() }.detail(), "http_429");
+        assert_eq!(Failure::Cut(String::new()).kind(), "stream");
     }
 }

@@ -80,6 +80,8 @@ pub struct BenchJson {
     pub llmsim_scheduled_times: Vec<f64>,
     pub llmsim_from_scheduled: BTreeMap<String, f64>,
     pub llmsim_failures: BTreeMap<&'static str, u64>,
+    /// Failures by finer kind (`http_429`, `stream_cut`, ...).
+    pub llmsim_failures_by_kind: BTreeMap<String, u64>,
     pub llmsim_client_health: Health,
     pub llmsim_server_summary: Option<Value>,
     pub llmsim_warnings: Vec<String>,
@@ -137,6 +139,10 @@ pub fn to_json(run: &BenchRun, date: String) -> BenchJson {
     for f in run.records.iter().filter_map(|r| r.failure.as_ref()) {
         *failures.entry(f.kind()).or_default() += 1;
     }
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    for f in run.records.iter().filter_map(|r| r.failure.as_ref()) {
+        *by_kind.entry(f.detail()).or_default() += 1;
+    }
     let (request_rate, burstiness, max_concurrency, mode) = match cfg.load {
         Load::Open { rate, burstiness } => (serde_json::json!(rate), burstiness, None, "open"),
         Load::Closed { concurrency } => (Value::String("inf".into()), 1.0, Some(concurrency), "closed"),
@@ -193,6 +199,7 @@ pub fn to_json(run: &BenchRun, date: String) -> BenchJson {
         llmsim_scheduled_times: run.schedule_ns.iter().map(|&n| secs(n)).collect(),
         llmsim_from_scheduled: from_scheduled,
         llmsim_failures: failures,
+        llmsim_failures_by_kind: by_kind,
         llmsim_client_health: run.health.clone(),
         llmsim_server_summary: server_summary.clone(),
         llmsim_warnings: warnings(&run.health, server_summary.as_ref().map(|s| for_model(s, &cfg.model))),

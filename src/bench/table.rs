@@ -36,6 +36,10 @@ pub fn render(run: &BenchRun, j: &BenchJson) -> String {
         f("timeout"),
         f("stream")
     );
+    if !j.llmsim_failures_by_kind.is_empty() {
+        let kinds: Vec<String> = j.llmsim_failures_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(out, "           by kind: {}", kinds.join(", "));
+    }
     if let Some(first) = j.errors.iter().find(|e| !e.is_empty()) {
         let _ = writeln!(out, "           first error: {first}");
     }
@@ -57,6 +61,16 @@ pub fn render(run: &BenchRun, j: &BenchJson) -> String {
         h.cpu_cores
     );
     let _ = writeln!(out, "server     {}", server_line(&run.server));
+    let model = server_summary(&run.server).map(|s| super::report::for_model(s, &c.model));
+    if let Some(faults) = model.and_then(|m| m.get("faults")).and_then(Value::as_object) {
+        let kinds: Vec<String> =
+            faults.iter().filter(|(_, n)| n.as_u64().unwrap_or(0) > 0).map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(
+            out,
+            "           server injected faults: {}",
+            if kinds.is_empty() { "none".into() } else { kinds.join(", ") }
+        );
+    }
     let _ = writeln!(out);
     table(&mut out, j, server_summary(&run.server).map(|s| super::report::for_model(s, &c.model)));
     let late = j.queue_times.iter().copied().fold(0.0, f64::max) * 1e3;

@@ -50,9 +50,22 @@ pub fn execute(a: DiffArgs) -> Result<(), CliError> {
     let pairs = pair(&predicted, &measured, a.level)?;
     let comparisons: Vec<Comparison> =
         pairs.iter().map(|(p, l)| diff::compare(p, l, measured.tool, tolerance, &a.metrics)).collect();
+    // An `llmsim bench` file against `llmsim serve` carries the server's
+    // summary: its figures go beside the client's.
+    let measured_doc = crate::config::read_text(&a.measured)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .filter(|_| comparisons.len() == 1);
     let text: Vec<String> = comparisons
         .iter()
-        .map(|c| diff::table::render(c, &a.predicted.display().to_string(), &a.measured.display().to_string()))
+        .map(|c| {
+            let mut t = diff::table::render(c, &a.predicted.display().to_string(), &a.measured.display().to_string());
+            if let Some(s) = measured_doc.as_ref().and_then(|d| diff::server::section(d, c)) {
+                t.push('\n');
+                t.push_str(&s);
+            }
+            t
+        })
         .collect();
     if let Some(path) = &a.json {
         write_output(path, crate::report::to_json(&comparisons).as_bytes())?;

@@ -46,6 +46,11 @@ pub struct RawServedModel {
     pub latency: Option<RawLatency>,
     pub efficiency: Option<RawEfficiency>,
     pub fixed: Option<RawFixed>,
+    /// A Hugging Face tokenizer.json (relative to the models file); the
+    /// built-in tokenizer without one (`server::tokenize`).
+    pub tokenizer: Option<String>,
+    /// Fault injection (`server::faults`).
+    pub faults: Option<serde_yaml::Value>,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -82,6 +87,8 @@ pub struct ServedModel {
     /// Prompt plus output tokens a request may use (vLLM's `max_model_len`).
     pub context_length: u32,
     pub engine: EngineKind,
+    pub tokenizer: crate::server::tokenize::Tokenizer,
+    pub faults: Option<crate::server::faults::Faults>,
 }
 
 #[derive(Clone, Debug)]
@@ -151,10 +158,25 @@ fn served(raw: RawServedModel, file: &Path, at: &str) -> Result<ServedModel, Con
     if name.is_empty() {
         return Err(ConfigError::new(file, format!("{at}.name"), "an empty name is not allowed"));
     }
-    match raw.engine.unwrap_or(RawEngineKind::Scheduler) {
-        RawEngineKind::Fixed => fixed(raw, name, file, at),
-        RawEngineKind::Scheduler => scheduler(raw, name, file, at),
-    }
+    let tokenizer = match raw.tokenizer.as_deref() {
+        Some(rel) => {
+            let path = file.parent().unwrap_or(Path::new("")).join(rel);
+            crate::server::tokenize::Tokenizer::load(&path)
+                .map_err(|e| ConfigError::new(file, format!("{at}.tokenizer"), e))?
+        }
+        None => crate::server::tokenize::Tokenizer::default(),
+    };
+    let faults = match raw.faults.as_ref() {
+        Some(v) => Some(crate::server::faults::Faults::parse(v, file, &format!("{at}.faults"))?),
+        None => None,
+    };
+    let mut model = match raw.engine.unwrap_or(RawEngineKind::Scheduler) {
+        RawEngineKind::Fixed => fixed(raw, name, file, at)?,
+        RawEngineKind::Scheduler => scheduler(raw, name, file, at)?,
+    };
+    model.tokenizer = tokenizer;
+    model.faults = faults;
+    Ok(model)
 }
 
 fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<ServedModel, ConfigError> {
@@ -194,7 +216,13 @@ fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<Ser
         )?,
         itl_ns: crate::time::secs_to_nanos(ck.real(&p("itl_ms"), f.itl_ms, &limits::STEP_OVERHEAD_MS)? / 1e3),
     };
-    Ok(ServedModel { name, context_length, engine: EngineKind::Fixed(timing) })
+    Ok(ServedModel {
+        name,
+        context_length,
+        engine: EngineKind::Fixed(timing),
+        tokenizer: Default::default(),
+        faults: None,
+    })
 }
 
 fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<ServedModel, ConfigError> {
@@ -238,6 +266,8 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
         name,
         context_length: scenario.model.context_length,
         engine: EngineKind::Scheduler(Box::new(SchedulerModel { engine: scenario.engine_config(), scenario_file })),
+        tokenizer: Default::default(),
+        faults: None,
     })
 }
 

@@ -82,6 +82,7 @@ struct Live {
     story: Story,
     finish: Finish,
     max_tokens: Option<u32>,
+    n: u32,
     epoch: u64,
 }
 
@@ -283,6 +284,7 @@ impl EngineTask {
             story: Story { rec, steps: 0, batch_sum: 0 },
             finish: s.finish,
             max_tokens: s.max_tokens,
+            n: s.n,
             epoch: s.epoch,
         };
         match self.engine.submit(request, &mut ()) {
@@ -327,7 +329,7 @@ impl EngineTask {
                     let Some(mut l) = self.live.remove(&id) else { continue };
                     self.tickets.remove(&l.ticket);
                     l.story.rec.status = Status::Finished;
-                    stats.finished(&l.story, l.finish, l.max_tokens, l.epoch);
+                    stats.finished(&l.story, l.finish, l.max_tokens, l.n, l.epoch);
                     if let Some(rec) = &self.sinks.recorder {
                         lock(rec).complete(&l.story.rec);
                     }

@@ -29,6 +29,8 @@ pub struct ApiError {
     /// The `type` when it is not the one [`ApiError::kind`] derives from
     /// the status.
     pub kind: Option<&'static str>,
+    /// Seconds for a `retry-after` header (injected 429s).
+    pub retry_after: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -47,7 +49,13 @@ struct Body<'a> {
 
 impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, message: message.into(), param: None, kind: None }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            param: None,
+            kind: None,
+            retry_after: None,
+        }
     }
 
     pub fn with_param(mut self, param: &str) -> ApiError {
@@ -62,6 +70,7 @@ impl ApiError {
             message: format!("The model `{name}` does not exist."),
             param: Some("model".into()),
             kind: None,
+            retry_after: None,
         }
     }
 
@@ -93,6 +102,7 @@ impl ApiError {
             ),
             param: None,
             kind: None,
+            retry_after: None,
         }
     }
 
@@ -110,7 +120,7 @@ impl ApiError {
     /// Allowed`).
     pub fn http(status: StatusCode) -> ApiError {
         let phrase = status.canonical_reason().unwrap_or("Error");
-        ApiError { status, message: phrase.to_string(), param: None, kind: Some(phrase) }
+        ApiError { status, message: phrase.to_string(), param: None, kind: Some(phrase), retry_after: None }
     }
 
     /// A body that did not arrive in time (408, `--body-timeout`).
@@ -133,11 +143,18 @@ impl ApiError {
             ),
             param: Some(format!("body.{offset}")),
             kind: Some("Bad Request"),
+            retry_after: None,
         }
     }
 
     pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into(), param: None, kind: None }
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            param: None,
+            kind: None,
+            retry_after: None,
+        }
     }
 
     /// The class-like name vLLM puts in `type`.
@@ -173,6 +190,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (self.status, self.json()).into_response();
         resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if self.status == StatusCode::REQUEST_TIMEOUT {
             // The rest of the body may still come: the connection cannot be reused.
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));

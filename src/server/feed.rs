@@ -25,6 +25,9 @@ pub struct FeedRequest {
     pub output: u32,
     pub finish: Finish,
     pub max_tokens: Option<u32>,
+    /// The request's `n`, observed once per request (0 for the second and
+    /// later choices of one request).
+    pub n: u32,
     pub epoch: u64,
 }
 
@@ -134,6 +137,7 @@ struct FixedFeed {
     story: Story,
     finish: Finish,
     max_tokens: Option<u32>,
+    n: u32,
     epoch: u64,
     next: u32,
     done: bool,
@@ -177,6 +181,7 @@ impl FixedFeed {
             story: Story { rec, steps: 0, batch_sum: 0 },
             finish: req.finish,
             max_tokens: req.max_tokens,
+            n: req.n,
             epoch: req.epoch,
             next: 1,
             done: false,
@@ -200,7 +205,7 @@ impl FixedFeed {
             let sinks = self.sinks.clone();
             let mut stats = lock(&sinks.stats);
             self.flush(&mut stats);
-            stats.finished(&self.story, self.finish, self.max_tokens, self.epoch);
+            stats.finished(&self.story, self.finish, self.max_tokens, self.n, self.epoch);
             drop(stats);
             if let Some(r) = &self.sinks.recorder {
                 lock(r).complete(&self.story.rec);

@@ -7,99 +7,11 @@
 //! `chat.completion.chunk`, `text_completion`, a usage chunk with empty
 //! `choices`), built from a [`Reply`] that knows the answer's tokens.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::errors::ApiError;
 use super::stats::Finish;
 use super::stop::Stops;
-
-#[derive(Debug, Deserialize)]
-pub struct ChatRequest {
-    pub model: Option<String>,
-    pub messages: Vec<ChatMessage>,
-    #[serde(flatten)]
-    pub common: Common,
-    pub max_completion_tokens: Option<i64>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct CompletionRequest {
-    pub model: Option<String>,
-    pub prompt: Prompt,
-    #[serde(flatten)]
-    pub common: Common,
-}
-
-/// Fields both endpoints share.
-#[derive(Debug, Deserialize)]
-pub struct Common {
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    pub max_tokens: Option<i64>,
-    pub seed: Option<i64>,
-    pub stop: Option<Stop>,
-    pub n: Option<i64>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct StreamOptions {
-    pub include_usage: Option<bool>,
-    pub continuous_usage_stats: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ChatMessage {
-    pub role: String,
-    #[serde(default)]
-    pub content: Option<Content>,
-}
-
-/// A message's content: text, or a list of parts of which the text ones count.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Content {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Debug, Deserialize)]
-pub struct Part {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub text: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
-
-/// A completions prompt: text, one text in a list, or token ids.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Prompt {
-    Text(String),
-    Texts(Vec<String>),
-    Ids(Vec<u64>),
-    IdLists(Vec<Vec<u64>>),
-}
-
-impl ChatMessage {
-    pub fn text(&self) -> String {
-        match &self.content {
-            None => String::new(),
-            Some(Content::Text(t)) => t.clone(),
-            Some(Content::Parts(parts)) => parts
-                .iter()
-                .filter(|p| p.kind == "text")
-                .filter_map(|p| p.text.as_deref())
-                .collect::<Vec<_>>()
-                .join("\n"),
-        }
-    }
-}
 
 /// Parses a request body, naming the JSON path of a schema error. The body
 /// must be one JSON value: anything but whitespace after it is refused as
@@ -136,62 +48,6 @@ fn extra_data_offset(body: &[u8]) -> usize {
     String::from_utf8_lossy(&body[..end + rest]).chars().count()
 }
 
-/// Validated request options.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Options {
-    pub stream: bool,
-    pub include_usage: bool,
-    pub continuous_usage: bool,
-    /// As sent (at least 1): a value over the context is refused with the
-    /// number the client sent, not a clamped one.
-    pub max_tokens: Option<u64>,
-    pub seed: Option<u64>,
-    pub stops: Vec<String>,
-}
-
-impl Common {
-    /// Checks the options vLLM checks, with its messages. `max_tokens` is
-    /// the value that applies (`max_completion_tokens` wins in chat).
-    pub fn options(&self, max_tokens: Option<i64>) -> Result<Options, ApiError> {
-        if let Some(n) = self.n.filter(|&n| n != 1) {
-            let msg = if n < 1 {
-                format!("n must be at least 1, got {n}.")
-            } else {
-                format!("n={n} is not supported: llmsim simulates one sequence per request (n must be 1).")
-            };
-            return Err(ApiError::bad_request(msg).with_param("n"));
-        }
-        let stream = self.stream.unwrap_or(false);
-        if self.stream_options.is_some() && !stream {
-            return Err(ApiError::bad_request("Stream options can only be defined when `stream=True`.")
-                .with_param("stream_options"));
-        }
-        let max_tokens = match max_tokens {
-            Some(m) if m < 1 => {
-                return Err(
-                    ApiError::bad_request(format!("max_tokens must be at least 1, got {m}.")).with_param("max_tokens")
-                );
-            }
-            Some(m) => Some(m.unsigned_abs()),
-            None => None,
-        };
-        let stops = match &self.stop {
-            None => Vec::new(),
-            Some(Stop::One(s)) => vec![s.clone()],
-            Some(Stop::Many(v)) => v.clone(),
-        };
-        let opts = self.stream_options.as_ref();
-        Ok(Options {
-            stream,
-            include_usage: opts.and_then(|o| o.include_usage).unwrap_or(false),
-            continuous_usage: opts.and_then(|o| o.continuous_usage_stats).unwrap_or(false),
-            max_tokens,
-            seed: self.seed.map(|s| s as u64),
-            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
-        })
-    }
-}
-
 /// Which endpoint, for the response shapes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Api {
@@ -199,55 +55,124 @@ pub enum Api {
     Completion,
 }
 
+/// What bounds an answer's length (vLLM's sampling parameters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lengths {
+    /// The cap: `max_tokens` (or what the context leaves), at least 1.
+    pub max_tokens: u32,
+    /// No end of sequence and no stop string before this many tokens.
+    pub min_tokens: u32,
+    /// Never end with the end-of-sequence token: run to `max_tokens`.
+    pub ignore_eos: bool,
+    /// Keep the stop string in the text.
+    pub include_stop: bool,
+}
+
+impl Lengths {
+    pub fn cap(max_tokens: u32) -> Lengths {
+        Lengths { max_tokens, min_tokens: 0, ignore_eos: false, include_stop: false }
+    }
+}
+
 /// The answer's tokens and how they end: what the engine's `N` is.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
+    /// The text of every output token, in order; the end-of-sequence token,
+    /// when the answer ends with one, is the last and its text is empty.
     pub pieces: Vec<String>,
-    /// The engine's output length (at least 1: an empty answer still ends
-    /// with one end-of-sequence token).
+    /// The engine's output length: `pieces.len()` (at least 1).
     pub output: u32,
     pub finish: Finish,
     /// The stop string that ended the answer, if any.
     pub stop_reason: Option<String>,
 }
 
-/// Plans the answer's tokens: `tokens` are the answer's (concatenating to
-/// `answer`), read lazily and at most `max_tokens` of them. `stop` ends the
-/// answer as vLLM does ([`Stops`]: the text before the stop string, which
-/// is not returned; the token that completed it is the last one, its text
-/// and any after the cut empty); otherwise `max_tokens` truncates, finish
-/// `length`.
+/// Plans the answer as vLLM's engine would end it.
+///
+/// The model's output is the scripted answer's `tokens`, then its
+/// end-of-sequence token (EOS), which is a generated token like any other:
+/// it counts in `usage.completion_tokens` and its text is empty. vLLM
+/// checks, after each token (its `check_stop`): fewer than `min_tokens` so
+/// far, go on; the token is EOS, finish `stop`; the output reached
+/// `max_tokens`, finish `length`. Stop strings are checked on the text of
+/// each token once the output is longer than `min_tokens` ([`Stops`]): the
+/// text ends before the stop string (after it with `include_stop`) and the
+/// token that completed it is the last, finish `stop`.
+///
+/// So an answer of k tokens ends with EOS as token k + 1 when `max_tokens`
+/// allows it (finish `stop`, k + 1 completion tokens) and with finish
+/// `length` at exactly `max_tokens` = k. Where the model must go on past
+/// the script (`ignore_eos`, or `min_tokens` > k, as EOS cannot be sampled
+/// before `min_tokens`), it continues with `more(n)`: n further tokens of
+/// deterministic filler; with `min_tokens` it then ends with EOS right
+/// after `min_tokens`.
 pub fn plan<'a>(
-    answer: &'a str,
     tokens: impl IntoIterator<Item = &'a str>,
+    more: impl FnOnce(usize) -> Vec<String>,
     stops: Option<&Stops>,
-    max_tokens: u32,
+    lengths: Lengths,
 ) -> Plan {
-    let limit = max_tokens as usize;
-    let mut tokens = tokens.into_iter();
-    let taken: Vec<&str> = tokens.by_ref().take(limit).collect();
-    let hit = stops.and_then(|s| s.find(taken.iter().copied(), limit));
-    let (pieces, finish, stop_reason) = match hit {
-        Some(hit) => {
-            let mut start = 0;
-            let pieces = taken[..=hit.token]
-                .iter()
-                .map(|t| {
-                    let end = start + t.len();
-                    let piece = answer[start.min(hit.cut)..end.min(hit.cut)].to_string();
-                    start = end;
-                    piece
-                })
-                .collect();
-            (pieces, Finish::Stop, Some(hit.stop))
+    let limit = lengths.max_tokens.max(1) as usize;
+    let min = lengths.min_tokens as usize;
+    let mut content: Vec<String> = tokens.into_iter().take(limit + 1).map(str::to_string).collect();
+    // Content tokens before EOS, when the model may end by itself.
+    let natural = (!lengths.ignore_eos).then(|| content.len().max(min));
+    let want = natural.map_or(limit, |c| c.min(limit));
+    if content.len() > want {
+        content.truncate(want);
+    } else if content.len() < want {
+        content.extend(more(want - content.len()));
+    }
+    let hit = stops.and_then(|s| s.find_after(content.iter().map(String::as_str), want, min));
+    if let Some(hit) = hit {
+        let cut = if lengths.include_stop { hit.end } else { hit.cut };
+        let mut start = 0;
+        let pieces: Vec<String> = content[..=hit.token]
+            .iter()
+            .map(|t| {
+                let end = start + t.len();
+                let piece = t[..end.min(cut).saturating_sub(start)].to_string();
+                start = end;
+                piece
+            })
+            .collect();
+        let output = pieces.len() as u32;
+        return Plan { pieces, output, finish: Finish::Stop, stop_reason: Some(hit.stop) };
+    }
+    let finish = match natural {
+        Some(c) if c < limit => {
+            content.push(String::new());
+            Finish::Stop
         }
-        None => {
-            let finish = if tokens.next().is_some() { Finish::Length } else { Finish::Stop };
-            (taken.into_iter().map(str::to_string).collect::<Vec<_>>(), finish, None)
-        }
+        _ => Finish::Length,
     };
-    let output = u32::try_from(pieces.len()).unwrap_or(u32::MAX).max(1);
-    Plan { pieces, output, finish, stop_reason }
+    let output = u32::try_from(content.len()).unwrap_or(u32::MAX);
+    Plan { pieces: content, output, finish, stop_reason: None }
+}
+
+/// One choice of a response: a sequence the engine generates.
+#[derive(Clone, Debug)]
+pub struct Choice {
+    pub index: u32,
+    pub plan: Plan,
+    /// Tokens of the prompt this choice answers.
+    pub prompt_tokens: u32,
+    /// Text put before the answer (`echo`): the completions prompt, or the
+    /// chat's last message when it is the assistant's.
+    pub echo: String,
+    /// Synthetic logprobs of every output token, if asked for.
+    pub logprobs: Option<Vec<super::logprobs::TokenLogprob>>,
+}
+
+impl Choice {
+    /// The text of token `index` (1-based).
+    pub fn piece(&self, index: u32) -> &str {
+        self.plan.pieces.get(index as usize - 1).map_or("", String::as_str)
+    }
+
+    pub fn text(&self) -> String {
+        self.plan.pieces.concat()
+    }
 }
 
 /// Everything needed to write one request's response bodies.
@@ -255,11 +180,15 @@ pub fn plan<'a>(
 pub struct Reply {
     pub api: Api,
     pub id: String,
+    /// Unix seconds when the request was received (vLLM stamps each
+    /// response; every chunk of a stream carries the same value).
     pub created: u64,
     pub model: String,
-    pub plan: Plan,
+    pub choices: Vec<Choice>,
+    /// Prompt tokens of the request: each prompt counted once, however many
+    /// choices answer it.
     pub prompt_tokens: u32,
-    pub options: Options,
+    pub options: super::request::Options,
 }
 
 #[derive(Serialize)]
@@ -284,7 +213,7 @@ struct Chunk<'a, C> {
 struct ChatChoice<'a> {
     index: u32,
     delta: Delta<'a>,
-    logprobs: Option<()>,
+    logprobs: Option<serde_json::Value>,
     finish_reason: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stop_reason: Option<&'a str>,
@@ -302,30 +231,14 @@ struct Delta<'a> {
 struct TextChoice<'a> {
     index: u32,
     text: &'a str,
-    logprobs: Option<()>,
+    logprobs: Option<serde_json::Value>,
     finish_reason: Option<&'a str>,
-    stop_reason: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct ChatMessageOut<'a> {
-    role: &'static str,
-    content: &'a str,
-    tool_calls: [(); 0],
-}
-
-#[derive(Serialize)]
-struct FullChatChoice<'a> {
-    index: u32,
-    message: ChatMessageOut<'a>,
-    logprobs: Option<()>,
-    finish_reason: &'a str,
     stop_reason: Option<&'a str>,
 }
 
 /// One server-sent event carrying JSON.
 fn frame<T: Serialize>(value: &T) -> String {
-    // invariant: these structs hold only strings and numbers.
+    // invariant: these structs hold only strings, numbers and JSON values.
     format!("data: {}\n\n", serde_json::to_string(value).unwrap_or_default())
 }
 
@@ -338,14 +251,9 @@ impl Reply {
         }
     }
 
-    /// The text of token `index` (1-based); empty for the end-of-sequence
-    /// token of an empty answer.
-    pub fn piece(&self, index: u32) -> &str {
-        self.plan.pieces.get(index as usize - 1).map_or("", String::as_str)
-    }
-
-    pub fn text(&self) -> String {
-        self.plan.pieces.concat()
+    /// Completion tokens of every choice.
+    pub fn completion_tokens(&self) -> u32 {
+        self.choices.iter().map(|c| c.plan.output).sum()
     }
 
     fn chunk<C: Serialize>(&self, choices: Vec<C>, usage: Option<Usage>) -> String {
@@ -353,86 +261,123 @@ impl Reply {
         frame(&Chunk { id: &self.id, object, created: self.created, model: &self.model, choices, usage })
     }
 
-    /// The first chat chunk: the assistant role, no content yet.
-    pub fn role_frame(&self) -> String {
-        let delta = Delta { role: Some("assistant"), content: Some("") };
-        self.chunk(vec![ChatChoice { index: 0, delta, logprobs: None, finish_reason: None, stop_reason: None }], None)
-    }
-
-    /// The chunk of token `index`.
-    pub fn token_frame(&self, index: u32) -> String {
-        let usage = self.options.continuous_usage.then(|| self.usage(index));
-        let text = self.piece(index);
-        match self.api {
-            Api::Chat => {
-                let delta = Delta { role: None, content: Some(text) };
-                self.chunk(
-                    vec![ChatChoice { index: 0, delta, logprobs: None, finish_reason: None, stop_reason: None }],
-                    usage,
-                )
-            }
-            Api::Completion => self.chunk(
-                vec![TextChoice { index: 0, text, logprobs: None, finish_reason: None, stop_reason: None }],
-                usage,
-            ),
+    /// The chat stream's opening chunks: one per choice with the assistant
+    /// role and empty content, then (with `echo`) the echoed message.
+    pub fn role_frames(&self) -> String {
+        let mut out = String::new();
+        let usage = |s: &Self| s.options.continuous_usage.then(|| s.usage(0));
+        for c in &self.choices {
+            let delta = Delta { role: Some("assistant"), content: Some("") };
+            let choice = ChatChoice { index: c.index, delta, logprobs: None, finish_reason: None, stop_reason: None };
+            out.push_str(&self.chunk(vec![choice], usage(self)));
         }
-    }
-
-    /// The finish chunk, the usage chunk if asked for.
-    pub fn end_frames(&self) -> String {
-        let finish = Some(self.plan.finish.as_str());
-        let stop = self.plan.stop_reason.as_deref();
-        let usage = self.options.continuous_usage.then(|| self.usage(self.plan.output));
-        let mut out = match self.api {
-            Api::Chat => {
-                let delta = Delta { role: None, content: Some("") };
-                self.chunk(
-                    vec![ChatChoice { index: 0, delta, logprobs: None, finish_reason: finish, stop_reason: stop }],
-                    usage,
-                )
-            }
-            Api::Completion => self.chunk(
-                vec![TextChoice { index: 0, text: "", logprobs: None, finish_reason: finish, stop_reason: stop }],
-                usage,
-            ),
-        };
-        if self.options.include_usage {
-            out.push_str(&self.chunk::<ChatChoice>(Vec::new(), Some(self.usage(self.plan.output))));
+        for c in self.choices.iter().filter(|c| !c.echo.is_empty()) {
+            let delta = Delta { role: None, content: Some(&c.echo) };
+            let choice = ChatChoice { index: c.index, delta, logprobs: None, finish_reason: None, stop_reason: None };
+            out.push_str(&self.chunk(vec![choice], usage(self)));
         }
         out
     }
 
+    /// The chunk of token `index` (1-based) of choice `choice` (its place in
+    /// `choices`). The last token's chunk carries the finish reason, as
+    /// vLLM's does: for an answer that ends with EOS its text is empty.
+    pub fn token_frame(&self, choice: usize, index: u32) -> String {
+        let c = &self.choices[choice];
+        let usage = self.options.continuous_usage.then(|| self.usage(index));
+        let last = index >= c.plan.output;
+        let finish = last.then(|| c.plan.finish.as_str());
+        let stop = if last { c.plan.stop_reason.as_deref() } else { None };
+        let logprobs = c.logprobs.as_ref().map(|lp| {
+            let i = index as usize - 1;
+            let offset = self.offset(c, i);
+            super::logprobs::stream_json(self.api, &lp[i..=i], offset)
+        });
+        match self.api {
+            Api::Chat => {
+                let delta = Delta { role: None, content: Some(c.piece(index)) };
+                let choice = ChatChoice { index: c.index, delta, logprobs, finish_reason: finish, stop_reason: stop };
+                self.chunk(vec![choice], usage)
+            }
+            Api::Completion => {
+                let echoed;
+                let text = if index == 1 && !c.echo.is_empty() {
+                    echoed = format!("{}{}", c.echo, c.piece(1));
+                    echoed.as_str()
+                } else {
+                    c.piece(index)
+                };
+                let stop_reason = stop;
+                let choice = TextChoice { index: c.index, text, logprobs, finish_reason: finish, stop_reason };
+                self.chunk(vec![choice], usage)
+            }
+        }
+    }
+
+    /// Character offset of token `i` (0-based) in the choice's text.
+    fn offset(&self, c: &Choice, i: usize) -> usize {
+        let echo = if self.api == Api::Completion { c.echo.chars().count() } else { 0 };
+        echo + c.plan.pieces[..i].iter().map(|p| p.chars().count()).sum::<usize>()
+    }
+
+    /// The usage chunk, if `stream_options.include_usage` asked for it.
+    pub fn usage_frame(&self) -> String {
+        if !self.options.include_usage {
+            return String::new();
+        }
+        self.chunk::<ChatChoice>(Vec::new(), Some(self.usage(self.completion_tokens())))
+    }
+
     /// The non-streaming response body.
     pub fn full_body(&self) -> String {
-        let text = self.text();
-        let finish = self.plan.finish.as_str();
-        let stop = self.plan.stop_reason.as_deref();
-        let usage = self.usage(self.plan.output);
-        let value = match self.api {
-            Api::Chat => serde_json::json!({
-                "id": self.id,
-                "object": "chat.completion",
-                "created": self.created,
-                "model": self.model,
-                "choices": [FullChatChoice {
-                    index: 0,
-                    message: ChatMessageOut { role: "assistant", content: &text, tool_calls: [] },
-                    logprobs: None,
-                    finish_reason: finish,
-                    stop_reason: stop,
-                }],
-                "usage": usage,
-                "prompt_logprobs": null,
-            }),
-            Api::Completion => serde_json::json!({
-                "id": self.id,
-                "object": "text_completion",
-                "created": self.created,
-                "model": self.model,
-                "choices": [TextChoice { index: 0, text: &text, logprobs: None, finish_reason: Some(finish), stop_reason: stop }],
-                "usage": usage,
-            }),
-        };
+        let usage = self.usage(self.completion_tokens());
+        let choices: Vec<serde_json::Value> = self
+            .choices
+            .iter()
+            .map(|c| {
+                let text = format!("{}{}", c.echo, c.text());
+                let logprobs =
+                    c.logprobs.as_ref().map(|lp| super::logprobs::full_json(self.api, lp, c.echo.chars().count()));
+                let finish = c.plan.finish.as_str();
+                match self.api {
+                    Api::Chat => serde_json::json!({
+                        "index": c.index,
+                        "message": {"role": "assistant", "content": text, "refusal": null, "annotations": null,
+                            "audio": null, "function_call": null, "reasoning": null},
+                        "logprobs": logprobs,
+                        "finish_reason": finish,
+                        "stop_reason": c.plan.stop_reason,
+                        "token_ids": null,
+                    }),
+                    Api::Completion => serde_json::json!({
+                        "index": c.index,
+                        "text": text,
+                        "logprobs": logprobs,
+                        "finish_reason": finish,
+                        "stop_reason": c.plan.stop_reason,
+                        "token_ids": null,
+                        "prompt_logprobs": null,
+                        "prompt_token_ids": null,
+                    }),
+                }
+            })
+            .collect();
+        let object = if self.api == Api::Chat { "chat.completion" } else { "text_completion" };
+        let mut value = serde_json::json!({
+            "id": self.id,
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "service_tier": null,
+            "system_fingerprint": null,
+            "usage": usage,
+        });
+        if self.api == Api::Chat {
+            value["prompt_logprobs"] = serde_json::Value::Null;
+            value["prompt_token_ids"] = serde_json::Value::Null;
+        }
+        value["kv_transfer_params"] = serde_json::Value::Null;
         value.to_string()
     }
 }
@@ -454,41 +399,96 @@ mod tests {
         Stops::new(list.iter().map(|s| s.to_string()).collect()).unwrap().unwrap()
     }
 
-    #[test]
-    fn stop_strings_end_the_answer_before_the_first_match() {
-        let text = "one two three four";
-        let p = plan(text, words(text), Some(&stops(&["three", "two"])), 100);
-        assert_eq!(p.pieces.concat(), "one ");
-        // "two" completes in the second token ("two "), which is the last.
-        assert_eq!(p.pieces, vec!["one ", ""]);
-        assert_eq!((p.output, p.finish, p.stop_reason.as_deref()), (2, Finish::Stop, Some("two")));
+    /// Filler the tests can recognise: `n` tokens "+0", "+1", ...
+    fn more(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("+{i}")).collect()
+    }
+
+    fn run(text: &str, stop: Option<&[&str]>, l: Lengths) -> Plan {
+        let s = stop.map(stops);
+        plan(words(text), more, s.as_ref(), l)
+    }
+
+    fn eos() -> String {
+        String::new()
     }
 
     #[test]
-    fn a_stop_across_tokens_cuts_the_earlier_token_too() {
-        let text = "ab cd ef";
-        // "b cd" starts in token 1 ("ab ") and completes in token 2 ("cd ").
-        let p = plan(text, words(text), Some(&stops(&["b cd"])), 100);
-        assert_eq!(p.pieces, vec!["a", ""]);
-        assert_eq!((p.output, p.stop_reason.as_deref()), (2, Some("b cd")));
-        // A stop that completes after max_tokens does not count.
-        let p = plan(text, words(text), Some(&stops(&["b cd"])), 1);
-        assert_eq!((p.pieces, p.finish, p.stop_reason), (vec!["ab ".to_string()], Finish::Length, None));
-    }
-
-    #[test]
-    fn max_tokens_truncates_with_finish_length() {
-        let p = plan("a b c d", words("a b c d"), None, 2);
-        assert_eq!(p.pieces, vec!["a ", "b "]);
-        assert_eq!((p.output, p.finish), (2, Finish::Length));
-        let p = plan("a b", words("a b"), None, 2);
-        assert_eq!((p.output, p.finish), (2, Finish::Stop), "an answer that ends at max_tokens ends by itself");
+    fn an_answer_ends_with_its_end_of_sequence_token_when_max_tokens_allows() {
+        // "a b" is 2 tokens; EOS is token 3: finish stop, 3 completion tokens.
+        let p = run("a b", None, Lengths::cap(5));
+        assert_eq!(p.pieces, vec!["a ".to_string(), "b".to_string(), eos()]);
+        assert_eq!((p.output, p.finish), (3, Finish::Stop));
+        // max_tokens 3 still allows EOS (vLLM checks EOS before length).
+        assert_eq!(run("a b", None, Lengths::cap(3)).finish, Finish::Stop);
+        // An answer that ends exactly at max_tokens never gets to EOS: length.
+        let p = run("a b", None, Lengths::cap(2));
+        assert_eq!((p.pieces.concat(), p.output, p.finish), ("a b".to_string(), 2, Finish::Length));
+        let p = run("a b c d", None, Lengths::cap(2));
+        assert_eq!((p.pieces, p.output, p.finish), (vec!["a ".to_string(), "b ".to_string()], 2, Finish::Length));
     }
 
     #[test]
     fn an_empty_answer_is_one_end_of_sequence_token() {
-        let p = plan("", words(""), None, 5);
-        assert_eq!((p.output, p.pieces.len()), (1, 0));
+        let p = run("", None, Lengths::cap(5));
+        assert_eq!((p.pieces, p.output, p.finish), (vec![eos()], 1, Finish::Stop));
+    }
+
+    #[test]
+    fn ignore_eos_runs_to_max_tokens_with_deterministic_filler() {
+        let l = Lengths { ignore_eos: true, ..Lengths::cap(5) };
+        let p = run("a b", None, l);
+        assert_eq!(p.pieces, vec!["a ", "b", "+0", "+1", "+2"]);
+        assert_eq!((p.output, p.finish), (5, Finish::Length));
+        // A long answer is cut at max_tokens as usual.
+        let p = run("a b c d e f g", None, l);
+        assert_eq!((p.pieces.concat(), p.output, p.finish), ("a b c d e ".to_string(), 5, Finish::Length));
+        // Stop strings still end it.
+        let p = run("a b", Some(&["+1"]), l);
+        assert_eq!((p.pieces.concat(), p.output, p.finish), ("a b+0".to_string(), 4, Finish::Stop));
+    }
+
+    #[test]
+    fn min_tokens_holds_eos_and_stop_strings_back() {
+        // 2 answer tokens, min 4: filler to 4, then EOS as token 5.
+        let l = Lengths { min_tokens: 4, ..Lengths::cap(10) };
+        let p = run("a b", None, l);
+        assert_eq!(p.pieces, vec!["a ".to_string(), "b".to_string(), "+0".into(), "+1".into(), eos()]);
+        assert_eq!((p.output, p.finish), (5, Finish::Stop));
+        // min_tokens = max_tokens: no room for EOS, finish length.
+        let p = run("a b", None, Lengths { min_tokens: 4, ..Lengths::cap(4) });
+        assert_eq!((p.output, p.finish), (4, Finish::Length));
+        // A stop string completing in token 2 <= min_tokens 2 does not count;
+        // the same string completing in token 4 > 2 does.
+        let p = run("x y x y z", Some(&["y"]), Lengths { min_tokens: 2, ..Lengths::cap(10) });
+        assert_eq!((p.pieces.concat(), p.output, p.stop_reason.as_deref()), ("x y x ".to_string(), 4, Some("y")));
+        // Above min_tokens the answer ends by itself as usual.
+        let p = run("a b c", None, Lengths { min_tokens: 1, ..Lengths::cap(10) });
+        assert_eq!((p.output, p.finish), (4, Finish::Stop));
+    }
+
+    #[test]
+    fn stop_strings_end_the_answer_before_the_first_match() {
+        let p = run("one two three four", Some(&["three", "two"]), Lengths::cap(100));
+        assert_eq!(p.pieces.concat(), "one ");
+        // "two" completes in the second token ("two "), which is the last.
+        assert_eq!(p.pieces, vec!["one ", ""]);
+        assert_eq!((p.output, p.finish, p.stop_reason.as_deref()), (2, Finish::Stop, Some("two")));
+        // include_stop_str_in_output keeps it (and cuts what follows it in the token).
+        let l = Lengths { include_stop: true, ..Lengths::cap(100) };
+        let p = run("one two three four", Some(&["tw"]), l);
+        assert_eq!((p.pieces, p.stop_reason.as_deref()), (vec!["one ".to_string(), "tw".to_string()], Some("tw")));
+    }
+
+    #[test]
+    fn a_stop_across_tokens_cuts_the_earlier_token_too() {
+        // "b cd" starts in token 1 ("ab ") and completes in token 2 ("cd ").
+        let p = run("ab cd ef", Some(&["b cd"]), Lengths::cap(100));
+        assert_eq!(p.pieces, vec!["a", ""]);
+        assert_eq!((p.output, p.stop_reason.as_deref()), (2, Some("b cd")));
+        // A stop that completes after max_tokens does not count.
+        let p = run("ab cd ef", Some(&["b cd"]), Lengths::cap(1));
+        assert_eq!((p.pieces, p.finish, p.stop_reason), (vec!["ab ".to_string()], Finish::Length, None));
     }
 
     #[test]
@@ -504,18 +504,5 @@ mod tests {
         let e = parse::<serde_json::Value>("{\"a\":\"é\"}\n x".as_bytes()).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("body.11"));
         assert!(parse::<serde_json::Value>(b" {\"a\":1} \r\n").is_ok(), "whitespace around the value is fine");
-    }
-
-    #[test]
-    fn options_reject_what_vllm_rejects() {
-        let common = |json: &str| -> Common { serde_json::from_str(json).unwrap() };
-        let e = common(r#"{"n": 2}"#).options(None).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("n"));
-        let e = common(r#"{"stream_options": {"include_usage": true}}"#).options(None).unwrap_err();
-        assert_eq!(e.message, "Stream options can only be defined when `stream=True`.");
-        let e = common("{}").options(Some(0)).unwrap_err();
-        assert_eq!(e.message, "max_tokens must be at least 1, got 0.");
-        let o = common(r#"{"stream": true, "stop": "x", "seed": 7, "unknown": 1}"#).options(Some(5)).unwrap();
-        assert_eq!((o.stream, o.max_tokens, o.seed, o.stops), (true, Some(5), Some(7), vec!["x".to_string()]));
     }
 }

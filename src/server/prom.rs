@@ -43,7 +43,24 @@ fn render_snapshots(snaps: &[Snapshot], legacy: bool) -> String {
     gauges(&mut out, snaps, legacy);
     counters(&mut out, snaps);
     histograms(&mut out, snaps, legacy);
+    faults(&mut out, snaps);
     out
+}
+
+/// `llmsim:faults_injected_total{kind}` (not a vLLM family: vLLM injects
+/// no faults), only when some model has a `faults` section.
+fn faults(out: &mut String, snaps: &[Snapshot]) {
+    if snaps.iter().all(|s| s.model.spec.faults.is_none()) {
+        return;
+    }
+    let name = "llmsim:faults_injected_total";
+    head(out, name, "counter", "Faults llmsim injected (models.yml faults), by kind.");
+    for s in snaps.iter().filter(|s| s.model.spec.faults.is_some()) {
+        for (i, kind) in super::faults::NAMES.iter().enumerate() {
+            let l = labels_with(s.model, &[("kind", (*kind).to_string())]);
+            sample(out, name, &l, s.model.faults_seen[i].load(Ordering::Relaxed) as f64);
+        }
+    }
 }
 
 /// Python's float formatting for the values we produce.

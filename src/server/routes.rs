@@ -17,10 +17,12 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use super::content::{Query, tokenizer};
+use super::content::Query;
 use super::errors::ApiError;
+use super::faults::Kind;
 use super::feed::{Accepted, Feed, FeedEvent, FeedRequest};
-use super::openai::{self, Api, ChatRequest, CompletionRequest, Options, Prompt, Reply};
+use super::openai::{self, Api, Choice, Lengths, Reply};
+use super::request::{self, Parsed, PromptIn};
 use super::sse;
 use super::stats::{Observed, Story};
 use super::stop::Stops;
@@ -35,6 +37,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/health", get(health))
+        .route("/ping", get(health).post(health))
+        .route("/version", get(version))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
         .route("/metrics", get(metrics))
         .route("/metrics/summary", get(summary))
         .route("/metrics/summary/reset", post(reset))
@@ -58,24 +64,113 @@ async fn method_not_allowed(State(app): State<Arc<App>>) -> Response {
     respond(&app, Err(ApiError::http(StatusCode::METHOD_NOT_ALLOWED)))
 }
 
+/// vLLM's model cards: `created` stamped per response, a permission
+/// object, `owned_by` "vllm" (clients written for vLLM see what they expect).
 async fn models(State(app): State<Arc<App>>) -> Response {
+    let created = unix_now();
     let data: Vec<serde_json::Value> = app
         .models
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
             serde_json::json!({
                 "id": m.spec.name,
                 "object": "model",
-                "created": app.created,
-                "owned_by": "llmsim",
+                "created": created,
+                "owned_by": "vllm",
                 "root": m.spec.name,
                 "parent": null,
                 "max_model_len": m.spec.context_length,
-                "permission": [],
+                "permission": [{
+                    "id": format!("modelperm-llmsim-{i}"),
+                    "object": "model_permission",
+                    "created": created,
+                    "allow_create_engine": false,
+                    "allow_sampling": true,
+                    "allow_logprobs": true,
+                    "allow_search_indices": false,
+                    "allow_view": true,
+                    "allow_fine_tuning": false,
+                    "organization": "*",
+                    "group": null,
+                    "is_blocking": false,
+                }],
             })
         })
         .collect();
     json_response(StatusCode::OK, serde_json::json!({"object": "list", "data": data}).to_string())
+}
+
+/// `GET /version`: vLLM answers its package version; llmsim answers its own.
+async fn version() -> Response {
+    json_response(StatusCode::OK, serde_json::json!({"version": env!("CARGO_PKG_VERSION")}).to_string())
+}
+
+/// `POST /tokenize`: vLLM's answer (`count`, `max_model_len`, `tokens`,
+/// `token_strs`) for a completions `prompt` or chat `messages`, counted by
+/// the model's tokenizer (chat: with the template framing, as the prompt of
+/// a chat request is counted).
+async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let body = read_body(&app, &headers, body).await?;
+        let value: serde_json::Value = openai::parse(&body)?;
+        let obj = value.as_object().cloned().unwrap_or_default();
+        let model = app.model(obj.get("model").and_then(|m| m.as_str()))?;
+        let want_strs = obj.get("return_token_strs").and_then(serde_json::Value::as_bool).unwrap_or(false);
+        let (ids, strs) = if obj.contains_key("messages") {
+            let parsed = request::read(Api::Chat, &value)?;
+            match &parsed.prompts[0] {
+                PromptIn::Chat(m) => model.tokenizer.encode_chat(m),
+                _ => (Vec::new(), Vec::new()),
+            }
+        } else {
+            let Some(prompt) = obj.get("prompt").and_then(|p| p.as_str()) else {
+                return Err(
+                    ApiError::bad_request("`prompt` (a string) or `messages` is required.").with_param("prompt")
+                );
+            };
+            (model.tokenizer.encode(prompt), model.tokenizer.pieces(prompt))
+        };
+        let count = ids.len();
+        let strs = want_strs.then_some(strs);
+        let out = serde_json::json!({
+            "count": count,
+            "max_model_len": model.spec.context_length,
+            "tokens": ids,
+            "token_strs": strs,
+        });
+        Ok(json_response(StatusCode::OK, out.to_string()))
+    }
+    .await;
+    respond(&app, result)
+}
+
+/// `POST /detokenize`: the text of token ids, when the model's tokenizer
+/// has a vocabulary (a `tokenizer.json`); the built-in one has none.
+async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let body = read_body(&app, &headers, body).await?;
+        let value: serde_json::Value = openai::parse(&body)?;
+        let model = app.model(value.get("model").and_then(|m| m.as_str()))?;
+        let Some(list) = value.get("tokens").and_then(|t| t.as_array()) else {
+            return Err(ApiError::bad_request("`tokens` (a list of token ids) is required.").with_param("tokens"));
+        };
+        let ids: Option<Vec<u64>> = list.iter().map(serde_json::Value::as_u64).collect();
+        let Some(ids) = ids else {
+            return Err(ApiError::bad_request("`tokens` must be a list of non-negative integers.").with_param("tokens"));
+        };
+        match model.tokenizer.decode(&ids) {
+            Some(text) => Ok(json_response(StatusCode::OK, serde_json::json!({"prompt": text}).to_string())),
+            None => Err(ApiError::bad_request(format!(
+                "model `{}` uses llmsim's built-in tokenizer, whose token ids are hashes of the text and cannot be \
+                 turned back into text; give the model a `tokenizer:` (a tokenizer.json) to detokenize.",
+                model.spec.name
+            ))
+            .with_param("tokens")),
+        }
+    }
+    .await;
+    respond(&app, result)
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
@@ -135,53 +230,16 @@ async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, 
     }
 }
 
-/// A parsed request, ready to plan: what the content side needs.
-struct Parsed {
-    model: Option<String>,
-    prompt_tokens: usize,
-    last_user_message: String,
-    options: Options,
-    /// A chat without messages (refused once the model is known, as vLLM
-    /// checks the model first).
-    empty: bool,
-}
+/// Most sequences (prompts x n) one request may ask for: each is an engine
+/// request with its own plan (vLLM allows n up to 16,384 a prompt).
+const MAX_CHOICES: u64 = 1_024;
 
-fn parse_chat(body: &[u8]) -> Result<Parsed, ApiError> {
-    let req: ChatRequest = openai::parse(body)?;
-    let texts: Vec<(String, String)> = req.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
-    let prompt_tokens = tokenizer::count_chat(texts.iter().map(|(r, c)| (r.as_str(), c.as_str())));
-    let last_user_message = texts.iter().rev().find(|(r, _)| r == "user").map(|(_, c)| c.clone()).unwrap_or_default();
-    let options = req.common.options(req.max_completion_tokens.or(req.common.max_tokens))?;
-    let empty = req.messages.is_empty();
-    Ok(Parsed { model: req.model, prompt_tokens, last_user_message, options, empty })
-}
+/// Most output tokens one request's plans may hold (sequences x their
+/// `max_tokens`): a plan keeps each token's text.
+const MAX_PLANNED_TOKENS: u64 = 2 << 20;
 
 /// vLLM's completions default `max_tokens` (the legacy OpenAI default).
-const COMPLETIONS_DEFAULT_MAX_TOKENS: u32 = 16;
-
-fn parse_completion(body: &[u8]) -> Result<Parsed, ApiError> {
-    let req: CompletionRequest = openai::parse(body)?;
-    let many =
-        || ApiError::bad_request("llmsim takes one prompt per request; send a list of one.").with_param("prompt");
-    let (text, tokens) = match req.prompt {
-        Prompt::Text(t) => {
-            let n = tokenizer::count(&t);
-            (t, n)
-        }
-        Prompt::Texts(mut v) if v.len() == 1 => {
-            let t = v.remove(0);
-            let n = tokenizer::count(&t);
-            (t, n)
-        }
-        Prompt::Ids(ids) => (String::new(), ids.len()),
-        Prompt::IdLists(v) if v.len() == 1 => (String::new(), v[0].len()),
-        Prompt::Texts(_) | Prompt::IdLists(_) => return Err(many()),
-    };
-    let mut options = req.common.options(req.common.max_tokens)?;
-    options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS.into()));
-    // An empty prompt still holds one token (the beginning of sequence).
-    Ok(Parsed { model: req.model, prompt_tokens: tokens.max(1), last_user_message: text, options, empty: false })
-}
+const COMPLETIONS_DEFAULT_MAX_TOKENS: u64 = 16;
 
 async fn handle(
     app: &Arc<App>,
@@ -190,89 +248,222 @@ async fn handle(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let created = unix_now();
     let body = read_body(app, headers, body).await?;
-    let parsed = match api {
-        Api::Chat => parse_chat(&body)?,
-        Api::Completion => parse_completion(&body)?,
-    };
+    let value: serde_json::Value = openai::parse(&body)?;
+    let parsed = request::read(api, &value)?;
     let model = app.model(parsed.model.as_deref())?;
-    if parsed.empty {
+    if parsed.wants_tools {
+        // vLLM without --enable-auto-tool-choice and --tool-call-parser.
+        return Err(ApiError::bad_request(
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+        )
+        .with_param("tool_choice"));
+    }
+    if matches!(parsed.prompts.first(), Some(PromptIn::Chat(m)) if m.is_empty()) {
         return Err(ApiError::bad_request("`messages` must contain at least one message.").with_param("messages"));
     }
-    let (reply, parsed) = if parsed.options.stops.is_empty() {
-        (plan_reply(app, model, api, &parsed)?, parsed)
-    } else {
-        // Stop strings cost time linear in their size and the answer's
-        // (`stop`): plan on the blocking pool, so `/health` and other
-        // requests never wait behind a large stop list.
-        let (app, index) = (Arc::clone(app), model_index(app, model));
-        tokio::task::spawn_blocking(move || plan_reply(&app, &app.models[index], api, &parsed).map(|r| (r, parsed)))
+    let mut options = parsed.fields.options()?;
+    if api == Api::Completion {
+        options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS));
+    }
+    let index = model_index(app, model);
+    let reply = if needs_pool(&options) {
+        // Stop strings and long answers (`ignore_eos`, `min_tokens`) cost
+        // time linear in their size: plan on the blocking pool, so
+        // `/health` and other requests never wait behind them.
+        let app2 = Arc::clone(app);
+        tokio::task::spawn_blocking(move || plan_reply(&app2, index, api, &parsed, options, created))
             .await
             .map_err(|e| ApiError::internal(format!("planning the answer failed: {e}")))??
+    } else {
+        plan_reply(app, index, api, &parsed, options, created)?
     };
+    let fault = inject(app, model)?;
     let epoch = app.epoch.load(Ordering::SeqCst);
-    let req = FeedRequest {
-        stamp,
-        prompt: reply.prompt_tokens,
-        output: reply.plan.output,
-        finish: reply.plan.finish,
-        // Checked against the context in `plan_reply`, so it fits.
-        max_tokens: parsed.options.max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
-        epoch,
-    };
-    let (feed, accepted) = Feed::start(model, app.clock, req).await.map_err(|ev| feed_error(model, &reply, &ev))?;
-    let ctx = Ctx { app: app.clone(), model: model_index(app, model), reply, stamp, accepted, epoch };
-    if ctx.reply.options.stream { Ok(sse::response(ctx, feed)) } else { whole(ctx, feed).await }
+    let max_tokens = reply.options.max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+    let mut feeds = Vec::with_capacity(reply.choices.len());
+    let mut accepted = Vec::with_capacity(reply.choices.len());
+    for c in &reply.choices {
+        let req = FeedRequest {
+            stamp,
+            prompt: c.prompt_tokens,
+            output: c.plan.output,
+            finish: c.plan.finish,
+            // Checked against the context in `plan_reply`, so it fits.
+            max_tokens,
+            n: if c.index % reply.options.n == 0 { reply.options.n } else { 0 },
+            epoch,
+        };
+        let (feed, acc) = Feed::start(model, app.clock, req)
+            .await
+            .map_err(|ev| feed_error(model, c.prompt_tokens, c.plan.output, &ev))?;
+        feeds.push(feed);
+        accepted.push(acc);
+    }
+    let ctx = Ctx { app: app.clone(), model: index, reply, stamp, accepted, epoch, fault };
+    if ctx.reply.options.stream { Ok(sse::response(ctx, feeds)) } else { whole(ctx, feeds).await }
+}
+
+/// Picks this request's fault (`faults`), counts and logs it; the faults
+/// that answer before the first byte are the error returned.
+fn inject(app: &App, model: &ModelHandle) -> Result<Option<Kind>, ApiError> {
+    let Some(f) = &model.spec.faults else { return Ok(None) };
+    let k = model.arrivals.fetch_add(1, Ordering::Relaxed);
+    let waiting = model.sinks.gauges.waiting.load(Ordering::Relaxed);
+    let kind = if f.max_waiting.is_some_and(|m| waiting >= m) { Some(Kind::QueueFull) } else { f.pick(k) };
+    let Some(kind) = kind else { return Ok(None) };
+    model.faults_seen[kind.slot()].fetch_add(1, Ordering::Relaxed);
+    if let Some(log) = &model.fault_log {
+        super::engine_task::lock(log).write(app.clock.now(), k, kind);
+    }
+    let http = |status: StatusCode| ApiError::http(status);
+    match kind {
+        Kind::Http429 { retry_after_s } => {
+            Err(ApiError { retry_after: Some(retry_after_s), ..http(StatusCode::TOO_MANY_REQUESTS) })
+        }
+        Kind::Http500 => Err(http(StatusCode::INTERNAL_SERVER_ERROR)),
+        Kind::Http503 => Err(http(StatusCode::SERVICE_UNAVAILABLE)),
+        Kind::QueueFull => Err(ApiError {
+            message: format!(
+                "Too many requests waiting: model `{}` has {waiting} waiting and accepts at most {} (faults.max_waiting).",
+                model.spec.name,
+                f.max_waiting.unwrap_or(0)
+            ),
+            retry_after: Some(1),
+            ..http(StatusCode::TOO_MANY_REQUESTS)
+        }),
+        other => Ok(Some(other)),
+    }
+}
+
+/// Unix seconds now: each response's `created` (vLLM stamps every response
+/// when it builds it).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn needs_pool(o: &request::Options) -> bool {
+    !o.stops.is_empty() || o.ignore_eos || o.min_tokens > 0 || o.n > 1 || o.logprobs.is_some()
 }
 
 fn model_index(app: &App, model: &ModelHandle) -> usize {
     app.models.iter().position(|m| std::ptr::eq(m, model)).unwrap_or(0)
 }
 
-/// Checks the context (vLLM's rules and wording) and plans the answer.
-fn plan_reply(app: &App, model: &ModelHandle, api: Api, parsed: &Parsed) -> Result<Reply, ApiError> {
+/// Counts a prompt's tokens with the model's tokenizer; returns the count
+/// and the text the responses script matches and `echo` repeats.
+fn prompt_tokens(model: &ModelHandle, p: &PromptIn) -> (usize, String, String) {
+    let tok = &model.tokenizer;
+    match p {
+        PromptIn::Chat(messages) => {
+            let n = tok.count_chat(messages.iter().map(|(r, c)| (r.as_str(), c.as_str())));
+            let last_user =
+                messages.iter().rev().find(|(r, _)| r == "user").map(|(_, c)| c.clone()).unwrap_or_default();
+            // Chat `echo` repeats the last message when it is the assistant's.
+            let echo = messages.last().filter(|(r, _)| r == "assistant").map(|(_, c)| c.clone()).unwrap_or_default();
+            (n, last_user, echo)
+        }
+        PromptIn::Text(t) => (tok.count(t), t.clone(), t.clone()),
+        PromptIn::Ids(ids) => {
+            let text = tok.decode(ids).unwrap_or_default();
+            (ids.len(), text.clone(), text)
+        }
+    }
+}
+
+/// Checks the context (vLLM's rules and wording) and plans every choice.
+fn plan_reply(
+    app: &App,
+    index: usize,
+    api: Api,
+    parsed: &Parsed,
+    options: request::Options,
+    created: u64,
+) -> Result<Reply, ApiError> {
+    let model = &app.models[index];
     let context = model.spec.context_length;
-    let prompt = u32::try_from(parsed.prompt_tokens).unwrap_or(u32::MAX);
-    if prompt >= context {
-        return Err(ApiError::prompt_too_long(context, prompt));
+    let stops = Stops::new(options.stops.clone())?;
+    let wanted = parsed.prompts.len() as u64 * u64::from(options.n);
+    if wanted > MAX_CHOICES {
+        return Err(ApiError::bad_request(format!(
+            "{} prompts x n={} asks for {wanted} sequences; llmsim plans at most {MAX_CHOICES} per request.",
+            parsed.prompts.len(),
+            options.n
+        ))
+        .with_param("n"));
     }
-    // `m` is at most i64::MAX, so the sum cannot overflow.
-    if let Some(m) = parsed.options.max_tokens.filter(|&m| u64::from(prompt) + m > u64::from(context)) {
-        return Err(ApiError::max_tokens_too_large(context, prompt, m));
+    let mut planned = 0u64;
+    let mut choices = Vec::new();
+    let mut total_prompt = 0u32;
+    for (p, prompt) in parsed.prompts.iter().enumerate() {
+        let (count, text, echo) = prompt_tokens(model, prompt);
+        let prompt_n = u32::try_from(count).unwrap_or(u32::MAX);
+        if prompt_n >= context {
+            return Err(ApiError::prompt_too_long(context, prompt_n));
+        }
+        // `m` is at most i64::MAX, so the sum cannot overflow.
+        if let Some(m) = options.max_tokens.filter(|&m| u64::from(prompt_n) + m > u64::from(context)) {
+            return Err(ApiError::max_tokens_too_large(context, prompt_n, m).with_param(options.max_tokens_param));
+        }
+        total_prompt = total_prompt.saturating_add(prompt_n);
+        // vLLM's default: whatever the context leaves (and a value that
+        // passed the check above is at most that).
+        let max_tokens = options.max_tokens.map_or(context - prompt_n, |m| u32::try_from(m).unwrap_or(u32::MAX));
+        let lengths = Lengths {
+            max_tokens,
+            min_tokens: options.min_tokens,
+            ignore_eos: options.ignore_eos,
+            include_stop: options.include_stop,
+        };
+        planned += u64::from(max_tokens) * u64::from(options.n);
+        if planned > MAX_PLANNED_TOKENS {
+            return Err(ApiError::bad_request(format!(
+                "this request may generate up to {planned} tokens (sequences x max_tokens); llmsim plans at most \
+                 {MAX_PLANNED_TOKENS} per request: lower n or max_tokens."
+            ))
+            .with_param(options.max_tokens_param));
+        }
+        for j in 0..options.n {
+            // Sample j of n answers with its own seed, so the n choices differ
+            // as sampled sequences do, and replay the same for the same seed.
+            let seed = options.seed.map(|s| if j == 0 { s } else { s.wrapping_add(u64::from(j)) });
+            let seed = match (seed, j) {
+                (Some(s), _) => Some(s),
+                (None, 0) => None,
+                (None, j) => Some(app.responses.seed().wrapping_add(u64::from(j))),
+            };
+            let query = Query { last_user_message: &text, model: &model.spec.name, seed };
+            let answer = app.responses.answer(&query);
+            let tokens = model.tokenizer.pieces(&answer.text);
+            let filler_seed = seed.unwrap_or(app.responses.seed()) ^ ((p as u64) << 32);
+            let more = |n: usize| model.tokenizer.continuation(n, filler_seed);
+            let plan = openai::plan(tokens.iter().map(String::as_str), more, stops.as_ref(), lengths);
+            let choice_index = u32::try_from(p).unwrap_or(u32::MAX).saturating_mul(options.n).saturating_add(j);
+            let logprobs = options
+                .logprobs
+                .map(|top| super::logprobs::synthesize(&plan.pieces, top, options.seed.unwrap_or(0), choice_index));
+            let echo = if options.echo { echo.clone() } else { String::new() };
+            choices.push(Choice { index: choice_index, plan, prompt_tokens: prompt_n, echo, logprobs });
+        }
     }
-    // vLLM's default: whatever the context leaves (and a value that passed
-    // the check above is at most that).
-    let max_tokens = parsed.options.max_tokens.map_or(context - prompt, |m| u32::try_from(m).unwrap_or(u32::MAX));
-    let query =
-        Query { last_user_message: &parsed.last_user_message, model: &model.spec.name, seed: parsed.options.seed };
-    let answer = app.responses.answer(&query);
-    let stops = Stops::new(parsed.options.stops.clone())?;
-    let plan = openai::plan(&answer.text, tokenizer::tokens(&answer.text), stops.as_ref(), max_tokens);
     let n = app.next_response.fetch_add(1, Ordering::Relaxed);
     let id = match api {
         Api::Chat => format!("chatcmpl-llmsim-{n}"),
         Api::Completion => format!("cmpl-llmsim-{n}"),
     };
-    Ok(Reply {
-        api,
-        id,
-        created: app.created,
-        model: model.spec.name.clone(),
-        plan,
-        prompt_tokens: prompt,
-        options: parsed.options.clone(),
-    })
+    Ok(Reply { api, id, created, model: model.spec.name.clone(), choices, prompt_tokens: total_prompt, options })
 }
 
 /// The error for a request the engine turned away (or a server going down).
-pub fn feed_error(model: &ModelHandle, reply: &Reply, ev: &FeedEvent) -> ApiError {
+pub fn feed_error(model: &ModelHandle, prompt: u32, output: u32, ev: &FeedEvent) -> ApiError {
     match (ev, &model.spec.engine) {
         (FeedEvent::Rejected(RejectReason::NeverFits), EngineKind::Scheduler(s)) => {
             let cap = &s.engine.capacity;
-            ApiError::never_fits(reply.prompt_tokens, cap.num_blocks, cap.block_size, cap.watermark_blocks)
+            ApiError::never_fits(prompt, cap.num_blocks, cap.block_size, cap.watermark_blocks)
         }
         (FeedEvent::Rejected(RejectReason::ContextLength), _) => {
-            ApiError::max_tokens_too_large(model.spec.context_length, reply.prompt_tokens, reply.plan.output.into())
+            ApiError::max_tokens_too_large(model.spec.context_length, prompt, output.into())
         }
         _ => ApiError::internal("The engine stopped before the request finished (the server is shutting down)."),
     }
@@ -285,8 +476,11 @@ pub struct Ctx {
     pub reply: Reply,
     /// When the request was received.
     pub stamp: SimTime,
-    pub accepted: Accepted,
+    /// Each choice's engine request, in `reply.choices` order.
+    pub accepted: Vec<Accepted>,
     pub epoch: u64,
+    /// An injected mid-answer fault (stall, cut, malformed).
+    pub fault: Option<Kind>,
 }
 
 impl Ctx {
@@ -312,39 +506,79 @@ impl Ctx {
     }
 }
 
-/// The non-streaming answer: wait for every token, then one JSON body with
-/// the explanation headers.
-async fn whole(ctx: Ctx, mut feed: Feed) -> Result<Response, ApiError> {
-    let mut obs = Observed::default();
-    let mut last = None;
-    let story = loop {
-        match feed.next().await {
-            FeedEvent::Token { due, .. } => ctx.observe_token(&mut obs, &mut last, due),
-            FeedEvent::Done(story) => break story,
-            other => return Err(feed_error(ctx.handle(), &ctx.reply, &other)),
+/// The non-streaming answer: wait for every choice's tokens, then one
+/// JSON body with the explanation headers (of the first choice).
+async fn whole(ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
+    let waits = feeds.into_iter().enumerate().map(|(i, mut feed)| {
+        let ctx = &ctx;
+        async move {
+            let mut obs = Observed::default();
+            let mut last = None;
+            let story = loop {
+                match feed.next().await {
+                    FeedEvent::Token { due, .. } => ctx.observe_token(&mut obs, &mut last, due),
+                    FeedEvent::Done(story) => break story,
+                    other => {
+                        let c = &ctx.reply.choices[i];
+                        return Err(feed_error(ctx.handle(), c.prompt_tokens, c.plan.output, &other));
+                    }
+                }
+            };
+            ctx.report(&mut obs, last);
+            Ok((story, obs.delivery_lags_ns.iter().copied().max().unwrap_or(0)))
         }
-    };
-    ctx.report(&mut obs, last);
-    let max_lag = obs.delivery_lags_ns.iter().copied().max().unwrap_or(0);
-    let mut resp = json_response(StatusCode::OK, ctx.reply.full_body());
-    for (name, value) in explain(&ctx, &story, Some(max_lag)) {
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) {
-            resp.headers_mut().insert(n, v);
+    });
+    let done = futures_util::future::join_all(waits).await;
+    let mut stories = Vec::with_capacity(done.len());
+    for d in done {
+        stories.push(d?);
+    }
+    let max_lag = stories.iter().map(|(_, l)| *l).max().unwrap_or(0);
+    let mut body = ctx.reply.full_body();
+    match ctx.fault {
+        Some(Kind::Stall { stall_ms, .. }) => tokio::time::sleep(std::time::Duration::from_millis(stall_ms)).await,
+        Some(Kind::Cut { .. }) => return Ok(cut_response()),
+        Some(Kind::Malformed { .. }) => {
+            let mut half = body.len() / 2;
+            while !body.is_char_boundary(half) {
+                half -= 1;
+            }
+            body.truncate(half);
+        }
+        _ => {}
+    }
+    let mut resp = json_response(StatusCode::OK, body);
+    if let Some((story, _)) = stories.first() {
+        for (name, value) in explain(&ctx, 0, story, Some(max_lag)) {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) {
+                resp.headers_mut().insert(n, v);
+            }
         }
     }
     Ok(resp)
 }
 
+/// A response whose body breaks before its first byte: the client sees the
+/// status line and headers, then the connection closes.
+fn cut_response() -> Response {
+    let broken = futures_util::stream::once(async {
+        Err::<Bytes, std::io::Error>(std::io::Error::other("llmsim fault injection: connection cut"))
+    });
+    let mut resp = (StatusCode::OK, Body::from_stream(broken)).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
 /// Why the response took as long as it did: the simulated story of the
 /// request, as `x-llmsim-*` header names and values.
-pub fn explain(ctx: &Ctx, story: &Story, max_lag_ns: Option<u64>) -> Vec<(String, String)> {
+pub fn explain(ctx: &Ctx, choice: usize, story: &Story, max_lag_ns: Option<u64>) -> Vec<(String, String)> {
     let r = &story.rec;
     let ms = |ns: Option<u64>| ns.map_or_else(|| "-".to_string(), |v| format!("{:.3}", v as f64 / 1e6));
     let span = |a: Option<SimTime>, b: Option<SimTime>| a.zip(b).map(|(a, b)| b.nanos_since(a));
     let mean_batch = if story.steps > 0 { story.batch_sum as f64 / f64::from(story.steps) } else { 0.0 };
     let mut out = vec![
         ("x-llmsim-engine", ctx.handle().spec.engine.as_str().to_string()),
-        ("x-llmsim-request-id", ctx.accepted.id.to_string()),
+        ("x-llmsim-request-id", ctx.accepted[choice].id.to_string()),
         ("x-llmsim-arrival-s", r.arrival.to_string()),
         ("x-llmsim-queue-ms", ms(r.queue_ns())),
         ("x-llmsim-prefill-ms", ms(span(r.first_scheduled, r.first_token))),

@@ -285,15 +285,18 @@ impl ModelStats {
         self.window.preemptions += u64::from(preempted);
     }
 
-    pub fn finished(&mut self, story: &Story, finish: Finish, max_tokens: Option<u32>, epoch: u64) {
+    pub fn finished(&mut self, story: &Story, finish: Finish, max_tokens: Option<u32>, n: u32, epoch: u64) {
         let r = &story.rec;
         let p = &mut self.prom;
         p.success[finish.index()] += 1;
         p.request_prompt_tokens.observe(f64::from(r.prompt));
         p.request_generation_tokens.observe(f64::from(r.tokens));
-        p.params_n.observe(1.0);
-        if let Some(m) = max_tokens {
-            p.params_max_tokens.observe(f64::from(m));
+        // Request parameters are observed once per request (its first choice).
+        if n > 0 {
+            p.params_n.observe(f64::from(n));
+            if let Some(m) = max_tokens {
+                p.params_max_tokens.observe(f64::from(m));
+            }
         }
         p.num_preemptions.observe(f64::from(r.preemptions));
         let span = |a: Option<SimTime>, b: Option<SimTime>| match (a, b) {

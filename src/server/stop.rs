@@ -50,6 +50,9 @@ pub struct StopHit {
     /// Byte offset in the answer where the stop string starts: the answer
     /// is cut there.
     pub cut: usize,
+    /// Byte offset just after the stop string (the cut when the request
+    /// sets `include_stop_str_in_output`).
+    pub end: usize,
     /// The stop string.
     pub stop: String,
 }
@@ -88,12 +91,27 @@ impl Stops {
     /// stop string completes, reading at most `limit` tokens. Returns where
     /// the answer stops, if it does.
     pub fn find<'a>(&self, tokens: impl IntoIterator<Item = &'a str>, limit: usize) -> Option<StopHit> {
+        self.find_after(tokens, limit, 0)
+    }
+
+    /// [`Stops::find`], ignoring stop strings that complete within the first
+    /// `min_tokens` tokens: vLLM checks stop strings only once the output is
+    /// longer than `min_tokens` (its detokenizer's `len(output_token_ids) >
+    /// min_tokens`).
+    pub fn find_after<'a>(
+        &self,
+        tokens: impl IntoIterator<Item = &'a str>,
+        limit: usize,
+        min_tokens: usize,
+    ) -> Option<StopHit> {
         let mut scan = Scan::new(self);
         let mut offset = 0;
         for (i, token) in tokens.into_iter().take(limit).enumerate() {
-            if let Some((pid, end)) = scan.feed(token.as_bytes(), offset) {
+            if let Some((pid, end)) = scan.feed(token.as_bytes(), offset)
+                && i >= min_tokens
+            {
                 let stop = &self.strings[pid.as_usize()];
-                return Some(StopHit { token: i, cut: end - stop.len(), stop: stop.clone() });
+                return Some(StopHit { token: i, cut: end - stop.len(), end, stop: stop.clone() });
             }
             offset += token.len();
         }
@@ -169,7 +187,7 @@ mod tests {
         let s = stops(&["world"]);
         let hit = s.find(["Hello", " wor", "ld", "!"], usize::MAX).unwrap();
         // "Hello wor|ld": the match starts at byte 6 and completes in token 2.
-        assert_eq!(hit, StopHit { token: 2, cut: 6, stop: "world".into() });
+        assert_eq!(hit, StopHit { token: 2, cut: 6, end: 11, stop: "world".into() });
     }
 
     #[test]
@@ -177,13 +195,13 @@ mod tests {
         // "abcd" in one token: "bcd" starts earlier, but "c" is first in the
         // list and both end in this token (vLLM checks in list order).
         let s = stops(&["c", "bcd"]);
-        assert_eq!(s.find(["abcd"], 9).unwrap(), StopHit { token: 0, cut: 2, stop: "c".into() });
+        assert_eq!(s.find(["abcd"], 9).unwrap(), StopHit { token: 0, cut: 2, end: 3, stop: "c".into() });
         // One character per token: "c" completes first (token 2).
-        assert_eq!(s.find(["a", "b", "c", "d"], 9).unwrap(), StopHit { token: 2, cut: 2, stop: "c".into() });
+        assert_eq!(s.find(["a", "b", "c", "d"], 9).unwrap(), StopHit { token: 2, cut: 2, end: 3, stop: "c".into() });
         // List order flipped: "bcd" completes at token 3, but "c" at token 2.
         let s = stops(&["bcd", "c"]);
-        assert_eq!(s.find(["a", "b", "c", "d"], 9).unwrap(), StopHit { token: 2, cut: 2, stop: "c".into() });
-        assert_eq!(s.find(["abcd"], 9).unwrap(), StopHit { token: 0, cut: 1, stop: "bcd".into() });
+        assert_eq!(s.find(["a", "b", "c", "d"], 9).unwrap(), StopHit { token: 2, cut: 2, end: 3, stop: "c".into() });
+        assert_eq!(s.find(["abcd"], 9).unwrap(), StopHit { token: 0, cut: 1, end: 4, stop: "bcd".into() });
     }
 
     #[test]

@@ -63,6 +63,9 @@ struct ModelSummary {
     lag_ms: Stats,
     delivery_lag_ms: Stats,
     gauges: GaugesOut,
+    /// Faults injected since start, by kind (models with `faults` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    faults: Option<BTreeMap<&'static str, u64>>,
 }
 
 #[derive(Serialize)]
@@ -124,7 +127,15 @@ pub fn render(app: &App) -> String {
             waiting: g.waiting.load(Ordering::Relaxed),
             kv_cache_usage: g.kv_usage(),
         };
-        models.insert(m.spec.name.clone(), model_summary(&w, secs, m.spec.engine.as_str(), gauges));
+        let mut summary = model_summary(&w, secs, m.spec.engine.as_str(), gauges);
+        summary.faults = m.spec.faults.as_ref().map(|_| {
+            super::faults::NAMES
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (*k, m.faults_seen[i].load(Ordering::Relaxed)))
+                .collect()
+        });
+        models.insert(m.spec.name.clone(), summary);
     }
     let http_errors = lock(&app.http_errors).iter().map(|(k, v)| (k.to_string(), *v)).collect();
     let s = Summary { schema_version: 1, window_s, http_errors, models };
@@ -158,6 +169,7 @@ fn model_summary(w: &Window, secs: f64, engine: &'static str, gauges: GaugesOut)
         lag_ms: h(&w.lag),
         delivery_lag_ms: h(&w.delivery_lag),
         gauges,
+        faults: None,
     }
 }
 

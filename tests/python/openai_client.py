@@ -55,12 +55,14 @@ def stream_chat(client, model, message, **kw):
         if not chunk.choices:
             continue
         choice = chunk.choices[0]
-        if choice.finish_reason is not None:
-            finish = choice.finish_reason
-        elif choice.delta.role is None and choice.delta.content is not None:
+        # As vLLM streams: the last token's chunk carries finish_reason (an
+        # answer that ends with its end-of-sequence token ends with an empty one).
+        if choice.delta.content:
             if ttft is None:
                 ttft = (time.perf_counter() - SENT["at"]) * 1e3
             tokens.append(choice.delta.content)
+        if choice.finish_reason is not None:
+            finish = choice.finish_reason
     return tokens, usage, finish, ttft
 
 
@@ -86,7 +88,7 @@ def main():
     http = DefaultHttpxClient(event_hooks={"request": [on_request]})
     client = OpenAI(base_url=base, api_key="not-needed", max_retries=0, http_client=http)
     models = [m.id for m in client.models.list().data]
-    check(models == ["sched", "tiny-kv", "fixed"], f"models listed: {models}")
+    check(models == ["sched", "tiny-kv", "fixed", "flaky", "cutter"], f"models listed: {models}")
 
     # Warm up the connection pool so TTFT measures the server, not setup.
     client.chat.completions.create(model="fixed", messages=[{"role": "user", "content": "warm up"}])
@@ -94,7 +96,10 @@ def main():
     for model in ["sched", "fixed"]:
         tokens, usage, finish, _ = stream_chat(client, model, MESSAGE)
         check("".join(tokens) == MESSAGE, f"{model}: streamed chat content is the echoed message")
-        check(usage is not None and usage.completion_tokens == len(tokens), f"{model}: usage counts {len(tokens)} tokens")
+        check(
+            usage is not None and usage.completion_tokens == len(tokens) + 1,
+            f"{model}: usage counts {len(tokens)} tokens and the end-of-sequence token, as vLLM does",
+        )
         check(usage.total_tokens == usage.prompt_tokens + usage.completion_tokens, f"{model}: usage adds up")
         check(finish == "stop", f"{model}: finish_reason stop")
 
@@ -107,13 +112,51 @@ def main():
 
     text, chunks = "", 0
     for chunk in client.completions.create(model="fixed", prompt="hello there world", max_tokens=50, stream=True):
-        if chunk.choices and chunk.choices[0].finish_reason is None:
+        if chunk.choices and chunk.choices[0].text:
             text += chunk.choices[0].text
             chunks += 1
     check(text == "hello there world" and chunks > 0, f"streamed completion text ({chunks} chunks)")
     done = client.completions.create(model="fixed", prompt="hello there world", max_tokens=50)
     check(done.choices[0].text == "hello there world", "non-streaming completion text")
-    check(done.usage.completion_tokens == chunks, "completion usage equals streamed chunks")
+    check(done.usage.completion_tokens == chunks + 1, "completion usage is the streamed chunks plus EOS")
+
+    # ignore_eos (what `vllm bench serve --ignore-eos` and guidellm send):
+    # exactly max_tokens tokens, finish_reason length.
+    tokens, usage, finish, _ = stream_chat(client, "sched", "hi", max_tokens=32, extra_body={"ignore_eos": True})
+    check(
+        usage.completion_tokens == 32 and len(tokens) == 32 and finish == "length",
+        f"ignore_eos: 32 tokens, finish length ({usage.completion_tokens}, {len(tokens)}, {finish})",
+    )
+    done = client.completions.create(model="fixed", prompt="hi", max_tokens=20, extra_body={"ignore_eos": True})
+    check(done.usage.completion_tokens == 20 and done.choices[0].finish_reason == "length", "completions ignore_eos")
+
+    # logprobs: the SDK parses vLLM's shapes.
+    whole = client.chat.completions.create(
+        model="fixed", messages=[{"role": "user", "content": MESSAGE}], logprobs=True, top_logprobs=3, seed=1
+    )
+    content = whole.choices[0].logprobs.content
+    check(
+        len(content) == whole.usage.completion_tokens and all(len(t.top_logprobs) == 3 for t in content),
+        f"chat logprobs: one entry per token with 3 alternatives ({len(content)})",
+    )
+    check(content[0].token == "The" and content[0].top_logprobs[0].token == "The", "the sampled token leads its list")
+    done = client.completions.create(model="fixed", prompt="a b c", logprobs=2)
+    lp = done.choices[0].logprobs
+    check(lp.tokens[:3] == ["a", " b", " c"] and len(lp.top_logprobs[0]) == 2, f"completions logprobs: {lp.tokens}")
+    try:
+        client.chat.completions.create(model="fixed", messages=[{"role": "user", "content": "x"}], logprobs=True, top_logprobs=21)
+        check(False, "top_logprobs over 20 raises")
+    except Exception as e:  # openai.BadRequestError
+        check(type(e).__name__ == "BadRequestError" and "max allowed: 20" in str(e), f"top_logprobs 21: {type(e).__name__}")
+
+    # n: several choices in one response, usage summed.
+    many = client.chat.completions.create(
+        model="sched", messages=[{"role": "user", "content": "hi"}], n=3, max_tokens=5, extra_body={"ignore_eos": True}
+    )
+    check(
+        [c.index for c in many.choices] == [0, 1, 2] and many.usage.completion_tokens == 15,
+        f"n=3: three choices, 15 completion tokens ({many.usage.completion_tokens})",
+    )
 
     long_prompt = " ".join(["word"] * 1500)
     ttft_matches_engine(client, base, "sched", long_prompt)
@@ -124,6 +167,24 @@ def main():
         check(False, "an unknown model raises")
     except Exception as e:  # openai.NotFoundError
         check(type(e).__name__ == "NotFoundError", f"an unknown model raises NotFoundError ({type(e).__name__})")
+    # Injected faults, as the SDK meets them: a 429 with retry-after before
+    # the first byte, and a stream whose connection is cut after two tokens.
+    try:
+        client.chat.completions.create(model="flaky", messages=[{"role": "user", "content": "hi"}])
+        check(False, "an injected 429 raises")
+    except Exception as e:  # openai.RateLimitError
+        retry = getattr(getattr(e, "response", None), "headers", {}).get("retry-after")
+        check(type(e).__name__ == "RateLimitError" and retry == "1", f"injected 429: {type(e).__name__}, retry-after {retry}")
+    got = []
+    try:
+        for chunk in client.chat.completions.create(
+            model="cutter", messages=[{"role": "user", "content": MESSAGE}], stream=True
+        ):
+            if chunk.choices and chunk.choices[0].delta.content:
+                got.append(chunk.choices[0].delta.content)
+        check(False, "a cut stream raises")
+    except Exception as e:  # httpx.RemoteProtocolError or openai.APIError
+        check(got == ["The", " quick"], f"a stream cut after 2 tokens raises {type(e).__name__} after {got}")
     print("openai client: all checks passed")
 
 

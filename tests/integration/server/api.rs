@@ -14,10 +14,13 @@ fn a_streamed_chat_sends_role_tokens_finish_usage_comment_and_done() {
     assert_eq!(r.header("content-type"), Some("text/event-stream; charset=utf-8"));
     assert_eq!(r.header("x-llmsim-engine"), Some("scheduler"));
     assert_eq!(r.header("x-llmsim-request-id"), Some("0"));
-    assert_eq!(r.header("x-llmsim-output-tokens"), Some(tokenizer::count(MESSAGE).to_string().as_str()));
-    let events = r.events();
+    // vLLM: the answer's n tokens, then the end-of-sequence token, which
+    // counts as a completion token and whose chunk (empty text) carries
+    // finish_reason "stop".
     let n = tokenizer::count(MESSAGE);
-    assert_eq!(events.len(), 1 + n + 1 + 1 + 1, "role, {n} tokens, finish, usage, [DONE]:\n{}", r.body);
+    assert_eq!(r.header("x-llmsim-output-tokens"), Some((n + 1).to_string().as_str()));
+    let events = r.events();
+    assert_eq!(events.len(), 1 + n + 1 + 1 + 1, "role, {n} tokens, EOS with finish, usage, [DONE]:\n{}", r.body);
     let chunk = |i: usize| -> serde_json::Value { serde_json::from_str(&events[i]).expect("chunk JSON") };
     let role = chunk(0);
     assert_eq!(role["object"], "chat.completion.chunk");
@@ -27,10 +30,11 @@ fn a_streamed_chat_sends_role_tokens_finish_usage_comment_and_done() {
     assert_eq!(text, MESSAGE);
     assert!((1..=n).all(|i| chunk(i)["choices"][0]["finish_reason"].is_null()));
     assert_eq!(chunk(n + 1)["choices"][0]["finish_reason"], "stop");
+    assert_eq!(chunk(n + 1)["choices"][0]["delta"]["content"], "", "the EOS token has no text");
     let usage = chunk(n + 2);
     assert_eq!(usage["choices"], serde_json::json!([]));
-    assert_eq!(usage["usage"]["completion_tokens"], n);
-    assert_eq!(usage["usage"]["total_tokens"], usage["usage"]["prompt_tokens"].as_u64().unwrap() + n as u64);
+    assert_eq!(usage["usage"]["completion_tokens"], n + 1);
+    assert_eq!(usage["usage"]["total_tokens"], usage["usage"]["prompt_tokens"].as_u64().unwrap() + n as u64 + 1);
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     assert!(r.body.contains("\n\n: llmsim engine=scheduler request_id=0 "), "explanation comment:\n{}", r.body);
     assert!(r.body.ends_with("\n\ndata: [DONE]\n\n"));
@@ -49,7 +53,8 @@ fn a_whole_chat_answer_carries_usage_and_explanation_headers() {
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
     assert_eq!(v["choices"][0]["message"]["content"], MESSAGE);
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
-    let n = tokenizer::count(MESSAGE) as u64;
+    // The answer's tokens plus the end-of-sequence token, as vLLM counts.
+    let n = tokenizer::count(MESSAGE) as u64 + 1;
     assert_eq!(v["usage"]["completion_tokens"], n);
     assert_eq!(r.header("x-llmsim-output-tokens"), Some(n.to_string().as_str()));
     assert_eq!(r.header("x-llmsim-engine"), Some("scheduler"));
@@ -87,12 +92,15 @@ fn completions_stream_text_chunks_and_default_to_16_tokens() {
     let r = server.post("/v1/completions", &body);
     assert_eq!(r.status, 200, "{}", r.body);
     let events = r.events();
-    assert_eq!(events.len(), 16 + 1 + 1, "16 tokens (vLLM's default max_tokens), finish, [DONE]");
+    // vLLM: 16 token chunks (its default max_tokens), the 16th carrying
+    // finish_reason "length" and its text, then [DONE].
+    assert_eq!(events.len(), 16 + 1, "16 tokens, the last with finish_reason, [DONE]");
     let first: serde_json::Value = serde_json::from_str(&events[0]).unwrap();
     assert_eq!(first["object"], "text_completion");
     assert!(first["id"].as_str().unwrap().starts_with("cmpl-"));
-    let finish: serde_json::Value = serde_json::from_str(&events[16]).unwrap();
+    let finish: serde_json::Value = serde_json::from_str(&events[15]).unwrap();
     assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    assert_eq!(finish["choices"][0]["text"], " w", "the 16th token of \"w w w ...\"");
     let whole = server.post("/v1/completions", r#"{"model":"fixed","prompt":"hello there","max_tokens":50}"#);
     let v = whole.json();
     assert_eq!(v["choices"][0]["text"], "hello there");

@@ -12,6 +12,18 @@ use std::process::Command;
 use super::harness::*;
 use crate::support::*;
 
+/// Two models that fail every request: a 429 before the first byte, and a
+/// stream cut after two tokens.
+const FAULTY: &str = "  - name: flaky
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
+    faults: {rate: 1, kinds: [{kind: http_429, retry_after_s: 1}]}
+  - name: cutter
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
+    faults: {rate: 1, kinds: [{kind: cut, after_tokens: 2}]}
+";
+
 fn python_with_openai() -> Option<String> {
     for python in ["python3", "python"] {
         let ok = Command::new(python).args(["-c", "import openai"]).output().is_ok_and(|o| o.status.success());
@@ -28,7 +40,7 @@ fn python_with_openai() -> Option<String> {
 fn the_official_openai_python_client_streams_chat_and_completions() {
     let python = python_with_openai()
         .expect("python3 with the `openai` package is missing: `pip install openai` (.ci/run does) and run again");
-    let server = Server::start();
+    let server = Server::start_with(&format!("{MODELS}{FAULTY}"), &[]);
     let out = Command::new(python)
         .arg(repo("tests/python/openai_client.py"))
         .arg(format!("http://127.0.0.1:{}/v1", server.port))

@@ -1,0 +1,122 @@
+//! The three validation layers against vLLM's wording, written out by hand.
+
+use serde_json::json;
+
+use super::*;
+
+fn chat(extra: Value) -> Value {
+    let mut v = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    for (k, x) in extra.as_object().unwrap() {
+        v[k] = x.clone();
+    }
+    v
+}
+
+fn options(v: Value) -> Result<Options, ApiError> {
+    read(Api::Chat, &v)?.fields.options()
+}
+
+#[test]
+fn wrong_types_get_pydantics_wording_and_name_the_field() {
+    let e = read(Api::Chat, &chat(json!({"temperature": "hot"}))).unwrap_err();
+    assert_eq!((e.status.as_u16(), e.kind(), e.param.as_deref()), (400, "Bad Request", Some("temperature")));
+    assert_eq!(
+        e.message,
+        "1 validation error:\n  {'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a \
+         valid number, unable to parse string as a number', 'input': 'hot'}"
+    );
+    let e = read(Api::Chat, &chat(json!({"max_tokens": 1.5, "stream": [1]}))).unwrap_err();
+    assert!(e.message.starts_with("2 validation errors:"), "{}", e.message);
+    assert!(e.message.contains("'type': 'int_from_float', 'loc': ('body', 'max_tokens')"), "{}", e.message);
+    assert!(e.message.contains("'type': 'bool_type', 'loc': ('body', 'stream')"), "{}", e.message);
+    let e = read(Api::Chat, &json!({"messages": [{"role": "user", "content": 5}]})).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("messages[0].content"));
+    assert!(e.message.contains("'loc': ('body', 'messages', 0, 'content')"), "{}", e.message);
+    let e = read(Api::Chat, &json!({"model": "m"})).unwrap_err();
+    assert!(e.message.contains("'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field required'"));
+    let e = read(Api::Completion, &json!({"prompt": "x", "stop": ["a", 3]})).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("stop[1]"));
+}
+
+#[test]
+fn lax_mode_accepts_what_pydantic_accepts() {
+    let o = options(chat(json!({"max_tokens": "5", "stream": "true", "n": 1.0, "temperature": 1}))).unwrap();
+    assert_eq!((o.max_tokens, o.stream, o.n), (Some(5), true, 1));
+    // Unknown fields (and vLLM's removed best_of) are accepted and ignored.
+    assert!(options(chat(json!({"best_of": 3, "whatever": {"x": 1}}))).is_ok());
+}
+
+#[test]
+fn model_validators_run_on_the_raw_body() {
+    let e = read(Api::Chat, &chat(json!({"stream_options": {"include_usage": true}}))).unwrap_err();
+    assert_eq!((e.kind(), e.param.as_deref()), ("Bad Request", Some("stream_options")));
+    assert!(e.message.contains("Value error, Stream options can only be defined when `stream=True`."));
+    let e = read(Api::Chat, &chat(json!({"top_logprobs": 3}))).unwrap_err();
+    assert!(e.message.contains("when using `top_logprobs`, `logprobs` must be set to true."), "{}", e.message);
+    let e = read(Api::Chat, &chat(json!({"tool_choice": "auto"}))).unwrap_err();
+    assert!(e.message.contains("When using `tool_choice`, `tools` must be set."));
+    let e = read(Api::Chat, &chat(json!({"tools": []}))).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("tools"));
+    let e = read(Api::Completion, &json!({"prompt": ""})).unwrap_err();
+    assert!(e.message.contains("Either prompt or prompt_embeds must be provided and non-empty."));
+    let e = read(Api::Completion, &json!({"prompt": "x", "logprobs": "many"})).unwrap_err();
+    assert!(e.message.contains("`logprobs` must be an integer."));
+    let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+    assert!(read(Api::Chat, &chat(json!({"tools": tools}))).unwrap().wants_tools, "tools default to auto");
+    assert!(!read(Api::Chat, &chat(json!({"tools": tools, "tool_choice": "none"}))).unwrap().wants_tools);
+}
+
+#[test]
+fn sampling_params_are_checked_with_vllms_sentences() {
+    let msg = |extra: Value| options(chat(extra)).unwrap_err().message;
+    assert_eq!(
+        msg(json!({"temperature": -1})),
+        "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)"
+    );
+    assert_eq!(
+        msg(json!({"temperature": 3})),
+        "temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)"
+    );
+    assert_eq!(msg(json!({"top_p": 7})), "top_p must be in (0, 1], got 7.0. (parameter=top_p, value=7.0)");
+    assert_eq!(msg(json!({"top_p": 0})), "top_p must be in (0, 1], got 0.0. (parameter=top_p, value=0.0)");
+    assert_eq!(msg(json!({"presence_penalty": 2.5})), "presence_penalty must be in [-2, 2], got 2.5.");
+    assert_eq!(msg(json!({"frequency_penalty": -3})), "frequency_penalty must be in [-2, 2], got -3.0.");
+    assert_eq!(msg(json!({"repetition_penalty": 0})), "repetition_penalty must be greater than zero, got 0.0.");
+    assert_eq!(msg(json!({"top_k": -2})), "top_k must be 0 (disable), or at least 1, got -2.");
+    assert_eq!(msg(json!({"min_p": 1.5})), "min_p must be in [0, 1], got 1.5.");
+    assert_eq!(msg(json!({"n": 0})), "n must be at least 1, got 0.");
+    assert_eq!(msg(json!({"max_tokens": 0})), "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)");
+    assert_eq!(msg(json!({"min_tokens": -1})), "min_tokens must be greater than or equal to 0, got -1.");
+    assert_eq!(
+        msg(json!({"max_tokens": 3, "min_tokens": 4})),
+        "min_tokens must be less than or equal to max_tokens=3, got 4."
+    );
+    assert_eq!(msg(json!({"stop": ["a", ""]})), "stop cannot contain an empty string.");
+    assert_eq!(msg(json!({"n": 2, "temperature": 0})), "n must be 1 when using greedy sampling, got 2.");
+    let e = options(chat(json!({"logprobs": true, "top_logprobs": 21}))).unwrap_err();
+    assert_eq!(e.message, "Requested sample logprobs of 21, which is greater than max allowed: 20");
+    assert_eq!(e.param.as_deref(), Some("top_logprobs"));
+    let e = options(chat(json!({"temperature": -1}))).unwrap_err();
+    assert_eq!((e.kind(), e.param.as_deref()), ("BadRequestError", Some("temperature")));
+    let o = options(chat(json!({"logprobs": true, "top_logprobs": 20, "n": 3, "ignore_eos": true}))).unwrap();
+    assert_eq!((o.logprobs, o.n, o.ignore_eos), (Some(20), 3, true));
+    let o = options(chat(json!({"max_completion_tokens": 4, "max_tokens": 100}))).unwrap();
+    assert_eq!((o.max_tokens, o.max_tokens_param), (Some(4), "max_completion_tokens"));
+}
+
+#[test]
+fn completions_take_a_list_of_prompts_or_token_ids() {
+    let p = read(Api::Completion, &json!({"prompt": ["a", "b c"]})).unwrap();
+    assert_eq!(p.prompts, vec![PromptIn::Text("a".into()), PromptIn::Text("b c".into())]);
+    let p = read(Api::Completion, &json!({"prompt": [1, 2, 3]})).unwrap();
+    assert_eq!(p.prompts, vec![PromptIn::Ids(vec![1, 2, 3])]);
+    let p = read(Api::Completion, &json!({"prompt": [[1], [2, 3]]})).unwrap();
+    assert_eq!(p.prompts, vec![PromptIn::Ids(vec![1]), PromptIn::Ids(vec![2, 3])]);
+}
+
+#[test]
+fn python_reprs() {
+    assert_eq!(py_repr(&json!({"a": [1, 2.5, true, null, "it's"]})), r#"{'a': [1, 2.5, True, None, "it's"]}"#);
+    assert_eq!(py_float(7.0), "7.0");
+    assert_eq!(py_float(f64::NAN), "nan");
+}
