@@ -2,6 +2,7 @@
 //! `main` turns a [`CliError`] into an exit code.
 
 pub mod bench;
+pub mod calibrate;
 pub mod capacity;
 pub mod diff;
 pub mod experiments;
@@ -56,6 +57,9 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Compare a prediction (`run --json`) with a measured load test.
     Diff(diff::DiffArgs),
+    /// Fit efficiency and overhead figures to measured runs and write a
+    /// calibration profile.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -93,6 +97,7 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Serve(a) => serve::execute(a),
         Command::Bench(a) => bench::execute(a),
         Command::Diff(a) => diff::execute(a),
+        Command::Calibrate(a) => calibrate::execute(a),
     }
 }
 

@@ -85,8 +85,9 @@ pub const MAX_REQUEST_OVERHEAD_MS: f64 = 3_600_000.0;
 pub const MAX_FINE_OVERHEAD_US: f64 = 1_000_000.0;
 
 /// Builds the scenario from its raw form. `file` is the scenario's path.
-pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> {
+pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> {
     let ck = Check { file };
+    let calibration = super::calibration::apply(&mut raw, file)?;
     let hardware = hardware_of(&raw.hardware, file)?;
     let built = deployment::build(&ck, raw.model, raw.parallelism, &hardware)?;
     let scheduler = Scheduler {
@@ -129,6 +130,7 @@ pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> 
         source: file.to_path_buf(),
         capacity,
         deployment: built.deployment,
+        calibration,
     })
 }
 
