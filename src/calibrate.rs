@@ -16,6 +16,7 @@
 //! (leave one group out: an inference-perf directory's stages, a table's
 //! `group`), which says how well the fit carries to runs it has not seen.
 
+pub mod fidelity;
 pub mod keys;
 pub mod optim;
 pub mod profile;

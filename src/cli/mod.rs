@@ -6,6 +6,7 @@ pub mod calibrate;
 pub mod capacity;
 pub mod diff;
 pub mod experiments;
+pub mod fidelity;
 pub mod explain;
 pub mod merge;
 pub mod run;
@@ -60,6 +61,9 @@ pub enum Command {
     /// Fit efficiency and overhead figures to measured runs and write a
     /// calibration profile.
     Calibrate(calibrate::CalibrateArgs),
+    /// Predict real measured runs before and after calibration: write
+    /// results/fidelity.md and the shipped calibration profile.
+    Fidelity(fidelity::FidelityArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -98,6 +102,7 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Bench(a) => bench::execute(a),
         Command::Diff(a) => diff::execute(a),
         Command::Calibrate(a) => calibrate::execute(a),
+        Command::Fidelity(a) => fidelity::execute(a),
     }
 }
 
