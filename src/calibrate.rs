@@ -335,7 +335,8 @@ fn check_bounds_are_valid(run: &Run, keys: &[FitKey], start: &[f64]) -> Result<(
 }
 
 /// For every group of fitted runs, the others' fit and its predictions of
-/// the group's runs; by run index. Needs two groups or more.
+/// the group's runs; by run index. Needs two groups or more. Each fold
+/// starts at the full fit with half the evaluation budget.
 fn leave_one_out(
     all: &[Run],
     in_fit: &[bool],
@@ -351,7 +352,9 @@ fn leave_one_out(
     if groups.len() < 2 {
         return Ok(BTreeMap::new());
     }
-    let settings = setup.optim.clone();
+    // Each fold starts at the full fit, a few steps from its own minimum:
+    // half the budget is plenty.
+    let settings = optim::Settings { max_evals: (setup.optim.max_evals / 2).max(10), ..setup.optim.clone() };
     let folds: Vec<Result<Vec<(usize, (Figures, Vec<f64>))>, Error>> = groups
         .par_iter()
         .map(|g| {

@@ -59,10 +59,8 @@ pub const SUITES: [Suite; 1] = [Suite {
 }];
 
 /// The published anchor and the goal, by metric: (anchor %, goal %).
-pub const GOALS: [(Metric, f64, f64); 2] = [
-    (Metric::Latency(Family::E2e, Stat::Mean), 6.7, 7.0),
-    (Metric::Latency(Family::Ttft, Stat::Mean), 17.6, 18.0),
-];
+pub const GOALS: [(Metric, f64, f64); 2] =
+    [(Metric::Latency(Family::E2e, Stat::Mean), 6.7, 7.0), (Metric::Latency(Family::Ttft, Stat::Mean), 17.6, 18.0)];
 
 /// A file `fidelity` writes, relative to the repository root.
 pub struct Generated {
@@ -224,8 +222,7 @@ pub fn section(suite: &Suite, o: &Outcome) -> String {
     for (r, oc) in o.runs.iter().zip(&o.outcomes) {
         let name = if oc.in_fit { r.name.clone() } else { format!("{} (overloaded: {})", r.name, sat(r)) };
         let rate = setting(r, "workload.arrivals.constant.rate");
-        let lengths =
-            format!("{} / {}", setting(r, "workload.prompt_tokens"), setting(r, "workload.output_tokens"));
+        let lengths = format!("{} / {}", setting(r, "workload.prompt_tokens"), setting(r, "workload.output_tokens"));
         let mut row = format!("| {name} | {} | {} | {rate} | {lengths} |", setting(r, "model.name"), features(r));
         for m in shown {
             let Some(q) = r.measured.get(&m).copied() else {
@@ -234,7 +231,9 @@ pub fn section(suite: &Suite, o: &Outcome) -> String {
             };
             let u = oc.uncalibrated.get(&m).copied();
             let l = oc.loo.as_ref().and_then(|(f, _)| f.get(&m).copied());
-            let cell = |p: Option<f64>| p.map_or_else(|| "-".into(), |p| format!("{} ({})", ms(p), pct(error_pct(Some(p), q))));
+            let cell = |p: Option<f64>| {
+                p.map_or_else(|| "-".into(), |p| format!("{} ({})", ms(p), pct(error_pct(Some(p), q))))
+            };
             row.push_str(&format!(" {} | {} | {} |", ms(q), cell(u), if oc.in_fit { cell(l) } else { "-".into() }));
         }
         md.push_str(&row);

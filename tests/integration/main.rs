@@ -4,6 +4,7 @@
 mod support;
 
 mod bench;
+mod calibrate;
 mod cli_errors;
 mod cli_run;
 mod deployment;
