@@ -41,7 +41,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { diff_steps: vec![0.02, 0.005, 1e-3], max_evals: 400, min_step: 1e-5 }
+        Settings { diff_steps: vec![0.02, 0.005, 1e-3], max_evals: 400, min_step: 1e-4 }
     }
 }
 
