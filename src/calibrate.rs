@@ -355,7 +355,8 @@ fn leave_one_out(
     // Each fold starts at the full fit, a few steps from its own minimum:
     // half the budget is plenty.
     let settings = optim::Settings { max_evals: (setup.optim.max_evals / 2).max(10), ..setup.optim.clone() };
-    let folds: Vec<Result<Vec<(usize, (Figures, Vec<f64>))>, Error>> = groups
+    type Fold = Vec<(usize, (Figures, Vec<f64>))>;
+    let folds: Vec<Result<Fold, Error>> = groups
         .par_iter()
         .map(|g| {
             let train: Vec<&Run> =

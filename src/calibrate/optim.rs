@@ -199,8 +199,9 @@ fn solve(mut m: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
         b.swap(col, pivot);
         for row in col + 1..n {
             let k = m[row][col] / m[col][col];
-            for c in col..n {
-                m[row][c] -= k * m[col][c];
+            let (above, below) = m.split_at_mut(row);
+            for (a, p) in below[0][col..].iter_mut().zip(&above[col][col..]) {
+                *a -= k * p;
             }
             b[row] -= k * b[col];
         }
