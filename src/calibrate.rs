@@ -97,11 +97,42 @@ impl MetricChoice {
     }
 }
 
+/// How a log error `e = ln(predicted / measured)` counts in the loss.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Loss {
+    /// `e^2`: the loss, and the default.
+    Squared,
+    /// `c^2 ln(1 + (e/c)^2)` (Cauchy): like `e^2` for errors well below
+    /// `c`, growing only logarithmically beyond. A run near its knee can be
+    /// off tenfold for a few percent of speed; with the squared loss that
+    /// one run decides the fit, with this one it weighs about as much as a
+    /// few ordinary runs. `c` is a log error (`ln 1.25` = 25%).
+    Cauchy(f64),
+}
+
+impl Loss {
+    /// The least-squares residual whose square is this loss of `e`.
+    pub fn residual(self, e: f64) -> f64 {
+        match self {
+            Loss::Squared => e,
+            Loss::Cauchy(c) => e.signum() * c * (1.0 + (e / c).powi(2)).ln().sqrt(),
+        }
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            Loss::Squared => "squared log error".into(),
+            Loss::Cauchy(c) => format!("Cauchy loss c^2 ln(1 + (e/c)^2) of the log error e, c = {c:.4}"),
+        }
+    }
+}
+
 /// How to calibrate.
 #[derive(Clone, Debug)]
 pub struct Setup {
     pub keys: Vec<FitKey>,
     pub metrics: MetricChoice,
+    pub loss: Loss,
     /// Fit saturated runs too.
     pub include_saturated: bool,
     /// Predict each group from a fit on the others.
@@ -114,6 +145,7 @@ impl Setup {
         Setup {
             keys,
             metrics: MetricChoice::Default,
+            loss: Loss::Squared,
             include_saturated: false,
             leave_one_out: true,
             optim: optim::Settings::default(),
@@ -142,7 +174,13 @@ pub fn predict_all(runs: &[&Run], keys: &[FitKey], x: &[f64]) -> Result<Vec<Figu
 /// `ln(predicted / measured) / sqrt(R * M_r)` (R runs, M_r metrics of run
 /// r), so their sum of squares is the loss. A missing prediction counts as
 /// [`MISSING_PENALTY`].
-pub fn residuals(runs: &[&Run], metrics: &MetricChoice, keys: &[FitKey], x: &[f64]) -> Result<Vec<f64>, Error> {
+pub fn residuals(
+    runs: &[&Run],
+    metrics: &MetricChoice,
+    kind: Loss,
+    keys: &[FitKey],
+    x: &[f64],
+) -> Result<Vec<f64>, Error> {
     let figures = predict_all(runs, keys, x)?;
     let mut out = Vec::new();
     for (r, fig) in runs.iter().zip(&figures) {
@@ -153,15 +191,15 @@ pub fn residuals(runs: &[&Run], metrics: &MetricChoice, keys: &[FitKey], x: &[f6
                 (Some(p), Some(q)) if *p > 0.0 && *q > 0.0 => (p / q).ln(),
                 _ => MISSING_PENALTY.sqrt(),
             };
-            out.push(e * w);
+            out.push(kind.residual(e) * w);
         }
     }
     Ok(out)
 }
 
 /// The loss over `runs` at `x`.
-pub fn loss(runs: &[&Run], metrics: &MetricChoice, keys: &[FitKey], x: &[f64]) -> Result<f64, Error> {
-    Ok(residuals(runs, metrics, keys, x)?.iter().map(|r| r * r).sum())
+pub fn loss(runs: &[&Run], metrics: &MetricChoice, kind: Loss, keys: &[FitKey], x: &[f64]) -> Result<f64, Error> {
+    Ok(residuals(runs, metrics, kind, keys, x)?.iter().map(|r| r * r).sum())
 }
 
 /// A fit's result.
@@ -178,10 +216,10 @@ pub fn fit(runs: &[&Run], setup: &Setup, start: &[f64], settings: &optim::Settin
     let keys = &setup.keys;
     let to_x = |u: &[f64]| -> Vec<f64> { keys.iter().zip(u).map(|(k, u)| k.from_unit(*u)).collect() };
     let u0: Vec<f64> = keys.iter().zip(start).map(|(k, x)| k.to_unit(*x)).collect();
-    let objective = |u: &[f64]| residuals(runs, &setup.metrics, keys, &to_x(u));
+    let objective = |u: &[f64]| residuals(runs, &setup.metrics, setup.loss, keys, &to_x(u));
     let m = optim::minimize(objective, &u0, settings)?;
     let x: Vec<f64> = to_x(&m.x).into_iter().zip(keys).map(|(v, k)| round_sig(v, k)).collect();
-    let loss = loss(runs, &setup.metrics, keys, &x)?;
+    let loss = loss(runs, &setup.metrics, setup.loss, keys, &x)?;
     Ok(Fit { x, loss, evals: m.evals })
 }
 
@@ -263,7 +301,7 @@ pub fn calibrate(runs: Vec<Run>, holdout: Vec<Run>, setup: &Setup) -> Result<Out
     }
     let start = start_values(&fit_runs, &setup.keys)?;
     check_bounds_are_valid(fit_runs[0], &setup.keys, &start)?;
-    let start_loss = loss(&fit_runs, &setup.metrics, &setup.keys, &start)?;
+    let start_loss = loss(&fit_runs, &setup.metrics, setup.loss, &setup.keys, &start)?;
     let fit = fit(&fit_runs, setup, &start, &setup.optim)?;
     let refs: Vec<&Run> = all.iter().collect();
     let uncalibrated = predict_all(&refs, &[], &[])?;

@@ -24,7 +24,7 @@ use serde_yaml::Value;
 
 use super::report::{Model, median_error};
 use super::runs::{LoadOptions, Run, ScenarioSource};
-use super::{Error, Outcome, Setup, error_pct, keys, optim, profile};
+use super::{Error, Outcome, Setup, error_pct, keys, profile};
 use crate::sweep::metric::{Family, Metric, Stat};
 
 /// One set of measured runs and how they are simulated and fitted.
@@ -108,7 +108,7 @@ pub fn run_suite(root: &Path, suite: &Suite) -> Result<Outcome, Error> {
     let src = ScenarioSource::load(&root.join(suite.scenario), &[]).map_err(|e| Error::Input(e.to_string()))?;
     let opts = LoadOptions { sample_s: Some(suite.sample_s) };
     let runs = super::runs::load(&src, &root.join(suite.measured), &opts).map_err(|e| Error::Input(e.to_string()))?;
-    let setup = Setup { optim: optim::Settings::default(), ..Setup::new(default_keys()) };
+    let setup = Setup { loss: super::Loss::Cauchy(1.25f64.ln()), ..Setup::new(default_keys()) };
     super::calibrate(runs, Vec::new(), &setup)
 }
 

@@ -69,7 +69,7 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
         o.runs.len(),
         excluded.len()
     );
-    out.push_str(&format!("loss       mean over runs of the mean squared log error of {}\n", s.metrics.describe()));
+    out.push_str(&format!("loss       mean over runs of the mean {} of {}\n", s.loss.describe(), s.metrics.describe()));
     out.push_str(&format!(
         "optimiser  Levenberg-Marquardt in the bounds, then coordinate search: {} evaluations, loss {:.6} -> {:.6}\n\n",
         o.fit.evals, o.start_loss, o.fit.loss

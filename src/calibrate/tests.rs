@@ -84,11 +84,11 @@ fn the_loss_is_zero_at_the_hidden_values_and_counts_runs_equally() {
     let keys = keys::parse(&[]).unwrap();
     // The replay at the hidden values is the run that wrote the files:
     // every figure agrees up to the CSV's six decimals.
-    let at_truth = loss(&refs, &MetricChoice::Default, &keys, &[0.55, 0.8, 3.0, 12.0]).unwrap();
+    let at_truth = loss(&refs, &MetricChoice::Default, Loss::Squared, &keys, &[0.55, 0.8, 3.0, 12.0]).unwrap();
     assert!(at_truth < 1e-12, "{at_truth}");
     // Double every overhead: each residual is ln(p/q) / sqrt(R M).
     let x = [0.55, 0.8, 6.0, 24.0];
-    let r = residuals(&refs, &MetricChoice::Default, &keys, &x).unwrap();
+    let r = residuals(&refs, &MetricChoice::Default, Loss::Squared, &keys, &x).unwrap();
     assert_eq!(r.len(), 10, "two runs of five metrics");
     let figures = predict_all(&refs, &keys, &x).unwrap();
     let mut by_hand = 0.0;

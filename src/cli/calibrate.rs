@@ -30,6 +30,11 @@ pub struct CalibrateArgs {
     /// tpot_mean_ms or itl_mean_ms, e2e_mean_ms, e2e_p90_ms).
     #[arg(long, value_name = "M,...", value_delimiter = ',')]
     pub metrics: Vec<String>,
+    /// How a run's log errors count: `squared` (default) or `cauchy:PCT`,
+    /// which counts errors beyond about PCT percent less and less, so a run
+    /// near its knee does not decide the fit alone (e.g. cauchy:25).
+    #[arg(long, value_name = "squared|cauchy:PCT", default_value = "squared")]
+    pub loss: String,
     /// Write the calibration profile here (efficiency and latency keys only).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -77,6 +82,25 @@ pub fn parse_metrics(names: &[String]) -> Result<MetricChoice, String> {
     Ok(MetricChoice::Listed(out))
 }
 
+/// `--loss squared` or `--loss cauchy:PCT` (PCT in (0, 1000]).
+pub fn parse_loss(text: &str) -> Result<calibrate::Loss, String> {
+    let t = text.trim();
+    if t == "squared" {
+        return Ok(calibrate::Loss::Squared);
+    }
+    let bad = || {
+        format!(
+            "--loss `{t}` is not allowed: give `squared` or `cauchy:PCT` with PCT a percentage in (0, 1000], e.g. cauchy:25"
+        )
+    };
+    let pct: f64 =
+        t.strip_prefix("cauchy:").ok_or_else(bad)?.trim().trim_end_matches('%').parse().map_err(|_| bad())?;
+    if !(pct.is_finite() && pct > 0.0 && pct <= 1000.0) {
+        return Err(bad());
+    }
+    Ok(calibrate::Loss::Cauchy((1.0 + pct / 100.0).ln()))
+}
+
 impl From<Error> for CliError {
     fn from(e: Error) -> Self {
         match e {
@@ -98,6 +122,7 @@ pub fn load_runs(src: &ScenarioSource, files: &[PathBuf], opts: &LoadOptions) ->
 pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
     let keys = keys::parse(&a.fit).map_err(CliError::Usage)?;
     let metrics = parse_metrics(&a.metrics).map_err(CliError::Usage)?;
+    let loss = parse_loss(&a.loss).map_err(CliError::Usage)?;
     if let Some(out) = &a.output
         && let Some(k) = keys.iter().find(|k| !profile::storable(&k.key))
     {
@@ -122,6 +147,7 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
     let setup = Setup {
         keys,
         metrics,
+        loss,
         include_saturated: a.include_saturated,
         leave_one_out: !a.no_leave_one_out,
         optim: optim::Settings { max_evals: a.max_evals, ..optim::Settings::default() },
