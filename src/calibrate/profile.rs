@@ -4,7 +4,8 @@
 //! Wire format (YAML): `name`, `description`, then the fitted keys under
 //! `efficiency:` and `latency:` (the only keys a profile may set), then
 //! `fit:`, which scenarios never read: the llmsim version, the scenario,
-//! each key's start, fitted value and bounds, the loss metrics and values,
+//! each key's start, fitted value and bounds, the loss metrics, function
+//! and values,
 //! every run with its source and whether it was in the fit (or why not),
 //! its errors in percent (calibrated and leave-one-out, per loss metric),
 //! and the median absolute errors.
@@ -38,6 +39,7 @@ struct FitRecord {
     scenario: String,
     keys: Vec<KeyRecord>,
     loss_metrics: String,
+    loss_function: String,
     loss: LossRecord,
     evaluations: usize,
     median_abs_error_pct: BTreeMap<String, Medians>,
@@ -156,6 +158,7 @@ pub fn render(o: &Outcome, name: &str, scenario: &str) -> String {
                 })
                 .collect(),
             loss_metrics: o.setup.metrics.describe(),
+            loss_function: o.setup.loss.describe(),
             loss: LossRecord { start: o.start_loss, fitted: o.fit.loss },
             evaluations: o.fit.evals,
             median_abs_error_pct,
