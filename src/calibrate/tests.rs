@@ -189,3 +189,51 @@ fn fitted_values_keep_five_significant_digits_within_bounds() {
     let n = keys::parse(&["model.kv_cache.num_blocks=10:100".into()]).unwrap().remove(0);
     assert_eq!(round_sig(41.6, &n), 42.0);
 }
+
+#[test]
+fn the_cauchy_loss_matches_squared_for_small_errors_and_grows_slowly_beyond() {
+    let c = 1.1f64.ln();
+    let cauchy = Loss::Cauchy(c);
+    // By hand: c^2 ln(1 + (e/c)^2).
+    for e in [0.001, -0.02, 0.5, -3.0] {
+        let r = cauchy.residual(e);
+        let by_hand = c * c * (1.0 + (e / c) * (e / c)).ln();
+        assert!((r * r - by_hand).abs() < 1e-12, "e = {e}: {} vs {by_hand}", r * r);
+        assert_eq!(r.signum(), f64::signum(e), "the residual keeps the error's sign");
+    }
+    // Small errors count as their square (to 0.1%). A tenfold miss against
+    // a 10% miss: ln(1 + (ln 10 / ln 1.1)^2) / ln 2 = ln(584.6) / 0.693 =
+    // 9.19 times under Cauchy, (ln 10 / ln 1.1)^2 = 583.6 times squared.
+    let small = cauchy.residual(0.001);
+    assert!((small - 0.001).abs() < 1e-6);
+    let (ten, tenfold) = (1.1f64.ln(), 10f64.ln());
+    let ratio = (cauchy.residual(tenfold) / cauchy.residual(ten)).powi(2);
+    assert!((ratio - 9.19).abs() < 0.01, "{ratio}");
+    assert!(((tenfold / ten).powi(2) - 583.6).abs() < 0.1);
+    assert_eq!(Loss::Squared.residual(-0.3), -0.3);
+}
+
+#[test]
+fn the_shipped_fidelity_table_is_read_as_twenty_fitted_runs_of_twelve_experiments() {
+    let src = ScenarioSource::load(&repo("scenarios/fidelity/h100-vllm.yml"), &[]).unwrap();
+    let opts = LoadOptions { sample_s: Some(30.0) };
+    let runs = runs::load(&src, &repo("scenarios/fidelity/h100-inference-perf.csv"), &opts).unwrap();
+    assert_eq!(runs.len(), 24);
+    let fitted: Vec<&Run> = runs.iter().filter(|r| r.saturated.is_none()).collect();
+    assert_eq!(fitted.len(), 20);
+    let groups: std::collections::BTreeSet<&str> = fitted.iter().map(|r| r.group.as_str()).collect();
+    assert_eq!(groups.len(), 12);
+    // Every overloaded run is a `reasoning` experiment.
+    assert!(runs.iter().filter(|r| r.saturated.is_some()).all(|r| r.name.contains("reasoning")));
+    // A row's settings reach its scenario: Llama-2-70B on 4 GPUs at 20 req/s,
+    // 30 of its 600 s simulated.
+    let r = runs.iter().find(|r| r.name == "llama-2-70b-tp4-general stage 1").unwrap();
+    let s = r.base.scenario(&[], &[]).unwrap();
+    assert_eq!(s.model.name, "llama-2-70b");
+    assert_eq!(s.deployment.tensor_parallel, 4);
+    assert_eq!(s.workload.duration_s, Some(30.0));
+    assert_eq!(r.measured[&Metric::Latency(Family::E2e, Stat::Mean)], 5577.488);
+    // TPOT mean as the header says: (5577.488 - 121.275) / 247.
+    assert!((r.measured[&Metric::Latency(Family::Tpot, Stat::Mean)] - 22.090).abs() < 1e-9);
+    assert!(((5577.488 - 121.275) / 247.0 - 22.090f64).abs() < 5e-4);
+}

@@ -131,6 +131,9 @@ fn bad_calibration_inputs_exit_2_with_the_reason() {
     // A --fit key that is not numeric, or not a key at all.
     calibrate(&["--fit", "model.name"]).stderr_has(&["not a numeric key"]);
     calibrate(&["--fit", "efficiency.computer"]).stderr_has(&["did you mean `efficiency.compute`"]);
+    // A loss that is not one of the two.
+    calibrate(&["--loss", "cauchy:0"]).stderr_has(&["--loss `cauchy:0` is not allowed", "cauchy:PCT"]);
+    calibrate(&["--loss", "huber"]).stderr_has(&["give `squared` or `cauchy:PCT`"]);
     // Bounds that exclude the start (the scenario has efficiency 1.0).
     calibrate(&["--fit", "efficiency.compute=0.2:0.9"]).stderr_has(&["the bounds exclude the start"]);
     // A key a profile cannot hold, with -o.
