@@ -50,7 +50,7 @@ fn main() {
             set("workload.output_tokens", output),
         ]);
         let s = load_scenario_with(&base, &o).expect("scenario");
-        let out = llmsim::sim::run(&s, CollectorOptions { keep_steps: false });
+        let out = llmsim::sim::run(&s, CollectorOptions { keep_steps: false }).expect("simulation");
         let path = dir.path().join(format!("measured-{i}.csv"));
         std::fs::write(&path, llmsim::report::csv_out::requests(&out.requests).expect("csv")).expect("write");
         files.push(path);

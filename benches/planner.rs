@@ -5,6 +5,13 @@
 //! per second of wall time and the process's peak memory. It asserts
 //! nothing: speed is measured here, never in a test.
 //!
+//! Then the same 100,000 requests at the same rate with prefix caching on,
+//! twice: with unique prompts (every block hashed, registered and evicted,
+//! no hit: the cache's pure cost) and with 384 of the 512 prompt tokens one
+//! of 8 shared system prompts (`shared_prefix`), and the wall time of each
+//! as a multiple of the run without the cache. The three runs alternate,
+//! five rounds, best of five each.
+//!
 //! Then the cost of a deployment (DEPLOYMENT.md): 100,000 requests from 64
 //! closed-loop users through the same KV pool, once with the model as two
 //! numbers and once as Llama 3.1 70B on four GPUs (architecture, attention,
@@ -35,7 +42,7 @@ fn best_of_3(s: &llmsim::config::Scenario) -> (f64, llmsim::metrics::RunResult) 
     let mut result = None;
     for _ in 0..3 {
         let t = Instant::now();
-        let out = llmsim::sim::run(s, CollectorOptions::default());
+        let out = llmsim::sim::run(s, CollectorOptions::default()).expect("within the run limits");
         best = best.min(t.elapsed().as_secs_f64());
         result = Some(out.result);
     }
@@ -78,8 +85,12 @@ fn main() {
 
     // Saturation: the completion rate under sustained overload. A burst
     // start phase-locks the batch into cohorts that prefill together and
-    // understates it, so a first burst run only gives a lower bound; the
-    // second run offers 1.5x that bound as Poisson arrivals.
+    // understates it (35.8 req/s here), so a first burst run only gives a
+    // lower bound; the second run offers 1.5x that bound as Poisson
+    // arrivals (43.8). This is the effect `llmsim capacity` measures
+    // saturation around (README, "Phase-locking"): its sustained-rate
+    // search finds 43.5 req/s on this shape, within 1% of this figure,
+    // which only sets the offered load.
     let throughput = |rate: f64| {
         let mut o = shape.to_vec();
         o.extend([
@@ -87,7 +98,11 @@ fn main() {
             set("workload.requests", "20000"),
         ]);
         let s = load_scenario_with(&base, &o).expect("scenario");
-        llmsim::sim::run(&s, CollectorOptions::default()).result.throughput.requests_per_s
+        llmsim::sim::run(&s, CollectorOptions::default())
+            .expect("within the run limits")
+            .result
+            .throughput
+            .requests_per_s
     };
     let saturation = throughput(1.5 * throughput(1000.0));
     let rate = 0.9 * saturation;
@@ -97,19 +112,50 @@ fn main() {
         set("workload.arrivals", &format!("{{poisson: {{rate: {rate}}}}}")),
         set("workload.requests", "100000"),
     ]);
-    let s = load_scenario_with(&base, &load).expect("scenario");
-    let (best, r) = best_of_3(&s);
+    // Each configuration runs once per round, rounds interleaved, best of
+    // five kept: a load change on a shared machine then hits all three
+    // alike instead of one, and the ratios stay meaningful.
+    let caching = set("model.kv_cache.prefix_caching", "true");
+    let configs: [Vec<Override>; 3] = [
+        vec![],
+        vec![caching.clone()],
+        vec![
+            caching.clone(),
+            set("workload.shared_prefix", "{groups: 8, tokens: 384}"),
+            set("workload.prompt_tokens", "128"),
+        ],
+    ];
+    let scenarios: Vec<_> = configs
+        .iter()
+        .map(|extra| {
+            let mut o = load.clone();
+            o.extend_from_slice(extra);
+            load_scenario_with(&base, &o).expect("scenario")
+        })
+        .collect();
+    let mut best = [f64::INFINITY; 3];
+    let mut results = [None, None, None];
+    for _ in 0..5 {
+        for (i, s) in scenarios.iter().enumerate() {
+            let t = Instant::now();
+            let out = llmsim::sim::run(s, CollectorOptions::default()).expect("within the run limits");
+            best[i] = best[i].min(t.elapsed().as_secs_f64());
+            results[i] = Some(out.result);
+        }
+    }
+    let [r, unique, shared] = results.map(|r| r.expect("ran"));
+    let best_plain = best[0];
     println!("saturation            {saturation:.2} req/s (512/128 tokens, base model)");
     println!("offered rate          {rate:.2} req/s (90%)");
     println!(
         "simulated             {} requests, {} output tokens, {} steps",
         r.requests.completed, r.requests.output_tokens, r.steps.count
     );
-    println!("wall time (best of 3) {best:.3} s");
+    println!("wall time (best of 5) {best_plain:.3} s");
     println!(
         "speed                 {:.0} requests/s, {:.0} output tokens/s of wall time",
-        r.requests.completed as f64 / best,
-        r.requests.output_tokens as f64 / best
+        r.requests.completed as f64 / best_plain,
+        r.requests.output_tokens as f64 / best_plain
     );
     println!("peak memory (VmHWM)   {:.1} MiB", peak_rss_mib().unwrap_or(f64::NAN));
     println!(
@@ -117,5 +163,17 @@ fn main() {
         r.ttft_ms.p99.unwrap_or(0.0),
         r.itl_ms.p99.unwrap_or(0.0)
     );
+
+    for (label, t, r) in [("prefix caching, unique", best[1], &unique), ("prefix caching, shared", best[2], &shared)] {
+        let pc = r.prefix_cache.as_ref().expect("prefix_cache");
+        println!(
+            "{label}: {t:.3} s best of 5 = {:.2}x the run without the cache; {:.0} requests/s; hit rate {:.1}%, \
+             TTFT p99 {:.1} ms",
+            t / best_plain,
+            r.requests.completed as f64 / t,
+            pc.hit_rate * 100.0,
+            r.ttft_ms.p99.unwrap_or(0.0)
+        );
+    }
     deployment_overhead(&base);
 }

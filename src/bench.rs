@@ -105,13 +105,13 @@ pub fn run(cfg: &BenchConfig) -> Result<BenchRun, String> {
 async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
     let words = content_words(cfg)?;
     let client = Arc::new(Client::new(&cfg.base_url, &cfg.model, cfg.endpoint, cfg.timeout)?);
+    client.reachable().await.map_err(|e| format!("cannot reach {}: {e}; no request was sent", cfg.base_url))?;
     let nonce = run_nonce();
     if cfg.warmup > 0 {
         warm_up(&client, cfg, &format!("w{nonce}"), words).await;
     }
     let reset = reset_summary(&client).await;
-    let prompts: Arc<Vec<String>> =
-        Arc::new((0..cfg.requests).map(|i| schedule::prompt(&format!("m{nonce}"), i, words, cfg.seed)).collect());
+    let prompts = Arc::new(Prompts { run: format!("m{nonce}"), words, seed: cfg.seed });
     let ticker = Ticker::start();
     let base = Instant::now();
     let (schedule_ns, exchanges) = match cfg.load {
@@ -124,7 +124,7 @@ async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
             (at, ex)
         }
         Load::Closed { concurrency } => {
-            (Vec::new(), closed_loop(&client, &prompts, concurrency, cfg.output_tokens).await)
+            (Vec::new(), closed_loop(&client, &prompts, cfg.requests, concurrency, cfg.output_tokens).await)
         }
     };
     let duration_s = base.elapsed().as_secs_f64();
@@ -151,6 +151,21 @@ async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
         schedule_ns
     };
     Ok(BenchRun { config: cfg.clone(), schedule_ns, records, duration_s, health, server })
+}
+
+/// The measured requests' prompts, each built when it is about to be sent
+/// (a prompt can be megabytes: building them all up front would hold
+/// requests x prompt bytes before the first request left).
+struct Prompts {
+    run: String,
+    words: u32,
+    seed: u64,
+}
+
+impl Prompts {
+    fn get(&self, index: u64) -> String {
+        schedule::prompt(&self.run, index, self.words, self.seed)
+    }
 }
 
 /// Words of prompt text per request (see [`schedule::content_tokens`]).
@@ -208,20 +223,22 @@ type Sent = (u64, Instant, Exchange);
 /// handing the request to the runtime: tokio's timer rounds deadlines up to
 /// the next millisecond, which would make every send up to a millisecond
 /// late; a thread's sleep overshoots by tens of microseconds.
-async fn open_loop(client: &Arc<Client>, prompts: &Arc<Vec<String>>, at: &[u64], base: Instant, out: u32) -> Vec<Sent> {
+async fn open_loop(client: &Arc<Client>, prompts: &Arc<Prompts>, at: &[u64], base: Instant, out: u32) -> Vec<Sent> {
     let runtime = tokio::runtime::Handle::current();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let (client, prompts, at, base) = (Arc::clone(client), Arc::clone(prompts), at.to_vec(), base.into_std());
     std::thread::spawn(move || {
         for (i, ns) in at.into_iter().enumerate() {
+            // Built while waiting for its due time, so building is off the clock.
+            let prompt = prompts.get(i as u64);
             let due = base + Duration::from_nanos(ns);
             let now = std::time::Instant::now();
             if due > now {
                 std::thread::sleep(due - now);
             }
-            let (c, p) = (Arc::clone(&client), Arc::clone(&prompts));
+            let c = Arc::clone(&client);
             let due = Instant::from_std(due);
-            let task = runtime.spawn(async move { (i as u64, due, c.complete(&p[i], out).await) });
+            let task = runtime.spawn(async move { (i as u64, due, c.complete(&prompt, out).await) });
             if tx.send(task).is_err() {
                 break;
             }
@@ -237,7 +254,7 @@ async fn open_loop(client: &Arc<Client>, prompts: &Arc<Vec<String>>, at: &[u64],
 }
 
 /// `users` loops, each sending its next request when the last is done.
-async fn closed_loop(client: &Arc<Client>, prompts: &Arc<Vec<String>>, users: u32, out: u32) -> Vec<Sent> {
+async fn closed_loop(client: &Arc<Client>, prompts: &Arc<Prompts>, requests: u64, users: u32, out: u32) -> Vec<Sent> {
     let next = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..users)
         .map(|_| {
@@ -246,9 +263,12 @@ async fn closed_loop(client: &Arc<Client>, prompts: &Arc<Vec<String>>, users: u3
                 let mut mine = Vec::new();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(prompt) = p.get(i as usize) else { break };
+                    if i >= requests {
+                        break;
+                    }
+                    let prompt = p.get(i);
                     let now = Instant::now();
-                    mine.push((i, now, c.complete(prompt, out).await));
+                    mine.push((i, now, c.complete(&prompt, out).await));
                 }
                 mine
             })

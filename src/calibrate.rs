@@ -159,7 +159,12 @@ pub type Figures = BTreeMap<Metric, f64>;
 /// Simulates `run` with the fitted keys at `x` (none: as the scenario has them).
 pub fn predict(run: &Run, keys: &[FitKey], x: &[f64]) -> Result<Figures, Error> {
     let scenario = run.base.scenario(keys, x).map_err(|e| Error::Work(format!("{}: {e}", run.name)))?;
-    let out = crate::sim::run(&scenario, CollectorOptions { keep_steps: false });
+    // A candidate the engine cannot finish within its run limits (say, a
+    // bound so slow that simulated time runs past the limit) predicts
+    // nothing: every loss metric of the run counts the missing penalty.
+    let Ok(out) = crate::sim::run(&scenario, CollectorOptions { keep_steps: false }) else {
+        return Ok(Figures::new());
+    };
     let mut wanted: Vec<Metric> = run.measured.keys().copied().collect();
     wanted.extend(default_metrics());
     Ok(wanted.into_iter().filter_map(|m| m.value(&out.result).filter(|v| v.is_finite()).map(|v| (m, v))).collect())

@@ -5,9 +5,9 @@
 //! the one key it changes and the levels, the metrics to tabulate, and its
 //! predictions: closed-form expressions over the configuration (`expr`,
 //! `vars`) with a tolerance. [`load_dir`] validates every file before
-//! anything runs; [`run`] simulates every variant of every experiment in
-//! parallel and returns them in file and level order, so the output is the
-//! same bytes at any thread count; `render` turns outcomes into the
+//! anything runs; [`run`] simulates every variant of every experiment on
+//! each of its seeds in parallel and returns them in file and level order,
+//! so the output is the same bytes at any thread count; `render` turns outcomes into the
 //! committed `results/` tables and `check` compares them with what is
 //! committed.
 
@@ -24,15 +24,15 @@ use rayon::prelude::*;
 
 use crate::config::ConfigError;
 pub use check::{Generated, Mismatch};
-pub use measure::Measured;
+pub use measure::{Measured, OverSeeds};
 pub use spec::Spec;
 
-/// An experiment and what each of its rows measured.
+/// An experiment and what each of its rows measured over its seeds.
 #[derive(Clone, Debug)]
 pub struct Outcome {
     pub spec: Spec,
     /// One per row, in row order.
-    pub measured: Vec<Measured>,
+    pub measured: Vec<OverSeeds>,
 }
 
 /// Loads and validates every experiment file in `dir`, in file-name order.
@@ -40,23 +40,41 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Spec>, ConfigError> {
     spec::files_in(dir)?.iter().map(|f| spec::load(f)).collect()
 }
 
-/// Runs every row of every experiment on `threads` worker threads (`None`:
-/// one per core). Rows are independent runs; results come back in order.
+/// Runs every row of every experiment on each of its seeds, on `threads`
+/// worker threads (`None`: one per core). Runs are independent; results
+/// come back in order.
 pub fn run(specs: Vec<Spec>, threads: Option<usize>) -> Result<Vec<Outcome>, String> {
     let mut builder = rayon::ThreadPoolBuilder::new();
     if let Some(n) = threads {
         builder = builder.num_threads(n);
     }
     let pool = builder.build().map_err(|e| format!("cannot start worker threads: {e}"))?;
-    let points: Vec<(usize, &crate::config::Scenario)> =
-        specs.iter().enumerate().flat_map(|(i, s)| s.rows.iter().map(move |r| (i, &r.scenario))).collect();
-    let measured: Vec<(usize, Measured)> =
-        pool.install(|| points.par_iter().map(|(i, s)| (*i, measure::measure(s))).collect());
-    let mut outcomes: Vec<Outcome> = specs.into_iter().map(|spec| Outcome { spec, measured: Vec::new() }).collect();
-    for (i, m) in measured {
-        outcomes[i].measured.push(m);
+    // (experiment, row, seed) in order.
+    let points: Vec<(usize, usize, crate::config::Scenario)> = specs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| {
+            s.rows.iter().enumerate().flat_map(move |(r, row)| {
+                crate::sweep::plan::seeds_of(&row.scenario, s.seeds).into_iter().map(move |seed| {
+                    let mut scenario = row.scenario.clone();
+                    scenario.workload.seed = seed;
+                    (i, r, scenario)
+                })
+            })
+        })
+        .collect();
+    let measured: Vec<(usize, usize, Measured)> = pool.install(|| {
+        points.par_iter().map(|(i, r, s)| measure::measure(s).map(|m| (*i, *r, m))).collect::<Result<_, _>>()
+    })?;
+    let mut runs: Vec<Vec<Vec<Measured>>> = specs.iter().map(|s| vec![Vec::new(); s.rows.len()]).collect();
+    for (i, r, m) in measured {
+        runs[i][r].push(m);
     }
-    Ok(outcomes)
+    Ok(specs
+        .into_iter()
+        .zip(runs)
+        .map(|(spec, rows)| Outcome { spec, measured: rows.iter().map(|seeds| OverSeeds::of(seeds)).collect() })
+        .collect())
 }
 
 /// Every results file: `README.md`, then `<name>.md` per experiment.

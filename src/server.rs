@@ -12,6 +12,7 @@
 //! tokens as they come due, and everything measured lands in `stats`, read
 //! by `/metrics` (`prom`) and `/metrics/summary` (`summary`).
 
+pub mod conn;
 pub mod engine_task;
 pub mod errors;
 pub mod feed;
@@ -22,6 +23,7 @@ pub mod record;
 pub mod routes;
 pub mod sse;
 pub mod stats;
+pub mod stop;
 pub mod summary;
 
 pub use crate::content;
@@ -117,11 +119,24 @@ pub struct Options {
     pub legacy_metrics: bool,
     /// `--record FILE`.
     pub record: Option<PathBuf>,
+    /// Connections open at once (see `conn`).
+    pub max_connections: usize,
+    /// How long a connection may take to send a request head.
+    pub header_timeout: Duration,
+    /// How long a request body may take to arrive after its head.
+    pub body_timeout: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { max_body_bytes: 8 * 1024 * 1024, legacy_metrics: false, record: None }
+        Options {
+            max_body_bytes: 8 * 1024 * 1024,
+            legacy_metrics: false,
+            record: None,
+            max_connections: conn::DEFAULT_MAX_CONNECTIONS,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -138,6 +153,8 @@ pub struct App {
     /// Error responses by status since start.
     pub http_errors: Mutex<BTreeMap<u16, u64>>,
     pub next_response: AtomicU64,
+    /// Connection limits and what they turned away.
+    pub limits: Arc<conn::Limits>,
 }
 
 impl App {
@@ -183,10 +200,11 @@ impl App {
             responses,
             clock,
             created,
-            options,
             epoch: AtomicU64::new(0),
             http_errors: Mutex::new(BTreeMap::new()),
             next_response: AtomicU64::new(0),
+            limits: Arc::new(conn::Limits::new(options.max_connections, options.header_timeout, options.body_timeout)),
+            options,
         }))
     }
 
@@ -235,28 +253,13 @@ fn spawn_driver(name: &str, driver: impl std::future::Future<Output = ()> + Send
 }
 
 /// Serves `app` on `listener` until `shutdown` completes; open streams get
-/// a short grace period, then are cut.
+/// a short grace period, then are cut. Connections are capped and timed as
+/// `conn` says.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Arc<App>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    use axum::serve::ListenerExt;
-    let router = routes::router(app);
-    // Tokens are small writes that must leave at once: no Nagle delay.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        shutdown.await;
-        let _ = tx.send(());
-    });
-    tokio::select! {
-        r = server => r,
-        () = async move {
-            let _ = rx.await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        } => Ok(()),
-    }
+    let limits = Arc::clone(&app.limits);
+    conn::serve(listener, routes::router(app), limits, shutdown).await
 }

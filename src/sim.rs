@@ -6,87 +6,279 @@
 //! the driver's side: a request reaches the engine that long after it
 //! arrives, while every latency (queue time included) still counts from
 //! the client's arrival, which is what observers are told.
+//!
+//! Every run is bounded ([`RunLimits`], from [`crate::config::limits`]):
+//! simulated time, requests issued and engine steps. A run that reaches a
+//! bound stops with a [`SimError`] saying which and what to change, rather
+//! than running for hours, exhausting memory, or saturating the clock and
+//! reporting a wrong number.
 
-use crate::config::Scenario;
+use std::fmt;
+
+use crate::config::{Scenario, limits};
+use crate::engine::prefix::hash::request_block_hashes;
 use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
+use crate::report::thousands;
 use crate::time::SimTime;
 use crate::workload::{AnySource, Source};
 
-/// Runs `source` through `engine` until both are exhausted.
-pub fn drive<S: Source, O: Observer>(engine: &mut Engine, source: &mut S, obs: &mut O) {
-    drive_with(engine, source, obs, |_, _| {});
+/// The bounds of one run ([`limits`]); tests lower them.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct RunLimits {
+    /// No step may start or end after this instant.
+    pub max_time: SimTime,
+    pub max_requests: u64,
+    pub max_steps: u64,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            max_time: SimTime::from_secs_f64(limits::MAX_SIM_SECONDS),
+            max_requests: limits::MAX_REQUESTS,
+            max_steps: limits::MAX_STEPS,
+        }
+    }
+}
+
+/// How far a run has got, for a progress display.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Progress {
+    pub now: SimTime,
+    pub requests: u64,
+    pub steps: u64,
+}
+
+/// A run stopped at a limit instead of finishing. Its metrics are not
+/// reported: they would describe a run that did not happen.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SimError {
+    /// Simulated time would pass [`RunLimits::max_time`].
+    TimeLimit { at: SimTime, limit: SimTime, progress: Progress },
+    /// More requests than [`RunLimits::max_requests`].
+    TooManyRequests { limit: u64, rejected: u64, progress: Progress },
+    /// More steps than [`RunLimits::max_steps`].
+    TooManySteps { limit: u64, progress: Progress },
+    /// The source cannot make progress in time (see [`Source::stalled`]).
+    Stalled { why: String, progress: Progress },
+}
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimError::TimeLimit { at, limit, progress } => write!(
+                f,
+                "the run stopped after {} requests and {} steps: simulated time would reach {} s, past the \
+                 limit of {} s (about 31.7 years); a step or a gap between arrivals is far too long for \
+                 this workload: check the hardware's speed, the arrival rate and the think time",
+                thousands(progress.requests),
+                thousands(progress.steps),
+                shown_secs(*at),
+                shown_secs(*limit),
+            ),
+            SimError::TooManyRequests { limit, rejected, progress } => write!(
+                f,
+                "the run stopped at t = {} s after issuing {} requests ({} rejected), the most one run \
+                 may issue; set workload.requests, or a shorter workload.duration_s{}",
+                progress.now,
+                thousands(*limit),
+                thousands(*rejected),
+                if *rejected * 2 > *limit {
+                    ", and check why requests are rejected (too long for the context or the KV cache)"
+                } else {
+                    ""
+                }
+            ),
+            SimError::TooManySteps { limit, progress } => write!(
+                f,
+                "the run stopped at t = {} s after {} engine steps, the most one run may take (about 7 \
+                 minutes of work); set fewer workload.requests or a shorter workload.duration_s",
+                progress.now,
+                thousands(*limit),
+            ),
+            SimError::Stalled { why, progress } => write!(f, "the run stopped at t = {} s: {why}", progress.now),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// Seconds for a message, saturated values included.
+fn shown_secs(t: SimTime) -> String {
+    thousands(t.as_nanos() / 1_000_000_000)
+}
+
+/// Runs `source` through `engine` until both are exhausted, within the
+/// default [`RunLimits`].
+pub fn drive<S: Source, O: Observer>(engine: &mut Engine, source: &mut S, obs: &mut O) -> Result<(), SimError> {
+    drive_with(engine, source, obs, |_, _| {})
 }
 
 /// [`drive`], calling `after_step` with the engine and the observer after
 /// every step (tests use it to check invariants between steps).
-pub fn drive_with<S, O, F>(engine: &mut Engine, source: &mut S, obs: &mut O, after_step: F)
+pub fn drive_with<S, O, F>(engine: &mut Engine, source: &mut S, obs: &mut O, after_step: F) -> Result<(), SimError>
 where
     S: Source,
     O: Observer,
     F: FnMut(&Engine, &mut O),
 {
-    drive_loop(engine, source, &mut Tap { inner: obs, done: Vec::new(), delay_ns: 0 }, after_step);
+    drive_limited(engine, source, obs, &RunLimits::default(), 0, after_step, &mut |_| {})
 }
 
 /// [`drive_with`], each request reaching the engine `delay_ns` after its
 /// arrival; observers see the arrival itself.
-pub fn drive_delayed<S, O, F>(engine: &mut Engine, source: &mut S, obs: &mut O, delay_ns: u64, after_step: F)
+pub fn drive_delayed<S, O, F>(
+    engine: &mut Engine,
+    source: &mut S,
+    obs: &mut O,
+    delay_ns: u64,
+    after_step: F,
+) -> Result<(), SimError>
 where
     S: Source,
     O: Observer,
     F: FnMut(&Engine, &mut O),
 {
-    let mut tap = Tap { inner: obs, done: Vec::new(), delay_ns };
+    drive_limited(engine, source, obs, &RunLimits::default(), delay_ns, after_step, &mut |_| {})
+}
+
+/// Steps between two progress reports.
+const PROGRESS_EVERY: u64 = 1 << 16;
+
+/// The driver itself: [`drive_delayed`] within `limits`, reporting
+/// progress every [`PROGRESS_EVERY`] steps.
+pub fn drive_limited<S, O, F>(
+    engine: &mut Engine,
+    source: &mut S,
+    obs: &mut O,
+    limits: &RunLimits,
+    delay_ns: u64,
+    after_step: F,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(), SimError>
+where
+    S: Source,
+    O: Observer,
+    F: FnMut(&Engine, &mut O),
+{
+    let mut tap = Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns };
     if delay_ns == 0 {
-        drive_loop(engine, source, &mut tap, after_step);
+        drive_loop(engine, source, &mut tap, limits, after_step, progress)
     } else {
-        drive_loop(engine, &mut Delayed { inner: source, ns: delay_ns }, &mut tap, after_step);
+        drive_loop(engine, &mut Delayed { inner: source, ns: delay_ns }, &mut tap, limits, after_step, progress)
     }
 }
 
-fn drive_loop<S, O, F>(engine: &mut Engine, source: &mut S, tap: &mut Tap<'_, O>, mut after_step: F)
+fn drive_loop<S, O, F>(
+    engine: &mut Engine,
+    source: &mut S,
+    tap: &mut Tap<'_, O>,
+    limits: &RunLimits,
+    mut after_step: F,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(), SimError>
 where
     S: Source,
     O: Observer,
     F: FnMut(&Engine, &mut O),
 {
+    let mut at = Progress::default();
+    let hashing = engine.config().prefix_caching;
+    let block_size = engine.config().capacity.block_size;
+    let mut hashes = Vec::new();
     loop {
+        // An idle engine's next step starts at the next arrival, but never
+        // before the engine's clock: requests that arrived while the last
+        // step ran all join the next one (ENGINE.md, step 1).
         let start = match engine.next_step_at() {
             Some(t) => t,
             None => match source.peek() {
-                Some(t) => t,
+                Some(t) => t.max(engine.clock()),
                 None => break,
             },
         };
+        at.now = start;
+        if start > limits.max_time {
+            return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
+        }
         // Every request that has arrived by the step's start joins it.
-        while let Some(at) = source.peek().filter(|&at| at <= start) {
+        while let Some(when) = source.peek().filter(|&when| when <= start) {
             let Some(req) = source.pop() else { break };
-            if engine.submit(req, tap).is_err() {
-                source.done(req.id, at);
+            at.requests += 1;
+            if at.requests > limits.max_requests {
+                let (limit, rejected) = (limits.max_requests, tap.rejected);
+                return Err(SimError::TooManyRequests { limit, rejected, progress: at });
+            }
+            let submitted = match hashing {
+                // Content hashes only matter, and are only made, with prefix caching.
+                true => {
+                    request_block_hashes(&req, source.segments(), block_size, &mut hashes);
+                    engine.submit_with_hashes(req, &hashes, tap)
+                }
+                false => engine.submit(req, tap),
+            };
+            if submitted.is_err() {
+                source.rejected(req.id, when);
+            }
+            if let Some(why) = source.stalled() {
+                return Err(SimError::Stalled { why, progress: at });
             }
         }
-        engine.step(tap);
+        if engine.step(tap).is_some() {
+            at.steps += 1;
+            if at.steps > limits.max_steps {
+                return Err(SimError::TooManySteps { limit: limits.max_steps, progress: at });
+            }
+            if at.steps % PROGRESS_EVERY == 0 {
+                progress(&at);
+            }
+        }
+        if engine.clock() > limits.max_time {
+            return Err(SimError::TimeLimit { at: engine.clock(), limit: limits.max_time, progress: at });
+        }
         after_step(engine, tap.inner);
-        for (id, at) in tap.done.drain(..) {
-            source.done(id, at);
+        for (id, when, finished) in tap.done.drain(..) {
+            match finished {
+                true => source.done(id, when),
+                false => source.rejected(id, when),
+            }
+        }
+        if let Some(why) = source.stalled() {
+            return Err(SimError::Stalled { why, progress: at });
         }
     }
+    Ok(())
 }
 
 /// Runs a scenario and collects its metrics.
-pub fn run(scenario: &Scenario, options: CollectorOptions) -> RunOutput {
+pub fn run(scenario: &Scenario, options: CollectorOptions) -> Result<RunOutput, SimError> {
     run_observed(scenario, options, &mut ())
 }
 
 /// Runs a scenario, collecting metrics and also showing every event to `extra`.
-pub fn run_observed<O: Observer>(scenario: &Scenario, options: CollectorOptions, extra: &mut O) -> RunOutput {
+pub fn run_observed<O: Observer>(
+    scenario: &Scenario,
+    options: CollectorOptions,
+    extra: &mut O,
+) -> Result<RunOutput, SimError> {
+    run_with_progress(scenario, options, extra, &mut |_| {})
+}
+
+/// [`run_observed`], reporting progress now and then (for a progress bar).
+pub fn run_with_progress<O: Observer>(
+    scenario: &Scenario,
+    options: CollectorOptions,
+    extra: &mut O,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunOutput, SimError> {
     let mut engine = Engine::new(scenario.engine_config());
     let mut source = AnySource::new(scenario);
     let mut collector = Collector::new(scenario.capacity.num_blocks, options);
+    let limits = RunLimits::default();
     let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
-    drive_delayed(&mut engine, &mut source, &mut (&mut collector, extra), delay_ns, |_, _| {});
-    collector.finish(scenario)
+    drive_limited(&mut engine, &mut source, &mut (&mut collector, extra), &limits, delay_ns, |_, _| {}, progress)?;
+    Ok(collector.finish(scenario))
 }
 
 /// A source whose requests reach the engine `ns` after they arrive.
@@ -104,16 +296,28 @@ impl<S: Source> Source for Delayed<'_, S> {
         req.arrival = req.arrival.plus_nanos(self.ns);
         Some(req)
     }
+    fn segments(&self) -> &[crate::engine::prefix::hash::Segment] {
+        self.inner.segments()
+    }
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner.done(id, at);
     }
+    fn rejected(&mut self, id: RequestId, at: SimTime) {
+        self.inner.rejected(id, at);
+    }
+    fn stalled(&self) -> Option<String> {
+        self.inner.stalled()
+    }
 }
 
-/// Forwards events and remembers which requests are done, for closed
-/// loops; reports arrivals at the client's time (before the delay).
+/// Forwards events and remembers which requests are done (and whether
+/// they finished), for closed loops and sessions; reports arrivals at the
+/// client's time (before the delay).
 struct Tap<'a, O> {
     inner: &'a mut O,
-    done: Vec<(RequestId, SimTime)>,
+    done: Vec<(RequestId, SimTime, bool)>,
+    /// Requests rejected so far, for messages.
+    rejected: u64,
     delay_ns: u64,
 }
 
@@ -132,13 +336,14 @@ impl<O: Observer> Observer for Tap<'_, O> {
     }
     fn finished(&mut self, id: RequestId, at: SimTime) {
         self.inner.finished(id, at);
-        self.done.push((id, at));
+        self.done.push((id, at, true));
     }
     fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
         self.inner.rejected(id, at, reason);
+        self.rejected += 1;
         // Rejections on arrival are reported by `submit`'s result instead.
         if reason != RejectReason::ContextLength {
-            self.done.push((id, at));
+            self.done.push((id, at, false));
         }
     }
     fn aborted(&mut self, id: RequestId, at: SimTime) {
@@ -146,5 +351,8 @@ impl<O: Observer> Observer for Tap<'_, O> {
     }
     fn step(&mut self, step: &StepRecord) {
         self.inner.step(step);
+    }
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
+        self.inner.prefix_lookup(id, at, queried, hit);
     }
 }

@@ -151,6 +151,19 @@ impl Client {
         finish(reply)
     }
 
+    /// Whether the server answers at all: any HTTP answer to `GET
+    /// {base}/health` will do (vLLM's and ours are 200; others may be 404).
+    /// Like `vllm bench serve`'s initial test request, it stops a bench
+    /// against a wrong address before anything is built or sent.
+    pub async fn reachable(&self) -> Result<(), String> {
+        let url = format!("{}/health", self.base);
+        match tokio::time::timeout(self.timeout, self.http.get(url).send()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(transport(e).message()),
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
     /// POSTs to a path and returns the status, or a connection error.
     pub async fn post(&self, path: &str) -> Result<u16, String> {
         let url = format!("{}{path}", self.base);

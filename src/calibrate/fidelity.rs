@@ -52,6 +52,8 @@ pub const SUITES: [Suite; 1] = [Suite {
             stage, transcribed from github.com/inference-sim/training (commit ed5c1d2, `default_args/`; the \
             measured file's header says how each figure was read). Constant arrivals, fixed prompt and output \
             lengths (`ignore_eos`), streaming completions, `max_num_batched_tokens` 2048, `max_num_seqs` 128. \
+            Prefix caching is on, as it was in vLLM: the tool cycles through 100 fixed prompts (system prompt \
+            + question), simulated as `shared_prefix` (groups 100) with the template tokens as the unique rest. \
             Each stage ran 600 or 1,200 s; the first 60 s of it are simulated (the queue settles within a few \
             seconds below the knee). TPOT mean is derived as (E2E mean - TTFT mean) / (output - 1). The four \
             `reasoning` experiments overloaded the server (requests failed): they are predicted, never fitted, \
@@ -60,8 +62,7 @@ pub const SUITES: [Suite; 1] = [Suite {
             squared log error: at the datasheet peaks Llama-2-70B on 4 GPUs at 20 req/s is already past the \
             simulated engine's knee (its simulated queue grows; the measured one did not), and with the squared \
             loss that one run holds the efficiencies at 1 and the step overhead at 0. c was chosen among 25% \
-            and 10% by these leave-one-out medians, so they are slightly optimistic. The shared system prompts \
-            are prefilled in full (no prefix caching). The overloaded runs are not predicted to overload: the \
+            and 10% by these leave-one-out medians, so they are slightly optimistic. The overloaded runs are not predicted to overload: the \
             simulated decode step at their batch is faster than the real one.",
 }];
 

@@ -13,7 +13,11 @@
 //!   `status`: the shape of `llmsim serve --record` and `llmsim run
 //!   --requests-csv`): the rows replayed as written;
 //! * an **inference-perf run directory**: each load stage is a run (see
-//!   [`crate::measured::inference_perf`]);
+//!   [`crate::measured::inference_perf`]): its `G x U` fixed prompts are
+//!   `shared_prefix: {groups: G x U, tokens: system_prompt_len +
+//!   question_len}` and `prompt_tokens` is the rest of the client's mean
+//!   prompt length (the README's inference-perf mapping); turning prefix
+//!   caching on is the scenario's choice;
 //! * a **measured table** CSV (see [`crate::measured::table`]): each row
 //!   is a run, its settings applied to the scenario.
 //!
@@ -179,7 +183,8 @@ impl Base {
         let mut s = build(&value, &self.file)?;
         if let Some(rows) = &self.trace {
             let w = &mut s.workload;
-            w.arrivals = Arrivals::Trace(Trace { path: "(measured requests)".into(), rows: Arc::clone(rows) });
+            w.arrivals =
+                Arrivals::Trace(Trace { path: "(measured requests)".into(), rows: Arc::clone(rows), content: None });
             w.requests = None;
             w.duration_s = None;
             w.prompt_tokens = None;
@@ -462,16 +467,21 @@ fn from_inference_perf(
     let mut runs = Vec::new();
     for stage in &ip.stages {
         let name = format!("{dir_name} stage {} ({} req/s)", stage.index, stage.rate);
-        let prompt =
-            stage.prompt_len_mean.map_or(d.system_prompt_len + d.question_len, |p| p.round().max(1.0) as u32).max(1);
+        // The tool cycles through G x U fixed prompts (system prompt +
+        // question), so the whole of each is a shared prefix; the prompt
+        // is the rest of what the client counted (the template tokens).
+        let fixed = d.system_prompt_len.saturating_add(d.question_len);
+        let groups = ip.distinct_prompts().max(1);
+        let counted = stage.prompt_len_mean.map_or(f64::from(fixed) + 1.0, f64::round);
+        let prompt = (counted - f64::from(fixed)).max(1.0).min(f64::from(u32::MAX)) as u32;
         let duration = opts.sample_s.map_or(stage.duration_s, |s| s.min(stage.duration_s));
         let kind = match ip.load {
             LoadType::Constant => "constant",
             LoadType::Poisson => "poisson",
         };
         let workload = format!(
-            "{{arrivals: {{{kind}: {{rate: {}}}}}, duration_s: {duration}, prompt_tokens: {prompt}, \
-             output_tokens: {}}}",
+            "{{arrivals: {{{kind}: {{rate: {}}}}}, duration_s: {duration}, shared_prefix: {{groups: {groups}, \
+             tokens: {fixed}}}, prompt_tokens: {prompt}, output_tokens: {}}}",
             stage.rate, d.output_len
         );
         let settings = [workload_override(&workload)?, seed_override(&src.value)];
@@ -487,7 +497,8 @@ fn from_inference_perf(
             }
         }
         let mut notes = vec![format!(
-            "prompt {prompt} tokens (the client's mean count), output {} tokens (nominal){}",
+            "one of {groups} fixed prompts of {fixed} tokens (shared_prefix) then {prompt} tokens (the rest of \
+             the client's mean count), output {} tokens (nominal){}",
             d.output_len,
             if duration < stage.duration_s {
                 format!("; {duration} s of the {} s stage simulated", stage.duration_s)

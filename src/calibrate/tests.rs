@@ -41,7 +41,7 @@ fn measured_files(dir: &Path) -> Vec<PathBuf> {
             o.push(("workload.prompt_tokens", prompt.to_string()));
             o.push(("workload.output_tokens", output.to_string()));
             let s = crate::config::load_scenario_with(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
-            let out = crate::sim::run(&s, CollectorOptions { keep_steps: false });
+            let out = crate::sim::run(&s, CollectorOptions { keep_steps: false }).unwrap();
             let path = dir.join(format!("measured-{i}.csv"));
             std::fs::write(&path, crate::report::csv_out::requests(&out.requests).unwrap()).unwrap();
             path

@@ -4,8 +4,13 @@
 //! # Wire format
 //!
 //! `llmsim capacity --json FILE` writes one object: `scenario`, `arrivals`
-//! (the process whose rate was varied), `slos`, `precision`,
-//! `requests_per_probe`, `requests_rule`, `saturation_rps`, `max_rate_rps`
+//! (the process whose rate was varied), `slos`, `precision`, `seeds` (every
+//! probe runs each of them), `requests_per_probe` and `requests_rule` (SLO
+//! probes, requests a seed), `saturation_requests_per_probe`,
+//! `saturation_rps` (the most requests a second served at a sustained
+//! rate), `sustained_rate_rps` and `unsustained_rate_rps` (the saturation
+//! bracket; the latter null when every rate up to 10^6 req/s was
+//! sustained), `burst_rps` (every request at once, one seed), `max_rate_rps`
 //! (highest passing probe), `max_rate_upper_rps` (lowest failing probe, or
 //! saturation), `binding_slo` (null when only saturation limits),
 //! `limited_by`, `at_max_rate` (a probe), `gpus_per_replica` (written
@@ -13,9 +18,12 @@
 //! `cost_per_hour` (of one replica: the GPU's price x its GPUs),
 //! `cost_per_million_output_tokens`, `target_rate_rps`, `replicas`,
 //! `rate_per_replica_rps`, `fleet_cost_per_hour` (null when not asked or
-//! not known) and `probes`: each `{rate_rps, requests, pass, slo_values,
+//! not known), `saturation_probes`: each `{rate_rps, requests, sustained,
+//! queue_growth, queue_growth_by_seed, served_rps}`, and `probes`: each
+//! `{rate_rps, requests, pass, seeds_met, slo_values (worst over seeds),
 //! failed, goodput_rps, slo_attainment_pct, requests_per_s,
-//! output_tokens_per_s, e2e_mean_ms}` in the order they ran.
+//! output_tokens_per_s, e2e_mean_ms}` (means over seeds), both in the order
+//! they ran.
 
 use std::fmt::Write;
 
@@ -27,16 +35,54 @@ pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "scenario    {} ({} arrivals, {} requests a probe)",
+        "scenario    {} ({} arrivals, {} requests a probe on each of {})",
         r.scenario,
         r.arrivals,
-        thousands(r.requests_per_probe)
+        thousands(r.requests_per_probe),
+        seeds(&r.seeds)
     );
     let _ = writeln!(out, "SLOs        {}", r.slos.join(", "));
-    let _ = writeln!(out, "saturation  {:.3} req/s (every request queued at once)", r.saturation_rps);
+    let limit = match r.unsustained_rate_rps {
+        Some(u) => format!("the queue grows from {u:.3} req/s offered"),
+        None => format!("every rate up to {:.0} req/s was", super::saturation::MAX_RATE),
+    };
+    let _ = writeln!(
+        out,
+        "saturation  {:.3} req/s, the most served at a sustained rate (sustained up to {:.3} req/s offered; {limit})",
+        r.saturation_rps, r.sustained_rate_rps
+    );
+    let _ = writeln!(
+        out,
+        "burst       {:.3} req/s with every request queued at once ({:+.1}% against saturation)",
+        r.burst_rps,
+        (r.burst_rps / r.saturation_rps - 1.0) * 100.0
+    );
     let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "  saturation search ({} requests a seed): sustained while the waiting queue grows by at most {}% \
+         of the arrivals",
+        thousands(r.saturation_requests_per_probe),
+        super::saturation::GROWTH_LIMIT * 100.0
+    );
+    let _ = writeln!(out, "  {:>12}  {:>8}  {:>12}  {:>12}", "rate req/s", "requests", "queue growth", "served req/s");
+    let mut sat = r.saturation_probes.clone();
+    sat.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps).then(a.requests.cmp(&b.requests)));
+    for p in &sat {
+        let _ = writeln!(
+            out,
+            "  {:>12.3}  {:>8}  {:>11.2}%  {:>12.3}  {}",
+            p.rate_rps,
+            thousands(p.requests),
+            if p.queue_growth.abs() < 5e-5 { 0.0 } else { p.queue_growth * 100.0 },
+            p.served_rps,
+            if p.sustained { "sustained" } else { "grows" }
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "  SLO search (met: on every seed; values: the worst seed)");
     let names: Vec<&String> = r.at_max_rate.slo_values.keys().collect();
-    let mut head = format!("  {:>12}  {:>8}  {:<4}", "rate req/s", "requests", "SLOs");
+    let mut head = format!("  {:>12}  {:>8}  {:<5}", "rate req/s", "requests", "SLOs");
     for n in &names {
         let _ = write!(head, "  {n:>14}");
     }
@@ -44,8 +90,7 @@ pub fn render(r: &Report) -> String {
     let mut probes = r.probes.clone();
     probes.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps).then(a.requests.cmp(&b.requests)));
     for p in &probes {
-        let mut row =
-            format!("  {:>12.3}  {:>8}  {:<4}", p.rate_rps, thousands(p.requests), if p.pass { "met" } else { "miss" });
+        let mut row = format!("  {:>12.3}  {:>8}  {:<5}", p.rate_rps, thousands(p.requests), met(p, r.seeds.len()));
         for n in &names {
             let v = p.slo_values.get(*n).copied().flatten();
             let _ = write!(row, "  {:>14}", v.map_or("-".into(), |v| format!("{v:.2}")));
@@ -57,7 +102,7 @@ pub fn render(r: &Report) -> String {
         Some(s) => {
             format!("bound by {s}; the limit is below {:.3}, precision {}%", r.max_rate_upper_rps, r.precision * 100.0)
         }
-        None => "every SLO holds up to saturation".into(),
+        None => "every SLO holds up to saturation, the highest sustained rate".into(),
     };
     let _ = writeln!(out, "max rate    {:.3} req/s ({why})", r.max_rate_rps);
     let m = &r.at_max_rate;
@@ -77,4 +122,22 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(out, "replicas    {n} for {t} req/s ({each:.3} req/s each{gpus}{fleet})");
     }
     out
+}
+
+/// `met`, `miss`, or how many seeds met when some did.
+fn met(p: &super::Probe, seeds: usize) -> String {
+    match p.seeds_met {
+        _ if p.pass => "met".into(),
+        0 => "miss".into(),
+        k => format!("{k}/{seeds}"),
+    }
+}
+
+/// `seed 42` or `seeds 42-44`.
+fn seeds(s: &[u64]) -> String {
+    match s {
+        [one] => format!("seed {one}"),
+        [first, .., last] => format!("{} seeds ({first}-{last})", s.len()),
+        [] => "no seed".into(),
+    }
 }

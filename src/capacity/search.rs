@@ -1,49 +1,73 @@
-//! The probes and the bisection of [`crate::capacity`].
+//! The probes and the searches of [`crate::capacity`].
 
 use std::collections::BTreeMap;
 
+use rayon::prelude::*;
 use serde::Serialize;
 
+use super::saturation::{self, SaturationProbe, Sizing};
 use super::slo::{RequestItl, Slo, good_requests};
 use crate::config::{Arrivals, Scenario};
 use crate::metrics::{CollectorOptions, RunResult};
 
-/// Rate of the saturation probe: everything arrives at once.
+/// Rate of the burst probe: everything arrives at once.
 pub const BURST_RATE: f64 = 1e6;
 /// The lowest rate probed, as a fraction of saturation.
 pub const LOWEST_FRACTION: f64 = 0.01;
+/// The SLO search steps up from the lowest rate by this factor.
+pub const SLO_STEP: f64 = 2.0;
 /// A probe's arrivals must span this many mean E2Es.
 pub const E2E_MULTIPLE: f64 = 20.0;
 pub const MIN_REQUESTS: u64 = 2000;
+/// The most requests a probe runs on one seed (`--requests` included): a
+/// probe keeps a record per request, about 150 bytes each.
 pub const MAX_REQUESTS: u64 = 1_000_000;
+/// The fewest `--requests` allows: a saturation probe needs a second half
+/// with enough arrivals to show a trend.
+pub const FEWEST_REQUESTS: u64 = 100;
+/// Default seeds a probe runs.
+pub const SEEDS: u32 = 3;
+/// The most seeds a probe may run.
+pub const MAX_SEEDS: u32 = 100;
 
 #[derive(Clone, Debug)]
 pub struct Options {
     pub slos: Vec<Slo>,
     /// Relative width of the final bracket, e.g. 0.01.
     pub precision: f64,
-    /// Requests per probe instead of the rule.
+    /// Requests per probe and seed instead of the rules.
     pub requests: Option<u64>,
     /// Rate the fleet must serve, for the replica count.
     pub target_rate: Option<f64>,
+    /// Seeds every probe runs: the scenario's seed and the next ones.
+    pub seeds: u32,
 }
 
-/// One run at one rate.
+/// One rate, run on every seed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Probe {
     pub rate_rps: f64,
+    /// Requests a seed.
     pub requests: u64,
+    /// Every SLO held on every seed.
     pub pass: bool,
-    /// The run's value of each SLO's metric, by name.
+    /// Seeds on which every SLO held.
+    pub seeds_met: usize,
+    /// Each SLO's metric by name: the worst (largest) value over the seeds.
     pub slo_values: BTreeMap<String, Option<f64>>,
-    /// SLOs the run missed.
+    /// SLOs missed on at least one seed.
     pub failed: Vec<String>,
-    /// Requests per second that met every SLO (over the run's duration).
+    /// Requests per second that met every SLO (over the run's duration),
+    /// mean over seeds.
     pub goodput_rps: f64,
-    /// Percent of all requests (rejected ones included) that met every SLO.
+    /// Percent of all requests (rejected ones included) that met every SLO,
+    /// mean over seeds.
     pub slo_attainment_pct: f64,
+    /// Mean over seeds.
     pub requests_per_s: f64,
+    /// Mean over seeds.
     pub output_tokens_per_s: f64,
+    /// Mean over the seeds that have one.
     pub e2e_mean_ms: Option<f64>,
 }
 
@@ -54,9 +78,23 @@ pub struct Report {
     pub arrivals: String,
     pub slos: Vec<String>,
     pub precision: f64,
+    /// Every probe runs these seeds.
+    pub seeds: Vec<u64>,
     pub requests_per_probe: u64,
     pub requests_rule: String,
+    /// Requests a seed of the saturation probes (before any rerun).
+    pub saturation_requests_per_probe: u64,
+    /// The highest throughput served at a sustained rate: requests finished
+    /// per second over the second half of the arrival window, pooled over
+    /// seeds, capped at the offered rate, the most of any sustained probe.
     pub saturation_rps: f64,
+    /// The highest rate found sustained.
+    pub sustained_rate_rps: f64,
+    /// The lowest rate found not sustained (`None`: none up to 10^6 req/s).
+    pub unsustained_rate_rps: Option<f64>,
+    /// Requests finished per second when every request arrives at once (on
+    /// the scenario's seed): phase-locked, usually below saturation.
+    pub burst_rps: f64,
     pub max_rate_rps: f64,
     /// The lowest failing rate (or saturation): the limit lies in
     /// `[max_rate_rps, max_rate_upper_rps)`.
@@ -77,7 +115,9 @@ pub struct Report {
     pub replicas: Option<u64>,
     pub rate_per_replica_rps: Option<f64>,
     pub fleet_cost_per_hour: Option<f64>,
-    /// In the order they ran.
+    /// The saturation search, in the order the probes ran.
+    pub saturation_probes: Vec<SaturationProbe>,
+    /// The SLO search, in the order the probes ran.
     pub probes: Vec<Probe>,
 }
 
@@ -92,11 +132,16 @@ pub enum SearchError {
     NoRate(String),
     /// Even the lowest rate misses an SLO; `best` is that probe.
     Unreachable { saturation_rps: f64, best: Box<Probe>, slos: Vec<Slo> },
+    /// The waiting queue grows at every rate tried.
+    NeverSustained { burst_rps: f64, lowest_rps: f64 },
+    /// A probe stopped at a run limit ([`crate::sim::SimError`]).
+    Run { rate_rps: f64, error: crate::sim::SimError },
 }
 
 impl std::fmt::Display for SearchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            SearchError::Run { rate_rps, error } => write!(f, "the probe at {rate_rps:.3} req/s: {error}"),
             SearchError::NoRate(kind) => write!(
                 f,
                 "capacity varies an arrival rate, and workload.arrivals is {kind}: use poisson, gamma or \
@@ -106,6 +151,12 @@ impl std::fmt::Display for SearchError {
                 f,
                 "no rate meets every SLO: no request completes even with the engine saturated (every request \
                  was rejected; `llmsim run` says why)"
+            ),
+            SearchError::NeverSustained { burst_rps, lowest_rps } => write!(
+                f,
+                "no rate is sustained: the waiting queue keeps growing at every rate tried, down to {lowest_rps:.3e} \
+                 req/s (a burst of every request at once completes {burst_rps:.3} req/s); `llmsim run --plot` shows \
+                 the queue"
             ),
             SearchError::Unreachable { saturation_rps, best, slos } => {
                 let missed: Vec<String> = slos
@@ -129,7 +180,7 @@ impl std::fmt::Display for SearchError {
                 write!(
                     f,
                     "no rate meets every SLO: even at the lowest rate, {:.4} req/s (1% of the saturation \
-                     throughput {:.3} req/s), {}; best achieved: {}",
+                     throughput {:.3} req/s), {} (the worst of its seeds); best achieved: {}",
                     best.rate_rps,
                     saturation_rps,
                     missed.join(", "),
@@ -154,7 +205,7 @@ fn quantile(s: &Slo) -> f64 {
 }
 
 /// A scenario whose open-loop rate is `rate`, with `n` requests.
-fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
+pub fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
     let mut s = base.clone();
     s.workload.arrivals = match s.workload.arrivals {
         Arrivals::Poisson { .. } => Arrivals::Poisson { rate },
@@ -167,10 +218,11 @@ fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
     s
 }
 
-/// Runs one probe.
-pub fn probe(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> (Probe, RunResult) {
+/// Runs one probe on the scenario's own seed.
+pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> Result<(Probe, RunResult), SearchError> {
     let mut itl = RequestItl::default();
-    let out = crate::sim::run_observed(&at_rate(base, rate, n), CollectorOptions::default(), &mut itl);
+    let out = crate::sim::run_observed(&at_rate(base, rate, n), CollectorOptions::default(), &mut itl)
+        .map_err(|error| SearchError::Run { rate_rps: rate, error })?;
     let r = out.result;
     let good = good_requests(slos, &out.requests, &itl);
     let failed: Vec<String> = slos.iter().filter(|s| !s.holds(&r)).map(Slo::name).collect();
@@ -179,6 +231,7 @@ pub fn probe(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> (Probe, RunRes
         rate_rps: rate,
         requests: n,
         pass: failed.is_empty(),
+        seeds_met: usize::from(failed.is_empty()),
         slo_values: slos.iter().map(|s| (s.name(), s.value(&r))).collect(),
         failed,
         goodput_rps: per_s(good),
@@ -187,29 +240,77 @@ pub fn probe(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> (Probe, RunRes
         output_tokens_per_s: r.throughput.output_tokens_per_s,
         e2e_mean_ms: r.e2e_ms.mean,
     };
-    (p, r)
+    Ok((p, r))
+}
+
+/// Runs one rate on every seed (in parallel; the result does not depend on
+/// the thread count) and combines them: it passes when every seed met every
+/// SLO, its SLO values are the worst over seeds, the rest are means.
+pub fn probe(base: &Scenario, slos: &[Slo], seeds: &[u64], rate: f64, n: u64) -> Result<Probe, SearchError> {
+    let runs: Vec<Probe> = seeds
+        .par_iter()
+        .map(|&seed| {
+            let mut s = base.clone();
+            s.workload.seed = seed;
+            probe_seed(&s, slos, rate, n).map(|p| p.0)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(combine(slos, rate, n, &runs))
+}
+
+fn combine(slos: &[Slo], rate: f64, n: u64, runs: &[Probe]) -> Probe {
+    let k = runs.len().max(1) as f64;
+    let mean = |f: fn(&Probe) -> f64| runs.iter().map(f).sum::<f64>() / k;
+    let worst = |name: &str| {
+        runs.iter()
+            .filter_map(|p| p.slo_values.get(name).copied().flatten())
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    let failed: Vec<String> =
+        slos.iter().map(Slo::name).filter(|name| runs.iter().any(|p| p.failed.contains(name))).collect();
+    let e2es: Vec<f64> = runs.iter().filter_map(|p| p.e2e_mean_ms).collect();
+    Probe {
+        rate_rps: rate,
+        requests: n,
+        pass: failed.is_empty(),
+        seeds_met: runs.iter().filter(|p| p.pass).count(),
+        slo_values: slos.iter().map(|s| (s.name(), worst(&s.name()))).collect(),
+        failed,
+        goodput_rps: mean(|p| p.goodput_rps),
+        slo_attainment_pct: mean(|p| p.slo_attainment_pct),
+        requests_per_s: mean(|p| p.requests_per_s),
+        output_tokens_per_s: mean(|p| p.output_tokens_per_s),
+        e2e_mean_ms: (!e2es.is_empty()).then(|| e2es.iter().sum::<f64>() / e2es.len() as f64),
+    }
 }
 
 /// A probe at `rate`, rerun longer if it passes but its arrivals span fewer
 /// than [`E2E_MULTIPLE`] mean E2Es.
-fn steady_probe(base: &Scenario, opts: &Options, rate: f64, n: u64, log: &mut Vec<Probe>) -> Probe {
-    let (p, _) = probe(base, &opts.slos, rate, n);
+fn steady_probe(
+    base: &Scenario,
+    opts: &Options,
+    seeds: &[u64],
+    rate: f64,
+    n: u64,
+    log: &mut Vec<Probe>,
+) -> Result<Probe, SearchError> {
+    let p = probe(base, &opts.slos, seeds, rate, n)?;
     let span_s = n as f64 / rate;
     let e2e_s = p.e2e_mean_ms.unwrap_or(0.0) / 1e3;
     if opts.requests.is_none() && p.pass && span_s < E2E_MULTIPLE * e2e_s {
         let more = ((E2E_MULTIPLE * e2e_s * rate / 1000.0).ceil() as u64 * 1000).clamp(n, MAX_REQUESTS);
         if more > n {
             log.push(p);
-            let (longer, _) = probe(base, &opts.slos, rate, more);
+            let longer = probe(base, &opts.slos, seeds, rate, more)?;
             log.push(longer.clone());
-            return longer;
+            return Ok(longer);
         }
     }
     log.push(p.clone());
-    p
+    Ok(p)
 }
 
-/// The whole search.
+/// The whole search: saturation first, then the SLOs below it.
 pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
     let kind = match &base.workload.arrivals {
         Arrivals::Poisson { .. } => "poisson",
@@ -218,15 +319,29 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
         Arrivals::Closed { .. } => return Err(SearchError::NoRate("a closed loop".into())),
         Arrivals::Trace(_) => return Err(SearchError::NoRate("a trace".into())),
     };
+    let seeds = crate::sweep::plan::seeds_of(base, opts.seeds.max(1));
     let n = opts.requests.unwrap_or_else(|| requests_for(&opts.slos));
-    let mut log = Vec::new();
-    let (burst, _) = probe(base, &opts.slos, BURST_RATE, n);
-    let saturation = burst.requests_per_s;
-    if saturation <= 0.0 {
+    let (burst, _) = probe_seed(base, &opts.slos, BURST_RATE, n)?;
+    if burst.requests_per_s <= 0.0 {
         // Nothing completes at all (every request rejected): no rate helps.
         return Err(SearchError::Unreachable { saturation_rps: 0.0, best: Box::new(burst), slos: opts.slos.clone() });
     }
-    let lowest = steady_probe(base, opts, saturation * LOWEST_FRACTION, n, &mut log);
+    let size = Sizing {
+        requests: opts.requests.unwrap_or(saturation::REQUESTS),
+        extend: opts.requests.is_none(),
+        e2e_multiple: E2E_MULTIPLE,
+        max_requests: MAX_REQUESTS,
+    };
+    let sat = saturation::find(base, &seeds, burst.requests_per_s, opts.precision, size)?.ok_or(
+        SearchError::NeverSustained {
+            burst_rps: burst.requests_per_s,
+            lowest_rps: burst.requests_per_s.min(saturation::MAX_RATE)
+                / saturation::STEP.powi(saturation::MAX_BRACKET_PROBES as i32),
+        },
+    )?;
+    let saturation = sat.rps;
+    let mut log = Vec::new();
+    let lowest = steady_probe(base, opts, &seeds, saturation * LOWEST_FRACTION, n, &mut log)?;
     if !lowest.pass {
         return Err(SearchError::Unreachable {
             saturation_rps: saturation,
@@ -234,27 +349,38 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
             slos: opts.slos.clone(),
         });
     }
-    let top = steady_probe(base, opts, saturation, n, &mut log);
-    let (mut lo, mut hi, mut best, mut first_fail) = (lowest.rate_rps, saturation, lowest, None);
-    if top.pass {
-        lo = saturation;
-        best = top;
-    } else {
-        first_fail = Some(top);
-        while hi - lo > opts.precision * lo {
-            let mid = (lo + hi) / 2.0;
-            let p = steady_probe(base, opts, mid, n, &mut log);
-            if p.pass {
-                lo = mid;
-                best = p;
-            } else {
-                hi = mid;
-                first_fail = Some(p);
-            }
+    // Step up from below until an SLO fails or saturation is reached ...
+    let (mut lo, mut best, mut first_fail) = (lowest.rate_rps, lowest, None);
+    while lo < saturation {
+        let rate = (lo * SLO_STEP).min(saturation);
+        let p = steady_probe(base, opts, &seeds, rate, n, &mut log)?;
+        if p.pass {
+            lo = rate;
+            best = p;
+        } else {
+            first_fail = Some(p);
+            break;
+        }
+    }
+    // ... then bisect the bracket.
+    let mut hi = first_fail.as_ref().map_or(saturation, |p| p.rate_rps);
+    while first_fail.is_some() && hi - lo > opts.precision * lo {
+        let mid = (lo + hi) / 2.0;
+        if mid <= lo || mid >= hi {
+            break;
+        }
+        let p = steady_probe(base, opts, &seeds, mid, n, &mut log)?;
+        if p.pass {
+            lo = mid;
+            best = p;
+        } else {
+            hi = mid;
+            first_fail = Some(p);
         }
     }
     let binding = first_fail.as_ref().and_then(|p| most_violated(&opts.slos, p));
-    Ok(finish(base, opts, kind, n, saturation, (lo, hi), best, binding, log))
+    let found = Found { kind, seeds, n, burst_rps: burst.requests_per_s, sat, bracket: (lo, hi), best, binding };
+    Ok(finish(base, opts, found, log))
 }
 
 /// The failed SLO with the largest value/bound.
@@ -266,27 +392,31 @@ fn most_violated(slos: &[Slo], p: &Probe) -> Option<String> {
     slos.iter().filter(|s| p.failed.contains(&s.name())).max_by(|a, b| ratio(a).total_cmp(&ratio(b))).map(Slo::name)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    base: &Scenario,
-    opts: &Options,
-    kind: &str,
+/// What the searches found, for [`finish`].
+struct Found {
+    kind: &'static str,
+    seeds: Vec<u64>,
     n: u64,
-    saturation: f64,
-    (lo, hi): (f64, f64),
+    burst_rps: f64,
+    sat: saturation::Saturation,
+    bracket: (f64, f64),
     best: Probe,
     binding: Option<String>,
-    probes: Vec<Probe>,
-) -> Report {
+}
+
+fn finish(base: &Scenario, opts: &Options, f: Found, probes: Vec<Probe>) -> Report {
     let gpus = base.deployment.gpus();
     let cost = base.hardware.cost_per_hour.map(|c| c * f64::from(gpus));
+    let (lo, hi) = f.bracket;
     let replicas = opts.target_rate.map(|t| (t / lo).ceil().max(1.0) as u64);
+    let best = f.best;
     Report {
         scenario: base.name.clone(),
-        arrivals: kind.to_string(),
+        arrivals: f.kind.to_string(),
         slos: opts.slos.iter().map(Slo::to_string).collect(),
         precision: opts.precision,
-        requests_per_probe: n,
+        seeds: f.seeds,
+        requests_per_probe: f.n,
         requests_rule: match opts.requests {
             Some(_) => "--requests".into(),
             None => format!(
@@ -294,11 +424,15 @@ fn finish(
                  span fewer than {E2E_MULTIPLE} mean E2Es"
             ),
         },
-        saturation_rps: saturation,
+        saturation_requests_per_probe: opts.requests.unwrap_or(saturation::REQUESTS),
+        saturation_rps: f.sat.rps,
+        sustained_rate_rps: f.sat.sustained_rate_rps,
+        unsustained_rate_rps: f.sat.unsustained_rate_rps,
+        burst_rps: f.burst_rps,
         max_rate_rps: lo,
         max_rate_upper_rps: hi,
-        limited_by: if binding.is_some() { "slo" } else { "saturation" }.into(),
-        binding_slo: binding,
+        limited_by: if f.binding.is_some() { "slo" } else { "saturation" }.into(),
+        binding_slo: f.binding,
         gpus_per_replica: gpus,
         cost_per_hour: cost,
         cost_per_million_output_tokens: cost
@@ -309,6 +443,7 @@ fn finish(
         replicas,
         rate_per_replica_rps: opts.target_rate.zip(replicas).map(|(t, r)| t / r as f64),
         fleet_cost_per_hour: cost.zip(replicas).map(|(c, r)| c * r as f64),
+        saturation_probes: f.sat.probes,
         probes,
     }
 }

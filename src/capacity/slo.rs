@@ -173,6 +173,7 @@ mod tests {
             preemptions: 0,
             max_gap_ns: gaps_ms.iter().max().copied().unwrap_or(0) * ms,
             status: Status::Finished,
+            cached_tokens: None,
         }
     }
 

@@ -7,9 +7,14 @@
 //! engine idle and its TTFT is exactly `d`; if `g < d` the queue grows by
 //! `d - g` per request and the last TTFT is `d + (n - 1)(d - g)`. So with an
 //! SLO `ttft_max_ms <= 1.5 d` the answer is `1/d`, and the saturation
-//! throughput is `1/d` too.
+//! throughput is `1/d` too. Above `1/d` the waiting queue grows at
+//! `rate - 1/d` requests a second, so between the third and the fourth
+//! quarter of the arrival window it grows by `(rate - 1/d) * span / 4`,
+//! against `rate * span / 4` arrivals: the growth fraction is
+//! `1 - 1 / (rate * d)`.
 
-use super::search::{Options, SearchError, probe, search};
+use super::saturation::{self, Sizing};
+use super::search::{Options, SearchError, probe_seed as probe, search};
 use super::slo::Slo;
 use crate::config::Scenario;
 
@@ -50,6 +55,7 @@ fn options(bound_ms: f64) -> Options {
         precision: 0.01,
         requests: Some(2000),
         target_rate: Some(1000.0),
+        seeds: 3,
     }
 }
 
@@ -58,12 +64,12 @@ fn below_the_step_rate_every_ttft_is_one_step_and_above_it_the_queue_grows() {
     let d = step_ns() as f64 / 1e6;
     let slos = options(1.5 * d).slos;
     let rate = 1e9 / step_ns() as f64;
-    let (below, r) = probe(&scenario(), &slos, 0.95 * rate, 2000);
+    let (below, r) = probe(&scenario(), &slos, 0.95 * rate, 2000).unwrap();
     assert!(below.pass);
     assert_eq!(r.ttft_ms.max, Some(d));
     assert_eq!(r.ttft_ms.p50, Some(d));
     assert_eq!(below.slo_attainment_pct, 100.0);
-    let (above, r) = probe(&scenario(), &slos, 1.05 * rate, 2000);
+    let (above, r) = probe(&scenario(), &slos, 1.05 * rate, 2000).unwrap();
     assert!(!above.pass);
     // The last of n requests waits (n - 1)(d - g) longer than the first.
     let g = 1e3 / (1.05 * rate);
@@ -76,9 +82,17 @@ fn the_search_finds_the_rate_where_a_step_outlasts_the_arrival_gap() {
     let d_ns = step_ns();
     let exact = 1e9 / d_ns as f64;
     let report = search(&scenario(), &options(1.5 * d_ns as f64 / 1e6)).unwrap();
-    assert!((report.saturation_rps - exact).abs() < 1e-6 * exact, "{} vs {exact}", report.saturation_rps);
+    // Served over the second half: whole steps of d in a window of about
+    // 1000 gaps, so within 0.2% of 1/d.
+    assert!((report.saturation_rps - exact).abs() < 2e-3 * exact, "{} vs {exact}", report.saturation_rps);
+    // The offered rate may overshoot by the 2% allowance, never more (the
+    // growth fraction 1 - 1/(rate d) reaches 2% at rate = 1/(0.98 d)).
+    assert!(report.sustained_rate_rps >= exact * 0.99 && report.sustained_rate_rps <= exact / 0.98);
+    assert!(report.unsustained_rate_rps.unwrap() > exact / 0.98 * 0.99);
+    // The burst figure is exactly 1/d here: one request a step, nothing to lock.
+    assert!((report.burst_rps - exact).abs() < 1e-6 * exact, "{} vs {exact}", report.burst_rps);
     // Constant arrivals exactly at saturation keep up (gap == step), so the
-    // bisection may stop at saturation itself; it never passes above it.
+    // search may stop at saturation itself; it never passes above 1/d.
     assert!(report.max_rate_rps <= exact * (1.0 + 1e-9), "{} vs {exact}", report.max_rate_rps);
     assert!(report.max_rate_rps >= exact * 0.99, "{} vs {exact}", report.max_rate_rps);
     assert_eq!(report.replicas, Some((1000.0 / report.max_rate_rps).ceil() as u64));
@@ -87,6 +101,54 @@ fn the_search_finds_the_rate_where_a_step_outlasts_the_arrival_gap() {
     let tokens_per_s = report.at_max_rate.output_tokens_per_s;
     assert!((per_m - 3.6 / (tokens_per_s * 3600.0) * 1e6).abs() < 1e-9);
     assert!(report.probes.iter().all(|p| p.pass == (p.rate_rps <= exact * (1.0 + 1e-9))), "{:#?}", report.probes);
+    // Stepping up from 1% of saturation by x2: 1%, 2%, 4%, ..., 64%, then
+    // saturation itself (which fails or passes), then bisection.
+    let rates: Vec<f64> = report.probes.iter().map(|p| p.rate_rps / report.saturation_rps).collect();
+    for (k, r) in rates.iter().take(7).enumerate() {
+        assert!((r - 0.01 * 2f64.powi(k as i32)).abs() < 1e-9, "{rates:?}");
+    }
+    assert!((rates[7] - 1.0).abs() < 1e-9, "{rates:?}");
+}
+
+#[test]
+fn the_queue_growth_is_the_share_of_arrivals_the_engine_falls_behind_by() {
+    let d = step_ns() as f64 / 1e9;
+    let size = Sizing { requests: 4000, extend: false, e2e_multiple: 20.0, max_requests: 4000 };
+    let seeds = [7];
+    // Below 1/d every request finds the engine idle: nothing ever waits.
+    let below = saturation::probe(&scenario(), &seeds, 0.95 / d, size.requests).unwrap();
+    assert_eq!(below.queue_growth, 0.0);
+    assert!(below.sustained);
+    // Served over the second half: the offered rate, to a request or two.
+    assert!((below.served_rps * d - 0.95).abs() < 0.002, "{}", below.served_rps * d);
+    // Above it the queue grows by 1 - 1/(rate d) of the arrivals.
+    for over in [1.01, 1.05, 1.5] {
+        let p = saturation::probe(&scenario(), &seeds, over / d, size.requests).unwrap();
+        let expect = 1.0 - 1.0 / over;
+        assert!((p.queue_growth - expect).abs() < 0.002, "at {over}/d: {} vs {expect}", p.queue_growth);
+        assert_eq!(p.sustained, expect <= saturation::GROWTH_LIMIT);
+        // It serves one request a step whatever the rate.
+        assert!((p.served_rps * d - 1.0).abs() < 0.002, "{}", p.served_rps * d);
+    }
+}
+
+#[test]
+fn the_saturation_search_brackets_from_the_burst_figure_in_steps_of_a_quarter() {
+    let d = step_ns() as f64 / 1e9;
+    let size = Sizing { requests: 2000, extend: false, e2e_multiple: 20.0, max_requests: 2000 };
+    // From far below: 0.5/d grows x1.25 until the queue grows, then bisects.
+    let found = saturation::find(&scenario(), &[7], 0.5 / d, 0.01, size).unwrap().unwrap();
+    let rates: Vec<f64> = found.probes.iter().map(|p| p.rate_rps * d).collect();
+    for (k, r) in rates.iter().take(4).enumerate() {
+        assert!((r - 0.5 * 1.25f64.powi(k as i32)).abs() < 1e-9, "{rates:?}");
+    }
+    assert!((found.rps * d - 1.0).abs() < 2e-3, "{}", found.rps * d);
+    // From far above: shrinks by 1.25 until sustained.
+    let found = saturation::find(&scenario(), &[7], 3.0 / d, 0.01, size).unwrap().unwrap();
+    assert!(!found.probes[0].sustained && (found.probes[1].rate_rps * d - 2.4).abs() < 1e-9);
+    assert!((found.rps * d - 1.0).abs() < 2e-3, "{}", found.rps * d);
+    let (lo, hi) = (found.sustained_rate_rps, found.unsustained_rate_rps.unwrap());
+    assert!(hi - lo <= 0.01 * lo && lo * d <= 1.0 / 0.98 && hi * d > 1.0, "[{lo}, {hi}] vs 1/d = {}", 1.0 / d);
 }
 
 #[test]

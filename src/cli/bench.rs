@@ -1,8 +1,9 @@
 //! `llmsim bench`: load-test an OpenAI-compatible server.
 //!
 //! Exit codes: 0 the bench ran (failed requests are counted in the result,
-//! not an exit code); 1 no request succeeded, or an output could not be
-//! written; 2 bad usage.
+//! not an exit code); 1 the server could not be reached, no request
+//! succeeded, or an output could not be written; 2 bad usage, including a
+//! flag over its limit ([`limits`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,29 +32,34 @@ pub struct BenchArgs {
     #[arg(long, value_name = "REQ_PER_S")]
     pub rate: Option<f64>,
     /// Gamma shape of the gaps with --rate: 1 is Poisson, below 1 burstier,
-    /// above 1 smoother (vLLM's --burstiness).
+    /// above 1 smoother (vLLM's --burstiness); 0.01 to 1000.
     #[arg(long, default_value_t = 1.0, requires = "rate", value_name = "B")]
     pub burstiness: f64,
-    /// Closed loop: this many users, each sending its next request when its
-    /// previous one finished.
+    /// Closed loop: this many users (at most 10000), each sending its next
+    /// request when its previous one finished.
     #[arg(long, value_name = "USERS")]
     pub concurrency: Option<u32>,
-    /// Measured requests.
+    /// Measured requests (at most 1000000; times --output-tokens at most
+    /// 100000000).
     #[arg(long, value_name = "N")]
     pub requests: u64,
-    /// Prompt tokens of every request (by llmsim's built-in tokenizer).
+    /// Prompt tokens of every request (by llmsim's built-in tokenizer; at
+    /// most 1000000).
     #[arg(long, value_name = "P")]
     pub prompt_tokens: u32,
-    /// Output tokens of every request (max_tokens, with ignore_eos).
+    /// Output tokens of every request (max_tokens, with ignore_eos; at most
+    /// 1000000).
     #[arg(long, value_name = "O")]
     pub output_tokens: u32,
-    /// Requests sent and awaited before measuring (not in the results).
+    /// Requests sent at once and awaited before measuring (not in the
+    /// results; at most 10000).
     #[arg(long, default_value_t = 0, value_name = "K")]
     pub warmup: u64,
     /// Seed of the arrival schedule.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Per-request timeout in seconds; a request over it counts as failed.
+    /// Per-request timeout in seconds (at most 86400); a request over it
+    /// counts as failed.
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
     pub timeout: f64,
     /// Which endpoint to load.
@@ -82,6 +88,39 @@ pub enum EndpointArg {
     Chat,
 }
 
+/// What each flag may ask (README, "Input limits"): enough for any bench
+/// a machine running it can hold, refused above that before anything is
+/// allocated or sent.
+pub mod limits {
+    /// `--requests`.
+    pub const REQUESTS: u64 = 1_000_000;
+    /// `--prompt-tokens` (about 7 MB of prompt text, built per request as
+    /// it is sent).
+    pub const PROMPT_TOKENS: u32 = 1_000_000;
+    /// `--output-tokens`.
+    pub const OUTPUT_TOKENS: u32 = 1_000_000;
+    /// `--requests` x `--output-tokens`: every token's arrival time is kept
+    /// for the ITL arrays (8 bytes each in memory, about 20 in the JSON).
+    pub const TOTAL_OUTPUT_TOKENS: u64 = 100_000_000;
+    /// `--concurrency` and `--warmup` (warm-up requests are sent at once):
+    /// each is an open connection.
+    pub const CONNECTIONS: u64 = 10_000;
+    /// `--requests` / `--rate`: the schedule's expected length, in seconds
+    /// (11.6 days).
+    pub const SCHEDULE_S: f64 = 1_000_000.0;
+    /// `--burstiness`: gamma shapes outside it put gaps at 0 or at the
+    /// limits of the clock.
+    pub const BURSTINESS: (f64, f64) = (0.01, 1000.0);
+    /// `--timeout`, seconds (one day).
+    pub const TIMEOUT_S: f64 = 86_400.0;
+}
+
+/// A number for a message: plain when it is of ordinary size, else in
+/// exponent form (`1e300`, not three hundred digits).
+pub(crate) fn short(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e9).contains(&v.abs()) { format!("{v:e}") } else { format!("{v}") }
+}
+
 /// Checks the arguments and builds the bench.
 pub fn config(a: &BenchArgs) -> Result<BenchConfig, CliError> {
     let usage = |m: String| Err(CliError::Usage(m));
@@ -94,27 +133,58 @@ pub fn config(a: &BenchArgs) -> Result<BenchConfig, CliError> {
     if !url.starts_with("http://") || url.len() <= "http://".len() {
         return usage(format!("--base-url `{}` is not allowed: give http://HOST:PORT", a.base_url));
     }
+    for (flag, v, max) in [
+        ("--requests", a.requests, limits::REQUESTS),
+        ("--prompt-tokens", a.prompt_tokens.into(), limits::PROMPT_TOKENS.into()),
+        ("--output-tokens", a.output_tokens.into(), limits::OUTPUT_TOKENS.into()),
+    ] {
+        if v == 0 || v > max {
+            return usage(format!("{flag} {v} is not allowed: must be in [1, {max}]"));
+        }
+    }
+    let total = a.requests * u64::from(a.output_tokens);
+    if total > limits::TOTAL_OUTPUT_TOKENS {
+        return usage(format!(
+            "--requests {} x --output-tokens {} = {total} output tokens is not allowed: at most {} (every token's \
+             arrival time is kept for the result)",
+            a.requests,
+            a.output_tokens,
+            limits::TOTAL_OUTPUT_TOKENS
+        ));
+    }
+    if a.warmup > limits::CONNECTIONS {
+        return usage(format!("--warmup {} is not allowed: at most {} (sent at once)", a.warmup, limits::CONNECTIONS));
+    }
+    let (lo, hi) = limits::BURSTINESS;
     let load = match (a.rate, a.concurrency) {
-        (Some(r), _) if !(r.is_finite() && r > 0.0) => return usage(format!("--rate {r} is not allowed: must be > 0")),
-        (Some(_), _) if !(a.burstiness.is_finite() && a.burstiness > 0.0) => {
-            return usage(format!("--burstiness {} is not allowed: must be > 0", a.burstiness));
+        (Some(r), _) if !(r.is_finite() && r > 0.0) => {
+            return usage(format!("--rate {} is not allowed: must be > 0", short(r)));
+        }
+        (Some(r), _) if a.requests as f64 / r > limits::SCHEDULE_S => {
+            return usage(format!(
+                "--rate {} is not allowed with --requests {}: the schedule would last about {} s, more than {} s",
+                short(r),
+                a.requests,
+                short((a.requests as f64 / r).round()),
+                limits::SCHEDULE_S
+            ));
+        }
+        (Some(_), _) if !(a.burstiness.is_finite() && (lo..=hi).contains(&a.burstiness)) => {
+            return usage(format!("--burstiness {} is not allowed: must be in [{lo}, {hi}]", short(a.burstiness)));
         }
         (Some(rate), _) => Load::Open { rate, burstiness: a.burstiness },
-        (None, Some(0)) => return usage("--concurrency 0 is not allowed: must be >= 1".into()),
+        (None, Some(c)) if c == 0 || u64::from(c) > limits::CONNECTIONS => {
+            return usage(format!("--concurrency {c} is not allowed: must be in [1, {}]", limits::CONNECTIONS));
+        }
         (None, Some(c)) => Load::Closed { concurrency: c },
         (None, None) => return usage("give --rate R (open loop) or --concurrency C (closed loop)".into()),
     };
-    for (flag, v) in [
-        ("--requests", a.requests),
-        ("--prompt-tokens", a.prompt_tokens.into()),
-        ("--output-tokens", a.output_tokens.into()),
-    ] {
-        if v == 0 {
-            return usage(format!("{flag} 0 is not allowed: must be >= 1"));
-        }
-    }
-    if !(a.timeout.is_finite() && a.timeout > 0.0) {
-        return usage(format!("--timeout {} is not allowed: must be a number of seconds > 0", a.timeout));
+    if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout <= limits::TIMEOUT_S) {
+        return usage(format!(
+            "--timeout {} is not allowed: must be a number of seconds in (0, {}]",
+            short(a.timeout),
+            limits::TIMEOUT_S
+        ));
     }
     let cfg = BenchConfig {
         base_url: url.to_string(),

@@ -7,8 +7,15 @@ use std::sync::LazyLock;
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, print, write_output};
-use crate::capacity::search::SearchError;
+use crate::capacity::search::{FEWEST_REQUESTS, MAX_REQUESTS, MAX_SEEDS, SearchError};
 use crate::capacity::{Options, Slo, report, search};
+use crate::report::thousands;
+
+/// The finest `--precision`: the bisection stops well before two rates are
+/// adjacent floating-point numbers.
+const MIN_PRECISION: f64 = 1e-4;
+/// The largest `--target-rate`, so the replica count stays exact.
+const MAX_TARGET_RATE: f64 = 1e9;
 
 static SLO_HELP: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -30,13 +37,19 @@ pub struct CapacityArgs {
     #[arg(long, value_name = "REQ/S")]
     pub target_rate: Option<f64>,
     /// Stop when the highest passing and lowest failing rates are within
-    /// this fraction of each other.
+    /// this fraction of each other (0.0001 to 0.5).
     #[arg(long, value_name = "FRACTION", default_value_t = 0.01)]
     pub precision: f64,
-    /// Requests per probe, instead of max(2000, 100/(1-q)) for the highest
-    /// SLO quantile q (and longer runs where E2E is long).
+    /// Requests per probe and seed (100 to 1,000,000), instead of 20,000
+    /// for saturation probes and max(2000, 100/(1-q)) for SLO probes, q
+    /// the highest SLO quantile (and longer runs where E2E is long).
     #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
+    /// Seeds every probe runs (1 to 100): the scenario's seed and the next
+    /// ones. A rate is sustained when the queue keeps up pooled over them,
+    /// and meets the SLOs when every one of them does.
+    #[arg(long, value_name = "N", default_value_t = crate::capacity::search::SEEDS)]
+    pub seeds: u32,
     /// Write the search and its answer as JSON; `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -49,16 +62,27 @@ fn options(a: &CapacityArgs) -> Result<Options, CliError> {
     let usage = |m: String| CliError::Usage(m);
     let slos =
         a.slo.iter().map(|s| Slo::parse(s).map_err(|e| usage(format!("--slo {e}")))).collect::<Result<_, _>>()?;
-    if !(a.precision > 0.0 && a.precision <= 0.5) {
-        return Err(usage(format!("--precision {}: must be in (0, 0.5], e.g. 0.01 for 1%", a.precision)));
+    if !(MIN_PRECISION..=0.5).contains(&a.precision) {
+        return Err(usage(format!(
+            "--precision {:?}: must be from {MIN_PRECISION} to 0.5, e.g. 0.01 for 1%",
+            a.precision
+        )));
     }
-    if let Some(t) = a.target_rate.filter(|t| !(t.is_finite() && *t > 0.0)) {
-        return Err(usage(format!("--target-rate {t}: must be a rate above 0 req/s")));
+    if let Some(t) = a.target_rate.filter(|t| !(t.is_finite() && *t > 0.0 && *t <= MAX_TARGET_RATE)) {
+        return Err(usage(format!("--target-rate {t:?}: must be a rate above 0 and at most 1e9 req/s")));
     }
-    if a.requests == Some(0) {
-        return Err(usage("--requests 0: a probe needs at least one request".into()));
+    if let Some(n) = a.requests.filter(|n| !(FEWEST_REQUESTS..=MAX_REQUESTS).contains(n)) {
+        return Err(usage(format!(
+            "--requests {n}: a probe runs {} to {} requests a seed (each keeps a record of about 150 bytes \
+             while it runs; fewer cannot show whether the queue keeps up)",
+            thousands(FEWEST_REQUESTS),
+            thousands(MAX_REQUESTS)
+        )));
     }
-    Ok(Options { slos, precision: a.precision, requests: a.requests, target_rate: a.target_rate })
+    if !(1..=MAX_SEEDS).contains(&a.seeds) {
+        return Err(usage(format!("--seeds {}: must be from 1 to {MAX_SEEDS}", a.seeds)));
+    }
+    Ok(Options { slos, precision: a.precision, requests: a.requests, target_rate: a.target_rate, seeds: a.seeds })
 }
 
 pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
@@ -66,7 +90,8 @@ pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
     let scenario = a.scenario.load()?;
     let found = search(&scenario, &opts).map_err(|e| match e {
         SearchError::NoRate(_) => CliError::Usage(e.to_string()),
-        SearchError::Unreachable { .. } => CliError::Failure(e.to_string()),
+        SearchError::Run { .. } => CliError::Usage(format!("{}: {e}", scenario.source.display())),
+        SearchError::Unreachable { .. } | SearchError::NeverSustained { .. } => CliError::Failure(e.to_string()),
     })?;
     if let Some(path) = &a.json {
         write_output(path, crate::report::to_json(&found).as_bytes())?;

@@ -9,6 +9,7 @@ pub mod experiments;
 pub mod explain;
 pub mod fidelity;
 pub mod merge;
+pub mod progress;
 pub mod run;
 pub mod serve;
 pub mod sweep;
@@ -82,6 +83,12 @@ impl From<ConfigError> for CliError {
 }
 
 impl CliError {
+    /// A run that stopped at a run limit: the scenario is beyond what llmsim
+    /// simulates, a configuration problem (exit 2).
+    pub fn sim(scenario: &Scenario, e: crate::sim::SimError) -> CliError {
+        CliError::Usage(format!("{}: {e}", scenario.source.display()))
+    }
+
     pub fn message(&self) -> &str {
         match self {
             CliError::Usage(m) | CliError::Failure(m) => m,

@@ -59,20 +59,25 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     }
     let options = CollectorOptions { keep_steps: a.steps_csv.is_some() || a.plot.is_some() };
     let mut trace = a.trace_events.as_ref().map(|_| TraceEvents::new());
+    let mut progress = super::progress::RunProgress::new(&scenario, !a.quiet);
+    let mut report = |p: &crate::sim::Progress| progress.update(p);
     let out = match &mut trace {
-        Some(t) => crate::sim::run_observed(&scenario, options, t),
-        None => crate::sim::run(&scenario, options),
+        Some(t) => crate::sim::run_with_progress(&scenario, options, t, &mut report),
+        None => crate::sim::run_with_progress(&scenario, options, &mut (), &mut report),
     };
+    progress.finish();
+    let out = out.map_err(|e| CliError::sim(&scenario, e))?;
     if let Some(path) = &a.json {
         write_output(path, report::to_json(&out.result).as_bytes())?;
     }
     if let Some(path) = &a.requests_csv {
-        let bytes = report::csv_out::requests(&out.requests).map_err(|e| csv_failure(path, e))?;
+        let caching = scenario.model.kv_cache.prefix_caching;
+        let bytes = report::csv_out::requests_with(&out.requests, caching).map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
     if let Some(path) = &a.steps_csv {
-        let bytes =
-            report::csv_out::steps(&out.steps, scenario.capacity.num_blocks).map_err(|e| csv_failure(path, e))?;
+        let (blocks, caching) = (scenario.capacity.num_blocks, scenario.model.kv_cache.prefix_caching);
+        let bytes = report::csv_out::steps_with(&out.steps, blocks, caching).map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
     if let Some(dir) = &a.plot {
@@ -100,9 +105,12 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
 pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize>) -> Result<String, CliError> {
     let text = crate::config::read_text(file)?;
     if !text.trim_start().starts_with(['{', '[']) {
-        let rows = crate::workload::trace::parse(&text, file)?;
+        let (rows, content) = crate::workload::trace::parse_with_content(&text, file)?;
         let note = format!("replaying {} requests of the trace {} on {}", rows.len(), file.display(), scenario.name);
         set_trace(scenario, file, rows);
+        if let Arrivals::Trace(t) = &mut scenario.workload.arrivals {
+            t.content = content.map(Arc::new);
+        }
         return Ok(note);
     }
     let measured = crate::measured::parse(&text, file)?;
@@ -128,9 +136,12 @@ pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize
 /// Makes `rows` the scenario's whole workload.
 fn set_trace(scenario: &mut Scenario, file: &Path, rows: Vec<crate::workload::trace::TraceRow>) {
     let w = &mut scenario.workload;
-    w.arrivals = Arrivals::Trace(Trace { path: file.display().to_string(), rows: Arc::new(rows) });
+    w.arrivals = Arrivals::Trace(Trace { path: file.display().to_string(), rows: Arc::new(rows), content: None });
     w.requests = None;
     w.duration_s = None;
     w.prompt_tokens = None;
     w.output_tokens = None;
+    w.shared_prefix = None;
+    w.sessions = None;
+    w.hash_block_size = None;
 }

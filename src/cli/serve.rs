@@ -1,7 +1,10 @@
 //! `llmsim serve`: load the models and responses (a broken file stops here,
 //! with the same errors as `run`, before any traffic), bind, print where we
-//! listen, and serve until SIGINT or SIGTERM. On the way out, the record
-//! files are completed.
+//! listen, and serve until SIGINT, SIGTERM or SIGHUP. On the way out, the
+//! record files are completed (requests still in flight are written as
+//! `in_flight`). SIGHUP stops the server like the other two: a server
+//! started from a terminal that closes, or by a supervisor that signals
+//! hang-up, must not lose its record.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,7 +13,7 @@ use clap::Args;
 
 use super::CliError;
 use crate::config::models::load_models;
-use crate::server::{App, Options, Responses};
+use crate::server::{App, Options, Responses, conn};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -39,9 +42,38 @@ pub struct ServeArgs {
     /// Runtime worker threads (default: one per core).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Connections open at once; past it new ones wait to be accepted.
+    /// Default 10000, lowered to fit the open-file limit.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Seconds a connection may take to send a whole request head (also
+    /// closes idle keep-alive connections).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub header_timeout: f64,
+    /// Seconds a request body may take to arrive; later, HTTP 408.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    pub body_timeout: f64,
+}
+
+/// The longest timeout a flag may ask for (one day).
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+
+/// A timeout flag's value as a duration, or a usage error.
+fn timeout(flag: &str, secs: f64) -> Result<std::time::Duration, CliError> {
+    if secs.is_finite() && secs > 0.0 && secs <= MAX_TIMEOUT_S {
+        return Ok(std::time::Duration::from_secs_f64(secs));
+    }
+    let secs = super::bench::short(secs);
+    Err(CliError::Usage(format!("{flag} {secs} is not allowed: give seconds in (0, {MAX_TIMEOUT_S}]")))
 }
 
 pub fn execute(a: ServeArgs) -> Result<(), CliError> {
+    let header_timeout = timeout("--header-timeout", a.header_timeout)?;
+    let body_timeout = timeout("--body-timeout", a.body_timeout)?;
+    if a.max_connections == Some(0) {
+        return Err(CliError::Usage("--max-connections 0 is not allowed: must be >= 1".into()));
+    }
+    let (max_connections, lowered) = conn::connection_cap(a.max_connections, conn::open_file_limit());
     let models = load_models(&a.models)?;
     let responses = match &a.responses {
         Some(path) => Responses::load(path)?,
@@ -53,8 +85,17 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
         builder.worker_threads(n);
     }
     let runtime = builder.build().map_err(|e| CliError::Failure(format!("cannot start the async runtime: {e}")))?;
-    let options =
-        Options { max_body_bytes: a.max_body_bytes, legacy_metrics: a.legacy_metrics, record: a.record.clone() };
+    let options = Options {
+        max_body_bytes: a.max_body_bytes,
+        legacy_metrics: a.legacy_metrics,
+        record: a.record.clone(),
+        max_connections,
+        header_timeout,
+        body_timeout,
+    };
+    if let Some(why) = lowered {
+        eprintln!("llmsim serve: {why}");
+    }
     runtime.block_on(async move {
         let addr = format!("{}:{}", a.host, a.port);
         let listener = tokio::net::TcpListener::bind(&addr)
@@ -90,24 +131,33 @@ fn announce(app: &App, local: std::net::SocketAddr) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+/// Completes on SIGINT (Ctrl-C), SIGTERM or SIGHUP, saying which.
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (term, hangup) = {
+        use tokio::signal::unix::SignalKind;
+        (unix_signal(SignalKind::terminate()), unix_signal(SignalKind::hangup()))
     };
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    let (term, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());
+    let name = tokio::select! {
+        () = ctrl_c => "SIGINT",
+        () = term => "SIGTERM",
+        () = hangup => "SIGHUP",
+    };
+    eprintln!("llmsim serve: {name}: stopping");
+}
+
+/// Completes when the signal arrives (never, if it cannot be watched).
+#[cfg(unix)]
+async fn unix_signal(kind: tokio::signal::unix::SignalKind) {
+    match tokio::signal::unix::signal(kind) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
     }
 }

@@ -172,7 +172,8 @@ pub fn execute_sweep(a: SweepArgs) -> Result<(), CliError> {
     let pool = exec::pool(a.threads).map_err(CliError::Failure)?;
     let points = pool.install(|| plan.points()).map_err(CliError::Usage)?;
     let opts = ExecOptions { progress: !a.out.quiet, shard: spec };
-    let data = execute(&plan, &points, &pool, opts);
+    let data =
+        execute(&plan, &points, &pool, opts).map_err(|e| CliError::Usage(format!("{}: {e}", a.file.display())))?;
     match (spec, &a.output) {
         (Some(spec), Some(path)) => {
             let file = ShardFile::new(spec, plan.fingerprint(&points), points.len(), data);

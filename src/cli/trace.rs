@@ -1,18 +1,22 @@
 //! `llmsim trace`: the requests a scenario generates, as a trace CSV.
 //!
 //! Open-loop and trace workloads do not depend on the engine; a closed loop
-//! does (a user's next request follows its previous answer), so the
-//! scenario is simulated and the arrivals it produced are written.
+//! does (a user's next request follows its previous answer), and so do
+//! sessions, so the scenario is simulated and the arrivals it produced are
+//! written. With a shared prefix or sessions, the drawn `prefix_id`,
+//! `prefix_tokens` and `session_id` go in columns of their own, so any tool
+//! can replay exactly what was simulated.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, csv_failure, write_output};
-use crate::engine::{Observer, RequestId};
-use crate::metrics::CollectorOptions;
+use crate::config::Arrivals;
+use crate::engine::{Engine, Observer, RequestId};
 use crate::time::SimTime;
-use crate::workload::trace::{self, TraceRow};
+use crate::workload::AnySource;
+use crate::workload::trace::{self, RowContent, TraceRow};
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
@@ -25,25 +29,52 @@ pub struct TraceArgs {
 
 /// Remembers every arrival.
 #[derive(Default)]
-struct Arrivals(Vec<TraceRow>);
+struct Recorded(Vec<TraceRow>);
 
-impl Observer for Arrivals {
+impl Observer for Recorded {
     fn arrived(&mut self, _id: RequestId, at: SimTime, prompt: u32, output: u32) {
         self.0.push(TraceRow { arrival: at, prompt, output });
     }
 }
 
-/// The trace rows a scenario produces.
-pub fn generate(scenario: &crate::config::Scenario) -> Vec<TraceRow> {
-    let mut rows = Arrivals::default();
-    crate::sim::run_observed(scenario, CollectorOptions::default(), &mut rows);
-    rows.0
+/// The trace rows a scenario produces and, if its workload has shared
+/// content, each row's content columns.
+pub fn generate_with_content(scenario: &crate::config::Scenario) -> Result<Generated, crate::sim::SimError> {
+    generate_with_progress(scenario, &mut |_| {})
+}
+
+/// Rows and, with shared content, their content columns.
+pub type Generated = (Vec<TraceRow>, Option<Vec<RowContent>>);
+
+fn generate_with_progress(
+    scenario: &crate::config::Scenario,
+    progress: &mut dyn FnMut(&crate::sim::Progress),
+) -> Result<Generated, crate::sim::SimError> {
+    let mut rows = Recorded::default();
+    let mut engine = Engine::new(scenario.engine_config());
+    let mut source = AnySource::new(scenario);
+    let limits = crate::sim::RunLimits::default();
+    let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
+    crate::sim::drive_limited(&mut engine, &mut source, &mut rows, &limits, delay_ns, |_, _| {}, progress)?;
+    Ok((rows.0, source.row_content()))
 }
 
 pub fn execute(a: TraceArgs) -> Result<(), CliError> {
     let scenario = a.scenario.load()?;
-    let rows = generate(&scenario);
+    let mut progress = super::progress::RunProgress::new(&scenario, true);
+    let generated = generate_with_progress(&scenario, &mut |p| progress.update(p));
+    progress.finish();
+    let (rows, content) = generated.map_err(|e| CliError::sim(&scenario, e))?;
+    if let Arrivals::Trace(t) = &scenario.workload.arrivals
+        && t.content.as_ref().is_some_and(|c| c.hash_block_size.is_some())
+    {
+        eprintln!(
+            "note: {} lists hash_ids, which the trace CSV has no column for: the rows are written without them",
+            t.path
+        );
+    }
+    let content = content.filter(|c| c.iter().any(|r| r.prefix.is_some() || r.session.is_some()));
     let mut bytes = Vec::new();
-    trace::write(&mut bytes, &rows).map_err(|e| csv_failure(&a.output, e))?;
+    trace::write_with_content(&mut bytes, &rows, content.as_deref()).map_err(|e| csv_failure(&a.output, e))?;
     write_output(&a.output, &bytes)
 }

@@ -11,6 +11,7 @@ use serde_json::Value as Json;
 
 use super::ConfigError;
 use super::deployment::ArchitectureOrigin;
+use super::limits;
 use super::raw::{RawArchitecture, RawModelFile};
 use super::validate::Check;
 use crate::engine::arch::Architecture;
@@ -58,7 +59,7 @@ pub(crate) fn preset(ck: &Check, name: &str) -> Result<Resolved, ConfigError> {
     let architecture = validate(&fck, &raw.architecture, &|k| format!("architecture.{k}"))?;
     Ok(Resolved {
         name: Some(raw.name.unwrap_or_else(|| name.to_string())),
-        context_length: Some(fck.count("context_length", raw.context_length, 2)?),
+        context_length: Some(fck.whole32("context_length", raw.context_length, &limits::CONTEXT_LENGTH)?),
         architecture,
         origin: ArchitectureOrigin::Preset { name: name.to_string(), file, source: raw.source },
     })
@@ -88,7 +89,7 @@ pub(crate) fn hf_config(ck: &Check, rel: &str, kv_given: bool) -> Result<Resolve
     let architecture = validate(&fck, &raw, &|k| names.hf_name(k, prefix))?;
     let context_length = hf
         .int("max_position_embeddings")?
-        .map(|v| fck.count(&format!("{prefix}max_position_embeddings"), v, 2))
+        .map(|v| fck.whole32(&format!("{prefix}max_position_embeddings"), v, &limits::CONTEXT_LENGTH))
         .transpose()?;
     let name = file.parent().and_then(|d| d.file_name()).map(|d| d.to_string_lossy().into_owned());
     Ok(Resolved { name, context_length, architecture, origin: ArchitectureOrigin::HfConfig { file } })
@@ -103,12 +104,13 @@ pub(crate) fn validate(
 ) -> Result<Architecture, ConfigError> {
     let required = |name: &str, v: Option<i64>| -> Result<u64, ConfigError> {
         match v {
-            Some(v) => ck.count(&key(name), v, 1).map(u64::from),
+            Some(v) => ck.whole(&key(name), v, &limits::ARCH_SIZE),
             None => Err(ck.err(&key(name), "missing: the architecture needs it")),
         }
     };
     let optional = |name: &str, v: Option<i64>, min: i64| -> Result<Option<u64>, ConfigError> {
-        v.map(|v| ck.count(&key(name), v, min).map(u64::from)).transpose()
+        let range = if min == 0 { &limits::ARCH_SIZE_OR_ZERO } else { &limits::ARCH_SIZE };
+        v.map(|v| ck.whole(&key(name), v, range)).transpose()
     };
     let layers = required("layers", raw.layers)?;
     let hidden_size = required("hidden_size", raw.hidden_size)?;
@@ -184,7 +186,7 @@ fn moe_fields(
     let Some(k) = raw.experts_per_token else {
         return Err(ck.err(&key("experts_per_token"), "missing: a mixture of experts needs it"));
     };
-    let k = u64::from(ck.count(&key("experts_per_token"), k, 1)?);
+    let k = ck.whole(&key("experts_per_token"), k, &limits::ARCH_SIZE)?;
     if k > experts {
         return Err(ck.err(
             &key("experts_per_token"),
@@ -192,13 +194,13 @@ fn moe_fields(
         ));
     }
     let width = match raw.expert_intermediate_size {
-        Some(w) => u64::from(ck.count(&key("expert_intermediate_size"), w, 1)?),
+        Some(w) => ck.whole(&key("expert_intermediate_size"), w, &limits::ARCH_SIZE)?,
         None => intermediate_size.ok_or_else(|| {
             ck.err(&key("expert_intermediate_size"), "missing: give it (or intermediate_size, its default)")
         })?,
     };
     let shared = match raw.shared_expert_intermediate_size {
-        Some(w) => u64::from(ck.count(&key("shared_expert_intermediate_size"), w, 0)?),
+        Some(w) => ck.whole(&key("shared_expert_intermediate_size"), w, &limits::ARCH_SIZE_OR_ZERO)?,
         None => 0,
     };
     Ok((k, width, shared))

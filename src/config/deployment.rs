@@ -10,6 +10,7 @@ use serde::{Serialize, Serializer};
 
 use super::ConfigError;
 use super::architecture::{self, Resolved};
+use super::limits;
 use super::raw::{RawByGpus, RawInterconnect, RawModel, RawParallelism};
 use super::scenario::{Hardware, KvCache, Model, Scenario, Weights};
 use super::validate::{Check, DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER};
@@ -245,7 +246,7 @@ pub(crate) fn build(ck: &Check, raw: RawModel, par: RawParallelism, hw: &Hardwar
     let weights = weights(ck, &raw, arch.is_some())?;
     let kv_cache = kv_cache(ck, &raw, arch.is_some())?;
     let context_length = match (raw.context_length, resolved.as_ref().and_then(|r| r.context_length)) {
-        (Some(c), _) => ck.count("model.context_length", c, 2)?,
+        (Some(c), _) => ck.whole32("model.context_length", c, &limits::CONTEXT_LENGTH)?,
         (None, Some(c)) => c,
         (None, None) => {
             return Err(ck.err(
@@ -296,7 +297,7 @@ fn resolve(ck: &Check, raw: &RawModel, kv_given: bool) -> Result<Option<Resolved
 fn weights(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<Weights, ConfigError> {
     let w = &raw.weights;
     let parameters_billions = match w.parameters_billions {
-        Some(p) => Some(ck.positive("model.weights.parameters_billions", p)?),
+        Some(p) => Some(ck.real("model.weights.parameters_billions", p, &limits::PARAMETERS_BILLIONS)?),
         None if has_arch => None,
         None => {
             return Err(ck.err(
@@ -307,13 +308,16 @@ fn weights(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<Weights, Config
         }
     };
     let bytes = w.bytes_per_parameter.unwrap_or(DEFAULT_BYTES_PER_PARAMETER);
-    Ok(Weights { parameters_billions, bytes_per_parameter: ck.positive("model.weights.bytes_per_parameter", bytes)? })
+    Ok(Weights {
+        parameters_billions,
+        bytes_per_parameter: ck.real("model.weights.bytes_per_parameter", bytes, &limits::BYTES_PER_PARAMETER)?,
+    })
 }
 
 fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, ConfigError> {
     let kv = &raw.kv_cache;
     let bytes_per_token = match kv.bytes_per_token {
-        Some(b) => Some(u64::from(ck.count("model.kv_cache.bytes_per_token", b, 1)?)),
+        Some(b) => Some(ck.whole("model.kv_cache.bytes_per_token", b, &limits::KV_BYTES_PER_TOKEN)?),
         None if has_arch => None,
         None => {
             return Err(ck.err(
@@ -338,15 +342,21 @@ fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, Confi
         bytes_per_token,
         dtype,
         block_size: match kv.block_size {
-            Some(b) => ck.count("model.kv_cache.block_size", b, 1)?,
+            Some(b) => ck.whole32("model.kv_cache.block_size", b, &limits::BLOCK_SIZE)?,
             None => DEFAULT_BLOCK_SIZE,
         },
-        gpu_memory_utilization: ck.fraction(
+        gpu_memory_utilization: ck.real(
             "model.kv_cache.gpu_memory_utilization",
             kv.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION),
+            &limits::GPU_MEMORY_UTILIZATION,
         )?,
-        watermark: ck.open_fraction("model.kv_cache.watermark", kv.watermark.unwrap_or(DEFAULT_WATERMARK))?,
-        num_blocks: kv.num_blocks.map(|n| ck.count("model.kv_cache.num_blocks", n, 1).map(u64::from)).transpose()?,
+        watermark: ck.real(
+            "model.kv_cache.watermark",
+            kv.watermark.unwrap_or(DEFAULT_WATERMARK),
+            &limits::WATERMARK,
+        )?,
+        num_blocks: kv.num_blocks.map(|n| ck.whole("model.kv_cache.num_blocks", n, &limits::NUM_BLOCKS)).transpose()?,
+        prefix_caching: kv.prefix_caching.unwrap_or(false),
     })
 }
 
@@ -363,7 +373,7 @@ fn tensor_parallel(ck: &Check, par: &RawParallelism, arch: Option<&Architecture>
         ));
     }
     let Some(t) = par.tensor else { return Ok(1) };
-    let t = ck.count("parallelism.tensor", t, 1)?;
+    let t = ck.whole32("parallelism.tensor", t, &limits::TENSOR_PARALLEL)?;
     if t == 1 {
         return Ok(1);
     }
@@ -549,7 +559,13 @@ pub(crate) fn interconnect(
 ) -> Result<Interconnect, ConfigError> {
     let by_gpus = |key: &str, v: RawByGpus, positive: bool| -> Result<ByGpus, ConfigError> {
         let path = p(&format!("interconnect.{key}"));
-        let value = |path: &str, x: f64| if positive { ck.positive(path, x) } else { ck.non_negative(path, x) };
+        let value = |path: &str, x: f64| {
+            ck.real(
+                path,
+                x,
+                if positive { &limits::INTERCONNECT_BANDWIDTH_GBPS } else { &limits::INTERCONNECT_LATENCY_US },
+            )
+        };
         match v {
             RawByGpus::Fixed(x) => Ok(ByGpus::Fixed(value(&path, x)?)),
             RawByGpus::ByCount(m) => {
@@ -558,7 +574,7 @@ pub(crate) fn interconnect(
                 }
                 let mut out = Vec::new();
                 for (g, x) in m {
-                    let gpus = ck.count(&format!("{path}.{g}"), g, 1)?;
+                    let gpus = ck.whole32(&format!("{path}.{g}"), g, &limits::TENSOR_PARALLEL)?;
                     out.push((gpus, value(&format!("{path}.{g}"), x)?));
                 }
                 out.sort_by_key(|(g, _)| *g);

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
 use serde_yaml::Value;
 
-use super::raw::{RawArrivals, RawDist, RawHardware, RawModel, RawScenario};
+use super::raw::{RawArrivals, RawDist, RawHardware, RawModel, RawScenario, RawSecondsDist};
 
 /// What a key holds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,6 +37,8 @@ pub enum Kind {
     NumberOrMapping,
     /// A token length: a whole number or a distribution mapping.
     CountOrMapping,
+    /// A duration: a number of seconds or a distribution mapping.
+    SecondsOrMapping,
     /// Read through `serde_yaml::Value` and not yet expanded (see [`OPAQUE`]).
     Opaque,
 }
@@ -46,14 +48,14 @@ impl Kind {
     pub fn accepts(self, v: &Value) -> bool {
         match (self, v) {
             (_, Value::Null) => true,
-            (Kind::Integer, Value::Number(n)) => n.is_i64() || n.is_u64(),
+            (Kind::Integer | Kind::CountOrMapping, Value::Number(n)) => is_whole(n),
             (Kind::Number, Value::Number(_)) => true,
             (Kind::Text, Value::String(_)) | (Kind::Bool, Value::Bool(_)) => true,
             (Kind::List, Value::Sequence(_)) | (Kind::Mapping, Value::Mapping(_)) => true,
             (Kind::NameOrMapping | Kind::ModelOrMapping, Value::String(_) | Value::Mapping(_)) => true,
             (Kind::NumberOrMapping, Value::Number(_) | Value::Mapping(_)) => true,
-            (Kind::CountOrMapping, Value::Number(n)) => n.is_i64(),
             (Kind::CountOrMapping, Value::Mapping(_)) => true,
+            (Kind::SecondsOrMapping, Value::Number(_) | Value::Mapping(_)) => true,
             (Kind::Opaque, _) => true,
             _ => false,
         }
@@ -71,9 +73,15 @@ impl Kind {
             Kind::ModelOrMapping => "a model name (scenarios/models/) or a mapping",
             Kind::NumberOrMapping => "a number or a mapping by GPU count ({2: 248, 4: 289})",
             Kind::CountOrMapping => "a whole number of tokens or a distribution mapping",
+            Kind::SecondsOrMapping => "a number of seconds or a distribution mapping",
             Kind::Opaque => "a YAML value",
         }
     }
+}
+
+/// A whole number in the one grammar ([`super::num`]): `7`, `0x10`, `1e3`.
+fn is_whole(n: &serde_yaml::Number) -> bool {
+    n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.is_finite() && f.fract() == 0.0)
 }
 
 /// Traces a raw type under a key path.
@@ -98,6 +106,8 @@ pub const OPAQUE: &[Expansion] = &[
     Expansion { path: "workload.arrivals", kind: Kind::Mapping, trace: Some(trace::<RawArrivals>) },
     Expansion { path: "workload.prompt_tokens", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
     Expansion { path: "workload.output_tokens", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
+    Expansion { path: "workload.sessions.turns", kind: Kind::CountOrMapping, trace: Some(trace::<RawDist>) },
+    Expansion { path: "workload.sessions.think_s", kind: Kind::SecondsOrMapping, trace: Some(trace::<RawSecondsDist>) },
 ];
 
 /// Every valid key path of a scenario and what it holds, in path order.
@@ -166,6 +176,11 @@ pub fn children_of(parent: &str) -> Vec<String> {
 
 /// Traces type `T`, naming its keys under `prefix`.
 pub fn trace<T: DeserializeOwned>(prefix: &str) -> BTreeMap<String, Kind> {
+    trace_with_plain::<T>(prefix).0
+}
+
+/// [`trace`], and the keys that read a number outside [`super::num`].
+pub fn trace_with_plain<T: DeserializeOwned>(prefix: &str) -> (BTreeMap<String, Kind>, BTreeSet<String>) {
     let log = RefCell::new(Log::default());
     let mut todo: Vec<Vec<&'static str>> = vec![Vec::new()];
     let mut seen: BTreeSet<Vec<&'static str>> = BTreeSet::new();
@@ -185,7 +200,9 @@ pub fn trace<T: DeserializeOwned>(prefix: &str) -> BTreeMap<String, Kind> {
         (false, true) => prefix.to_string(),
         (false, false) => format!("{prefix}.{}", p.join(".")),
     };
-    log.into_inner().kinds.iter().map(|(p, k)| (join(p), *k)).filter(|(p, _)| !p.is_empty()).collect()
+    let log = log.into_inner();
+    let plain = log.plain_numbers.iter().map(|p| join(p)).collect();
+    (log.kinds.iter().map(|(p, k)| (join(p), *k)).filter(|(p, _)| !p.is_empty()).collect(), plain)
 }
 
 #[derive(Default)]
@@ -194,6 +211,9 @@ struct Log {
     kinds: BTreeMap<Vec<&'static str>, Kind>,
     /// Paths found in this run, to visit next.
     children: Vec<Vec<&'static str>>,
+    /// Keys read as a plain number type rather than through
+    /// [`super::num`]: they would not follow the one number grammar.
+    plain_numbers: BTreeSet<Vec<&'static str>>,
 }
 
 /// Walks towards `target`, recording what it meets there.
@@ -262,6 +282,15 @@ impl<'a> Tracer<'a> {
         }
         value
     }
+
+    /// A leaf read as a bare `f64`/`i64`/...: recorded, and noted as
+    /// outside the number grammar.
+    fn plain_number<V>(self, kind: Kind, value: Result<V, Stop>) -> Result<V, Stop> {
+        if self.arrived() {
+            self.log.borrow_mut().plain_numbers.insert(self.at.clone());
+        }
+        self.leaf(kind, value)
+    }
 }
 
 macro_rules! leaves {
@@ -272,11 +301,18 @@ macro_rules! leaves {
     };
 }
 
+macro_rules! plain_numbers {
+    ($($method:ident => $kind:expr, $visit:ident($value:expr);)*) => {
+        $(fn $method<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Stop> {
+            self.plain_number($kind, v.$visit($value))
+        })*
+    };
+}
+
 impl<'de> de::Deserializer<'de> for Tracer<'_> {
     type Error = Stop;
 
-    leaves! {
-        deserialize_bool => Kind::Bool, visit_bool(false);
+    plain_numbers! {
         deserialize_i8 => Kind::Integer, visit_i8(0);
         deserialize_i16 => Kind::Integer, visit_i16(0);
         deserialize_i32 => Kind::Integer, visit_i32(0);
@@ -287,6 +323,10 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
         deserialize_u64 => Kind::Integer, visit_u64(0);
         deserialize_f32 => Kind::Number, visit_f32(0.0);
         deserialize_f64 => Kind::Number, visit_f64(0.0);
+    }
+
+    leaves! {
+        deserialize_bool => Kind::Bool, visit_bool(false);
         deserialize_char => Kind::Text, visit_char('x');
         deserialize_str => Kind::Text, visit_str("");
         deserialize_string => Kind::Text, visit_str("");
@@ -312,8 +352,12 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
         self.deserialize_unit(v)
     }
 
-    fn deserialize_newtype_struct<V: Visitor<'de>>(self, _name: &'static str, v: V) -> Result<V::Value, Stop> {
-        v.visit_newtype_struct(self)
+    fn deserialize_newtype_struct<V: Visitor<'de>>(self, name: &'static str, v: V) -> Result<V::Value, Stop> {
+        match name {
+            super::num::NUMBER => self.leaf(Kind::Number, v.visit_f64(0.0)),
+            super::num::WHOLE => self.leaf(Kind::Integer, v.visit_i64(0)),
+            _ => v.visit_newtype_struct(self),
+        }
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Stop> {

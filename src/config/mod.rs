@@ -8,15 +8,21 @@ pub mod deployment;
 pub mod error;
 pub mod hardware;
 pub mod keys;
+pub mod limits;
 pub mod models;
+pub mod num;
+pub mod onekey;
 pub mod overrides;
 pub mod raw;
 pub mod scenario;
 pub mod validate;
+pub mod yaml;
 
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
+
+use crate::report;
 
 pub use error::ConfigError;
 pub use overrides::Override;
@@ -35,7 +41,7 @@ pub fn load_scenario_with(file: &Path, overrides: &[Override]) -> Result<Scenari
     if overrides.is_empty() {
         return validate::scenario(raw, file);
     }
-    let mut value: serde_yaml::Value = parse_str(&text, file)?;
+    let mut value = yaml_value(&text, file)?;
     for o in overrides {
         o.apply(&mut value, file)?;
     }
@@ -47,30 +53,68 @@ pub fn load_scenario_with(file: &Path, overrides: &[Override]) -> Result<Scenari
     validate::scenario(raw, file).map_err(with_overrides)
 }
 
-/// The whole file as text, or an error naming it.
+/// The whole file as text, or an error naming it. YAML files are at most
+/// [`limits::MAX_YAML_BYTES`]; a pipe is read up to that size.
 pub fn read_text(file: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(file).map_err(|e| {
+    read_text_limited(file, limits::MAX_YAML_BYTES as u64)
+}
+
+/// The whole file as text if it has at most `limit` bytes.
+pub fn read_text_limited(file: &Path, limit: u64) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| {
         let why = match e.kind() {
             std::io::ErrorKind::NotFound => "no such file".to_string(),
+            std::io::ErrorKind::InvalidData => "it is not UTF-8 text".to_string(),
             _ => e.to_string(),
         };
         ConfigError::new(file, "", format!("cannot read the file: {why}"))
+    };
+    let f = std::fs::File::open(file).map_err(cannot)?;
+    if f.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(ConfigError::new(file, "", "cannot read the file: it is a directory"));
+    }
+    let mut text = String::new();
+    f.take(limit + 1).read_to_string(&mut text).map_err(cannot)?;
+    if text.len() as u64 > limit {
+        return Err(ConfigError::new(
+            file,
+            "",
+            format!("the file is larger than {} bytes, the most llmsim reads", report::thousands(limit)),
+        ));
+    }
+    Ok(text)
+}
+
+/// Parses YAML text into a value after [`yaml::precheck`].
+pub fn yaml_value(text: &str, file: &Path) -> Result<serde_yaml::Value, ConfigError> {
+    precheck(text, file)?;
+    serde_yaml::from_str(text).map_err(|e| {
+        let line = e.location().map(|l| l.line());
+        ConfigError::new(file, "", yaml::user_words(&format!("YAML syntax error: {e}"))).at_line(line)
     })
+}
+
+fn precheck(text: &str, file: &Path) -> Result<(), ConfigError> {
+    yaml::precheck(text).map_err(|r| ConfigError::new(file, "", r.message).at_line(r.line))
 }
 
 /// Deserialises YAML text, reporting the key path and line of any error.
 pub fn parse_str<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T, ConfigError> {
-    // A syntax error has no key path; report it as what it is.
-    if let Err(e) = serde_yaml::from_str::<serde_yaml::Value>(text) {
+    precheck(text, file)?;
+    // A syntax error has no key path; report it as what it is. Skipping
+    // every value resolves no scalar, so only the syntax is checked here.
+    if let Err(e) = serde_yaml::from_str::<serde::de::IgnoredAny>(text) {
         let line = e.location().map(|l| l.line());
-        return Err(ConfigError::new(file, "", format!("YAML syntax error: {e}")).at_line(line));
+        let msg = yaml::user_words(&format!("YAML syntax error: {e}"));
+        return Err(ConfigError::new(file, "", msg).at_line(line));
     }
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = clean_path(&e.path().to_string());
         let inner = e.into_inner();
         let line = inner.location().map(|l| l.line());
-        let msg = strip_path_prefix(&strip_location(&inner.to_string()), &path);
+        let msg = yaml::user_words(&strip_path_prefix(&strip_location(&inner.to_string()), &path));
         ConfigError::new(file, path, msg).at_line(line)
     })
 }
@@ -84,7 +128,7 @@ pub fn parse_value<T: DeserializeOwned>(value: serde_yaml::Value, file: &Path, p
             (false, true) => prefix.to_string(),
             (false, false) => format!("{prefix}.{inner}"),
         };
-        ConfigError::new(file, path, strip_location(&e.into_inner().to_string()))
+        ConfigError::new(file, path, yaml::user_words(&strip_location(&e.into_inner().to_string())))
     })
 }
 
@@ -119,8 +163,13 @@ pub fn describe_value(v: &serde_yaml::Value) -> String {
     match v {
         serde_yaml::Value::Null => "nothing (null)".into(),
         serde_yaml::Value::Bool(b) => format!("the boolean {b}"),
-        serde_yaml::Value::Number(n) => format!("the number {n}"),
-        serde_yaml::Value::String(s) => format!("the string \"{s}\""),
+        serde_yaml::Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => format!("the number {i}"),
+            (_, Some(u), _) => format!("the number {u}"),
+            (_, _, Some(f)) => format!("the number {}", num::short_float(f)),
+            _ => format!("the number {n}"),
+        },
+        serde_yaml::Value::String(s) => format!("the string \"{}\"", num::short_text(s)),
         serde_yaml::Value::Sequence(_) => "a list".into(),
         serde_yaml::Value::Mapping(_) => "a mapping".into(),
         serde_yaml::Value::Tagged(t) => format!("the tagged value !{}", t.tag),

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::limits;
 use super::raw::{
     RawArrivals, RawEfficiency, RawLatency, RawLength, RawModel, RawParallelism, RawScenario, RawScheduler, RawWorkload,
 };
@@ -57,9 +58,13 @@ pub enum RawEngineKind {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawFixed {
+    #[serde(deserialize_with = "super::num::whole")]
     pub context_length: i64,
+    #[serde(default, deserialize_with = "super::num::opt_real")]
     pub ttft_overhead_ms: Option<f64>,
+    #[serde(deserialize_with = "super::num::real")]
     pub prefill_tokens_per_s: f64,
+    #[serde(deserialize_with = "super::num::real")]
     pub itl_ms: f64,
 }
 
@@ -178,12 +183,16 @@ fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<Ser
     };
     let ck = Check { file };
     let p = |k: &str| format!("{at}.fixed.{k}");
-    let context_length = ck.count(&p("context_length"), f.context_length, 2)?;
-    let overhead = ck.non_negative(&p("ttft_overhead_ms"), f.ttft_overhead_ms.unwrap_or(0.0))?;
+    let context_length = ck.whole32(&p("context_length"), f.context_length, &limits::CONTEXT_LENGTH)?;
+    let overhead = ck.real(&p("ttft_overhead_ms"), f.ttft_overhead_ms.unwrap_or(0.0), &limits::STEP_OVERHEAD_MS)?;
     let timing = FixedTiming {
         ttft_overhead_ns: crate::time::secs_to_nanos(overhead / 1e3),
-        prefill_tokens_per_s: ck.positive(&p("prefill_tokens_per_s"), f.prefill_tokens_per_s)?,
-        itl_ns: crate::time::secs_to_nanos(ck.non_negative(&p("itl_ms"), f.itl_ms)? / 1e3),
+        prefill_tokens_per_s: ck.real(
+            &p("prefill_tokens_per_s"),
+            f.prefill_tokens_per_s,
+            &limits::PREFILL_TOKENS_PER_S,
+        )?,
+        itl_ns: crate::time::secs_to_nanos(ck.real(&p("itl_ms"), f.itl_ms, &limits::STEP_OVERHEAD_MS)? / 1e3),
     };
     Ok(ServedModel { name, context_length, engine: EngineKind::Fixed(timing) })
 }
@@ -249,6 +258,9 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         duration_s: None,
         prompt_tokens: Some(RawLength::Fixed(1)),
         output_tokens: Some(RawLength::Fixed(1)),
+        shared_prefix: None,
+        sessions: None,
+        hash_block_size: None,
     };
     let scenario = RawScenario {
         name: Some(name.to_string()),

@@ -43,9 +43,20 @@ impl Override {
         super::keys::check_path(key)
     }
 
-    /// Reads one value as YAML.
+    /// Reads one value as YAML, under the same limits and number grammar
+    /// as a file. A whole number too large for 64 bits becomes a float
+    /// (as it would read in a file), so validation can say it is too large.
     pub fn parse_value(value: &str) -> Result<Value, String> {
-        serde_yaml::from_str(value.trim()).map_err(|e| format!("`{}`: not a YAML value: {e}", value.trim()))
+        let text = value.trim();
+        let shown = super::num::short_text(text);
+        super::yaml::precheck(text).map_err(|r| format!("`{shown}`: {}", r.message))?;
+        match serde_yaml::from_str(text) {
+            Ok(v) => Ok(v),
+            Err(_) if is_decimal_integer(text) => {
+                Ok(Value::Number(serde_yaml::Number::from(text.parse::<f64>().unwrap_or(f64::INFINITY))))
+            }
+            Err(e) => Err(format!("`{shown}`: not a YAML value: {}", super::yaml::user_words(&e.to_string()))),
+        }
     }
 
     pub fn key(&self) -> String {
@@ -100,13 +111,19 @@ fn expand_model_name(root: &mut Value) {
     }
 }
 
+/// `-123`, `+45`, `678`: digits with at most a sign.
+fn is_decimal_integer(text: &str) -> bool {
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Replaces `hardware: NAME` with the profile's mapping.
 fn expand_hardware(root: &mut Value, file: &Path) -> Result<(), ConfigError> {
     let Some(Value::String(name)) = root.get("hardware").cloned() else {
         return Ok(());
     };
     let found = super::hardware::find(&name, file)?;
-    let profile: Value = super::parse_str(&found.text, &found.file)?;
+    let profile = super::yaml_value(&found.text, &found.file)?;
     if let Value::Mapping(m) = root {
         m.insert(Value::String("hardware".into()), profile);
     }

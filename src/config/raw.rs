@@ -2,9 +2,18 @@
 //!
 //! Unknown keys are errors (`deny_unknown_fields`). Numbers are read as
 //! `f64`/`i64` so that a negative or zero value reaches validation, which
-//! says what is allowed, instead of failing as an opaque type error.
+//! says what is allowed, instead of failing as an opaque type error. Every
+//! number goes through [`super::num`], so `0x1E`, `30` and `3e1` mean the
+//! same wherever they are written; a test checks that no field reads a
+//! number any other way.
 
+use std::fmt;
+
+use serde::de::{self, Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+
+use super::num::{self, Num, short_text};
+use super::onekey::{self, OneKey};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,14 +44,19 @@ pub struct RawScenario {
 pub struct RawHardware {
     pub name: Option<String>,
     pub description: Option<String>,
+    #[serde(deserialize_with = "num::real")]
     pub hbm_gib: f64,
+    #[serde(deserialize_with = "num::real")]
     pub memory_bandwidth_gbps: f64,
+    #[serde(deserialize_with = "num::real")]
     pub peak_tflops: f64,
     /// Dense FP8 TFLOPS, used for 1-byte weights of a model with an architecture.
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub peak_tflops_fp8: Option<f64>,
     /// The all-reduce link between GPUs of one engine (tensor parallelism).
     pub interconnect: Option<RawInterconnect>,
     /// Price of one GPU-hour, for cost per million tokens.
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub cost_per_hour: Option<f64>,
 }
 
@@ -97,6 +111,7 @@ pub struct RawModel {
     /// `model: NAME` is short for `model: {preset: NAME}`.
     pub preset: Option<String>,
     pub name: Option<String>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub context_length: Option<i64>,
     pub architecture: Option<RawArchitecture>,
     /// A Hugging Face `config.json`, relative to the scenario.
@@ -112,28 +127,39 @@ pub struct RawModel {
 #[serde(deny_unknown_fields)]
 pub struct RawArchitecture {
     /// `num_hidden_layers`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub layers: Option<i64>,
     /// `hidden_size`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub hidden_size: Option<i64>,
     /// `num_attention_heads`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub attention_heads: Option<i64>,
     /// `num_key_value_heads`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub kv_heads: Option<i64>,
     /// `head_dim`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub head_dim: Option<i64>,
     /// `intermediate_size`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub intermediate_size: Option<i64>,
     /// `vocab_size`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub vocab_size: Option<i64>,
     /// `tie_word_embeddings`
     pub tie_word_embeddings: Option<bool>,
     /// `num_local_experts` or `num_experts`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub experts: Option<i64>,
     /// `num_experts_per_tok`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub experts_per_token: Option<i64>,
     /// `moe_intermediate_size`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub expert_intermediate_size: Option<i64>,
     /// `shared_expert_intermediate_size`
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub shared_expert_intermediate_size: Option<i64>,
 }
 
@@ -146,6 +172,7 @@ pub struct RawModelFile {
     /// Where the figures come from.
     pub source: Option<String>,
     /// `max_position_embeddings`.
+    #[serde(deserialize_with = "num::whole")]
     pub context_length: i64,
     pub architecture: RawArchitecture,
 }
@@ -153,73 +180,222 @@ pub struct RawModelFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWeights {
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub parameters_billions: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub bytes_per_parameter: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawKvCache {
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub bytes_per_token: Option<i64>,
     /// `auto` (16-bit), `fp8`, ... as vLLM's `--kv-cache-dtype`.
     pub dtype: Option<String>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub block_size: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub gpu_memory_utilization: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub watermark: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub num_blocks: Option<i64>,
+    pub prefix_caching: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawScheduler {
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub max_batch_tokens: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub max_num_sequences: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLatency {
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub step_overhead_ms: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub request_overhead_ms: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub per_layer_overhead_us: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub per_sequence_overhead_us: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawParallelism {
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub tensor: Option<i64>,
     /// Read only to refuse it: pipeline parallelism is not modelled.
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub pipeline: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEfficiency {
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub compute: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub memory: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWorkload {
+    #[serde(default, deserialize_with = "num::opt_seed")]
     pub seed: Option<u64>,
-    #[serde(deserialize_with = "single_key_enum")]
+    #[serde(deserialize_with = "onekey::read")]
     pub arrivals: RawArrivals,
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub requests: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
     pub duration_s: Option<f64>,
     pub prompt_tokens: Option<RawLength>,
     pub output_tokens: Option<RawLength>,
+    pub shared_prefix: Option<RawSharedPrefix>,
+    pub sessions: Option<RawSessions>,
+    /// Tokens per `hash_ids` entry of a JSONL (Mooncake-style) trace.
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub hash_block_size: Option<i64>,
+}
+
+/// `workload.shared_prefix`: every request starts with one of `groups`
+/// system prompts of `tokens` tokens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSharedPrefix {
+    #[serde(deserialize_with = "num::whole")]
+    pub groups: i64,
+    #[serde(deserialize_with = "num::whole")]
+    pub tokens: i64,
+}
+
+/// `workload.sessions`: multi-turn conversations.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSessions {
+    pub turns: RawLength,
+    #[serde(default)]
+    pub think_s: Option<RawSeconds>,
+}
+
+/// A duration in seconds: a plain number or a distribution.
+#[derive(Debug)]
+pub enum RawSeconds {
+    Fixed(f64),
+    Dist(RawSecondsDist),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawSecondsDist {
+    Uniform(#[serde(deserialize_with = "num::real_pair")] [f64; 2]),
+    Exponential(RawSecondsMean),
+}
+
+impl OneKey for RawSecondsDist {
+    const FORMS: &'static str = "a number of seconds, uniform: [lo, hi], exponential: {mean}";
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecondsMean {
+    #[serde(deserialize_with = "num::real")]
+    pub mean: f64,
+}
+
+impl<'de> Deserialize<'de> for RawSeconds {
+    /// A number (the one grammar) or a one-key distribution mapping.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl V {
+            fn fixed<E: de::Error>(n: Num) -> Result<RawSeconds, E> {
+                Ok(RawSeconds::Fixed(n.as_f64()))
+            }
+            fn refuse<E: de::Error>(what: impl fmt::Display) -> Result<RawSeconds, E> {
+                Err(E::custom(onekey::got(what, RawSecondsDist::FORMS)))
+            }
+        }
+        impl<'de> Visitor<'de> for V {
+            type Value = RawSeconds;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "one of {}", RawSecondsDist::FORMS)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawSeconds, E> {
+                V::fixed(Num::Int(i128::from(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawSeconds, E> {
+                V::fixed(Num::Int(i128::from(v)))
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<RawSeconds, E> {
+                V::fixed(Num::Int(v))
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<RawSeconds, E> {
+                V::fixed(i128::try_from(v).map_or(Num::Float(v as f64), Num::Int))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawSeconds, E> {
+                V::fixed(Num::Float(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawSeconds, A::Error> {
+                onekey::from_map(map).map(RawSeconds::Dist)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawSeconds, E> {
+                let why = num::not_a_number(v);
+                if why.starts_with("expected a number") {
+                    V::refuse(format_args!("the string \"{}\"", short_text(v)))
+                } else {
+                    Err(E::custom(why))
+                }
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawSeconds, E> {
+                V::refuse(format_args!("the boolean {v}"))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<RawSeconds, E> {
+                V::refuse("nothing (null)")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<RawSeconds, A::Error> {
+                Err(A::Error::custom(onekey::got("a list", RawSecondsDist::FORMS)))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum RawArrivals {
-    Poisson { rate: f64 },
-    Gamma { rate: f64, burstiness: f64 },
-    Constant { rate: f64 },
-    Closed { concurrency: i64, think_time_s: Option<f64> },
+    Poisson {
+        #[serde(deserialize_with = "num::real")]
+        rate: f64,
+    },
+    Gamma {
+        #[serde(deserialize_with = "num::real")]
+        rate: f64,
+        #[serde(deserialize_with = "num::real")]
+        burstiness: f64,
+    },
+    Constant {
+        #[serde(deserialize_with = "num::real")]
+        rate: f64,
+    },
+    Closed {
+        #[serde(deserialize_with = "num::whole")]
+        concurrency: i64,
+        #[serde(default, deserialize_with = "num::opt_real")]
+        think_time_s: Option<f64>,
+    },
     Trace(String),
+}
+
+impl OneKey for RawArrivals {
+    const FORMS: &'static str = "poisson: {rate}, gamma: {rate, burstiness}, constant: {rate}, \
+        closed: {concurrency, think_time_s}, trace: FILE.csv";
 }
 
 /// A length: a plain integer, or one of the distributions.
@@ -232,54 +408,112 @@ pub enum RawLength {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum RawDist {
-    Uniform([i64; 2]),
+    Uniform(#[serde(deserialize_with = "num::whole_pair")] [i64; 2]),
     Normal(RawMoments),
     Lognormal(RawMoments),
     Exponential(RawMean),
     Choice(RawChoice),
 }
 
+impl OneKey for RawDist {
+    const FORMS: &'static str = "a token count, uniform: [lo, hi], normal: {mean, std}, \
+        lognormal: {mean, std}, exponential: {mean}, choice: {values, weights}";
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMoments {
+    #[serde(deserialize_with = "num::real")]
     pub mean: f64,
+    #[serde(deserialize_with = "num::real")]
     pub std: f64,
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub min: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub max: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawMean {
+    #[serde(deserialize_with = "num::real")]
     pub mean: f64,
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub min: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
     pub max: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawChoice {
+    #[serde(deserialize_with = "num::whole_list")]
     pub values: Vec<i64>,
+    #[serde(default, deserialize_with = "num::opt_real_list")]
     pub weights: Option<Vec<f64>>,
 }
 
 impl<'de> Deserialize<'de> for RawLength {
+    /// A number (the one grammar, whole) or a one-key distribution mapping.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let value = serde_yaml::Value::deserialize(d)?;
-        match &value {
-            serde_yaml::Value::Number(n) => match n.as_i64() {
-                Some(i) => Ok(RawLength::Fixed(i)),
-                None => Err(D::Error::custom(format!("{n} is not a whole number of tokens"))),
-            },
-            serde_yaml::Value::Mapping(_) => from_single_key_map(value).map(RawLength::Dist),
-            other => Err(D::Error::custom(format!(
-                "expected a token count or one of uniform: [lo, hi], normal: {{mean, std}}, \
-                 lognormal: {{mean, std}}, exponential: {{mean}}, choice: {{values, weights}}; \
-                 got {}",
-                super::describe_value(other)
-            ))),
+        struct V;
+        impl V {
+            fn fixed<E: de::Error>(n: Num) -> Result<RawLength, E> {
+                let n = n.whole().map_err(|e| E::custom(format!("{e}: a length is a whole number of tokens")))?;
+                Ok(RawLength::Fixed(n.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64))
+            }
+            fn refuse<E: de::Error>(what: impl fmt::Display) -> Result<RawLength, E> {
+                Err(E::custom(onekey::got(what, RawDist::FORMS)))
+            }
         }
+        impl<'de> Visitor<'de> for V {
+            type Value = RawLength;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "one of {}", RawDist::FORMS)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawLength, E> {
+                V::fixed(Num::Int(i128::from(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawLength, E> {
+                V::fixed(Num::Int(i128::from(v)))
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<RawLength, E> {
+                V::fixed(Num::Int(v))
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<RawLength, E> {
+                V::fixed(i128::try_from(v).map_or(Num::Float(v as f64), Num::Int))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawLength, E> {
+                V::fixed(Num::Float(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawLength, A::Error> {
+                onekey::from_map(map).map(RawLength::Dist)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawLength, E> {
+                let why = num::not_a_number(v);
+                if why.starts_with("expected a number") {
+                    V::refuse(format_args!("the string \"{}\"", short_text(v)))
+                } else {
+                    Err(E::custom(why))
+                }
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawLength, E> {
+                V::refuse(format_args!("the boolean {v}"))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<RawLength, E> {
+                V::refuse("nothing (null)")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<RawLength, A::Error> {
+                Err(A::Error::custom(onekey::got("a list", RawDist::FORMS)))
+            }
+            fn visit_enum<A: de::EnumAccess<'de>>(self, _: A) -> Result<RawLength, A::Error> {
+                Err(A::Error::custom(format!(
+                    "YAML tags (!kind) are not used here: write the kind as a key, one of {}",
+                    RawDist::FORMS
+                )))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -306,43 +540,4 @@ pub fn model_or_name<'de, D: Deserializer<'de>>(d: D) -> Result<RawModel, D::Err
 /// [`model_or_name`] for an optional field (`#[serde(default)]` covers absence).
 pub fn some_model_or_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<RawModel>, D::Error> {
     model_or_name(d).map(Some)
-}
-
-/// Reads an enum written as a one-key mapping (`poisson: {rate: 20}`), the
-/// form SCENARIO.md uses; serde_yaml itself only reads `!poisson {rate: 20}`.
-pub fn single_key_enum<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: serde::de::DeserializeOwned,
-{
-    from_single_key_map(serde_yaml::Value::deserialize(d)?)
-}
-
-fn from_single_key_map<T: serde::de::DeserializeOwned, E: serde::de::Error>(value: serde_yaml::Value) -> Result<T, E> {
-    use serde_yaml::Value;
-    let value = match value {
-        Value::Mapping(m) if m.len() == 1 => {
-            let Some((Value::String(tag), inner)) = m.into_iter().next() else {
-                return Err(E::custom("expected a single key naming the kind"));
-            };
-            Value::Tagged(Box::new(serde_yaml::value::TaggedValue {
-                tag: serde_yaml::value::Tag::new(tag),
-                value: inner,
-            }))
-        }
-        Value::Mapping(m) => {
-            let keys: Vec<String> = m.keys().map(super::describe_value).collect();
-            return Err(E::custom(format!(
-                "expected exactly one key naming the kind, found {}: {}",
-                m.len(),
-                keys.join(", ")
-            )));
-        }
-        other => other,
-    };
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let inner = e.path().to_string();
-        let msg = e.into_inner().to_string();
-        if inner == "." || inner.is_empty() { E::custom(msg) } else { E::custom(format!("{inner}: {msg}")) }
-    })
 }

@@ -12,7 +12,7 @@ use serde::{Serialize, Serializer};
 pub use super::deployment::{ArchitectureOrigin, ByGpus, Deployment, Interconnect, KvDtype, Parallelism};
 use crate::engine::arch::Architecture;
 use crate::engine::{Capacity, CostInput, CostModel, EngineConfig};
-use crate::workload::trace::TraceRow;
+use crate::workload::trace::{TraceContent, TraceRow};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Scenario {
@@ -89,6 +89,9 @@ pub struct KvCache {
     pub watermark: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub num_blocks: Option<u64>,
+    /// Always shown (false by default, unlike vLLM V1), so `llmsim explain`
+    /// says whether it ran.
+    pub prefix_caching: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -134,6 +137,68 @@ pub struct Workload {
     pub prompt_tokens: Option<Length>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_tokens: Option<Length>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_prefix: Option<SharedPrefix>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Sessions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash_block_size: Option<u32>,
+}
+
+/// `workload.shared_prefix`: each request starts with one of `groups`
+/// system prompts of `tokens` tokens (content `sys:<group>`), drawn
+/// uniformly from its own seeded stream; `prompt_tokens` is the unique rest.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SharedPrefix {
+    pub groups: u32,
+    pub tokens: u32,
+}
+
+/// `workload.sessions`: arrivals start conversations of `turns` turns;
+/// turn `j+1` arrives `think_s` after turn `j`'s last token, its prompt
+/// being turn `j`'s prompt and answer plus `prompt_tokens` new ones.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sessions {
+    pub turns: Length,
+    pub think_s: Seconds,
+}
+
+/// A duration distribution, in seconds (never negative).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Seconds {
+    Fixed(f64),
+    Uniform { lo: f64, hi: f64 },
+    Exponential { mean: f64 },
+}
+
+impl Seconds {
+    pub fn mean(&self) -> f64 {
+        match self {
+            Seconds::Fixed(x) => *x,
+            Seconds::Uniform { lo, hi } => (lo + hi) / 2.0,
+            Seconds::Exponential { mean } => *mean,
+        }
+    }
+}
+
+impl Serialize for Seconds {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Mean {
+            mean: f64,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "snake_case")]
+        enum Tagged {
+            Uniform([f64; 2]),
+            Exponential(Mean),
+        }
+        match self {
+            Seconds::Fixed(x) => s.serialize_f64(*x),
+            Seconds::Uniform { lo, hi } => Tagged::Uniform([*lo, *hi]).serialize(s),
+            Seconds::Exponential { mean } => Tagged::Exponential(Mean { mean: *mean }).serialize(s),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -152,6 +217,9 @@ pub struct Trace {
     /// As written in the scenario (relative to it).
     pub path: String,
     pub rows: Arc<Vec<TraceRow>>,
+    /// The content columns (`prefix_id`, `prefix_tokens`, `session_id`) or
+    /// a JSONL trace's `hash_ids`, when the file has them.
+    pub content: Option<Arc<TraceContent>>,
 }
 
 impl Serialize for Trace {
@@ -257,19 +325,33 @@ impl Scenario {
                 per_sequence_overhead_us: self.latency.per_sequence_overhead_us,
                 deployment: self.deployment.cost_input(self),
             }),
+            prefix_caching: self.model.kv_cache.prefix_caching,
         }
     }
 
     /// Mean prompt and output lengths of the workload (of the trace rows
-    /// for a trace).
+    /// for a trace). A shared prefix counts in the prompt. With sessions,
+    /// the mean over the turns of a conversation of the mean number of
+    /// turns `T`: turn `j` carries `j` prompt draws and `j - 1` answers, so
+    /// the mean prompt is `L + p (T + 1) / 2 + o (T - 1) / 2` (an estimate:
+    /// the exact figure depends on the turn distribution's shape).
     pub fn mean_lengths(&self) -> (f64, f64) {
-        if let Arrivals::Trace(t) = &self.workload.arrivals {
+        let w = &self.workload;
+        if let Arrivals::Trace(t) = &w.arrivals {
             let n = t.rows.len().max(1) as f64;
             let p: f64 = t.rows.iter().map(|r| f64::from(r.prompt)).sum();
             let o: f64 = t.rows.iter().map(|r| f64::from(r.output)).sum();
             return (p / n, o / n);
         }
         let mean = |l: &Option<Length>| l.as_ref().map_or(0.0, Length::mean);
-        (mean(&self.workload.prompt_tokens), mean(&self.workload.output_tokens))
+        let (p, o) = (mean(&w.prompt_tokens), mean(&w.output_tokens));
+        let prefix = w.shared_prefix.as_ref().map_or(0.0, |sp| f64::from(sp.tokens));
+        match &w.sessions {
+            None => (prefix + p, o),
+            Some(sessions) => {
+                let turns = sessions.turns.mean();
+                (prefix + p * (turns + 1.0) / 2.0 + o * (turns - 1.0) / 2.0, o)
+            }
+        }
     }
 }

@@ -5,9 +5,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::limits::{self, Range};
+use super::num::short_float;
 use super::raw::*;
 use super::scenario::*;
 use super::{ConfigError, deployment, hardware};
+use crate::report::thousands;
 
 /// vLLM's defaults where it has one (SCENARIO.md).
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
@@ -29,60 +32,45 @@ impl Check<'_> {
         ConfigError::new(self.file, path, msg)
     }
 
-    pub fn finite(&self, path: &str, v: f64) -> Result<f64, ConfigError> {
-        if v.is_finite() { Ok(v) } else { Err(self.err(path, format!("{v} is not allowed: must be a finite number"))) }
+    /// A real number in `range` (see [`limits`]).
+    pub fn real(&self, path: &str, v: f64, range: &Range) -> Result<f64, ConfigError> {
+        if range.contains(v) {
+            return Ok(v);
+        }
+        let why =
+            if v.is_finite() { format!("must be in {range}") } else { format!("must be a finite number in {range}") };
+        Err(self.err(path, format!("{} is not allowed: {why}", short_float(v))))
     }
 
-    /// `v > 0`.
-    pub fn positive(&self, path: &str, v: f64) -> Result<f64, ConfigError> {
-        if self.finite(path, v)? > 0.0 {
-            Ok(v)
-        } else {
-            Err(self.err(path, format!("{v} is not allowed: must be greater than 0")))
+    /// A whole number in `range` (see [`limits`]). Values read as `i64`
+    /// saturate at its ends ([`super::num::whole`]): those were too large
+    /// (or too small) to show.
+    pub fn whole(&self, path: &str, v: i64, range: &Range) -> Result<u64, ConfigError> {
+        if range.contains_whole(i128::from(v)) {
+            return Ok(v as u64);
         }
+        let allowed = match range {
+            Range::Whole { lo, hi } => format!("a whole number from {} to {}", thousands(*lo), thousands(*hi)),
+            Range::Real { .. } => format!("in {range}"),
+        };
+        Err(self.err(path, format!("{} is not allowed: must be {allowed}", shown(v))))
     }
 
-    /// `v >= 0`.
-    pub fn non_negative(&self, path: &str, v: f64) -> Result<f64, ConfigError> {
-        if self.finite(path, v)? >= 0.0 {
-            Ok(v)
-        } else {
-            Err(self.err(path, format!("{v} is not allowed: must be 0 or more")))
-        }
-    }
-
-    /// `0 < v <= 1`.
-    pub fn fraction(&self, path: &str, v: f64) -> Result<f64, ConfigError> {
-        if self.finite(path, v)? > 0.0 && v <= 1.0 {
-            Ok(v)
-        } else {
-            Err(self.err(path, format!("{v} is not allowed: must be in (0, 1]")))
-        }
-    }
-
-    /// `0 <= v < 1`.
-    pub fn open_fraction(&self, path: &str, v: f64) -> Result<f64, ConfigError> {
-        if self.finite(path, v)? >= 0.0 && v < 1.0 {
-            Ok(v)
-        } else {
-            Err(self.err(path, format!("{v} is not allowed: must be in [0, 1)")))
-        }
-    }
-
-    /// A whole number in `[min, u32::MAX]`.
-    pub fn count(&self, path: &str, v: i64, min: i64) -> Result<u32, ConfigError> {
-        if v >= min && v <= i64::from(u32::MAX) {
-            Ok(v as u32)
-        } else {
-            Err(self.err(path, format!("{v} is not allowed: must be a whole number from {min} to {}", u32::MAX)))
-        }
+    /// [`Check::whole`] for a range within `u32`.
+    pub fn whole32(&self, path: &str, v: i64, range: &Range) -> Result<u32, ConfigError> {
+        self.whole(path, v, range).map(|n| n.min(u64::from(u32::MAX)) as u32)
     }
 }
 
-/// Most `latency.request_overhead_ms` allowed: an hour.
-pub const MAX_REQUEST_OVERHEAD_MS: f64 = 3_600_000.0;
-/// Most `latency.per_layer_overhead_us` and `per_sequence_overhead_us`: a second.
-pub const MAX_FINE_OVERHEAD_US: f64 = 1_000_000.0;
+/// A whole number for a message; the saturated ends of `i64` stand for
+/// values too large to show.
+fn shown(v: i64) -> String {
+    match v {
+        i64::MAX => "a number this large".into(),
+        i64::MIN => "a number this small".into(),
+        _ => v.to_string(),
+    }
+}
 
 /// Builds the scenario from its raw form. `file` is the scenario's path.
 pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> {
@@ -92,11 +80,11 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     let built = deployment::build(&ck, raw.model, raw.parallelism, &hardware)?;
     let scheduler = Scheduler {
         max_batch_tokens: match raw.scheduler.max_batch_tokens {
-            Some(v) => ck.count("scheduler.max_batch_tokens", v, 1)?,
+            Some(v) => ck.whole32("scheduler.max_batch_tokens", v, &limits::MAX_BATCH_TOKENS)?,
             None => DEFAULT_MAX_BATCH_TOKENS,
         },
         max_num_sequences: match raw.scheduler.max_num_sequences {
-            Some(v) => ck.count("scheduler.max_num_sequences", v, 1)?,
+            Some(v) => ck.whole32("scheduler.max_num_sequences", v, &limits::MAX_NUM_SEQUENCES)?,
             None => DEFAULT_MAX_NUM_SEQUENCES,
         },
     };
@@ -109,15 +97,15 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         ));
     }
     let efficiency = Efficiency {
-        compute: ck.fraction("efficiency.compute", raw.efficiency.compute.unwrap_or(1.0))?,
-        memory: ck.fraction("efficiency.memory", raw.efficiency.memory.unwrap_or(1.0))?,
+        compute: ck.real("efficiency.compute", raw.efficiency.compute.unwrap_or(1.0), &limits::EFFICIENCY)?,
+        memory: ck.real("efficiency.memory", raw.efficiency.memory.unwrap_or(1.0), &limits::EFFICIENCY)?,
     };
     let workload = workload(&ck, raw.workload)?;
     let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware)?;
     let name = raw
         .name
         .unwrap_or_else(|| file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned()));
-    Ok(Scenario {
+    let scenario = Scenario {
         name,
         description: raw.description,
         hardware,
@@ -131,28 +119,66 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         capacity,
         deployment: built.deployment,
         calibration,
-    })
+    };
+    run_limits(&ck, &scenario)?;
+    Ok(scenario)
 }
 
 fn latency(ck: &Check, raw: &RawLatency) -> Result<Latency, ConfigError> {
-    let bounded = |key: &str, v: Option<f64>, max: f64| -> Result<f64, ConfigError> {
-        let path = format!("latency.{key}");
-        let v = ck.non_negative(&path, v.unwrap_or(0.0))?;
-        if v > max {
-            return Err(ck.err(&path, format!("{v} is not allowed: must be at most {max}")));
-        }
-        Ok(v)
-    };
+    let real = |key: &str, v: Option<f64>, range: &Range| ck.real(&format!("latency.{key}"), v.unwrap_or(0.0), range);
     Ok(Latency {
-        step_overhead_ms: ck.non_negative("latency.step_overhead_ms", raw.step_overhead_ms.unwrap_or(0.0))?,
-        request_overhead_ms: bounded("request_overhead_ms", raw.request_overhead_ms, MAX_REQUEST_OVERHEAD_MS)?,
-        per_layer_overhead_us: bounded("per_layer_overhead_us", raw.per_layer_overhead_us, MAX_FINE_OVERHEAD_US)?,
-        per_sequence_overhead_us: bounded(
+        step_overhead_ms: real("step_overhead_ms", raw.step_overhead_ms, &limits::STEP_OVERHEAD_MS)?,
+        request_overhead_ms: real("request_overhead_ms", raw.request_overhead_ms, &limits::REQUEST_OVERHEAD_MS)?,
+        per_layer_overhead_us: real("per_layer_overhead_us", raw.per_layer_overhead_us, &limits::FINE_OVERHEAD_US)?,
+        per_sequence_overhead_us: real(
             "per_sequence_overhead_us",
             raw.per_sequence_overhead_us,
-            MAX_FINE_OVERHEAD_US,
+            &limits::FINE_OVERHEAD_US,
         )?,
     })
+}
+
+/// Rules that bound the work of one run (see [`limits`]): the cheapest
+/// step costs at least [`limits::MIN_STEP_SECONDS`], and an open loop
+/// limited only by its duration would not issue more than
+/// [`limits::MAX_REQUESTS`] requests.
+pub(crate) fn run_limits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
+    let cheapest = s.engine_config().cost.step(1, 1).total_s;
+    if cheapest.is_nan() || cheapest < limits::MIN_STEP_SECONDS {
+        return Err(ck.err(
+            "model.weights.parameters_billions",
+            format!(
+                "the cheapest step of this model on this hardware (one token, the weights read once) \
+                 costs {:.3} ns; llmsim needs at least {} ns a step, as a real step's kernel launches \
+                 and scheduling alone take longer: this model is too small for the hardware; use a \
+                 larger model or set latency.step_overhead_ms (e.g. 0.01)",
+                cheapest * 1e9,
+                thousands((limits::MIN_STEP_SECONDS * 1e9) as u64)
+            ),
+        ));
+    }
+    let w = &s.workload;
+    let rate = match w.arrivals {
+        Arrivals::Poisson { rate } | Arrivals::Gamma { rate, .. } | Arrivals::Constant { rate } => Some(rate),
+        _ => None,
+    };
+    if let (Some(rate), Some(d), None) = (rate, w.duration_s, w.requests) {
+        let expected = rate * d;
+        if expected > limits::MAX_REQUESTS as f64 {
+            return Err(ck.err(
+                "workload.duration_s",
+                format!(
+                    "{} req/s for {} s is about {} requests; a run may issue at most {}: \
+                     set workload.requests, or a shorter duration_s",
+                    short_float(rate),
+                    short_float(d),
+                    short_float(expected.round()),
+                    thousands(limits::MAX_REQUESTS)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `hardware:` is a profile name or an inline mapping.
@@ -184,20 +210,67 @@ fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) 
     let p = |k: &str| format!("{prefix}{k}");
     Ok(Hardware {
         name: raw.name.unwrap_or_else(|| fallback.to_string()),
-        hbm_gib: ck.positive(&p("hbm_gib"), raw.hbm_gib)?,
-        memory_bandwidth_gbps: ck.positive(&p("memory_bandwidth_gbps"), raw.memory_bandwidth_gbps)?,
-        peak_tflops: ck.positive(&p("peak_tflops"), raw.peak_tflops)?,
-        peak_tflops_fp8: raw.peak_tflops_fp8.map(|x| ck.positive(&p("peak_tflops_fp8"), x)).transpose()?,
+        hbm_gib: ck.real(&p("hbm_gib"), raw.hbm_gib, &limits::HBM_GIB)?,
+        memory_bandwidth_gbps: ck.real(
+            &p("memory_bandwidth_gbps"),
+            raw.memory_bandwidth_gbps,
+            &limits::MEMORY_BANDWIDTH_GBPS,
+        )?,
+        peak_tflops: ck.real(&p("peak_tflops"), raw.peak_tflops, &limits::PEAK_TFLOPS)?,
+        peak_tflops_fp8: raw
+            .peak_tflops_fp8
+            .map(|x| ck.real(&p("peak_tflops_fp8"), x, &limits::PEAK_TFLOPS))
+            .transpose()?,
         interconnect: raw.interconnect.map(|i| deployment::interconnect(&ck, i, &p)).transpose()?,
-        cost_per_hour: raw.cost_per_hour.map(|c| ck.non_negative(&p("cost_per_hour"), c)).transpose()?,
+        cost_per_hour: raw
+            .cost_per_hour
+            .map(|c| ck.real(&p("cost_per_hour"), c, &limits::COST_PER_HOUR))
+            .transpose()?,
     })
 }
 
 pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigError> {
-    let requests = raw.requests.map(|n| ck.count("workload.requests", n, 1).map(u64::from)).transpose()?;
-    let duration_s = raw.duration_s.map(|d| ck.positive("workload.duration_s", d)).transpose()?;
-    let arrivals = arrivals(ck, raw.arrivals)?;
+    let requests = raw.requests.map(|n| ck.whole("workload.requests", n, &limits::REQUESTS)).transpose()?;
+    let duration_s = raw.duration_s.map(|d| ck.real("workload.duration_s", d, &limits::DURATION_S)).transpose()?;
+    let hash_block_size =
+        raw.hash_block_size.map(|n| ck.whole32("workload.hash_block_size", n, &limits::BLOCK_SIZE)).transpose()?;
+    let arrivals = arrivals(ck, raw.arrivals, hash_block_size)?;
     let is_trace = matches!(arrivals, Arrivals::Trace(_));
+    let arrivals_block_size = match &arrivals {
+        Arrivals::Trace(t) => t.content.as_ref().and_then(|c| c.hash_block_size),
+        _ => None,
+    };
+    if let Some(n) = hash_block_size {
+        let jsonl =
+            matches!(&arrivals, Arrivals::Trace(t) if t.content.as_ref().is_some_and(|c| c.hash_block_size.is_some()));
+        if !jsonl {
+            return Err(ck.err(
+                "workload.hash_block_size",
+                format!("{n} is not allowed here: it only applies to a JSONL trace with hash_ids (Mooncake style)"),
+            ));
+        }
+    }
+    let only_generated = |key: &str, given: bool| -> Result<(), ConfigError> {
+        if given && is_trace {
+            return Err(ck.err(
+                &format!("workload.{key}"),
+                "not allowed with a trace: use the trace's prefix_id, prefix_tokens and session_id columns",
+            ));
+        }
+        Ok(())
+    };
+    only_generated("shared_prefix", raw.shared_prefix.is_some())?;
+    only_generated("sessions", raw.sessions.is_some())?;
+    let shared_prefix = raw
+        .shared_prefix
+        .map(|sp| {
+            Ok::<_, ConfigError>(SharedPrefix {
+                groups: ck.whole32("workload.shared_prefix.groups", sp.groups, &limits::PREFIX_GROUPS)?,
+                tokens: ck.whole32("workload.shared_prefix.tokens", sp.tokens, &limits::TOKENS)?,
+            })
+        })
+        .transpose()?;
+    let sessions = raw.sessions.map(|se| sessions(ck, se)).transpose()?;
     if !is_trace && requests.is_none() && duration_s.is_none() {
         return Err(ck.err("workload", "the workload never ends: set workload.requests, workload.duration_s or both"));
     }
@@ -222,46 +295,82 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
         arrivals,
         requests,
         duration_s,
+        shared_prefix,
+        sessions,
+        // A JSONL trace shows the block size it was read with, default included.
+        hash_block_size: match &arrivals_block_size {
+            Some(bs) => Some(*bs),
+            None => hash_block_size,
+        },
     })
 }
 
-fn arrivals(ck: &Check, raw: RawArrivals) -> Result<Arrivals, ConfigError> {
+fn sessions(ck: &Check, raw: RawSessions) -> Result<Sessions, ConfigError> {
+    let p = "workload.sessions.think_s";
+    let think_s = match raw.think_s {
+        None => Seconds::Fixed(0.0),
+        Some(RawSeconds::Fixed(x)) => Seconds::Fixed(ck.real(p, x, &limits::THINK_TIME_S)?),
+        Some(RawSeconds::Dist(RawSecondsDist::Uniform([lo, hi]))) => {
+            let lo = ck.real(&format!("{p}.uniform[0]"), lo, &limits::THINK_TIME_S)?;
+            let hi = ck.real(&format!("{p}.uniform[1]"), hi, &limits::THINK_TIME_S)?;
+            if hi < lo {
+                return Err(ck.err(
+                    &format!("{p}.uniform"),
+                    format!("[{lo}, {hi}] is not allowed: the upper bound must be >= the lower"),
+                ));
+            }
+            Seconds::Uniform { lo, hi }
+        }
+        Some(RawSeconds::Dist(RawSecondsDist::Exponential(m))) => {
+            Seconds::Exponential { mean: ck.real(&format!("{p}.exponential.mean"), m.mean, &limits::THINK_MEAN_S)? }
+        }
+    };
+    Ok(Sessions { turns: length(ck, "workload.sessions.turns", raw.turns)?, think_s })
+}
+
+fn arrivals(ck: &Check, raw: RawArrivals, hash_block_size: Option<u32>) -> Result<Arrivals, ConfigError> {
     let p = "workload.arrivals";
     Ok(match raw {
-        RawArrivals::Poisson { rate } => Arrivals::Poisson { rate: ck.positive(&format!("{p}.poisson.rate"), rate)? },
+        RawArrivals::Poisson { rate } => {
+            Arrivals::Poisson { rate: ck.real(&format!("{p}.poisson.rate"), rate, &limits::RATE)? }
+        }
         RawArrivals::Gamma { rate, burstiness } => Arrivals::Gamma {
-            rate: ck.positive(&format!("{p}.gamma.rate"), rate)?,
-            burstiness: ck.positive(&format!("{p}.gamma.burstiness"), burstiness)?,
+            rate: ck.real(&format!("{p}.gamma.rate"), rate, &limits::RATE)?,
+            burstiness: ck.real(&format!("{p}.gamma.burstiness"), burstiness, &limits::BURSTINESS)?,
         },
         RawArrivals::Constant { rate } => {
-            Arrivals::Constant { rate: ck.positive(&format!("{p}.constant.rate"), rate)? }
+            Arrivals::Constant { rate: ck.real(&format!("{p}.constant.rate"), rate, &limits::RATE)? }
         }
         RawArrivals::Closed { concurrency, think_time_s } => Arrivals::Closed {
-            concurrency: ck.count(&format!("{p}.closed.concurrency"), concurrency, 1)?,
-            think_time_s: ck.non_negative(&format!("{p}.closed.think_time_s"), think_time_s.unwrap_or(0.0))?,
+            concurrency: ck.whole32(&format!("{p}.closed.concurrency"), concurrency, &limits::CONCURRENCY)?,
+            think_time_s: ck.real(
+                &format!("{p}.closed.think_time_s"),
+                think_time_s.unwrap_or(0.0),
+                &limits::THINK_TIME_S,
+            )?,
         },
         RawArrivals::Trace(path) => {
             let resolved = ck.file.parent().unwrap_or(Path::new("")).join(&path);
-            let rows = crate::workload::trace::read(&resolved)?;
-            Arrivals::Trace(Trace { path, rows: Arc::new(rows) })
+            let (rows, content) = crate::workload::trace::read_with_content(&resolved, hash_block_size)?;
+            Arrivals::Trace(Trace { path, rows: Arc::new(rows), content: content.map(Arc::new) })
         }
     })
 }
 
 pub(crate) fn length(ck: &Check, path: &str, raw: RawLength) -> Result<Length, ConfigError> {
     let bounds = |min: Option<i64>, max: Option<i64>| -> Result<(u32, Option<u32>), ConfigError> {
-        let lo = ck.count(&format!("{path}.min"), min.unwrap_or(1), 1)?;
-        let hi = max.map(|m| ck.count(&format!("{path}.max"), m, 1)).transpose()?;
+        let lo = ck.whole32(&format!("{path}.min"), min.unwrap_or(1), &limits::TOKENS)?;
+        let hi = max.map(|m| ck.whole32(&format!("{path}.max"), m, &limits::TOKENS)).transpose()?;
         if let Some(hi) = hi.filter(|&h| h < lo) {
             return Err(ck.err(&format!("{path}.max"), format!("{hi} is not allowed: must be >= min ({lo})")));
         }
         Ok((lo, hi))
     };
     Ok(match raw {
-        RawLength::Fixed(n) => Length::Fixed(ck.count(path, n, 1)?),
+        RawLength::Fixed(n) => Length::Fixed(ck.whole32(path, n, &limits::TOKENS)?),
         RawLength::Dist(RawDist::Uniform([lo, hi])) => {
-            let lo = ck.count(&format!("{path}.uniform[0]"), lo, 1)?;
-            let hi = ck.count(&format!("{path}.uniform[1]"), hi, 1)?;
+            let lo = ck.whole32(&format!("{path}.uniform[0]"), lo, &limits::TOKENS)?;
+            let hi = ck.whole32(&format!("{path}.uniform[1]"), hi, &limits::TOKENS)?;
             if hi < lo {
                 return Err(ck.err(
                     &format!("{path}.uniform"),
@@ -273,8 +382,8 @@ pub(crate) fn length(ck: &Check, path: &str, raw: RawLength) -> Result<Length, C
         RawLength::Dist(RawDist::Normal(m)) => {
             let (min, max) = bounds(m.min, m.max)?;
             Length::Normal {
-                mean: ck.positive(&format!("{path}.normal.mean"), m.mean)?,
-                std: ck.non_negative(&format!("{path}.normal.std"), m.std)?,
+                mean: ck.real(&format!("{path}.normal.mean"), m.mean, &limits::LENGTH_MEAN)?,
+                std: ck.real(&format!("{path}.normal.std"), m.std, &limits::LENGTH_STD)?,
                 min,
                 max,
             }
@@ -282,15 +391,16 @@ pub(crate) fn length(ck: &Check, path: &str, raw: RawLength) -> Result<Length, C
         RawLength::Dist(RawDist::Lognormal(m)) => {
             let (min, max) = bounds(m.min, m.max)?;
             Length::Lognormal {
-                mean: ck.positive(&format!("{path}.lognormal.mean"), m.mean)?,
-                std: ck.non_negative(&format!("{path}.lognormal.std"), m.std)?,
+                mean: ck.real(&format!("{path}.lognormal.mean"), m.mean, &limits::LENGTH_MEAN)?,
+                std: ck.real(&format!("{path}.lognormal.std"), m.std, &limits::LENGTH_STD)?,
                 min,
                 max,
             }
         }
         RawLength::Dist(RawDist::Exponential(m)) => {
             let (min, max) = bounds(m.min, m.max)?;
-            Length::Exponential { mean: ck.positive(&format!("{path}.exponential.mean"), m.mean)?, min, max }
+            let mean = ck.real(&format!("{path}.exponential.mean"), m.mean, &limits::LENGTH_MEAN)?;
+            Length::Exponential { mean, min, max }
         }
         RawLength::Dist(RawDist::Choice(c)) => choice(ck, &format!("{path}.choice"), c)?,
     })
@@ -304,7 +414,7 @@ fn choice(ck: &Check, path: &str, c: RawChoice) -> Result<Length, ConfigError> {
         .values
         .iter()
         .enumerate()
-        .map(|(i, &v)| ck.count(&format!("{path}.values[{i}]"), v, 1))
+        .map(|(i, &v)| ck.whole32(&format!("{path}.values[{i}]"), v, &limits::TOKENS))
         .collect::<Result<Vec<_>, _>>()?;
     let weights = match c.weights {
         None => vec![1.0; values.len()],
@@ -317,7 +427,7 @@ fn choice(ck: &Check, path: &str, c: RawChoice) -> Result<Length, ConfigError> {
         Some(w) => w
             .iter()
             .enumerate()
-            .map(|(i, &x)| ck.positive(&format!("{path}.weights[{i}]"), x))
+            .map(|(i, &x)| ck.real(&format!("{path}.weights[{i}]"), x, &limits::CHOICE_WEIGHT))
             .collect::<Result<Vec<_>, _>>()?,
     };
     Ok(Length::Choice { values, weights })

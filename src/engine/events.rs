@@ -54,6 +54,11 @@ pub struct StepRecord {
     pub preempted: u32,
     pub compute_s: f64,
     pub memory_s: f64,
+    /// With prefix caching: blocks holding a content hash (in use or free)
+    /// when the record is taken, and cached blocks evicted by this step's
+    /// allocations. Both 0 without it.
+    pub cached_blocks: u32,
+    pub evictions: u32,
 }
 
 impl StepRecord {
@@ -80,6 +85,11 @@ pub trait Observer {
     /// The request was withdrawn by its client (real-time server only).
     fn aborted(&mut self, id: RequestId, at: SimTime) {}
     fn step(&mut self, step: &StepRecord) {}
+    /// Prefix caching only: the request was admitted (first time or after a
+    /// preemption) with `queried = P + g` known tokens, of which the first
+    /// `hit` were found in the cache (its `c`, a whole number of blocks).
+    /// Sent just before its `scheduled` event.
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {}
 }
 
 /// Nothing to observe.
@@ -119,6 +129,10 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.step(step);
         self.1.step(step);
     }
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
+        self.0.prefix_lookup(id, at, queried, hit);
+        self.1.prefix_lookup(id, at, queried, hit);
+    }
 }
 
 /// An observer seen through a mutable reference is still an observer.
@@ -146,5 +160,8 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
     fn step(&mut self, step: &StepRecord) {
         (**self).step(step);
+    }
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
+        (**self).prefix_lookup(id, at, queried, hit);
     }
 }

@@ -15,6 +15,7 @@ pub mod capacity;
 pub mod cost;
 pub mod events;
 pub mod kv;
+pub mod prefix;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -22,6 +23,7 @@ pub use capacity::{Capacity, CapacityError, CapacityInput};
 pub use cost::{CostInput, CostModel, StepCost, StepShape};
 pub use events::{Observer, RejectReason, RequestId, StepRecord};
 use kv::KvBlocks;
+use prefix::PrefixPool;
 
 use crate::time::SimTime;
 
@@ -34,6 +36,9 @@ pub struct EngineConfig {
     pub max_num_sequences: u32,
     pub context_length: u32,
     pub cost: CostModel,
+    /// `kv_cache.prefix_caching`: blocks are identified by content and
+    /// shared (DEPLOYMENT.md section 3). Off, the pool only counts.
+    pub prefix_caching: bool,
 }
 
 /// A request as submitted: `output` is its length `N`, used only to stop it.
@@ -65,6 +70,9 @@ struct Seq {
     computed: u32,
     blocks: u32,
     state: State,
+    /// With prefix caching: once `c` reaches this, a full block awaits
+    /// registration (0 = check at the next scheduling).
+    register_at: u64,
 }
 
 impl Seq {
@@ -78,11 +86,42 @@ impl Seq {
     }
 }
 
+/// The KV pool: a plain count, or blocks with identities when prefix
+/// caching is on (so the common case pays nothing for identity).
+#[derive(Clone, Debug)]
+enum Kv {
+    Count(KvBlocks),
+    Prefix(Box<PrefixPool>),
+}
+
+impl Kv {
+    fn free(&self) -> u32 {
+        match self {
+            Kv::Count(k) => k.free(),
+            Kv::Prefix(p) => p.free(),
+        }
+    }
+
+    fn used(&self) -> u32 {
+        match self {
+            Kv::Count(k) => k.used(),
+            Kv::Prefix(p) => p.used(),
+        }
+    }
+
+    fn total(&self) -> u32 {
+        match self {
+            Kv::Count(k) => k.total(),
+            Kv::Prefix(p) => p.total(),
+        }
+    }
+}
+
 /// The scheduler state: queues, sequences and the KV pool.
 #[derive(Clone, Debug)]
 pub struct Engine {
     cfg: EngineConfig,
-    kv: KvBlocks,
+    kv: Kv,
     slots: Vec<Seq>,
     free_slots: Vec<u32>,
     /// Submitted requests whose arrival is later than the current step start,
@@ -100,12 +139,19 @@ pub struct Engine {
     steps: u64,
     /// (slot, tokens) scheduled in the step being built.
     batch: Vec<(u32, u32)>,
+    /// Prefix-cache evictions before the step being built.
+    evictions_before: u64,
 }
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
+        let (blocks, block_size) = (cfg.capacity.num_blocks, cfg.capacity.block_size);
+        let kv = match cfg.prefix_caching {
+            false => Kv::Count(KvBlocks::new(blocks)),
+            true => Kv::Prefix(Box::new(PrefixPool::new(blocks, block_size))),
+        };
         Engine {
-            kv: KvBlocks::new(cfg.capacity.num_blocks),
+            kv,
             cfg,
             slots: Vec::new(),
             free_slots: Vec::new(),
@@ -117,6 +163,7 @@ impl Engine {
             last_arrival: SimTime::ZERO,
             steps: 0,
             batch: Vec::new(),
+            evictions_before: 0,
         }
     }
 
@@ -150,6 +197,14 @@ impl Engine {
         self.kv.total()
     }
 
+    /// Blocks holding a content hash, in use or free (0 without prefix caching).
+    pub fn kv_blocks_cached(&self) -> u32 {
+        match &self.kv {
+            Kv::Count(_) => 0,
+            Kv::Prefix(p) => p.cached_blocks(),
+        }
+    }
+
     /// Nothing running, waiting or pending.
     pub fn is_idle(&self) -> bool {
         self.running.is_empty() && self.waiting.is_empty() && self.pending.is_empty()
@@ -168,8 +223,23 @@ impl Engine {
 
     /// Hands a request to the engine. Arrivals must not decrease from one
     /// call to the next. A request longer than the context is rejected at
-    /// once (the server answers it with HTTP 400).
+    /// once (the server answers it with HTTP 400). With prefix caching on,
+    /// its content is unique: it never hits and nothing hits it.
     pub fn submit<O: Observer>(&mut self, req: Request, obs: &mut O) -> Result<(), RejectReason> {
+        self.submit_with_hashes(req, &[], obs)
+    }
+
+    /// [`Engine::submit`] with the request's content: the hashes of its
+    /// full blocks, prompt then answer, in order ([`prefix::hash`] makes
+    /// them from segments or from token ids). Only the first
+    /// `floor((P+N-1)/block_size)` can ever be used; blocks past the end of
+    /// the list are never cached. Ignored without prefix caching.
+    pub fn submit_with_hashes<O: Observer>(
+        &mut self,
+        req: Request,
+        hashes: &[u64],
+        obs: &mut O,
+    ) -> Result<(), RejectReason> {
         debug_assert!(req.arrival >= self.last_arrival, "arrivals went backwards");
         debug_assert!(req.prompt >= 1 && req.output >= 1, "empty prompt or output");
         self.last_arrival = req.arrival;
@@ -179,7 +249,7 @@ impl Engine {
             obs.rejected(req.id, req.arrival, RejectReason::ContextLength);
             return Err(RejectReason::ContextLength);
         }
-        let seq = Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending };
+        let seq = Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending, register_at: 0 };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = seq;
@@ -190,6 +260,9 @@ impl Engine {
                 (self.slots.len() - 1) as u32
             }
         };
+        if let Kv::Prefix(p) = &mut self.kv {
+            p.set_content(slot, hashes);
+        }
         self.by_id.insert(req.id, slot);
         self.pending.push_back(slot);
         Ok(())
@@ -220,6 +293,9 @@ impl Engine {
         self.clock = start;
         self.join_arrivals(start);
         self.batch.clear();
+        if let Kv::Prefix(p) = &self.kv {
+            self.evictions_before = p.evictions();
+        }
         let mut budget = self.cfg.max_batch_tokens;
         let preempted = self.schedule_running(start, &mut budget, obs);
         if preempted == 0 {
@@ -268,8 +344,7 @@ impl Engine {
                     return preempted;
                 }
             }
-            self.kv.take(need);
-            self.slots[slot as usize].blocks += need;
+            self.grow(slot, need);
             self.add_to_batch(slot, tokens, at, obs);
             *budget -= tokens;
             i += 1;
@@ -292,14 +367,36 @@ impl Engine {
                 continue;
             }
             let full = self.running.len() >= self.cfg.max_num_sequences as usize;
-            if *budget == 0 || full || i64::from(self.kv.free()) - need < watermark {
+            if *budget == 0 || full {
                 break;
             }
+            let computed = match &mut self.kv {
+                Kv::Count(k) => {
+                    if i64::from(k.free()) - need < watermark {
+                        break;
+                    }
+                    k.take(need as u32);
+                    0
+                }
+                Kv::Prefix(p) => {
+                    // Rules 1 and 2: the hit, then the test counting the
+                    // hit blocks that leave the free queue.
+                    let hit = p.lookup(slot, seq.known());
+                    let new = need - i64::from(hit.blocks);
+                    if i64::from(p.free()) - i64::from(hit.free_blocks) - new < watermark {
+                        break;
+                    }
+                    p.admit(slot, new as u32);
+                    let c = hit.blocks * self.cfg.capacity.block_size;
+                    obs.prefix_lookup(seq.req.id, at, seq.known(), c);
+                    c
+                }
+            };
             self.waiting.pop_front();
-            let need = need as u32;
-            self.kv.take(need);
             let seq = &mut self.slots[slot as usize];
-            seq.blocks = need;
+            seq.blocks = need as u32;
+            seq.computed = computed;
+            seq.register_at = 0;
             seq.state = State::Running;
             let tokens = seq.remaining().min(*budget);
             self.running.push(slot);
@@ -332,6 +429,8 @@ impl Engine {
             preempted,
             compute_s: cost.compute_s,
             memory_s: cost.memory_s,
+            cached_blocks: self.kv_blocks_cached(),
+            evictions: self.step_evictions(),
         };
         let mut any_finished = false;
         for i in 0..self.batch.len() {
@@ -385,10 +484,49 @@ impl Engine {
         (shape, prefill)
     }
 
+    /// Schedules `tokens` of a request in this step; with prefix caching
+    /// its full blocks among the first `c + tokens` are registered at once
+    /// (rule 4), so a request scheduled later in the step can hit them.
+    #[inline]
     fn add_to_batch<O: Observer>(&mut self, slot: u32, tokens: u32, at: SimTime, obs: &mut O) {
-        let seq = &self.slots[slot as usize];
+        let seq = &mut self.slots[slot as usize];
         obs.scheduled(seq.req.id, at, tokens, seq.computed);
+        if let Kv::Prefix(p) = &mut self.kv
+            && u64::from(seq.computed + tokens) >= seq.register_at
+        {
+            seq.register_at = p.register(slot, seq.computed + tokens);
+        }
         self.batch.push((slot, tokens));
+    }
+
+    /// A running request takes `n` more blocks; the caller checked they are free.
+    fn grow(&mut self, slot: u32, n: u32) {
+        if n == 0 {
+            return;
+        }
+        match &mut self.kv {
+            Kv::Count(k) => k.take(n),
+            Kv::Prefix(p) => p.allocate(slot, n),
+        }
+        self.slots[slot as usize].blocks += n;
+    }
+
+    /// A request lets go of its blocks (rule 5 with prefix caching).
+    fn free_blocks(&mut self, slot: u32) {
+        let seq = &mut self.slots[slot as usize];
+        match &mut self.kv {
+            Kv::Count(k) => k.give_back(seq.blocks),
+            Kv::Prefix(p) => p.release(slot),
+        }
+        seq.blocks = 0;
+    }
+
+    /// Prefix-cache evictions in the step being built.
+    fn step_evictions(&self) -> u32 {
+        match &self.kv {
+            Kv::Count(_) => 0,
+            Kv::Prefix(p) => (p.evictions() - self.evictions_before) as u32,
+        }
     }
 
     /// Blocks a sequence must add to hold `tokens` more tokens of KV.
@@ -399,9 +537,8 @@ impl Engine {
 
     /// Frees the victim's blocks and puts it at the front of `waiting`.
     fn preempt<O: Observer>(&mut self, slot: u32, at: SimTime, obs: &mut O) {
+        self.free_blocks(slot);
         let seq = &mut self.slots[slot as usize];
-        self.kv.give_back(seq.blocks);
-        seq.blocks = 0;
         seq.computed = 0;
         seq.state = State::Waiting;
         obs.preempted(seq.req.id, at);
@@ -410,9 +547,11 @@ impl Engine {
 
     /// Frees a slot and its blocks; the caller removed it from its queue.
     fn release(&mut self, slot: u32) {
+        self.free_blocks(slot);
+        if let Kv::Prefix(p) = &mut self.kv {
+            p.forget(slot);
+        }
         let seq = &mut self.slots[slot as usize];
-        self.kv.give_back(seq.blocks);
-        seq.blocks = 0;
         seq.state = State::Free;
         self.by_id.remove(&seq.req.id);
         self.free_slots.push(slot);
@@ -428,14 +567,42 @@ impl Engine {
     }
 
     /// Checks the engine's bookkeeping: blocks held by running requests
-    /// equal blocks in use, used + free = total, every live request is in
-    /// exactly one queue in the state that queue implies, waiting requests
-    /// hold no KV, and the running set respects `max_num_sequences`.
-    /// Tests call it after every step, in release builds too.
+    /// equal blocks in use (with prefix caching: every block's reference
+    /// count equals the requests holding it, plus the pool's own checks in
+    /// [`PrefixPool::check`]), used + free = total, every live request is
+    /// in exactly one queue in the state that queue implies, waiting
+    /// requests hold no KV, and the running set respects
+    /// `max_num_sequences`. Tests call it after every step, in release
+    /// builds too.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let held: u64 = self.running.iter().map(|&s| u64::from(self.slots[s as usize].blocks)).sum();
-        if held != u64::from(self.kv.used()) {
-            return Err(format!("running requests hold {held} blocks but {} are used", self.kv.used()));
+        match &self.kv {
+            Kv::Count(k) => {
+                let held: u64 = self.running.iter().map(|&s| u64::from(self.slots[s as usize].blocks)).sum();
+                if held != u64::from(k.used()) {
+                    return Err(format!("running requests hold {held} blocks but {} are used", k.used()));
+                }
+            }
+            Kv::Prefix(p) => {
+                let slots = &self.slots;
+                p.check(|slot| slots.get(slot as usize).is_some_and(|s| s.state == State::Running))?;
+                for &slot in &self.running {
+                    let seq = &self.slots[slot as usize];
+                    if p.held(slot) != seq.blocks {
+                        return Err(format!(
+                            "request {} holds {} blocks, counted {}",
+                            seq.req.id,
+                            p.held(slot),
+                            seq.blocks
+                        ));
+                    }
+                    if u64::from(seq.blocks) < self.cfg.capacity.blocks_for(u64::from(seq.computed)) {
+                        return Err(format!(
+                            "request {} computed {} tokens in {} blocks",
+                            seq.req.id, seq.computed, seq.blocks
+                        ));
+                    }
+                }
+            }
         }
         if self.kv.used() + self.kv.free() != self.kv.total() {
             return Err("used + free != total".into());

@@ -59,6 +59,7 @@ fn engine(l: Limits) -> Engine {
         max_num_sequences: l.max_seqs,
         context_length: l.context,
         cost: cost::tests::base_cost(),
+        prefix_caching: false,
     })
 }
 
@@ -270,6 +271,7 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         max_num_sequences: max_seqs,
         context_length: 32_768,
         cost: cost::tests::base_cost(),
+        prefix_caching: false,
     })
 }
 

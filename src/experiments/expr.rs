@@ -10,6 +10,13 @@
 //! `product := unary (('*'|'/') unary)*`, `unary := '-' unary | power`,
 //! `power := atom ('^' unary)?` (so `-2^2` is -4 and `2^-1` is 0.5),
 //! `atom := number | name | name '(' sum (',' sum)* ')' | '(' sum ')'`.
+//!
+//! Nesting is bounded: an expression may nest at most [`MAX_DEPTH`] levels,
+//! where every pair of parentheses, sign, `^`, function call and operator
+//! of a chain (`a + b + c` is two levels) adds one. The parser and the
+//! evaluator recurse once per level, so without the bound 100,000 minus
+//! signs would overflow the stack; a real derivation nests a dozen levels,
+//! and a longer one reads better split into `let` names anyway.
 
 use std::fmt;
 
@@ -24,6 +31,9 @@ pub const FUNCTIONS: &[(&str, Option<usize>)] = &[
     ("abs", Some(1)),
     ("sqrt", Some(1)),
 ];
+
+/// The deepest an expression may nest (see the module docs).
+pub const MAX_DEPTH: usize = 100;
 
 /// A parsed expression.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,8 +77,8 @@ enum Tok {
 
 /// Parses `text` into an expression.
 pub fn parse(text: &str) -> Result<Expr, ParseError> {
-    let mut p = Parser { toks: lex(text)?, pos: 0 };
-    let e = p.sum()?;
+    let mut p = Parser { toks: lex(text)?, pos: 0, nesting: 0 };
+    let (e, _) = p.sum()?;
     match p.peek() {
         Tok::End => Ok(e),
         t => Err(p.error(format!("unexpected {} after a complete expression", describe(t)))),
@@ -152,7 +162,12 @@ fn describe(t: &Tok) -> String {
 struct Parser {
     toks: Vec<(Tok, usize)>,
     pos: usize,
+    /// Levels of parentheses, signs, powers and calls being parsed.
+    nesting: usize,
 }
+
+/// An expression and the depth of its tree (a number or a name is 1).
+type Parsed = (Expr, usize);
 
 impl Parser {
     fn peek(&self) -> &Tok {
@@ -180,56 +195,84 @@ impl Parser {
         }
     }
 
-    fn sum(&mut self) -> Result<Expr, ParseError> {
-        let mut left = self.product()?;
+    fn too_deep(&self) -> ParseError {
+        self.error(format!(
+            "the expression nests more than {MAX_DEPTH} levels deep (parentheses, signs, `^`, calls and each \
+             operator of a chain add one): split it into `let` names"
+        ))
+    }
+
+    /// A node over children of depth `d`, refused when it would nest too deep.
+    fn node(&self, e: Expr, d: usize) -> Result<Parsed, ParseError> {
+        if d + 1 > MAX_DEPTH { Err(self.too_deep()) } else { Ok((e, d + 1)) }
+    }
+
+    /// Parses `inner` one nesting level down, so recursion stops at
+    /// [`MAX_DEPTH`] before the stack runs out.
+    fn nested(&mut self, inner: fn(&mut Parser) -> Result<Parsed, ParseError>) -> Result<Parsed, ParseError> {
+        if self.nesting >= MAX_DEPTH {
+            return Err(self.too_deep());
+        }
+        self.nesting += 1;
+        let out = inner(self);
+        self.nesting -= 1;
+        out
+    }
+
+    fn sum(&mut self) -> Result<Parsed, ParseError> {
+        let (mut left, mut depth) = self.product()?;
         loop {
             let op = match self.peek() {
                 Tok::Sym('+') => Op::Add,
                 Tok::Sym('-') => Op::Sub,
-                _ => return Ok(left),
+                _ => return Ok((left, depth)),
             };
             self.next();
-            left = Expr::Bin(op, Box::new(left), Box::new(self.product()?));
+            let (right, d) = self.product()?;
+            (left, depth) = self.node(Expr::Bin(op, Box::new(left), Box::new(right)), depth.max(d))?;
         }
     }
 
-    fn product(&mut self) -> Result<Expr, ParseError> {
-        let mut left = self.unary()?;
+    fn product(&mut self) -> Result<Parsed, ParseError> {
+        let (mut left, mut depth) = self.unary()?;
         loop {
             let op = match self.peek() {
                 Tok::Sym('*') => Op::Mul,
                 Tok::Sym('/') => Op::Div,
-                _ => return Ok(left),
+                _ => return Ok((left, depth)),
             };
             self.next();
-            left = Expr::Bin(op, Box::new(left), Box::new(self.unary()?));
+            let (right, d) = self.unary()?;
+            (left, depth) = self.node(Expr::Bin(op, Box::new(left), Box::new(right)), depth.max(d))?;
         }
     }
 
-    fn unary(&mut self) -> Result<Expr, ParseError> {
+    fn unary(&mut self) -> Result<Parsed, ParseError> {
         if self.eat('-') {
-            return Ok(Expr::Neg(Box::new(self.unary()?)));
+            let (e, d) = self.nested(Parser::unary)?;
+            return self.node(Expr::Neg(Box::new(e)), d);
         }
-        let base = self.atom()?;
+        let (base, bd) = self.atom()?;
         if self.eat('^') {
-            return Ok(Expr::Bin(Op::Pow, Box::new(base), Box::new(self.unary()?)));
+            let (exp, ed) = self.nested(Parser::unary)?;
+            return self.node(Expr::Bin(Op::Pow, Box::new(base), Box::new(exp)), bd.max(ed));
         }
-        Ok(base)
+        Ok((base, bd))
     }
 
-    fn atom(&mut self) -> Result<Expr, ParseError> {
+    fn atom(&mut self) -> Result<Parsed, ParseError> {
         match self.peek().clone() {
             Tok::Num(n) => {
                 self.next();
-                Ok(Expr::Num(n))
+                Ok((Expr::Num(n), 1))
             }
             Tok::Name(name) => {
                 self.next();
-                if *self.peek() == Tok::Sym('(') { self.call(name) } else { Ok(Expr::Var(name)) }
+                if *self.peek() == Tok::Sym('(') { self.call(name) } else { Ok((Expr::Var(name), 1)) }
             }
             Tok::Sym('(') => {
                 self.next();
-                let e = self.sum()?;
+                let e = self.nested(Parser::sum)?;
                 if !self.eat(')') {
                     return Err(self.error(format!("expected `)`, found {}", describe(self.peek()))));
                 }
@@ -240,12 +283,15 @@ impl Parser {
     }
 
     /// `name(` has been seen; reads the arguments and checks the function.
-    fn call(&mut self, name: String) -> Result<Expr, ParseError> {
+    fn call(&mut self, name: String) -> Result<Parsed, ParseError> {
         let at = self.pos - 1;
         self.next(); // `(`
-        let mut args = vec![self.sum()?];
+        let (first, mut depth) = self.nested(Parser::sum)?;
+        let mut args = vec![first];
         while self.eat(',') {
-            args.push(self.sum()?);
+            let (arg, d) = self.nested(Parser::sum)?;
+            args.push(arg);
+            depth = depth.max(d);
         }
         if !self.eat(')') {
             return Err(self.error(format!("expected `,` or `)`, found {}", describe(self.peek()))));
@@ -264,7 +310,7 @@ impl Parser {
                 message: format!("`{name}` takes {n} argument{}, given {}", if n == 1 { "" } else { "s" }, args.len()),
             });
         }
-        Ok(Expr::Call(name, args))
+        self.node(Expr::Call(name, args), depth)
     }
 }
 
@@ -392,6 +438,31 @@ mod tests {
         assert!(err("sin(1)").starts_with("at column 1: unknown function `sin`; known functions: min, max"));
         assert_eq!(err("ceil(1, 2)"), "at column 1: `ceil` takes 1 argument, given 2");
         assert_eq!(err("a..b"), "at column 1: `a..b` is not a name: dots join names");
+    }
+
+    #[test]
+    fn nesting_is_bounded_by_a_clear_error_not_the_stack() {
+        let deep = "nests more than 100 levels deep";
+        // Each of these used to recurse once per character: 100,000 deep.
+        for text in [
+            format!("{}1", "-".repeat(100_000)),
+            format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000)),
+            format!("{}1", "2 ^ ".repeat(100_000)),
+            format!("{}1{}", "abs(".repeat(100_000), ")".repeat(100_000)),
+            format!("{}1", "1 + ".repeat(100_000)),
+            format!("{}1", "2 * ".repeat(100_000)),
+        ] {
+            assert!(err(&text).contains(deep), "{}...: {}", &text[..8], err(&text));
+        }
+        // The limit, by hand: a sign over 99 signs over a number is 101 nodes.
+        assert_eq!(eval(&format!("{}1", "-".repeat(99))), -1.0);
+        assert!(err(&format!("{}1", "-".repeat(100))).contains(deep));
+        // 99 additions make a tree 100 deep; 100 make it 101.
+        assert_eq!(eval(&format!("{}1", "1 + ".repeat(99))), 100.0);
+        assert!(err(&format!("{}1", "1 + ".repeat(100))).contains(deep));
+        // Parentheses add nesting, not nodes: 100 pairs pass, 101 do not.
+        assert_eq!(eval(&format!("{}1{}", "(".repeat(100), ")".repeat(100))), 1.0);
+        assert!(err(&format!("{}1{}", "(".repeat(101), ")".repeat(101))).contains(deep));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use crate::config::Scenario;
 use crate::engine::{Observer, StepRecord};
 use crate::metrics::{Collector, CollectorOptions, RequestRecord, RunResult};
+use crate::sweep::stats::Summary;
 
 /// Metrics computed here, with what each one is (for errors and the README).
 pub const DERIVED: &[(&str, &str)] = &[
@@ -42,10 +43,72 @@ impl Measured {
     }
 }
 
-/// Runs the scenario and measures it.
-pub fn measure(s: &Scenario) -> Measured {
+/// A row's metrics over its seeds: for each, the mean over the seeds that
+/// have a value and the half-width of its 95% Student-t interval (what
+/// `llmsim sweep --seeds` reports), and how many seeds ran.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OverSeeds {
+    pub seeds: usize,
+    pub values: BTreeMap<String, Summary>,
+}
+
+/// [`Summary::of`], except that seeds agreeing exactly give that value and
+/// an interval of exactly 0 (a mean of equal floats can differ from them in
+/// the last bit, and an exact prediction must still pass).
+fn summarize(xs: &[Option<f64>]) -> Summary {
+    let present: Vec<f64> = xs.iter().flatten().copied().collect();
+    match present.split_first() {
+        Some((first, rest)) if present.len() >= 2 && rest.iter().all(|x| x.to_bits() == first.to_bits()) => {
+            Summary { n: present.len(), mean: Some(*first), ci95: Some(0.0) }
+        }
+        _ => Summary::of(xs),
+    }
+}
+
+impl OverSeeds {
+    /// Summarises one row's runs, one per seed.
+    pub fn of(runs: &[Measured]) -> OverSeeds {
+        let mut names: Vec<&String> = runs.iter().flat_map(|m| m.values.keys()).collect();
+        names.sort();
+        names.dedup();
+        let values = names
+            .into_iter()
+            .map(|n| {
+                let xs: Vec<Option<f64>> = runs.iter().map(|m| m.get(n)).collect();
+                (n.clone(), summarize(&xs))
+            })
+            .collect();
+        OverSeeds { seeds: runs.len(), values }
+    }
+
+    /// The metric's summary; `None` when no seed has a value.
+    pub fn get(&self, name: &str) -> Option<Summary> {
+        self.values.get(name).copied().filter(|s| s.mean.is_some())
+    }
+
+    /// The mean, when every seed has a value.
+    pub fn mean(&self, name: &str) -> Option<f64> {
+        self.get(name).and_then(|s| s.mean)
+    }
+
+    /// The half-width of the 95% interval of the mean (0 for one seed, or
+    /// when every seed gave the same value).
+    pub fn ci95(&self, name: &str) -> f64 {
+        self.get(name).and_then(|s| s.ci95).unwrap_or(0.0)
+    }
+
+    /// Every seed has a value.
+    pub fn complete(&self, name: &str) -> bool {
+        self.get(name).is_some_and(|s| s.n == self.seeds)
+    }
+}
+
+/// Runs the scenario and measures it; a run that stops at a run limit
+/// ([`crate::sim::SimError`]) is an error naming the scenario.
+pub fn measure(s: &Scenario) -> Result<Measured, String> {
     let mut tally = StepTally::default();
-    let out = crate::sim::run_observed(s, CollectorOptions::default(), &mut tally);
+    let out = crate::sim::run_observed(s, CollectorOptions::default(), &mut tally)
+        .map_err(|e| format!("{} ({}): {e}", s.source.display(), s.name))?;
     let mut values = result_values(&out.result);
     values.extend(tally.values());
     values.extend(request_values(&out.requests));
@@ -54,11 +117,12 @@ pub fn measure(s: &Scenario) -> Measured {
         _ => None,
     };
     values.insert("queue_share".into(), share);
-    Measured { values }
+    Ok(Measured { values })
 }
 
 /// Every metric name a run of `s` has, sorted.
 pub fn names(s: &Scenario) -> Vec<String> {
+    // `finish`, not `summarize`: it adds what the scenario turns on (prefix_cache.*).
     let empty = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).finish(s).result;
     let mut all: Vec<String> = result_values(&empty).into_keys().collect();
     all.extend(DERIVED.iter().map(|(n, _)| (*n).to_string()));
@@ -168,6 +232,8 @@ mod tests {
             preempted: 0,
             compute_s: 0.0,
             memory_s: 0.0,
+            cached_blocks: 0,
+            evictions: 0,
         }
     }
 
@@ -184,6 +250,23 @@ mod tests {
         assert_eq!(v["decode_step_ms_per_stream"], Some(10.0 / 6.0));
         assert_eq!(v["work_tokens"], Some(512.0 + 10.0));
         assert_eq!(v["busy_s"], Some(0.020));
+    }
+
+    #[test]
+    fn a_row_over_seeds_is_the_mean_and_the_student_t_interval() {
+        let run = |x: Option<f64>| Measured { values: BTreeMap::from([("m".to_string(), x)]) };
+        let rows = OverSeeds::of(&[run(Some(1.0)), run(Some(2.0)), run(Some(3.0))]);
+        assert_eq!(rows.mean("m"), Some(2.0));
+        // s = 1, t(0.975, 2) = 4.3027: half-width 4.3027 / sqrt(3).
+        assert!((rows.ci95("m") - 4.302_652_730 / 3f64.sqrt()).abs() < 1e-12);
+        assert!(rows.complete("m"));
+        let partial = OverSeeds::of(&[run(Some(1.0)), run(None)]);
+        assert!(!partial.complete("m") && partial.mean("m") == Some(1.0) && partial.ci95("m") == 0.0);
+        assert_eq!(OverSeeds::of(&[run(None), run(None)]).get("m"), None);
+        // Equal values: that value exactly, and no interval.
+        let x = 0.1 + 0.2;
+        let same = OverSeeds::of(&[run(Some(x)), run(Some(x)), run(Some(x))]);
+        assert_eq!((same.mean("m"), same.ci95("m")), (Some(x), 0.0));
     }
 
     #[test]

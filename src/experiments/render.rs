@@ -2,10 +2,17 @@
 //! `results/README.md`. Pure functions from outcomes to text. Nothing that
 //! varies between machines or runs gets in (no time, no path outside the
 //! repository, no version), so `--check` can compare bytes.
+//!
+//! Every figure is a mean over the experiment's seeds, shown with the
+//! half-width of its 95% Student-t interval when the seeds disagree
+//! (`20.23 ±0.41`); every PASS or FAIL is computed here from those, by
+//! [`Tolerance::allows`](super::spec::Tolerance::allows): the whole
+//! interval must lie within the tolerance.
 
 use std::fmt::Write;
 
 use super::Outcome;
+use super::measure::OverSeeds;
 use super::spec::{Prediction, Row, Spec};
 use super::vars::render_flow;
 
@@ -16,7 +23,7 @@ pub fn verdict(o: &Outcome) -> (usize, usize) {
     for p in &o.spec.predictions {
         for (r, predicted) in p.values.iter().enumerate() {
             total += 1;
-            if passes(p, *predicted, o.measured[r].get(&p.metric)) {
+            if passes(p, *predicted, &o.measured[r]) {
                 pass += 1;
             }
         }
@@ -24,8 +31,11 @@ pub fn verdict(o: &Outcome) -> (usize, usize) {
     (pass, total)
 }
 
-fn passes(p: &Prediction, predicted: f64, simulated: Option<f64>) -> bool {
-    simulated.is_some_and(|s| p.tolerance.allows(predicted, s))
+/// Every seed measured the metric and the interval of its mean lies within
+/// the tolerance.
+fn passes(p: &Prediction, predicted: f64, m: &OverSeeds) -> bool {
+    m.complete(&p.metric)
+        && m.mean(&p.metric).is_some_and(|mean| p.tolerance.allows(predicted, mean, m.ci95(&p.metric)))
 }
 
 /// `results/<name>.md`. `spec_dir` is the experiments directory as shown to
@@ -46,6 +56,14 @@ pub fn experiment(o: &Outcome, spec_dir: &str) -> String {
         s.base_path,
         if keys.len() > 1 { "s (one per row)" } else { "" },
         keys.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "Every row runs on {} seeds (the base's `workload.seed` and the next {}). A figure is the mean over \
+         them, `±` the half-width of its 95% Student-t interval when they differ; a prediction passes when \
+         the whole interval lies within its tolerance (`|mean - predicted| + half-width <= tolerance`).\n",
+        s.seeds,
+        s.seeds - 1
     );
     out.push_str("## Predictions\n");
     for p in &s.predictions {
@@ -82,18 +100,31 @@ fn prediction_table(out: &mut String, o: &Outcome, p: &Prediction) {
     let _ = writeln!(out, "|---|{}---:|---:|---:|---|", if per_row { "---|" } else { "" });
     for (r, row) in s.rows.iter().enumerate() {
         let predicted = p.values[r];
-        let simulated = o.measured[r].get(&p.metric);
+        let m = &o.measured[r];
         let formula = if per_row { format!(" `{}` |", cell(&p.expect[r].source)) } else { String::new() };
-        let result = if passes(p, predicted, simulated) { "PASS" } else { "**FAIL**" };
+        let result = if passes(p, predicted, m) { "PASS" } else { "**FAIL**" };
         let _ = writeln!(
             out,
             "| {} |{formula} {} | {} | {} | {result} |",
             row_label(s, row),
             number(predicted),
-            simulated.map_or_else(|| "-".to_string(), number),
-            error(predicted, simulated)
+            with_interval(m, &p.metric),
+            error(predicted, m.mean(&p.metric), m.ci95(&p.metric))
         );
     }
+}
+
+/// `mean` or `mean ±half`; `-` without a value, and a note when only some
+/// seeds had one.
+fn with_interval(m: &OverSeeds, metric: &str) -> String {
+    let Some(s) = m.get(metric) else { return "-".into() };
+    let mean = s.mean.map_or_else(|| "-".to_string(), number);
+    let half = s.mean.map_or(String::new(), |x| half_width(x, m.ci95(metric)));
+    let mut text = if half.is_empty() { mean } else { format!("{mean} ±{half}") };
+    if s.n < m.seeds {
+        let _ = write!(text, " ({} of {} seeds)", s.n, m.seeds);
+    }
+    text
 }
 
 fn measurement_table(out: &mut String, o: &Outcome) {
@@ -106,9 +137,9 @@ fn measurement_table(out: &mut String, o: &Outcome) {
             .metrics
             .iter()
             .map(|m| {
-                let v = o.measured[r].get(m);
-                let first = o.measured[0].get(m);
-                let mut c = v.map_or_else(|| "-".to_string(), number);
+                let v = o.measured[r].mean(m);
+                let first = o.measured[0].mean(m);
+                let mut c = with_interval(&o.measured[r], m);
                 if let (true, Some(v), Some(f)) = (s.compare_to_first && r > 0, v, first)
                     && f != 0.0
                 {
@@ -127,7 +158,7 @@ fn misses(out: &mut String, o: &Outcome) {
         .spec
         .predictions
         .iter()
-        .filter(|p| p.values.iter().enumerate().any(|(r, v)| !passes(p, *v, o.measured[r].get(&p.metric))))
+        .filter(|p| p.values.iter().enumerate().any(|(r, v)| !passes(p, *v, &o.measured[r])))
         .collect();
     if failing.is_empty() {
         return;
@@ -165,7 +196,8 @@ pub fn index(outcomes: &[Outcome], spec_dir: &str) -> String {
         out,
         "Each table here is generated by `llmsim experiments` from a file in `{spec_dir}/`: a base scenario, \
          one key changed across levels, a prediction written from the cost model before the run, and what the \
-         simulator measured. `llmsim experiments --check` (run in CI) fails when any file here differs from a \
+         simulator measured over several seeds (means with their 95% Student-t intervals; a prediction passes \
+         when the whole interval lies within its tolerance). `llmsim experiments --check` (run in CI) fails when any file here differs from a \
          fresh run, so a change in the engine's behaviour shows up as a diff of these tables. Do not edit by hand.\n"
     );
     out.push_str("| experiment | predictions | hypothesis |\n|---|---|---|\n");
@@ -212,13 +244,39 @@ pub fn number(x: f64) -> String {
     }
 }
 
-/// Signed relative error in percent, or `-` when it has no meaning.
-fn error(predicted: f64, simulated: Option<f64>) -> String {
-    match simulated {
+/// An interval's half-width to the decimals [`number`] gives its mean, or
+/// nothing when it rounds to 0 there.
+fn half_width(mean: f64, half: f64) -> String {
+    let a = mean.abs();
+    let decimals = if a >= 1000.0 {
+        0
+    } else if a >= 100.0 {
+        1
+    } else if a >= 10.0 {
+        2
+    } else {
+        3
+    };
+    let text = format!("{half:.decimals$}");
+    if text.chars().all(|c| matches!(c, '0' | '.')) {
+        String::new()
+    } else if decimals == 0 {
+        crate::report::thousands(half.round() as u64)
+    } else {
+        text
+    }
+}
+
+/// Signed relative error of the mean in percent, and the interval's
+/// half-width in percent of the prediction when it is not 0; `-` when it
+/// has no meaning.
+fn error(predicted: f64, mean: Option<f64>, half: f64) -> String {
+    match mean {
         Some(s) if predicted != 0.0 => {
             let e = (s - predicted) / predicted.abs() * 100.0;
             let e = if e.abs() < 0.05 { 0.0 } else { e };
-            format!("{e:+.1}%")
+            let h = half / predicted.abs() * 100.0;
+            if h >= 0.05 { format!("{e:+.1}% ±{h:.1}%") } else { format!("{e:+.1}%") }
         }
         Some(0.0) => "+0.0%".into(),
         _ => "-".into(),
@@ -241,12 +299,36 @@ mod tests {
     }
 
     #[test]
+    fn a_half_width_takes_its_means_decimals_and_vanishes_below_them() {
+        assert_eq!(half_width(20.3, 0.2301), "0.23");
+        assert_eq!(half_width(109.9, 4.891), "4.9");
+        assert_eq!(half_width(4227.0, 36.98), "37");
+        assert_eq!(half_width(12_000.0, 1234.5), "1,235");
+        assert_eq!(half_width(111.65, 1e-13), "");
+        assert_eq!(half_width(0.993, 0.0004), "");
+    }
+
+    #[test]
     fn error_is_signed_and_relative_to_the_prediction() {
-        assert_eq!(error(100.0, Some(102.0)), "+2.0%");
-        assert_eq!(error(100.0, Some(97.5)), "-2.5%");
-        assert_eq!(error(100.0, Some(100.0001)), "+0.0%");
-        assert_eq!(error(0.0, Some(0.0)), "+0.0%");
-        assert_eq!(error(0.0, Some(1.0)), "-");
-        assert_eq!(error(1.0, None), "-");
+        assert_eq!(error(100.0, Some(102.0), 0.0), "+2.0%");
+        assert_eq!(error(100.0, Some(97.5), 0.0), "-2.5%");
+        assert_eq!(error(100.0, Some(100.0001), 0.0), "+0.0%");
+        assert_eq!(error(0.0, Some(0.0), 0.0), "+0.0%");
+        assert_eq!(error(0.0, Some(1.0), 0.0), "-");
+        assert_eq!(error(1.0, None, 0.0), "-");
+        assert_eq!(error(-200.0, Some(-190.0), 7.0), "+5.0% ±3.5%");
+    }
+
+    #[test]
+    fn a_prediction_passes_only_when_the_whole_interval_is_within_tolerance() {
+        use crate::experiments::spec::Tolerance;
+        let ten = Tolerance::Relative(0.10);
+        // 120 predicted, 10% allows 108 to 132.
+        assert!(ten.allows(120.0, 111.3, 0.0), "one seed at 111.3 is inside");
+        assert!(ten.allows(120.0, 112.0, 4.0), "108 to 116 is inside");
+        assert!(!ten.allows(120.0, 111.3, 4.0), "107.3 to 115.3 reaches below 108");
+        assert!(!ten.allows(120.0, 100.0, 0.0));
+        assert!(Tolerance::Absolute(0.0).allows(6.0, 6.0, 0.0));
+        assert!(!Tolerance::Absolute(0.0).allows(6.0, 6.0, 0.5), "an exact prediction needs every seed to agree");
     }
 }

@@ -37,7 +37,16 @@ pub struct RawSpec {
     /// Observations written after looking at the results.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Seeds every row runs on (default [`SEEDS`]): the base's
+    /// `workload.seed` and the next ones.
+    pub seeds: Option<i64>,
 }
+
+/// Seeds a row runs on unless the file says otherwise.
+pub const SEEDS: u32 = 5;
+/// The fewest and most seeds a file may ask for: a verdict rests on an
+/// interval, which needs two.
+pub const SEED_RANGE: (u32, u32) = (2, 100);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,6 +87,8 @@ pub struct Spec {
     pub lets: Vec<Formula>,
     pub predictions: Vec<Prediction>,
     pub notes: Vec<String>,
+    /// Seeds every row runs on.
+    pub seeds: u32,
 }
 
 /// One variant: the base with `key` set to `level`.
@@ -116,12 +127,21 @@ pub enum Tolerance {
 }
 
 impl Tolerance {
-    pub fn allows(&self, predicted: f64, simulated: f64) -> bool {
-        let limit = match *self {
+    /// The largest distance from the prediction it allows.
+    pub fn limit(&self, predicted: f64) -> f64 {
+        match *self {
             Tolerance::Relative(f) => f * predicted.abs(),
             Tolerance::Absolute(a) => a,
-        };
-        (simulated - predicted).abs() <= limit
+        }
+    }
+
+    /// The verdict: the whole interval `mean ± half` lies within the
+    /// tolerance of the prediction, `|mean - predicted| + half <= limit`.
+    /// With `half` the 95% Student-t half-width over seeds, a pass says the
+    /// mean over all seeds is within tolerance with 95% confidence, and no
+    /// single lucky (or unlucky) seed decides it.
+    pub fn allows(&self, predicted: f64, mean: f64, half: f64) -> bool {
+        (mean - predicted).abs() + half <= self.limit(predicted)
     }
 }
 
@@ -190,7 +210,21 @@ pub fn load(file: &Path) -> Result<Spec, ConfigError> {
         predictions.push(prediction(p, i, &known, &lets, &base, &rows, file)?);
     }
     check_lets_used(&lets, &predictions, file)?;
+    let seeds = match raw.seeds {
+        None => SEEDS,
+        Some(n) if (i64::from(SEED_RANGE.0)..=i64::from(SEED_RANGE.1)).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(err(
+                "seeds",
+                format!(
+                    "{n} is not allowed: from {} to {} (a verdict rests on the 95% interval over seeds, which needs two)",
+                    SEED_RANGE.0, SEED_RANGE.1
+                ),
+            ));
+        }
+    };
     Ok(Spec {
+        seeds,
         name,
         file: file.to_path_buf(),
         title: raw.title.trim().to_string(),
@@ -209,6 +243,9 @@ pub fn load(file: &Path) -> Result<Spec, ConfigError> {
 
 /// A mapping with a scenario's keys and none of an experiment's.
 fn looks_like_a_scenario(text: &str) -> bool {
+    if config::yaml::precheck(text).is_err() {
+        return false;
+    }
     let Ok(Value::Mapping(m)) = serde_yaml::from_str::<Value>(text) else {
         return false;
     };
@@ -314,8 +351,19 @@ fn formula(name: &str, v: &Value, file: &Path, path: &str) -> Result<Formula, Co
     let source = source_of(v).ok_or_else(|| {
         ConfigError::new(file, path, format!("expected an expression, got {}", config::describe_value(v)))
     })?;
-    let expr = expr::parse(&source).map_err(|e| ConfigError::new(file, path, format!("`{source}`: {e}")))?;
+    let expr = expr::parse(&source).map_err(|e| ConfigError::new(file, path, format!("{}: {e}", quoted(&source))))?;
     Ok(Formula { name: name.to_string(), source, expr })
+}
+
+/// An expression as an error quotes it: whole up to 80 characters, else
+/// its start and its length.
+fn quoted(source: &str) -> String {
+    let n = source.chars().count();
+    if n <= 80 {
+        return format!("`{source}`");
+    }
+    let head: String = source.chars().take(60).collect();
+    format!("`{head}...` ({n} characters)")
 }
 
 fn lets(map: &serde_yaml::Mapping, file: &Path) -> Result<Vec<Formula>, ConfigError> {

@@ -6,6 +6,16 @@
 //! ENGINE.md that a derivation keeps needing (weight bytes, blocks, the
 //! roofline rates). Key paths are those a user writes in a scenario file or
 //! after `--set`, so `model.kv_cache.bytes_per_token` means what it says.
+//!
+//! The derived figures are computed here, from those key paths, with this
+//! module's own arithmetic (ENGINE.md sections 1 and 3), never from the
+//! engine's cost model or capacity code: a prediction is a second,
+//! independent derivation, so a bug in the engine's formulas makes the
+//! experiments fail instead of moving both sides together. The formulas are
+//! ENGINE.md's; where a scenario sets a DEPLOYMENT.md key that changes one
+//! of them (an architecture, tensor parallelism, per-layer or per-sequence
+//! overheads, fp8 peak FLOPS), that figure has no value and reading it is an
+//! error saying why: write that derivation from the key paths instead.
 
 use std::collections::BTreeMap;
 
@@ -48,6 +58,8 @@ pub enum VarError {
     NotANumber { name: String, what: String },
     /// Neither a key path nor a derived variable nor a `let`.
     Unknown { name: String, hint: Option<String> },
+    /// A derived figure whose ENGINE.md formula does not apply here.
+    Unavailable { name: String, why: String },
 }
 
 impl std::fmt::Display for VarError {
@@ -61,6 +73,7 @@ impl std::fmt::Display for VarError {
                 hint(h)
             ),
             VarError::NotANumber { name, what } => write!(f, "`{name}` is {what}, not a number"),
+            VarError::Unavailable { name, why } => write!(f, "`{name}` has no value here: {why}"),
             VarError::Unknown { name, hint: h } => {
                 let derived: Vec<&str> = DERIVED.iter().map(|(n, _)| *n).collect();
                 write!(
@@ -82,13 +95,19 @@ pub struct Vars {
     numbers: BTreeMap<String, f64>,
     /// Keys whose value is not a number, with a description of the value.
     others: BTreeMap<String, String>,
+    /// Derived figures this scenario has no value for, and why.
+    unavailable: BTreeMap<String, String>,
 }
 
 impl Vars {
     pub fn of(s: &Scenario) -> Vars {
         let mut vars = Vars::default();
-        vars.flatten("", &effective_value(s));
-        vars.derive(s);
+        let value = effective_value(s);
+        vars.flatten("", &value);
+        vars.derive(&value);
+        if let Arrivals::Trace(t) = &s.workload.arrivals {
+            vars.trace(&t.rows);
+        }
         vars
     }
 
@@ -100,6 +119,9 @@ impl Vars {
     pub fn get(&self, name: &str) -> Result<f64, VarError> {
         if let Some(v) = self.numbers.get(name) {
             return Ok(*v);
+        }
+        if let Some(why) = self.unavailable.get(name) {
+            return Err(VarError::Unavailable { name: name.to_string(), why: why.clone() });
         }
         if let Some(what) = self.others.get(name) {
             return Err(VarError::NotANumber { name: name.to_string(), what: what.clone() });
@@ -145,41 +167,178 @@ impl Vars {
         }
     }
 
-    fn derive(&mut self, s: &Scenario) {
-        let cost = s.engine_config().cost;
-        let cap = &s.capacity;
-        let (prompt, output) = s.mean_lengths();
-        let figures = [
-            ("parameters", cost.parameters),
-            ("weight_bytes", cost.weight_bytes),
-            ("kv_bytes_per_token", cost.kv_bytes_per_token),
-            ("block_size", f64::from(cap.block_size)),
-            ("block_bytes", cap.block_bytes as f64),
-            ("num_blocks", f64::from(cap.num_blocks)),
-            ("kv_tokens", cap.kv_tokens as f64),
-            ("watermark_blocks", f64::from(cap.watermark_blocks)),
-            ("flops_per_s", cost.flops_per_s),
-            ("bytes_per_s", cost.bytes_per_s),
-            ("overhead_s", cost.overhead_s),
-            ("weights_read_s", cost.weight_bytes / cost.bytes_per_s),
-            ("kv_read_s_per_token", cost.kv_bytes_per_token / cost.bytes_per_s),
-            ("compute_s_per_token", 2.0 * cost.parameters / cost.flops_per_s),
-            ("prompt_mean", prompt),
-            ("output_mean", output),
-        ];
-        for (name, value) in figures {
-            self.set(name, value);
+    /// The derived figures of [`DERIVED`], from the key paths alone (see
+    /// the module docs).
+    fn derive(&mut self, value: &Value) {
+        let mut d = Derivation { keys: &self.numbers, out: Vec::new(), unavailable: Vec::new() };
+        d.run(value);
+        let Derivation { out, unavailable, .. } = d;
+        for (name, v) in out {
+            self.set(name, v);
         }
-        if let Arrivals::Trace(t) = &s.workload.arrivals {
-            let sum = |f: fn(&crate::workload::trace::TraceRow) -> u32| t.rows.iter().map(|r| f64::from(f(r))).sum();
-            let max =
-                |f: fn(&crate::workload::trace::TraceRow) -> u32| f64::from(t.rows.iter().map(f).max().unwrap_or(0));
-            self.set("trace.requests", t.rows.len() as f64);
-            self.set("trace.prompt_tokens_sum", sum(|r| r.prompt));
-            self.set("trace.prompt_tokens_max", max(|r| r.prompt));
-            self.set("trace.output_tokens_sum", sum(|r| r.output));
-            self.set("trace.output_tokens_max", max(|r| r.output));
+        for (name, why) in unavailable {
+            self.unavailable.insert(name.to_string(), why);
         }
+    }
+
+    /// `trace.*`, `prompt_mean` and `output_mean` of a trace workload: sums,
+    /// maxima and means over its rows.
+    fn trace(&mut self, rows: &[crate::workload::trace::TraceRow]) {
+        let sum = |f: fn(&crate::workload::trace::TraceRow) -> u32| rows.iter().map(|r| f64::from(f(r))).sum::<f64>();
+        let max = |f: fn(&crate::workload::trace::TraceRow) -> u32| f64::from(rows.iter().map(f).max().unwrap_or(0));
+        let n = rows.len() as f64;
+        self.set("trace.requests", n);
+        self.set("trace.prompt_tokens_sum", sum(|r| r.prompt));
+        self.set("trace.prompt_tokens_max", max(|r| r.prompt));
+        self.set("trace.output_tokens_sum", sum(|r| r.output));
+        self.set("trace.output_tokens_max", max(|r| r.output));
+        if n > 0.0 {
+            self.set("prompt_mean", sum(|r| r.prompt) / n);
+            self.set("output_mean", sum(|r| r.output) / n);
+        }
+    }
+}
+
+/// The derived figures, by hand from the scenario's keys.
+struct Derivation<'a> {
+    keys: &'a BTreeMap<String, f64>,
+    out: Vec<(&'static str, f64)>,
+    unavailable: Vec<(&'static str, String)>,
+}
+
+impl Derivation<'_> {
+    fn key(&self, path: &str) -> Option<f64> {
+        self.keys.get(path).copied()
+    }
+
+    fn has_under(&self, prefix: &str) -> bool {
+        let dotted = format!("{prefix}.");
+        self.keys.keys().any(|k| k == prefix || k.starts_with(&dotted))
+    }
+
+    /// Records `name` as `value`, or as unavailable with the first reason.
+    fn put(&mut self, name: &'static str, value: Result<f64, String>) {
+        match value {
+            Ok(v) => self.out.push((name, v)),
+            Err(why) => self.unavailable.push((name, why)),
+        }
+    }
+
+    /// A key's value, or why there is none.
+    fn need(&self, path: &str) -> Result<f64, String> {
+        self.key(path).ok_or_else(|| format!("the scenario has no number at `{path}`"))
+    }
+
+    fn run(&mut self, value: &Value) {
+        let deployment = |what: &str| {
+            format!(
+                "the scenario sets {what} (DEPLOYMENT.md), and this figure follows ENGINE.md's formula; write the \
+                 derivation from the scenario's key paths"
+            )
+        };
+        // What changes which formula (DEPLOYMENT.md sections 1 and 2).
+        let arch = if self.has_under("model.architecture") || self.has_under("model.hf_config") {
+            Err(deployment("a model architecture"))
+        } else {
+            Ok(())
+        };
+        let tp = match self.key("parallelism.tensor") {
+            Some(t) if t != 1.0 => Err(deployment(&format!("parallelism.tensor = {t}"))),
+            _ => Ok(()),
+        };
+        let overheads = ["latency.per_layer_overhead_us", "latency.per_sequence_overhead_us"]
+            .iter()
+            .find(|k| self.key(k).is_some_and(|v| v != 0.0))
+            .map_or(Ok(()), |k| Err(deployment(&format!("`{k}`"))));
+        let bpp = self.need("model.weights.bytes_per_parameter");
+        let fp8 = match (self.key("hardware.peak_tflops_fp8"), &bpp) {
+            (Some(_), Ok(b)) if *b <= 1.0 => Err(deployment("hardware.peak_tflops_fp8 with 1-byte weights")),
+            _ => Ok(()),
+        };
+
+        // ENGINE.md section 1: weights and blocks.
+        let parameters = arch.clone().and(self.need("model.weights.parameters_billions")).map(|b| b * 1e9);
+        let weight_bytes = parameters.clone().and_then(|p| Ok(p * bpp.clone()?));
+        let kv = self.need("model.kv_cache.bytes_per_token");
+        let block_size = self.need("model.kv_cache.block_size");
+        let block_bytes = kv.clone().and_then(|k| Ok(k * block_size.clone()?));
+        let num_blocks = match self.key("model.kv_cache.num_blocks") {
+            Some(n) => Ok(n),
+            None => tp.clone().and(weight_bytes.clone()).and_then(|w| {
+                let usable = self.need("hardware.hbm_gib")?
+                    * 1_073_741_824.0
+                    * self.need("model.kv_cache.gpu_memory_utilization")?
+                    - w;
+                Ok((usable / block_bytes.clone()?).floor())
+            }),
+        };
+        let kv_tokens = num_blocks.clone().and_then(|n| Ok(n * block_size.clone()?));
+        let watermark = num_blocks.clone().and_then(|n| Ok((self.need("model.kv_cache.watermark")? * n).floor()));
+
+        // ENGINE.md section 3, step 4: the roofline rates.
+        let flops = fp8
+            .and(tp.clone())
+            .and(self.need("hardware.peak_tflops"))
+            .and_then(|p| Ok(p * 1e12 * self.need("efficiency.compute")?));
+        let bytes = tp
+            .and(self.need("hardware.memory_bandwidth_gbps"))
+            .and_then(|b| Ok(b * 1e9 * self.need("efficiency.memory")?));
+        let overhead = overheads.and(self.need("latency.step_overhead_ms")).map(|ms| ms / 1000.0);
+        let ratio = |a: &Result<f64, String>, b: &Result<f64, String>| Ok(a.clone()? / b.clone()?);
+        let weights_read = ratio(&weight_bytes, &bytes);
+        let kv_read = ratio(&kv, &bytes);
+        let compute = parameters.clone().and_then(|p| Ok(2.0 * p / flops.clone()?));
+
+        for (name, v) in [
+            ("parameters", parameters),
+            ("weight_bytes", weight_bytes),
+            ("kv_bytes_per_token", kv),
+            ("block_size", block_size),
+            ("block_bytes", block_bytes),
+            ("num_blocks", num_blocks),
+            ("kv_tokens", kv_tokens),
+            ("watermark_blocks", watermark),
+            ("flops_per_s", flops),
+            ("bytes_per_s", bytes),
+            ("overhead_s", overhead),
+            ("weights_read_s", weights_read),
+            ("kv_read_s_per_token", kv_read),
+            ("compute_s_per_token", compute),
+        ] {
+            self.put(name, v);
+        }
+        let workload = value.get("workload");
+        for (name, key) in [("prompt_mean", "prompt_tokens"), ("output_mean", "output_tokens")] {
+            if let Some(v) = workload.and_then(|w| w.get(key)) {
+                self.put(name, length_mean(v).ok_or_else(|| format!("workload.{key} is not a length this knows")));
+            }
+        }
+    }
+}
+
+/// The mean of a length as written (before clamping: what a user quotes):
+/// a number, `uniform: [lo, hi]`, `{normal|lognormal|exponential: {mean}}`
+/// or `choice: {values, weights}` (weights default to equal).
+fn length_mean(v: &Value) -> Option<f64> {
+    if let Some(n) = v.as_f64() {
+        return Some(n);
+    }
+    let Value::Mapping(m) = v else { return None };
+    let (kind, body) = m.iter().next()?;
+    match kind.as_str()? {
+        "uniform" => Some((body.get(0)?.as_f64()? + body.get(1)?.as_f64()?) / 2.0),
+        "normal" | "lognormal" | "exponential" => body.get("mean")?.as_f64(),
+        "choice" => {
+            let values: Vec<f64> =
+                body.get("values")?.as_sequence()?.iter().map(Value::as_f64).collect::<Option<_>>()?;
+            let weights: Vec<f64> = match body.get("weights") {
+                Some(w) => w.as_sequence()?.iter().map(Value::as_f64).collect::<Option<_>>()?,
+                None => vec![1.0; values.len()],
+            };
+            let total: f64 = weights.iter().sum();
+            Some(values.iter().zip(&weights).map(|(v, w)| v * w).sum::<f64>() / total)
+        }
+        _ => None,
     }
 }
 
@@ -237,6 +396,82 @@ mod tests {
 
     fn yaml(text: &str) -> Value {
         serde_yaml::from_str(text).unwrap()
+    }
+
+    /// The base model of ENGINE.md, as `llmsim explain` prints it.
+    const BASE: &str = "
+hardware: { name: h100-like, hbm_gib: 80.0, memory_bandwidth_gbps: 3000.0, peak_tflops: 989.0 }
+model:
+  context_length: 32768
+  weights: { parameters_billions: 6.74, bytes_per_parameter: 2.0 }
+  kv_cache: { bytes_per_token: 524288, block_size: 16, gpu_memory_utilization: 0.9, watermark: 0.01 }
+scheduler: { max_batch_tokens: 8192, max_num_sequences: 64 }
+latency: { step_overhead_ms: 0.0 }
+efficiency: { compute: 1.0, memory: 1.0 }
+workload:
+  prompt_tokens: 512
+  output_tokens: { uniform: [32, 96] }
+";
+
+    fn vars_of(text: &str) -> Vars {
+        let value = yaml(text);
+        let mut v = Vars::default();
+        v.flatten("", &value);
+        v.derive(&value);
+        v
+    }
+
+    #[test]
+    fn derived_figures_are_engine_md_by_hand_from_the_keys() {
+        let v = vars_of(BASE);
+        let get = |n: &str| v.get(n).unwrap();
+        assert_eq!(get("parameters"), 6.74e9);
+        assert_eq!(get("weight_bytes"), 13.48e9);
+        assert_eq!(get("block_bytes"), 8_388_608.0);
+        // ENGINE.md's worked example: 7,609 blocks, 121,744 tokens, 76 watermark blocks.
+        assert_eq!(get("num_blocks"), 7609.0);
+        assert_eq!(get("kv_tokens"), 121_744.0);
+        assert_eq!(get("watermark_blocks"), 76.0);
+        assert_eq!(get("flops_per_s"), 989e12);
+        assert_eq!(get("bytes_per_s"), 3e12);
+        // The decode floor of ENGINE.md: about 4.49 ms.
+        assert!((get("weights_read_s") - 0.004_493_333).abs() < 1e-9);
+        assert_eq!(get("kv_read_s_per_token"), 524_288.0 / 3e12);
+        assert_eq!(get("compute_s_per_token"), 2.0 * 6.74e9 / 989e12);
+        assert_eq!((get("prompt_mean"), get("output_mean")), (512.0, 64.0));
+        assert_eq!(get("overhead_s"), 0.0);
+    }
+
+    #[test]
+    fn a_given_block_count_and_every_length_form_are_read_from_the_keys() {
+        let text = BASE.replace("watermark: 0.01 }", "watermark: 0.1, num_blocks: 1000 }").replace(
+            "output_tokens: { uniform: [32, 96] }",
+            "output_tokens: { choice: { values: [10, 40], weights: [3.0, 1.0] } }",
+        );
+        let v = vars_of(&text);
+        assert_eq!(v.get("num_blocks"), Ok(1000.0));
+        assert_eq!(v.get("watermark_blocks"), Ok(100.0));
+        assert_eq!(v.get("output_mean"), Ok((3.0 * 10.0 + 40.0) / 4.0));
+        let v =
+            vars_of(&BASE.replace("prompt_tokens: 512", "prompt_tokens: { lognormal: { mean: 700, std: 9, min: 1 } }"));
+        assert_eq!(v.get("prompt_mean"), Ok(700.0));
+    }
+
+    #[test]
+    fn a_figure_deployment_keys_change_has_no_value_and_says_why() {
+        let tp = format!("{BASE}parallelism: {{ tensor: 2 }}\n");
+        let v = vars_of(&tp);
+        let e = v.get("num_blocks").unwrap_err().to_string();
+        assert!(e.contains("`num_blocks` has no value here") && e.contains("parallelism.tensor = 2"), "{e}");
+        assert!(v.get("weights_read_s").is_err() && v.get("flops_per_s").is_err());
+        // What tensor parallelism does not change keeps its value.
+        assert_eq!(v.get("weight_bytes"), Ok(13.48e9));
+        assert_eq!(vars_of(&format!("{BASE}parallelism: {{ tensor: 1 }}\n")).get("num_blocks"), Ok(7609.0));
+        let arch = BASE.replace("  context_length: 32768", "  context_length: 32768\n  architecture: { layers: 32 }");
+        let e = vars_of(&arch).get("compute_s_per_token").unwrap_err().to_string();
+        assert!(e.contains("a model architecture"), "{e}");
+        let per_layer = BASE.replace("step_overhead_ms: 0.0", "step_overhead_ms: 0.0, per_layer_overhead_us: 75");
+        assert!(vars_of(&per_layer).get("overhead_s").unwrap_err().to_string().contains("per_layer_overhead_us"));
     }
 
     #[test]

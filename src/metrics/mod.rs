@@ -49,6 +49,9 @@ pub struct RequestRecord {
     /// Longest gap between two of its tokens (its worst stall).
     pub max_gap_ns: u64,
     pub status: Status,
+    /// With prefix caching: prompt tokens found in the cache at its first
+    /// admission (`None` before it is admitted, or without caching).
+    pub cached_tokens: Option<u32>,
 }
 
 /// What one released token was, for a request's latency figures.
@@ -85,6 +88,7 @@ impl RequestRecord {
             preemptions: 0,
             max_gap_ns: 0,
             status: Status::InFlight,
+            cached_tokens: None,
         }
     }
 
@@ -156,6 +160,9 @@ pub struct Collector {
     kv_weighted: u128,
     busy_ns: u128,
     preemptions: u64,
+    /// Prefix-cache lookups: tokens queried and found, over every admission.
+    prefix_queried: u64,
+    prefix_hit: u64,
 }
 
 impl Collector {
@@ -175,6 +182,8 @@ impl Collector {
             kv_weighted: 0,
             busy_ns: 0,
             preemptions: 0,
+            prefix_queried: 0,
+            prefix_hit: 0,
         }
     }
 
@@ -191,7 +200,20 @@ impl Collector {
     pub fn finish(self, scenario: &Scenario) -> RunOutput {
         let mut result = self.summarize(&scenario.name, scenario.workload.seed, &scenario.capacity);
         result.deployment = result::DeploymentOut::of(scenario);
+        if scenario.model.kv_cache.prefix_caching {
+            result.prefix_cache = Some(self.prefix_cache());
+        }
         RunOutput { result, requests: self.requests, steps: self.steps }
+    }
+
+    /// Prefix-cache totals over every admission so far.
+    pub fn prefix_cache(&self) -> PrefixCacheOut {
+        let (queried, hit) = (self.prefix_queried, self.prefix_hit);
+        PrefixCacheOut {
+            queried_tokens: queried,
+            hit_tokens: hit,
+            hit_rate: if queried > 0 { hit as f64 / queried as f64 } else { 0.0 },
+        }
     }
 
     pub fn summarize(&self, name: &str, seed: u64, cap: &crate::engine::Capacity) -> RunResult {
@@ -265,6 +287,7 @@ impl Collector {
             },
             preemptions: self.preemptions,
             deployment: None,
+            prefix_cache: None,
         }
     }
 }
@@ -323,6 +346,14 @@ impl Observer for Collector {
     fn aborted(&mut self, id: RequestId, _at: SimTime) {
         if let Some(r) = self.rec(id) {
             r.status = Status::Aborted;
+        }
+    }
+
+    fn prefix_lookup(&mut self, id: RequestId, _at: SimTime, queried: u32, hit: u32) {
+        self.prefix_queried += u64::from(queried);
+        self.prefix_hit += u64::from(hit);
+        if let Some(r) = self.rec(id) {
+            r.cached_tokens.get_or_insert(hit);
         }
     }
 

@@ -46,6 +46,10 @@ pub struct RunResult {
     /// its bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment: Option<DeploymentOut>,
+    /// Only with `kv_cache.prefix_caching: true` (absent otherwise, so
+    /// results without it keep their bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache: Option<PrefixCacheOut>,
 }
 
 /// One engine's deployment: `gpus` is what a replica costs.
@@ -73,6 +77,18 @@ impl DeploymentOut {
             kv_bytes_per_token_per_gpu: d.kv_bytes_per_token_per_gpu,
         })
     }
+}
+
+/// Prefix-cache lookups (DEPLOYMENT.md section 3): every admission, first
+/// or after a preemption, queries its `P + g` known tokens once and hits
+/// `c` of them. Tokens, as vLLM's `vllm:prefix_cache_queries_total` and
+/// `vllm:prefix_cache_hits_total` count them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrefixCacheOut {
+    pub queried_tokens: u64,
+    pub hit_tokens: u64,
+    /// `hit_tokens / queried_tokens` (0 when nothing was queried).
+    pub hit_rate: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -77,6 +77,16 @@ pub fn workload_line(s: &Scenario) -> String {
     if w.prompt_tokens.is_some() {
         let _ = write!(out, ", prompt {}, output {}", describe(&w.prompt_tokens), describe(&w.output_tokens));
     }
+    if let Some(sp) = &w.shared_prefix {
+        let _ = write!(out, ", shared prefix of {} tokens in {} groups", sp.tokens, sp.groups);
+    }
+    if let Some(se) = &w.sessions {
+        let turns = match &se.turns {
+            Length::Fixed(n) => n.to_string(),
+            other => format!("mean {:.1}", other.mean()),
+        };
+        let _ = write!(out, ", sessions of {turns} turns (think {} s mean)", se.think_s.mean());
+    }
     let _ = write!(out, ", seed {}", w.seed);
     out
 }
@@ -135,8 +145,10 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
     }
     let _ = writeln!(
         out,
-        "scheduler  max_batch_tokens {}, max_num_sequences {}, {overheads}",
-        s.scheduler.max_batch_tokens, s.scheduler.max_num_sequences
+        "scheduler  max_batch_tokens {}, max_num_sequences {}, {overheads}{}",
+        s.scheduler.max_batch_tokens,
+        s.scheduler.max_num_sequences,
+        if m.kv_cache.prefix_caching { ", prefix caching on" } else { "" }
     );
     let _ = writeln!(out, "workload   {}", workload_line(s));
     let _ = writeln!(out);
@@ -180,5 +192,14 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
         r.kv.peak_usage * 100.0,
         r.kv.mean_usage * 100.0
     );
+    if let Some(p) = &r.prefix_cache {
+        let _ = writeln!(
+            out,
+            "prefix     hit rate {:.1}%: {} of {} prompt tokens found in the cache",
+            p.hit_rate * 100.0,
+            thousands(p.hit_tokens),
+            thousands(p.queried_tokens)
+        );
+    }
     out
 }

@@ -5,6 +5,16 @@
 //! `code` is the integer HTTP status (OpenAI itself uses string codes; we
 //! follow vLLM, which is what the server imitates). Messages that clients
 //! match on (context length, unknown model) use vLLM's exact wording.
+//!
+//! Errors raised before a request reaches an endpoint's code take the type
+//! vLLM's FastAPI handlers give them: a body that is not one JSON value is
+//! pydantic's `json_invalid` through vLLM's `validation_exception_handler`
+//! (type `Bad Request`, `param` `body.<offset>`), and an HTTP-level error
+//! (no such path, wrong method, a body too slow to arrive) is vLLM's
+//! `http_exception_handler` shape: type and message are the status phrase.
+//! (Stock FastAPI answers an unknown path with `{"detail": "Not Found"}`
+//! before vLLM's handler sees it; llmsim keeps every error in the envelope
+//! so a client reads all of them one way.)
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -16,6 +26,9 @@ pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub param: Option<String>,
+    /// The `type` when it is not the one [`ApiError::kind`] derives from
+    /// the status.
+    pub kind: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -34,7 +47,7 @@ struct Body<'a> {
 
 impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, message: message.into(), param: None }
+        ApiError { status: StatusCode::BAD_REQUEST, message: message.into(), param: None, kind: None }
     }
 
     pub fn with_param(mut self, param: &str) -> ApiError {
@@ -48,6 +61,7 @@ impl ApiError {
             status: StatusCode::NOT_FOUND,
             message: format!("The model `{name}` does not exist."),
             param: Some("model".into()),
+            kind: None,
         }
     }
 
@@ -60,8 +74,9 @@ impl ApiError {
         .with_param("input_tokens")
     }
 
-    /// Prompt plus `max_tokens` over the context (vLLM's wording).
-    pub fn max_tokens_too_large(context: u32, prompt: u32, max_tokens: u32) -> ApiError {
+    /// Prompt plus `max_tokens` over the context (vLLM's wording), with the
+    /// value the client sent.
+    pub fn max_tokens_too_large(context: u32, prompt: u32, max_tokens: u64) -> ApiError {
         ApiError::bad_request(format!(
             "'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context \
              length is {context} tokens and your request has {prompt} input tokens ({max_tokens} > {context} - \
@@ -77,6 +92,7 @@ impl ApiError {
                 "The request body is {len} bytes; this server accepts at most {limit} (see --max-body-bytes)."
             ),
             param: None,
+            kind: None,
         }
     }
 
@@ -89,12 +105,46 @@ impl ApiError {
         .with_param("input_tokens")
     }
 
+    /// An HTTP-level error in vLLM's `http_exception_handler` shape: the
+    /// status phrase as `type` and as message (`Not Found`, `Method Not
+    /// Allowed`).
+    pub fn http(status: StatusCode) -> ApiError {
+        let phrase = status.canonical_reason().unwrap_or("Error");
+        ApiError { status, message: phrase.to_string(), param: None, kind: Some(phrase) }
+    }
+
+    /// A body that did not arrive in time (408, `--body-timeout`).
+    pub fn body_timeout(secs: f64) -> ApiError {
+        ApiError {
+            message: format!("The request body did not arrive within {secs} s (see --body-timeout)."),
+            ..ApiError::http(StatusCode::REQUEST_TIMEOUT)
+        }
+    }
+
+    /// A body with something after its JSON value: vLLM's answer, which is
+    /// pydantic's `json_invalid` error with Python's `Extra data` and the
+    /// character offset where the extra data starts.
+    pub fn extra_data(offset: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: format!(
+                "1 validation error:\n  {{'type': 'json_invalid', 'loc': ('body', {offset}), 'msg': 'JSON decode \
+                 error', 'input': {{}}, 'ctx': {{'error': 'Extra data'}}}}"
+            ),
+            param: Some(format!("body.{offset}")),
+            kind: Some("Bad Request"),
+        }
+    }
+
     pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into(), param: None }
+        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into(), param: None, kind: None }
     }
 
     /// The class-like name vLLM puts in `type`.
     pub fn kind(&self) -> &'static str {
+        if let Some(kind) = self.kind {
+            return kind;
+        }
         match self.status {
             StatusCode::BAD_REQUEST => "BadRequestError",
             StatusCode::NOT_FOUND => "NotFoundError",
@@ -123,6 +173,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (self.status, self.json()).into_response();
         resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of the body may still come: the connection cannot be reused.
+            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         resp
     }
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::errors::ApiError;
 use super::stats::Finish;
+use super::stop::Stops;
 
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
@@ -100,10 +101,12 @@ impl ChatMessage {
     }
 }
 
-/// Parses a request body, naming the JSON path of a schema error.
+/// Parses a request body, naming the JSON path of a schema error. The body
+/// must be one JSON value: anything but whitespace after it is refused as
+/// vLLM refuses it ([`ApiError::extra_data`]).
 pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let msg = if inner.is_syntax() || inner.is_eof() {
@@ -115,7 +118,22 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
         };
         let err = ApiError::bad_request(msg);
         if matches!(path.as_str(), "." | "?" | "") { err } else { err.with_param(&path) }
-    })
+    })?;
+    if de.end().is_err() {
+        return Err(ApiError::extra_data(extra_data_offset(body)));
+    }
+    Ok(value)
+}
+
+/// Where the text after a body's first JSON value starts, in characters
+/// (Python's `JSONDecodeError.pos`, which vLLM reports): the first
+/// character after the value and the JSON whitespace that follows it.
+fn extra_data_offset(body: &[u8]) -> usize {
+    let mut values = serde_json::Deserializer::from_slice(body).into_iter::<serde::de::IgnoredAny>();
+    let _ = values.next();
+    let end = values.byte_offset();
+    let rest = body[end..].iter().take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')).count();
+    String::from_utf8_lossy(&body[..end + rest]).chars().count()
 }
 
 /// Validated request options.
@@ -124,7 +142,9 @@ pub struct Options {
     pub stream: bool,
     pub include_usage: bool,
     pub continuous_usage: bool,
-    pub max_tokens: Option<u32>,
+    /// As sent (at least 1): a value over the context is refused with the
+    /// number the client sent, not a clamped one.
+    pub max_tokens: Option<u64>,
     pub seed: Option<u64>,
     pub stops: Vec<String>,
 }
@@ -152,7 +172,7 @@ impl Common {
                     ApiError::bad_request(format!("max_tokens must be at least 1, got {m}.")).with_param("max_tokens")
                 );
             }
-            Some(m) => Some(u32::try_from(m).unwrap_or(u32::MAX)),
+            Some(m) => Some(m.unsigned_abs()),
             None => None,
         };
         let stops = match &self.stop {
@@ -191,22 +211,41 @@ pub struct Plan {
     pub stop_reason: Option<String>,
 }
 
-/// Applies `stop` (the answer ends before the first stop string, which is
-/// not returned, as in vLLM) and `max_tokens` (truncates, finish `length`).
-pub fn plan(answer: &str, stops: &[String], max_tokens: u32, tokenize: impl Fn(&str) -> Vec<&str>) -> Plan {
-    let cut = stops.iter().filter_map(|s| answer.find(s.as_str()).map(|i| (i, s))).min_by_key(|(i, _)| *i);
-    let (text, stop_reason) = match cut {
-        Some((i, s)) => (&answer[..i], Some(s.clone())),
-        None => (answer, None),
+/// Plans the answer's tokens: `tokens` are the answer's (concatenating to
+/// `answer`), read lazily and at most `max_tokens` of them. `stop` ends the
+/// answer as vLLM does ([`Stops`]: the text before the stop string, which
+/// is not returned; the token that completed it is the last one, its text
+/// and any after the cut empty); otherwise `max_tokens` truncates, finish
+/// `length`.
+pub fn plan<'a>(
+    answer: &'a str,
+    tokens: impl IntoIterator<Item = &'a str>,
+    stops: Option<&Stops>,
+    max_tokens: u32,
+) -> Plan {
+    let limit = max_tokens as usize;
+    let mut tokens = tokens.into_iter();
+    let taken: Vec<&str> = tokens.by_ref().take(limit).collect();
+    let hit = stops.and_then(|s| s.find(taken.iter().copied(), limit));
+    let (pieces, finish, stop_reason) = match hit {
+        Some(hit) => {
+            let mut start = 0;
+            let pieces = taken[..=hit.token]
+                .iter()
+                .map(|t| {
+                    let end = start + t.len();
+                    let piece = answer[start.min(hit.cut)..end.min(hit.cut)].to_string();
+                    start = end;
+                    piece
+                })
+                .collect();
+            (pieces, Finish::Stop, Some(hit.stop))
+        }
+        None => {
+            let finish = if tokens.next().is_some() { Finish::Length } else { Finish::Stop };
+            (taken.into_iter().map(str::to_string).collect::<Vec<_>>(), finish, None)
+        }
     };
-    let mut pieces: Vec<String> = tokenize(text).into_iter().map(str::to_string).collect();
-    let finish = if pieces.len() > max_tokens as usize {
-        pieces.truncate(max_tokens as usize);
-        Finish::Length
-    } else {
-        Finish::Stop
-    };
-    let stop_reason = if finish == Finish::Stop { stop_reason } else { None };
     let output = u32::try_from(pieces.len()).unwrap_or(u32::MAX).max(1);
     Plan { pieces, output, finish, stop_reason }
 }
@@ -411,24 +450,60 @@ mod tests {
         s.split_inclusive(' ').collect()
     }
 
+    fn stops(list: &[&str]) -> Stops {
+        Stops::new(list.iter().map(|s| s.to_string()).collect()).unwrap().unwrap()
+    }
+
     #[test]
     fn stop_strings_end_the_answer_before_the_first_match() {
-        let p = plan("one two three four", &["three".into(), "two".into()], 100, words);
+        let text = "one two three four";
+        let p = plan(text, words(text), Some(&stops(&["three", "two"])), 100);
         assert_eq!(p.pieces.concat(), "one ");
-        assert_eq!((p.finish, p.stop_reason.as_deref()), (Finish::Stop, Some("two")));
+        // "two" completes in the second token ("two "), which is the last.
+        assert_eq!(p.pieces, vec!["one ", ""]);
+        assert_eq!((p.output, p.finish, p.stop_reason.as_deref()), (2, Finish::Stop, Some("two")));
+    }
+
+    #[test]
+    fn a_stop_across_tokens_cuts_the_earlier_token_too() {
+        let text = "ab cd ef";
+        // "b cd" starts in token 1 ("ab ") and completes in token 2 ("cd ").
+        let p = plan(text, words(text), Some(&stops(&["b cd"])), 100);
+        assert_eq!(p.pieces, vec!["a", ""]);
+        assert_eq!((p.output, p.stop_reason.as_deref()), (2, Some("b cd")));
+        // A stop that completes after max_tokens does not count.
+        let p = plan(text, words(text), Some(&stops(&["b cd"])), 1);
+        assert_eq!((p.pieces, p.finish, p.stop_reason), (vec!["ab ".to_string()], Finish::Length, None));
     }
 
     #[test]
     fn max_tokens_truncates_with_finish_length() {
-        let p = plan("a b c d", &[], 2, words);
+        let p = plan("a b c d", words("a b c d"), None, 2);
         assert_eq!(p.pieces, vec!["a ", "b "]);
         assert_eq!((p.output, p.finish), (2, Finish::Length));
+        let p = plan("a b", words("a b"), None, 2);
+        assert_eq!((p.output, p.finish), (2, Finish::Stop), "an answer that ends at max_tokens ends by itself");
     }
 
     #[test]
     fn an_empty_answer_is_one_end_of_sequence_token() {
-        let p = plan("", &[], 5, words);
+        let p = plan("", words(""), None, 5);
         assert_eq!((p.output, p.pieces.len()), (1, 0));
+    }
+
+    #[test]
+    fn a_body_with_anything_after_its_json_value_is_vllms_extra_data() {
+        let e = parse::<serde_json::Value>(br#"{"a":1} trailing"#).unwrap_err();
+        // `{"a":1}` is 7 characters, then a space: the extra data starts at 8.
+        assert_eq!((e.status.as_u16(), e.kind(), e.param.as_deref()), (400, "Bad Request", Some("body.8")));
+        assert!(e.message.contains("'loc': ('body', 8), 'msg': 'JSON decode error'"), "{}", e.message);
+        assert!(e.message.contains("'ctx': {'error': 'Extra data'}"), "{}", e.message);
+        let e = parse::<serde_json::Value>(br#"{"a":1}{"x":1}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("body.7"));
+        // Offsets count characters, as Python does: "é" is one.
+        let e = parse::<serde_json::Value>("{\"a\":\"é\"}\n x".as_bytes()).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("body.11"));
+        assert!(parse::<serde_json::Value>(b" {\"a\":1} \r\n").is_ok(), "whitespace around the value is fine");
     }
 
     #[test]

@@ -5,9 +5,14 @@
 //! Written by hand rather than through a Prometheus crate because vLLM's
 //! quirks are the contract: counters are exposed with `_total` (Python's
 //! client appends it), `vllm:iteration_tokens_total` is a histogram despite
-//! its name, the success counter's label is `finished_reason`, labels come
-//! in the order `model_name, engine` and `le` last, and numbers print as
-//! Python prints floats (`1.0`). One series per served model. Latency
+//! its name, the success counter's label is `finished_reason`, labels are
+//! sorted by name (`engine`, `le`, `model_name`, as `prometheus_client`
+//! writes them), and numbers print as Python prints floats (`1.0`).
+//! `vllm:cache_config_info` also carries `model_name` (vLLM's does not:
+//! one vLLM serves one model, llmsim may serve several).
+//! `tests/integration/server/vllm-metrics.expected.prom`, written by hand
+//! from vLLM's metric definitions, is what the names, types, labels and
+//! buckets are checked against. One series per served model. Latency
 //! histograms hold the *simulated* times (what the engine computed), which
 //! are what a vLLM would have reported; the observed ones are in
 //! `/metrics/summary`. `_created` samples are not exported.
@@ -53,8 +58,21 @@ fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// A model's labels plus `extra`, sorted by name.
+fn labels_with(m: &ModelHandle, extra: &[(&str, String)]) -> String {
+    let mut all: Vec<(&str, String)> = vec![("engine", "0".into()), ("model_name", escape(&m.spec.name))];
+    all.extend(extra.iter().cloned());
+    sorted(all)
+}
+
 fn labels(m: &ModelHandle) -> String {
-    format!("model_name=\"{}\",engine=\"0\"", escape(&m.spec.name))
+    labels_with(m, &[])
+}
+
+/// `k="v"` pairs sorted by name, comma-separated.
+fn sorted(mut pairs: Vec<(&str, String)>) -> String {
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    pairs.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect::<Vec<_>>().join(",")
 }
 
 fn head(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -99,7 +117,7 @@ fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
             EngineKind::Scheduler(m) => (m.engine.capacity.block_size, m.engine.capacity.num_blocks),
             EngineKind::Fixed(_) => (0, 0),
         };
-        let l = format!("block_size=\"{block}\",num_gpu_blocks=\"{blocks}\",{}", labels(s.model));
+        let l = labels_with(s.model, &[("block_size", block.to_string()), ("num_gpu_blocks", blocks.to_string())]);
         sample(out, "vllm:cache_config_info", &l, 1.0);
     }
 }
@@ -120,7 +138,7 @@ fn counters(out: &mut String, snaps: &[Snapshot]) {
     head(out, name, "counter", "Count of successfully processed requests.");
     for s in snaps {
         for (i, f) in Finish::ALL.iter().enumerate() {
-            let l = format!("{},finished_reason=\"{}\"", labels(s.model), f.as_str());
+            let l = labels_with(s.model, &[("finished_reason", f.as_str().to_string())]);
             sample(out, name, &l, s.stats.prom.success[i] as f64);
         }
     }
@@ -162,20 +180,29 @@ fn histograms(out: &mut String, snaps: &[Snapshot], legacy: bool) {
     for (name, help, pick) in families {
         head(out, name, "histogram", help);
         for s in snaps {
-            histogram(out, name, &labels(s.model), pick(&s.stats.prom));
+            histogram(out, name, &base_labels(s.model), pick(&s.stats.prom));
         }
     }
 }
 
-fn histogram(out: &mut String, name: &str, labels: &str, h: &PromHist) {
+fn base_labels(m: &ModelHandle) -> Vec<(&'static str, String)> {
+    vec![("engine", "0".into()), ("model_name", escape(&m.spec.name))]
+}
+
+/// A histogram's samples; `labels` are the series' labels, to which the
+/// buckets add `le` in its sorted place.
+fn histogram(out: &mut String, name: &str, labels: &[(&str, String)], h: &PromHist) {
     let mut cumulative = 0;
     for (i, count) in h.counts.iter().enumerate() {
         cumulative += count;
         let le = h.bounds.get(i).map_or_else(|| "+Inf".to_string(), |&b| num(b));
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {}", num(cumulative as f64));
+        let mut with_le = labels.to_vec();
+        with_le.push(("le", le));
+        let _ = writeln!(out, "{name}_bucket{{{}}} {}", sorted(with_le), num(cumulative as f64));
     }
-    let _ = writeln!(out, "{name}_count{{{labels}}} {}", num(h.count as f64));
-    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", num(h.sum));
+    let plain = sorted(labels.to_vec());
+    let _ = writeln!(out, "{name}_count{{{plain}}} {}", num(h.count as f64));
+    let _ = writeln!(out, "{name}_sum{{{plain}}} {}", num(h.sum));
 }
 
 #[cfg(test)]
@@ -198,14 +225,14 @@ mod tests {
         h.observe(0.5);
         h.observe(3.0);
         let mut out = String::new();
-        histogram(&mut out, "x", "model_name=\"m\",engine=\"0\"", &h);
+        histogram(&mut out, "x", &[("model_name", "m".into()), ("engine", "0".into())], &h);
         assert_eq!(
             out,
-            "x_bucket{model_name=\"m\",engine=\"0\",le=\"0.1\"} 1.0\n\
-             x_bucket{model_name=\"m\",engine=\"0\",le=\"1.0\"} 2.0\n\
-             x_bucket{model_name=\"m\",engine=\"0\",le=\"+Inf\"} 3.0\n\
-             x_count{model_name=\"m\",engine=\"0\"} 3.0\n\
-             x_sum{model_name=\"m\",engine=\"0\"} 3.55\n"
+            "x_bucket{engine=\"0\",le=\"0.1\",model_name=\"m\"} 1.0\n\
+             x_bucket{engine=\"0\",le=\"1.0\",model_name=\"m\"} 2.0\n\
+             x_bucket{engine=\"0\",le=\"+Inf\",model_name=\"m\"} 3.0\n\
+             x_count{engine=\"0\",model_name=\"m\"} 3.0\n\
+             x_sum{engine=\"0\",model_name=\"m\"} 3.55\n"
         );
     }
 }

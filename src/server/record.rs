@@ -5,9 +5,10 @@
 //!
 //! Columns: `arrival_s,prompt_tokens,output_tokens` (the trace; arrivals
 //! are the engine's clamped arrivals, see `engine_task`), then `id,status,
-//! queue_ms,ttft_ms,e2e_ms,max_itl_ms,preemptions`, formatted exactly like
-//! `llmsim run --requests-csv` so the columns compare as text. The trace
-//! reader ignores the extra columns.
+//! queue_ms,ttft_ms,e2e_ms,max_itl_ms,preemptions`, written by the same
+//! cell writer as `llmsim run --requests-csv`
+//! ([`crate::report::csv_out::RequestColumn`]) so the columns compare as
+//! text. The trace reader ignores the extra columns.
 //!
 //! A trace must be in arrival order but requests finish out of order, so a
 //! row is written once it and every earlier row are complete; the file is
@@ -20,19 +21,21 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use crate::metrics::RequestRecord;
+use crate::report::csv_out::{self, RequestColumn};
 use crate::time::SimTime;
 
-pub const COLUMNS: [&str; 10] = [
-    "arrival_s",
-    "prompt_tokens",
-    "output_tokens",
-    "id",
-    "status",
-    "queue_ms",
-    "ttft_ms",
-    "e2e_ms",
-    "max_itl_ms",
-    "preemptions",
+/// The record file's columns: the trace's three, then the outcome.
+pub const COLUMNS: [RequestColumn; 10] = [
+    RequestColumn::ArrivalS,
+    RequestColumn::PromptTokens,
+    RequestColumn::OutputTokens,
+    RequestColumn::Id,
+    RequestColumn::Status,
+    RequestColumn::QueueMs,
+    RequestColumn::TtftMs,
+    RequestColumn::E2eMs,
+    RequestColumn::MaxItlMs,
+    RequestColumn::Preemptions,
 ];
 
 /// Writes one model's record file.
@@ -56,7 +59,7 @@ impl Recorder {
     pub fn create(path: &Path) -> std::io::Result<Recorder> {
         let file = File::create(path)?;
         let mut out = csv::Writer::from_writer(BufWriter::new(file));
-        out.write_record(COLUMNS)?;
+        out.write_record(csv_out::request_header(&COLUMNS))?;
         out.flush()?;
         Ok(Recorder {
             path: path.to_path_buf(),
@@ -114,21 +117,7 @@ impl Recorder {
 
     fn write(&mut self, r: &RequestRecord) {
         let Some(out) = &mut self.out else { return };
-        let ms = |ns: Option<u64>| ns.map_or_else(String::new, |v| format!("{:.6}", v as f64 / 1e6));
-        let max_itl = (r.tokens > 1).then_some(r.max_gap_ns);
-        let result = out.write_record([
-            r.arrival.to_string(),
-            r.prompt.to_string(),
-            r.output.to_string(),
-            r.id.to_string(),
-            r.status.as_str().to_string(),
-            ms(r.queue_ns()),
-            ms(r.ttft_ns()),
-            ms(r.e2e_ns()),
-            ms(max_itl),
-            r.preemptions.to_string(),
-        ]);
-        if let Err(e) = result {
+        if let Err(e) = out.write_record(csv_out::request_row(r, &COLUMNS)) {
             self.fail(e);
         }
     }
@@ -182,6 +171,43 @@ mod tests {
         assert_eq!(lines[2], "0.000001000,6,3,1,finished,,,,,0", "arrivals never go back");
         let rows = crate::workload::trace::parse(&text, &path).unwrap();
         assert_eq!(rows.len(), 2);
+    }
+
+    #[test]
+    fn a_record_row_and_a_requests_csv_row_are_the_same_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.csv");
+        let mut r = Recorder::create(&path).unwrap();
+        let (id, _) = r.begin(SimTime::from_nanos(2_000_000_123), 40, 3);
+        let mut rec = r.rows[&id].rec.clone();
+        // Scheduled 1.5 ms after arrival, first token 4.25 ms after it, two
+        // more tokens 1 ms and 3.000001 ms apart.
+        rec.first_scheduled = Some(SimTime::from_nanos(2_001_500_123));
+        rec.first_token = Some(SimTime::from_nanos(2_004_250_123));
+        rec.last_token = Some(SimTime::from_nanos(2_008_250_124));
+        rec.tokens = 3;
+        rec.max_gap_ns = 3_000_001;
+        rec.preemptions = 1;
+        rec.status = Status::Finished;
+        r.complete(&rec);
+        let recorded = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            recorded.lines().nth(1),
+            Some("2.000000123,40,3,0,finished,1.500000,4.250000,8.250001,3.000001,1"),
+            "arithmetic by hand: queue 1.5 ms, TTFT 4.25 ms, E2E 8.250001 ms, max ITL 3.000001 ms"
+        );
+        let run = String::from_utf8(crate::report::csv_out::requests(std::slice::from_ref(&rec)).unwrap()).unwrap();
+        let table = |text: &str| -> BTreeMap<String, String> {
+            let mut lines = text.lines();
+            let head: Vec<String> = lines.next().unwrap().split(',').map(str::to_string).collect();
+            head.into_iter().zip(lines.next().unwrap().split(',').map(str::to_string)).collect()
+        };
+        let (rec_row, run_row) = (table(&recorded), table(&run));
+        let shared: Vec<&String> = rec_row.keys().filter(|k| run_row.contains_key(*k)).collect();
+        assert_eq!(shared.len(), 10, "every record column is a --requests-csv column");
+        for k in shared {
+            assert_eq!(rec_row[k], run_row[k], "column {k}");
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ use super::feed::{Accepted, Feed, FeedEvent, FeedRequest};
 use super::openai::{self, Api, ChatRequest, CompletionRequest, Options, Prompt, Reply};
 use super::sse;
 use super::stats::{Observed, Story};
+use super::stop::Stops;
 use super::{App, ModelHandle};
 use crate::config::models::EngineKind;
 use crate::engine::RejectReason;
@@ -38,6 +39,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics/summary", get(summary))
         .route("/metrics/summary/reset", post(reset))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(app)
 }
 
@@ -45,9 +47,15 @@ async fn health() -> StatusCode {
     StatusCode::OK
 }
 
-/// FastAPI's answer to an unknown path, as vLLM gives it.
-async fn not_found() -> Response {
-    json_response(StatusCode::NOT_FOUND, r#"{"detail":"Not Found"}"#.to_string())
+/// An unknown path, in the envelope (see `errors` for why not FastAPI's
+/// bare `{"detail": ...}`).
+async fn not_found(State(app): State<Arc<App>>) -> Response {
+    respond(&app, Err(ApiError::http(StatusCode::NOT_FOUND)))
+}
+
+/// A known path with the wrong method (axum adds the `Allow` header).
+async fn method_not_allowed(State(app): State<Arc<App>>) -> Response {
+    respond(&app, Err(ApiError::http(StatusCode::METHOD_NOT_ALLOWED)))
 }
 
 async fn models(State(app): State<Arc<App>>) -> Response {
@@ -109,14 +117,22 @@ fn json_response(status: StatusCode, body: String) -> Response {
     resp
 }
 
-/// Reads the body, refusing more than the limit.
+/// Reads the body, refusing more than the limit and a body that has not
+/// arrived within `--body-timeout`.
 async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let limit = app.options.max_body_bytes;
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     if let Some(len) = declared.filter(|&len: &u64| len > limit as u64) {
         return Err(ApiError::too_large(len, limit));
     }
-    axum::body::to_bytes(body, limit).await.map_err(|_| ApiError::too_large(limit as u64 + 1, limit))
+    let timeout = app.options.body_timeout;
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(read) => read.map_err(|_| ApiError::too_large(limit as u64 + 1, limit)),
+        Err(_) => {
+            app.limits.body_timeouts.hit();
+            Err(ApiError::body_timeout(timeout.as_secs_f64()))
+        }
+    }
 }
 
 /// A parsed request, ready to plan: what the content side needs.
@@ -162,7 +178,7 @@ fn parse_completion(body: &[u8]) -> Result<Parsed, ApiError> {
         Prompt::Texts(_) | Prompt::IdLists(_) => return Err(many()),
     };
     let mut options = req.common.options(req.common.max_tokens)?;
-    options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS));
+    options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS.into()));
     // An empty prompt still holds one token (the beginning of sequence).
     Ok(Parsed { model: req.model, prompt_tokens: tokens.max(1), last_user_message: text, options, empty: false })
 }
@@ -183,14 +199,25 @@ async fn handle(
     if parsed.empty {
         return Err(ApiError::bad_request("`messages` must contain at least one message.").with_param("messages"));
     }
-    let reply = plan_reply(app, model, api, &parsed)?;
+    let (reply, parsed) = if parsed.options.stops.is_empty() {
+        (plan_reply(app, model, api, &parsed)?, parsed)
+    } else {
+        // Stop strings cost time linear in their size and the answer's
+        // (`stop`): plan on the blocking pool, so `/health` and other
+        // requests never wait behind a large stop list.
+        let (app, index) = (Arc::clone(app), model_index(app, model));
+        tokio::task::spawn_blocking(move || plan_reply(&app, &app.models[index], api, &parsed).map(|r| (r, parsed)))
+            .await
+            .map_err(|e| ApiError::internal(format!("planning the answer failed: {e}")))??
+    };
     let epoch = app.epoch.load(Ordering::SeqCst);
     let req = FeedRequest {
         stamp,
         prompt: reply.prompt_tokens,
         output: reply.plan.output,
         finish: reply.plan.finish,
-        max_tokens: parsed.options.max_tokens,
+        // Checked against the context in `plan_reply`, so it fits.
+        max_tokens: parsed.options.max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
         epoch,
     };
     let (feed, accepted) = Feed::start(model, app.clock, req).await.map_err(|ev| feed_error(model, &reply, &ev))?;
@@ -209,15 +236,18 @@ fn plan_reply(app: &App, model: &ModelHandle, api: Api, parsed: &Parsed) -> Resu
     if prompt >= context {
         return Err(ApiError::prompt_too_long(context, prompt));
     }
-    if let Some(m) = parsed.options.max_tokens.filter(|&m| u64::from(prompt) + u64::from(m) > u64::from(context)) {
+    // `m` is at most i64::MAX, so the sum cannot overflow.
+    if let Some(m) = parsed.options.max_tokens.filter(|&m| u64::from(prompt) + m > u64::from(context)) {
         return Err(ApiError::max_tokens_too_large(context, prompt, m));
     }
-    // vLLM's default: whatever the context leaves.
-    let max_tokens = parsed.options.max_tokens.unwrap_or(context - prompt);
+    // vLLM's default: whatever the context leaves (and a value that passed
+    // the check above is at most that).
+    let max_tokens = parsed.options.max_tokens.map_or(context - prompt, |m| u32::try_from(m).unwrap_or(u32::MAX));
     let query =
         Query { last_user_message: &parsed.last_user_message, model: &model.spec.name, seed: parsed.options.seed };
     let answer = app.responses.answer(&query);
-    let plan = openai::plan(&answer.text, &parsed.options.stops, max_tokens, tokenizer::tokenize);
+    let stops = Stops::new(parsed.options.stops.clone())?;
+    let plan = openai::plan(&answer.text, tokenizer::tokens(&answer.text), stops.as_ref(), max_tokens);
     let n = app.next_response.fetch_add(1, Ordering::Relaxed);
     let id = match api {
         Api::Chat => format!("chatcmpl-llmsim-{n}"),
@@ -242,7 +272,7 @@ pub fn feed_error(model: &ModelHandle, reply: &Reply, ev: &FeedEvent) -> ApiErro
             ApiError::never_fits(reply.prompt_tokens, cap.num_blocks, cap.block_size, cap.watermark_blocks)
         }
         (FeedEvent::Rejected(RejectReason::ContextLength), _) => {
-            ApiError::max_tokens_too_large(model.spec.context_length, reply.prompt_tokens, reply.plan.output)
+            ApiError::max_tokens_too_large(model.spec.context_length, reply.prompt_tokens, reply.plan.output.into())
         }
         _ => ApiError::internal("The engine stopped before the request finished (the server is shutting down)."),
     }

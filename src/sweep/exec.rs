@@ -29,8 +29,15 @@ pub fn pool(threads: usize) -> Result<rayon::ThreadPool, String> {
 }
 
 /// Runs the points (of the shard, if any) with every seed on `pool` and
-/// gathers the results in point order.
-pub fn execute(plan: &Plan, points: &[Point], pool: &rayon::ThreadPool, opts: ExecOptions) -> SweepData {
+/// gathers the results in point order. A run that stops at a run limit
+/// ([`crate::sim::SimError`]) fails the sweep, naming the first such point
+/// and seed in point order (the same at any thread count).
+pub fn execute(
+    plan: &Plan,
+    points: &[Point],
+    pool: &rayon::ThreadPool,
+    opts: ExecOptions,
+) -> Result<SweepData, String> {
     let mine: Vec<&Point> = points.iter().filter(|p| opts.shard.is_none_or(|s| s.owns(p.index))).collect();
     let tasks: Vec<(usize, u64)> = mine
         .iter()
@@ -38,7 +45,7 @@ pub fn execute(plan: &Plan, points: &[Point], pool: &rayon::ThreadPool, opts: Ex
         .flat_map(|(i, p)| seeds_of(&p.scenario, plan.seeds).into_iter().map(move |s| (i, s)))
         .collect();
     let bar = progress_bar(tasks.len() as u64, opts.progress);
-    let results: Vec<RunResult> = pool.install(|| {
+    let results: Vec<Result<RunResult, crate::sim::SimError>> = pool.install(|| {
         tasks
             .par_iter()
             .map(|&(i, seed)| {
@@ -49,6 +56,17 @@ pub fn execute(plan: &Plan, points: &[Point], pool: &rayon::ThreadPool, opts: Ex
             .collect()
     });
     bar.finish_and_clear();
+    let n = points.len();
+    let results = results
+        .into_iter()
+        .zip(&tasks)
+        .map(|(r, &(i, seed))| {
+            r.map_err(|e| {
+                let p = mine[i];
+                format!("point {} of {n} ({}), seed {seed}: {e}", p.index + 1, plan.describe(&p.coords))
+            })
+        })
+        .collect::<Result<Vec<RunResult>, String>>()?;
     let per = plan.seeds as usize;
     let points = mine
         .iter()
@@ -60,14 +78,14 @@ pub fn execute(plan: &Plan, points: &[Point], pool: &rayon::ThreadPool, opts: Ex
             results: rs.to_vec(),
         })
         .collect();
-    SweepData { axes: plan.axes_data(), seeds: plan.seeds, points }
+    Ok(SweepData { axes: plan.axes_data(), seeds: plan.seeds, points })
 }
 
 /// One run of one point with one seed.
-pub fn run_one(scenario: &crate::config::Scenario, seed: u64) -> RunResult {
+pub fn run_one(scenario: &crate::config::Scenario, seed: u64) -> Result<RunResult, crate::sim::SimError> {
     let mut s = scenario.clone();
     s.workload.seed = seed;
-    crate::sim::run(&s, CollectorOptions::default()).result
+    crate::sim::run(&s, CollectorOptions::default()).map(|out| out.result)
 }
 
 /// Points done, rate and ETA; hidden unless stderr is a terminal.

@@ -63,6 +63,11 @@ pub struct SweepFile {
 /// Whether a YAML file is a sweep file (it has `base:` or `axes:`) rather
 /// than a scenario.
 pub fn is_sweep_file(text: &str) -> bool {
+    // A text the pre-scan refuses is no sweep file; reading it as a
+    // scenario then reports why.
+    if crate::config::yaml::precheck(text).is_err() {
+        return false;
+    }
     match serde_yaml::from_str::<Value>(text) {
         Ok(Value::Mapping(m)) => m.contains_key("base") || m.contains_key("axes"),
         _ => false,

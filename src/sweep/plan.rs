@@ -119,6 +119,17 @@ impl Plan {
                     h.add(&r.prompt.to_le_bytes());
                     h.add(&r.output.to_le_bytes());
                 }
+                // Content columns (prefix caching), only when the trace has them.
+                for c in t.content.iter().flat_map(|c| c.rows.iter()) {
+                    if let Some(p) = &c.prefix {
+                        h.add(p.id.as_bytes());
+                        h.add(&p.tokens.to_le_bytes());
+                    }
+                    h.add(&c.parent.unwrap_or(u32::MAX).to_le_bytes());
+                    for id in &c.hash_ids {
+                        h.add(&id.to_le_bytes());
+                    }
+                }
             }
         }
         format!("{:016x}", h.0)

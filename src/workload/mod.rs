@@ -4,7 +4,10 @@
 //! All randomness comes from the scenario's seed through ChaCha8, one
 //! independent stream each for arrival gaps, prompt lengths and output
 //! lengths, so changing the rate leaves the lengths alone and vice versa.
+//! Shared prefixes and sessions (`content`) draw from streams of their own,
+//! so turning them on leaves the other draws as they were.
 
+pub mod content;
 pub mod dist;
 pub mod trace;
 
@@ -15,10 +18,12 @@ use std::sync::Arc;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::config::{Arrivals, Length, Scenario};
+use crate::config::{Arrivals, Length, Scenario, limits};
+use crate::engine::prefix::hash::Segment;
 use crate::engine::{Request, RequestId};
 use crate::time::{SimTime, secs_to_nanos};
-use trace::TraceRow;
+use content::{Prefixed, SessionSource, TraceSegments};
+use trace::{RowContent, TraceRow};
 
 /// A supply of requests in arrival order. Closed-loop sources only know a
 /// user's next arrival once its previous request is done.
@@ -27,8 +32,25 @@ pub trait Source {
     fn peek(&self) -> Option<SimTime>;
     /// Takes the next request; ids are 0, 1, 2, ... in arrival order.
     fn pop(&mut self) -> Option<Request>;
-    /// Request `id` finished or was rejected at `at`.
+    /// The content of the prompt of the request `pop` returned last, as
+    /// segments adding up to its `prompt` (DEPLOYMENT.md section 3). Empty
+    /// when the prompt is unique: the driver keys it by the request's id.
+    fn segments(&self) -> &[Segment] {
+        &[]
+    }
+    /// Request `id` finished (or was rejected, unless the source overrides
+    /// [`Source::rejected`]) at `at`.
     fn done(&mut self, _id: RequestId, _at: SimTime) {}
+    /// Why the source can no longer advance in simulated time, if so: the
+    /// driver stops the run with this message.
+    fn stalled(&self) -> Option<String> {
+        None
+    }
+    /// Request `id` was rejected at `at` (over the context on arrival, or
+    /// never fitting the KV cache).
+    fn rejected(&mut self, id: RequestId, at: SimTime) {
+        self.done(id, at);
+    }
 }
 
 /// The source a scenario describes.
@@ -36,10 +58,27 @@ pub enum AnySource {
     Open(Box<OpenLoop>),
     Closed(Box<ClosedLoop>),
     Trace(TraceSource),
+    /// Open or closed loop with `workload.shared_prefix`.
+    Prefixed(Box<Prefixed>),
+    /// `workload.sessions`.
+    Sessions(Box<SessionSource>),
 }
 
 impl AnySource {
     pub fn new(s: &Scenario) -> AnySource {
+        let w = &s.workload;
+        if let Some(sessions) = &w.sessions {
+            return AnySource::Sessions(Box::new(SessionSource::new(s, sessions)));
+        }
+        let source = Self::plain(s);
+        match &w.shared_prefix {
+            Some(sp) => AnySource::Prefixed(Box::new(Prefixed::new(source, sp, w.seed))),
+            None => source,
+        }
+    }
+
+    /// The source without shared content.
+    fn plain(s: &Scenario) -> AnySource {
         let w = &s.workload;
         let limit = Limit { requests: w.requests, until: w.duration_s.map(SimTime::from_secs_f64) };
         let lengths = Lengths::new(w.seed, w.prompt_tokens.clone(), w.output_tokens.clone());
@@ -53,7 +92,23 @@ impl AnySource {
                 let lengths = Lengths::new(w.seed, w.prompt_tokens.clone(), w.output_tokens.clone());
                 AnySource::Closed(Box::new(ClosedLoop::new(*concurrency, think, lengths, limit)))
             }
-            Arrivals::Trace(t) => AnySource::Trace(TraceSource::new(t.rows.clone(), limit)),
+            Arrivals::Trace(t) => {
+                let mut source = TraceSource::new(t.rows.clone(), limit);
+                source.content = t.content.as_ref().map(|c| TraceSegments::new(c.clone()));
+                AnySource::Trace(source)
+            }
+        }
+    }
+
+    /// What `llmsim trace` writes in the content columns for each request
+    /// issued so far, if the workload has shared content: the drawn
+    /// `prefix_id` and `session_id`, or a trace's own columns.
+    pub fn row_content(&self) -> Option<Vec<RowContent>> {
+        match self {
+            AnySource::Open(_) | AnySource::Closed(_) => None,
+            AnySource::Trace(t) => t.content.as_ref().map(|c| c.rows().to_vec()),
+            AnySource::Prefixed(p) => Some(p.row_content()),
+            AnySource::Sessions(s) => Some(s.row_content()),
         }
     }
 
@@ -62,6 +117,8 @@ impl AnySource {
             AnySource::Open(s) => s.as_ref(),
             AnySource::Closed(s) => s.as_ref(),
             AnySource::Trace(s) => s,
+            AnySource::Prefixed(s) => s.as_ref(),
+            AnySource::Sessions(s) => s.as_ref(),
         }
     }
 
@@ -70,6 +127,8 @@ impl AnySource {
             AnySource::Open(s) => s.as_mut(),
             AnySource::Closed(s) => s.as_mut(),
             AnySource::Trace(s) => s,
+            AnySource::Prefixed(s) => s.as_mut(),
+            AnySource::Sessions(s) => s.as_mut(),
         }
     }
 }
@@ -81,8 +140,17 @@ impl Source for AnySource {
     fn pop(&mut self) -> Option<Request> {
         self.inner_mut().pop()
     }
+    fn segments(&self) -> &[Segment] {
+        self.inner().segments()
+    }
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner_mut().done(id, at);
+    }
+    fn stalled(&self) -> Option<String> {
+        self.inner().stalled()
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime) {
+        self.inner_mut().rejected(id, at);
     }
 }
 
@@ -113,7 +181,7 @@ impl Lengths {
         Lengths { prompt, output, prompt_rng: stream(seed, 1), output_rng: stream(seed, 2) }
     }
 
-    fn next(&mut self) -> (u32, u32) {
+    pub(crate) fn next(&mut self) -> (u32, u32) {
         let draw = |rng: &mut ChaCha8Rng, len: &Option<Length>| len.as_ref().map_or(1, |l| dist::sample_length(rng, l));
         (draw(&mut self.prompt_rng, &self.prompt), draw(&mut self.output_rng, &self.output))
     }
@@ -142,6 +210,28 @@ pub enum Gaps {
     },
 }
 
+impl Gaps {
+    /// The gaps a scenario's open-loop arrivals use, if they are open loop.
+    pub fn of(arrivals: &Arrivals) -> Option<Gaps> {
+        match arrivals {
+            Arrivals::Poisson { rate } => Some(Gaps::Poisson { rate: *rate }),
+            Arrivals::Gamma { rate, burstiness } => Some(Gaps::Gamma { rate: *rate, burstiness: *burstiness }),
+            Arrivals::Constant { rate } => Some(Gaps::Constant { rate: *rate }),
+            Arrivals::Closed { .. } | Arrivals::Trace(_) => None,
+        }
+    }
+
+    /// The next gap, in nanoseconds.
+    pub fn next_nanos(&self, rng: &mut ChaCha8Rng) -> u64 {
+        let secs = match *self {
+            Gaps::Poisson { rate } => dist::exponential(rng, 1.0 / rate),
+            Gaps::Gamma { rate, burstiness } => dist::gamma(rng, burstiness, 1.0 / (rate * burstiness)),
+            Gaps::Constant { rate } => 1.0 / rate,
+        };
+        secs_to_nanos(secs)
+    }
+}
+
 /// Open loop: arrivals on their own schedule, the first at t = 0.
 pub struct OpenLoop {
     gaps: Gaps,
@@ -158,12 +248,7 @@ impl OpenLoop {
     }
 
     fn gap_nanos(&mut self) -> u64 {
-        let secs = match self.gaps {
-            Gaps::Poisson { rate } => dist::exponential(&mut self.rng, 1.0 / rate),
-            Gaps::Gamma { rate, burstiness } => dist::gamma(&mut self.rng, burstiness, 1.0 / (rate * burstiness)),
-            Gaps::Constant { rate } => 1.0 / rate,
-        };
-        secs_to_nanos(secs)
+        self.gaps.next_nanos(&mut self.rng)
     }
 }
 
@@ -184,21 +269,42 @@ impl Source for OpenLoop {
 
 /// Closed loop: `concurrency` users start at t = 0; each sends its next
 /// request `think` after its previous one is done.
+///
+/// A rejected request is done at once, like a failed request in
+/// `vllm bench serve`: its user counts it and sends the next one after the
+/// think time. With a think time of 0, a user whose requests are all
+/// rejected on arrival would resend at the same instant for ever and
+/// simulated time could never reach `duration_s`; once a closed loop
+/// without a request count has issued [`limits::SAME_INSTANT_ROUNDS`]
+/// requests per user at one instant it reports itself stalled and the run
+/// stops with an error. (With `workload.requests` the count ends the run.)
 pub struct ClosedLoop {
     think_ns: u64,
     lengths: Lengths,
     limit: Limit,
     issued: u64,
+    concurrency: u32,
     /// (arrival, user) of each user's next request, earliest first.
     ready: BinaryHeap<Reverse<(SimTime, u32)>>,
     /// The user of each issued request, by id.
     user_of: Vec<u32>,
+    /// The instant of the last request issued and how many were issued then.
+    instant: (SimTime, u64),
 }
 
 impl ClosedLoop {
     pub fn new(concurrency: u32, think_ns: u64, lengths: Lengths, limit: Limit) -> ClosedLoop {
         let ready = (0..concurrency).map(|u| Reverse((SimTime::ZERO, u))).collect();
-        ClosedLoop { think_ns, lengths, limit, issued: 0, ready, user_of: Vec::new() }
+        ClosedLoop {
+            think_ns,
+            lengths,
+            limit,
+            issued: 0,
+            concurrency,
+            ready,
+            user_of: Vec::new(),
+            instant: (SimTime::ZERO, 0),
+        }
     }
 }
 
@@ -215,6 +321,7 @@ impl Source for ClosedLoop {
         let req = Request { id: self.issued, arrival, prompt, output };
         self.issued += 1;
         self.user_of.push(user);
+        self.instant = if self.instant.0 == arrival { (arrival, self.instant.1 + 1) } else { (arrival, 1) };
         Some(req)
     }
 
@@ -223,6 +330,25 @@ impl Source for ClosedLoop {
             self.ready.push(Reverse((at.plus_nanos(self.think_ns), user)));
         }
     }
+
+    fn stalled(&self) -> Option<String> {
+        // A request count ends the run however many are rejected.
+        if self.limit.requests.is_some() {
+            return None;
+        }
+        let (_, n) = self.instant;
+        let most = limits::SAME_INSTANT_ROUNDS * u64::from(self.concurrency);
+        (n > most).then(|| {
+            format!(
+                "the closed loop issued {n} requests at that instant, more than {} per user: its requests \
+                 are rejected on arrival (too long for the context, or for the KV cache) and, with \
+                 think_time_s {}, every user sends the next one at the same instant, so simulated time \
+                 cannot advance; make the requests fit, or set workload.requests",
+                limits::SAME_INSTANT_ROUNDS,
+                crate::config::num::short_float(self.think_ns as f64 / 1e9)
+            )
+        })
+    }
 }
 
 /// Replays trace rows; ids are row numbers.
@@ -230,11 +356,13 @@ pub struct TraceSource {
     rows: Arc<Vec<TraceRow>>,
     limit: Limit,
     next: usize,
+    /// The trace's content columns, if it has them.
+    content: Option<TraceSegments>,
 }
 
 impl TraceSource {
     pub fn new(rows: Arc<Vec<TraceRow>>, limit: Limit) -> TraceSource {
-        TraceSource { rows, limit, next: 0 }
+        TraceSource { rows, limit, next: 0, content: None }
     }
 }
 
@@ -248,7 +376,14 @@ impl Source for TraceSource {
         self.peek()?;
         let row = self.rows[self.next];
         let req = Request { id: self.next as u64, arrival: row.arrival, prompt: row.prompt, output: row.output };
+        if let Some(c) = &mut self.content {
+            c.build(self.next, &self.rows);
+        }
         self.next += 1;
         Some(req)
+    }
+
+    fn segments(&self) -> &[Segment] {
+        self.content.as_ref().map_or(&[], TraceSegments::current)
     }
 }

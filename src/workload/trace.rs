@@ -1,11 +1,29 @@
-//! The trace CSV: `arrival_s,prompt_tokens,output_tokens`, one request a
-//! row, extra columns ignored. `llmsim trace` writes it; a `trace:` workload
-//! and any other tool read it.
+//! Trace files: one request a row.
+//!
+//! * The trace CSV: `arrival_s,prompt_tokens,output_tokens`, extra columns
+//!   ignored. `llmsim trace` writes it; a `trace:` workload and any other
+//!   tool read it. Optional content columns (DEPLOYMENT.md section 3):
+//!   `prefix_id,prefix_tokens` (the first `prefix_tokens` of the prompt are
+//!   the content named `prefix_id`, shared by every row naming it) and
+//!   `session_id` (a row continues the latest earlier row of the same
+//!   session: its prompt begins with that row's prompt and output, so its
+//!   `prompt_tokens` must be at least their sum; its prefix columns are then
+//!   ignored and its `arrival_s` stands as given).
+//! * A Mooncake-style JSONL trace (sniffed: the first character is `{`):
+//!   `timestamp` (milliseconds), `input_length`, `output_length` and
+//!   `hash_ids`, one id per block of `hash_block_size` tokens (512 in
+//!   Mooncake's traces), so `ceil(input_length / hash_block_size)` ids. Each
+//!   id names the content of its block of the prompt: rows that share
+//!   leading ids share a prefix. The same id in another position is the
+//!   same tokens there too (Mooncake ids are prefix hashes, so that does not
+//!   happen in practice).
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
-use crate::config::ConfigError;
+use crate::config::num::{short_float, short_text};
+use crate::config::{ConfigError, limits};
 use crate::time::SimTime;
 
 /// One request of a trace.
@@ -18,16 +36,68 @@ pub struct TraceRow {
 
 pub const COLUMNS: [&str; 3] = ["arrival_s", "prompt_tokens", "output_tokens"];
 
+/// The optional content columns, in the order `llmsim trace` writes them.
+pub const CONTENT_COLUMNS: [&str; 3] = ["prefix_id", "prefix_tokens", "session_id"];
+
+/// Tokens per `hash_ids` entry in Mooncake's published traces.
+pub const MOONCAKE_BLOCK_SIZE: u32 = 512;
+
+/// A named shared prefix: the first `tokens` of the prompt are content `id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prefix {
+    pub id: String,
+    pub tokens: u32,
+}
+
+/// What a trace says about one row's content.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowContent {
+    pub prefix: Option<Prefix>,
+    pub session: Option<String>,
+    /// The latest earlier row of the same session (its index), if any.
+    pub parent: Option<u32>,
+    /// A JSONL trace's `hash_ids`, one per block of `hash_block_size` tokens.
+    pub hash_ids: Vec<u64>,
+}
+
+/// The content of every row of a trace that has content columns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceContent {
+    pub rows: Vec<RowContent>,
+    /// Set for a JSONL trace: tokens per hash id.
+    pub hash_block_size: Option<u32>,
+}
+
 /// Reads and checks a trace file: the columns exist, every value is a
-/// number of the right kind, arrivals are non-negative and never decrease,
-/// and there is at least one row.
+/// number of the right kind, arrivals lie in [`limits::ARRIVAL_S`] and never
+/// decrease, and there are 1 to [`limits::MAX_REQUESTS`] rows in at most
+/// [`limits::MAX_TRACE_BYTES`] bytes.
 pub fn read(file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
-    let text = crate::config::read_text(file)?;
-    parse(&text, file)
+    Ok(read_with_content(file, None)?.0)
+}
+
+/// Reads a trace CSV or a Mooncake-style JSONL trace (`hash_block_size`
+/// tokens per hash id, default 512), with its content if it has any.
+pub fn read_with_content(
+    file: &Path,
+    hash_block_size: Option<u32>,
+) -> Result<(Vec<TraceRow>, Option<TraceContent>), ConfigError> {
+    let text = crate::config::read_text_limited(file, limits::MAX_TRACE_BYTES)?;
+    if text.trim_start().starts_with('{') {
+        let bs = hash_block_size.unwrap_or(MOONCAKE_BLOCK_SIZE);
+        return parse_jsonl(&text, file, bs).map(|(rows, content)| (rows, Some(content)));
+    }
+    parse_with_content(&text, file)
 }
 
 /// Parses trace CSV text; `file` names it in errors.
 pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
+    Ok(parse_with_content(text, file)?.0)
+}
+
+/// Parses trace CSV text with its optional content columns (`None` when it
+/// has none of them).
+pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Option<TraceContent>), ConfigError> {
     let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
     let headers =
         reader.headers().map_err(|e| ConfigError::new(file, "line 1", format!("unreadable CSV header: {e}")))?.clone();
@@ -45,6 +115,15 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
             )
         })?;
     }
+    let optional = CONTENT_COLUMNS.map(|name| headers.iter().position(|h| h == name));
+    if optional[0].is_some() != optional[1].is_some() {
+        return Err(ConfigError::new(
+            file,
+            "line 1",
+            "columns prefix_id and prefix_tokens go together: give both or neither",
+        ));
+    }
+    let mut content = optional.iter().any(Option::is_some).then(|| ContentReader::new(file));
     let mut rows = Vec::new();
     let mut last = SimTime::ZERO;
     for record in reader.records() {
@@ -55,20 +134,40 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
         let line = record.position().map_or(0, |p| p.line());
         let at = |col: usize| format!("line {line}, column {}", COLUMNS[col]);
         let field = |col: usize| record.get(index[col]).unwrap_or("");
-        let secs: f64 = field(0)
-            .parse()
-            .ok()
-            .filter(|s: &f64| s.is_finite())
-            .ok_or_else(|| ConfigError::new(file, at(0), format!("`{}` is not a number of seconds", field(0))))?;
+        let secs: f64 = field(0).parse().ok().filter(|s: &f64| !s.is_nan()).ok_or_else(|| {
+            ConfigError::new(file, at(0), format!("`{}` is not a number of seconds", short_text(field(0))))
+        })?;
         if secs < 0.0 {
-            return Err(ConfigError::new(file, at(0), format!("{secs} is not allowed: arrivals must be >= 0")));
+            return Err(ConfigError::new(
+                file,
+                at(0),
+                format!("{} is not allowed: arrivals must be >= 0", short_float(secs)),
+            ));
+        }
+        if !limits::ARRIVAL_S.contains(secs) {
+            return Err(ConfigError::new(
+                file,
+                at(0),
+                format!("{} is not allowed: arrivals must be in {}", short_float(secs), limits::ARRIVAL_S),
+            ));
+        }
+        if rows.len() as u64 >= limits::MAX_REQUESTS {
+            return Err(ConfigError::new(
+                file,
+                format!("line {line}"),
+                format!(
+                    "more than {} rows: a run may issue at most {} requests",
+                    crate::report::thousands(limits::MAX_REQUESTS),
+                    crate::report::thousands(limits::MAX_REQUESTS)
+                ),
+            ));
         }
         let arrival = SimTime::from_secs_f64(secs);
         if arrival < last {
             return Err(ConfigError::new(
                 file,
                 at(0),
-                format!("{secs} is earlier than the row before ({last}): arrivals must not decrease"),
+                format!("{} is earlier than the row before ({last}): arrivals must not decrease", short_float(secs)),
             ));
         }
         last = arrival;
@@ -79,24 +178,221 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
                 _ => Err(ConfigError::new(
                     file,
                     at(col),
-                    format!("`{v}` is not allowed: must be a whole number of tokens >= 1"),
+                    format!("`{}` is not allowed: must be a whole number of tokens >= 1", short_text(v)),
                 )),
             }
         };
-        rows.push(TraceRow { arrival, prompt: tokens(1)?, output: tokens(2)? });
+        let row = TraceRow { arrival, prompt: tokens(1)?, output: tokens(2)? };
+        if let Some(c) = &mut content {
+            let cell = |col: Option<usize>| col.and_then(|i| record.get(i)).unwrap_or("");
+            c.add(line, &row, [cell(optional[0]), cell(optional[1]), cell(optional[2])], &rows)?;
+        }
+        rows.push(row);
     }
     if rows.is_empty() {
         return Err(ConfigError::new(file, "", "the trace has no requests: add at least one row"));
     }
-    Ok(rows)
+    Ok((rows, content.map(|c| TraceContent { rows: c.rows, hash_block_size: None })))
+}
+
+/// Reads the content columns row by row, linking sessions.
+struct ContentReader<'a> {
+    file: &'a Path,
+    rows: Vec<RowContent>,
+    /// The CSV line of each row, for errors that name an earlier row.
+    lines: Vec<u64>,
+    /// Each session's latest row (looked up, never iterated).
+    latest: HashMap<String, u32>,
+}
+
+impl<'a> ContentReader<'a> {
+    fn new(file: &'a Path) -> Self {
+        ContentReader { file, rows: Vec::new(), lines: Vec::new(), latest: HashMap::new() }
+    }
+
+    /// `cells`: the row's `prefix_id`, `prefix_tokens` and `session_id`
+    /// (empty when absent); `before`: the rows read so far.
+    fn add(&mut self, line: u64, row: &TraceRow, cells: [&str; 3], before: &[TraceRow]) -> Result<(), ConfigError> {
+        let err = |col: &str, msg: String| ConfigError::new(self.file, format!("line {line}, column {col}"), msg);
+        let [id, tokens, session] = cells;
+        let session = (!session.is_empty()).then(|| session.to_string());
+        let parent = session.as_ref().and_then(|s| self.latest.get(s).copied());
+        let prefix = match (id.is_empty(), tokens) {
+            (true, "" | "0") => None,
+            (true, t) => {
+                return Err(err(
+                    "prefix_tokens",
+                    format!("`{t}` without a prefix_id: name the prefix or leave both empty"),
+                ));
+            }
+            (false, t) => match t.parse::<u64>() {
+                Ok(n) if (1..=u64::from(u32::MAX)).contains(&n) => {
+                    Some(Prefix { id: id.to_string(), tokens: n as u32 })
+                }
+                _ => {
+                    return Err(err(
+                        "prefix_tokens",
+                        format!("`{t}` is not allowed: prefix `{id}` needs a whole number of tokens >= 1"),
+                    ));
+                }
+            },
+        };
+        match (parent, &prefix) {
+            (Some(p), _) => {
+                let prev = before[p as usize];
+                let history = u64::from(prev.prompt) + u64::from(prev.output);
+                if u64::from(row.prompt) < history {
+                    return Err(err(
+                        "prompt_tokens",
+                        format!(
+                            "{} is shorter than the history it continues: session `{}` was last at line {} \
+                             with prompt_tokens {} + output_tokens {} = {history}, and a continuation's \
+                             prompt is that history plus its new tokens",
+                            row.prompt,
+                            session.as_deref().unwrap_or_default(),
+                            self.lines[p as usize],
+                            prev.prompt,
+                            prev.output
+                        ),
+                    ));
+                }
+            }
+            (None, Some(pre)) if pre.tokens > row.prompt => {
+                return Err(err(
+                    "prefix_tokens",
+                    format!(
+                        "{} is larger than prompt_tokens {}: the prefix is part of the prompt",
+                        pre.tokens, row.prompt
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        let index = self.rows.len() as u32;
+        if let Some(s) = &session {
+            self.latest.insert(s.clone(), index);
+        }
+        self.rows.push(RowContent { prefix, session, parent, hash_ids: Vec::new() });
+        self.lines.push(line);
+        Ok(())
+    }
+}
+
+/// One line of a Mooncake-style trace; other keys are ignored.
+#[derive(serde::Deserialize)]
+struct JsonRow {
+    timestamp: f64,
+    input_length: i64,
+    output_length: i64,
+    #[serde(default)]
+    hash_ids: Option<Vec<i64>>,
+}
+
+/// Parses a Mooncake-style JSONL trace with `block_size` tokens per hash id.
+pub fn parse_jsonl(text: &str, file: &Path, block_size: u32) -> Result<(Vec<TraceRow>, TraceContent), ConfigError> {
+    let mut rows = Vec::new();
+    let mut content = Vec::new();
+    let mut last = SimTime::ZERO;
+    for (i, text) in text.lines().enumerate() {
+        let line = i + 1;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let at = |key: &str| format!("line {line}, {key}");
+        let r: JsonRow = serde_json::from_str(text).map_err(|e| {
+            ConfigError::new(
+                file,
+                format!("line {line}"),
+                format!("not a trace record ({e}); each line must be a JSON object with timestamp (ms), input_length, output_length and hash_ids"),
+            )
+        })?;
+        if !r.timestamp.is_finite() || r.timestamp < 0.0 {
+            return Err(ConfigError::new(
+                file,
+                at("timestamp"),
+                format!("{} is not allowed: milliseconds >= 0", r.timestamp),
+            ));
+        }
+        let arrival = SimTime::from_nanos((r.timestamp * 1e6).round() as u64);
+        if arrival < last {
+            return Err(ConfigError::new(
+                file,
+                at("timestamp"),
+                format!("{} ms is earlier than the line before: timestamps must not decrease", r.timestamp),
+            ));
+        }
+        last = arrival;
+        let tokens = |key: &str, v: i64| -> Result<u32, ConfigError> {
+            if (1..=i64::from(u32::MAX)).contains(&v) {
+                Ok(v as u32)
+            } else {
+                Err(ConfigError::new(
+                    file,
+                    at(key),
+                    format!("{v} is not allowed: must be a whole number of tokens >= 1"),
+                ))
+            }
+        };
+        let row = TraceRow {
+            arrival,
+            prompt: tokens("input_length", r.input_length)?,
+            output: tokens("output_length", r.output_length)?,
+        };
+        let ids = r.hash_ids.unwrap_or_default();
+        let want = row.prompt.div_ceil(block_size) as usize;
+        if !ids.is_empty() && ids.len() != want {
+            return Err(ConfigError::new(
+                file,
+                at("hash_ids"),
+                format!(
+                    "{} hash ids for {} input tokens: with {block_size} tokens per id (workload.hash_block_size) \
+                     there must be ceil({} / {block_size}) = {want}; set workload.hash_block_size to the block \
+                     size the trace was made with",
+                    ids.len(),
+                    row.prompt,
+                    row.prompt
+                ),
+            ));
+        }
+        if let Some(bad) = ids.iter().find(|&&id| id < 0) {
+            return Err(ConfigError::new(
+                file,
+                at("hash_ids"),
+                format!("{bad} is not allowed: ids are whole numbers >= 0"),
+            ));
+        }
+        rows.push(row);
+        content.push(RowContent { hash_ids: ids.into_iter().map(|id| id as u64).collect(), ..RowContent::default() });
+    }
+    if rows.is_empty() {
+        return Err(ConfigError::new(file, "", "the trace has no requests: add at least one line"));
+    }
+    Ok((rows, TraceContent { rows: content, hash_block_size: Some(block_size) }))
 }
 
 /// Writes rows in the trace format, arrivals with nine decimals (exact ns).
 pub fn write<W: Write>(out: W, rows: &[TraceRow]) -> csv::Result<()> {
+    write_with_content(out, rows, None)
+}
+
+/// [`write`], plus the content columns when `content` is given (one entry
+/// per row; hash ids have no CSV column and are left out).
+pub fn write_with_content<W: Write>(out: W, rows: &[TraceRow], content: Option<&[RowContent]>) -> csv::Result<()> {
     let mut w = csv::Writer::from_writer(out);
-    w.write_record(COLUMNS)?;
-    for r in rows {
-        w.write_record([r.arrival.to_string(), r.prompt.to_string(), r.output.to_string()])?;
+    match content {
+        None => w.write_record(COLUMNS)?,
+        Some(_) => w.write_record(COLUMNS.iter().chain(&CONTENT_COLUMNS))?,
+    }
+    for (i, r) in rows.iter().enumerate() {
+        let mut record = vec![r.arrival.to_string(), r.prompt.to_string(), r.output.to_string()];
+        if let Some(c) = content.and_then(|c| c.get(i)) {
+            let (id, tokens) =
+                c.prefix.as_ref().map_or((String::new(), String::new()), |p| (p.id.clone(), p.tokens.to_string()));
+            record.extend([id, tokens, c.session.clone().unwrap_or_default()]);
+        } else if content.is_some() {
+            record.extend([String::new(), String::new(), String::new()]);
+        }
+        w.write_record(&record)?;
     }
     w.flush()?;
     Ok(())

@@ -138,15 +138,20 @@ fn serve(
             }
             let now = active.fetch_add(1, Ordering::SeqCst) + 1;
             max_active.fetch_max(now, Ordering::SeqCst);
-            stream_tokens(&mut out, &req, path == "/v1/chat/completions");
-            active.fetch_sub(1, Ordering::SeqCst);
+            // The request stops counting before its last chunks go out: a
+            // closed-loop user sends its next request as soon as it reads
+            // them, which may be before this thread runs again.
+            stream_tokens(&mut out, &req, path == "/v1/chat/completions", || {
+                active.fetch_sub(1, Ordering::SeqCst);
+            });
         }
         _ => reply(&mut out, "404 Not Found", r#"{"error": {"message": "no such route"}}"#),
     }
 }
 
-/// Streams `max_tokens` one-token chunks, the finish chunk, usage, [DONE].
-fn stream_tokens(out: &mut TcpStream, req: &Value, chat: bool) {
+/// Streams `max_tokens` one-token chunks, the finish chunk, usage, [DONE];
+/// `before_finish` runs just before the finish chunk is sent.
+fn stream_tokens(out: &mut TcpStream, req: &Value, chat: bool, before_finish: impl FnOnce()) {
     let n = req["max_tokens"].as_u64().unwrap_or(1);
     let prompt = if chat { req["messages"][0]["content"].as_str() } else { req["prompt"].as_str() };
     let prompt_tokens = prompt.unwrap_or("").split_whitespace().count();
@@ -166,6 +171,7 @@ fn stream_tokens(out: &mut TcpStream, req: &Value, chat: bool) {
             format!(r#"{{"choices":[{{"index":0,"text":" w{i}","finish_reason":null}}]}}"#)
         });
     }
+    before_finish();
     send(r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#.into());
     send(format!(r#"{{"choices":[],"usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":{n}}}}}"#));
     send("[DONE]".into());
@@ -365,20 +371,72 @@ fn a_request_over_its_timeout_fails_and_the_bench_still_ends() {
     assert!(j["errors"].as_array().unwrap().iter().any(|e| e == "timed out"));
 }
 
+/// A port nothing listens on.
+fn dead_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 #[test]
-fn a_server_that_refuses_connections_fails_every_request_and_exits_1() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+fn a_server_that_refuses_connections_stops_the_bench_before_anything_is_sent() {
+    let port = dead_port();
     let dir = tempdir();
     let b = dir.path().join("b.json");
-    let out = TestCommand::new(&["bench", "--base-url"])
+    TestCommand::new(&["bench", "--base-url"])
         .arg(format!("http://127.0.0.1:{port}"))
         .args(&["--model", "m", "--rate", "200", "--requests", "5", "--prompt-tokens", "4", "--output-tokens", "2"])
         .args(&["-q", "--timeout", "5", "--json"])
         .arg(&b)
-        .fails_with(1);
-    out.stderr_has(&["no request succeeded", "connection failed"]);
-    let j = read_json(&b);
-    assert_eq!((j["failed"].as_u64(), j["llmsim_failures"]["connect"].as_u64()), (Some(5), Some(5)));
+        .fails_with(1)
+        .stderr_has(&[&format!("cannot reach http://127.0.0.1:{port}: connection failed"), "no request was sent"]);
+    assert!(!b.exists(), "no result for a bench that never ran");
+}
+
+#[test]
+fn a_million_requests_of_a_million_token_prompts_allocate_nothing_up_front() {
+    // An earlier build built every prompt before the first request: about
+    // 7 TB here, an abort before it ever connected. Prompts are now built
+    // one by one as they are sent, so this ends at once with the
+    // connection error.
+    TestCommand::new(&["bench", "--base-url"])
+        .arg(format!("http://127.0.0.1:{}", dead_port()))
+        .args(&["--model", "m", "--rate", "1000", "--requests", "1000000", "--prompt-tokens", "1000000"])
+        .args(&["--output-tokens", "100", "-q"])
+        .fails_with(1)
+        .stderr_has(&["cannot reach", "no request was sent"]);
+}
+
+#[test]
+fn bench_flags_over_their_documented_limits_are_usage_errors() {
+    let base = ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m"];
+    let tokens = ["--prompt-tokens", "8", "--output-tokens", "8"];
+    // 3e9 requests tried to allocate 72 GB, 4e9 prompt tokens 28 GB.
+    TestCommand::new(&base)
+        .args(&["--rate", "1", "--requests", "3000000000"])
+        .args(&tokens)
+        .fails_with(2)
+        .stderr_has(&["--requests 3000000000 is not allowed: must be in [1, 1000000]"]);
+    TestCommand::new(&base)
+        .args(&["--rate", "1", "--requests", "1", "--prompt-tokens", "4000000000", "--output-tokens", "1"])
+        .fails_with(2)
+        .stderr_has(&["--prompt-tokens 4000000000 is not allowed: must be in [1, 1000000]"]);
+    TestCommand::new(&base)
+        .args(&["--rate", "1", "--requests", "1", "--prompt-tokens", "1", "--output-tokens", "1000001"])
+        .fails_with(2)
+        .stderr_has(&["--output-tokens 1000001 is not allowed"]);
+    TestCommand::new(&base)
+        .args(&["--rate", "1", "--requests", "1000000", "--prompt-tokens", "1", "--output-tokens", "101"])
+        .fails_with(2)
+        .stderr_has(&["101000000 output tokens is not allowed: at most 100000000"]);
+    let one = ["--requests", "1", "--prompt-tokens", "1", "--output-tokens", "1"];
+    let refused = |extra: &[&str], msg: &str| {
+        TestCommand::new(&base).args(&one).args(extra).fails_with(2).stderr_has(&[msg]);
+    };
+    refused(&["--concurrency", "10001"], "--concurrency 10001 is not allowed: must be in [1, 10000]");
+    refused(&["--rate", "1", "--warmup", "10001"], "--warmup 10001 is not allowed: at most 10000");
+    refused(&["--rate", "1e-300"], "the schedule would last about");
+    refused(&["--rate", "1", "--burstiness", "1e308"], "--burstiness 1e308 is not allowed: must be in [0.01, 1000]");
+    // 1e300 s used to panic converting to a Duration.
+    refused(&["--rate", "1", "--timeout", "1e300"], "--timeout 1e300 is not allowed");
 }
 
 #[test]
@@ -499,8 +557,10 @@ fn rel(a: f64, b: f64) -> f64 {
     (a - b) / b
 }
 
-/// One load level of the loop: serve, bench, predict, diff.
-fn loop_level(rate: &str, ttft_tolerance: &str) {
+/// One load level of the loop: serve, bench, predict, diff. Returns the
+/// measurement's warnings: when it flagged lag, the agreement was not
+/// checked (only that `diff` fails and says why).
+fn loop_level(rate: &str, ttft_tolerance: &str) -> Vec<String> {
     let dir = tempdir();
     let (record, bench_json) = (dir.path().join("served.csv"), dir.path().join("bench.json"));
     let server = Serve::start(&record);
@@ -557,8 +617,10 @@ fn loop_level(rate: &str, ttft_tolerance: &str) {
         .arg("--json")
         .arg(&predicted)
         .ok();
-    let flagged = !b["llmsim_warnings"].as_array().unwrap().is_empty();
-    for (metrics, tolerance) in [("itl.p50,throughput.output", "10%"), ("ttft.p50", ttft_tolerance)] {
+    let warnings: Vec<String> =
+        b["llmsim_warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap_or("").to_string()).collect();
+    let flagged = !warnings.is_empty();
+    for (metrics, tolerance) in [("itl.p50,throughput.output", ITL_AND_THROUGHPUT), ("ttft.p50", ttft_tolerance)] {
         let out = TestCommand::new(&["diff", "--metric", metrics, "--tolerance", tolerance])
             .arg(&predicted)
             .arg(&bench_json)
@@ -571,18 +633,61 @@ fn loop_level(rate: &str, ttft_tolerance: &str) {
             assert_eq!(out.code(), 0, "rate {rate}: {metrics} within {tolerance}\n{}", out.describe());
         }
     }
+    warnings
 }
+
+/// Runs of a level before its agreement check counts as not run.
+const ATTEMPTS: usize = 3;
+
+/// TTFT p50 gates per load: the largest error measured plus a margin.
+const TTFT_20: &str = "18%";
+const TTFT_60: &str = "20%";
+const TTFT_90: &str = "35%";
+/// ITL p50 and output throughput gate at every load.
+const ITL_AND_THROUGHPUT: &str = "5%";
 
 /// Predict, serve, bench, diff at three loads on the base model, whose knee
 /// is near 70 req/s, one after the other so they do not share the CPU.
-/// Tolerances are measured (README, "Measured agreement"): TTFT p50 was
-/// within -4.0% to -6.4% below and near the knee (up to -16.3% with an
-/// earlier server build), -0.4% to -0.5% past it, where sub-millisecond
-/// arrival shifts can move it by 16% or more; ITL p50 within 1.3%; output
-/// throughput within 0.1%.
+///
+/// The gates are what was measured plus a margin. Sixteen runs per load
+/// (seed 1 eight times, seeds 2 to 5 twice each, in two batches), release
+/// build, on this 2-core machine while other builds kept it busy (load
+/// average about 7), relative error of the prediction against the client's
+/// measurement (the test runs seed 1; past the knee other seeds err more):
+///
+/// | load | TTFT p50 | ITL p50 | output throughput |
+/// |---|---|---|---|
+/// | 20 req/s | -4.4% to -12.8% | -0.3% to +0.8% | -0.02% to +0.03% |
+/// | 60 req/s | -4.1% to -15.1% | -2.9% to +2.9% | -0.16% to +0.19% |
+/// | 90 req/s, seed 1 | -24.7% to +5.3% | -1.4% to +1.6% | -0.9% to +3.4% |
+/// | 90 req/s, seeds 2-5 | -17.4% to +49.8% | -1.6% to +1.3% | -2.0% to +1.2% |
+///
+/// (On a quiet machine TTFT was -4% to -6.4% below and near the knee, and
+/// one run past it -28.6%: past the knee TTFT depends on which step admits
+/// each queued request, which sub-millisecond arrival shifts change.) The
+/// worst TTFT errors came from runs that flagged client lag; they are kept
+/// in the margin because a run's lag sits just around the 5 ms threshold.
+///
+/// A run whose client or server flagged lag cannot judge agreement; it is
+/// retried, saying so on stderr, and a level flagged on every attempt fails
+/// the test: an agreement check that never ran must not pass.
 #[test]
 fn the_loop_agrees_below_near_and_past_the_knee_or_says_why_not() {
-    for (rate, ttft_tolerance) in [("20", "25%"), ("60", "25%"), ("90", "50%")] {
-        loop_level(rate, ttft_tolerance);
+    for (rate, ttft_tolerance) in [("20", TTFT_20), ("60", TTFT_60), ("90", TTFT_90)] {
+        let mut flags = Vec::new();
+        for attempt in 1..=ATTEMPTS {
+            let warnings = loop_level(rate, ttft_tolerance);
+            if warnings.is_empty() {
+                break;
+            }
+            eprintln!(
+                "NOTICE: rate {rate}, attempt {attempt}/{ATTEMPTS}: agreement not checked, the run flagged lag: {warnings:?}"
+            );
+            flags.push(warnings);
+        }
+        assert!(
+            flags.len() < ATTEMPTS,
+            "rate {rate}: the agreement was never checked: all {ATTEMPTS} runs flagged lag: {flags:?}"
+        );
     }
 }

@@ -259,3 +259,56 @@ fn a_wrong_prediction_is_kept_as_a_fail_with_a_prompt_for_its_note() {
     assert_eq!(table.matches("| **FAIL** |").count(), 3, "{table}");
     assert!(table.contains("## What the misses show\n\n- `decode_step_ms`: _no note yet"), "{table}");
 }
+
+#[test]
+fn an_expression_nested_too_deeply_is_an_error_not_a_stack_overflow() {
+    // 100,000 unary minus signs used to overflow the parser's stack.
+    let signs = format!("expect: {}1\n", "-".repeat(100_000));
+    let dir = spec_dir(&SPEC.replace(
+        "expect: (weights_read_s + batch * (prompt_mean + output_mean / 2) * kv_read_s_per_token) * 1000\n",
+        &signs,
+    ));
+    let out = run_specs(dir.path()).fails_with(2);
+    out.stderr_has(&["predictions[0].expect", "(100001 characters): at column 102", "nests more than 100 levels deep"]);
+    assert!(out.stderr().len() < 1000, "the error quotes the start of the expression, not all of it");
+    // A long flat chain builds a deep tree too (evaluating it recursed as deep).
+    let chain = format!("expect: {}1\n", "1 + ".repeat(100_000));
+    let dir = spec_dir(&SPEC.replace(
+        "expect: (weights_read_s + batch * (prompt_mean + output_mean / 2) * kv_read_s_per_token) * 1000\n",
+        &chain,
+    ));
+    run_specs(dir.path()).fails_with(2).stderr_has(&["predictions[0].expect", "nests more than 100 levels deep"]);
+}
+
+#[test]
+fn the_readme_verdicts_are_the_generated_ones() {
+    // Each row of the README's table of experiments ends in the verdict the
+    // generated index gives (which `experiments --check` keeps current).
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let index = std::fs::read_to_string(repo("results/README.md")).unwrap();
+    let specs = experiments::load_dir(&repo("scenarios/experiments")).unwrap();
+    for s in &specs {
+        let generated = index
+            .lines()
+            .find(|l| l.contains(&format!("]({}.md)", s.name)))
+            .and_then(|l| l.split(" | ").nth(1))
+            .unwrap_or_else(|| panic!("{} is not in the index", s.name));
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with('|') && l.contains(&format!("| `{}` |", s.name)))
+            .unwrap_or_else(|| panic!("{} is not in the README's table", s.name));
+        assert!(row.trim_end().ends_with(&format!("| {generated} |")), "README: {row}\nindex: {generated}");
+    }
+}
+
+#[test]
+fn a_verdict_needs_at_least_two_seeds_and_the_table_says_how_many_ran() {
+    run_specs(spec_dir(&format!("{SPEC}seeds: 1\n")).path())
+        .fails_with(2)
+        .stderr_has(&["small.yml: seeds: 1 is not allowed: from 2 to 100"]);
+    let dir = spec_dir(&format!("{SPEC}seeds: 3\n"));
+    run_specs(dir.path()).ok();
+    let table = std::fs::read_to_string(dir.path().join("results/small.md")).unwrap();
+    assert!(table.contains("Every row runs on 3 seeds"), "{table}");
+    assert!(table.contains("the whole interval lies within its tolerance"), "{table}");
+}

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use llmsim::config::{self, Scenario};
 use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
-use llmsim::sim;
+use llmsim::sim::{self, RunLimits, SimError};
 use llmsim::time::SimTime;
 use llmsim::workload::AnySource;
 use rand::{RngExt, SeedableRng};
@@ -300,7 +300,8 @@ workload:
     )
 }
 
-pub(crate) fn scenario(text: &str) -> Scenario {
+/// Validates generated scenario text; a generator must only make valid ones.
+pub fn scenario(text: &str) -> Scenario {
     let file = Path::new("generated.yml");
     let raw = config::parse_str(text, file).unwrap_or_else(|e| panic!("{e}\n{text}"));
     config::validate::scenario(raw, file).unwrap_or_else(|e| panic!("{e}\n{text}"))
@@ -308,44 +309,80 @@ pub(crate) fn scenario(text: &str) -> Scenario {
 
 /// Totals over all generated runs, to prove the hard cases were exercised.
 #[derive(Default, Debug)]
-pub(crate) struct Coverage {
-    pub(crate) requests: u64,
-    pub(crate) finished: u64,
-    pub(crate) preemptions: u64,
-    pub(crate) rejected_context: u64,
-    pub(crate) rejected_kv: u64,
-    pub(crate) steps: u64,
+pub struct Coverage {
+    pub runs: u64,
+    pub requests: u64,
+    pub finished: u64,
+    pub preemptions: u64,
+    pub rejected_context: u64,
+    pub rejected_kv: u64,
+    pub steps: u64,
+    /// Runs that stopped at a run limit, by kind.
+    pub stalled: u64,
+    pub time_limit: u64,
+    pub request_limit: u64,
+    pub step_limit: u64,
 }
 
-fn check_one(i: u64, cov: &mut Coverage) {
-    check_scenario(i, &generate(i), cov, &mut ());
-}
-
-/// Runs a scenario under the checker (and `extra`, another observer that
-/// checks more), its requests reaching the engine after the scenario's
-/// request overhead. Other generators (invariants_models.rs) share it.
-pub(crate) fn check_scenario<X: Observer>(i: u64, text: &str, cov: &mut Coverage, extra: &mut X) {
-    let s = scenario(text);
+/// Runs `s` within `limits`, checking the invariants after every step.
+/// A run that finishes must leave the engine idle with every request ended
+/// exactly once; a run that stops at a limit must have kept the invariants
+/// up to that point. Panics (naming `label` and `text`) on a broken
+/// invariant; returns how the run ended. Other generators (architectures,
+/// prefix caching) call this with their own scenarios, and `extra`, another
+/// observer that checks more. Requests reach the engine after the
+/// scenario's request overhead.
+pub fn check_scenario<X: Observer>(
+    label: &str,
+    text: &str,
+    s: &Scenario,
+    limits: &RunLimits,
+    cov: &mut Coverage,
+    extra: &mut X,
+) -> Result<(), SimError> {
     let mut engine = Engine::new(s.engine_config());
-    let mut source = AnySource::new(&s);
-    let mut checker = Checker::new(&s);
+    let mut source = AnySource::new(s);
+    let mut checker = Checker::new(s);
     let delay = llmsim::time::secs_to_nanos(s.latency.request_overhead_ms / 1e3);
     let mut both = (&mut checker, extra);
-    sim::drive_delayed(&mut engine, &mut source, &mut both, delay, |e, c| c.0.after_step(e));
-    for (id, r) in checker.reqs.iter().enumerate() {
-        if r.terminal != 1 {
-            checker.errors.push(format!("request {id} ended {} times", r.terminal));
-            break;
+    let ended =
+        sim::drive_limited(&mut engine, &mut source, &mut both, limits, delay, |e, c| c.0.after_step(e), &mut |_| {});
+    if ended.is_ok() {
+        for (id, r) in checker.reqs.iter().enumerate() {
+            if r.terminal != 1 {
+                checker.errors.push(format!("request {id} ended {} times", r.terminal));
+                break;
+            }
         }
+        assert!(engine.is_idle(), "{label}: engine not idle at the end\n{text}");
+    } else if let Some((id, r)) = checker.reqs.iter().enumerate().find(|(_, r)| r.terminal > 1) {
+        checker.errors.push(format!("request {id} ended {} times", r.terminal));
     }
-    assert!(engine.is_idle(), "scenario {i}: engine not idle at the end\n{text}");
-    assert!(checker.errors.is_empty(), "scenario {i}: {:#?}\n{text}", checker.errors);
+    assert!(checker.errors.is_empty(), "{label}: {:#?}\n{text}", checker.errors);
+    cov.runs += 1;
     cov.requests += checker.reqs.len() as u64;
     cov.finished += checker.reqs.iter().filter(|r| r.finished).count() as u64;
     cov.preemptions += checker.preemptions;
     cov.rejected_context += checker.rejected[0];
     cov.rejected_kv += checker.rejected[1];
     cov.steps += checker.steps;
+    match &ended {
+        Ok(()) => {}
+        Err(SimError::Stalled { .. }) => cov.stalled += 1,
+        Err(SimError::TimeLimit { .. }) => cov.time_limit += 1,
+        Err(SimError::TooManyRequests { .. }) => cov.request_limit += 1,
+        Err(SimError::TooManySteps { .. }) => cov.step_limit += 1,
+    }
+    ended
+}
+
+fn check_one(i: u64, cov: &mut Coverage) {
+    let text = generate(i);
+    let s = scenario(&text);
+    let label = format!("scenario {i}");
+    if let Err(e) = check_scenario(&label, &text, &s, &RunLimits::default(), cov, &mut ()) {
+        panic!("{label} stopped at a run limit: {e}\n{text}");
+    }
 }
 
 #[test]
@@ -359,4 +396,159 @@ fn every_generated_scenario_keeps_the_engine_invariants() {
     assert!(cov.rejected_context > 100 && cov.rejected_kv > 100, "{cov:?}");
     assert!(cov.finished > cov.requests / 2, "{cov:?}");
     eprintln!("invariants held over {SCENARIOS} scenarios: {cov:?}");
+}
+
+/// How an extreme scenario must end.
+#[derive(Copy, Clone, Debug, PartialEq)]
+enum Expect {
+    /// Finishes, or stops at the time, request or step limit (huge
+    /// workloads on purpose), never stalled.
+    FinishOrLimit,
+    /// A closed loop of users always rejected at once, with think time 0
+    /// and only a duration: stalled.
+    Stalled,
+    /// A closed loop with think time 0 and only a duration whose random
+    /// lengths may all be rejected: [`Expect::FinishOrLimit`] or stalled.
+    MayStall,
+    /// Always rejected, with a request count: finishes, every request
+    /// rejected, none finished.
+    AllRejected,
+}
+
+/// Scenarios at the edges of every range ([`llmsim::config::limits`]),
+/// with `duration_s` as often as `requests`, and users whose requests
+/// are always rejected. Hangs and aborts of issue 9 went unseen because
+/// the plain generator never went there.
+fn generate_extreme(i: u64) -> (String, Expect) {
+    let mut rng = ChaCha8Rng::seed_from_u64(0xE7_7E3E + i);
+    let context: u64 = pick(&mut rng, &[2, 64, 4096, 100_000_000]);
+    let block_size: u64 = pick(&mut rng, &[1, 16, 65_536]);
+    let num_blocks: u64 = pick(&mut rng, &[1, 2, 50, 4_294_967_295]);
+    let watermark = pick(&mut rng, &[0.0, 0.5, 0.999]);
+    let budget = pick(&mut rng, &[1, 3, 8192, 100_000_000]);
+    let max_seqs = pick(&mut rng, &[1, 2, 1_000_000]);
+    // The cheapest step must cost 1 us: tiny models carry an overhead.
+    let (params, overhead) = pick(&mut rng, &[(0.000001, 0.001), (0.5, 0.0), (0.5, 60_000.0), (100_000.0, 0.0)]);
+    let bw = pick(&mut rng, &[1, 3000, 1_000_000]);
+    let tf = pick(&mut rng, &[0.001, 989.0, 1_000_000.0]);
+    let rejected = rng.random_range(0..4) == 0;
+    let closed = rejected || rng.random_range(0..3) == 0;
+    let think = pick(&mut rng, &[0.0, 0.0, 1e-9, 0.5, 1e3]);
+    let arrivals = if closed {
+        format!("closed: {{concurrency: {}, think_time_s: {think}}}", pick(&mut rng, &[1, 3, 1000]))
+    } else {
+        match rng.random_range(0..3) {
+            0 => format!("poisson: {{rate: {}}}", pick(&mut rng, &[1e-6, 1.0, 1e9])),
+            1 => format!(
+                "gamma: {{rate: {}, burstiness: {}}}",
+                pick(&mut rng, &[1e-6, 5.0, 1e9]),
+                pick(&mut rng, &[0.001, 1.0, 1000.0])
+            ),
+            _ => format!("constant: {{rate: {}}}", pick(&mut rng, &[1e-6, 10.0, 1e9])),
+        }
+    };
+    // Always rejected: longer than the context, or a prompt that never fits
+    // beside the watermark (admission counts the prompt's blocks only).
+    let too_long = (context + 1).min(u64::from(u32::MAX));
+    let watermark_blocks = (watermark * num_blocks as f64).floor() as i128;
+    let never_fits =
+        |p: u64| i128::from(num_blocks) - i128::from(p.div_ceil(block_size)) < watermark_blocks && p < context;
+    let tiny_cache = context >= 2 && never_fits(context - 1);
+    let length = |rng: &mut ChaCha8Rng| -> String {
+        match rng.random_range(0..6) {
+            0 => "1".into(),
+            1 => (context / 2).max(1).to_string(),
+            2 => format!("{{lognormal: {{mean: 1, std: 4294967295, max: {}}}}}", context.max(1)),
+            3 => format!("{{normal: {{mean: 4294967295, std: 4294967295, min: 1, max: {}}}}}", context.max(1)),
+            4 => "{exponential: {mean: 4294967295, max: 7}}".into(),
+            _ => format!("{{uniform: [1, {}]}}", context.clamp(1, u64::from(u32::MAX))),
+        }
+    };
+    let (prompt, output) = if rejected {
+        let prompt = if tiny_cache && rng.random_range(0..2) == 0 { context - 1 } else { too_long };
+        (prompt.max(1).to_string(), "1".to_string())
+    } else {
+        (length(&mut rng), length(&mut rng))
+    };
+    // Open loops by duration stay under the request limit up front.
+    let rate_bound: f64 = if arrivals.contains("1000000000") { 1e-3 } else { 10.0 };
+    // 5000 requests one per 11.6 days span 1.6e10 s: past the time limit.
+    let count = |rng: &mut ChaCha8Rng| if rng.random_range(0..8) == 0 { 5000 } else { rng.random_range(1..=200) };
+    let (requests, duration) = match rng.random_range(0..3) {
+        0 => (Some(count(&mut rng)), None),
+        1 => (None, Some(pick(&mut rng, &[1e-9, 0.001, rate_bound]))),
+        _ => (Some(count(&mut rng)), Some(pick(&mut rng, &[1e-9, 5.0]))),
+    };
+    let always_rejected = prompt.parse::<u64>().is_ok_and(|p| p + 1 > context || never_fits(p));
+    assert!(!rejected || always_rejected, "generator: {prompt} is not always rejected");
+    let expect = match (rejected, requests, think) {
+        (true, None, 0.0) => Expect::Stalled,
+        (true, Some(_), _) if duration.is_none() => Expect::AllRejected,
+        (false, None, t) if closed && t == 0.0 => Expect::MayStall,
+        _ => Expect::FinishOrLimit,
+    };
+    let mut text = format!(
+        "name: extreme-{i}
+hardware: {{hbm_gib: 80, memory_bandwidth_gbps: {bw}, peak_tflops: {tf}}}
+model:
+  context_length: {context}
+  weights: {{parameters_billions: {params}}}
+  kv_cache: {{bytes_per_token: 131072, block_size: {block_size}, watermark: {watermark}, num_blocks: {num_blocks}}}
+scheduler: {{max_batch_tokens: {budget}, max_num_sequences: {max_seqs}}}
+latency: {{step_overhead_ms: {overhead}}}
+workload:
+  seed: {seed}
+  arrivals: {{{arrivals}}}
+  prompt_tokens: {prompt}
+  output_tokens: {output}
+",
+        seed = rng.random_range(0..u64::MAX),
+    );
+    if let Some(n) = requests {
+        text.push_str(&format!("  requests: {n}\n"));
+    }
+    if let Some(d) = duration {
+        text.push_str(&format!("  duration_s: {d}\n"));
+    }
+    (text, expect)
+}
+
+/// Extreme scenarios per test run.
+const EXTREME: u64 = 1_000;
+
+#[test]
+fn extreme_scenarios_keep_the_invariants_and_end_or_stop_at_a_limit() {
+    // Lower run limits keep the slice fast; the limits' logic is the same.
+    let limits = RunLimits { max_requests: 5_000, max_steps: 50_000, ..RunLimits::default() };
+    let mut cov = Coverage::default();
+    let mut seen = std::collections::BTreeMap::new();
+    for i in 0..EXTREME {
+        let (text, expect) = generate_extreme(i);
+        let s = scenario(&text);
+        let label = format!("extreme scenario {i} ({expect:?})");
+        let before = (cov.finished, cov.requests);
+        let ended = check_scenario(&label, &text, &s, &limits, &mut cov, &mut ());
+        match (expect, &ended) {
+            (Expect::Stalled, Err(SimError::Stalled { .. })) => {}
+            // 1000 users x 100 rounds pass the lowered request limit first.
+            (Expect::Stalled, Err(SimError::TooManyRequests { limit, rejected, .. })) if rejected == limit => {}
+            (Expect::AllRejected, Ok(())) => {
+                assert_eq!(cov.finished, before.0, "{label}: a request finished\n{text}");
+                assert!(cov.requests > before.1, "{label}: nothing issued\n{text}");
+            }
+            (Expect::FinishOrLimit | Expect::MayStall, Ok(()) | Err(SimError::TimeLimit { .. }))
+            | (
+                Expect::FinishOrLimit | Expect::MayStall,
+                Err(SimError::TooManyRequests { .. } | SimError::TooManySteps { .. }),
+            )
+            | (Expect::MayStall, Err(SimError::Stalled { .. })) => {}
+            _ => panic!("{label} ended {ended:?}\n{text}"),
+        }
+        *seen.entry(format!("{expect:?}")).or_insert(0) += 1;
+    }
+    // Every kind of ending was reached.
+    assert!(cov.stalled > 10 && cov.time_limit > 0 && cov.request_limit > 0, "{cov:?} {seen:?}");
+    assert!(seen.get("AllRejected").is_some_and(|&n| n > 10), "{seen:?}");
+    assert!(cov.finished > 1000 && cov.rejected_context > 100 && cov.rejected_kv > 10, "{cov:?}");
+    eprintln!("extreme invariants held over {EXTREME} scenarios: {cov:?} {seen:?}");
 }

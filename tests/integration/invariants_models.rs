@@ -14,6 +14,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::invariants::{Coverage, check_scenario, length, pick};
+use llmsim::sim::RunLimits;
 
 /// How many deployments one test run generates.
 const SCENARIOS: u64 = 500;
@@ -205,7 +206,7 @@ fn generate(i: u64) -> (String, Deployment) {
     let experts: u64 = if moe { pick(&mut rng, &[2, 4, 8, 16, 64]) } else { 0 };
     let per_token = if moe { rng.random_range(1..=experts.min(8)) } else { 0 };
     let tp = pick(&mut rng, &divisors(heads).into_iter().filter(|d| *d <= 8).collect::<Vec<_>>());
-    let d = Deployment {
+    let mut d = Deployment {
         layers: layers as f64,
         hidden: hidden as f64,
         heads: heads as f64,
@@ -231,6 +232,12 @@ fn generate(i: u64) -> (String, Deployment) {
         per_layer_us: pick(&mut rng, &[0.0, 0.0, 20.0, 75.0]),
         per_sequence_us: pick(&mut rng, &[0.0, 0.0, 5.0]),
     };
+    // A step must cost at least 1 us (config::limits::MIN_STEP_SECONDS):
+    // a tiny model whose weights read in under 2 us carries an overhead.
+    let weights_read_s = d.parameters() * d.bytes_per_parameter / d.tp as f64 / (d.bandwidth * 1e9);
+    if weights_read_s < 2e-6 && d.overhead_ms == 0.0 {
+        d.overhead_ms = 0.002;
+    }
     let mut arch = format!(
         "{{layers: {layers}, hidden_size: {hidden}, attention_heads: {heads}, kv_heads: {kv_heads}, head_dim: {head_dim}, \
          vocab_size: {}, tie_word_embeddings: {}",
@@ -328,7 +335,10 @@ fn every_generated_deployment_keeps_the_invariants_and_costs_its_steps_by_the_fo
             steps: 0,
             comm_steps: 0,
         };
-        check_scenario(i, &text, &mut cov, &mut costs);
+        let label = format!("scenario {i}");
+        if let Err(e) = check_scenario(&label, &text, &s, &RunLimits::default(), &mut cov, &mut costs) {
+            panic!("{label} stopped at a run limit: {e}\n{text}");
+        }
         assert!(costs.errors.is_empty(), "scenario {i}: {:#?}\n{text}", costs.errors);
         if d.experts > 0.0 {
             moe_steps += costs.steps;

@@ -5,12 +5,17 @@ mod support;
 
 mod bench;
 mod calibrate;
+mod capacity;
 mod cli_errors;
 mod cli_run;
 mod deployment;
 mod diff;
 mod experiments;
+mod fuzz;
 mod invariants;
 mod invariants_models;
+mod invariants_prefix;
+mod limits;
+mod prefix;
 mod server;
 mod sweep;

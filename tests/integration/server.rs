@@ -7,6 +7,7 @@
 
 mod api;
 mod errors;
+mod hardening;
 mod harness;
 mod lifecycle;
 mod python;

@@ -20,11 +20,74 @@ pub struct TestCommand {
     cmd: Command,
 }
 
+/// The binary under test: the one cargo built, or `LLMSIM_TEST_BIN` (to
+/// show that a regression test fails on an older build).
+pub fn binary() -> PathBuf {
+    std::env::var_os("LLMSIM_TEST_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_llmsim")), PathBuf::from)
+}
+
 impl TestCommand {
     pub fn new(args: &[&str]) -> TestCommand {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_llmsim"));
+        let mut cmd = Command::new(binary());
         cmd.args(args).current_dir(root());
         TestCommand { cmd }
+    }
+
+    /// Runs with a guard against hangs and runaway memory: the process may
+    /// use at most `mem_mib` MiB of address space (`ulimit -v`) and is
+    /// killed after `secs` seconds (then the exit code is -1 and stderr
+    /// says so). The guard catches a hang; it is not a speed test, so keep
+    /// it far above the normal time.
+    pub fn bounded(self, secs: u64, mem_mib: u64) -> Out {
+        use std::io::Read;
+        use std::process::Stdio;
+        use std::time::{Duration, Instant};
+        let cmd = &self.cmd;
+        let mut sh = Command::new("sh");
+        sh.arg("-c").arg(format!("ulimit -v {} && exec \"$0\" \"$@\"", mem_mib * 1024));
+        sh.arg(cmd.get_program()).args(cmd.get_args());
+        if let Some(dir) = cmd.get_current_dir() {
+            sh.current_dir(dir);
+        }
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => sh.env(k, v),
+                None => sh.env_remove(k),
+            };
+        }
+        let mut child = sh.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+        let pipe = |mut r: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = r.read_to_end(&mut buf);
+                buf
+            })
+        };
+        let out = pipe(Box::new(child.stdout.take().expect("stdout")));
+        let err = pipe(Box::new(child.stderr.take().expect("stderr")));
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break Some(status);
+            }
+            if start.elapsed() > Duration::from_secs(secs) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stdout = out.join().unwrap_or_default();
+        let mut stderr = err.join().unwrap_or_default();
+        let status = match status {
+            Some(s) => s,
+            None => {
+                stderr.extend_from_slice(format!("\n[killed after {secs} s: a hang]").as_bytes());
+                // A status that is not success and has no code: killed.
+                std::os::unix::process::ExitStatusExt::from_raw(9)
+            }
+        };
+        Out(Output { status, stdout, stderr })
     }
 
     pub fn arg(mut self, a: impl AsRef<std::ffi::OsStr>) -> Self {

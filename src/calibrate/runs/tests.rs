@@ -191,7 +191,11 @@ fn an_inference_perf_stage_is_a_constant_rate_run_with_nominal_output_and_derive
     let s = r.base.scenario(&[], &[]).unwrap();
     assert!(matches!(s.workload.arrivals, Arrivals::Constant { rate } if rate == 5.0));
     assert_eq!(s.workload.duration_s, Some(30.0));
-    assert_eq!(s.workload.prompt_tokens, Some(crate::config::Length::Fixed(592)));
+    // 10 x 10 fixed prompts of 100 + 466 tokens; the client counted 591.63
+    // on average, so 592 - 566 = 26 template tokens are the rest.
+    let sp = s.workload.shared_prefix.as_ref().expect("shared prefix");
+    assert_eq!((sp.groups, sp.tokens), (100, 566));
+    assert_eq!(s.workload.prompt_tokens, Some(crate::config::Length::Fixed(26)));
     assert_eq!(s.workload.output_tokens, Some(crate::config::Length::Fixed(247)));
     assert_eq!(s.workload.seed, load_scenario(&src.file).unwrap().workload.seed, "the scenario's seed stays");
     // (1810 - 25) / 246, not the tool's chunk-based 3.6 ms.

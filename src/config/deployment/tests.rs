@@ -126,7 +126,7 @@ fn explicit_figures_beside_an_architecture_override_it() {
 fn an_inline_architecture_fills_kv_heads_and_head_dim() {
     let s = load(&h100(
         "model:\n  context_length: 4096\n  architecture: {layers: 2, hidden_size: 64, attention_heads: 4, \
-         intermediate_size: 128, vocab_size: 100}",
+         intermediate_size: 128, vocab_size: 100}\nlatency: {step_overhead_ms: 0.01}",
     ))
     .unwrap();
     let a = s.model.architecture.as_ref().unwrap();
@@ -274,7 +274,7 @@ fn overhead_terms_are_bounded_and_per_layer_needs_an_architecture() {
     let e = err(&h100(&format!("{plain}\nlatency: {{request_overhead_ms: -1}}")));
     has(&e, &["latency.request_overhead_ms: -1 is not allowed"]);
     let e = err(&h100(&format!("{plain}\nlatency: {{request_overhead_ms: 1e9}}")));
-    has(&e, &["latency.request_overhead_ms", "at most 3600000"]);
+    has(&e, &["latency.request_overhead_ms", "must be in [0, 3,600,000]"]);
     let e = err(&h100("model: llama-3.1-8b\nlatency: {per_sequence_overhead_us: .nan}"));
     has(&e, &["latency.per_sequence_overhead_us", "finite"]);
 }

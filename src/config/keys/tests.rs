@@ -90,7 +90,7 @@ fn the_list_names_the_documented_keys_with_their_kinds() {
 fn sample(kind: Kind) -> &'static str {
     match kind {
         Kind::Integer | Kind::CountOrMapping => "7",
-        Kind::Number => "0.5",
+        Kind::Number | Kind::SecondsOrMapping => "0.5",
         Kind::Text | Kind::NameOrMapping => "h100-80gb",
         Kind::ModelOrMapping => "llama-3.1-8b",
         Kind::NumberOrMapping => "{2: 248, 4: 289}",
@@ -182,4 +182,30 @@ fn plain_parse_checks_the_path_and_checked_parse_also_the_shape() {
     let e = Override::parse_checked("scheduler.max_batch_tokens=abc").unwrap_err();
     assert!(e.contains("expects a whole number"), "{e}");
     assert!(Override::parse_checked("hardware=a100-80gb").is_ok());
+}
+
+#[test]
+fn every_numeric_key_reads_the_one_number_grammar() {
+    // A field typed f64/i64/u64 without `deserialize_with = "num::..."`
+    // would read `0x1E` or `1e3` differently from its neighbours.
+    let mut plain = trace_with_plain::<RawScenario>("").1;
+    plain.extend(trace_with_plain::<RawHardware>("hardware").1);
+    plain.extend(trace_with_plain::<RawArrivals>("workload.arrivals").1);
+    plain.extend(trace_with_plain::<RawDist>("workload.prompt_tokens").1);
+    plain.extend(trace_with_plain::<crate::config::models::RawModelsFile>("").1);
+    assert!(plain.is_empty(), "read outside config::num: {plain:?}");
+    let numeric: Vec<&String> =
+        all().iter().filter(|(_, k)| matches!(k, Kind::Number | Kind::Integer)).map(|(p, _)| p).collect();
+    assert!(numeric.len() > 25, "{numeric:?}");
+}
+
+#[test]
+fn whole_number_keys_take_a_whole_number_however_it_is_written() {
+    let n = |s: &str| serde_yaml::from_str::<Value>(s).unwrap();
+    for ok in ["7", "0x10", "1e3", "2000.0", "0o17"] {
+        assert!(check_value("k", Kind::Integer, &n(ok)).is_ok(), "{ok}");
+        assert!(check_value("k", Kind::CountOrMapping, &n(ok)).is_ok(), "{ok}");
+    }
+    assert!(check_value("k", Kind::Integer, &n("2.5")).is_err());
+    assert!(check_value("k", Kind::Integer, &n(".inf")).is_err());
 }

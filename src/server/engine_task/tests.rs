@@ -103,7 +103,7 @@ fn offline(cfg: EngineConfig, rows: Vec<TraceRow>) -> BTreeMap<RequestId, Vec<Si
     let limit = crate::workload::Limit { requests: None, until: None };
     let mut source = TraceSource::new(Arc::new(rows), limit);
     let mut tokens = Tokens(BTreeMap::new());
-    crate::sim::drive(&mut engine, &mut source, &mut tokens);
+    crate::sim::drive(&mut engine, &mut source, &mut tokens).expect("the offline run stays within the run limits");
     tokens.0
 }
 

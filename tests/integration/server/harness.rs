@@ -74,9 +74,27 @@ impl Server {
     }
 
     pub fn spawn(dir: tempfile::TempDir, args: &[String]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_llmsim"));
+        cmd.args(args);
+        Server::spawn_command(dir, cmd)
+    }
+
+    /// Starts `llmsim serve` with the test models and responses under an
+    /// open-file limit of `files` (set by the shell's `ulimit -n`).
+    pub fn start_with_file_limit(files: u32, extra: &[&str]) -> Server {
+        let dir = tempdir();
+        let models = write(dir.path(), "models.yml", MODELS);
+        let responses = write(dir.path(), "responses.yml", RESPONSES);
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!("ulimit -n {files} && exec \"$0\" \"$@\""));
+        cmd.arg(env!("CARGO_BIN_EXE_llmsim")).args(["serve", "--port", "0", "--models"]);
+        cmd.arg(models).arg("--responses").arg(responses).args(extra);
+        Server::spawn_command(dir, cmd)
+    }
+
+    pub fn spawn_command(dir: tempfile::TempDir, mut cmd: Command) -> Server {
         let stderr = std::fs::File::create(dir.path().join("stderr.txt")).expect("stderr file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_llmsim"))
-            .args(args)
+        let mut child = cmd
             .current_dir(root())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
@@ -107,9 +125,14 @@ impl Server {
     }
 
     /// Sends SIGTERM and waits for a clean exit.
-    pub fn stop(mut self) -> String {
+    pub fn stop(self) -> String {
+        self.stop_with("TERM")
+    }
+
+    /// Sends `signal` (`TERM`, `INT`, `HUP`) and waits for a clean exit.
+    pub fn stop_with(mut self, signal: &str) -> String {
         let pid = self.child.id().to_string();
-        let status = Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+        let status = Command::new("kill").args([&format!("-{signal}"), &pid]).status().expect("kill");
         assert!(status.success());
         let code = self.child.wait().expect("wait");
         let stderr = read(&self.dir.path().join("stderr.txt"));

@@ -28,9 +28,9 @@ fn cutting_500_streams_midway_frees_every_slot_and_block() {
             seen.extend_from_slice(&buf[..n]);
         }
     }
-    let running = r#"vllm:num_requests_running{model_name="sched",engine="0"}"#;
-    let waiting = r#"vllm:num_requests_waiting{model_name="sched",engine="0"}"#;
-    let kv = r#"vllm:kv_cache_usage_perc{model_name="sched",engine="0"}"#;
+    let running = r#"vllm:num_requests_running{engine="0",model_name="sched"}"#;
+    let waiting = r#"vllm:num_requests_waiting{engine="0",model_name="sched"}"#;
+    let kv = r#"vllm:kv_cache_usage_perc{engine="0",model_name="sched"}"#;
     server.wait_for(10, "max_num_sequences (64) running, the rest waiting", |s| {
         s.metric(running) == Some(64.0) && s.metric(waiting) == Some(436.0)
     });
@@ -39,7 +39,7 @@ fn cutting_500_streams_midway_frees_every_slot_and_block() {
     server.wait_for(10, "0 running, 0 waiting and 0% KV", |s| {
         s.metric(running) == Some(0.0) && s.metric(waiting) == Some(0.0) && s.metric(kv) == Some(0.0)
     });
-    let aborted = r#"vllm:request_success_total{model_name="sched",engine="0",finished_reason="abort"}"#;
+    let aborted = r#"vllm:request_success_total{engine="0",finished_reason="abort",model_name="sched"}"#;
     assert_eq!(server.metric(aborted), Some(500.0));
     assert_eq!(server.chat("sched", "still serving", "").status, 200);
 }
@@ -50,7 +50,7 @@ fn a_client_that_leaves_a_whole_response_aborts_it_too() {
     let long = format!("long {}", "word ".repeat(10));
     let mut s = connect(server.port);
     send(&mut s, "POST", "/v1/chat/completions", &chat_body("fixed", &long, ""));
-    let running = r#"vllm:num_requests_running{model_name="fixed",engine="0"}"#;
+    let running = r#"vllm:num_requests_running{engine="0",model_name="fixed"}"#;
     server.wait_for(10, "the request to run", |s| s.metric(running) == Some(1.0));
     drop(s);
     server.wait_for(10, "the request to be aborted", |s| s.metric(running) == Some(0.0));

@@ -1,0 +1,442 @@
+//! The KV block pool with prefix caching (DEPLOYMENT.md section 3), the
+//! pool the engine uses when `kv_cache.prefix_caching` is on. Without it the
+//! engine keeps the plain counting pool of `kv.rs`: block identity costs
+//! nothing when nothing is shared.
+//!
+//! Every block has a reference count. Blocks with count 0 sit in a free
+//! queue, oldest freed first, and keep their hash until they are reused
+//! (lazy eviction), so a later request with the same content can still hit
+//! them. The cache maps a hash to every block that holds it, in
+//! registration order; a lookup uses the earliest-registered one, and
+//! evicting one leaves the others serving hits (vLLM's block pool does the
+//! same). The rules, as the engine applies them:
+//!
+//! 1. lookup at admission: the longest run of leading full blocks whose
+//!    hashes are cached, among the first `floor((P+g-1)/bs)` (the last token
+//!    is always computed, to sample);
+//! 2. admission test: the hit blocks that sit in the free queue leave it too;
+//! 3. allocation takes blocks from the head of the free queue; a block that
+//!    still has a hash is evicted from the cache;
+//! 4. registration at scheduling time: after a request is scheduled for `n`
+//!    tokens, its full blocks among the first `c + n` tokens get their hash;
+//! 5. freeing drops counts by one; blocks reaching 0 join the tail of the
+//!    free queue in reverse order of position (the request's tail first, so
+//!    its shared head is evicted last).
+//!
+//! The pool is exact and pure: it only counts, links and looks up. Blocks
+//! are materialised the first time they leave the free queue, so a huge
+//! `num_blocks` costs memory only for the blocks a run actually touches.
+//! The hash map (`index.rs`) uses the hashes themselves as positions (they
+//! are already uniformly mixed) and is only looked up, never iterated,
+//! outside of the invariant check.
+
+pub mod hash;
+mod index;
+
+use index::{HashIndex, Holders};
+
+/// No block.
+const NIL: u32 = u32::MAX;
+
+/// What a lookup found: the length of the hit run and how many of its
+/// blocks sit in the free queue (count 0).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lookup {
+    pub blocks: u32,
+    pub free_blocks: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    refs: u32,
+    /// Its content hash; meaningful only while `cached`.
+    hash: u64,
+    cached: bool,
+    /// Free-queue neighbours (while `refs == 0`).
+    prev: u32,
+    next: u32,
+    /// Neighbours among the blocks holding the same hash, in registration order.
+    same_prev: u32,
+    same_next: u32,
+}
+
+impl Block {
+    fn fresh() -> Block {
+        Block { refs: 0, hash: 0, cached: false, prev: NIL, next: NIL, same_prev: NIL, same_next: NIL }
+    }
+}
+
+/// A request's part of the pool.
+#[derive(Clone, Debug, Default)]
+struct SlotState {
+    /// Its blocks, by position.
+    table: Vec<u32>,
+    /// Its content: hashes of its full blocks, prompt then answer.
+    hashes: Vec<u64>,
+    /// Leading blocks of `table` that hold their hash.
+    registered: u32,
+}
+
+/// The block pool with prefix caching.
+#[derive(Clone, Debug)]
+pub struct PrefixPool {
+    block_size: u32,
+    total: u32,
+    /// Materialised blocks; the rest (`total - blocks.len()`) were never
+    /// used and make up the head of the free queue, in index order.
+    blocks: Vec<Block>,
+    /// When each block last got its hash (registration order), kept apart
+    /// from the hot block data: only the invariant check reads it.
+    registered_at: Vec<u64>,
+    /// The free queue after the never-used blocks: a linked list.
+    head: u32,
+    tail: u32,
+    listed: u32,
+    cache: HashIndex,
+    /// Blocks holding a hash.
+    cached: u32,
+    registrations: u64,
+    evictions: u64,
+    slots: Vec<SlotState>,
+    /// The blocks of the last lookup.
+    hits: Vec<u32>,
+}
+
+impl PrefixPool {
+    pub fn new(total: u32, block_size: u32) -> PrefixPool {
+        PrefixPool {
+            block_size: block_size.max(1),
+            total,
+            blocks: Vec::new(),
+            registered_at: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            listed: 0,
+            // One entry per cached block at most: reserving up front spares
+            // the rehashes (bounded, for huge pools).
+            cache: HashIndex::with_capacity(total.min(1 << 20) as usize),
+            cached: 0,
+            registrations: 0,
+            evictions: 0,
+            slots: Vec::new(),
+            hits: Vec::new(),
+        }
+    }
+
+    pub fn total(&self) -> u32 {
+        self.total
+    }
+
+    /// Blocks in the free queue (count 0), cached or not.
+    pub fn free(&self) -> u32 {
+        self.total - self.blocks.len() as u32 + self.listed
+    }
+
+    /// Blocks with a reference.
+    pub fn used(&self) -> u32 {
+        self.total - self.free()
+    }
+
+    /// Blocks holding a hash (in use or free).
+    pub fn cached_blocks(&self) -> u32 {
+        self.cached
+    }
+
+    /// Cached blocks taken for reuse since the start.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
+    /// Blocks request `slot` holds.
+    pub fn held(&self, slot: u32) -> u32 {
+        self.slots.get(slot as usize).map_or(0, |s| s.table.len() as u32)
+    }
+
+    /// Gives request `slot` its content (the hashes of its full blocks,
+    /// prompt then answer), copied into the slot's own buffer (reused from
+    /// request to request). Its slot holds no blocks.
+    pub fn set_content(&mut self, slot: u32, hashes: &[u64]) {
+        let i = slot as usize;
+        if i >= self.slots.len() {
+            self.slots.resize_with(i + 1, SlotState::default);
+        }
+        let s = &mut self.slots[i];
+        debug_assert!(s.table.is_empty(), "content set on a slot that holds blocks");
+        s.hashes.clear();
+        s.hashes.extend_from_slice(hashes);
+        s.registered = 0;
+    }
+
+    /// Rule 1: the hit of request `slot` with `known = P + g` tokens. The
+    /// blocks found are kept for [`PrefixPool::admit`].
+    pub fn lookup(&mut self, slot: u32, known: u32) -> Lookup {
+        self.hits.clear();
+        let Some(s) = self.slots.get(slot as usize) else { return Lookup::default() };
+        let max = (known.saturating_sub(1) / self.block_size) as usize;
+        let mut free_blocks = 0;
+        for h in &s.hashes[..max.min(s.hashes.len())] {
+            let Some(holders) = self.cache.get(*h) else { break };
+            let b = holders.first;
+            free_blocks += u32::from(self.blocks[b as usize].refs == 0);
+            self.hits.push(b);
+        }
+        Lookup { blocks: self.hits.len() as u32, free_blocks }
+    }
+
+    /// Rules 2 and 3: request `slot` takes the blocks of the lookup just
+    /// made (they leave the free queue if they were in it), then `new` fresh
+    /// blocks. The caller has checked that they fit.
+    pub fn admit(&mut self, slot: u32, new: u32) {
+        let hits = std::mem::take(&mut self.hits);
+        for &b in &hits {
+            if self.blocks[b as usize].refs == 0 {
+                self.unlink(b);
+            }
+            self.blocks[b as usize].refs += 1;
+        }
+        let s = &mut self.slots[slot as usize];
+        debug_assert!(s.table.is_empty(), "admitting a request that holds blocks");
+        s.table.extend_from_slice(&hits);
+        s.registered = hits.len() as u32;
+        self.hits = hits;
+        self.allocate(slot, new);
+    }
+
+    /// Rule 3: `n` more blocks for request `slot` from the head of the free
+    /// queue. The caller has checked that `n <= free()`.
+    pub fn allocate(&mut self, slot: u32, n: u32) {
+        for _ in 0..n {
+            let b = self.pop_free();
+            self.blocks[b as usize].refs = 1;
+            self.slots[slot as usize].table.push(b);
+        }
+    }
+
+    /// Rule 4: request `slot` is scheduled up to `tokens = c + n`: its full
+    /// blocks among them that have no hash yet get one. If another block
+    /// already holds the hash, that one stays the one lookups use. Returns
+    /// the token count below which a later call registers nothing (so the
+    /// engine can skip the call on most decode steps).
+    pub fn register(&mut self, slot: u32, tokens: u32) -> u64 {
+        let s = &mut self.slots[slot as usize];
+        let full = ((tokens / self.block_size) as usize).min(s.hashes.len()).min(s.table.len());
+        for i in s.registered as usize..full {
+            let (b, h) = (s.table[i], s.hashes[i]);
+            let block = &mut self.blocks[b as usize];
+            debug_assert!(!block.cached, "registering a block that holds a hash");
+            block.hash = h;
+            block.cached = true;
+            self.registered_at[b as usize] = self.registrations;
+            self.registrations += 1;
+            self.cached += 1;
+            let (holders, inserted) = self.cache.get_or_insert(h, Holders { first: b, last: b });
+            if !inserted {
+                let last = std::mem::replace(&mut holders.last, b);
+                self.blocks[last as usize].same_next = b;
+                self.blocks[b as usize].same_prev = last;
+            }
+        }
+
+        s.registered = s.registered.max(full as u32);
+        match (s.registered as usize) < s.hashes.len() {
+            true => (u64::from(s.registered) + 1) * u64::from(self.block_size),
+            false => u64::MAX,
+        }
+    }
+
+    /// Rule 5: request `slot` lets go of its blocks, last position first.
+    /// Its content stays (a preempted request looks itself up again).
+    pub fn release(&mut self, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot as usize) else { return };
+        let table = std::mem::take(&mut s.table);
+        s.registered = 0;
+        for &b in table.iter().rev() {
+            let block = &mut self.blocks[b as usize];
+            debug_assert!(block.refs > 0, "freeing a free block");
+            block.refs -= 1;
+            if block.refs == 0 {
+                self.push_free(b);
+            }
+        }
+        let mut table = table;
+        table.clear();
+        self.slots[slot as usize].table = table;
+    }
+
+    /// Drops request `slot`'s content (it finished or left).
+    pub fn forget(&mut self, slot: u32) {
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            debug_assert!(s.table.is_empty(), "forgetting a request that holds blocks");
+            s.hashes.clear();
+            s.registered = 0;
+        }
+    }
+
+    /// Takes the head of the free queue, evicting its hash.
+    fn pop_free(&mut self) -> u32 {
+        if (self.blocks.len() as u32) < self.total {
+            self.blocks.push(Block::fresh());
+            self.registered_at.push(0);
+            return self.blocks.len() as u32 - 1;
+        }
+        let b = self.head;
+        debug_assert!(b != NIL, "taking a block from an empty free queue");
+        self.unlink(b);
+        if self.blocks[b as usize].cached {
+            self.evict(b);
+        }
+        b
+    }
+
+    fn push_free(&mut self, b: u32) {
+        let tail = self.tail;
+        let block = &mut self.blocks[b as usize];
+        block.prev = tail;
+        block.next = NIL;
+        match tail {
+            NIL => self.head = b,
+            t => self.blocks[t as usize].next = b,
+        }
+        self.tail = b;
+        self.listed += 1;
+    }
+
+    fn unlink(&mut self, b: u32) {
+        let Block { prev, next, .. } = self.blocks[b as usize];
+        match prev {
+            NIL => self.head = next,
+            p => self.blocks[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.blocks[n as usize].prev = prev,
+        }
+        let block = &mut self.blocks[b as usize];
+        block.prev = NIL;
+        block.next = NIL;
+        self.listed -= 1;
+    }
+
+    /// Removes block `b` from the blocks holding its hash.
+    fn evict(&mut self, b: u32) {
+        let Block { hash, same_prev, same_next, .. } = self.blocks[b as usize];
+        if same_prev != NIL {
+            self.blocks[same_prev as usize].same_next = same_next;
+        }
+        if same_next != NIL {
+            self.blocks[same_next as usize].same_prev = same_prev;
+        }
+        match (same_prev, same_next) {
+            (NIL, NIL) => {
+                self.cache.remove(hash);
+            }
+            (NIL, n) => {
+                if let Some(h) = self.cache.get_mut(hash) {
+                    h.first = n;
+                }
+            }
+            (p, NIL) => {
+                if let Some(h) = self.cache.get_mut(hash) {
+                    h.last = p;
+                }
+            }
+            _ => {}
+        }
+        let block = &mut self.blocks[b as usize];
+        block.cached = false;
+        block.same_prev = NIL;
+        block.same_next = NIL;
+        self.cached -= 1;
+        self.evictions += 1;
+    }
+
+    /// Checks the pool against itself: reference counts equal the tables
+    /// holding each block; the free queue holds exactly the blocks with
+    /// count 0; in use + free = total; every cached hash maps to the blocks
+    /// holding it, earliest-registered first, and every block holding a
+    /// hash is in its list exactly once; each table's registered head holds
+    /// the request's own hashes. `live` says which slots may hold blocks.
+    pub fn check(&self, live: impl Fn(u32) -> bool) -> Result<(), String> {
+        let n = self.blocks.len();
+        let mut refs = vec![0u64; n];
+        for (slot, s) in self.slots.iter().enumerate() {
+            if !s.table.is_empty() && !live(slot as u32) {
+                return Err(format!("slot {slot} holds {} blocks but is not running", s.table.len()));
+            }
+            if s.registered as usize > s.table.len() {
+                return Err(format!("slot {slot} registered {} of {} blocks", s.registered, s.table.len()));
+            }
+            for (i, &b) in s.table.iter().enumerate() {
+                let Some(block) = self.blocks.get(b as usize) else {
+                    return Err(format!("slot {slot} holds block {b}, which was never allocated"));
+                };
+                refs[b as usize] += 1;
+                if i < s.registered as usize && (!block.cached || Some(&block.hash) != s.hashes.get(i)) {
+                    return Err(format!("slot {slot}: block {b} at position {i} does not hold the request's hash"));
+                }
+            }
+        }
+        for (b, block) in self.blocks.iter().enumerate() {
+            if u64::from(block.refs) != refs[b] {
+                return Err(format!("block {b} counts {} references but {} tables hold it", block.refs, refs[b]));
+            }
+        }
+        let mut listed = 0u32;
+        let (mut cur, mut prev) = (self.head, NIL);
+        while cur != NIL {
+            let block = self.blocks.get(cur as usize).ok_or("the free queue links a missing block")?;
+            if block.refs != 0 {
+                return Err(format!("block {cur} is in the free queue with {} references", block.refs));
+            }
+            if block.prev != prev {
+                return Err(format!("free queue links broken at block {cur}"));
+            }
+            listed += 1;
+            if listed > self.total {
+                return Err("the free queue has a cycle".into());
+            }
+            prev = cur;
+            cur = block.next;
+        }
+        let zero = self.blocks.iter().filter(|b| b.refs == 0).count() as u32;
+        if listed != self.listed || listed != zero || prev != self.tail {
+            return Err(format!("{listed} blocks listed free, {} counted, {zero} with no reference", self.listed));
+        }
+        if self.used() + self.free() != self.total {
+            return Err("blocks in use + free != total".into());
+        }
+        let mut in_lists = 0u32;
+        for (h, holders) in self.cache.iter() {
+            let (mut cur, mut prev, mut order) = (holders.first, NIL, None);
+            while cur != NIL {
+                let block = self.blocks.get(cur as usize).ok_or("a hash maps to a missing block")?;
+                if !block.cached || block.hash != h || block.same_prev != prev {
+                    return Err(format!("hash {h:016x} lists block {cur}, which does not hold it"));
+                }
+                let at = self.registered_at[cur as usize];
+                if order.is_some_and(|o| o >= at) {
+                    return Err(format!("hash {h:016x}: block {cur} is listed out of registration order"));
+                }
+                order = Some(at);
+                in_lists += 1;
+                prev = cur;
+                cur = block.same_next;
+            }
+            if prev != holders.last {
+                return Err(format!("hash {h:016x}: the list does not end at its last block"));
+            }
+        }
+        let entries = self.cache.iter().count();
+        if entries != self.cache.len() || (entries == 0) != self.cache.is_empty() {
+            return Err(format!("the hash index counts {} entries but holds {entries}", self.cache.len()));
+        }
+        let cached = self.blocks.iter().filter(|b| b.cached).count() as u32;
+        if in_lists != cached || cached != self.cached {
+            return Err(format!("{cached} blocks hold a hash, {in_lists} are listed, {} counted", self.cached));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

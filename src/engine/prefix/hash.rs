@@ -1,0 +1,221 @@
+//! Content hashes of full KV blocks (DEPLOYMENT.md section 3, "Content").
+//!
+//! The engine never sees tokens or strings: a request brings the hashes of
+//! its full blocks, prompt then answer, as a `Vec<u64>`, and two blocks are
+//! the same content exactly when their hashes are equal. Two producers make
+//! those hashes:
+//!
+//! * the planner describes a request as [`Segment`]s, each a content key and
+//!   a length; the hash of block `b` chains the hash of block `b - 1` with
+//!   the `(key, offset in the key's stream, length)` pieces that cover its
+//!   tokens ([`segment_block_hashes`]). The same key at the same offsets is
+//!   the same tokens whatever the segment's length, so a longer prefix of
+//!   the same `prefix_id` shares the shorter one's head;
+//! * the server hashes its tokenizer's ids of the prompt, then of the answer
+//!   ([`token_block_hashes`]).
+//!
+//! Both chain every block with its predecessor, so a hash names the whole
+//! prefix up to the end of its block, as vLLM's block hashes do. Hashes are
+//! 64 bits from a folded 128-bit multiply: two different prefixes collide
+//! with probability about 2^-64 per pair, far below anything a run can
+//! reach; a collision would count as a hit.
+
+/// A run of tokens of one content stream: the first `len` tokens of the
+/// stream named `key` (a stream always starts at offset 0).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Segment {
+    pub key: u64,
+    pub len: u32,
+}
+
+impl Segment {
+    pub fn new(key: u64, len: u32) -> Segment {
+        Segment { key, len }
+    }
+}
+
+/// Tags that keep the kinds of content keys apart.
+const PROMPT: u64 = 0x7072_6f6d_7074_0001;
+const GENERATED: u64 = 0x6765_6e65_7261_0002;
+const NAMED: u64 = 0x6e61_6d65_6400_0003;
+const HASH_ID: u64 = 0x6861_7368_6964_0004;
+const BLOCK: u64 = 0x626c_6f63_6b00_0005;
+const TOKENS: u64 = 0x746f_6b65_6e73_0006;
+
+/// Mixes two words into one (wyhash's folded multiply, with constants so
+/// that zero inputs do not stay zero).
+#[inline]
+pub fn mix(a: u64, b: u64) -> u64 {
+    let r = u128::from(a ^ 0xa076_1d64_78bd_642f) * u128::from(b ^ 0xe703_7ed1_a0b4_28db);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// The unique prompt tokens of request `id`.
+pub fn prompt_key(id: u64) -> u64 {
+    mix(PROMPT, id)
+}
+
+/// The tokens request `id` generates.
+pub fn generated_key(id: u64) -> u64 {
+    mix(GENERATED, id)
+}
+
+/// Content named by a string: a trace's `prefix_id`, or `sys:<group>` for
+/// the system prompts `workload.shared_prefix` draws (so a trace written by
+/// `llmsim trace` replays to the very same hashes).
+pub fn named_key(name: &str) -> u64 {
+    // FNV-1a over the bytes, then mixed.
+    let fnv = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    mix(NAMED, mix(fnv, name.len() as u64))
+}
+
+/// One block of a Mooncake-style trace's `hash_ids`.
+pub fn hash_id_key(id: u64) -> u64 {
+    mix(HASH_ID, id)
+}
+
+/// Appends to `out` the hashes of the full blocks among the first `limit`
+/// tokens of `segments` (fewer if the segments hold fewer tokens):
+/// `min(limit, total) / block_size` hashes. Zero-length segments are skipped.
+pub fn segment_block_hashes(segments: &[Segment], limit: u64, block_size: u32, out: &mut Vec<u64>) {
+    hash_blocks(segments, None, limit, block_size, out);
+}
+
+/// [`segment_block_hashes`] over `segments` followed by `tail`.
+fn hash_blocks(segments: &[Segment], tail: Option<Segment>, limit: u64, block_size: u32, out: &mut Vec<u64>) {
+    let at = |i: usize| if i < segments.len() { segments[i] } else { tail.unwrap_or(Segment::new(0, 0)) };
+    let count = segments.len() + usize::from(tail.is_some());
+    let total: u64 = segments.iter().chain(&tail).map(|s| u64::from(s.len)).sum();
+    let blocks = limit.min(total) / u64::from(block_size.max(1));
+    out.reserve(blocks as usize);
+    let (mut seg, mut off, mut prev) = (0usize, 0u32, 0u64);
+    for _ in 0..blocks {
+        let mut h = mix(prev, BLOCK);
+        let mut left = block_size;
+        while left > 0 && seg < count {
+            let s = at(seg);
+            let take = (s.len - off).min(left);
+            if take > 0 {
+                h = mix(h ^ s.key, (u64::from(off) << 32) | u64::from(take));
+            }
+            off += take;
+            left -= take;
+            if off == s.len {
+                seg += 1;
+                off = 0;
+            }
+        }
+        out.push(h);
+        prev = h;
+    }
+}
+
+/// The content hashes the planner gives request `req`, written to `out`
+/// (cleared first): its prompt as `prompt` segments (a unique segment keyed
+/// by its id when empty), then its answer as a segment keyed by its id;
+/// only the blocks that can ever be computed (the first `P + N - 1` tokens:
+/// the last token is sampled, never fed back).
+pub fn request_block_hashes(req: &crate::engine::Request, prompt: &[Segment], block_size: u32, out: &mut Vec<u64>) {
+    let unique = [Segment::new(prompt_key(req.id), req.prompt)];
+    let prompt = if prompt.is_empty() { &unique[..] } else { prompt };
+    debug_assert_eq!(
+        prompt.iter().map(|s| u64::from(s.len)).sum::<u64>().min(u64::from(u32::MAX)),
+        u64::from(req.prompt),
+        "segments must add up to the prompt"
+    );
+    let limit = u64::from(req.prompt) + u64::from(req.output) - 1;
+    out.clear();
+    hash_blocks(prompt, Some(Segment::new(generated_key(req.id), req.output)), limit, block_size, out);
+}
+
+/// The hashes of the full blocks of a token-id sequence (the server's
+/// prompt ids, then its answer's): `tokens.len() / block_size` hashes.
+pub fn token_block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
+    let bs = block_size.max(1) as usize;
+    let mut prev = 0u64;
+    tokens
+        .chunks_exact(bs)
+        .map(|block| {
+            let h = block.iter().fold(mix(prev, TOKENS), |h, &t| mix(h, u64::from(t)));
+            prev = h;
+            h
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hashes(segments: &[Segment], limit: u64, bs: u32) -> Vec<u64> {
+        let mut out = Vec::new();
+        segment_block_hashes(segments, limit, bs, &mut out);
+        out
+    }
+
+    #[test]
+    fn only_full_blocks_within_the_limit_get_a_hash() {
+        let segs = [Segment::new(1, 10), Segment::new(2, 7)];
+        assert_eq!(hashes(&segs, 100, 4).len(), 4, "17 tokens hold 4 full blocks of 4");
+        assert_eq!(hashes(&segs, 11, 4).len(), 2, "the first 11 tokens hold 2");
+        assert_eq!(hashes(&segs, 3, 4).len(), 0);
+    }
+
+    #[test]
+    fn blocks_are_equal_exactly_while_the_pieces_agree() {
+        // Same key for 10 tokens, then different content.
+        let a = hashes(&[Segment::new(1, 10), Segment::new(2, 6)], 100, 4);
+        let b = hashes(&[Segment::new(1, 10), Segment::new(3, 6)], 100, 4);
+        // Blocks 0 and 1 ([0,4), [4,8)) are key 1 only; block 2 mixes in keys 2 and 3.
+        assert_eq!(a[..2], b[..2]);
+        assert_ne!(a[2], b[2]);
+        assert_ne!(a[3], b[3], "a chain: everything after a difference differs");
+    }
+
+    #[test]
+    fn a_longer_segment_of_the_same_key_shares_the_shorter_ones_head() {
+        let short = hashes(&[Segment::new(7, 8), Segment::new(8, 8)], 100, 4);
+        let long = hashes(&[Segment::new(7, 12), Segment::new(9, 4)], 100, 4);
+        assert_eq!(short[..2], long[..2], "tokens 0..8 of key 7 in both");
+        assert_ne!(short[2], long[2]);
+    }
+
+    #[test]
+    fn the_same_tokens_at_other_offsets_are_other_content() {
+        let a = hashes(&[Segment::new(1, 8)], 100, 4);
+        let b = hashes(&[Segment::new(2, 4), Segment::new(1, 8)], 100, 4);
+        assert!(!b.contains(&a[0]), "block 0 of key 1 sits at offset 4 in b");
+    }
+
+    #[test]
+    fn a_block_may_hold_many_short_segments() {
+        let segs = [Segment::new(1, 1), Segment::new(2, 1), Segment::new(3, 2), Segment::new(4, 0), Segment::new(5, 4)];
+        assert_eq!(hashes(&segs, 100, 4).len(), 2);
+        let swapped = [Segment::new(2, 1), Segment::new(1, 1), Segment::new(3, 2), Segment::new(5, 4)];
+        assert_ne!(hashes(&segs, 100, 4)[0], hashes(&swapped, 100, 4)[0], "order matters");
+    }
+
+    #[test]
+    fn token_ids_chain_block_by_block() {
+        let a: Vec<u32> = (0..40).collect();
+        let mut b = a.clone();
+        b[37] = 999;
+        let (ha, hb) = (token_block_hashes(&a, 16), token_block_hashes(&b, 16));
+        assert_eq!(ha.len(), 2, "40 tokens hold 2 full blocks of 16");
+        assert_eq!(ha, hb, "token 37 is in the partial third block");
+        b[5] = 999;
+        let hb = token_block_hashes(&b, 16);
+        assert_ne!(ha[0], hb[0]);
+        assert_ne!(ha[1], hb[1]);
+    }
+
+    #[test]
+    fn keys_of_different_kinds_never_coincide_for_small_ids() {
+        let mut all = std::collections::BTreeSet::new();
+        for id in 0..1000 {
+            for k in [prompt_key(id), generated_key(id), hash_id_key(id), named_key(&format!("sys:{id}"))] {
+                assert!(all.insert(k), "duplicate key for id {id}");
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The prefix-caching rules one by one, on tiny hand-checked cases: first
+//! the pool alone, then the engine. Content is given as explicit hash lists
+//! (the rules only compare hashes), so these tests do not depend on how
+//! hashes are made.
+
+use super::*;
+use crate::engine::capacity::Capacity;
+use crate::engine::{Engine, EngineConfig, Observer, RejectReason, Request, RequestId, cost};
+use crate::time::SimTime;
+
+fn pool(blocks: u32) -> PrefixPool {
+    PrefixPool::new(blocks, 4)
+}
+
+/// Admits `slot` with `known` tokens as the engine does: lookup, then the
+/// blocks it still needs. Returns the hit.
+fn admit(p: &mut PrefixPool, slot: u32, hashes: &[u64], known: u32) -> Lookup {
+    p.set_content(slot, hashes);
+    let hit = p.lookup(slot, known);
+    p.admit(slot, known.div_ceil(4) - hit.blocks);
+    hit
+}
+
+#[test]
+fn a_lookup_never_covers_the_last_token() {
+    let mut p = pool(10);
+    admit(&mut p, 0, &[1, 2, 3], 13);
+    p.register(0, 12);
+    p.release(0);
+    p.check(|_| false).unwrap();
+    // The same 12 tokens: floor((12 - 1) / 4) = 2 blocks may hit, not 3.
+    p.set_content(1, &[1, 2, 3]);
+    assert_eq!(p.lookup(1, 12).blocks, 2);
+    // 13 tokens: floor(12 / 4) = 3.
+    assert_eq!(p.lookup(1, 13).blocks, 3);
+    // A one-token prompt looks up nothing.
+    assert_eq!(p.lookup(1, 1).blocks, 0);
+}
+
+#[test]
+fn only_full_blocks_among_the_scheduled_tokens_are_registered() {
+    let mut p = pool(10);
+    admit(&mut p, 0, &[1, 2, 3], 13);
+    p.register(0, 7);
+    assert_eq!(p.cached_blocks(), 1, "tokens 0..7 fill one block of 4");
+    p.register(0, 12);
+    assert_eq!(p.cached_blocks(), 3);
+    p.register(0, 13);
+    assert_eq!(p.cached_blocks(), 3, "the content lists only 3 hashes");
+    p.check(|s| s == 0).unwrap();
+}
+
+#[test]
+fn freeing_puts_a_requests_tail_before_its_head_in_the_queue() {
+    // 4 blocks of 4; a request of 13 tokens holds all 4, the first 3 cached.
+    let mut p = pool(4);
+    admit(&mut p, 0, &[1, 2, 3], 13);
+    p.register(0, 13);
+    p.release(0);
+    // Queue: block 3 (no hash), 2 (hash 3), 1 (hash 2), 0 (hash 1).
+    p.set_content(1, &[]);
+    p.allocate(1, 1);
+    assert_eq!(p.evictions(), 0, "the unhashed tail block goes first");
+    p.allocate(1, 1);
+    assert_eq!(p.evictions(), 1, "then the last full block");
+    p.set_content(2, &[1, 2, 3]);
+    assert_eq!(p.lookup(2, 13), Lookup { blocks: 2, free_blocks: 2 }, "the head survives");
+    p.check(|s| s == 1).unwrap();
+}
+
+#[test]
+fn the_least_recently_freed_blocks_are_evicted_first() {
+    let mut p = pool(4);
+    admit(&mut p, 0, &[10, 11], 8);
+    p.register(0, 8);
+    admit(&mut p, 1, &[20, 21], 8);
+    p.register(1, 8);
+    p.release(0);
+    p.release(1);
+    p.set_content(2, &[]);
+    p.allocate(2, 2);
+    p.set_content(3, &[10, 11]);
+    p.set_content(4, &[20, 21]);
+    assert_eq!(p.lookup(3, 9).blocks, 0, "freed first, evicted first");
+    assert_eq!(p.lookup(4, 9).blocks, 2);
+    p.check(|s| s == 2).unwrap();
+}
+
+#[test]
+fn a_hash_held_twice_serves_the_earliest_and_the_other_after_an_eviction() {
+    let mut p = pool(3);
+    // Two requests compute the same block before either registered it.
+    p.set_content(0, &[7]);
+    p.set_content(1, &[7]);
+    assert_eq!(p.lookup(0, 5).blocks, 0);
+    p.admit(0, 1);
+    assert_eq!(p.lookup(1, 5).blocks, 0);
+    p.admit(1, 1);
+    p.register(0, 4); // block 0
+    p.register(1, 4); // block 1: a second holder of hash 7
+    assert_eq!(p.cached_blocks(), 2);
+    p.check(|s| s <= 1).unwrap();
+    p.set_content(2, &[7]);
+    p.lookup(2, 5);
+    assert_eq!(p.hits, vec![0], "the earliest-registered holder");
+    p.release(0);
+    p.release(1);
+    // Queue: block 2 (never used), block 0, block 1.
+    p.set_content(3, &[]);
+    p.allocate(3, 2);
+    assert_eq!(p.evictions(), 1, "block 0 was evicted");
+    assert_eq!(p.lookup(2, 5).blocks, 1);
+    assert_eq!(p.hits, vec![1], "block 1 still serves hash 7");
+    p.check(|s| s == 3).unwrap();
+}
+
+#[test]
+fn hit_blocks_in_use_stay_out_of_the_free_count_and_free_ones_leave_it() {
+    let mut p = pool(6);
+    admit(&mut p, 0, &[1, 2], 9);
+    p.register(0, 9);
+    assert_eq!((p.used(), p.free()), (3, 3));
+    // In use: a hit adds a reference and no block.
+    p.set_content(1, &[1, 2]);
+    let hit = p.lookup(1, 9);
+    assert_eq!(hit, Lookup { blocks: 2, free_blocks: 0 });
+    p.admit(1, 1);
+    assert_eq!((p.used(), p.free()), (4, 2));
+    p.release(0);
+    p.release(1);
+    assert_eq!((p.used(), p.free()), (0, 6));
+    // Free: the hit blocks leave the queue when taken.
+    p.set_content(2, &[1, 2]);
+    assert_eq!(p.lookup(2, 9), Lookup { blocks: 2, free_blocks: 2 });
+    p.admit(2, 1);
+    assert_eq!((p.used(), p.free(), p.evictions()), (3, 3, 0));
+    p.check(|s| s == 2).unwrap();
+}
+
+#[test]
+fn a_huge_pool_materialises_only_the_blocks_it_uses() {
+    let mut p = PrefixPool::new(u32::MAX - 1, 16);
+    p.set_content(0, &[1]);
+    p.lookup(0, 40);
+    p.admit(0, 3);
+    assert_eq!(p.blocks.len(), 3);
+    assert_eq!(p.free(), u32::MAX - 4);
+    p.check(|s| s == 0).unwrap();
+}
+
+// ---- the rules inside the engine ----
+
+/// Records every event as a short string, in order.
+#[derive(Default)]
+struct Log(Vec<String>);
+
+impl Observer for Log {
+    fn scheduled(&mut self, id: RequestId, _at: SimTime, tokens: u32, computed: u32) {
+        self.0.push(format!("sched {id} {tokens}@{computed}"));
+    }
+    fn preempted(&mut self, id: RequestId, _at: SimTime) {
+        self.0.push(format!("preempt {id}"));
+    }
+    fn finished(&mut self, id: RequestId, _at: SimTime) {
+        self.0.push(format!("finish {id}"));
+    }
+    fn rejected(&mut self, id: RequestId, _at: SimTime, reason: RejectReason) {
+        self.0.push(format!("reject {id} {}", reason.as_str()));
+    }
+    fn prefix_lookup(&mut self, id: RequestId, _at: SimTime, queried: u32, hit: u32) {
+        self.0.push(format!("lookup {id} {hit}/{queried}"));
+    }
+}
+
+impl Log {
+    fn take(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// An engine with prefix caching, blocks of 4 tokens.
+fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
+    Engine::new(EngineConfig {
+        capacity: Capacity {
+            num_blocks,
+            block_size: 4,
+            kv_tokens: u64::from(num_blocks) * 4,
+            watermark_blocks,
+            weight_bytes: 13.48e9,
+            usable_bytes: 0.0,
+            block_bytes: 0,
+            overridden: true,
+        },
+        max_batch_tokens: budget,
+        max_num_sequences: 8,
+        context_length: 1000,
+        cost: cost::tests::base_cost(),
+        prefix_caching: true,
+    })
+}
+
+fn req(id: u64, prompt: u32, output: u32) -> Request {
+    Request { id, arrival: SimTime::ZERO, prompt, output }
+}
+
+fn step(e: &mut Engine, log: &mut Log) -> Vec<String> {
+    e.step(log).expect("a step");
+    e.check_invariants().unwrap();
+    log.take()
+}
+
+#[test]
+fn a_request_hits_blocks_registered_earlier_in_the_same_step() {
+    let mut e = engine(20, 0, 64);
+    let mut log = Log::default();
+    // Same first 2 blocks, then different content.
+    e.submit_with_hashes(req(0, 10, 5), &[1, 2, 3], &mut log).unwrap();
+    e.submit_with_hashes(req(1, 10, 5), &[1, 2, 4], &mut log).unwrap();
+    // Request 0 is scheduled for its 10 tokens and registers blocks [0, 8)
+    // at once; request 1, admitted next in the same step, finds them:
+    // floor((10 - 1) / 4) = 2 blocks = 8 tokens, and computes the other 2.
+    assert_eq!(step(&mut e, &mut log), ["lookup 0 0/10", "sched 0 10@0", "lookup 1 8/10", "sched 1 2@8"]);
+    // 3 blocks each, 2 of them shared: 4 in use; only the 2 full ones cached.
+    assert_eq!(e.kv_blocks_used(), 4);
+    assert_eq!(e.kv_blocks_cached(), 2);
+}
+
+#[test]
+fn a_preempted_request_re_hits_its_own_blocks() {
+    // 5 blocks of 4. Two 8-token prompts take 2 blocks each; A needs a
+    // third to decode and takes the last free one; B then needs a third
+    // too, so B (the newest) is preempted: its 2 full blocks join the free
+    // queue with their hashes. A finishes in that step. B comes back with
+    // P + g = 9 known tokens: floor(8 / 4) = 2 blocks hit (its own), it
+    // takes ceil(9 / 4) - 2 = 1 fresh block and computes 1 token.
+    let mut e = engine(5, 0, 64);
+    let mut log = Log::default();
+    e.submit_with_hashes(req(0, 8, 2), &[1, 2, 3], &mut log).unwrap();
+    e.submit_with_hashes(req(1, 8, 9), &[5, 6, 7, 8], &mut log).unwrap();
+    assert_eq!(step(&mut e, &mut log), ["lookup 0 0/8", "sched 0 8@0", "lookup 1 0/8", "sched 1 8@0"]);
+    assert_eq!(step(&mut e, &mut log), ["sched 0 1@8", "preempt 1", "finish 0"]);
+    assert_eq!(step(&mut e, &mut log), ["lookup 1 8/9", "sched 1 1@8"]);
+    assert_eq!(e.kv_blocks_used(), 3);
+}
+
+#[test]
+fn admission_counts_free_hit_blocks_as_leaving_the_free_queue() {
+    // 8 blocks of 4, watermark 2. Request 0 (8 tokens, 1 output) finishes
+    // in its first step, leaving its 2 cached blocks in the free queue;
+    // request 2 (11 tokens, decoding into its third block) holds 3.
+    // Request 1 shares request 0's blocks and needs 16 tokens: 2 hits (both
+    // free) + 2 new. free - free_hits - new = 5 - 2 - 2 = 1 < 2: it waits
+    // (counting only the new blocks, 5 - 2 = 3 >= 2, would admit it).
+    let mut e = engine(8, 2, 64);
+    let mut log = Log::default();
+    e.submit_with_hashes(req(0, 8, 1), &[1, 2], &mut log).unwrap();
+    e.submit_with_hashes(req(2, 11, 50), &[7, 8, 9], &mut log).unwrap();
+    assert_eq!(step(&mut e, &mut log), ["lookup 0 0/8", "sched 0 8@0", "lookup 2 0/11", "sched 2 11@0", "finish 0"]);
+    e.submit_with_hashes(req(1, 16, 3), &[1, 2, 3, 4], &mut log).unwrap();
+    assert_eq!(step(&mut e, &mut log), ["sched 2 1@11"], "request 1 waits, and a wait is not a lookup");
+    assert_eq!((e.num_waiting(), e.kv_blocks_used()), (1, 3));
+}
+
+#[test]
+fn admission_needs_no_free_block_for_hits_held_by_running_requests() {
+    // 4 blocks of 4, watermark 0. Request 0 (8 tokens, long output) holds
+    // 2 blocks and takes a third to decode token 9. Request 1 shares its
+    // 2 full blocks and needs 12 tokens: 2 hits in use + 1 new block, and
+    // free - free_hits - new = 1 - 0 - 1 = 0 >= 0. Without the hits it
+    // would need 3 fresh blocks.
+    let mut e = engine(4, 0, 64);
+    let mut log = Log::default();
+    e.submit_with_hashes(req(0, 8, 50), &[1, 2, 9], &mut log).unwrap();
+    step(&mut e, &mut log);
+    e.submit_with_hashes(req(1, 12, 3), &[1, 2, 3], &mut log).unwrap();
+    let events = step(&mut e, &mut log);
+    assert_eq!(events, ["sched 0 1@8", "lookup 1 8/12", "sched 1 4@8"]);
+    assert_eq!(e.kv_blocks_used(), 4, "3 of request 0 + 1 new; the 2 shared count once");
+}
+
+#[test]
+fn a_request_without_content_never_hits() {
+    let mut e = engine(20, 0, 64);
+    let mut log = Log::default();
+    e.submit(req(0, 10, 2), &mut log).unwrap();
+    e.submit(req(1, 10, 2), &mut log).unwrap();
+    assert_eq!(step(&mut e, &mut log), ["lookup 0 0/10", "sched 0 10@0", "lookup 1 0/10", "sched 1 10@0"]);
+    assert_eq!(e.kv_blocks_cached(), 0);
+}

@@ -1,0 +1,121 @@
+//! Integration tests: `llmsim capacity` against an independent rate sweep,
+//! and the bounds of its options. (The search's other behaviour is tested
+//! in `sweep.rs` and, against a closed form, in src/capacity/tests.rs.)
+
+use std::path::Path;
+
+use llmsim::config::{Override, load_scenario_with};
+use llmsim::metrics::{CollectorOptions, RequestRecord, Status};
+use rayon::prelude::*;
+
+use crate::support::*;
+
+fn set(key: &str, value: &str) -> Override {
+    Override::parse(&format!("{key}={value}")).expect("valid override")
+}
+
+/// Requests finished per second over the second half of the arrival window
+/// (from the first to the last arrival): the throughput a run keeps up once
+/// the empty start is behind it and before the final drain. Computed from the
+/// per-request records alone.
+fn served_over_second_half(requests: &[RequestRecord]) -> f64 {
+    let ns = |t: llmsim::time::SimTime| t.nanos_since(llmsim::time::SimTime::ZERO);
+    let first = requests.iter().map(|r| ns(r.arrival)).min().unwrap();
+    let last = requests.iter().map(|r| ns(r.arrival)).max().unwrap();
+    let half = first + (last - first) / 2;
+    let finished = requests
+        .iter()
+        .filter(|r| r.status == Status::Finished)
+        .filter_map(|r| r.last_token.map(ns))
+        .filter(|&t| t > half && t <= last)
+        .count();
+    finished as f64 / ((last - half) as f64 / 1e9)
+}
+
+/// The mean over `seeds` of [`served_over_second_half`] for the base model
+/// at Poisson `rate` with `n` requests.
+fn sweep_point(rate: f64, seeds: &[u64], n: u64) -> f64 {
+    let base = repo("scenarios/base.yml");
+    let served: Vec<f64> = seeds
+        .iter()
+        .map(|seed| {
+            let o = [
+                set("workload.arrivals", &format!("{{poisson: {{rate: {rate}}}}}")),
+                set("workload.requests", &n.to_string()),
+                set("workload.seed", &seed.to_string()),
+            ];
+            let s = load_scenario_with(&base, &o).expect("scenario");
+            served_over_second_half(
+                &llmsim::sim::run(&s, CollectorOptions::default()).expect("within the run limits").requests,
+            )
+        })
+        .collect();
+    served.iter().sum::<f64>() / served.len() as f64
+}
+
+/// `llmsim capacity scenarios/base.yml` with `args` after it.
+fn capacity(args: &[&str]) -> TestCommand {
+    args.iter().fold(TestCommand::new(&["capacity", "scenarios/base.yml"]), |c, a| c.arg(a))
+}
+
+fn capacity_json(args: &[&str], out: &Path) -> serde_json::Value {
+    capacity(args).arg("-q").arg("--json").arg(out).ok();
+    serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
+}
+
+/// The sweep a user would run to find saturation by hand, and what they
+/// would read off it: Poisson rates 60 to 100 req/s in steps of 2 on the
+/// base model, five seeds that capacity does not use (it runs 42, 43, 44),
+/// 20,000 requests each (capacity's saturation probe size). A point keeps
+/// up when its served throughput over the second half of the arrival window
+/// (mean over seeds) is at least 98% of the offered rate; the highest
+/// sustained throughput is the most served at a point that keeps up.
+/// Capacity's saturation must be within 5% of it.
+#[test]
+fn saturation_on_the_base_model_is_within_5_percent_of_the_most_a_rate_sweep_sustains() {
+    let seeds = [1001, 1002, 1003, 1004, 1005];
+    let rates: Vec<f64> = (0..=20).map(|i| 60.0 + 2.0 * f64::from(i)).collect();
+    let served: Vec<f64> = rates.par_iter().map(|&r| sweep_point(r, &seeds, 20_000)).collect();
+    let table: Vec<String> = rates.iter().zip(&served).map(|(r, s)| format!("{r}: {s:.2}")).collect();
+    let keeps_up: Vec<(f64, f64)> =
+        rates.iter().zip(&served).map(|(r, s)| (*r, *s)).filter(|(r, s)| *s >= 0.98 * r).collect();
+    // The grid brackets saturation: its lowest rate keeps up, its highest does not.
+    assert!(keeps_up.first().map(|p| p.0) == Some(60.0) && keeps_up.last().map(|p| p.0) < Some(100.0), "{table:?}");
+    let (best_rate, best) = keeps_up.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+
+    let dir = tempdir();
+    let r = capacity_json(&["--slo", "ttft_p99_ms=1000"], &dir.path().join("cap.json"));
+    let saturation = r["saturation_rps"].as_f64().unwrap();
+    let why = format!("saturation {saturation:.2} against the sweep's best {best:.2} at {best_rate}: {table:?}");
+    eprintln!("{why}");
+    assert!((saturation - best).abs() <= 0.05 * best, "{why}");
+    // The burst figure it replaced is a fifth lower: this test fails on it.
+    let burst = r["burst_rps"].as_f64().unwrap();
+    assert!(burst < 0.85 * best, "burst {burst}: {why}");
+    // The SLO search may go up to saturation and no further.
+    let max = r["max_rate_rps"].as_f64().unwrap();
+    assert!(max > burst && max <= saturation, "max rate {max}: {why}");
+    assert_eq!(r["seeds"], serde_json::json!([42, 43, 44]));
+}
+
+#[test]
+fn capacity_refuses_more_requests_than_a_probe_can_hold() {
+    // 10^9 requests a probe used to abort allocating 1.5 GB.
+    capacity(&["--slo", "ttft_p99_ms=1000", "--requests", "1000000000"])
+        .fails_with(2)
+        .stderr_has(&["--requests 1000000000: a probe runs 100 to 1,000,000 requests a seed"]);
+    capacity(&["--slo", "ttft_p99_ms=1000", "--requests", "99"])
+        .fails_with(2)
+        .stderr_has(&["--requests 99: a probe runs 100 to 1,000,000"]);
+}
+
+#[test]
+fn capacity_refuses_out_of_range_seeds_precision_and_target_rate() {
+    let run =
+        |extra: &[&str]| extra.iter().fold(capacity(&["--slo", "ttft_p99_ms=1000"]), |c, a| c.arg(a)).fails_with(2);
+    run(&["--seeds", "0"]).stderr_has(&["--seeds 0: must be from 1 to 100"]);
+    run(&["--seeds", "101"]).stderr_has(&["--seeds 101: must be from 1 to 100"]);
+    // A precision finer than float spacing used to bisect forever.
+    run(&["--precision", "1e-300"]).stderr_has(&["--precision 1e-300: must be from 0.0001 to 0.5"]);
+    run(&["--target-rate", "1e300"]).stderr_has(&["--target-rate 1e300: must be a rate above 0 and at most 1e9"]);
+}
