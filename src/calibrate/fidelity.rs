@@ -58,11 +58,8 @@ pub const SUITES: [Suite; 1] = [Suite {
             seconds below the knee). TPOT mean is derived as (E2E mean - TTFT mean) / (output - 1). The four \
             `reasoning` experiments overloaded the server (requests failed): they are predicted, never fitted, \
             and not in the medians.\n\n\
-            The fit uses the Cauchy loss with c = 10% (`llmsim calibrate --loss cauchy:10`), not the default \
-            squared log error: at the datasheet peaks Llama-2-70B on 4 GPUs at 20 req/s is already past the \
-            simulated engine's knee (its simulated queue grows; the measured one did not), and with the squared \
-            loss that one run holds the efficiencies at 1 and the step overhead at 0. c was chosen among 25% \
-            and 10% by these leave-one-out medians, so they are slightly optimistic. The overloaded runs are not predicted to overload: the \
+            The fit uses `llmsim calibrate`'s defaults (the four keys, the squared log error). \
+            The overloaded runs are not predicted to overload: the \
             simulated decode step at their batch is faster than the real one.",
 }];
 
@@ -111,7 +108,7 @@ pub fn run_suite(root: &Path, suite: &Suite) -> Result<Outcome, Error> {
     let src = ScenarioSource::load(&root.join(suite.scenario), &[]).map_err(|e| Error::Input(e.to_string()))?;
     let opts = LoadOptions { sample_s: Some(suite.sample_s) };
     let runs = super::runs::load(&src, &root.join(suite.measured), &opts).map_err(|e| Error::Input(e.to_string()))?;
-    let setup = Setup { loss: super::Loss::Cauchy(1.1f64.ln()), ..Setup::new(default_keys()) };
+    let setup = Setup::new(default_keys());
     super::calibrate(runs, Vec::new(), &setup)
 }
 
