@@ -6,6 +6,7 @@
 //! requests, `metrics` measures, `report` renders.
 
 pub mod bench;
+pub mod calibrate;
 pub mod capacity;
 pub mod cli;
 pub mod config;

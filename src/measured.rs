@@ -17,7 +17,9 @@
 //! message naming the tool.
 
 pub mod guidellm;
+pub mod inference_perf;
 pub mod json;
+pub mod table;
 pub mod vllm;
 
 use std::collections::BTreeMap;

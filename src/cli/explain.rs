@@ -24,6 +24,9 @@ pub fn render(s: &Scenario) -> String {
         None => plain(s, &mut out),
         Some(a) => deployment::render(s, a, &mut out),
     }
+    if let Some(c) = &s.calibration {
+        out.push_str(&crate::config::calibration::explain(c));
+    }
     out
 }
 

@@ -2,10 +2,12 @@
 //! `main` turns a [`CliError`] into an exit code.
 
 pub mod bench;
+pub mod calibrate;
 pub mod capacity;
 pub mod diff;
 pub mod experiments;
 pub mod explain;
+pub mod fidelity;
 pub mod merge;
 pub mod progress;
 pub mod run;
@@ -57,6 +59,12 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Compare a prediction (`run --json`) with a measured load test.
     Diff(diff::DiffArgs),
+    /// Fit efficiency and overhead figures to measured runs and write a
+    /// calibration profile.
+    Calibrate(calibrate::CalibrateArgs),
+    /// Predict real measured runs before and after calibration: write
+    /// results/fidelity.md and the shipped calibration profile.
+    Fidelity(fidelity::FidelityArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -100,6 +108,8 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Serve(a) => serve::execute(a),
         Command::Bench(a) => bench::execute(a),
         Command::Diff(a) => diff::execute(a),
+        Command::Calibrate(a) => calibrate::execute(a),
+        Command::Fidelity(a) => fidelity::execute(a),
     }
 }
 

@@ -295,6 +295,7 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
     let scenario = RawScenario {
         name: Some(name.to_string()),
         description: None,
+        calibration: None,
         hardware,
         model,
         parallelism: raw.parallelism.unwrap_or_default(),

@@ -20,6 +20,9 @@ use super::onekey::{self, OneKey};
 pub struct RawScenario {
     pub name: Option<String>,
     pub description: Option<String>,
+    /// A calibration profile by name (`hardware/calibrations/NAME.yml`) or
+    /// file: fills the `efficiency` and `latency` keys left unset.
+    pub calibration: Option<String>,
     /// A profile name (a file in `hardware/`) or an inline mapping.
     pub hardware: serde_yaml::Value,
     /// A model name (a file in `scenarios/models/`) or a mapping.

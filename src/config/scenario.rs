@@ -36,6 +36,10 @@ pub struct Scenario {
     /// Derived figures of the deployment (docs/deployments.md).
     #[serde(skip)]
     pub deployment: Deployment,
+    /// The calibration profile the scenario named, and which of its keys
+    /// were used (the effective configuration shows the values themselves).
+    #[serde(skip)]
+    pub calibration: Option<super::calibration::CalibrationUse>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -73,8 +73,9 @@ fn shown(v: i64) -> String {
 }
 
 /// Builds the scenario from its raw form. `file` is the scenario's path.
-pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> {
+pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> {
     let ck = Check { file };
+    let calibration = super::calibration::apply(&mut raw, file)?;
     let hardware = hardware_of(&raw.hardware, file)?;
     let built = deployment::build(&ck, raw.model, raw.parallelism, &hardware)?;
     let scheduler = Scheduler {
@@ -117,6 +118,7 @@ pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> 
         source: file.to_path_buf(),
         capacity,
         deployment: built.deployment,
+        calibration,
     };
     run_limits(&ck, &scenario)?;
     Ok(scenario)

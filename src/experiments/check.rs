@@ -44,9 +44,13 @@ impl fmt::Display for Mismatch {
     }
 }
 
+/// Files in the results directory that another command writes and checks
+/// (`llmsim fidelity`): not stale.
+pub const OTHER_GENERATORS: [&str; 1] = ["fidelity.md"];
+
 /// Every way `dir` differs from `files`: generated files first, in order,
-/// then stale ones. Only `*.md` files count as stale, so other tools may
-/// keep files beside the tables.
+/// then stale ones. Only `*.md` files count as stale (and not those of
+/// [`OTHER_GENERATORS`]), so other tools may keep files beside the tables.
 pub fn compare(dir: &Path, files: &[Generated]) -> Result<Vec<Mismatch>, String> {
     let mut out = Vec::new();
     for (name, text) in files {
@@ -59,7 +63,7 @@ pub fn compare(dir: &Path, files: &[Generated]) -> Result<Vec<Mismatch>, String>
     }
     for file in markdown_files(dir)? {
         let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if !files.iter().any(|(n, _)| *n == name) {
+        if !files.iter().any(|(n, _)| *n == name) && !OTHER_GENERATORS.contains(&name.as_str()) {
             out.push(Mismatch::Stale { file });
         }
     }

@@ -4,6 +4,7 @@
 mod support;
 
 mod bench;
+mod calibrate;
 mod capacity;
 mod cli_errors;
 mod cli_run;

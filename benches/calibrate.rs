@@ -1,0 +1,78 @@
+//! Calibration speed: a 4-parameter fit (efficiency.compute,
+//! efficiency.memory, latency.step_overhead_ms, latency.request_overhead_ms)
+//! over 6 measured runs of 1,000 requests each, on one thread.
+//!
+//! The measured files are `run --requests-csv` outputs of the base scenario
+//! with hidden values (those of the parameter-recovery test), at six rates
+//! and lengths; the fit starts at the datasheet peaks with no overheads.
+//! `cargo bench --bench calibrate` prints the wall time (best of three),
+//! the evaluations and the fitted values. It asserts nothing: speed is
+//! measured here, never in a test. Issue 11's target: under 10 s.
+
+use std::path::Path;
+use std::time::Instant;
+
+use llmsim::calibrate::runs::{self, LoadOptions, ScenarioSource};
+use llmsim::calibrate::{self as cal, Setup, keys};
+use llmsim::config::{Override, load_scenario_with};
+use llmsim::metrics::CollectorOptions;
+
+const HIDDEN: [(&str, &str); 4] = [
+    ("efficiency.compute", "0.55"),
+    ("efficiency.memory", "0.8"),
+    ("latency.step_overhead_ms", "3"),
+    ("latency.request_overhead_ms", "12"),
+];
+
+const SHAPES: [(&str, &str, &str); 6] = [
+    ("4", "512", "128"),
+    ("14", "512", "128"),
+    ("2", "2048", "64"),
+    ("3", "128", "512"),
+    ("4", "2048", "256"),
+    ("8", "1024", "32"),
+];
+
+fn set(key: &str, value: &str) -> Override {
+    Override::parse(&format!("{key}={value}")).expect("valid override")
+}
+
+fn main() {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/base.yml");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut files = Vec::new();
+    for (i, (rate, prompt, output)) in SHAPES.iter().enumerate() {
+        let mut o: Vec<Override> = HIDDEN.iter().map(|(k, v)| set(k, v)).collect();
+        o.extend([
+            set("workload.requests", "1000"),
+            set("workload.arrivals.poisson.rate", rate),
+            set("workload.prompt_tokens", prompt),
+            set("workload.output_tokens", output),
+        ]);
+        let s = load_scenario_with(&base, &o).expect("scenario");
+        let out = llmsim::sim::run(&s, CollectorOptions { keep_steps: false }).expect("simulation");
+        let path = dir.path().join(format!("measured-{i}.csv"));
+        std::fs::write(&path, llmsim::report::csv_out::requests(&out.requests).expect("csv")).expect("write");
+        files.push(path);
+    }
+    let src = ScenarioSource::load(&base, &[]).expect("base scenario");
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("pool");
+    let setup = Setup { leave_one_out: false, ..Setup::new(keys::parse(&[]).expect("keys")) };
+    let mut best = f64::INFINITY;
+    let mut last = None;
+    for _ in 0..3 {
+        let runs: Vec<_> =
+            files.iter().flat_map(|f| runs::load(&src, f, &LoadOptions::default()).expect("runs")).collect();
+        let t = Instant::now();
+        let o = pool.install(|| cal::calibrate(runs, Vec::new(), &setup)).expect("fit");
+        best = best.min(t.elapsed().as_secs_f64());
+        last = Some(o);
+    }
+    let o = last.expect("ran");
+    println!("calibrate: 4 keys, 6 runs of 1,000 requests, 1 thread");
+    println!("  best of 3: {best:.2} s ({} loss evaluations, each replaying all 6 runs)", o.fit.evals);
+    println!("  (the timed part also predicts every run uncalibrated and calibrated for the report)");
+    for (k, x) in o.setup.keys.iter().zip(&o.fit.x) {
+        println!("  {:<30} {x}", k.key);
+    }
+}

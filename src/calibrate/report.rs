@@ -1,0 +1,161 @@
+//! The calibration report, as text: what was fitted and how, the fitted
+//! values, the runs left out and why, each run's loss metrics measured and
+//! predicted three ways (uncalibrated, calibrated, leave-one-out) with
+//! errors, and the median absolute errors.
+
+use super::{Outcome, error_pct, median_abs};
+use crate::sweep::metric::Metric;
+
+/// A number as the report prints it: two decimals, or four below 10.
+pub fn num(x: f64) -> String {
+    if x.abs() < 10.0 { format!("{x:.4}") } else { format!("{x:.2}") }
+}
+
+fn pct(e: Option<f64>) -> String {
+    e.map_or_else(|| "-".into(), |e| format!("{e:+.1}%"))
+}
+
+/// Which prediction a median is over.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Model {
+    Uncalibrated,
+    Calibrated,
+    LeaveOneOut,
+}
+
+/// Median absolute error (percent) of `metric` over the runs in the fit
+/// (or, with `holdout`, the held-out runs) that have it, under `model`.
+pub fn median_error(o: &Outcome, metric: Metric, model: Model, holdout: bool) -> Option<f64> {
+    let errors: Vec<f64> = o
+        .runs
+        .iter()
+        .zip(&o.outcomes)
+        .filter(|(_, oc)| if holdout { oc.holdout } else { oc.in_fit })
+        .filter_map(|(r, oc)| {
+            let measured = *r.measured.get(&metric)?;
+            let predicted = match model {
+                Model::Uncalibrated => oc.uncalibrated.get(&metric).copied(),
+                Model::Calibrated => oc.calibrated.get(&metric).copied(),
+                Model::LeaveOneOut => oc.loo.as_ref()?.0.get(&metric).copied(),
+            };
+            error_pct(predicted, measured)
+        })
+        .collect();
+    median_abs(&errors)
+}
+
+/// The loss metrics that appear in any run, in first-seen order.
+pub fn metrics_seen(o: &Outcome) -> Vec<Metric> {
+    let mut out: Vec<Metric> = Vec::new();
+    for oc in &o.outcomes {
+        for m in &oc.loss_metrics {
+            if !out.contains(m) {
+                out.push(*m);
+            }
+        }
+    }
+    out
+}
+
+/// The whole report.
+pub fn render(o: &Outcome, scenario: &str) -> String {
+    let s = &o.setup;
+    let fit_count = o.outcomes.iter().filter(|x| x.in_fit).count();
+    let excluded: Vec<_> = o.runs.iter().zip(&o.outcomes).filter(|(_, x)| !x.in_fit && !x.holdout).collect();
+    let holdout = o.outcomes.iter().filter(|x| x.holdout).count();
+    let mut out = format!(
+        "calibrate  {scenario} against {} measured runs: {fit_count} in the fit, {} excluded as saturated, {holdout} \
+         held out\n",
+        o.runs.len(),
+        excluded.len()
+    );
+    out.push_str(&format!("loss       mean over runs of the mean {} of {}\n", s.loss.describe(), s.metrics.describe()));
+    out.push_str(&format!(
+        "optimiser  Levenberg-Marquardt in the bounds, then coordinate search: {} evaluations, loss {:.6} -> {:.6}\n\n",
+        o.fit.evals, o.start_loss, o.fit.loss
+    ));
+    out.push_str(&format!("  {:<34} {:>12} {:>12}   bounds\n", "fitted key", "start", "fitted"));
+    for (i, k) in s.keys.iter().enumerate() {
+        out.push_str(&format!(
+            "  {:<34} {:>12} {:>12}   [{}, {}]\n",
+            k.key,
+            num(o.start[i]),
+            num(o.fit.x[i]),
+            k.lo,
+            k.hi
+        ));
+    }
+    if !excluded.is_empty() {
+        out.push_str("\nexcluded (saturated; predicted, not fitted; --include-saturated fits them)\n");
+        for (r, _) in &excluded {
+            out.push_str(&format!("  {}: {}\n", r.name, r.saturated.as_deref().unwrap_or("")));
+        }
+    }
+    out.push_str(&format!(
+        "\nruns: measured and predicted ({}), error = (predicted - measured) / measured\n",
+        "ms; requests and tokens per second"
+    ));
+    out.push_str(&format!(
+        "  {:<40} {:<20} {:>11} {:>12} {:>8} {:>11} {:>8} {:>13} {:>8}\n",
+        "run", "metric", "measured", "uncalibrated", "error", "calibrated", "error", "leave-one-out", "error"
+    ));
+    for (r, oc) in o.runs.iter().zip(&o.outcomes) {
+        let tag = match (oc.in_fit, oc.holdout) {
+            (true, _) => "",
+            (false, true) => " [held out]",
+            (false, false) => " [saturated]",
+        };
+        for (j, m) in oc.loss_metrics.iter().enumerate() {
+            let measured = r.measured[m];
+            let u = oc.uncalibrated.get(m).copied();
+            let c = oc.calibrated.get(m).copied();
+            let l = oc.loo.as_ref().and_then(|(f, _)| f.get(m).copied());
+            let name = if j == 0 { format!("{}{tag}", r.name) } else { String::new() };
+            out.push_str(&format!(
+                "  {:<40} {:<20} {:>11} {:>12} {:>8} {:>11} {:>8} {:>13} {:>8}\n",
+                truncate(&name, 40),
+                m.name(),
+                num(measured),
+                u.map_or("-".into(), num),
+                pct(error_pct(u, measured)),
+                c.map_or("-".into(), num),
+                pct(error_pct(c, measured)),
+                l.map_or("-".into(), num),
+                pct(error_pct(l, measured)),
+            ));
+        }
+    }
+    out.push_str(&format!("\nmedian absolute error over the {fit_count} runs in the fit\n"));
+    out.push_str(&format!("  {:<20} {:>12} {:>11} {:>13}\n", "metric", "uncalibrated", "calibrated", "leave-one-out"));
+    for m in metrics_seen(o) {
+        let cell = |model| median_error(o, m, model, false).map_or("-".into(), |e| format!("{e:.1}%"));
+        out.push_str(&format!(
+            "  {:<20} {:>12} {:>11} {:>13}\n",
+            m.name(),
+            cell(Model::Uncalibrated),
+            cell(Model::Calibrated),
+            cell(Model::LeaveOneOut)
+        ));
+    }
+    if !o.outcomes.iter().any(|x| x.loo.is_some()) {
+        out.push_str("  (leave-one-out needs runs of two groups or more)\n");
+    }
+    if holdout > 0 {
+        out.push_str(&format!("\nmedian absolute error over the {holdout} held-out runs (not in the fit)\n"));
+        out.push_str(&format!("  {:<20} {:>12} {:>11}\n", "metric", "uncalibrated", "calibrated"));
+        for m in metrics_seen(o) {
+            let cell = |model| median_error(o, m, model, true).map_or("-".into(), |e| format!("{e:.1}%"));
+            out.push_str(&format!(
+                "  {:<20} {:>12} {:>11}\n",
+                m.name(),
+                cell(Model::Uncalibrated),
+                cell(Model::Calibrated)
+            ));
+        }
+    }
+    out
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { s.chars().take(n - 1).chain(['…']).collect() }
+}

@@ -1,0 +1,578 @@
+//! Measured runs, whatever file they came in, as one thing a fit can use:
+//! a scenario to simulate (at any candidate values of the fitted keys) and
+//! the figures measured, by sweep metric name.
+//!
+//! Known shapes, sniffed:
+//! * a **per-request JSON** that `llmsim diff` reads (`llmsim bench`,
+//!   `vllm bench serve --save-detailed`, guidellm without sampling): each
+//!   load level is a run, its successful requests replayed exactly as
+//!   `llmsim run --trace-from` does (send times relative to the first, the
+//!   token counts measured);
+//! * a **trace CSV with measured latencies** (`arrival_s, prompt_tokens,
+//!   output_tokens` and `ttft_ms` and/or `e2e_ms`, optionally `tpot_ms` and
+//!   `status`: the shape of `llmsim serve --record` and `llmsim run
+//!   --requests-csv`): the rows replayed as written;
+//! * an **inference-perf run directory**: each load stage is a run (see
+//!   [`crate::measured::inference_perf`]): its `G x U` fixed prompts are
+//!   `shared_prefix: {groups: G x U, tokens: system_prompt_len +
+//!   question_len}` and `prompt_tokens` is the rest of the client's mean
+//!   prompt length (the README's inference-perf mapping); turning prefix
+//!   caching on is the scenario's choice;
+//! * a **measured table** CSV (see [`crate::measured::table`]): each row
+//!   is a run, its settings applied to the scenario.
+//!
+//! A run is **saturated** when it cannot tell what the engine costs, only
+//! that it fell behind: any request failed, or the queue was still growing
+//! at the end (per-request data: the median TTFT of the last fifth of the
+//! requests, by send time, is over twice that of the second fifth
+//! and over 100 ms above it; inference-perf: completions more than 10%
+//! behind sends; a table says so in its `failed` or `saturated` column).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_yaml::Value;
+
+use super::keys::FitKey;
+use crate::config::{Arrivals, ConfigError, Override, Scenario, Trace};
+use crate::measured::inference_perf::{self, InferencePerfRun, LoadType};
+use crate::measured::{LoadLevel, MetricKind, Tool, table};
+use crate::metrics::percentile::percentile_sorted;
+use crate::sweep::metric::{Family, Metric, Stat};
+use crate::workload::trace::TraceRow;
+
+/// The measured-file shapes, for messages.
+pub const KNOWN_SHAPES: &str = "known shapes: a per-request JSON (llmsim bench, vllm bench serve --save-detailed, \
+     guidellm benchmarks.json without sampling); a trace CSV with measured latencies (arrival_s, prompt_tokens, \
+     output_tokens and ttft_ms and/or e2e_ms, as llmsim serve --record and llmsim run --requests-csv write); a \
+     measured table CSV (columns named by scenario keys and sweep metrics, as a sweep CSV); an inference-perf run \
+     directory (config.yaml and stage_N_lifecycle_metrics.json)";
+
+/// Which kind of input a run came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    PerRequest(Tool),
+    TraceCsv,
+    InferencePerf,
+    Table,
+}
+
+impl InputKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputKind::PerRequest(t) => t.name(),
+            InputKind::TraceCsv => "trace CSV",
+            InputKind::InferencePerf => "inference-perf",
+            InputKind::Table => "measured table",
+        }
+    }
+}
+
+/// What the engine is given for one run.
+#[derive(Clone, Debug)]
+pub struct Base {
+    /// The scenario file (relative paths, error messages).
+    pub file: PathBuf,
+    /// The run's effective scenario as YAML (hardware and model inline, so
+    /// building a candidate reads no file).
+    pub value: Value,
+    /// Replayed instead of the scenario's workload.
+    pub trace: Option<Arc<Vec<TraceRow>>>,
+}
+
+/// One measured run.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub name: String,
+    /// Runs of one group are left out together in leave-one-out.
+    pub group: String,
+    /// Where its figures were read.
+    pub source: String,
+    pub kind: InputKind,
+    pub base: Base,
+    /// Measured figures (milliseconds, per second), by sweep metric.
+    pub measured: BTreeMap<Metric, f64>,
+    /// Why it is left out of fits by default.
+    pub saturated: Option<String>,
+    /// What a reader should know about how it is modelled.
+    pub notes: Vec<String>,
+}
+
+/// How runs are built.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Simulate at most this many seconds of an inference-perf stage or a
+    /// table row that sets `workload.duration_s` (a steady-state sample).
+    pub sample_s: Option<f64>,
+}
+
+/// The scenario a run is simulated on, with `--set` overrides applied.
+pub struct ScenarioSource {
+    pub file: PathBuf,
+    pub value: Value,
+}
+
+impl ScenarioSource {
+    /// Reads the scenario and applies overrides; validates it once so its
+    /// own mistakes are reported before any measured file is read.
+    pub fn load(file: &Path, overrides: &[Override]) -> Result<ScenarioSource, ConfigError> {
+        crate::config::load_scenario_with(file, overrides)?;
+        let text = crate::config::read_text(file)?;
+        let mut value: Value = crate::config::parse_str(&text, file)?;
+        for o in overrides {
+            o.apply(&mut value, file)?;
+        }
+        Ok(ScenarioSource { file: file.to_path_buf(), value })
+    }
+
+    /// The run's base: `settings` applied, then validated; a trace replaces
+    /// the workload.
+    fn base(&self, settings: &[Override], trace: Option<Vec<TraceRow>>, label: &str) -> Result<Base, ConfigError> {
+        let mut value = self.value.clone();
+        for o in settings {
+            o.apply(&mut value, &self.file).map_err(|e| in_run(e, label))?;
+        }
+        if trace.is_some() {
+            set_placeholder_workload(&mut value);
+        }
+        let scenario = build(&value, &self.file).map_err(|e| in_run(e, label))?;
+        let mut effective: Value = serde_yaml::from_str(&crate::config::effective_yaml(&scenario))
+            .map_err(|e| ConfigError::new(&self.file, "", format!("cannot restate the scenario: {e}")))?;
+        if trace.is_some() {
+            set_placeholder_workload(&mut effective);
+        }
+        Ok(Base { file: self.file.clone(), value: effective, trace: trace.map(Arc::new) })
+    }
+}
+
+fn in_run(mut e: ConfigError, label: &str) -> ConfigError {
+    e.message.push_str(&format!(" (for measured run {label})"));
+    e
+}
+
+/// A valid workload that a trace replaces.
+fn set_placeholder_workload(value: &mut Value) {
+    let placeholder: Value =
+        serde_yaml::from_str("{arrivals: {constant: {rate: 1}}, requests: 1, prompt_tokens: 1, output_tokens: 1}")
+            .unwrap_or(Value::Null);
+    if let Value::Mapping(m) = value {
+        let seed = m.get("workload").and_then(|w| w.get("seed")).cloned();
+        let mut w = placeholder;
+        if let (Some(seed), Value::Mapping(wm)) = (seed, &mut w) {
+            wm.insert(Value::String("seed".into()), seed);
+        }
+        m.insert(Value::String("workload".into()), w);
+    }
+}
+
+fn build(value: &Value, file: &Path) -> Result<Scenario, ConfigError> {
+    let raw = crate::config::parse_value(value.clone(), file, "")?;
+    crate::config::validate::scenario(raw, file)
+}
+
+impl Base {
+    /// The scenario with each fitted key at its value.
+    pub fn scenario(&self, keys: &[FitKey], x: &[f64]) -> Result<Scenario, ConfigError> {
+        let mut value = self.value.clone();
+        for (k, v) in keys.iter().zip(x) {
+            let number = if k.integer { Value::Number((v.round() as i64).into()) } else { Value::Number((*v).into()) };
+            let path = k.key.split('.').map(str::to_string).collect();
+            Override { path, value: number }.apply(&mut value, &self.file)?;
+        }
+        let mut s = build(&value, &self.file)?;
+        if let Some(rows) = &self.trace {
+            let w = &mut s.workload;
+            w.arrivals =
+                Arrivals::Trace(Trace { path: "(measured requests)".into(), rows: Arc::clone(rows), content: None });
+            w.requests = None;
+            w.duration_s = None;
+            w.prompt_tokens = None;
+            w.output_tokens = None;
+        }
+        Ok(s)
+    }
+
+    /// The value a key has in this run's scenario (the fit's start).
+    pub fn value_of(&self, key: &str) -> Option<f64> {
+        let mut node = &self.value;
+        for seg in key.split('.') {
+            node = node.get(seg)?;
+        }
+        node.as_f64()
+    }
+}
+
+/// Loads every run of one measured input.
+pub fn load(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result<Vec<Run>, ConfigError> {
+    if measured.is_dir() {
+        if inference_perf::is_run_dir(measured) {
+            return from_inference_perf(src, &inference_perf::load(measured)?, opts);
+        }
+        return Err(ConfigError::new(measured, "", format!("a directory of an unknown shape; {KNOWN_SHAPES}")));
+    }
+    let text = crate::config::read_text(measured)?;
+    let head = text.trim_start();
+    if head.starts_with('{') || head.starts_with('[') {
+        return from_json(src, &text, measured);
+    }
+    let first = text.lines().find(|l| !l.trim_start().starts_with('#')).unwrap_or("");
+    let headers: Vec<&str> = first.split(',').map(str::trim).collect();
+    if headers.contains(&"arrival_s") {
+        return from_trace_csv(src, &text, measured);
+    }
+    if table::looks_like_table(&headers) {
+        return from_table(src, &table::parse(&text, measured)?, opts);
+    }
+    Err(ConfigError::new(measured, "", format!("a file of an unknown shape; {KNOWN_SHAPES}")))
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+// ---- per-request JSON -------------------------------------------------------
+
+fn from_json(src: &ScenarioSource, text: &str, file: &Path) -> Result<Vec<Run>, ConfigError> {
+    let measured = crate::measured::parse(text, file)?;
+    let docs = crate::measured::json::documents(text, file)?;
+    let several = measured.levels.len() > 1;
+    let mut runs = Vec::new();
+    for (i, level) in measured.levels.iter().enumerate() {
+        let name =
+            if several { format!("{} level {} ({})", file_name(file), i + 1, level.label) } else { file_name(file) };
+        let (rows, skipped) = level.trace_rows().map_err(|m| {
+            ConfigError::new(file, "", format!("cannot replay {}: {m} (calibrate replays every request)", level.label))
+        })?;
+        let base = src.base(&[], Some(rows), &name)?;
+        let mut notes = Vec::new();
+        let measured_figures = level_figures(level, &mut notes);
+        let failed = level.failed.unwrap_or(0).max(skipped as u64);
+        let trend = if measured.tool == Tool::Guidellm { None } else { docs.get(i).and_then(json_trend) };
+        let saturated = match failed {
+            0 => trend,
+            n => Some(format!("{n} requests failed")),
+        };
+        runs.push(Run {
+            name,
+            group: format!("{}#{}", file.display(), i + 1),
+            source: if several { format!("{} level {}", file.display(), i + 1) } else { file.display().to_string() },
+            kind: InputKind::PerRequest(measured.tool),
+            base,
+            measured: measured_figures,
+            saturated,
+            notes,
+        });
+    }
+    Ok(runs)
+}
+
+/// A level's figures by sweep metric: like with like, as `llmsim diff`.
+fn level_figures(level: &LoadLevel, notes: &mut Vec<String>) -> BTreeMap<Metric, f64> {
+    let mut out = BTreeMap::new();
+    let kinds = [
+        (MetricKind::Ttft, Family::Ttft),
+        (MetricKind::DecodeMean, Family::Tpot),
+        (MetricKind::ChunkGap, Family::Itl),
+        (MetricKind::E2e, Family::E2e),
+    ];
+    for (kind, family) in kinds {
+        let Some(d) = level.metrics.get(&kind) else { continue };
+        if d.token_weighted {
+            notes.push(format!("`{}` is token-weighted: not used", d.field));
+            continue;
+        }
+        let stats = [(Stat::Mean, d.mean), (Stat::P50, d.percentile(500)), (Stat::P90, d.percentile(900))];
+        for (stat, v) in stats.into_iter().chain([(Stat::P99, d.percentile(990))]) {
+            if let Some(v) = v.filter(|v| v.is_finite() && *v > 0.0) {
+                out.insert(Metric::Latency(family, stat), v);
+            }
+        }
+    }
+    let t = &level.throughput;
+    for (m, v) in [
+        (Metric::RequestsPerS, t.requests_per_s),
+        (Metric::InputTokensPerS, t.input_tokens_per_s),
+        (Metric::OutputTokensPerS, t.output_tokens_per_s),
+    ] {
+        if let Some(v) = v.filter(|v| v.is_finite() && *v > 0.0) {
+            out.insert(m, v);
+        }
+    }
+    out
+}
+
+/// The TTFT trend of a vLLM-schema object with per-request arrays.
+fn json_trend(doc: &serde_json::Value) -> Option<String> {
+    use crate::measured::json::num_list;
+    let (sent, ttft) = (num_list(doc, "start_times")?, num_list(doc, "ttfts")?);
+    if sent.len() != ttft.len() {
+        return None;
+    }
+    let errors = doc.get("errors").and_then(serde_json::Value::as_array);
+    let ok = |i: usize| errors.and_then(|e| e.get(i)).and_then(serde_json::Value::as_str).is_none_or(str::is_empty);
+    let points = (0..sent.len()).filter(|&i| ok(i)).map(|i| (sent[i], ttft[i] * 1e3)).collect();
+    growing_queue(points)
+}
+
+/// Whether TTFT grew through the run: `points` are (send time, TTFT ms).
+pub fn growing_queue(mut points: Vec<(f64, f64)>) -> Option<String> {
+    points.retain(|(s, t)| s.is_finite() && t.is_finite());
+    if points.len() < 10 {
+        return None;
+    }
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let n = points.len();
+    let median = |k: usize| {
+        let mut xs: Vec<f64> = points[k * n / 5..(k + 1) * n / 5].iter().map(|p| p.1).collect();
+        xs.sort_by(f64::total_cmp);
+        percentile_sorted(&xs, 50.0).unwrap_or(0.0)
+    };
+    let (second, last) = (median(1), median(4));
+    (last > 2.0 * second && last - second > 100.0).then(|| {
+        format!(
+            "the queue was still growing: the median TTFT rose from {second:.0} ms (second fifth of the requests) \
+             to {last:.0} ms (last fifth)"
+        )
+    })
+}
+
+// ---- trace CSV with measured latencies ---------------------------------------
+
+/// Per-request columns a measured trace may carry.
+const LATENCY_COLUMNS: [&str; 3] = ["ttft_ms", "e2e_ms", "tpot_ms"];
+
+fn from_trace_csv(src: &ScenarioSource, text: &str, file: &Path) -> Result<Vec<Run>, ConfigError> {
+    let all = crate::workload::trace::parse(text, file)?;
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
+    let headers = reader.headers().map_err(|e| ConfigError::new(file, "line 1", e.to_string()))?.clone();
+    let col = |name: &str| headers.iter().position(|h| h == name);
+    let [ttft_col, e2e_col, tpot_col] = LATENCY_COLUMNS.map(col);
+    if ttft_col.is_none() && e2e_col.is_none() {
+        return Err(ConfigError::new(
+            file,
+            "line 1",
+            "a trace without measured latencies (no ttft_ms or e2e_ms column): there is nothing to fit against; \
+             replay it with `llmsim run --trace-from`, or add the measured columns",
+        ));
+    }
+    let status_col = col("status");
+    let mut rows = Vec::new();
+    let mut samples: [Vec<f64>; 3] = Default::default();
+    let mut trend = Vec::new();
+    let (mut failed, mut end_s, mut out_tokens, mut in_tokens) = (0u64, 0.0f64, 0u64, 0u64);
+    for (i, record) in reader.records().enumerate() {
+        let record = record.map_err(|e| ConfigError::new(file, format!("row {}", i + 2), e.to_string()))?;
+        let line = record.position().map_or(i + 2, |p| p.line() as usize);
+        let cell = |c: Option<usize>| c.and_then(|c| record.get(c)).unwrap_or("");
+        let number = |c: Option<usize>, name: &str| -> Result<Option<f64>, ConfigError> {
+            let v = cell(c);
+            if v.is_empty() {
+                return Ok(None);
+            }
+            v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0).map(Some).ok_or_else(|| {
+                ConfigError::new(file, format!("line {line}, column {name}"), format!("`{v}` is not a number of ms"))
+            })
+        };
+        let status = cell(status_col);
+        let ok_status = matches!(status, "" | "finished" | "ok" | "success");
+        let (ttft, e2e) = (number(ttft_col, "ttft_ms")?, number(e2e_col, "e2e_ms")?);
+        let row = all[i];
+        if !ok_status || (ttft_col.is_some() && ttft.is_none()) || (e2e_col.is_some() && e2e.is_none()) {
+            failed += 1;
+            continue;
+        }
+        let tpot = match number(tpot_col, "tpot_ms")? {
+            Some(t) => Some(t),
+            None if tpot_col.is_none() && row.output > 1 => {
+                ttft.zip(e2e).map(|(t, e)| (e - t) / f64::from(row.output - 1))
+            }
+            None => None,
+        };
+        for (slot, v) in samples.iter_mut().zip([ttft, e2e, tpot]) {
+            slot.extend(v);
+        }
+        if let Some(t) = ttft {
+            trend.push((row.arrival.as_secs_f64(), t));
+        }
+        if let Some(e) = e2e {
+            end_s = end_s.max(row.arrival.as_secs_f64() + e / 1e3);
+        }
+        out_tokens += u64::from(row.output);
+        in_tokens += u64::from(row.prompt);
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return Err(ConfigError::new(file, "", "no request succeeded, so there is nothing to fit against"));
+    }
+    let mut measured = BTreeMap::new();
+    for (family, xs) in [Family::Ttft, Family::E2e, Family::Tpot].into_iter().zip(samples.iter_mut()) {
+        summarise(family, xs, &mut measured);
+    }
+    let first_s = rows[0].arrival.as_secs_f64();
+    if e2e_col.is_some() && end_s > first_s {
+        let span = end_s - first_s;
+        measured.insert(Metric::RequestsPerS, rows.len() as f64 / span);
+        measured.insert(Metric::InputTokensPerS, in_tokens as f64 / span);
+        measured.insert(Metric::OutputTokensPerS, out_tokens as f64 / span);
+    }
+    let name = file_name(file);
+    let base = src.base(&[], Some(rows), &name)?;
+    let saturated = if failed > 0 { Some(format!("{failed} requests failed")) } else { growing_queue(trend) };
+    Ok(vec![Run {
+        name,
+        group: file.display().to_string(),
+        source: file.display().to_string(),
+        kind: InputKind::TraceCsv,
+        base,
+        measured,
+        saturated,
+        notes: Vec::new(),
+    }])
+}
+
+/// Mean, p50, p90, p99 and max of per-request samples, as vLLM computes them.
+fn summarise(family: Family, xs: &mut [f64], out: &mut BTreeMap<Metric, f64>) {
+    if xs.is_empty() {
+        return;
+    }
+    xs.sort_by(f64::total_cmp);
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    let stats = [
+        (Stat::Mean, Some(mean)),
+        (Stat::P50, percentile_sorted(xs, 50.0)),
+        (Stat::P90, percentile_sorted(xs, 90.0)),
+        (Stat::P99, percentile_sorted(xs, 99.0)),
+        (Stat::Max, xs.last().copied()),
+    ];
+    for (stat, v) in stats {
+        if let Some(v) = v.filter(|v| *v > 0.0) {
+            out.insert(Metric::Latency(family, stat), v);
+        }
+    }
+}
+
+// ---- inference-perf ----------------------------------------------------------
+
+fn from_inference_perf(
+    src: &ScenarioSource,
+    ip: &InferencePerfRun,
+    opts: &LoadOptions,
+) -> Result<Vec<Run>, ConfigError> {
+    let dir_name = {
+        let d = if ip.dir.file_name().is_some_and(|n| n == "results") { ip.dir.parent() } else { Some(&*ip.dir) };
+        d.map_or_else(|| ip.dir.display().to_string(), file_name)
+    };
+    let d = &ip.data;
+    let mut runs = Vec::new();
+    for stage in &ip.stages {
+        let name = format!("{dir_name} stage {} ({} req/s)", stage.index, stage.rate);
+        // The tool cycles through G x U fixed prompts (system prompt +
+        // question), so the whole of each is a shared prefix; the prompt
+        // is the rest of what the client counted (the template tokens).
+        let fixed = d.system_prompt_len.saturating_add(d.question_len);
+        let groups = ip.distinct_prompts().max(1);
+        let counted = stage.prompt_len_mean.map_or(f64::from(fixed) + 1.0, f64::round);
+        let prompt = (counted - f64::from(fixed)).max(1.0).min(f64::from(u32::MAX)) as u32;
+        let duration = opts.sample_s.map_or(stage.duration_s, |s| s.min(stage.duration_s));
+        let kind = match ip.load {
+            LoadType::Constant => "constant",
+            LoadType::Poisson => "poisson",
+        };
+        let workload = format!(
+            "{{arrivals: {{{kind}: {{rate: {}}}}}, duration_s: {duration}, shared_prefix: {{groups: {groups}, \
+             tokens: {fixed}}}, prompt_tokens: {prompt}, output_tokens: {}}}",
+            stage.rate, d.output_len
+        );
+        let settings = [workload_override(&workload)?, seed_override(&src.value)];
+        let base = src.base(&settings, None, &name)?;
+        let mut measured = BTreeMap::new();
+        for (family, l) in [(Family::Ttft, &stage.ttft), (Family::E2e, &stage.e2e)] {
+            for (stat, v) in
+                [(Stat::Mean, l.mean), (Stat::P50, l.p50), (Stat::P90, l.p90), (Stat::P99, l.p99), (Stat::Max, l.max)]
+            {
+                if let Some(v) = v.filter(|v| *v > 0.0) {
+                    measured.insert(Metric::Latency(family, stat), v);
+                }
+            }
+        }
+        let mut notes = vec![format!(
+            "one of {groups} fixed prompts of {fixed} tokens (shared_prefix) then {prompt} tokens (the rest of \
+             the client's mean count), output {} tokens (nominal){}",
+            d.output_len,
+            if duration < stage.duration_s {
+                format!("; {duration} s of the {} s stage simulated", stage.duration_s)
+            } else {
+                String::new()
+            }
+        )];
+        if let (true, Some(e), Some(t)) = (ip.fixed_output() && d.output_len > 1, stage.e2e.mean, stage.ttft.mean) {
+            measured.insert(Metric::Latency(Family::Tpot, Stat::Mean), (e - t) / f64::from(d.output_len - 1));
+            notes.push("TPOT mean derived as (E2E mean - TTFT mean) / (output - 1)".into());
+        }
+        for (m, v) in
+            [(Metric::RequestsPerS, stage.requests_per_s), (Metric::InputTokensPerS, stage.input_tokens_per_s)]
+        {
+            if let Some(v) = v.filter(|v| *v > 0.0) {
+                measured.insert(m, v);
+            }
+        }
+        runs.push(Run {
+            name,
+            group: dir_name.clone(),
+            source: stage.file.display().to_string(),
+            kind: InputKind::InferencePerf,
+            base,
+            measured,
+            saturated: stage.saturated(),
+            notes,
+        });
+    }
+    Ok(runs)
+}
+
+fn workload_override(yaml: &str) -> Result<Override, ConfigError> {
+    let value = Override::parse_value(yaml).map_err(|m| ConfigError::new(Path::new("(workload)"), "workload", m))?;
+    Ok(Override { path: vec!["workload".into()], value })
+}
+
+/// Keeps the scenario's seed when the workload is replaced.
+fn seed_override(scenario: &Value) -> Override {
+    let seed = scenario.get("workload").and_then(|w| w.get("seed")).cloned().unwrap_or(Value::Number(0.into()));
+    Override { path: vec!["workload".into(), "seed".into()], value: seed }
+}
+
+// ---- measured table ------------------------------------------------------------
+
+fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions) -> Result<Vec<Run>, ConfigError> {
+    let mut runs = Vec::new();
+    for row in &t.rows {
+        let mut settings = row.settings.clone();
+        let mut notes = Vec::new();
+        if let Some(cap) = opts.sample_s {
+            let own = settings.iter().rev().find(|o| o.key() == "workload.duration_s").map(|o| o.value.clone());
+            let scenario_s = src.value.get("workload").and_then(|w| w.get("duration_s")).cloned();
+            let d = own.or(scenario_s).and_then(|v| v.as_f64());
+            if let Some(d) = d.filter(|d| *d > cap) {
+                settings.push(Override { path: vec!["workload".into(), "duration_s".into()], value: cap.into() });
+                notes.push(format!("{cap} s of the {d} s run simulated"));
+            }
+        }
+        let label = format!("{} ({} line {})", row.name, file_name(&t.file), row.line);
+        let base = src.base(&settings, None, &label)?;
+        runs.push(Run {
+            name: row.name.clone(),
+            group: row.group.clone().unwrap_or_else(|| row.name.clone()),
+            source: format!("{} line {}", t.file.display(), row.line),
+            kind: InputKind::Table,
+            base,
+            measured: row.measured.clone(),
+            saturated: row.saturation(),
+            notes,
+        });
+    }
+    Ok(runs)
+}
+
+#[cfg(test)]
+mod tests;

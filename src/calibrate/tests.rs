@@ -1,0 +1,239 @@
+use std::path::{Path, PathBuf};
+
+use super::runs::{LoadOptions, ScenarioSource};
+use super::*;
+use crate::config::Override;
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn sets(pairs: &[(&str, String)]) -> Vec<Override> {
+    pairs.iter().map(|(k, v)| Override::parse(&format!("{k}={v}")).unwrap()).collect()
+}
+
+/// The values the measured files are made with, which the fit must find.
+const HIDDEN: [(&str, f64); 4] = [
+    ("efficiency.compute", 0.55),
+    ("efficiency.memory", 0.8),
+    ("latency.step_overhead_ms", 3.0),
+    ("latency.request_overhead_ms", 12.0),
+];
+
+/// (Poisson rate, prompt, output): short and long prompts and answers, light
+/// and heavy load, so compute, bandwidth, per-step and per-request costs
+/// each move some figure the others do not (a long-context run at 4 req/s
+/// reads as many KV bytes a step as weights, which separates bandwidth from
+/// the per-step overhead).
+const SHAPES: [(f64, u32, u32); 6] =
+    [(4.0, 512, 128), (14.0, 512, 128), (2.0, 2048, 64), (3.0, 128, 512), (4.0, 2048, 256), (8.0, 1024, 32)];
+
+/// Measured files written by llmsim itself: `run --requests-csv` of the base
+/// scenario with the hidden values, 1,000 requests each.
+fn measured_files(dir: &Path) -> Vec<PathBuf> {
+    SHAPES
+        .iter()
+        .enumerate()
+        .map(|(i, (rate, prompt, output))| {
+            let mut o: Vec<(&str, String)> = HIDDEN.iter().map(|(k, v)| (*k, v.to_string())).collect();
+            o.push(("workload.requests", "1000".into()));
+            o.push(("workload.arrivals.poisson.rate", rate.to_string()));
+            o.push(("workload.prompt_tokens", prompt.to_string()));
+            o.push(("workload.output_tokens", output.to_string()));
+            let s = crate::config::load_scenario_with(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
+            let out = crate::sim::run(&s, CollectorOptions { keep_steps: false }).unwrap();
+            let path = dir.join(format!("measured-{i}.csv"));
+            std::fs::write(&path, crate::report::csv_out::requests(&out.requests).unwrap()).unwrap();
+            path
+        })
+        .collect()
+}
+
+fn runs_from(start: &[f64; 4], files: &[PathBuf]) -> Vec<Run> {
+    let o: Vec<(&str, String)> = HIDDEN.iter().zip(start).map(|((k, _), v)| (*k, v.to_string())).collect();
+    let src = ScenarioSource::load(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
+    files.iter().flat_map(|f| runs::load(&src, f, &LoadOptions::default()).unwrap()).collect()
+}
+
+#[test]
+fn hidden_values_are_fitted_back_within_two_percent_from_several_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let setup = Setup { leave_one_out: false, ..Setup::new(keys::parse(&[]).unwrap()) };
+    // The scenario's own values (datasheet peaks, no overheads), far below
+    // every hidden value, and a point on the far side of two of them.
+    for start in [[1.0, 1.0, 0.0, 0.0], [0.3, 0.4, 10.0, 50.0], [0.9, 0.5, 0.5, 1.0]] {
+        let runs = runs_from(&start, &files);
+        assert!(runs.iter().all(|r| r.saturated.is_none()), "every shape is below the knee");
+        let o = calibrate(runs, Vec::new(), &setup).unwrap();
+        assert_eq!(o.start, start.to_vec());
+        for ((key, hidden), got) in HIDDEN.iter().zip(&o.fit.x) {
+            let err = (got - hidden).abs() / hidden;
+            assert!(err <= 0.02, "from {start:?}: {key} fitted {got}, hidden {hidden} ({:.2}% off)", err * 100.0);
+        }
+        assert!(o.fit.loss < 1e-3 && o.fit.loss < o.start_loss, "{:?}", o.fit);
+    }
+}
+
+#[test]
+fn the_loss_is_zero_at_the_hidden_values_and_counts_runs_equally() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let runs = runs_from(&[0.55, 0.8, 3.0, 12.0], &files[..2]);
+    let refs: Vec<&Run> = runs.iter().collect();
+    let keys = keys::parse(&[]).unwrap();
+    // The replay at the hidden values is the run that wrote the files:
+    // every figure agrees up to the CSV's six decimals.
+    let at_truth = loss(&refs, &MetricChoice::Default, Loss::Squared, &keys, &[0.55, 0.8, 3.0, 12.0]).unwrap();
+    assert!(at_truth < 1e-12, "{at_truth}");
+    // Double every overhead: each residual is ln(p/q) / sqrt(R M).
+    let x = [0.55, 0.8, 6.0, 24.0];
+    let r = residuals(&refs, &MetricChoice::Default, Loss::Squared, &keys, &x).unwrap();
+    assert_eq!(r.len(), 10, "two runs of five metrics");
+    let figures = predict_all(&refs, &keys, &x).unwrap();
+    let mut by_hand = 0.0;
+    for (run, fig) in runs.iter().zip(&figures) {
+        let ms = MetricChoice::Default.for_run(run);
+        let sq: f64 = ms.iter().map(|m| (fig[m] / run.measured[m]).ln().powi(2)).sum();
+        by_hand += sq / ms.len() as f64 / runs.len() as f64;
+    }
+    let total: f64 = r.iter().map(|v| v * v).sum();
+    assert!((total - by_hand).abs() < 1e-12 * by_hand, "{total} vs {by_hand}");
+}
+
+#[test]
+fn every_group_is_predicted_by_a_fit_on_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..3]);
+    let keys = keys::parse(&["efficiency.memory,latency.step_overhead_ms".into()]).unwrap();
+    let setup = Setup::new(keys);
+    let o = calibrate(runs, Vec::new(), &setup).unwrap();
+    for oc in &o.outcomes {
+        let (figures, x) = oc.loo.as_ref().expect("three groups: each left out once");
+        assert_eq!(x.len(), 2);
+        assert!(figures.contains_key(&Metric::Latency(Family::Ttft, Stat::Mean)));
+    }
+    // Leaving a run out changes the fit it is predicted with.
+    let fits: Vec<&Vec<f64>> = o.outcomes.iter().map(|oc| &oc.loo.as_ref().unwrap().1).collect();
+    assert!(fits[0] != fits[1] || fits[1] != fits[2], "{fits:?}");
+}
+
+#[test]
+fn a_lone_run_has_no_leave_one_out_and_held_out_runs_are_not_fitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]);
+    let holdout = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[1..2]);
+    let keys = keys::parse(&["latency.step_overhead_ms".into()]).unwrap();
+    let o = calibrate(runs, holdout, &Setup::new(keys)).unwrap();
+    assert!(o.outcomes[0].in_fit && o.outcomes[0].loo.is_none());
+    assert!(o.outcomes[1].holdout && !o.outcomes[1].in_fit);
+    let text = report::render(&o, "base.yml");
+    assert!(text.contains("[held out]") && text.contains("held-out runs (not in the fit)"), "{text}");
+}
+
+#[test]
+fn bad_inputs_are_refused_before_any_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let keys = keys::parse(&[]).unwrap();
+    // Every run saturated.
+    let mut runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..2]);
+    for r in &mut runs {
+        r.saturated = Some("3 requests failed".into());
+    }
+    let e = calibrate(runs, Vec::new(), &Setup::new(keys.clone())).unwrap_err();
+    assert!(matches!(&e, Error::Input(m) if m.contains("every run is saturated") && m.contains("3 requests failed")));
+    // A run without any loss metric.
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]);
+    let setup =
+        Setup { metrics: MetricChoice::Listed(vec![Metric::Latency(Family::Queue, Stat::P50)]), ..Setup::new(keys) };
+    let e = calibrate(runs, Vec::new(), &setup).unwrap_err();
+    assert!(
+        matches!(&e, Error::Input(m) if m.contains("none of the loss metrics") && m.contains("ttft_mean_ms")),
+        "{e:?}"
+    );
+    // Bounds that exclude the start.
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]);
+    let keys = keys::parse(&["efficiency.compute=0.1:0.5".into()]).unwrap();
+    let e = calibrate(runs, Vec::new(), &Setup::new(keys)).unwrap_err();
+    assert!(matches!(&e, Error::Input(m) if m.contains("the bounds exclude the start") && m.contains("= 1")), "{e:?}");
+    // A bound the scenario refuses.
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]);
+    let keys = keys::parse(&["efficiency.compute=0.5:1.5".into()]).unwrap();
+    let e = calibrate(runs, Vec::new(), &Setup::new(keys)).unwrap_err();
+    assert!(matches!(&e, Error::Input(m) if m.contains("the bound 1.5 is not a valid value")), "{e:?}");
+}
+
+#[test]
+fn the_default_metrics_fall_back_to_itl_where_tpot_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let mut run = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]).remove(0);
+    let tpot = Metric::Latency(Family::Tpot, Stat::Mean);
+    let itl = Metric::Latency(Family::Itl, Stat::Mean);
+    assert!(MetricChoice::Default.for_run(&run).contains(&tpot));
+    run.measured.remove(&tpot);
+    run.measured.insert(itl, 5.0);
+    let ms = MetricChoice::Default.for_run(&run);
+    assert_eq!(ms.len(), 5);
+    assert!(ms.contains(&itl) && !ms.contains(&tpot));
+}
+
+#[test]
+fn fitted_values_keep_five_significant_digits_within_bounds() {
+    let k = keys::parse(&["efficiency.compute".into()]).unwrap().remove(0);
+    assert_eq!(round_sig(0.612_345_678, &k), 0.61235);
+    assert_eq!(round_sig(1.000_004, &k), 1.0);
+    let n = keys::parse(&["model.kv_cache.num_blocks=10:100".into()]).unwrap().remove(0);
+    assert_eq!(round_sig(41.6, &n), 42.0);
+}
+
+#[test]
+fn the_cauchy_loss_matches_squared_for_small_errors_and_grows_slowly_beyond() {
+    let c = 1.1f64.ln();
+    let cauchy = Loss::Cauchy(c);
+    // By hand: c^2 ln(1 + (e/c)^2).
+    for e in [0.001, -0.02, 0.5, -3.0] {
+        let r = cauchy.residual(e);
+        let by_hand = c * c * (1.0 + (e / c) * (e / c)).ln();
+        assert!((r * r - by_hand).abs() < 1e-12, "e = {e}: {} vs {by_hand}", r * r);
+        assert_eq!(r.signum(), f64::signum(e), "the residual keeps the error's sign");
+    }
+    // Small errors count as their square (to 0.1%). A tenfold miss against
+    // a 10% miss: ln(1 + (ln 10 / ln 1.1)^2) / ln 2 = ln(584.6) / 0.693 =
+    // 9.19 times under Cauchy, (ln 10 / ln 1.1)^2 = 583.6 times squared.
+    let small = cauchy.residual(0.001);
+    assert!((small - 0.001).abs() < 1e-6);
+    let (ten, tenfold) = (1.1f64.ln(), 10f64.ln());
+    let ratio = (cauchy.residual(tenfold) / cauchy.residual(ten)).powi(2);
+    assert!((ratio - 9.19).abs() < 0.01, "{ratio}");
+    assert!(((tenfold / ten).powi(2) - 583.6).abs() < 0.1);
+    assert_eq!(Loss::Squared.residual(-0.3), -0.3);
+}
+
+#[test]
+fn the_shipped_fidelity_table_is_read_as_twenty_fitted_runs_of_twelve_experiments() {
+    let src = ScenarioSource::load(&repo("scenarios/fidelity/h100-vllm.yml"), &[]).unwrap();
+    let opts = LoadOptions { sample_s: Some(30.0) };
+    let runs = runs::load(&src, &repo("scenarios/fidelity/h100-inference-perf.csv"), &opts).unwrap();
+    assert_eq!(runs.len(), 24);
+    let fitted: Vec<&Run> = runs.iter().filter(|r| r.saturated.is_none()).collect();
+    assert_eq!(fitted.len(), 20);
+    let groups: std::collections::BTreeSet<&str> = fitted.iter().map(|r| r.group.as_str()).collect();
+    assert_eq!(groups.len(), 12);
+    // Every overloaded run is a `reasoning` experiment.
+    assert!(runs.iter().filter(|r| r.saturated.is_some()).all(|r| r.name.contains("reasoning")));
+    // A row's settings reach its scenario: Llama-2-70B on 4 GPUs at 20 req/s,
+    // 30 of its 600 s simulated.
+    let r = runs.iter().find(|r| r.name == "llama-2-70b-tp4-general stage 1").unwrap();
+    let s = r.base.scenario(&[], &[]).unwrap();
+    assert_eq!(s.model.name, "llama-2-70b");
+    assert_eq!(s.deployment.tensor_parallel, 4);
+    assert_eq!(s.workload.duration_s, Some(30.0));
+    assert_eq!(r.measured[&Metric::Latency(Family::E2e, Stat::Mean)], 5577.488);
+    // TPOT mean as the header says: (5577.488 - 121.275) / 247.
+    assert!((r.measured[&Metric::Latency(Family::Tpot, Stat::Mean)] - 22.090).abs() < 1e-9);
+    assert!(((5577.488 - 121.275) / 247.0 - 22.090f64).abs() < 5e-4);
+}

@@ -1,0 +1,167 @@
+//! `llmsim calibrate SCENARIO MEASURED...`: fit efficiency and overhead
+//! figures to measured runs, report how well they predict, and write a
+//! calibration profile.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use super::{CliError, ScenarioArgs, print, write_output};
+use crate::calibrate::runs::{self, LoadOptions, Run, ScenarioSource};
+use crate::calibrate::{self, Error, MetricChoice, Setup, keys, optim, profile, report};
+use crate::sweep::metric::Metric;
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Measured runs: per-request JSON (llmsim bench, vllm bench serve
+    /// --save-detailed, guidellm), a trace CSV with ttft_ms/e2e_ms columns,
+    /// a measured table CSV (sweep-style columns), or an inference-perf run
+    /// directory.
+    #[arg(required = true, value_name = "MEASURED")]
+    pub measured: Vec<PathBuf>,
+    /// Keys to fit, comma-separated or repeated, each KEY or KEY=LO:HI
+    /// (default: efficiency.compute, efficiency.memory,
+    /// latency.step_overhead_ms, latency.request_overhead_ms).
+    #[arg(long, value_name = "KEY[=LO:HI],...")]
+    pub fit: Vec<String>,
+    /// Loss metrics, sweep names (default: ttft_mean_ms, ttft_p90_ms,
+    /// tpot_mean_ms or itl_mean_ms, e2e_mean_ms, e2e_p90_ms).
+    #[arg(long, value_name = "M,...", value_delimiter = ',')]
+    pub metrics: Vec<String>,
+    /// How a run's log errors count: `squared` (default) or `cauchy:PCT`,
+    /// which counts errors beyond about PCT percent less and less, so a run
+    /// near its knee does not decide the fit alone (e.g. cauchy:25).
+    #[arg(long, value_name = "squared|cauchy:PCT", default_value = "squared")]
+    pub loss: String,
+    /// Write the calibration profile here (efficiency and latency keys only).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Measured runs to predict with the fit but not fit on.
+    #[arg(long, value_name = "MEASURED", num_args = 1..)]
+    pub holdout: Vec<PathBuf>,
+    /// Fit saturated runs too (failures, or a queue still growing).
+    #[arg(long)]
+    pub include_saturated: bool,
+    /// Skip the leave-one-out fits.
+    #[arg(long)]
+    pub no_leave_one_out: bool,
+    /// Simulate at most this many seconds of each inference-perf stage or
+    /// table row with a duration (their figures are steady-state figures).
+    #[arg(long, value_name = "SECONDS")]
+    pub sample_s: Option<f64>,
+    /// Most loss evaluations of one fit.
+    #[arg(long, value_name = "N", default_value_t = 400)]
+    pub max_evals: usize,
+    /// Worker threads (default: RAYON_NUM_THREADS, else one per core).
+    /// Output bytes do not depend on it.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+}
+
+/// The loss metrics `--metrics` names.
+pub fn parse_metrics(names: &[String]) -> Result<MetricChoice, String> {
+    if names.is_empty() {
+        return Ok(MetricChoice::Default);
+    }
+    let mut out = Vec::new();
+    for n in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let allowed: Vec<String> =
+            Metric::all().into_iter().filter(|m| calibrate::loss_metric_allowed(*m)).map(|m| m.name()).collect();
+        let m = Metric::parse(n).filter(|m| calibrate::loss_metric_allowed(*m)).ok_or_else(|| {
+            let near = crate::util::nearest(n, allowed.iter().map(String::as_str))
+                .map(|s| format!(" (did you mean `{s}`?)"))
+                .unwrap_or_default();
+            format!("--metrics `{n}` is not a loss metric{near}; choose from {}", allowed.join(", "))
+        })?;
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    Ok(MetricChoice::Listed(out))
+}
+
+/// `--loss squared` or `--loss cauchy:PCT` (PCT in (0, 1000]).
+pub fn parse_loss(text: &str) -> Result<calibrate::Loss, String> {
+    let t = text.trim();
+    if t == "squared" {
+        return Ok(calibrate::Loss::Squared);
+    }
+    let bad = || {
+        format!(
+            "--loss `{t}` is not allowed: give `squared` or `cauchy:PCT` with PCT a percentage in (0, 1000], e.g. cauchy:25"
+        )
+    };
+    let pct: f64 =
+        t.strip_prefix("cauchy:").ok_or_else(bad)?.trim().trim_end_matches('%').parse().map_err(|_| bad())?;
+    if !(pct.is_finite() && pct > 0.0 && pct <= 1000.0) {
+        return Err(bad());
+    }
+    Ok(calibrate::Loss::Cauchy((1.0 + pct / 100.0).ln()))
+}
+
+impl From<Error> for CliError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Input(m) => CliError::Usage(m),
+            Error::Work(m) => CliError::Failure(m),
+        }
+    }
+}
+
+/// Loads every run of `files` on the scenario.
+pub fn load_runs(src: &ScenarioSource, files: &[PathBuf], opts: &LoadOptions) -> Result<Vec<Run>, CliError> {
+    let mut out = Vec::new();
+    for f in files {
+        out.extend(runs::load(src, f, opts)?);
+    }
+    Ok(out)
+}
+
+pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
+    let keys = keys::parse(&a.fit).map_err(CliError::Usage)?;
+    let metrics = parse_metrics(&a.metrics).map_err(CliError::Usage)?;
+    let loss = parse_loss(&a.loss).map_err(CliError::Usage)?;
+    if let Some(out) = &a.output
+        && let Some(k) = keys.iter().find(|k| !profile::storable(&k.key))
+    {
+        return Err(CliError::Usage(format!(
+            "-o {}: a calibration profile holds only efficiency and latency keys ({}); `{}` belongs in a \
+             scenario: fit it without -o, or drop it from --fit",
+            out.display(),
+            crate::config::calibration::KEYS.join(", "),
+            k.key
+        )));
+    }
+    if let Some(s) = a.sample_s.filter(|s| !(s.is_finite() && *s > 0.0)) {
+        return Err(CliError::Usage(format!("--sample-s {s} is not allowed: give seconds greater than 0")));
+    }
+    if a.max_evals < 10 {
+        return Err(CliError::Usage(format!("--max-evals {} is too few: give 10 or more", a.max_evals)));
+    }
+    let src = ScenarioSource::load(&a.scenario.scenario, &a.scenario.overrides()?)?;
+    let opts = LoadOptions { sample_s: a.sample_s };
+    let fit_runs = load_runs(&src, &a.measured, &opts)?;
+    let holdout = load_runs(&src, &a.holdout, &opts)?;
+    let setup = Setup {
+        keys,
+        metrics,
+        loss,
+        include_saturated: a.include_saturated,
+        leave_one_out: !a.no_leave_one_out,
+        optim: optim::Settings { max_evals: a.max_evals, ..optim::Settings::default() },
+    };
+    let pool = crate::sweep::exec::pool(a.threads).map_err(CliError::Failure)?;
+    let outcome = pool.install(|| calibrate::calibrate(fit_runs, holdout, &setup))?;
+    let scenario = a.scenario.scenario.display().to_string();
+    print(&report::render(&outcome, &scenario))?;
+    if let Some(path) = &a.output {
+        let name = path.file_stem().map_or_else(|| "calibration".into(), |s| s.to_string_lossy().into_owned());
+        write_output(path, profile::render(&outcome, &name, &scenario).as_bytes())?;
+        if path != Path::new("-") {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}

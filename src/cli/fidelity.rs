@@ -1,0 +1,51 @@
+//! `llmsim fidelity`: predict real measured runs before and after
+//! calibration and write `results/fidelity.md` and the shipped calibration
+//! profile; with `--check`, fail when either is not what a fresh run gives.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{CliError, print};
+use crate::calibrate::fidelity;
+
+#[derive(Debug, Args)]
+pub struct FidelityArgs {
+    /// The repository root the suites' files are read from and written to.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub root: PathBuf,
+    /// Write nothing; fail, naming the first differing line, if a committed
+    /// file differs from a fresh run.
+    #[arg(long)]
+    pub check: bool,
+    /// Worker threads (default: one per core). The output is the same at
+    /// any count.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+}
+
+pub fn execute(a: FidelityArgs) -> Result<(), CliError> {
+    let pool = crate::sweep::exec::pool(a.threads.map_or(0, usize::from)).map_err(CliError::Failure)?;
+    let files = pool.install(|| fidelity::generate(&a.root))?;
+    let mut out = String::new();
+    for f in &files {
+        let path = a.root.join(&f.path);
+        if a.check {
+            let committed = std::fs::read_to_string(&path).unwrap_or_default();
+            if committed != f.text {
+                let line = committed.lines().zip(f.text.lines()).position(|(x, y)| x != y);
+                let at = line.map_or_else(|| "its end".to_string(), |l| format!("line {}", l + 1));
+                return Err(CliError::Failure(format!(
+                    "{} differs from a fresh run at {at}: run `llmsim fidelity` and commit the result",
+                    path.display()
+                )));
+            }
+            out.push_str(&format!("{} is current\n", f.path.display()));
+        } else {
+            std::fs::write(&path, &f.text)
+                .map_err(|e| CliError::Failure(format!("cannot write {}: {e}", path.display())))?;
+            out.push_str(&format!("wrote {}\n", f.path.display()));
+        }
+    }
+    print(&out)
+}

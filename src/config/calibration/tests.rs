@@ -1,0 +1,100 @@
+use std::path::Path;
+
+use super::*;
+use crate::config::{Override, load_scenario, load_scenario_with};
+
+fn write(dir: &Path, rel: &str, text: &str) -> PathBuf {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const SCENARIO: &str = "
+hardware: { hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989 }
+model:
+  context_length: 4096
+  weights: { parameters_billions: 7 }
+  kv_cache: { bytes_per_token: 524288 }
+workload: { arrivals: { poisson: { rate: 1 } }, requests: 10, prompt_tokens: 100, output_tokens: 10 }
+";
+
+const PROFILE: &str = "
+name: lab
+efficiency: { compute: 0.5, memory: 0.8 }
+latency: { step_overhead_ms: 2, request_overhead_ms: 7 }
+fit: { anything: [1, 2, 3] }
+";
+
+#[test]
+fn a_named_profile_fills_only_the_keys_the_scenario_leaves_unset() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "hardware/calibrations/lab.yml", PROFILE);
+    let text = format!("calibration: lab\nefficiency: {{ memory: 0.9 }}\n{SCENARIO}");
+    let file = write(dir.path(), "s/x.yml", &text);
+    let s = load_scenario(&file).unwrap();
+    assert_eq!(s.efficiency.compute, 0.5);
+    assert_eq!(s.efficiency.memory, 0.9, "the scenario's own value wins");
+    assert_eq!(s.latency.step_overhead_ms, 2.0);
+    assert_eq!(s.latency.request_overhead_ms, 7.0);
+    let used = s.calibration.as_ref().unwrap();
+    assert_eq!(used.keys.len(), 4);
+    assert_eq!(used.keys[1], CalibratedKey { key: "efficiency.memory", calibrated: 0.8, scenario: Some(0.9) });
+    let lines = explain(used);
+    assert!(lines.contains("efficiency.memory") && lines.contains("set by the scenario, which wins"), "{lines}");
+    assert!(lines.contains("0.5 (from the calibration)"), "{lines}");
+}
+
+#[test]
+fn a_set_on_the_command_line_counts_as_the_scenario_s_own() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "cal.yml", PROFILE);
+    let file = write(dir.path(), "x.yml", &format!("calibration: cal.yml\n{SCENARIO}"));
+    let s = load_scenario_with(&file, &[Override::parse("latency.step_overhead_ms=3").unwrap()]).unwrap();
+    assert_eq!(s.latency.step_overhead_ms, 3.0);
+    assert_eq!(s.efficiency.compute, 0.5);
+}
+
+#[test]
+fn the_shipped_profile_is_built_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "x.yml", &format!("calibration: h100-vllm\n{SCENARIO}"));
+    let s = load_scenario(&file).unwrap();
+    let used = s.calibration.unwrap();
+    assert!(used.file.display().to_string().contains("built-in"), "{}", used.file.display());
+    let (_, text) = BUILTIN[0];
+    let profile = parse(text, Path::new("h100-vllm.yml")).unwrap();
+    assert_eq!(used.keys.len(), profile.values().len());
+}
+
+#[test]
+fn a_profile_naming_keys_outside_efficiency_and_latency_is_refused() {
+    let e =
+        parse("scheduler: { max_batch_tokens: 2 }\nefficiency: { compute: 0.5 }\n", Path::new("c.yml")).unwrap_err();
+    assert_eq!(e.path, "scheduler");
+    assert!(e.message.contains("only keys under efficiency and latency"), "{e}");
+    let e = parse("latency: { tensor: 2 }\n", Path::new("c.yml")).unwrap_err();
+    assert!(e.to_string().contains("latency") && e.message.contains("unknown field"), "{e}");
+    let e = parse("name: empty\n", Path::new("c.yml")).unwrap_err();
+    assert!(e.message.contains("sets no key"), "{e}");
+}
+
+#[test]
+fn an_unknown_profile_names_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "x.yml", &format!("calibration: h100-vlm\n{SCENARIO}"));
+    let e = load_scenario(&file).unwrap_err().to_string();
+    assert!(e.contains("unknown calibration `h100-vlm` (did you mean `h100-vllm`?)"), "{e}");
+    let file = write(dir.path(), "y.yml", &format!("calibration: missing.yml\n{SCENARIO}"));
+    let e = load_scenario(&file).unwrap_err().to_string();
+    assert!(e.contains("cannot read the calibration file"), "{e}");
+}
+
+#[test]
+fn calibrated_values_are_validated_like_the_scenario_s_own() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "bad.yml", "efficiency: { compute: 1.5 }\n");
+    let file = write(dir.path(), "x.yml", &format!("calibration: bad.yml\n{SCENARIO}"));
+    let e = load_scenario(&file).unwrap_err().to_string();
+    assert!(e.contains("efficiency.compute") && e.contains("1.5"), "{e}");
+}
