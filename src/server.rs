@@ -18,6 +18,7 @@ pub mod errors;
 pub mod feed;
 pub mod fixed;
 pub mod openai;
+pub mod prefix;
 pub mod prom;
 pub mod record;
 pub mod routes;

@@ -97,6 +97,8 @@ struct Router<'a> {
     live: &'a mut HashMap<RequestId, Live>,
     out: &'a mut Vec<Out>,
     in_step: &'a mut Vec<RequestId>,
+    /// Prefix-cache lookups of the step: (tokens queried, hit).
+    lookups: Vec<(u32, u32)>,
 }
 
 impl Observer for Router<'_> {
@@ -120,6 +122,14 @@ impl Observer for Router<'_> {
     }
     fn rejected(&mut self, id: RequestId, _at: SimTime, reason: RejectReason) {
         self.out.push(Out::Rejected(id, reason));
+    }
+    fn prefix_lookup(&mut self, id: RequestId, _at: SimTime, queried: u32, hit: u32) {
+        if let Some(l) = self.live.get_mut(&id) {
+            // As the planner's collector: a request's cached tokens are its
+            // hit at its first admission; the counters add every lookup.
+            l.story.rec.cached_tokens.get_or_insert(hit);
+        }
+        self.lookups.push((queried, hit));
     }
     fn step(&mut self, step: &StepRecord) {
         for id in self.in_step.drain(..) {
@@ -206,9 +216,17 @@ impl EngineTask {
     }
 
     fn step(&mut self) -> Option<StepRecord> {
-        let mut router = Router { live: &mut self.live, out: &mut self.out, in_step: &mut self.in_step };
+        let mut router =
+            Router { live: &mut self.live, out: &mut self.out, in_step: &mut self.in_step, lookups: Vec::new() };
         let record = self.engine.step(&mut router);
+        let lookups = router.lookups;
         self.in_step.clear();
+        if !lookups.is_empty() {
+            let mut stats = lock(&self.sinks.stats);
+            for (queried, hit) in lookups {
+                stats.prefix_lookup(queried, hit);
+            }
+        }
         if let Some(r) = &record {
             self.last_step_start = Some(r.start);
         }
@@ -285,7 +303,7 @@ impl EngineTask {
             max_tokens: s.max_tokens,
             epoch: s.epoch,
         };
-        match self.engine.submit(request, &mut ()) {
+        match self.engine.submit_with_hashes(request, &s.hashes, &mut ()) {
             Ok(()) => {
                 let _ = live.events.send(Event::Accepted { id, arrival });
                 lock(&self.sinks.stats).accepted(s.prompt, s.epoch);

@@ -26,6 +26,9 @@ pub struct FeedRequest {
     pub finish: Finish,
     pub max_tokens: Option<u32>,
     pub epoch: u64,
+    /// With prefix caching: the hashes of the request's full blocks
+    /// (`super::prefix`); empty otherwise.
+    pub hashes: Vec<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

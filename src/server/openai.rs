@@ -260,6 +260,9 @@ pub struct Reply {
     pub plan: Plan,
     pub prompt_tokens: u32,
     pub options: Options,
+    /// With prefix caching on: the prompt tokens found in the cache, known
+    /// once the request was admitted (`super::prefix`).
+    pub cached_tokens: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -267,6 +270,13 @@ struct Usage {
     prompt_tokens: u32,
     total_tokens: u32,
     completion_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Serialize)]
+struct PromptTokensDetails {
+    cached_tokens: u32,
 }
 
 #[derive(Serialize)]
@@ -335,6 +345,7 @@ impl Reply {
             prompt_tokens: self.prompt_tokens,
             total_tokens: self.prompt_tokens + completion,
             completion_tokens: completion,
+            prompt_tokens_details: self.cached_tokens.map(|cached_tokens| PromptTokensDetails { cached_tokens }),
         }
     }
 

@@ -21,6 +21,7 @@ use super::content::{Query, tokenizer};
 use super::errors::ApiError;
 use super::feed::{Accepted, Feed, FeedEvent, FeedRequest};
 use super::openai::{self, Api, ChatRequest, CompletionRequest, Options, Prompt, Reply};
+use super::prefix::PromptContent;
 use super::sse;
 use super::stats::{Observed, Story};
 use super::stop::Stops;
@@ -144,6 +145,8 @@ struct Parsed {
     /// A chat without messages (refused once the model is known, as vLLM
     /// checks the model first).
     empty: bool,
+    /// The prompt, for prefix caching (`prefix`).
+    content: PromptContent,
 }
 
 fn parse_chat(body: &[u8]) -> Result<Parsed, ApiError> {
@@ -153,7 +156,14 @@ fn parse_chat(body: &[u8]) -> Result<Parsed, ApiError> {
     let last_user_message = texts.iter().rev().find(|(r, _)| r == "user").map(|(_, c)| c.clone()).unwrap_or_default();
     let options = req.common.options(req.max_completion_tokens.or(req.common.max_tokens))?;
     let empty = req.messages.is_empty();
-    Ok(Parsed { model: req.model, prompt_tokens, last_user_message, options, empty })
+    Ok(Parsed {
+        model: req.model,
+        prompt_tokens,
+        last_user_message,
+        options,
+        empty,
+        content: PromptContent::Chat(texts),
+    })
 }
 
 /// vLLM's completions default `max_tokens` (the legacy OpenAI default).
@@ -163,6 +173,11 @@ fn parse_completion(body: &[u8]) -> Result<Parsed, ApiError> {
     let req: CompletionRequest = openai::parse(body)?;
     let many =
         || ApiError::bad_request("llmsim takes one prompt per request; send a list of one.").with_param("prompt");
+    let ids = match &req.prompt {
+        Prompt::Ids(ids) => Some(PromptContent::Ids(ids.clone())),
+        Prompt::IdLists(v) if v.len() == 1 => Some(PromptContent::Ids(v[0].clone())),
+        _ => None,
+    };
     let (text, tokens) = match req.prompt {
         Prompt::Text(t) => {
             let n = tokenizer::count(&t);
@@ -179,8 +194,16 @@ fn parse_completion(body: &[u8]) -> Result<Parsed, ApiError> {
     };
     let mut options = req.common.options(req.common.max_tokens)?;
     options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS.into()));
+    let content = ids.unwrap_or_else(|| PromptContent::Text(text.clone()));
     // An empty prompt still holds one token (the beginning of sequence).
-    Ok(Parsed { model: req.model, prompt_tokens: tokens.max(1), last_user_message: text, options, empty: false })
+    Ok(Parsed {
+        model: req.model,
+        prompt_tokens: tokens.max(1),
+        last_user_message: text,
+        options,
+        empty: false,
+        content,
+    })
 }
 
 async fn handle(
@@ -219,6 +242,7 @@ async fn handle(
         // Checked against the context in `plan_reply`, so it fits.
         max_tokens: parsed.options.max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
         epoch,
+        hashes: super::prefix::for_model(model, &parsed.content, &reply),
     };
     let (feed, accepted) = Feed::start(model, app.clock, req).await.map_err(|ev| feed_error(model, &reply, &ev))?;
     let ctx = Ctx { app: app.clone(), model: model_index(app, model), reply, stamp, accepted, epoch };
@@ -261,6 +285,7 @@ fn plan_reply(app: &App, model: &ModelHandle, api: Api, parsed: &Parsed) -> Resu
         plan,
         prompt_tokens: prompt,
         options: parsed.options.clone(),
+        cached_tokens: None,
     })
 }
 
@@ -314,7 +339,7 @@ impl Ctx {
 
 /// The non-streaming answer: wait for every token, then one JSON body with
 /// the explanation headers.
-async fn whole(ctx: Ctx, mut feed: Feed) -> Result<Response, ApiError> {
+async fn whole(mut ctx: Ctx, mut feed: Feed) -> Result<Response, ApiError> {
     let mut obs = Observed::default();
     let mut last = None;
     let story = loop {
@@ -325,6 +350,7 @@ async fn whole(ctx: Ctx, mut feed: Feed) -> Result<Response, ApiError> {
         }
     };
     ctx.report(&mut obs, last);
+    super::prefix::set_cached(&mut ctx, &story);
     let max_lag = obs.delivery_lags_ns.iter().copied().max().unwrap_or(0);
     let mut resp = json_response(StatusCode::OK, ctx.reply.full_body());
     for (name, value) in explain(&ctx, &story, Some(max_lag)) {

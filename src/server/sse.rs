@@ -88,6 +88,7 @@ impl Streamer {
             FeedEvent::Done(story) => {
                 self.phase = Phase::End;
                 self.ctx.report(&mut self.obs, self.last);
+                super::prefix::set_cached(&mut self.ctx, &story);
                 let mut out = self.ctx.reply.end_frames();
                 let max_lag = self.obs.delivery_lags_ns.iter().copied().max();
                 let fields: Vec<String> = explain(&self.ctx, &story, max_lag)
