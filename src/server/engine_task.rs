@@ -290,7 +290,7 @@ impl EngineTask {
         let id = self.next_id;
         self.next_id += 1;
         if let Some(rec) = &self.sinks.recorder {
-            let (rid, _) = lock(rec).begin(arrival, s.prompt, s.output);
+            let (rid, _) = lock(rec).begin_with_blocks(arrival, s.prompt, s.output, &s.hashes);
             debug_assert_eq!(rid, id, "recorder and engine ids agree");
         }
         let request = Request { id, arrival, prompt: s.prompt, output: s.output };

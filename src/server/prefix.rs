@@ -118,6 +118,15 @@ pub fn caching(model: &super::ModelHandle) -> bool {
     matches!(&model.spec.engine, EngineKind::Scheduler(s) if s.engine.prefix_caching)
 }
 
+/// The block size `--record` names blocks in: only a model with prefix
+/// caching on records its blocks.
+pub fn recorded_block_size(spec: &crate::config::models::ServedModel) -> Option<u32> {
+    match &spec.engine {
+        EngineKind::Scheduler(s) if s.engine.prefix_caching => Some(s.engine.capacity.block_size),
+        _ => None,
+    }
+}
+
 /// Notes a finished request's cached tokens in its reply, so its usage
 /// carries `prompt_tokens_details.cached_tokens` (only with prefix caching
 /// on: without it the usage keeps its shape).

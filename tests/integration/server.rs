@@ -10,4 +10,5 @@ mod errors;
 mod hardening;
 mod harness;
 mod lifecycle;
+mod prefix;
 mod python;
