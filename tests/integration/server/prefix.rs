@@ -252,3 +252,96 @@ fn a_recording_replayed_with_another_block_size_or_broken_ids_is_refused() {
     run("arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens,block_ids,block_size\n0.5,40,9,sys,16,0-2,16\n")
         .stderr_has(&["given with prefix_id or session_id"]);
 }
+
+/// The `cached` model as a scenario file, with a cache that holds every
+/// prefix (no `num_blocks`: the whole memory left by the weights).
+const BIG_CACHE: &str = "
+name: big
+hardware: {name: test, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
+model:
+  context_length: 4096
+  weights: {parameters_billions: 6.74}
+  kv_cache: {bytes_per_token: 524288, block_size: 16, prefix_caching: true}
+scheduler: {max_batch_tokens: 8192, max_num_sequences: 64}
+workload:
+  arrivals: {poisson: {rate: 1}}
+  requests: 1
+  prompt_tokens: 1
+  output_tokens: 1
+";
+
+#[test]
+fn a_shared_prefix_bench_measures_the_hits_the_planner_predicts_from_its_trace() {
+    let dir = tempdir();
+    write(dir.path(), "big.yml", BIG_CACHE);
+    let models = write(dir.path(), "models.yml", "models:\n  - name: big\n    scenario: big.yml\n");
+    let server = Server::spawn(
+        tempdir(),
+        &["serve".into(), "--port".into(), "0".into(), "--models".into(), models.display().to_string()],
+    );
+    for (endpoint, framing) in [("completions", 0u64), ("chat", 3)] {
+        let (json, trace) = (dir.path().join(format!("{endpoint}.json")), dir.path().join(format!("{endpoint}.csv")));
+        TestCommand::new(&["bench", "--base-url"])
+            .arg(format!("http://127.0.0.1:{}", server.port))
+            .arg("--model")
+            .arg("big")
+            .arg("--endpoint")
+            .arg(endpoint)
+            .arg("--rate")
+            .arg("40")
+            .arg("--requests")
+            .arg("40")
+            .arg("--prompt-tokens")
+            .arg("20")
+            .arg("--output-tokens")
+            .arg("5")
+            .arg("--shared-prefix")
+            .arg("4:100")
+            .arg("--json")
+            .arg(&json)
+            .arg("--trace")
+            .arg(&trace)
+            .arg("-q")
+            .ok();
+        let measured: serde_json::Value = serde_json::from_str(&read(&json)).expect("bench JSON");
+        let live = &measured["llmsim_prefix_cache"];
+        assert_eq!(live["reported"], 40, "{live}");
+        // By hand: the first request of each of the 4 groups misses; the
+        // other 36 find the prefix's full blocks: the 100 prefix tokens (and
+        // on the chat endpoint the 3 tokens of `<|im_start|>user\n` before
+        // them) hold floor((100 + framing) / 16) = 6 blocks of 16.
+        let expected = 36 * ((100 + framing) / 16) * 16;
+        assert_eq!(live["cached_tokens"].as_u64(), Some(expected), "{endpoint}: {live}");
+        let out = dir.path().join(format!("{endpoint}-offline.json"));
+        TestCommand::new(&["run"])
+            .arg(dir.path().join("big.yml"))
+            .arg("--set")
+            .arg(format!("workload={{arrivals: {{trace: {}}}}}", trace.display()))
+            .arg("--json")
+            .arg(&out)
+            .arg("-q")
+            .ok();
+        let predicted: serde_json::Value = serde_json::from_str(&read(&out)).expect("result JSON");
+        let p = &predicted["prefix_cache"];
+        assert_eq!(p["hit_tokens"].as_u64(), Some(expected), "{endpoint}: {p}");
+        assert_eq!(p["queried_tokens"], live["prompt_tokens"], "{endpoint}: {p} vs {live}");
+    }
+    server.stop();
+}
+
+#[test]
+fn bad_shared_prefix_flags_are_refused() {
+    for (flag, fragment) in [
+        ("4", "give GROUPS:TOKENS"),
+        ("0:100", "GROUPS must be a whole number in [1, 1000000]"),
+        ("4:0", "TOKENS must be a whole number in [1, 1000000]"),
+        ("4:x", "TOKENS must be"),
+        ("x:5", "GROUPS must be"),
+    ] {
+        let mut cmd = TestCommand::new(&["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--rate", "1"]);
+        for a in ["--requests", "1", "--prompt-tokens", "10", "--output-tokens", "1", "--shared-prefix", flag] {
+            cmd = cmd.arg(a);
+        }
+        cmd.fails_with(2).stderr_has(&[&format!("--shared-prefix `{flag}` is not allowed"), fragment]);
+    }
+}
