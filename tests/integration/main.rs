@@ -9,6 +9,7 @@ mod cli_errors;
 mod cli_run;
 mod deployment;
 mod diff;
+mod docs;
 mod experiments;
 mod fuzz;
 mod invariants;
