@@ -1,4 +1,4 @@
-//! Prefix caching in the server (DEPLOYMENT.md section 3): the content a
+//! Prefix caching in the server (docs/prefix-caching.md): the content a
 //! request brings to a model with `kv_cache.prefix_caching: true`.
 //!
 //! The engine identifies a full KV block by a hash of the tokens up to its

@@ -1,4 +1,4 @@
-//! Prefix caching in `llmsim serve` (DEPLOYMENT.md section 3, server part):
+//! Prefix caching in `llmsim serve` (docs/prefix-caching.md, "In the server"):
 //! hits on real token ids, `usage.prompt_tokens_details.cached_tokens`,
 //! vLLM's prefix-cache counters, and a recording that replays offline to
 //! the same hits. Expected figures are derived by hand from the built-in
