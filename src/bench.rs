@@ -46,6 +46,10 @@ pub struct BenchConfig {
     pub timeout: Duration,
     pub endpoint: Endpoint,
     pub label: Option<String>,
+    /// `--shared-prefix GROUPS:TOKENS`: each prompt starts with one of
+    /// `GROUPS` prefixes of `TOKENS` tokens (request `i` takes prefix
+    /// `i mod GROUPS`), before its `prompt_tokens` of its own.
+    pub shared_prefix: Option<(u32, u32)>,
 }
 
 /// One measured request; times in nanoseconds since the measured run began.
@@ -61,6 +65,8 @@ pub struct Measurement {
     pub prompt_tokens: u32,
     /// Server's `usage.completion_tokens`, else the chunk count.
     pub output_tokens: u32,
+    /// Server's `usage.prompt_tokens_details.cached_tokens`, if it sent one.
+    pub cached_tokens: Option<u32>,
     pub failure: Option<Failure>,
 }
 
@@ -111,7 +117,7 @@ async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
         warm_up(&client, cfg, &format!("w{nonce}"), words).await;
     }
     let reset = reset_summary(&client).await;
-    let prompts = Arc::new(Prompts { run: format!("m{nonce}"), words, seed: cfg.seed });
+    let prompts = Arc::new(Prompts { run: format!("m{nonce}"), words, seed: cfg.seed, prefix: cfg.shared_prefix });
     let ticker = Ticker::start();
     let base = Instant::now();
     let (schedule_ns, exchanges) = match cfg.load {
@@ -160,11 +166,21 @@ struct Prompts {
     run: String,
     words: u32,
     seed: u64,
+    prefix: Option<(u32, u32)>,
 }
 
 impl Prompts {
     fn get(&self, index: u64) -> String {
-        schedule::prompt(&self.run, index, self.words, self.seed)
+        let own = schedule::prompt(&self.run, index, self.words, self.seed);
+        match self.prefix {
+            // The prefix's first word names the run and the group, so the
+            // groups share nothing and no earlier run's cache serves them.
+            Some((groups, tokens)) => {
+                let group = schedule::prefix_group(index, groups);
+                schedule::prompt(&format!("{}p", self.run), group, tokens, self.seed) + &own
+            }
+            None => own,
+        }
     }
 }
 
@@ -283,13 +299,13 @@ async fn closed_loop(client: &Arc<Client>, prompts: &Arc<Prompts>, requests: u64
 
 fn measurement(index: u64, due: Instant, ex: Exchange, base: Instant, cfg: &BenchConfig) -> Measurement {
     let ns = |t: Instant| t.saturating_duration_since(base).as_nanos() as u64;
-    let (chunks_ns, prompt, output, failure) = match ex.result {
+    let (chunks_ns, prompt, output, cached_tokens, failure) = match ex.result {
         Ok(reply) => {
             let chunks: Vec<u64> = reply.chunks.iter().map(|&t| ns(t)).collect();
             let output = reply.completion_tokens.unwrap_or(chunks.len() as u32);
-            (chunks, reply.prompt_tokens.unwrap_or(cfg.prompt_tokens), output, None)
+            (chunks, reply.prompt_tokens.unwrap_or(cfg.sent_prompt_tokens()), output, reply.cached_tokens, None)
         }
-        Err(f) => (Vec::new(), cfg.prompt_tokens, 0, Some(f)),
+        Err(f) => (Vec::new(), cfg.sent_prompt_tokens(), 0, None, Some(f)),
     };
     Measurement {
         index,
@@ -298,6 +314,14 @@ fn measurement(index: u64, due: Instant, ex: Exchange, base: Instant, cfg: &Benc
         chunks_ns,
         prompt_tokens: prompt,
         output_tokens: output,
+        cached_tokens,
         failure,
+    }
+}
+
+impl BenchConfig {
+    /// Prompt tokens a request sends: its own and its shared prefix's.
+    pub fn sent_prompt_tokens(&self) -> u32 {
+        self.prompt_tokens.saturating_add(self.shared_prefix.map_or(0, |(_, t)| t))
     }
 }

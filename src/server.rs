@@ -20,6 +20,7 @@ pub mod feed;
 pub mod fixed;
 pub mod logprobs;
 pub mod openai;
+pub mod prefix;
 pub mod prom;
 pub mod record;
 pub mod request;
@@ -179,7 +180,7 @@ impl App {
             let recorder = match &options.record {
                 Some(path) => {
                     let path = record::path_for(path, &spec.name, file.models.len());
-                    let r = Recorder::create(&path)
+                    let r = Recorder::create_with_blocks(&path, prefix::recorded_block_size(spec))
                         .map_err(|e| format!("cannot create the record file {}: {e}", path.display()))?;
                     Some(Arc::new(Mutex::new(r)))
                 }

@@ -212,10 +212,13 @@ where
             }
             let submitted = match hashing {
                 // Content hashes only matter, and are only made, with prefix caching.
-                true => {
-                    request_block_hashes(&req, source.segments(), block_size, &mut hashes);
-                    engine.submit_with_hashes(req, &hashes, tap)
-                }
+                true => match source.block_hashes() {
+                    Some(named) => engine.submit_with_hashes(req, named, tap),
+                    None => {
+                        request_block_hashes(&req, source.segments(), block_size, &mut hashes);
+                        engine.submit_with_hashes(req, &hashes, tap)
+                    }
+                },
                 false => engine.submit(req, tap),
             };
             if submitted.is_err() {

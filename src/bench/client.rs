@@ -78,6 +78,9 @@ pub struct Reply {
     pub chunks: Vec<Instant>,
     pub prompt_tokens: Option<u32>,
     pub completion_tokens: Option<u32>,
+    /// `usage.prompt_tokens_details.cached_tokens` (a server with prefix
+    /// caching reporting it).
+    pub cached_tokens: Option<u32>,
 }
 
 /// What one request produced.
@@ -291,6 +294,8 @@ pub fn event(payload: &str, reply: &mut Reply) -> Result<Step, Failure> {
         let n = |k: &str| u.get(k).and_then(Value::as_u64).map(|x| x as u32);
         reply.prompt_tokens = n("prompt_tokens").or(reply.prompt_tokens);
         reply.completion_tokens = n("completion_tokens").or(reply.completion_tokens);
+        let cached = u.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_u64);
+        reply.cached_tokens = cached.map(|x| x as u32).or(reply.cached_tokens);
     }
     let choice = v.get("choices").and_then(Value::as_array).and_then(|c| c.first());
     let text = |c: &Value| -> bool {

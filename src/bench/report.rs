@@ -83,6 +83,10 @@ pub struct BenchJson {
     /// Failures by finer kind (`http_429`, `stream_cut`, ...).
     pub llmsim_failures_by_kind: BTreeMap<String, u64>,
     pub llmsim_client_health: Health,
+    /// With `--shared-prefix`, or whenever the server reported
+    /// `usage.prompt_tokens_details.cached_tokens`: its totals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llmsim_prefix_cache: Option<PrefixCache>,
     pub llmsim_server_summary: Option<Value>,
     pub llmsim_warnings: Vec<String>,
 }
@@ -120,6 +124,29 @@ fn tpot_ms(r: &Measurement) -> Option<f64> {
 }
 
 /// Builds the JSON of a finished bench; `date` is `YYYYMMDD-HHMMSS`.
+/// Prompt tokens the server found in its prefix cache, over the completed
+/// requests that reported them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PrefixCache {
+    /// Completed requests whose usage carried `cached_tokens`.
+    pub reported: u64,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    /// `cached_tokens / prompt_tokens` (0 with no prompt token).
+    pub hit_rate: f64,
+}
+
+fn prefix_cache(run: &BenchRun) -> Option<PrefixCache> {
+    let with: Vec<&Measurement> = run.records.iter().filter(|r| r.ok() && r.cached_tokens.is_some()).collect();
+    if with.is_empty() && run.config.shared_prefix.is_none() {
+        return None;
+    }
+    let prompt_tokens: u64 = with.iter().map(|r| u64::from(r.prompt_tokens)).sum();
+    let cached_tokens: u64 = with.iter().map(|r| u64::from(r.cached_tokens.unwrap_or(0))).sum();
+    let hit_rate = if prompt_tokens > 0 { cached_tokens as f64 / prompt_tokens as f64 } else { 0.0 };
+    Some(PrefixCache { reported: with.len() as u64, prompt_tokens, cached_tokens, hit_rate })
+}
+
 pub fn to_json(run: &BenchRun, date: String) -> BenchJson {
     let cfg = &run.config;
     let ok: Vec<&Measurement> = run.records.iter().filter(|r| r.ok()).collect();
@@ -201,6 +228,7 @@ pub fn to_json(run: &BenchRun, date: String) -> BenchJson {
         llmsim_failures: failures,
         llmsim_failures_by_kind: by_kind,
         llmsim_client_health: run.health.clone(),
+        llmsim_prefix_cache: prefix_cache(run),
         llmsim_server_summary: server_summary.clone(),
         llmsim_warnings: warnings(&run.health, server_summary.as_ref().map(|s| for_model(s, &cfg.model))),
     }
@@ -267,7 +295,16 @@ mod tests {
 
     fn rec(index: u64, scheduled_ns: u64, sent_ns: u64, chunks_ns: Vec<u64>) -> Measurement {
         let output_tokens = chunks_ns.len() as u32;
-        Measurement { index, scheduled_ns, sent_ns, chunks_ns, prompt_tokens: 10, output_tokens, failure: None }
+        Measurement {
+            index,
+            scheduled_ns,
+            sent_ns,
+            chunks_ns,
+            prompt_tokens: 10,
+            output_tokens,
+            cached_tokens: None,
+            failure: None,
+        }
     }
 
     fn run(records: Vec<Measurement>) -> BenchRun {
@@ -283,6 +320,7 @@ mod tests {
             timeout: Duration::from_secs(5),
             endpoint: Endpoint::Completions,
             label: None,
+            shared_prefix: None,
         };
         BenchRun {
             config,

@@ -69,6 +69,13 @@ pub fn prompt(run: &str, index: u64, tokens: u32, seed: u64) -> String {
 }
 
 /// A number written in letters (`0` = `a`, `25` = `z`, `26` = `ba`).
+/// The shared prefix request `index` starts with, of `groups`: round
+/// robin, so every group gets `requests / groups` requests (give or take
+/// one), as `vllm bench serve --dataset-name prefix_repetition` does.
+pub fn prefix_group(index: u64, groups: u32) -> u64 {
+    index % u64::from(groups.max(1))
+}
+
 pub fn letters(mut n: u64) -> String {
     let mut out = Vec::new();
     loop {

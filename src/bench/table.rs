@@ -23,8 +23,15 @@ pub fn render(run: &BenchRun, j: &BenchJson) -> String {
     let _ = writeln!(
         out,
         "load       {load}, {} requests of {} prompt -> {} output tokens, warm-up {}, seed {}",
-        c.requests, c.prompt_tokens, c.output_tokens, c.warmup, c.seed
+        c.requests,
+        c.sent_prompt_tokens(),
+        c.output_tokens,
+        c.warmup,
+        c.seed
     );
+    if let Some((groups, tokens)) = c.shared_prefix {
+        let _ = writeln!(out, "           each prompt starts with one of {groups} shared prefixes of {tokens} tokens");
+    }
     let f = |k: &str| j.llmsim_failures.get(k).copied().unwrap_or(0);
     let _ = writeln!(
         out,
@@ -49,6 +56,18 @@ pub fn render(run: &BenchRun, j: &BenchJson) -> String {
         "throughput {:.2} req/s, {input:.0} input tok/s, {:.0} output tok/s over {:.3} s",
         j.request_throughput, j.output_throughput, j.duration
     );
+    if let Some(p) = &j.llmsim_prefix_cache {
+        let _ = match p.reported {
+            0 => writeln!(out, "prefix     the server reported no cached tokens (usage.prompt_tokens_details)"),
+            n => writeln!(
+                out,
+                "prefix     hit rate {:.1}%: {} of {} prompt tokens cached, over the {n} requests reporting it",
+                p.hit_rate * 100.0,
+                p.cached_tokens,
+                p.prompt_tokens
+            ),
+        };
+    }
     let h = &j.llmsim_client_health;
     let _ = writeln!(
         out,

@@ -72,6 +72,11 @@ pub struct BenchArgs {
     /// trace CSV; a closed loop writes its actual send times.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Start every prompt with one of GROUPS shared prefixes of TOKENS
+    /// tokens (request i takes prefix i mod GROUPS), before its
+    /// --prompt-tokens of its own: a server with prefix caching finds them.
+    #[arg(long, value_name = "GROUPS:TOKENS")]
+    pub shared_prefix: Option<String>,
     /// Write the result JSON (vllm bench serve's schema + llmsim_* keys).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -99,6 +104,9 @@ pub mod limits {
     pub const PROMPT_TOKENS: u32 = 1_000_000;
     /// `--output-tokens`.
     pub const OUTPUT_TOKENS: u32 = 1_000_000;
+    /// `--shared-prefix` groups (each prefix text is built per request, so
+    /// the count costs nothing; a bound keeps typos clear).
+    pub const PREFIX_GROUPS: u32 = 1_000_000;
     /// `--requests` x `--output-tokens`: every token's arrival time is kept
     /// for the ITL arrays (8 bytes each in memory, about 20 in the JSON).
     pub const TOTAL_OUTPUT_TOKENS: u64 = 100_000_000;
@@ -201,9 +209,52 @@ pub fn config(a: &BenchArgs) -> Result<BenchConfig, CliError> {
             EndpointArg::Chat => Endpoint::Chat,
         },
         label: a.label.clone(),
+        shared_prefix: a.shared_prefix.as_deref().map(shared_prefix).transpose().map_err(CliError::Usage)?,
     };
     bench::content_words(&cfg).map_err(CliError::Usage)?;
     Ok(cfg)
+}
+
+/// `--shared-prefix GROUPS:TOKENS`, each a whole number >= 1, the prompt
+/// (prefix and own tokens) within `--prompt-tokens`' limit.
+fn shared_prefix(text: &str) -> Result<(u32, u32), String> {
+    let bad = |why: &str| format!("--shared-prefix `{text}` is not allowed: {why}");
+    let (g, t) = text.split_once(':').ok_or_else(|| bad("give GROUPS:TOKENS, e.g. 4:1000"))?;
+    let num = |v: &str, max: u32| v.trim().parse::<u32>().ok().filter(|n| (1..=max).contains(n));
+    let groups = num(g, limits::PREFIX_GROUPS)
+        .ok_or_else(|| bad(&format!("GROUPS must be a whole number in [1, {}]", limits::PREFIX_GROUPS)))?;
+    let tokens = num(t, limits::PROMPT_TOKENS)
+        .ok_or_else(|| bad(&format!("TOKENS must be a whole number in [1, {}]", limits::PROMPT_TOKENS)))?;
+    Ok((groups, tokens))
+}
+
+/// The `prefix_id,prefix_tokens` of each trace row of a `--shared-prefix`
+/// bench, in the order of its rows (the schedule; a closed loop's rows are
+/// its send times in order): `sys:<group>` and the prefix's tokens, plus
+/// the chat template's `<|im_start|>user\n` (3 tokens) that comes before
+/// it on the chat endpoint, so `llmsim run` on the trace predicts the hits.
+fn prefix_content(run: &bench::BenchRun, (groups, tokens): (u32, u32)) -> Vec<trace::RowContent> {
+    let chat = run.config.endpoint == Endpoint::Chat;
+    let framing = if chat { 3 } else { 0 };
+    let indices: Vec<u64> = match run.config.load {
+        Load::Open { .. } => (0..run.schedule_ns.len() as u64).collect(),
+        Load::Closed { .. } => {
+            let mut sent: Vec<(u64, u64)> = run.records.iter().map(|r| (r.sent_ns, r.index)).collect();
+            sent.sort_unstable();
+            sent.into_iter().map(|(_, i)| i).collect()
+        }
+    };
+    indices
+        .into_iter()
+        .map(|i| {
+            let group = bench::schedule::prefix_group(i, groups);
+            let prefix = trace::Prefix {
+                id: crate::workload::content::group_name(group as u32),
+                tokens: tokens.saturating_add(framing),
+            };
+            trace::RowContent { prefix: Some(prefix), ..trace::RowContent::default() }
+        })
+        .collect()
 }
 
 pub fn execute(a: BenchArgs) -> Result<(), CliError> {
@@ -219,12 +270,13 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
             .iter()
             .map(|&ns| TraceRow {
                 arrival: SimTime::from_nanos(ns),
-                prompt: cfg.prompt_tokens,
+                prompt: cfg.sent_prompt_tokens(),
                 output: cfg.output_tokens,
             })
             .collect();
+        let content = cfg.shared_prefix.map(|sp| prefix_content(&run, sp));
         let mut bytes = Vec::new();
-        trace::write(&mut bytes, &rows).map_err(|e| csv_failure(path, e))?;
+        trace::write_with_content(&mut bytes, &rows, content.as_deref()).map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
     let to_stdout = [&a.json, &a.trace].iter().any(|p| p.as_deref() == Some(std::path::Path::new("-")));

@@ -121,7 +121,28 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         calibration,
     };
     run_limits(&ck, &scenario)?;
+    block_ids_fit(&ck, &scenario)?;
     Ok(scenario)
+}
+
+/// A trace with `block_ids` (a `llmsim serve --record` file) names blocks
+/// of its own block size: replaying it with another one would share the
+/// wrong tokens.
+fn block_ids_fit(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
+    let Arrivals::Trace(t) = &s.workload.arrivals else { return Ok(()) };
+    let recorded = t.content.as_ref().and_then(|c| c.rows.iter().find_map(|r| r.blocks.as_ref()));
+    let bs = s.capacity.block_size;
+    match recorded {
+        Some(b) if b.block_size != bs => Err(ck.err(
+            "workload.arrivals.trace",
+            format!(
+                "{}: its block_ids count blocks of {} tokens, but model.kv_cache.block_size is {bs}; \
+                 replay it with block_size {} (the recording model's)",
+                t.path, b.block_size, b.block_size
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn latency(ck: &Check, raw: &RawLatency) -> Result<Latency, ConfigError> {

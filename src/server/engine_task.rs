@@ -98,6 +98,8 @@ struct Router<'a> {
     live: &'a mut HashMap<RequestId, Live>,
     out: &'a mut Vec<Out>,
     in_step: &'a mut Vec<RequestId>,
+    /// Prefix-cache lookups of the step: (tokens queried, hit).
+    lookups: Vec<(u32, u32)>,
 }
 
 impl Observer for Router<'_> {
@@ -121,6 +123,14 @@ impl Observer for Router<'_> {
     }
     fn rejected(&mut self, id: RequestId, _at: SimTime, reason: RejectReason) {
         self.out.push(Out::Rejected(id, reason));
+    }
+    fn prefix_lookup(&mut self, id: RequestId, _at: SimTime, queried: u32, hit: u32) {
+        if let Some(l) = self.live.get_mut(&id) {
+            // As the planner's collector: a request's cached tokens are its
+            // hit at its first admission; the counters add every lookup.
+            l.story.rec.cached_tokens.get_or_insert(hit);
+        }
+        self.lookups.push((queried, hit));
     }
     fn step(&mut self, step: &StepRecord) {
         for id in self.in_step.drain(..) {
@@ -207,9 +217,17 @@ impl EngineTask {
     }
 
     fn step(&mut self) -> Option<StepRecord> {
-        let mut router = Router { live: &mut self.live, out: &mut self.out, in_step: &mut self.in_step };
+        let mut router =
+            Router { live: &mut self.live, out: &mut self.out, in_step: &mut self.in_step, lookups: Vec::new() };
         let record = self.engine.step(&mut router);
+        let lookups = router.lookups;
         self.in_step.clear();
+        if !lookups.is_empty() {
+            let mut stats = lock(&self.sinks.stats);
+            for (queried, hit) in lookups {
+                stats.prefix_lookup(queried, hit);
+            }
+        }
         if let Some(r) = &record {
             self.last_step_start = Some(r.start);
         }
@@ -273,7 +291,7 @@ impl EngineTask {
         let id = self.next_id;
         self.next_id += 1;
         if let Some(rec) = &self.sinks.recorder {
-            let (rid, _) = lock(rec).begin(arrival, s.prompt, s.output);
+            let (rid, _) = lock(rec).begin_with_blocks(arrival, s.prompt, s.output, &s.hashes);
             debug_assert_eq!(rid, id, "recorder and engine ids agree");
         }
         let request = Request { id, arrival, prompt: s.prompt, output: s.output };
@@ -287,7 +305,7 @@ impl EngineTask {
             n: s.n,
             epoch: s.epoch,
         };
-        match self.engine.submit(request, &mut ()) {
+        match self.engine.submit_with_hashes(request, &s.hashes, &mut ()) {
             Ok(()) => {
                 let _ = live.events.send(Event::Accepted { id, arrival });
                 lock(&self.sinks.stats).accepted(s.prompt, s.epoch);

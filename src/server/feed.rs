@@ -29,6 +29,9 @@ pub struct FeedRequest {
     /// later choices of one request).
     pub n: u32,
     pub epoch: u64,
+    /// With prefix caching: the hashes of the request's full blocks
+    /// (`super::prefix`); empty otherwise.
+    pub hashes: Vec<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

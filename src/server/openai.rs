@@ -189,6 +189,9 @@ pub struct Reply {
     /// choices answer it.
     pub prompt_tokens: u32,
     pub options: super::request::Options,
+    /// With prefix caching on: the prompt tokens found in the cache, known
+    /// once the request was admitted (`super::prefix`).
+    pub cached_tokens: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -196,6 +199,13 @@ struct Usage {
     prompt_tokens: u32,
     total_tokens: u32,
     completion_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Serialize)]
+struct PromptTokensDetails {
+    cached_tokens: u32,
 }
 
 #[derive(Serialize)]
@@ -248,6 +258,7 @@ impl Reply {
             prompt_tokens: self.prompt_tokens,
             total_tokens: self.prompt_tokens + completion,
             completion_tokens: completion,
+            prompt_tokens_details: self.cached_tokens.map(|cached_tokens| PromptTokensDetails { cached_tokens }),
         }
     }
 

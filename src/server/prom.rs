@@ -140,8 +140,12 @@ fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
 }
 
 fn counters(out: &mut String, snaps: &[Snapshot]) {
-    let families: [Family<Prom, u64>; 3] = [
+    let families: [Family<Prom, u64>; 5] = [
         ("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", |p| p.preemptions),
+        ("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", |p| {
+            p.prefix_queries
+        }),
+        ("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", |p| p.prefix_hits),
         ("vllm:prompt_tokens_total", "Number of prefill tokens processed.", |p| p.prompt_tokens),
         ("vllm:generation_tokens_total", "Number of generation tokens processed.", |p| p.generation_tokens),
     ];

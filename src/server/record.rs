@@ -10,12 +10,21 @@
 //! ([`crate::report::csv_out::RequestColumn`]) so the columns compare as
 //! text. The trace reader ignores the extra columns.
 //!
+//! With prefix caching on for the model, `cached_tokens` follows (the
+//! request's hit at its first admission, as `--requests-csv` with prefix
+//! caching), and two more columns say what the
+//! requests shared: `block_ids,block_size` (crate::workload::trace::Blocks),
+//! the id of every full block the engine could compute, equal ids for equal
+//! content, so the replay hits exactly the blocks the server hit. The ids
+//! are the order in which the server first saw each distinct block hash,
+//! kept in a map of 16 bytes a distinct block for the server's lifetime.
+//!
 //! A trace must be in arrival order but requests finish out of order, so a
 //! row is written once it and every earlier row are complete; the file is
 //! flushed after every write, so a killed server loses only rows still in
 //! flight. On shutdown the rest are written with status `in_flight`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -23,6 +32,7 @@ use std::path::{Path, PathBuf};
 use crate::metrics::RequestRecord;
 use crate::report::csv_out::{self, RequestColumn};
 use crate::time::SimTime;
+use crate::workload::trace::{BLOCK_COLUMNS, Blocks};
 
 /// The record file's columns: the trace's three, then the outcome.
 pub const COLUMNS: [RequestColumn; 10] = [
@@ -47,19 +57,35 @@ pub struct Recorder {
     /// Ids are handed out in arrival order by whoever drives the model.
     next_id: u64,
     last_arrival: SimTime,
+    /// With prefix caching: the block size, and each distinct block hash's
+    /// id (looked up, never iterated).
+    blocks: Option<(u32, HashMap<u64, u64>)>,
 }
 
 struct Row {
     rec: RequestRecord,
     done: bool,
+    /// The `block_ids` cell.
+    blocks: String,
 }
 
 impl Recorder {
     /// Creates the file and writes the header.
     pub fn create(path: &Path) -> std::io::Result<Recorder> {
+        Recorder::create_with_blocks(path, None)
+    }
+
+    /// [`Recorder::create`]; with `block_size` (a model with prefix
+    /// caching on) also the `block_ids,block_size` columns.
+    pub fn create_with_blocks(path: &Path, block_size: Option<u32>) -> std::io::Result<Recorder> {
         let file = File::create(path)?;
         let mut out = csv::Writer::from_writer(BufWriter::new(file));
-        out.write_record(csv_out::request_header(&COLUMNS))?;
+        let mut header = csv_out::request_header(&COLUMNS);
+        if block_size.is_some() {
+            header.extend(csv_out::request_header(&csv_out::PREFIX_REQUEST_COLUMNS));
+            header.extend(BLOCK_COLUMNS);
+        }
+        out.write_record(header)?;
         out.flush()?;
         Ok(Recorder {
             path: path.to_path_buf(),
@@ -67,6 +93,7 @@ impl Recorder {
             rows: BTreeMap::new(),
             next_id: 0,
             last_arrival: SimTime::ZERO,
+            blocks: block_size.map(|bs| (bs, HashMap::new())),
         })
     }
 
@@ -77,12 +104,29 @@ impl Recorder {
     /// Starts a row for a request arriving at `arrival` (clamped so rows
     /// never go back in time) and returns its id and arrival.
     pub fn begin(&mut self, arrival: SimTime, prompt: u32, output: u32) -> (u64, SimTime) {
+        self.begin_with_blocks(arrival, prompt, output, &[])
+    }
+
+    /// [`Recorder::begin`] for a request whose full blocks have `hashes`
+    /// (with prefix caching; ignored without).
+    pub fn begin_with_blocks(&mut self, arrival: SimTime, prompt: u32, output: u32, hashes: &[u64]) -> (u64, SimTime) {
+        let blocks = match &mut self.blocks {
+            Some((bs, seen)) => {
+                let mut ids = Vec::with_capacity(hashes.len());
+                for &h in hashes {
+                    let next = seen.len() as u64;
+                    ids.push(*seen.entry(h).or_insert(next));
+                }
+                Blocks { ids, block_size: *bs }.ranges()
+            }
+            None => String::new(),
+        };
         let arrival = arrival.max(self.last_arrival);
         self.last_arrival = arrival;
         let id = self.next_id;
         self.next_id += 1;
         let rec = RequestRecord::new(id, arrival, prompt, output);
-        self.rows.insert(id, Row { rec, done: false });
+        self.rows.insert(id, Row { rec, done: false, blocks });
         (id, arrival)
     }
 
@@ -107,7 +151,7 @@ impl Recorder {
                 break;
             }
             let row = entry.remove();
-            self.write(&row.rec);
+            self.write(&row.rec, row.blocks);
             wrote = true;
         }
         if wrote && let Some(out) = &mut self.out {
@@ -115,9 +159,14 @@ impl Recorder {
         }
     }
 
-    fn write(&mut self, r: &RequestRecord) {
+    fn write(&mut self, r: &RequestRecord, blocks: String) {
         let Some(out) = &mut self.out else { return };
-        if let Err(e) = out.write_record(csv_out::request_row(r, &COLUMNS)) {
+        let mut row = csv_out::request_row(r, &COLUMNS);
+        if let Some((bs, _)) = &self.blocks {
+            row.extend(csv_out::request_row(r, &csv_out::PREFIX_REQUEST_COLUMNS));
+            row.extend([blocks, bs.to_string()]);
+        }
+        if let Err(e) = out.write_record(row) {
             self.fail(e);
         }
     }

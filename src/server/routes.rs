@@ -22,6 +22,7 @@ use super::errors::ApiError;
 use super::faults::Kind;
 use super::feed::{Accepted, Feed, FeedEvent, FeedRequest};
 use super::openai::{self, Api, Choice, Lengths, Reply};
+use super::prefix::PromptContent;
 use super::request::{self, Parsed, PromptIn};
 use super::sse;
 use super::stats::{Observed, Story};
@@ -268,6 +269,11 @@ async fn handle(
         options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS));
     }
     let index = model_index(app, model);
+    // With prefix caching on, each prompt's content is hashed per choice.
+    let contents: Vec<PromptContent> = match super::prefix::caching(model) {
+        true => parsed.prompts.iter().map(PromptContent::from).collect(),
+        false => Vec::new(),
+    };
     let reply = if needs_pool(&options) {
         // Stop strings and long answers (`ignore_eos`, `min_tokens`) cost
         // time linear in their size: plan on the blocking pool, so
@@ -282,6 +288,7 @@ async fn handle(
     let fault = inject(app, model)?;
     let epoch = app.epoch.load(Ordering::SeqCst);
     let max_tokens = reply.options.max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+    let n = reply.options.n.max(1);
     let mut feeds = Vec::with_capacity(reply.choices.len());
     let mut accepted = Vec::with_capacity(reply.choices.len());
     for c in &reply.choices {
@@ -294,6 +301,9 @@ async fn handle(
             max_tokens,
             n: if c.index % reply.options.n == 0 { reply.options.n } else { 0 },
             epoch,
+            hashes: contents
+                .get((c.index / n) as usize)
+                .map_or_else(Vec::new, |content| super::prefix::for_model(model, content, c.prompt_tokens, &c.plan)),
         };
         let (feed, acc) = Feed::start(model, app.clock, req)
             .await
@@ -452,7 +462,16 @@ fn plan_reply(
         Api::Chat => format!("chatcmpl-llmsim-{n}"),
         Api::Completion => format!("cmpl-llmsim-{n}"),
     };
-    Ok(Reply { api, id, created, model: model.spec.name.clone(), choices, prompt_tokens: total_prompt, options })
+    Ok(Reply {
+        api,
+        id,
+        created,
+        model: model.spec.name.clone(),
+        choices,
+        prompt_tokens: total_prompt,
+        options,
+        cached_tokens: None,
+    })
 }
 
 /// The error for a request the engine turned away (or a server going down).
@@ -508,7 +527,7 @@ impl Ctx {
 
 /// The non-streaming answer: wait for every choice's tokens, then one
 /// JSON body with the explanation headers (of the first choice).
-async fn whole(ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
+async fn whole(mut ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
     let waits = feeds.into_iter().enumerate().map(|(i, mut feed)| {
         let ctx = &ctx;
         async move {
@@ -534,6 +553,10 @@ async fn whole(ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
         stories.push(d?);
     }
     let max_lag = stories.iter().map(|(_, l)| *l).max().unwrap_or(0);
+    // The prompt's hit is the first choice's first admission.
+    if let Some((story, _)) = stories.first() {
+        super::prefix::set_cached(&mut ctx, story);
+    }
     let mut body = ctx.reply.full_body();
     match ctx.fault {
         Some(Kind::Stall { stall_ms, .. }) => tokio::time::sleep(std::time::Duration::from_millis(stall_ms)).await,

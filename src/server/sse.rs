@@ -185,6 +185,11 @@ impl Streamer {
             FeedEvent::Done(story) => {
                 let seen = &mut self.seen[choice];
                 self.ctx.report(&mut seen.obs, seen.last);
+                // The prompt's hit is the first choice's first admission
+                // (later choices of the same prompt find its blocks too).
+                if choice == 0 {
+                    super::prefix::set_cached(&mut self.ctx, &story);
+                }
                 seen.story = Some(story);
                 self.open -= 1;
                 if self.open == 0 {

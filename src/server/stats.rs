@@ -126,6 +126,9 @@ pub struct Prom {
     pub prefill: PromHist,
     pub decode: PromHist,
     pub num_preemptions: PromHist,
+    /// Prefix-cache lookups: tokens queried and found (`prefix`).
+    pub prefix_queries: u64,
+    pub prefix_hits: u64,
 }
 
 impl Prom {
@@ -151,6 +154,8 @@ impl Prom {
             prefill: h(buckets::REQUEST),
             decode: h(buckets::REQUEST),
             num_preemptions: h(buckets::PREEMPTIONS),
+            prefix_queries: 0,
+            prefix_hits: 0,
         }
     }
 }
@@ -277,6 +282,12 @@ impl ModelStats {
         for _ in 0..n {
             self.window.lag.record(lag_ns);
         }
+    }
+
+    /// A prefix-cache lookup at an admission: `queried` tokens, `hit` found.
+    pub fn prefix_lookup(&mut self, queried: u32, hit: u32) {
+        self.prom.prefix_queries += u64::from(queried);
+        self.prom.prefix_hits += u64::from(hit);
     }
 
     pub fn step(&mut self, tokens: u32, preempted: u32) {

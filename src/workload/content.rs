@@ -25,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use super::trace::{Prefix, RowContent, TraceContent, TraceRow};
 use super::{AnySource, Gaps, Lengths, Limit, Source, dist, stream};
 use crate::config::{Arrivals, Length, Scenario, Seconds, Sessions as SessionsConfig, SharedPrefix};
-use crate::engine::prefix::hash::{Segment, generated_key, hash_id_key, named_key, prompt_key};
+use crate::engine::prefix::hash::{Segment, generated_key, hash_id_key, id_block_hashes, named_key, prompt_key};
 use crate::engine::{Request, RequestId};
 use crate::time::{SimTime, secs_to_nanos};
 
@@ -343,11 +343,13 @@ pub struct TraceSegments {
     content: Arc<TraceContent>,
     current: Vec<Segment>,
     chain: Vec<usize>,
+    /// The current row's block hashes, when it has `block_ids`.
+    hashes: Option<Vec<u64>>,
 }
 
 impl TraceSegments {
     pub fn new(content: Arc<TraceContent>) -> TraceSegments {
-        TraceSegments { content, current: Vec::new(), chain: Vec::new() }
+        TraceSegments { content, current: Vec::new(), chain: Vec::new(), hashes: None }
     }
 
     pub fn rows(&self) -> &[RowContent] {
@@ -358,6 +360,12 @@ impl TraceSegments {
         &self.current
     }
 
+    /// The current row's block hashes if it names its blocks (`block_ids`):
+    /// they replace its segments.
+    pub fn block_hashes(&self) -> Option<&[u64]> {
+        self.hashes.as_deref()
+    }
+
     /// Row `i`'s segments: its session's first row's own content (hash ids,
     /// or a named prefix and the unique rest), then for every later row of
     /// the chain the previous row's answer and its own new tokens.
@@ -365,6 +373,10 @@ impl TraceSegments {
         let content = &self.content.rows;
         self.current.clear();
         self.chain.clear();
+        match content.get(i).and_then(|c| c.blocks.as_ref()) {
+            Some(b) => id_block_hashes(&b.ids, self.hashes.get_or_insert_with(Vec::new)),
+            None => self.hashes = None,
+        }
         let mut at = Some(i);
         while let Some(r) = at {
             self.chain.push(r);

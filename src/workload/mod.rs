@@ -38,6 +38,12 @@ pub trait Source {
     fn segments(&self) -> &[Segment] {
         &[]
     }
+    /// The block hashes of the request `pop` returned last, when its source
+    /// names its blocks (a recorded trace's `block_ids`): they replace the
+    /// hashes of its segments.
+    fn block_hashes(&self) -> Option<&[u64]> {
+        None
+    }
     /// Request `id` finished (or was rejected, unless the source overrides
     /// [`Source::rejected`]) at `at`.
     fn done(&mut self, _id: RequestId, _at: SimTime) {}
@@ -142,6 +148,9 @@ impl Source for AnySource {
     }
     fn segments(&self) -> &[Segment] {
         self.inner().segments()
+    }
+    fn block_hashes(&self) -> Option<&[u64]> {
+        self.inner().block_hashes()
     }
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner_mut().done(id, at);
@@ -385,5 +394,8 @@ impl Source for TraceSource {
 
     fn segments(&self) -> &[Segment] {
         self.content.as_ref().map_or(&[], TraceSegments::current)
+    }
+    fn block_hashes(&self) -> Option<&[u64]> {
+        self.content.as_ref().and_then(TraceSegments::block_hashes)
     }
 }

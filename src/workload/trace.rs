@@ -58,6 +58,68 @@ pub struct RowContent {
     pub parent: Option<u32>,
     /// A JSONL trace's `hash_ids`, one per block of `hash_block_size` tokens.
     pub hash_ids: Vec<u64>,
+    /// The `block_ids,block_size` columns (a `llmsim serve --record` file).
+    pub blocks: Option<Blocks>,
+}
+
+/// A row's content as the ids of its full KV blocks, prompt then answer,
+/// as `llmsim serve --record` writes it with prefix caching on: every
+/// block the engine can compute (`floor((P + N - 1) / block_size)` of
+/// them) gets an id, and two blocks have the same id exactly when their
+/// tokens, from the first token of the request on, are the same. Written
+/// as ranges (`0-61 62 70-75`: ids 0 to 61, 62, 70 to 75).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Blocks {
+    pub ids: Vec<u64>,
+    pub block_size: u32,
+}
+
+/// The optional columns of block ids and their block size.
+pub const BLOCK_COLUMNS: [&str; 2] = ["block_ids", "block_size"];
+
+impl Blocks {
+    /// The ids as ranges of consecutive ids, space-separated.
+    pub fn ranges(&self) -> String {
+        let mut out = String::new();
+        let mut i = 0;
+        while i < self.ids.len() {
+            let mut j = i;
+            while j + 1 < self.ids.len() && self.ids[j + 1] == self.ids[j].wrapping_add(1) {
+                j += 1;
+            }
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            match j > i {
+                true => out.push_str(&format!("{}-{}", self.ids[i], self.ids[j])),
+                false => out.push_str(&self.ids[i].to_string()),
+            }
+            i = j + 1;
+        }
+        out
+    }
+
+    /// Reads [`Blocks::ranges`] text; the error says what is wrong.
+    pub fn parse_ranges(text: &str, limit: u64) -> Result<Vec<u64>, String> {
+        let mut ids = Vec::new();
+        for part in text.split_whitespace() {
+            let num = |t: &str| {
+                t.parse::<u64>().map_err(|_| format!("`{}` is not an id (a whole number >= 0)", short_text(t)))
+            };
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (num(a)?, num(b)?),
+                None => (num(part)?, num(part)?),
+            };
+            if b < a {
+                return Err(format!("`{}` is not a range: the end is below the start", short_text(part)));
+            }
+            if (ids.len() as u64).saturating_add(b - a + 1) > limit {
+                return Err(format!("more ids than the row's {limit} full blocks"));
+            }
+            ids.extend(a..=b);
+        }
+        Ok(ids)
+    }
 }
 
 /// The content of every row of a trace that has content columns.
@@ -123,7 +185,16 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
             "columns prefix_id and prefix_tokens go together: give both or neither",
         ));
     }
-    let mut content = optional.iter().any(Option::is_some).then(|| ContentReader::new(file));
+    let blocks = BLOCK_COLUMNS.map(|name| headers.iter().position(|h| h == name));
+    if blocks[0].is_some() != blocks[1].is_some() {
+        return Err(ConfigError::new(
+            file,
+            "line 1",
+            "columns block_ids and block_size go together: give both or neither",
+        ));
+    }
+    let any = optional.iter().chain(&blocks).any(Option::is_some);
+    let mut content = any.then(|| ContentReader::new(file));
     let mut rows = Vec::new();
     let mut last = SimTime::ZERO;
     for record in reader.records() {
@@ -186,6 +257,7 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
         if let Some(c) = &mut content {
             let cell = |col: Option<usize>| col.and_then(|i| record.get(i)).unwrap_or("");
             c.add(line, &row, [cell(optional[0]), cell(optional[1]), cell(optional[2])], &rows)?;
+            c.add_blocks(line, &row, [cell(blocks[0]), cell(blocks[1])])?;
         }
         rows.push(row);
     }
@@ -203,11 +275,13 @@ struct ContentReader<'a> {
     lines: Vec<u64>,
     /// Each session's latest row (looked up, never iterated).
     latest: HashMap<String, u32>,
+    /// The block size of the `block_ids` read so far.
+    block_size: Option<u32>,
 }
 
 impl<'a> ContentReader<'a> {
     fn new(file: &'a Path) -> Self {
-        ContentReader { file, rows: Vec::new(), lines: Vec::new(), latest: HashMap::new() }
+        ContentReader { file, rows: Vec::new(), lines: Vec::new(), latest: HashMap::new(), block_size: None }
     }
 
     /// `cells`: the row's `prefix_id`, `prefix_tokens` and `session_id`
@@ -272,8 +346,60 @@ impl<'a> ContentReader<'a> {
         if let Some(s) = &session {
             self.latest.insert(s.clone(), index);
         }
-        self.rows.push(RowContent { prefix, session, parent, hash_ids: Vec::new() });
+        self.rows.push(RowContent { prefix, session, parent, ..RowContent::default() });
         self.lines.push(line);
+        Ok(())
+    }
+
+    /// The row's `block_ids` and `block_size` cells (empty when absent),
+    /// after [`ContentReader::add`] took its other columns.
+    fn add_blocks(&mut self, line: u64, row: &TraceRow, cells: [&str; 2]) -> Result<(), ConfigError> {
+        let err = |col: &str, msg: String| ConfigError::new(self.file, format!("line {line}, column {col}"), msg);
+        let [ids, size] = cells;
+        if size.is_empty() {
+            if !ids.is_empty() {
+                return Err(err("block_size", "empty: block_ids need the block size they were counted in".into()));
+            }
+            return Ok(());
+        }
+        let block_size = match size.parse::<u64>() {
+            Ok(n) if limits::BLOCK_SIZE.contains(n as f64) => n as u32,
+            _ => {
+                return Err(err(
+                    "block_size",
+                    format!("`{}` is not allowed: must be a whole number in {}", short_text(size), limits::BLOCK_SIZE),
+                ));
+            }
+        };
+        if let Some(first) = self.block_size.filter(|&b| b != block_size) {
+            return Err(err(
+                "block_size",
+                format!("{block_size} differs from the {first} of the rows before: a trace has one block size"),
+            ));
+        }
+        self.block_size = Some(block_size);
+        let full = (u64::from(row.prompt) + u64::from(row.output) - 1) / u64::from(block_size);
+        let parsed = Blocks::parse_ranges(ids, full).map_err(|m| err("block_ids", m))?;
+        if parsed.len() as u64 != full {
+            return Err(err(
+                "block_ids",
+                format!(
+                    "{} ids for a row whose first prompt_tokens + output_tokens - 1 = {} tokens hold {full} \
+                     full blocks of {block_size}: give one id per full block",
+                    parsed.len(),
+                    u64::from(row.prompt) + u64::from(row.output) - 1
+                ),
+            ));
+        }
+        let Some(own) = self.rows.last_mut() else { return Ok(()) };
+        if own.prefix.is_some() || own.session.is_some() {
+            return Err(err(
+                "block_ids",
+                "given with prefix_id or session_id: block ids describe the whole content, leave the others empty"
+                    .into(),
+            ));
+        }
+        own.blocks = Some(Blocks { ids: parsed, block_size });
         Ok(())
     }
 }
@@ -376,21 +502,34 @@ pub fn write<W: Write>(out: W, rows: &[TraceRow]) -> csv::Result<()> {
 }
 
 /// [`fn@write`], plus the content columns when `content` is given (one entry
-/// per row; hash ids have no CSV column and are left out).
+/// per row; hash ids have no CSV column and are left out), and the block
+/// id columns when a row has block ids.
 pub fn write_with_content<W: Write>(out: W, rows: &[TraceRow], content: Option<&[RowContent]>) -> csv::Result<()> {
     let mut w = csv::Writer::from_writer(out);
-    match content {
-        None => w.write_record(COLUMNS)?,
-        Some(_) => w.write_record(COLUMNS.iter().chain(&CONTENT_COLUMNS))?,
+    let with_blocks = content.is_some_and(|c| c.iter().any(|r| r.blocks.is_some()));
+    let mut header: Vec<&str> = COLUMNS.to_vec();
+    if content.is_some() {
+        header.extend(CONTENT_COLUMNS);
     }
+    if with_blocks {
+        header.extend(BLOCK_COLUMNS);
+    }
+    w.write_record(&header)?;
     for (i, r) in rows.iter().enumerate() {
         let mut record = vec![r.arrival.to_string(), r.prompt.to_string(), r.output.to_string()];
-        if let Some(c) = content.and_then(|c| c.get(i)) {
+        let c = content.and_then(|c| c.get(i));
+        if let Some(c) = c {
             let (id, tokens) =
                 c.prefix.as_ref().map_or((String::new(), String::new()), |p| (p.id.clone(), p.tokens.to_string()));
             record.extend([id, tokens, c.session.clone().unwrap_or_default()]);
         } else if content.is_some() {
             record.extend([String::new(), String::new(), String::new()]);
+        }
+        if with_blocks {
+            match c.and_then(|c| c.blocks.as_ref()) {
+                Some(b) => record.extend([b.ranges(), b.block_size.to_string()]),
+                None => record.extend([String::new(), String::new()]),
+            }
         }
         w.write_record(&record)?;
     }

@@ -11,4 +11,5 @@ mod hardening;
 mod harness;
 mod lifecycle;
 mod parity;
+mod prefix;
 mod python;

@@ -41,6 +41,7 @@ const NAMED: u64 = 0x6e61_6d65_6400_0003;
 const HASH_ID: u64 = 0x6861_7368_6964_0004;
 const BLOCK: u64 = 0x626c_6f63_6b00_0005;
 const TOKENS: u64 = 0x746f_6b65_6e73_0006;
+const BLOCK_ID: u64 = 0x626c_6b69_6400_0007;
 
 /// Mixes two words into one (wyhash's folded multiply, with constants so
 /// that zero inputs do not stay zero).
@@ -141,6 +142,18 @@ pub fn token_block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
             h
         })
         .collect()
+}
+
+/// The hashes of blocks named by ids (a recorded trace's `block_ids`, one
+/// id per full block, equal ids for equal content up to the block's end),
+/// written to `out` (cleared first): one hash per id, chained.
+pub fn id_block_hashes(ids: &[u64], out: &mut Vec<u64>) {
+    out.clear();
+    let mut prev = 0u64;
+    out.extend(ids.iter().map(|&id| {
+        prev = mix(mix(prev, BLOCK_ID), id);
+        prev
+    }));
 }
 
 #[cfg(test)]

@@ -199,17 +199,15 @@ fn families(text: &str) -> std::collections::BTreeMap<String, Family> {
 const NOT_EXPORTED: &[(&str, &str)] = &[
     ("vllm:num_requests_waiting_by_reason", "the engine has one waiting queue and no deferral"),
     ("vllm:engine_sleep_state", "the simulated engine never sleeps"),
-    ("vllm:prefix_cache_queries_total", "no prefix cache in the served engine"),
-    ("vllm:prefix_cache_hits_total", "no prefix cache in the served engine"),
     ("vllm:external_prefix_cache_queries_total", "no KV connector"),
     ("vllm:external_prefix_cache_hits_total", "no KV connector"),
     ("vllm:mm_cache_queries_total", "no multi-modal inputs"),
     ("vllm:mm_cache_hits_total", "no multi-modal inputs"),
-    ("vllm:prompt_tokens_by_source_total", "every prompt token is computed locally"),
-    ("vllm:prompt_tokens_cached_total", "no prefix cache in the served engine"),
-    ("vllm:prompt_tokens_recomputed_total", "no prefix cache in the served engine"),
+    ("vllm:prompt_tokens_by_source_total", "newest family; the prefix_cache counters carry the hits"),
+    ("vllm:prompt_tokens_cached_total", "newest family; the prefix_cache counters carry the hits"),
+    ("vllm:prompt_tokens_recomputed_total", "newest family; the prefix_cache counters carry the hits"),
     ("vllm:request_max_num_generation_tokens", "n is always 1: equal to request_params_max_tokens"),
-    ("vllm:request_prefill_kv_computed_tokens", "no prefix cache: equal to request_prompt_tokens"),
+    ("vllm:request_prefill_kv_computed_tokens", "not yet: prompt tokens minus cached tokens per request"),
 ];
 
 /// Labels llmsim adds to a vLLM family, and why.
