@@ -3,6 +3,7 @@
 //! [`Scenario`]. Nothing else in the crate reads configuration.
 
 pub mod architecture;
+pub mod cluster;
 pub mod deployment;
 pub mod error;
 pub mod hardware;

@@ -101,6 +101,8 @@ pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> 
     };
     let workload = workload(&ck, raw.workload)?;
     let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware)?;
+    let prefix_caching = built.model.kv_cache.prefix_caching;
+    let cluster = raw.cluster.map(|c| super::cluster::build(&ck, c, prefix_caching)).transpose()?;
     let name = raw
         .name
         .unwrap_or_else(|| file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned()));
@@ -117,6 +119,7 @@ pub fn scenario(raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> 
         source: file.to_path_buf(),
         capacity,
         deployment: built.deployment,
+        cluster,
     };
     run_limits(&ck, &scenario)?;
     Ok(scenario)

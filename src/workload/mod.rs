@@ -38,6 +38,13 @@ pub trait Source {
     fn segments(&self) -> &[Segment] {
         &[]
     }
+    /// The conversation the request `pop` returned last belongs to, if it
+    /// is a turn of one (`workload.sessions`, or a trace row with a
+    /// `session_id`): the same key for every turn. The cluster router's
+    /// `session_affinity` keeps a conversation on one replica by it.
+    fn session(&self) -> Option<u64> {
+        None
+    }
     /// Request `id` finished (or was rejected, unless the source overrides
     /// [`Source::rejected`]) at `at`.
     fn done(&mut self, _id: RequestId, _at: SimTime) {}
@@ -142,6 +149,9 @@ impl Source for AnySource {
     }
     fn segments(&self) -> &[Segment] {
         self.inner().segments()
+    }
+    fn session(&self) -> Option<u64> {
+        self.inner().session()
     }
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner_mut().done(id, at);
@@ -385,5 +395,9 @@ impl Source for TraceSource {
 
     fn segments(&self) -> &[Segment] {
         self.content.as_ref().map_or(&[], TraceSegments::current)
+    }
+
+    fn session(&self) -> Option<u64> {
+        self.content.as_ref()?.session()
     }
 }
