@@ -7,6 +7,7 @@ mod bench;
 mod capacity;
 mod cli_errors;
 mod cli_run;
+mod cluster;
 mod deployment;
 mod diff;
 mod experiments;
