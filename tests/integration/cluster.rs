@@ -288,3 +288,31 @@ fn bad_cluster_input_exits_2_with_what_is_allowed() {
         &["cluster.overlap_weight", "-1 is not allowed"],
     );
 }
+
+#[test]
+fn capacity_sizes_a_fleet_by_simulating_the_cluster_at_the_target_rate() {
+    let dir = tempdir();
+    let json = dir.path().join("cap.json");
+    let mut cmd = TestCommand::new(&["capacity", "scenarios/base.yml", "-q", "--slo", "ttft_p99_ms=200"]);
+    for a in ["--target-rate", "200", "--set", "cluster.router=least_outstanding", "--seeds", "2"] {
+        cmd = cmd.arg(a);
+    }
+    cmd.arg("--requests").arg("3000").arg("--json").arg(&json).ok();
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let fleet = &v["fleet"];
+    let k = fleet["replicas"].as_u64().unwrap();
+    assert_eq!(fleet["router"], "least_outstanding");
+    assert_eq!(fleet["gpus"].as_u64(), Some(k));
+    assert_eq!(fleet["at_replicas"]["pass"], true);
+    // The answer is the smallest count that passed: k passed, k - 1 was
+    // tried and failed (or k is 1), and no smaller count passed.
+    let probes = fleet["probes"].as_array().unwrap();
+    for p in probes {
+        let (n, pass) = (p["replicas"].as_u64().unwrap(), p["pass"].as_bool().unwrap());
+        assert_eq!(pass, n >= k, "{p}");
+        assert_eq!(p["rate_rps"].as_f64(), Some(200.0));
+    }
+    assert!(k == 1 || probes.iter().any(|p| p["replicas"].as_u64() == Some(k - 1)));
+    // One replica's max rate is below 200 req/s, so the fleet needs more than one.
+    assert!(v["max_rate_rps"].as_f64().unwrap() < 200.0 && k > 1, "{v}");
+}
