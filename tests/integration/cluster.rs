@@ -316,3 +316,32 @@ fn capacity_sizes_a_fleet_by_simulating_the_cluster_at_the_target_rate() {
     // One replica's max rate is below 200 req/s, so the fleet needs more than one.
     assert!(v["max_rate_rps"].as_f64().unwrap() < 200.0 && k > 1, "{v}");
 }
+
+#[test]
+fn sweep_varies_the_router_and_the_replica_count_as_axes() {
+    let dir = tempdir();
+    let csv = dir.path().join("sweep.csv");
+    let mut cmd = TestCommand::new(&["sweep", "scenarios/clusters/chat-fleet.yml", "-q"]);
+    for a in ["--set", "workload.requests=400", "--set", "cluster.router=round_robin,prefix_affinity"] {
+        cmd = cmd.arg(a);
+    }
+    cmd.arg("--set").arg("cluster.replicas=1,3").arg("--csv").arg(&csv).ok();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let (router, replicas) = (
+        header.iter().position(|h| *h == "cluster.router").expect("a router column"),
+        header.iter().position(|h| *h == "cluster.replicas").expect("a replicas column"),
+    );
+    let points: Vec<(String, String)> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let cells: Vec<&str> = l.split(',').collect();
+            (cells[router].to_string(), cells[replicas].to_string())
+        })
+        .collect();
+    assert_eq!(points.len(), 4, "{text}");
+    for want in [("round_robin", "1"), ("round_robin", "3"), ("prefix_affinity", "1"), ("prefix_affinity", "3")] {
+        assert!(points.contains(&(want.0.to_string(), want.1.to_string())), "{want:?} in {text}");
+    }
+}
