@@ -1,5 +1,5 @@
 //! Planner speed: 100,000 Poisson requests of 512 prompt / 128 output tokens
-//! at 90% of saturation on the base model of ENGINE.md, on one thread.
+//! at 90% of saturation on the base model of docs/engine.md, on one thread.
 //!
 //! `cargo bench --bench planner` prints simulated requests and output tokens
 //! per second of wall time and the process's peak memory. It asserts
@@ -12,7 +12,7 @@
 //! as a multiple of the run without the cache. The three runs alternate,
 //! five rounds, best of five each.
 //!
-//! Then the cost of a deployment (DEPLOYMENT.md): 100,000 requests from 64
+//! Then the cost of a deployment (docs/deployments.md): 100,000 requests from 64
 //! closed-loop users through the same KV pool, once with the model as two
 //! numbers and once as Llama 3.1 70B on four GPUs (architecture, attention,
 //! LM head, all-reduces). A closed loop without think time schedules the
@@ -125,7 +125,7 @@ fn main() {
     // understates it (35.8 req/s here), so a first burst run only gives a
     // lower bound; the second run offers 1.5x that bound as Poisson
     // arrivals (43.8). This is the effect `llmsim capacity` measures
-    // saturation around (README, "Phase-locking"): its sustained-rate
+    // saturation around (docs/sweep-capacity.md, "Phase-locking"): its sustained-rate
     // search finds 43.5 req/s on this shape, within 1% of this figure,
     // which only sets the offered load.
     let throughput = |rate: f64| {

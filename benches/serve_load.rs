@@ -1,4 +1,4 @@
-//! A closed-loop load generator for `llmsim serve`, used for the README's
+//! A closed-loop load generator for `llmsim serve`, used for docs/serve.md's
 //! speed figures: `concurrency` clients each stream one chat completion
 //! after another (a new connection per stream) for `warmup + duration`
 //! seconds. After the warm-up it resets `/metrics/summary`; at the end it

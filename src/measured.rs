@@ -3,7 +3,7 @@
 //! prediction and `llmsim run --trace-from` can replay their requests.
 //!
 //! Why a normalised model: the tools share metric *names* but not their
-//! *meanings* (BENCH-FORMATS.md section 2). vLLM's `itl` is every gap
+//! *meanings* (docs/bench-diff.md, "Why definitions, not names"). vLLM's `itl` is every gap
 //! between streamed chunks, pooled; guidellm's `inter_token_latency_ms` is a
 //! per-request mean decode step, weighted by tokens; guidellm's "TPOT"
 //! includes the TTFT. Each parser maps a tool's fields onto a
@@ -214,7 +214,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Measured, ConfigError> {
     Ok(Measured { file: file.to_path_buf(), tool: first, levels })
 }
 
-/// Which tool wrote this object, by its keys (BENCH-FORMATS.md section 7).
+/// Which tool wrote this object, by its keys (docs/bench-diff.md, "How a file's tool is recognised").
 pub fn sniff(doc: &Value) -> Result<Tool, String> {
     let has = |k: &str| doc.get(k).is_some();
     if !doc.is_object() {

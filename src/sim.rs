@@ -2,7 +2,7 @@
 //! back to back, jumping over idle gaps. Simulated time is whatever the
 //! engine says; no clock is read.
 //!
-//! `latency.request_overhead_ms` (DEPLOYMENT.md section 2) lives here, on
+//! `latency.request_overhead_ms` (docs/deployments.md) lives here, on
 //! the driver's side: a request reaches the engine that long after it
 //! arrives, while every latency (queue time included) still counts from
 //! the client's arrival, which is what observers are told.
@@ -147,7 +147,7 @@ where
 pub(crate) const PROGRESS_EVERY: u64 = 1 << 16;
 
 /// The driver itself: [`drive_delayed`] within `limits`, reporting
-/// progress every [`PROGRESS_EVERY`] steps.
+/// progress every `PROGRESS_EVERY` (65,536) steps.
 pub fn drive_limited<S, O, F>(
     engine: &mut Engine,
     source: &mut S,
@@ -190,7 +190,7 @@ where
     loop {
         // An idle engine's next step starts at the next arrival, but never
         // before the engine's clock: requests that arrived while the last
-        // step ran all join the next one (ENGINE.md, step 1).
+        // step ran all join the next one (docs/engine.md section 3, step 1).
         let start = match engine.next_step_at() {
             Some(t) => t,
             None => match source.peek() {

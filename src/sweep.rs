@@ -8,7 +8,7 @@
 //! order, so the output bytes are the same at any thread count and for any
 //! split into shards once merged.
 //!
-//! The pieces: [`axis`] and [`file`] read axes; [`plan`] makes points;
+//! The pieces: [`axis`] and [`mod@file`] read axes; [`plan`] makes points;
 //! [`exec`] runs them; [`output`] renders CSV, JSON and the terminal table;
 //! [`shard`] writes and merges shard files; [`metric`] names the metrics;
 //! [`stats`] gives means and confidence intervals over seeds.

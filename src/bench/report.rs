@@ -4,7 +4,7 @@
 //! # Wire format
 //!
 //! Every vLLM key we write keeps vLLM's name and meaning
-//! (BENCH-FORMATS.md section 3.1): summary statistics
+//! (docs/bench-diff.md, "JSON"): summary statistics
 //! `{mean,median,std,p50,p90,p99}_{ttft,tpot,itl,e2el}_ms` (population std,
 //! numpy linear percentiles, as with `--percentile-metrics
 //! ttft,tpot,itl,e2el --metric-percentiles 50,90,99`), measured from the

@@ -40,7 +40,7 @@ fn scenario() -> Scenario {
     crate::config::load_scenario(&file).unwrap()
 }
 
-/// The step's duration from the roofline formula of ENGINE.md, by hand:
+/// The step's duration from the roofline formula of docs/engine.md, by hand:
 /// compute-bound, 2 * 6.74e9 * 512 / 989e12 s = 6.978 ms (memory: 4.58 ms).
 fn step_ns() -> u64 {
     let compute: f64 = 2.0 * 6.74e9 * 512.0 / 989e12;

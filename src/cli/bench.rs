@@ -88,7 +88,7 @@ pub enum EndpointArg {
     Chat,
 }
 
-/// What each flag may ask (README, "Input limits"): enough for any bench
+/// What each flag may ask (docs/bench-diff.md, "Limits"): enough for any bench
 /// a machine running it can hold, refused above that before anything is
 /// allocated or sent.
 pub mod limits {

@@ -27,7 +27,7 @@ pub fn render(s: &Scenario) -> String {
     out
 }
 
-/// The derived figures of a model given as two numbers (ENGINE.md).
+/// The derived figures of a model given as two numbers (docs/engine.md).
 fn plain(s: &Scenario, out: &mut String) {
     let c = &s.capacity;
     let cost = s.engine_config().cost;

@@ -15,7 +15,7 @@ use crate::trace_events::TraceEvents;
 pub struct RunArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    /// Write the result JSON (ENGINE.md section 6) here; `-` for stdout.
+    /// Write the result JSON (docs/results.md) here; `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Write one CSV row per request here.

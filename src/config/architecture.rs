@@ -3,7 +3,7 @@
 //! (`model.hf_config: FILE`), or a model file by name (`model: NAME`, a
 //! file `models/NAME.yml` in the scenario's directory or one above it, else
 //! one of the files of `scenarios/models/` compiled into the binary).
-//! All three end in the same checks (DEPLOYMENT.md section 1).
+//! All three end in the same checks (docs/deployments.md).
 
 use std::path::{Path, PathBuf};
 

@@ -1,8 +1,8 @@
-//! The model and how it is deployed (DEPLOYMENT.md sections 1, 2 and 6):
+//! The model and how it is deployed (docs/deployments.md):
 //! where its architecture comes from, its effective parameter count and KV
 //! bytes (derived, or explicitly overridden), its weight and KV dtypes, and
 //! tensor parallelism with its interconnect. A scenario that uses none of
-//! these keys gets exactly the ENGINE.md figures it always had.
+//! these keys gets exactly the docs/engine.md figures it always had.
 
 use std::path::PathBuf;
 
@@ -429,7 +429,7 @@ fn link(ck: &Check, hw: &Hardware, t: u32) -> Result<Link, ConfigError> {
     })
 }
 
-/// No architecture: the two numbers of ENGINE.md, on one GPU.
+/// No architecture: the two numbers of docs/engine.md, on one GPU.
 fn plain(w: &Weights, kv: &KvCache, hw: &Hardware) -> Deployment {
     let parameters = w.parameters_billions.unwrap_or(0.0) * 1e9;
     let kv_bytes = kv.bytes_per_token.unwrap_or(0);
@@ -492,7 +492,7 @@ fn with_architecture(
     })
 }
 
-/// KV capacity of one GPU. Without an architecture, ENGINE.md's figure
+/// KV capacity of one GPU. Without an architecture, docs/engine.md's figure
 /// and error; with one, an error that says how short the GPUs are and
 /// which tensor degree would fit.
 pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> Result<Capacity, ConfigError> {

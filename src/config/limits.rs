@@ -3,8 +3,9 @@
 //!
 //! Validation checks keys against these ranges ([`super::validate`]), the
 //! offline driver stops a run that reaches a run limit ([`crate::sim`]),
-//! and the README's table of input limits is checked against [`TABLE`] by
-//! a test, so the documentation cannot drift from the code.
+//! and the table of input limits in `docs/scenario.md` is generated from
+//! [`TABLE`] ([`super::reference`]) and checked by a test, so the
+//! documentation cannot drift from the code.
 //!
 //! The ranges are wide: each admits every real deployment by orders of
 //! magnitude and exists to turn a typo (`1e300`, `1e-300`) into a clear
@@ -174,7 +175,7 @@ pub const MAX_YAML_DEPTH: usize = 64;
 /// Largest trace CSV file.
 pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 
-/// One row of the README's table of input limits.
+/// One row of the table of input limits (`docs/scenario.md`).
 pub struct Limit {
     pub key: &'static str,
     pub range: Range,
@@ -327,8 +328,8 @@ pub const TABLE: &[Limit] = &[
     Limit { key: "serve models file: fixed.context_length", range: CONTEXT_LENGTH, why: "as model.context_length" },
 ];
 
-/// The README's table of input limits, row by row (a test keeps the
-/// README equal to it).
+/// The table of input limits, row by row (`docs/scenario.md` holds it;
+/// a test keeps the page equal to it).
 pub fn readme_rows() -> Vec<String> {
     TABLE
         .iter()
@@ -344,10 +345,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_readme_states_every_limit_as_the_code_has_it() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    fn the_docs_state_every_limit_as_the_code_has_it() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/scenario.md")).unwrap();
         for row in readme_rows() {
-            assert!(readme.contains(&row), "README.md lacks the row\n{row}");
+            assert!(readme.contains(&row), "docs/scenario.md lacks the row\n{row}");
         }
         for (what, value) in [
             ("simulated time", format!("{} s", thousands(MAX_SIM_SECONDS as u64))),
@@ -358,7 +359,7 @@ mod tests {
             ("YAML depth", format!("{MAX_YAML_DEPTH} levels")),
             ("trace size", format!("{} GiB", MAX_TRACE_BYTES >> 30)),
         ] {
-            assert!(readme.contains(&value), "README.md lacks the {what} limit {value}");
+            assert!(readme.contains(&value), "docs/scenario.md lacks the {what} limit {value}");
         }
     }
 

@@ -1,4 +1,4 @@
-//! Scenario and hardware files (SCENARIO.md), read in two stages: `raw`
+//! Scenario and hardware files (docs/scenario.md), read in two stages: `raw`
 //! mirrors the YAML with serde, `validate` checks every rule and builds the
 //! [`Scenario`]. Nothing else in the crate reads configuration.
 
@@ -14,6 +14,7 @@ pub mod num;
 pub mod onekey;
 pub mod overrides;
 pub mod raw;
+pub mod reference;
 pub mod scenario;
 pub mod validate;
 pub mod yaml;

@@ -1,5 +1,5 @@
 //! Enums written as a one-key mapping (`poisson: {rate: 20}`), the form
-//! SCENARIO.md uses, read straight from the YAML text.
+//! docs/scenario.md uses, read straight from the YAML text.
 //!
 //! serde_yaml itself only reads `!poisson {rate: 20}`. Reading the mapping
 //! here, instead of through a `serde_yaml::Value`, keeps the line numbers

@@ -132,7 +132,7 @@ pub struct RawModel {
     pub kv_cache: RawKvCache,
 }
 
-/// DEPLOYMENT.md section 1's fields (the HF `config.json` names in comments).
+/// docs/deployments.md's fields (the HF `config.json` names in comments).
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawArchitecture {

@@ -37,7 +37,7 @@ pub struct Scenario {
     pub source: PathBuf,
     #[serde(skip)]
     pub capacity: Capacity,
-    /// Derived figures of the deployment (DEPLOYMENT.md sections 1 and 2).
+    /// Derived figures of the deployment (docs/deployments.md).
     #[serde(skip)]
     pub deployment: Deployment,
 }

@@ -12,7 +12,7 @@ use super::scenario::*;
 use super::{ConfigError, deployment, hardware};
 use crate::report::thousands;
 
-/// vLLM's defaults where it has one (SCENARIO.md).
+/// vLLM's defaults where it has one (docs/scenario.md).
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
 pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 pub const DEFAULT_WATERMARK: f64 = 0.01;

@@ -1,4 +1,4 @@
-//! A transformer's shape and what follows from it (DEPLOYMENT.md section 1):
+//! A transformer's shape and what follows from it (docs/deployments.md):
 //! parameter counts, KV bytes per token, and the FLOPs of a step.
 //!
 //! The formulas count weight matrices only: no biases, gated MLPs (three

@@ -1,5 +1,5 @@
-//! KV-cache capacity, computed once at start-up (ENGINE.md section 1; with
-//! tensor parallelism, DEPLOYMENT.md section 2: each of `t` GPUs holds
+//! KV-cache capacity, computed once at start-up (docs/engine.md section 1; with
+//! tensor parallelism, docs/deployments.md: each of `t` GPUs holds
 //! `weight_bytes / t` of weights and its share of every token's KV).
 
 use std::fmt;

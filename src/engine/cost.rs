@@ -1,10 +1,10 @@
-//! The roofline step cost (ENGINE.md section 3, step 4, and DEPLOYMENT.md
+//! The roofline step cost (docs/engine.md section 3, step 4, and docs/deployments.md
 //! sections 1 and 2).
 //!
 //! A step costs whichever is larger: the FLOPs of the tokens it computes, or
 //! the bytes it must read (the weights once, plus every scheduled request's
 //! KV after the step), plus fixed overheads. Without an architecture the
-//! model is two numbers and the ENGINE.md formulas apply unchanged; with one
+//! model is two numbers and the docs/engine.md formulas apply unchanged; with one
 //! ([`deployment`]) attention, the LM head, experts, tensor parallelism and
 //! its all-reduces are costed too.
 
@@ -121,7 +121,7 @@ impl CostModel {
     }
 
     /// Cost of a step computing `tokens` tokens whose requests hold
-    /// `sum_ctx` tokens of KV after the step, by the ENGINE.md formulas
+    /// `sum_ctx` tokens of KV after the step, by the docs/engine.md formulas
     /// (the model as two numbers; no per-sequence term).
     pub fn step(&self, tokens: u64, sum_ctx: u64) -> StepCost {
         let compute_s = 2.0 * self.parameters * tokens as f64 / self.flops_per_s;
@@ -130,9 +130,9 @@ impl CostModel {
         StepCost { compute_s, memory_s, comm_s: 0.0, overhead_s, total_s: compute_s.max(memory_s) + overhead_s }
     }
 
-    /// Cost of a step of this shape: the ENGINE.md formulas without an
+    /// Cost of a step of this shape: the docs/engine.md formulas without an
     /// architecture (plus `batch * per_sequence_overhead`, which adds
-    /// exactly zero at its default), DEPLOYMENT.md's with one.
+    /// exactly zero at its default), docs/deployments.md's with one.
     pub fn cost(&self, s: &StepShape) -> StepCost {
         if let Some(d) = &self.deployment {
             return d.cost(self, s);
@@ -155,7 +155,7 @@ impl CostModel {
 pub(crate) mod tests {
     use super::*;
 
-    /// The base model of ENGINE.md on the H100-like card.
+    /// The base model of docs/engine.md on the H100-like card.
     pub(crate) fn base_input() -> CostInput {
         CostInput {
             parameters_billions: 6.74,

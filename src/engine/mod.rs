@@ -1,6 +1,6 @@
 //! The scheduling core: continuous batching over paged KV blocks, chunked
 //! prefill, preemption by recompute and a roofline step cost, exactly as
-//! `ENGINE.md` describes.
+//! `docs/engine.md` describes.
 //!
 //! The engine is pure: it never reads a clock, a file or the environment and
 //! never spawns a thread. A driver submits requests stamped with their arrival
@@ -37,7 +37,7 @@ pub struct EngineConfig {
     pub context_length: u32,
     pub cost: CostModel,
     /// `kv_cache.prefix_caching`: blocks are identified by content and
-    /// shared (DEPLOYMENT.md section 3). Off, the pool only counts.
+    /// shared (docs/prefix-caching.md). Off, the pool only counts.
     pub prefix_caching: bool,
 }
 
@@ -440,7 +440,7 @@ impl Engine {
     /// the finished requests, all at the step's end.
     fn finish_step<O: Observer>(&mut self, start: SimTime, preempted: u32, obs: &mut O) -> StepRecord {
         // Only a model with an architecture costs attention and the LM head;
-        // the ENGINE.md path does not even branch on them.
+        // the docs/engine.md path does not even branch on them.
         let (shape, prefill) =
             if self.cfg.cost.deployment.is_some() { self.detailed_shape() } else { self.shape_of::<false>() };
         let (tokens, sum_ctx) = (shape.tokens, shape.sum_ctx);
@@ -488,7 +488,7 @@ impl Engine {
     }
 
     /// [`Engine::shape_of`] with attention pairs and samples, kept out of
-    /// line so the ENGINE.md path's code stays as it was.
+    /// line so the docs/engine.md path's code stays as it was.
     #[inline(never)]
     fn detailed_shape(&self) -> (StepShape, u64) {
         self.shape_of::<true>()

@@ -1,4 +1,4 @@
-//! The KV block pool with prefix caching (DEPLOYMENT.md section 3), the
+//! The KV block pool with prefix caching (docs/prefix-caching.md), the
 //! pool the engine uses when `kv_cache.prefix_caching` is on. Without it the
 //! engine keeps the plain counting pool of `kv.rs`: block identity costs
 //! nothing when nothing is shared.

@@ -262,7 +262,7 @@ fn abort_frees_blocks_wherever_the_request_is() {
     assert!(e.is_idle());
 }
 
-/// The base model of ENGINE.md: 7,609 blocks of 16 tokens, watermark 76.
+/// The base model of docs/engine.md: 7,609 blocks of 16 tokens, watermark 76.
 fn base_engine(budget: u32, max_seqs: u32) -> Engine {
     let cap = Capacity::compute(&capacity::tests::base_input()).unwrap();
     Engine::new(EngineConfig {

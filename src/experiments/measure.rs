@@ -13,7 +13,7 @@ use crate::engine::{Observer, StepRecord};
 use crate::metrics::{Collector, CollectorOptions, RequestRecord, RunResult};
 use crate::sweep::stats::Summary;
 
-/// Metrics computed here, with what each one is (for errors and the README).
+/// Metrics computed here, with what each one is (for errors and docs/experiments.md).
 pub const DERIVED: &[(&str, &str)] = &[
     ("max_running", "most requests running at once (max over steps of the running queue's length)"),
     ("max_gap_ms", "longest gap between two tokens of any request (exact, not from a histogram)"),

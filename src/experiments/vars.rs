@@ -3,16 +3,16 @@
 //! A prediction is written over the configuration, so its variables are the
 //! validated scenario itself: every number of its effective YAML (defaults
 //! filled in, hardware inline) by key path, plus the derived figures of
-//! ENGINE.md that a derivation keeps needing (weight bytes, blocks, the
+//! docs/engine.md that a derivation keeps needing (weight bytes, blocks, the
 //! roofline rates). Key paths are those a user writes in a scenario file or
 //! after `--set`, so `model.kv_cache.bytes_per_token` means what it says.
 //!
 //! The derived figures are computed here, from those key paths, with this
-//! module's own arithmetic (ENGINE.md sections 1 and 3), never from the
+//! module's own arithmetic (docs/engine.md sections 1 and 3), never from the
 //! engine's cost model or capacity code: a prediction is a second,
 //! independent derivation, so a bug in the engine's formulas makes the
 //! experiments fail instead of moving both sides together. The formulas are
-//! ENGINE.md's; where a scenario sets a DEPLOYMENT.md key that changes one
+//! docs/engine.md's; where a scenario sets a docs/deployments.md key that changes one
 //! of them (an architecture, tensor parallelism, per-layer or per-sequence
 //! overheads, fp8 peak FLOPS), that figure has no value and reading it is an
 //! error saying why: write that derivation from the key paths instead.
@@ -23,7 +23,7 @@ use serde_yaml::Value;
 
 use crate::config::{Arrivals, Scenario};
 
-/// Derived variables, with what each one is (for errors and the README).
+/// Derived variables, with what each one is (for errors and docs/experiments.md).
 pub const DERIVED: &[(&str, &str)] = &[
     ("parameters", "model parameters: parameters_billions x 1e9"),
     ("weight_bytes", "parameters x bytes_per_parameter"),
@@ -58,7 +58,7 @@ pub enum VarError {
     NotANumber { name: String, what: String },
     /// Neither a key path nor a derived variable nor a `let`.
     Unknown { name: String, hint: Option<String> },
-    /// A derived figure whose ENGINE.md formula does not apply here.
+    /// A derived figure whose docs/engine.md formula does not apply here.
     Unavailable { name: String, why: String },
 }
 
@@ -232,11 +232,11 @@ impl Derivation<'_> {
     fn run(&mut self, value: &Value) {
         let deployment = |what: &str| {
             format!(
-                "the scenario sets {what} (DEPLOYMENT.md), and this figure follows ENGINE.md's formula; write the \
+                "the scenario sets {what} (docs/deployments.md), and this figure follows docs/engine.md's formula; write the \
                  derivation from the scenario's key paths"
             )
         };
-        // What changes which formula (DEPLOYMENT.md sections 1 and 2).
+        // What changes which formula (docs/deployments.md).
         let arch = if self.has_under("model.architecture") || self.has_under("model.hf_config") {
             Err(deployment("a model architecture"))
         } else {
@@ -256,7 +256,7 @@ impl Derivation<'_> {
             _ => Ok(()),
         };
 
-        // ENGINE.md section 1: weights and blocks.
+        // docs/engine.md section 1: weights and blocks.
         let parameters = arch.clone().and(self.need("model.weights.parameters_billions")).map(|b| b * 1e9);
         let weight_bytes = parameters.clone().and_then(|p| Ok(p * bpp.clone()?));
         let kv = self.need("model.kv_cache.bytes_per_token");
@@ -275,7 +275,7 @@ impl Derivation<'_> {
         let kv_tokens = num_blocks.clone().and_then(|n| Ok(n * block_size.clone()?));
         let watermark = num_blocks.clone().and_then(|n| Ok((self.need("model.kv_cache.watermark")? * n).floor()));
 
-        // ENGINE.md section 3, step 4: the roofline rates.
+        // docs/engine.md section 3, step 4: the roofline rates.
         let flops = fp8
             .and(tp.clone())
             .and(self.need("hardware.peak_tflops"))
@@ -398,7 +398,7 @@ mod tests {
         serde_yaml::from_str(text).unwrap()
     }
 
-    /// The base model of ENGINE.md, as `llmsim explain` prints it.
+    /// The base model of docs/engine.md, as `llmsim explain` prints it.
     const BASE: &str = "
 hardware: { name: h100-like, hbm_gib: 80.0, memory_bandwidth_gbps: 3000.0, peak_tflops: 989.0 }
 model:
@@ -428,13 +428,13 @@ workload:
         assert_eq!(get("parameters"), 6.74e9);
         assert_eq!(get("weight_bytes"), 13.48e9);
         assert_eq!(get("block_bytes"), 8_388_608.0);
-        // ENGINE.md's worked example: 7,609 blocks, 121,744 tokens, 76 watermark blocks.
+        // docs/engine.md's worked example: 7,609 blocks, 121,744 tokens, 76 watermark blocks.
         assert_eq!(get("num_blocks"), 7609.0);
         assert_eq!(get("kv_tokens"), 121_744.0);
         assert_eq!(get("watermark_blocks"), 76.0);
         assert_eq!(get("flops_per_s"), 989e12);
         assert_eq!(get("bytes_per_s"), 3e12);
-        // The decode floor of ENGINE.md: about 4.49 ms.
+        // The decode floor of docs/engine.md: about 4.49 ms.
         assert!((get("weights_read_s") - 0.004_493_333).abs() < 1e-9);
         assert_eq!(get("kv_read_s_per_token"), 524_288.0 / 3e12);
         assert_eq!(get("compute_s_per_token"), 2.0 * 6.74e9 / 989e12);

@@ -1,6 +1,6 @@
 //! guidellm `benchmarks.json`: one load level per element of `benchmarks`.
 //!
-//! Shapes by version (BENCH-FORMATS.md section 3.3): the strategy sits at
+//! Shapes by version (docs/bench-diff.md): the strategy sits at
 //! `config.strategy` (0.4 and later) or `args.strategy` (0.3 and before);
 //! the metric distributions at `metrics.<name>.successful` in every version.
 //! Two definitions differ from vLLM's and are kept apart: guidellm's

@@ -45,7 +45,7 @@ pub fn level(doc: &Value, tool: Tool, index: usize) -> LoadLevel {
     }
 }
 
-/// Metric stems by definition (BENCH-FORMATS.md section 2).
+/// Metric stems by definition (docs/bench-diff.md, "Why definitions, not names").
 fn stems(tool: Tool) -> [(MetricKind, &'static str); 4] {
     let e2e = if tool == Tool::Sglang { "e2e_latency" } else { "e2el" };
     [

@@ -1,5 +1,5 @@
 //! Turning engine events into the numbers users read: per-request records,
-//! latency summaries and run-wide totals (ENGINE.md section 5).
+//! latency summaries and run-wide totals (docs/engine.md section 5).
 
 pub mod histogram;
 pub mod percentile;

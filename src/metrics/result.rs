@@ -1,9 +1,9 @@
-//! The result JSON: the stable contract of ENGINE.md section 6.
+//! The result JSON: the stable contract (docs/results.md).
 //!
 //! # Wire format
 //!
 //! `llmsim run SCENARIO --json FILE` writes one [`RunResult`] object. Keys in
-//! ENGINE.md section 6 never change without bumping `schema_version`; the
+//! the contract (docs/results.md) never change without bumping `schema_version`; the
 //! others may be added to. Times are milliseconds (`*_ms`) or seconds
 //! (`*_s`); latency summaries are `{count, mean, p50, p90, p99, max}` over
 //! completed requests (ITL over every gap between two tokens of a request),
@@ -41,8 +41,8 @@ pub struct RunResult {
     pub kv: KvOut,
     /// Preemptions over the run (a request may suffer several).
     pub preemptions: u64,
-    /// The deployment (DEPLOYMENT.md sections 1 and 2). Present only when
-    /// the model has an architecture, so an ENGINE.md scenario's JSON keeps
+    /// The deployment (docs/deployments.md). Present only when
+    /// the model has an architecture, so a scenario without deployment keys's JSON keeps
     /// its bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment: Option<DeploymentOut>,
@@ -92,7 +92,7 @@ impl DeploymentOut {
     }
 }
 
-/// Prefix-cache lookups (DEPLOYMENT.md section 3): every admission, first
+/// Prefix-cache lookups (docs/prefix-caching.md): every admission, first
 /// or after a preemption, queries its `P + g` known tokens once and hits
 /// `c` of them. Tokens, as vLLM's `vllm:prefix_cache_queries_total` and
 /// `vllm:prefix_cache_hits_total` count them.

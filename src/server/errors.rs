@@ -96,7 +96,7 @@ impl ApiError {
         }
     }
 
-    /// The engine can never hold the request's KV (ENGINE.md section 2).
+    /// The engine can never hold the request's KV (docs/engine.md section 2).
     pub fn never_fits(prompt: u32, num_blocks: u32, block_size: u32, watermark: u32) -> ApiError {
         ApiError::bad_request(format!(
             "This request's {prompt} prompt tokens can never fit in the KV cache: it has {num_blocks} blocks of \

@@ -70,7 +70,7 @@ impl PromHist {
     }
 }
 
-/// vLLM's bucket layouts (research notes section 2).
+/// vLLM's bucket layouts (vLLM's `vllm/v1/metrics/loggers.py`; the expected exposition is tests/integration/server/vllm-metrics.expected.prom).
 pub mod buckets {
     pub const TTFT: &[f64] = &[
         0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,

@@ -1,6 +1,6 @@
 //! The metrics a sweep reports and an SLO can bound, by one name each.
 //!
-//! Names are the result contract's (ENGINE.md section 6) flattened with the
+//! Names are the result contract's (docs/results.md) flattened with the
 //! unit last: `ttft_p99_ms` is `ttft_ms.p99`, `step_mean_ms` is
 //! `steps.duration_ms.mean`, `output_tokens_per_s` is
 //! `throughput.output_tokens_per_s`. The same names head the sweep CSV's

@@ -15,7 +15,7 @@
 //! An array with one object per point, in point order:
 //! `{"point", "axes": {key: value, ...} (axis order), "seeds": [...],
 //! "summary": {metric: {n, mean, ci95}}, "results": [RunResult, ...]}`;
-//! `results` holds one full result (ENGINE.md section 6) per seed.
+//! `results` holds one full result (docs/results.md) per seed.
 
 use std::fmt::Write;
 

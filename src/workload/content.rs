@@ -1,4 +1,4 @@
-//! Workloads with shared content (DEPLOYMENT.md section 3): shared system
+//! Workloads with shared content (docs/prefix-caching.md): shared system
 //! prompts, multi-turn sessions, and the content columns of traces. Each
 //! source says what its last request's prompt is made of as content
 //! [`Segment`]s; the driver turns them into block hashes when prefix

@@ -8,7 +8,7 @@
 //! the gamma.
 //!
 //! The conversions from the generator's raw words to numbers are written
-//! here too ([`unit`], [`uniform_u32`]) rather than taken from `rand`, so
+//! here too ([`fn@unit`], [`uniform_u32`]) rather than taken from `rand`, so
 //! that a `rand` upgrade cannot change a single output byte: the only thing
 //! used from the rand crates is the ChaCha8 keystream itself (`next_u32`,
 //! `next_u64`), whose words a test recomputes from the ChaCha definition.

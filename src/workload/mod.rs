@@ -1,5 +1,5 @@
 //! Where requests come from: open-loop arrival processes, closed-loop users
-//! and traces (ENGINE.md section 4).
+//! and traces (docs/engine.md section 4).
 //!
 //! All randomness comes from the scenario's seed through ChaCha8, one
 //! independent stream each for arrival gaps, prompt lengths and output
@@ -33,7 +33,7 @@ pub trait Source {
     /// Takes the next request; ids are 0, 1, 2, ... in arrival order.
     fn pop(&mut self) -> Option<Request>;
     /// The content of the prompt of the request `pop` returned last, as
-    /// segments adding up to its `prompt` (DEPLOYMENT.md section 3). Empty
+    /// segments adding up to its `prompt` (docs/prefix-caching.md). Empty
     /// when the prompt is unique: the driver keys it by the request's id.
     fn segments(&self) -> &[Segment] {
         &[]

@@ -2,7 +2,7 @@
 //!
 //! * The trace CSV: `arrival_s,prompt_tokens,output_tokens`, extra columns
 //!   ignored. `llmsim trace` writes it; a `trace:` workload and any other
-//!   tool read it. Optional content columns (DEPLOYMENT.md section 3):
+//!   tool read it. Optional content columns (docs/prefix-caching.md):
 //!   `prefix_id,prefix_tokens` (the first `prefix_tokens` of the prompt are
 //!   the content named `prefix_id`, shared by every row naming it) and
 //!   `session_id` (a row continues the latest earlier row of the same
@@ -375,7 +375,7 @@ pub fn write<W: Write>(out: W, rows: &[TraceRow]) -> csv::Result<()> {
     write_with_content(out, rows, None)
 }
 
-/// [`write`], plus the content columns when `content` is given (one entry
+/// [`fn@write`], plus the content columns when `content` is given (one entry
 /// per row; hash ids have no CSV column and are left out).
 pub fn write_with_content<W: Write>(out: W, rows: &[TraceRow], content: Option<&[RowContent]>) -> csv::Result<()> {
     let mut w = csv::Writer::from_writer(out);

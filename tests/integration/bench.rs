@@ -138,15 +138,20 @@ fn serve(
             }
             let now = active.fetch_add(1, Ordering::SeqCst) + 1;
             max_active.fetch_max(now, Ordering::SeqCst);
-            stream_tokens(&mut out, &req, path == "/v1/chat/completions");
-            active.fetch_sub(1, Ordering::SeqCst);
+            // The request stops counting before its last chunks go out: a
+            // closed-loop user sends its next request as soon as it reads
+            // them, which may be before this thread runs again.
+            stream_tokens(&mut out, &req, path == "/v1/chat/completions", || {
+                active.fetch_sub(1, Ordering::SeqCst);
+            });
         }
         _ => reply(&mut out, "404 Not Found", r#"{"error": {"message": "no such route"}}"#),
     }
 }
 
-/// Streams `max_tokens` one-token chunks, the finish chunk, usage, [DONE].
-fn stream_tokens(out: &mut TcpStream, req: &Value, chat: bool) {
+/// Streams `max_tokens` one-token chunks, the finish chunk, usage, [DONE];
+/// `before_finish` runs just before the finish chunk is sent.
+fn stream_tokens(out: &mut TcpStream, req: &Value, chat: bool, before_finish: impl FnOnce()) {
     let n = req["max_tokens"].as_u64().unwrap_or(1);
     let prompt = if chat { req["messages"][0]["content"].as_str() } else { req["prompt"].as_str() };
     let prompt_tokens = prompt.unwrap_or("").split_whitespace().count();
@@ -166,6 +171,7 @@ fn stream_tokens(out: &mut TcpStream, req: &Value, chat: bool) {
             format!(r#"{{"choices":[{{"index":0,"text":" w{i}","finish_reason":null}}]}}"#)
         });
     }
+    before_finish();
     send(r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#.into());
     send(format!(r#"{{"choices":[],"usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":{n}}}}}"#));
     send("[DONE]".into());

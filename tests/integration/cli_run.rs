@@ -257,7 +257,7 @@ fn prompts_that_can_never_fit_are_counted_as_rejected() {
     assert!(out.contains("30 never fit in KV"), "{out}");
 }
 
-/// ENGINE.md step 1: every request that arrived by a step's start joins
+/// docs/engine.md section 3, step 1: every request that arrived by a step's start joins
 /// it. An idle engine used to start its next step at the first waiting
 /// arrival's time, admitting only that one while the others, which arrived
 /// during the previous step, waited a step more: at 400 req/s of one-token

@@ -1,4 +1,4 @@
-//! Integration tests: deployments (DEPLOYMENT.md sections 1 and 2) through
+//! Integration tests: deployments (docs/deployments.md) through
 //! the CLI: every bad input exits 2 naming the key, the file and what is
 //! allowed; run, explain and capacity show the deployment; the request
 //! overhead shifts every latency by exactly itself.
@@ -148,7 +148,7 @@ fn the_result_json_describes_the_deployment_only_when_there_is_one() {
     // fp8 KV over 2 GPUs: 2 * 32 * 4 * 128 * 1
     assert_eq!(mixtral["deployment"]["kv_bytes_per_token_per_gpu"], 32_768);
     let base = run_json("scenarios/base.yml", &["workload.requests=20"]);
-    assert!(base.get("deployment").is_none(), "an ENGINE.md scenario's JSON gains no key");
+    assert!(base.get("deployment").is_none(), "a scenario without deployment keys's JSON gains no key");
 }
 
 #[test]

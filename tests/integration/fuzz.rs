@@ -1,4 +1,4 @@
-//! Fuzzing the inputs (issue 9): property tests of the config, number and
+//! Fuzzing the inputs (docs/development.md, "Fuzzing"): property tests of the config, number and
 //! trace parsers (proptest), a mutation harness over the shipped scenarios,
 //! hardware profiles, sweep files and trace CSVs driving `run`, `explain`,
 //! `sweep`, `capacity` and `trace`, and the corpus of cases that once hung,
@@ -8,7 +8,7 @@
 //! a kill by the time or memory guard, or a printed NaN/infinity/saturated
 //! clock. Test runs use a bounded slice; `LLMSIM_FUZZ_CASES=N` runs N
 //! mutation cases (and N proptest cases per property) and
-//! `LLMSIM_FUZZ_SEED=S` starts the mutations elsewhere (README, "Fuzzing").
+//! `LLMSIM_FUZZ_SEED=S` starts the mutations elsewhere (docs/development.md, "Fuzzing").
 //! A failing mutation case is written to `target/fuzz-failures/` with the
 //! command that failed, ready to be added to `fuzz_corpus/`.
 
@@ -340,7 +340,7 @@ fn mutate(text: &str, rng: &mut ChaCha8Rng, csv: bool) -> (String, String) {
             (l.join("\n"), format!("nest line {} {depth} deep", i + 1))
         }
         8 if !csv => {
-            // The shapes behind issue 9's hangs.
+            // The shapes behind past hangs.
             let shapes = [
                 "  arrivals: {closed: {concurrency: 3, think_time_s: 0}}\n  duration_s: 5\n",
                 "  prompt_tokens: 4294967295\n",

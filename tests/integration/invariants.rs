@@ -417,7 +417,7 @@ enum Expect {
 
 /// Scenarios at the edges of every range ([`llmsim::config::limits`]),
 /// with `duration_s` as often as `requests`, and users whose requests
-/// are always rejected. Hangs and aborts of issue 9 went unseen because
+/// are always rejected. Past hangs and aborts (tests/integration/limits.rs) went unseen because
 /// the plain generator never went there.
 fn generate_extreme(i: u64) -> (String, Expect) {
     let mut rng = ChaCha8Rng::seed_from_u64(0xE7_7E3E + i);

@@ -3,7 +3,7 @@
 //! INT4 weights, FP8 KV, explicit overrides and every overhead term. Each
 //! runs under the shared checker of `invariants.rs` (scheduling, KV and
 //! time invariants) plus a cost checker that recomputes every step's
-//! compute, memory and duration from the events with the DEPLOYMENT.md
+//! compute, memory and duration from the events with the docs/deployments.md
 //! formulas written out here, independently of the engine's code.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Odd input found by trying it (issue 9): each case used to hang, abort,
+//! Odd input found by trying it (docs/scenario.md, "Input limits"): each case used to hang, abort,
 //! exhaust memory or print a wrong number, and must now end quickly with
 //! exit 0 and sound numbers, or exit 2 and a message that names the key,
 //! the value and what is allowed. Every run is guarded (a time and memory

@@ -10,6 +10,7 @@ mod cli_run;
 mod cluster;
 mod deployment;
 mod diff;
+mod docs;
 mod experiments;
 mod fuzz;
 mod invariants;

@@ -1,8 +1,8 @@
 //! Integration tests: prefix caching through the command line. The outputs
 //! it adds appear only when it is on, hits of a trace with content columns
 //! and of a Mooncake-style trace come out as derived by hand, `llmsim
-//! trace` writes what replays exactly, and every bad input of the issue
-//! exits 2 with a message naming the file, the place and what is allowed.
+//! trace` writes what replays exactly, and every bad input listed in docs/prefix-caching.md
+//! ("Outputs") exits 2 with a message naming the file, the place and what is allowed.
 
 use crate::support::*;
 use serde_json::Value;

@@ -1,5 +1,5 @@
 //! `llmsim explain` for a model with an architecture: every derived figure
-//! of DEPLOYMENT.md sections 1 and 2 and the input it came from.
+//! of docs/deployments.md and the input it came from.
 
 use std::fmt::Write;
 

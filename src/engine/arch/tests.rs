@@ -1,4 +1,4 @@
-//! The parameter and KV formulas of DEPLOYMENT.md section 1 on the models
+//! The parameter and KV formulas of docs/deployments.md on the models
 //! its worked checks name, each expectation computed by hand from the
 //! published config.json figures (the arithmetic is in the comments).
 

@@ -1,5 +1,5 @@
 //! The step cost of a model with an architecture, on `t` tensor-parallel
-//! GPUs (DEPLOYMENT.md sections 1 and 2):
+//! GPUs (docs/deployments.md):
 //!
 //! ```text
 //! flops   = 2*layers*active_layer*T + 4*layers*q_dim*pairs + 2*hidden*vocab*S
@@ -112,7 +112,7 @@ impl DeploymentCost {
         self.comm_fixed_s + self.comm_s_per_token * tokens as f64
     }
 
-    /// Out of line: the ENGINE.md path never calls it.
+    /// Out of line: the docs/engine.md path never calls it.
     #[inline(never)]
     pub fn cost(&self, m: &CostModel, s: &StepShape) -> StepCost {
         let flops = self.linear_flops_per_token * s.tokens as f64

@@ -1,4 +1,4 @@
-//! Content hashes of full KV blocks (DEPLOYMENT.md section 3, "Content").
+//! Content hashes of full KV blocks (docs/prefix-caching.md, "The rules").
 //!
 //! The engine never sees tokens or strings: a request brings the hashes of
 //! its full blocks, prompt then answer, as a `Vec<u64>`, and two blocks are

@@ -1,4 +1,4 @@
-//! Every worked check of DEPLOYMENT.md sections 1 and 2, on hand-computed
+//! Every worked check of docs/deployments.md, on hand-computed
 //! numbers: H100 (3,350 GB/s, 989 TFLOPS), efficiency 1, 16-bit weights
 //! and KV. "Context c" means c tokens cached before the step.
 
