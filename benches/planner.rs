@@ -19,7 +19,7 @@
 //! same steps whatever they cost, so the two runs do the same scheduling
 //! work and differ only in the cost model.
 //!
-//! Then a cluster (DEPLOYMENT.md section 4): 1,000,000 constant-rate
+//! Then a cluster (docs/clusters.md): 1,000,000 constant-rate
 //! requests on 16 replicas behind round robin at 16 times the rate, against
 //! the same 1,000,000 requests on one engine at the single rate. Round
 //! robin feeds each replica every 16th request at the single engine's

@@ -1,4 +1,4 @@
-//! Replicas behind a router (DEPLOYMENT.md section 4): one global
+//! Replicas behind a router (docs/clusters.md): one global
 //! discrete-event loop over every replica's steps and the arrivals.
 //!
 //! Each replica is an independent [`Engine`] of the scenario's model,

@@ -93,7 +93,7 @@ pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
         SearchError::Run { .. } => CliError::Usage(format!("{}: {e}", scenario.source.display())),
         SearchError::Unreachable { .. } | SearchError::NeverSustained { .. } => CliError::Failure(e.to_string()),
     };
-    // The rate figures are one replica's (DEPLOYMENT.md section 6); a
+    // The rate figures are one replica's (docs/clusters.md); a
     // cluster is then sized by simulating it at the target rate.
     let one = crate::config::Scenario { cluster: None, ..scenario.clone() };
     let mut found = search(&one, &opts).map_err(search_error)?;

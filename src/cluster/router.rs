@@ -1,4 +1,4 @@
-//! The router policies of DEPLOYMENT.md section 4, on a plain view of the
+//! The router policies of docs/clusters.md, on a plain view of the
 //! replicas (one [`Load`] each), so they can be tested on hand-built
 //! states. The driver fills the view as the visibility rule says; ties go
 //! to the lowest replica index. Work per arrival: one pass over the

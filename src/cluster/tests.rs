@@ -100,7 +100,7 @@ fn imbalance_is_max_over_mean_of_requests() {
     assert_eq!(imbalance(&[s(0), s(0)]), 1.0);
 }
 
-/// A scenario from YAML text (the ENGINE.md base model unless `model` is given).
+/// A scenario from YAML text (the base model of docs/engine.md unless `model` is given).
 fn scenario(extra: &str) -> Scenario {
     let text = format!(
         "hardware: {{hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}}

@@ -1,4 +1,4 @@
-//! `cluster:` (DEPLOYMENT.md section 4): replicas of the scenario's engine
+//! `cluster:` (docs/clusters.md): replicas of the scenario's engine
 //! behind a router. Without the key a scenario is one engine, exactly as
 //! before.
 //!
@@ -24,7 +24,7 @@ pub struct Cluster {
     pub overlap_weight: Option<f64>,
 }
 
-/// How a request picks its replica (DEPLOYMENT.md section 4).
+/// How a request picks its replica (docs/clusters.md).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Router {

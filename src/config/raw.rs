@@ -34,7 +34,7 @@ pub struct RawScenario {
     #[serde(default)]
     pub efficiency: RawEfficiency,
     pub workload: RawWorkload,
-    /// Replicas behind a router (DEPLOYMENT.md section 4).
+    /// Replicas behind a router (docs/clusters.md).
     pub cluster: Option<RawCluster>,
 }
 

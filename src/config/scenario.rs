@@ -29,7 +29,7 @@ pub struct Scenario {
     pub latency: Latency,
     pub efficiency: Efficiency,
     pub workload: Workload,
-    /// Replicas behind a router (DEPLOYMENT.md section 4); `None` is one engine.
+    /// Replicas behind a router (docs/clusters.md); `None` is one engine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<Cluster>,
     /// The file it was read from.

@@ -211,7 +211,7 @@ impl Engine {
 
     /// Sum over pending and waiting requests of the blocks their known
     /// length needs, `ceil((P+g)/bs)`, with no prefix hit subtracted (the
-    /// `least_kv` router's queued term, DEPLOYMENT.md section 4).
+    /// `least_kv` router's queued term, docs/clusters.md).
     pub fn queued_blocks(&self) -> u64 {
         self.queued_blocks
     }

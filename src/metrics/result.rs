@@ -50,7 +50,7 @@ pub struct RunResult {
     /// results without it keep their bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache: Option<PrefixCacheOut>,
-    /// With `cluster:` only (DEPLOYMENT.md section 4; absent otherwise, so
+    /// With `cluster:` only (docs/clusters.md; absent otherwise, so
     /// results without it keep their bytes): the router's name, the GPUs
     /// of the whole cluster (replicas times tensor degree), each replica's
     /// figures by index, and `imbalance`, max over mean of requests per

@@ -1,4 +1,4 @@
-//! Clusters (DEPLOYMENT.md section 4), checked from outside: seeded
+//! Clusters (docs/clusters.md), checked from outside: seeded
 //! randomized scenarios over every router with open and closed loops,
 //! sessions, shared prefixes, small caches and overload; one replica gives
 //! exactly the single engine's results; bad cluster input exits 2.
