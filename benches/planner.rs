@@ -18,6 +18,14 @@
 //! LM head, all-reduces). A closed loop without think time schedules the
 //! same steps whatever they cost, so the two runs do the same scheduling
 //! work and differ only in the cost model.
+//!
+//! Then a cluster (docs/clusters.md): 1,000,000 constant-rate
+//! requests on 16 replicas behind round robin at 16 times the rate, against
+//! the same 1,000,000 requests on one engine at the single rate. Round
+//! robin feeds each replica every 16th request at the single engine's
+//! spacing, so both runs take about the same number of steps in total and
+//! differ in the cluster loop's work (earliest step over 16 replicas,
+//! routing every arrival).
 
 use std::path::Path;
 use std::time::Instant;
@@ -76,6 +84,35 @@ fn deployment_overhead(base: &Path) {
         "  ratio               {:.3}x (same schedule: {})",
         t_dep / t_plain,
         r_plain.steps.count == r_dep.steps.count
+    );
+}
+
+/// A 16-replica cluster against one engine on the same requests.
+fn cluster_overhead(base: &Path, rate: f64) {
+    let common = [
+        set("workload.requests", "1000000"),
+        set("workload.prompt_tokens", "512"),
+        set("workload.output_tokens", "128"),
+    ];
+    let mut one = common.to_vec();
+    one.push(set("workload.arrivals", &format!("{{constant: {{rate: {rate}}}}}")));
+    let mut sixteen = common.to_vec();
+    sixteen.extend([
+        set("workload.arrivals", &format!("{{constant: {{rate: {}}}}}", rate * 16.0)),
+        set("cluster", "{replicas: 16, router: round_robin}"),
+    ]);
+    let (one, sixteen) =
+        (load_scenario_with(base, &one).expect("scenario"), load_scenario_with(base, &sixteen).expect("scenario"));
+    let (t_one, r_one) = best_of_3(&one);
+    let (t_16, r_16) = best_of_3(&sixteen);
+    println!();
+    println!("cluster overhead      1,000,000 constant-rate requests, 512/128 tokens, round robin");
+    println!("  one engine          {t_one:.3} s wall, {} steps, {rate:.2} req/s", r_one.steps.count);
+    println!("  16 replicas         {t_16:.3} s wall, {} steps, {:.2} req/s", r_16.steps.count, rate * 16.0);
+    println!(
+        "  ratio               {:.3}x wall, {:.3}x per step",
+        t_16 / t_one,
+        (t_16 / r_16.steps.count as f64) / (t_one / r_one.steps.count as f64)
     );
 }
 
@@ -176,4 +213,5 @@ fn main() {
         );
     }
     deployment_overhead(&base);
+    cluster_overhead(&base, rate);
 }

@@ -55,6 +55,7 @@
 //! so the empty start and the drain at the end are a small part of the run.
 //! `--requests N` (100 to 1,000,000) sets every probe's size instead.
 
+pub mod fleet;
 pub mod report;
 pub mod saturation;
 pub mod search;

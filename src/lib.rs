@@ -9,6 +9,7 @@ pub mod bench;
 pub mod calibrate;
 pub mod capacity;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod content;
 pub mod diff;

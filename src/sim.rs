@@ -144,7 +144,7 @@ where
 }
 
 /// Steps between two progress reports.
-const PROGRESS_EVERY: u64 = 1 << 16;
+pub(crate) const PROGRESS_EVERY: u64 = 1 << 16;
 
 /// The driver itself: [`drive_delayed`] within `limits`, reporting
 /// progress every `PROGRESS_EVERY` (65,536) steps.
@@ -275,6 +275,9 @@ pub fn run_with_progress<O: Observer>(
     extra: &mut O,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunOutput, SimError> {
+    if let Some(cluster) = &scenario.cluster {
+        return crate::cluster::run(scenario, cluster, options, extra, progress);
+    }
     let mut engine = Engine::new(scenario.engine_config());
     let mut source = AnySource::new(scenario);
     let mut collector = Collector::new(scenario.capacity.num_blocks, options);
@@ -285,9 +288,9 @@ pub fn run_with_progress<O: Observer>(
 }
 
 /// A source whose requests reach the engine `ns` after they arrive.
-struct Delayed<'a, S> {
-    inner: &'a mut S,
-    ns: u64,
+pub(crate) struct Delayed<'a, S> {
+    pub(crate) inner: &'a mut S,
+    pub(crate) ns: u64,
 }
 
 impl<S: Source> Source for Delayed<'_, S> {
@@ -301,6 +304,12 @@ impl<S: Source> Source for Delayed<'_, S> {
     }
     fn segments(&self) -> &[crate::engine::prefix::hash::Segment] {
         self.inner.segments()
+    }
+    fn block_hashes(&self) -> Option<&[u64]> {
+        self.inner.block_hashes()
+    }
+    fn session(&self) -> Option<u64> {
+        self.inner.session()
     }
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner.done(id, at);
@@ -316,12 +325,12 @@ impl<S: Source> Source for Delayed<'_, S> {
 /// Forwards events and remembers which requests are done (and whether
 /// they finished), for closed loops and sessions; reports arrivals at the
 /// client's time (before the delay).
-struct Tap<'a, O> {
-    inner: &'a mut O,
-    done: Vec<(RequestId, SimTime, bool)>,
+pub(crate) struct Tap<'a, O> {
+    pub(crate) inner: &'a mut O,
+    pub(crate) done: Vec<(RequestId, SimTime, bool)>,
     /// Requests rejected so far, for messages.
-    rejected: u64,
-    delay_ns: u64,
+    pub(crate) rejected: u64,
+    pub(crate) delay_ns: u64,
 }
 
 impl<O: Observer> Observer for Tap<'_, O> {

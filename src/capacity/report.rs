@@ -121,6 +121,20 @@ pub fn render(r: &Report) -> String {
         let gpus = if g > 1 { format!(", {} GPUs", n * u64::from(g)) } else { String::new() };
         let _ = writeln!(out, "replicas    {n} for {t} req/s ({each:.3} req/s each{gpus}{fleet})");
     }
+    if let Some(f) = &r.fleet {
+        let cost = f.cost_per_hour.map(|c| format!(", {c:.2} an hour")).unwrap_or_default();
+        let tried: Vec<String> =
+            f.probes.iter().map(|p| format!("{} {}", p.replicas, if p.probe.pass { "met" } else { "miss" })).collect();
+        let _ = writeln!(
+            out,
+            "fleet       {} replicas behind {} meet every SLO at {} req/s in simulation ({} GPUs{cost}); tried {}",
+            f.replicas,
+            f.router,
+            f.target_rate_rps,
+            f.gpus,
+            tried.join(", ")
+        );
+    }
     out
 }
 

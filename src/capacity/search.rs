@@ -119,6 +119,11 @@ pub struct Report {
     pub saturation_probes: Vec<SaturationProbe>,
     /// The SLO search, in the order the probes ran.
     pub probes: Vec<Probe>,
+    /// With `--target-rate` and a `cluster:`: the fewest replicas whose
+    /// simulated cluster meets every SLO at the target rate
+    /// ([`super::fleet`]). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::fleet::Fleet>,
 }
 
 fn is_one(x: &u32) -> bool {
@@ -445,5 +450,6 @@ fn finish(base: &Scenario, opts: &Options, f: Found, probes: Vec<Probe>) -> Repo
         fleet_cost_per_hour: cost.zip(replicas).map(|(c, r)| c * r as f64),
         saturation_probes: f.sat.probes,
         probes,
+        fleet: None,
     }
 }

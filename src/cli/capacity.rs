@@ -88,11 +88,23 @@ fn options(a: &CapacityArgs) -> Result<Options, CliError> {
 pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
     let opts = options(&a)?;
     let scenario = a.scenario.load()?;
-    let found = search(&scenario, &opts).map_err(|e| match e {
+    let search_error = |e: SearchError| match e {
         SearchError::NoRate(_) => CliError::Usage(e.to_string()),
         SearchError::Run { .. } => CliError::Usage(format!("{}: {e}", scenario.source.display())),
         SearchError::Unreachable { .. } | SearchError::NeverSustained { .. } => CliError::Failure(e.to_string()),
-    })?;
+    };
+    // The rate figures are one replica's (docs/clusters.md); a
+    // cluster is then sized by simulating it at the target rate.
+    let one = crate::config::Scenario { cluster: None, ..scenario.clone() };
+    let mut found = search(&one, &opts).map_err(search_error)?;
+    if let (Some(rate), Some(_)) = (opts.target_rate, &scenario.cluster) {
+        let (seeds, n, estimate) = (found.seeds.clone(), found.requests_per_probe, found.replicas.unwrap_or(1));
+        let fleet = crate::capacity::fleet::size(&scenario, &opts, &seeds, rate, n, estimate).map_err(|e| match e {
+            crate::capacity::fleet::FleetError::Search(e) => search_error(e),
+            e => CliError::Failure(e.to_string()),
+        })?;
+        found.fleet = Some(fleet);
+    }
     if let Some(path) = &a.json {
         write_output(path, crate::report::to_json(&found).as_bytes())?;
     }

@@ -72,12 +72,20 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     }
     if let Some(path) = &a.requests_csv {
         let caching = scenario.model.kv_cache.prefix_caching;
-        let bytes = report::csv_out::requests_with(&out.requests, caching).map_err(|e| csv_failure(path, e))?;
+        let bytes = match &out.placement {
+            Some(p) => report::cluster::requests(&out.requests, caching, p),
+            None => report::csv_out::requests_with(&out.requests, caching),
+        }
+        .map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
     if let Some(path) = &a.steps_csv {
         let (blocks, caching) = (scenario.capacity.num_blocks, scenario.model.kv_cache.prefix_caching);
-        let bytes = report::csv_out::steps_with(&out.steps, blocks, caching).map_err(|e| csv_failure(path, e))?;
+        let bytes = match &out.placement {
+            Some(p) => report::cluster::steps(&out.steps, blocks, caching, p),
+            None => report::csv_out::steps_with(&out.steps, blocks, caching),
+        }
+        .map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
     if let Some(dir) = &a.plot {

@@ -144,6 +144,10 @@ pub const LENGTH_STD: Range = Range::closed(0.0, u32::MAX as f64);
 pub const CHOICE_WEIGHT: Range = Range::above(0.0, 1e15);
 /// The serve models file's `fixed` engine: prompt tokens a second.
 pub const PREFILL_TOKENS_PER_S: Range = Range::closed(0.001, 1e12);
+/// Replicas of one cluster: each is a whole engine kept in memory.
+pub const REPLICAS: Range = Range::whole(1, 10_000);
+/// `prefix_affinity`'s weight of a missed block against a busy one.
+pub const OVERLAP_WEIGHT: Range = Range::closed(0.0, 1e6);
 /// A trace row's arrival.
 pub const ARRIVAL_S: Range = Range::closed(0.0, MAX_SIM_SECONDS);
 
@@ -303,6 +307,16 @@ pub const TABLE: &[Limit] = &[
     },
     Limit { key: "normal, lognormal: std", range: LENGTH_STD, why: "up to the largest token count" },
     Limit { key: "choice: weights", range: CHOICE_WEIGHT, why: "relative weights; their sum stays exact enough" },
+    Limit {
+        key: "cluster.replicas",
+        range: REPLICAS,
+        why: "each replica is a whole engine in memory; 10,000 is far beyond any fleet behind one router",
+    },
+    Limit {
+        key: "cluster.overlap_weight",
+        range: OVERLAP_WEIGHT,
+        why: "weight of a missed prompt block against a busy block; Dynamo's default is 1",
+    },
     Limit { key: "trace CSV: arrival_s", range: ARRIVAL_S, why: "the simulated-time limit" },
     Limit { key: "trace CSV: prompt_tokens, output_tokens", range: TOKENS, why: "counted in 32 bits" },
     Limit { key: "serve models file: fixed.ttft_overhead_ms, fixed.itl_ms", range: STEP_OVERHEAD_MS, why: "a minute" },

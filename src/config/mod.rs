@@ -4,6 +4,7 @@
 
 pub mod architecture;
 pub mod calibration;
+pub mod cluster;
 pub mod deployment;
 pub mod error;
 pub mod hardware;

@@ -303,6 +303,7 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         latency: raw.latency.unwrap_or_default(),
         efficiency: raw.efficiency.unwrap_or_default(),
         workload: placeholder,
+        cluster: None,
     };
     super::validate::scenario(scenario, file).map_err(|mut e| {
         if e.file == file {

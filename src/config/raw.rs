@@ -37,6 +37,19 @@ pub struct RawScenario {
     #[serde(default)]
     pub efficiency: RawEfficiency,
     pub workload: RawWorkload,
+    /// Replicas behind a router (docs/clusters.md).
+    pub cluster: Option<RawCluster>,
+}
+
+/// `cluster:` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub replicas: Option<i64>,
+    pub router: Option<String>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub overlap_weight: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
+pub use super::cluster::{Cluster, Router};
 pub use super::deployment::{ArchitectureOrigin, ByGpus, Deployment, Interconnect, KvDtype, Parallelism};
 use crate::engine::arch::Architecture;
 use crate::engine::{Capacity, CostInput, CostModel, EngineConfig};
@@ -28,6 +29,9 @@ pub struct Scenario {
     pub latency: Latency,
     pub efficiency: Efficiency,
     pub workload: Workload,
+    /// Replicas behind a router (docs/clusters.md); `None` is one engine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
     /// The file it was read from.
     #[serde(skip)]
     pub source: PathBuf,

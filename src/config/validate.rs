@@ -102,6 +102,8 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     };
     let workload = workload(&ck, raw.workload)?;
     let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware)?;
+    let prefix_caching = built.model.kv_cache.prefix_caching;
+    let cluster = raw.cluster.map(|c| super::cluster::build(&ck, c, prefix_caching)).transpose()?;
     let name = raw
         .name
         .unwrap_or_else(|| file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned()));
@@ -119,6 +121,7 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         capacity,
         deployment: built.deployment,
         calibration,
+        cluster,
     };
     run_limits(&ck, &scenario)?;
     block_ids_fit(&ck, &scenario)?;

@@ -141,6 +141,9 @@ pub struct Engine {
     batch: Vec<(u32, u32)>,
     /// Prefix-cache evictions before the step being built.
     evictions_before: u64,
+    /// Sum over pending and waiting requests of `ceil((P+g)/bs)`, kept as
+    /// they come and go (a cluster router reads it at every arrival).
+    queued_blocks: u64,
 }
 
 impl Engine {
@@ -164,6 +167,7 @@ impl Engine {
             steps: 0,
             batch: Vec::new(),
             evictions_before: 0,
+            queued_blocks: 0,
         }
     }
 
@@ -202,6 +206,23 @@ impl Engine {
         match &self.kv {
             Kv::Count(_) => 0,
             Kv::Prefix(p) => p.cached_blocks(),
+        }
+    }
+
+    /// Sum over pending and waiting requests of the blocks their known
+    /// length needs, `ceil((P+g)/bs)`, with no prefix hit subtracted (the
+    /// `least_kv` router's queued term, docs/clusters.md).
+    pub fn queued_blocks(&self) -> u64 {
+        self.queued_blocks
+    }
+
+    /// With prefix caching, the leading full blocks of `hashes` (a
+    /// request's content, as for [`Engine::submit_with_hashes`]) that a
+    /// request of `known` tokens would find cached here now; 0 without.
+    pub fn prefix_hit_blocks(&self, hashes: &[u64], known: u32) -> u32 {
+        match &self.kv {
+            Kv::Count(_) => 0,
+            Kv::Prefix(p) => p.hit_blocks(hashes, known),
         }
     }
 
@@ -265,6 +286,7 @@ impl Engine {
         }
         self.by_id.insert(req.id, slot);
         self.pending.push_back(slot);
+        self.queued_blocks += self.cfg.capacity.blocks_for(u64::from(req.prompt));
         Ok(())
     }
 
@@ -275,9 +297,16 @@ impl Engine {
         let Some(&slot) = self.by_id.get(&id) else {
             return false;
         };
+        let queued = self.cfg.capacity.blocks_for(u64::from(self.slots[slot as usize].known()));
         match self.slots[slot as usize].state {
-            State::Pending => self.pending.retain(|&s| s != slot),
-            State::Waiting => self.waiting.retain(|&s| s != slot),
+            State::Pending => {
+                self.pending.retain(|&s| s != slot);
+                self.queued_blocks -= queued;
+            }
+            State::Waiting => {
+                self.waiting.retain(|&s| s != slot);
+                self.queued_blocks -= queued;
+            }
             State::Running => self.running.retain(|&s| s != slot),
             State::Free => return false,
         }
@@ -362,6 +391,7 @@ impl Engine {
             let need = self.cfg.capacity.blocks_for(u64::from(seq.known())) as i64;
             if total - need < watermark {
                 self.waiting.pop_front();
+                self.queued_blocks -= need as u64;
                 obs.rejected(seq.req.id, at, RejectReason::NeverFits);
                 self.release(slot);
                 continue;
@@ -393,6 +423,7 @@ impl Engine {
                 }
             };
             self.waiting.pop_front();
+            self.queued_blocks -= need as u64;
             let seq = &mut self.slots[slot as usize];
             seq.blocks = need as u32;
             seq.computed = computed;
@@ -542,6 +573,7 @@ impl Engine {
         seq.computed = 0;
         seq.state = State::Waiting;
         obs.preempted(seq.req.id, at);
+        self.queued_blocks += self.cfg.capacity.blocks_for(u64::from(seq.known()));
         self.waiting.push_front(slot);
     }
 
@@ -627,6 +659,12 @@ impl Engine {
                     return Err(format!("request {} has impossible counters", seq.req.id));
                 }
             }
+        }
+        let queued: u64 = (self.pending.iter().chain(&self.waiting))
+            .map(|&s| self.cfg.capacity.blocks_for(u64::from(self.slots[s as usize].known())))
+            .sum();
+        if queued != self.queued_blocks {
+            return Err(format!("queued requests need {queued} blocks but {} are counted", self.queued_blocks));
         }
         if let Some(slot) = seen.iter().position(|&n| n > 1) {
             return Err(format!("request {} is in two queues", self.slots[slot].req.id));

@@ -183,6 +183,14 @@ impl PrefixPool {
         Lookup { blocks: self.hits.len() as u32, free_blocks }
     }
 
+    /// Rule 1 for content not (yet) in the pool: how many leading blocks
+    /// of `hashes` a request with `known = P + g` tokens would hit now.
+    /// Changes nothing (the cluster router asks every replica this).
+    pub fn hit_blocks(&self, hashes: &[u64], known: u32) -> u32 {
+        let max = (known.saturating_sub(1) / self.block_size) as usize;
+        hashes[..max.min(hashes.len())].iter().take_while(|h| self.cache.get(**h).is_some()).count() as u32
+    }
+
     /// Rules 2 and 3: request `slot` takes the blocks of the lookup just
     /// made (they leave the free queue if they were in it), then `new` fresh
     /// blocks. The caller has checked that they fit.

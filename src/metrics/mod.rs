@@ -141,6 +141,8 @@ pub struct RunOutput {
     pub requests: Vec<RequestRecord>,
     /// Empty unless `keep_steps` was set.
     pub steps: Vec<StepRecord>,
+    /// With `cluster:` only: the replica of every request and kept step.
+    pub placement: Option<crate::cluster::Placement>,
 }
 
 /// An [`Observer`] that measures.
@@ -203,7 +205,7 @@ impl Collector {
         if scenario.model.kv_cache.prefix_caching {
             result.prefix_cache = Some(self.prefix_cache());
         }
-        RunOutput { result, requests: self.requests, steps: self.steps }
+        RunOutput { result, requests: self.requests, steps: self.steps, placement: None }
     }
 
     /// Prefix-cache totals over every admission so far.
@@ -288,6 +290,10 @@ impl Collector {
             preemptions: self.preemptions,
             deployment: None,
             prefix_cache: None,
+            router: None,
+            gpus: None,
+            replicas: None,
+            imbalance: None,
         }
     }
 }

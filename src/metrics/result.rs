@@ -50,6 +50,19 @@ pub struct RunResult {
     /// results without it keep their bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache: Option<PrefixCacheOut>,
+    /// With `cluster:` only (docs/clusters.md; absent otherwise, so
+    /// results without it keep their bytes): the router's name, the GPUs
+    /// of the whole cluster (replicas times tensor degree), each replica's
+    /// figures by index, and `imbalance`, max over mean of requests per
+    /// replica. The figures above are the aggregate over every replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<crate::cluster::ReplicaOut>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imbalance: Option<f64>,
 }
 
 /// One engine's deployment: `gpus` is what a replica costs.

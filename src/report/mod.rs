@@ -1,6 +1,7 @@
 //! Exporters: pure functions from results to bytes. The CLI decides where
 //! the bytes go.
 
+pub mod cluster;
 pub mod csv_out;
 pub mod summary;
 

@@ -151,6 +151,9 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
         if m.kv_cache.prefix_caching { ", prefix caching on" } else { "" }
     );
     let _ = writeln!(out, "workload   {}", workload_line(s));
+    if let Some(c) = &s.cluster {
+        let _ = writeln!(out, "cluster    {}", super::cluster::cluster_line(s, c));
+    }
     let _ = writeln!(out);
     let q = &r.requests;
     let _ = writeln!(
@@ -201,5 +204,6 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
             thousands(p.queried_tokens)
         );
     }
+    super::cluster::replica_table(&mut out, r);
     out
 }

@@ -321,6 +321,10 @@ impl Source for SessionSource {
         &self.current
     }
 
+    fn session(&self) -> Option<u64> {
+        self.log.last().map(|&(_, session)| session)
+    }
+
     fn done(&mut self, id: RequestId, at: SimTime) {
         let Some(&conv) = self.conversation_of.get(id as usize) else { return };
         if self.conversations[conv as usize].turns_left > 0 {
@@ -364,6 +368,14 @@ impl TraceSegments {
     /// they replace its segments.
     pub fn block_hashes(&self) -> Option<&[u64]> {
         self.hashes.as_deref()
+    }
+
+    /// The session of the row built last, keyed by its session's first
+    /// row: `None` for a row without a `session_id`.
+    pub fn session(&self) -> Option<u64> {
+        let row = *self.chain.first()?;
+        self.content.rows.get(row)?.session.as_ref()?;
+        self.chain.last().map(|&root| root as u64)
     }
 
     /// Row `i`'s segments: its session's first row's own content (hash ids,

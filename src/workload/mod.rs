@@ -44,6 +44,13 @@ pub trait Source {
     fn block_hashes(&self) -> Option<&[u64]> {
         None
     }
+    /// The conversation the request `pop` returned last belongs to, if it
+    /// is a turn of one (`workload.sessions`, or a trace row with a
+    /// `session_id`): the same key for every turn. The cluster router's
+    /// `session_affinity` keeps a conversation on one replica by it.
+    fn session(&self) -> Option<u64> {
+        None
+    }
     /// Request `id` finished (or was rejected, unless the source overrides
     /// [`Source::rejected`]) at `at`.
     fn done(&mut self, _id: RequestId, _at: SimTime) {}
@@ -151,6 +158,9 @@ impl Source for AnySource {
     }
     fn block_hashes(&self) -> Option<&[u64]> {
         self.inner().block_hashes()
+    }
+    fn session(&self) -> Option<u64> {
+        self.inner().session()
     }
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner_mut().done(id, at);
@@ -397,5 +407,9 @@ impl Source for TraceSource {
     }
     fn block_hashes(&self) -> Option<&[u64]> {
         self.content.as_ref().and_then(TraceSegments::block_hashes)
+    }
+
+    fn session(&self) -> Option<u64> {
+        self.content.as_ref()?.session()
     }
 }

@@ -8,6 +8,7 @@ mod calibrate;
 mod capacity;
 mod cli_errors;
 mod cli_run;
+mod cluster;
 mod deployment;
 mod diff;
 mod docs;

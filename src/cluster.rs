@@ -1,0 +1,370 @@
+//! Replicas behind a router (docs/clusters.md): one global
+//! discrete-event loop over every replica's steps and the arrivals.
+//!
+//! Each replica is an independent [`Engine`] of the scenario's model,
+//! hardware and parallelism. The loop always does the earliest thing next:
+//! the step with the earliest start (the lowest replica index on ties), or
+//! the next arrival if it comes no later than that step. So, **what the
+//! router sees** at an arrival at `t`: every replica has run every step
+//! that starts strictly before `t`, end effects included (even a step that
+//! ends after `t`: a deliberate, deterministic lookahead); a step starting
+//! exactly at `t` runs after the routing and can include the request.
+//!
+//! Closed loops and sessions work as with one engine: a request's end is
+//! reported to the source right after the step that ends it, so its user's
+//! next request is known before any later event. Context-length rejections
+//! happen before routing and take no round-robin turn.
+//!
+//! With one replica the loop makes exactly the calls the single-engine
+//! driver ([`crate::sim`]) makes, in the same order, so every latency is
+//! the same (a test checks it). The work per event is one pass over the
+//! replicas: finding the earliest step and, at an arrival, the router's
+//! view of every replica.
+
+pub mod router;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Cluster, Scenario};
+use crate::engine::prefix::hash::request_block_hashes;
+use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
+use crate::metrics::{Collector, CollectorOptions, RunOutput};
+use crate::sim::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
+use crate::time::SimTime;
+use crate::workload::{AnySource, Source};
+use router::{Arrival, Load, RouterState};
+
+/// What one replica did, for the result's `replicas` list.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    /// Requests routed to it.
+    pub requests: u64,
+    /// Tokens it released.
+    pub output_tokens: u64,
+    pub peak_kv_blocks: u32,
+    pub preemptions: u64,
+    pub steps: u64,
+    /// Prefix-cache tokens queried and found there.
+    pub prefix_queried: u64,
+    pub prefix_hit: u64,
+}
+
+/// Where every request and step ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// By request id: its replica, `None` if it was never routed
+    /// (rejected for its length on arrival).
+    pub requests: Vec<Option<u32>>,
+    /// The replica of every step the collector kept, in the same order
+    /// (empty unless steps are kept).
+    pub steps: Vec<u32>,
+}
+
+/// What a cluster run adds to a single engine's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterRun {
+    pub replicas: Vec<ReplicaStats>,
+    pub placement: Placement,
+}
+
+/// One replica's figures in the result JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaOut {
+    pub requests: u64,
+    pub output_tokens: u64,
+    pub peak_kv_blocks: u32,
+    pub preemptions: u64,
+    pub steps: u64,
+    /// With prefix caching only: hit tokens over queried tokens there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_hit_rate: Option<f64>,
+}
+
+impl ReplicaStats {
+    pub fn out(&self, prefix_caching: bool) -> ReplicaOut {
+        let rate = match self.prefix_queried {
+            0 => 0.0,
+            q => self.prefix_hit as f64 / q as f64,
+        };
+        ReplicaOut {
+            requests: self.requests,
+            output_tokens: self.output_tokens,
+            peak_kv_blocks: self.peak_kv_blocks,
+            preemptions: self.preemptions,
+            steps: self.steps,
+            prefix_hit_rate: prefix_caching.then_some(rate),
+        }
+    }
+}
+
+/// Max over mean of requests per replica (1 when nothing was routed).
+pub fn imbalance(replicas: &[ReplicaStats]) -> f64 {
+    let total: u64 = replicas.iter().map(|r| r.requests).sum();
+    let max = replicas.iter().map(|r| r.requests).max().unwrap_or(0);
+    match total {
+        0 => 1.0,
+        _ => max as f64 * replicas.len() as f64 / total as f64,
+    }
+}
+
+/// Runs a scenario with a `cluster:` and collects its metrics: the
+/// aggregate figures over all requests (steps pooled over replicas, so
+/// `kv.peak_blocks` is the largest replica's), plus `router`, `gpus`,
+/// `replicas` and `imbalance`.
+pub fn run<O: Observer>(
+    scenario: &Scenario,
+    cluster: &Cluster,
+    options: CollectorOptions,
+    extra: &mut O,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunOutput, SimError> {
+    let cfg = scenario.engine_config();
+    let mut engines: Vec<Engine> = (0..cluster.replicas).map(|_| Engine::new(cfg.clone())).collect();
+    let mut source = AnySource::new(scenario);
+    let mut collector = Collector::new(scenario.capacity.num_blocks, options);
+    let weight = cluster.overlap_weight.unwrap_or(crate::config::cluster::DEFAULT_OVERLAP_WEIGHT);
+    let mut router = RouterState::new(cluster.router, weight, scenario.workload.seed);
+    let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
+    let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: options.keep_steps };
+    let run = drive_cluster(
+        &mut engines,
+        &mut router,
+        &mut source,
+        &mut (&mut collector, extra),
+        &setup,
+        |_, _, _| {},
+        progress,
+    )?;
+    let mut out = collector.finish(scenario);
+    let caching = scenario.model.kv_cache.prefix_caching;
+    let r = &mut out.result;
+    r.router = Some(cluster.router.as_str().to_string());
+    r.gpus = Some(cluster.replicas * scenario.deployment.gpus());
+    r.replicas = Some(run.replicas.iter().map(|s| s.out(caching)).collect());
+    r.imbalance = Some(imbalance(&run.replicas));
+    out.placement = Some(run.placement);
+    Ok(out)
+}
+
+/// How a cluster run is driven.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Setup {
+    pub limits: RunLimits,
+    /// `latency.request_overhead_ms` in nanoseconds: a request is routed
+    /// and joins its replica that long after it arrives.
+    pub delay_ns: u64,
+    /// Record the replica of every step (for `--steps-csv`).
+    pub keep_steps: bool,
+}
+
+/// The global loop over `engines` (the replicas) and `source`.
+/// `after_step` sees the replica that stepped, by index, after each step.
+pub fn drive_cluster<S, O, F>(
+    engines: &mut [Engine],
+    router: &mut RouterState,
+    source: &mut S,
+    obs: &mut O,
+    setup: &Setup,
+    after_step: F,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<ClusterRun, SimError>
+where
+    S: Source,
+    O: Observer,
+    F: FnMut(usize, &Engine, &mut O),
+{
+    let mut tap = Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
+    match setup.delay_ns {
+        0 => cluster_loop(engines, router, source, &mut tap, setup, after_step, progress),
+        ns => {
+            let mut delayed = Delayed { inner: source, ns };
+            cluster_loop(engines, router, &mut delayed, &mut tap, setup, after_step, progress)
+        }
+    }
+}
+
+/// The earliest next step over the replicas: its start and replica, the
+/// lowest index on ties.
+fn earliest_step(engines: &[Engine]) -> Option<(SimTime, usize)> {
+    let mut best: Option<(SimTime, usize)> = None;
+    for (r, e) in engines.iter().enumerate() {
+        if let Some(t) = e.next_step_at()
+            && best.is_none_or(|(b, _)| t < b)
+        {
+            best = Some((t, r));
+        }
+    }
+    best
+}
+
+fn cluster_loop<S, O, F>(
+    engines: &mut [Engine],
+    router: &mut RouterState,
+    source: &mut S,
+    tap: &mut Tap<'_, O>,
+    setup: &Setup,
+    mut after_step: F,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<ClusterRun, SimError>
+where
+    S: Source,
+    O: Observer,
+    F: FnMut(usize, &Engine, &mut O),
+{
+    let limits = &setup.limits;
+    let mut at = Progress::default();
+    let mut run = ClusterRun { replicas: vec![ReplicaStats::default(); engines.len()], ..ClusterRun::default() };
+    let mut outstanding = vec![0u64; engines.len()];
+    let mut loads = vec![Load::default(); engines.len()];
+    let Some(first) = engines.first() else { return Ok(run) };
+    let (hashing, block_size) = (first.config().prefix_caching, first.config().capacity.block_size);
+    let context = u64::from(first.config().context_length);
+    let affinity = router.policy() == crate::config::Router::PrefixAffinity;
+    let mut hashes = Vec::new();
+    loop {
+        let next_step = earliest_step(engines);
+        if let Some(when) = source.peek()
+            && next_step.is_none_or(|(t, _)| when <= t)
+        {
+            // An arrival no later than every replica's next step: route it.
+            at.now = when;
+            if when > limits.max_time {
+                return Err(SimError::TimeLimit { at: when, limit: limits.max_time, progress: at });
+            }
+            let Some(req) = source.pop() else { continue };
+            at.requests += 1;
+            if at.requests > limits.max_requests {
+                let (limit, rejected) = (limits.max_requests, tap.rejected);
+                return Err(SimError::TooManyRequests { limit, rejected, progress: at });
+            }
+            let placed = &mut run.placement.requests;
+            if placed.len() <= req.id as usize {
+                placed.resize(req.id as usize + 1, None);
+            }
+            if u64::from(req.prompt) + u64::from(req.output) > context {
+                // Rejected before routing, as the engine would on arrival.
+                tap.arrived(req.id, req.arrival, req.prompt, req.output);
+                tap.rejected(req.id, req.arrival, RejectReason::ContextLength);
+                source.rejected(req.id, when);
+            } else {
+                if hashing {
+                    // A recorded trace's named blocks replace its segments' hashes.
+                    match source.block_hashes() {
+                        Some(named) => {
+                            hashes.clear();
+                            hashes.extend_from_slice(named);
+                        }
+                        None => request_block_hashes(&req, source.segments(), block_size, &mut hashes),
+                    }
+                }
+                for (r, e) in engines.iter().enumerate() {
+                    loads[r] = Load {
+                        outstanding: outstanding[r],
+                        active_blocks: u64::from(e.kv_blocks_used()) + e.queued_blocks(),
+                        hit_blocks: if affinity { e.prefix_hit_blocks(&hashes, req.prompt) } else { 0 },
+                    };
+                }
+                let arrival = Arrival {
+                    prompt_blocks: u64::from(req.prompt).div_ceil(u64::from(block_size)),
+                    session: source.session(),
+                };
+                let r = router.route(&arrival, &loads);
+                placed[req.id as usize] = Some(r as u32);
+                outstanding[r] += 1;
+                let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap };
+                let submitted = match hashing {
+                    true => engines[r].submit_with_hashes(req, &hashes, &mut o),
+                    false => engines[r].submit(req, &mut o),
+                };
+                if submitted.is_err() {
+                    outstanding[r] -= 1;
+                    source.rejected(req.id, when);
+                }
+            }
+            if let Some(why) = source.stalled() {
+                return Err(SimError::Stalled { why, progress: at });
+            }
+            continue;
+        }
+        let Some((start, r)) = next_step else { break };
+        at.now = start;
+        if start > limits.max_time {
+            return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
+        }
+        let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap };
+        if engines[r].step(&mut o).is_some() {
+            at.steps += 1;
+            if at.steps > limits.max_steps {
+                return Err(SimError::TooManySteps { limit: limits.max_steps, progress: at });
+            }
+            if at.steps % PROGRESS_EVERY == 0 {
+                progress(&at);
+            }
+            if setup.keep_steps {
+                run.placement.steps.push(r as u32);
+            }
+        }
+        if engines[r].clock() > limits.max_time {
+            return Err(SimError::TimeLimit { at: engines[r].clock(), limit: limits.max_time, progress: at });
+        }
+        after_step(r, &engines[r], tap.inner);
+        for (id, when, finished) in tap.done.drain(..) {
+            if let Some(Some(replica)) = run.placement.requests.get(id as usize) {
+                outstanding[*replica as usize] -= 1;
+            }
+            match finished {
+                true => source.done(id, when),
+                false => source.rejected(id, when),
+            }
+        }
+        if let Some(why) = source.stalled() {
+            return Err(SimError::Stalled { why, progress: at });
+        }
+    }
+    Ok(run)
+}
+
+/// Counts one replica's events into its [`ReplicaStats`] and forwards them.
+struct OnReplica<'a, O> {
+    stats: &'a mut ReplicaStats,
+    inner: &'a mut O,
+}
+
+impl<O: Observer> Observer for OnReplica<'_, O> {
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
+        self.stats.requests += 1;
+        self.inner.arrived(id, at, prompt, output);
+    }
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
+        self.inner.scheduled(id, at, tokens, computed);
+    }
+    fn preempted(&mut self, id: RequestId, at: SimTime) {
+        self.stats.preemptions += 1;
+        self.inner.preempted(id, at);
+    }
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        self.stats.output_tokens += 1;
+        self.inner.token(id, at, index);
+    }
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.inner.finished(id, at);
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
+        self.inner.rejected(id, at, reason);
+    }
+    fn aborted(&mut self, id: RequestId, at: SimTime) {
+        self.inner.aborted(id, at);
+    }
+    fn step(&mut self, step: &StepRecord) {
+        self.stats.steps += 1;
+        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(step.kv_blocks_used);
+        self.inner.step(step);
+    }
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
+        self.stats.prefix_queried += u64::from(queried);
+        self.stats.prefix_hit += u64::from(hit);
+        self.inner.prefix_lookup(id, at, queried, hit);
+    }
+}

@@ -1,0 +1,347 @@
+//! Clusters (docs/clusters.md), checked from outside: seeded
+//! randomized scenarios over every router with open and closed loops,
+//! sessions, shared prefixes, small caches and overload; one replica gives
+//! exactly the single engine's results; bad cluster input exits 2.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use llmsim::cluster::router::RouterState;
+use llmsim::cluster::{Setup, drive_cluster};
+use llmsim::config::{self, Router, Scenario};
+use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
+use llmsim::metrics::CollectorOptions;
+use llmsim::sim::{self, RunLimits};
+use llmsim::time::SimTime;
+use llmsim::workload::AnySource;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::support::*;
+
+fn scenario(text: &str) -> Scenario {
+    let file = Path::new("cluster-test.yml");
+    let raw = config::parse_str(text, file).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    config::validate::scenario(raw, file).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// A random small scenario; `cluster` is appended as given.
+fn random_scenario(rng: &mut ChaCha8Rng, cluster: &str) -> String {
+    let caching = rng.random_bool(0.5) || cluster.contains("prefix_affinity");
+    let blocks = [40, 120, 2000][rng.random_range(0..3)];
+    let arrivals = match rng.random_range(0..4) {
+        0 => format!("poisson: {{rate: {}}}", [5, 50, 400][rng.random_range(0..3)]),
+        1 => format!("constant: {{rate: {}}}", [10, 200][rng.random_range(0..2)]),
+        2 => format!("gamma: {{rate: 100, burstiness: {}}}", [0.2, 3.0][rng.random_range(0..2)]),
+        _ => format!(
+            "closed: {{concurrency: {}, think_time_s: {}}}",
+            rng.random_range(1..40),
+            [0.0, 0.01][rng.random_range(0..2)]
+        ),
+    };
+    let content = match rng.random_range(0..3) {
+        0 => String::new(),
+        1 => format!("  shared_prefix: {{groups: {}, tokens: {}}}\n", rng.random_range(1..5), rng.random_range(1..300)),
+        _ => "  sessions: {turns: {uniform: [1, 4]}, think_s: 0.02}\n".to_string(),
+    };
+    format!(
+        "hardware: {{hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}}
+model:
+  context_length: {ctx}
+  weights: {{parameters_billions: 6.74}}
+  kv_cache: {{bytes_per_token: 524288, block_size: {bs}, num_blocks: {blocks}, prefix_caching: {caching}}}
+scheduler: {{max_batch_tokens: {mbt}, max_num_sequences: {seqs}}}
+latency: {{request_overhead_ms: {overhead}}}
+workload:
+  seed: {seed}
+  arrivals: {{{arrivals}}}
+  requests: {n}
+  prompt_tokens: {{uniform: [1, 700]}}
+  output_tokens: {{uniform: [1, 80]}}
+{content}{cluster}",
+        ctx = [600, 4096][rng.random_range(0..2)],
+        bs = [1, 16, 32][rng.random_range(0..3)],
+        mbt = [64, 512, 8192][rng.random_range(0..3)],
+        seqs = [2, 16, 256][rng.random_range(0..3)],
+        overhead = [0.0, 3.0][rng.random_range(0..2)],
+        seed = rng.random::<u32>(),
+        n = rng.random_range(1..150),
+    )
+}
+
+/// Records every request's terminal events and the replica of every
+/// event that names one (from the stepping replica).
+#[derive(Default)]
+struct Ends {
+    arrived: u64,
+    /// id -> (finished or rejected events, rejected before routing)
+    ends: BTreeMap<RequestId, (u32, bool)>,
+    /// Events since the last step, waiting for its replica.
+    pending: Vec<RequestId>,
+    /// id -> replicas that produced its tokens or its end.
+    seen_on: BTreeMap<RequestId, Vec<usize>>,
+    tokens: u64,
+}
+
+impl Observer for Ends {
+    fn arrived(&mut self, _: RequestId, _: SimTime, _: u32, _: u32) {
+        self.arrived += 1;
+    }
+    fn token(&mut self, id: RequestId, _: SimTime, _: u32) {
+        self.tokens += 1;
+        self.pending.push(id);
+    }
+    fn finished(&mut self, id: RequestId, _: SimTime) {
+        self.ends.entry(id).or_default().0 += 1;
+        self.pending.push(id);
+    }
+    fn rejected(&mut self, id: RequestId, _: SimTime, reason: RejectReason) {
+        let e = self.ends.entry(id).or_default();
+        e.0 += 1;
+        if reason == RejectReason::ContextLength {
+            e.1 = true;
+        } else {
+            self.pending.push(id);
+        }
+    }
+    fn step(&mut self, _: &StepRecord) {}
+}
+
+#[test]
+fn every_request_ends_once_on_one_replica_and_every_replica_keeps_its_invariants() {
+    let mut totals = BTreeMap::<&str, u64>::new();
+    for seed in 0..300u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let policy = Router::ALL[rng.random_range(0..Router::ALL.len())];
+        let replicas = rng.random_range(1..6usize);
+        let weight = [0.0, 1.0, 4.0][rng.random_range(0..3)];
+        let cluster = match policy {
+            Router::PrefixAffinity => {
+                format!("cluster: {{replicas: {replicas}, router: prefix_affinity, overlap_weight: {weight}}}\n")
+            }
+            p => format!("cluster: {{replicas: {replicas}, router: {}}}\n", p.as_str()),
+        };
+        let text = random_scenario(&mut rng, &cluster);
+        let s = scenario(&text);
+        let mut engines: Vec<Engine> = (0..replicas).map(|_| Engine::new(s.engine_config())).collect();
+        let mut router = RouterState::new(policy, weight, s.workload.seed);
+        let mut source = AnySource::new(&s);
+        let mut obs = Ends::default();
+        let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
+        let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: false };
+        let run = drive_cluster(
+            &mut engines,
+            &mut router,
+            &mut source,
+            &mut obs,
+            &setup,
+            |r, e: &Engine, o: &mut Ends| {
+                e.check_invariants().unwrap_or_else(|err| panic!("seed {seed}, replica {r}: {err}"));
+                for id in o.pending.drain(..) {
+                    o.seen_on.entry(id).or_default().push(r);
+                }
+            },
+            &mut |_| {},
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        let ctx = format!("seed {seed}\n{text}");
+        assert!(engines.iter().all(Engine::is_idle), "{ctx}");
+        assert_eq!(obs.ends.len() as u64, obs.arrived, "every arrival ends: {ctx}");
+        for (&id, &(ends, before_routing)) in &obs.ends {
+            assert_eq!(ends, 1, "request {id} ended {ends} times: {ctx}");
+            let placed = run.placement.requests[id as usize];
+            assert_eq!(placed.is_none(), before_routing, "request {id}: {ctx}");
+            if let Some(r) = placed {
+                let on = obs.seen_on.get(&id).map(Vec::as_slice).unwrap_or_default();
+                assert!(on.iter().all(|&x| x == r as usize), "request {id} placed on {r}, ran on {on:?}: {ctx}");
+                assert!(!on.is_empty(), "request {id} ended on no replica: {ctx}");
+            }
+        }
+        let routed = run.placement.requests.iter().flatten().count() as u64;
+        assert_eq!(run.replicas.iter().map(|x| x.requests).sum::<u64>(), routed, "{ctx}");
+        assert_eq!(run.replicas.iter().map(|x| x.output_tokens).sum::<u64>(), obs.tokens, "{ctx}");
+        for (r, x) in run.replicas.iter().enumerate() {
+            let count = run.placement.requests.iter().filter(|p| **p == Some(r as u32)).count() as u64;
+            assert_eq!(x.requests, count, "replica {r}: {ctx}");
+            assert!(x.peak_kv_blocks <= engines[r].kv_blocks_total(), "{ctx}");
+        }
+        *totals.entry(policy.as_str()).or_default() += 1;
+        *totals.entry("requests").or_default() += obs.arrived;
+        *totals.entry("rejected before routing").or_default() += obs.ends.values().filter(|e| e.1).count() as u64;
+        *totals.entry("preemptions").or_default() += run.replicas.iter().map(|x| x.preemptions).sum::<u64>();
+    }
+    // The generator reaches every router, rejections and preemptions.
+    for key in ["rejected before routing", "preemptions"].into_iter().chain(Router::ALL.map(Router::as_str)) {
+        assert!(totals.get(key).copied().unwrap_or(0) > 5, "{key}: {totals:?}");
+    }
+    eprintln!("cluster invariants held: {totals:?}");
+}
+
+#[test]
+fn one_replica_gives_the_single_engine_results_with_any_router() {
+    for seed in 0..60u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(1000 + seed);
+        let text = random_scenario(&mut rng, "");
+        let plain = sim::run(&scenario(&text), CollectorOptions { keep_steps: true }).unwrap();
+        let caching = text.contains("prefix_caching: true");
+        for policy in Router::ALL {
+            if policy == Router::PrefixAffinity && !caching {
+                continue;
+            }
+            let with = format!("{text}cluster: {{replicas: 1, router: {}}}\n", policy.as_str());
+            let one = sim::run(&scenario(&with), CollectorOptions { keep_steps: true }).unwrap();
+            let mut result = one.result.clone();
+            assert_eq!(result.replicas.as_ref().map(Vec::len), Some(1));
+            assert_eq!(result.imbalance, Some(1.0));
+            (result.router, result.gpus, result.replicas, result.imbalance) = (None, None, None, None);
+            let ctx = format!("seed {seed}, {}\n{text}", policy.as_str());
+            assert_eq!(result, plain.result, "{ctx}");
+            assert_eq!(one.requests, plain.requests, "{ctx}");
+            assert_eq!(one.steps, plain.steps, "{ctx}");
+        }
+    }
+}
+
+#[test]
+fn a_scenario_without_a_cluster_writes_no_cluster_fields_or_columns() {
+    let dir = tempdir();
+    let (json, req, steps) = (dir.path().join("r.json"), dir.path().join("r.csv"), dir.path().join("s.csv"));
+    TestCommand::new(&["run", "scenarios/base.yml", "-q", "--set", "workload.requests=50", "--json"])
+        .arg(&json)
+        .arg("--requests-csv")
+        .arg(&req)
+        .arg("--steps-csv")
+        .arg(&steps)
+        .ok();
+    let text = std::fs::read_to_string(&json).unwrap();
+    for key in ["\"replicas\"", "\"imbalance\"", "\"router\"", "\"gpus\""] {
+        assert!(!text.contains(key), "{key} in {text}");
+    }
+    for f in [&req, &steps] {
+        let head = std::fs::read_to_string(f).unwrap();
+        assert!(!head.lines().next().unwrap().contains("replica"), "{head}");
+    }
+}
+
+#[test]
+fn a_cluster_run_reports_replicas_imbalance_and_replica_columns() {
+    let dir = tempdir();
+    let (json, req, steps) = (dir.path().join("r.json"), dir.path().join("r.csv"), dir.path().join("s.csv"));
+    let mut cmd = TestCommand::new(&["run", "scenarios/base.yml", "--set", "workload.requests=90"]);
+    for a in ["--set", "cluster.replicas=3", "--set", "cluster.router=round_robin", "--json"] {
+        cmd = cmd.arg(a);
+    }
+    let out = cmd.arg(&json).arg("--requests-csv").arg(&req).arg("--steps-csv").arg(&steps).ok();
+    let stdout = out.stdout();
+    for want in ["cluster    3 replicas x 1 GPU = 3 GPUs, router round_robin", "imbalance  1.000"] {
+        assert!(stdout.contains(want), "{want}\n{stdout}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["router"], "round_robin");
+    assert_eq!(v["gpus"], 3);
+    assert_eq!(v["imbalance"], 1.0);
+    let replicas = v["replicas"].as_array().unwrap();
+    // 90 requests, round robin over 3: 30 each, 64 tokens each.
+    for r in replicas {
+        assert_eq!(r["requests"], 30);
+        assert_eq!(r["output_tokens"], 30 * 64);
+    }
+    let rows = std::fs::read_to_string(&req).unwrap();
+    let mut lines = rows.lines();
+    assert!(lines.next().unwrap().ends_with(",replica"));
+    for (k, line) in lines.enumerate() {
+        assert!(line.ends_with(&format!(",{}", k % 3)), "{line}");
+    }
+    let steps = std::fs::read_to_string(&steps).unwrap();
+    let per: Vec<usize> =
+        (0..3).map(|r| steps.lines().skip(1).filter(|l| l.ends_with(&format!(",{r}"))).count()).collect();
+    for (r, n) in per.iter().enumerate() {
+        assert_eq!(*n as u64, replicas[r]["steps"].as_u64().unwrap());
+    }
+}
+
+#[test]
+fn bad_cluster_input_exits_2_with_what_is_allowed() {
+    let bad = |sets: &[&str], fragments: &[&str]| {
+        let mut cmd = TestCommand::new(&["run", "scenarios/base.yml"]);
+        for s in sets {
+            cmd = cmd.arg("--set").arg(s);
+        }
+        cmd.fails_with(2).stderr_has(fragments);
+    };
+    bad(&["cluster.replicas=0"], &["cluster.replicas", "0 is not allowed", "1 to 10,000"]);
+    bad(
+        &["cluster.router=fastest"],
+        &[
+            "cluster.router",
+            "unknown router `fastest`",
+            "round_robin, random, least_outstanding, least_kv, prefix_affinity, session_affinity",
+        ],
+    );
+    bad(&["cluster.router=prefix_affinity"], &["cluster.router", "prefix_caching is off"]);
+    bad(
+        &["cluster.router=least_kv", "cluster.overlap_weight=2"],
+        &["cluster.overlap_weight", "prefix_affinity router only"],
+    );
+    bad(
+        &["cluster.router=prefix_affinity", "model.kv_cache.prefix_caching=true", "cluster.overlap_weight=-1"],
+        &["cluster.overlap_weight", "-1 is not allowed"],
+    );
+}
+
+#[test]
+fn capacity_sizes_a_fleet_by_simulating_the_cluster_at_the_target_rate() {
+    let dir = tempdir();
+    let json = dir.path().join("cap.json");
+    let mut cmd = TestCommand::new(&["capacity", "scenarios/base.yml", "-q", "--slo", "ttft_p99_ms=200"]);
+    for a in ["--target-rate", "200", "--set", "cluster.router=least_outstanding", "--seeds", "2"] {
+        cmd = cmd.arg(a);
+    }
+    cmd.arg("--requests").arg("3000").arg("--json").arg(&json).ok();
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let fleet = &v["fleet"];
+    let k = fleet["replicas"].as_u64().unwrap();
+    assert_eq!(fleet["router"], "least_outstanding");
+    assert_eq!(fleet["gpus"].as_u64(), Some(k));
+    assert_eq!(fleet["at_replicas"]["pass"], true);
+    // The answer is the smallest count that passed: k passed, k - 1 was
+    // tried and failed (or k is 1), and no smaller count passed.
+    let probes = fleet["probes"].as_array().unwrap();
+    for p in probes {
+        let (n, pass) = (p["replicas"].as_u64().unwrap(), p["pass"].as_bool().unwrap());
+        assert_eq!(pass, n >= k, "{p}");
+        assert_eq!(p["rate_rps"].as_f64(), Some(200.0));
+    }
+    assert!(k == 1 || probes.iter().any(|p| p["replicas"].as_u64() == Some(k - 1)));
+    // One replica's max rate is below 200 req/s, so the fleet needs more than one.
+    assert!(v["max_rate_rps"].as_f64().unwrap() < 200.0 && k > 1, "{v}");
+}
+
+#[test]
+fn sweep_varies_the_router_and_the_replica_count_as_axes() {
+    let dir = tempdir();
+    let csv = dir.path().join("sweep.csv");
+    let mut cmd = TestCommand::new(&["sweep", "scenarios/clusters/chat-fleet.yml", "-q"]);
+    for a in ["--set", "workload.requests=400", "--set", "cluster.router=round_robin,prefix_affinity"] {
+        cmd = cmd.arg(a);
+    }
+    cmd.arg("--set").arg("cluster.replicas=1,3").arg("--csv").arg(&csv).ok();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let (router, replicas) = (
+        header.iter().position(|h| *h == "cluster.router").expect("a router column"),
+        header.iter().position(|h| *h == "cluster.replicas").expect("a replicas column"),
+    );
+    let points: Vec<(String, String)> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let cells: Vec<&str> = l.split(',').collect();
+            (cells[router].to_string(), cells[replicas].to_string())
+        })
+        .collect();
+    assert_eq!(points.len(), 4, "{text}");
+    for want in [("round_robin", "1"), ("round_robin", "3"), ("prefix_affinity", "1"), ("prefix_affinity", "3")] {
+        assert!(points.contains(&(want.0.to_string(), want.1.to_string())), "{want:?} in {text}");
+    }
+}
