@@ -65,21 +65,5 @@ fn search_dirs(scenario_file: &Path) -> Vec<PathBuf> {
 
 /// Every profile name reachable from this scenario, sorted.
 pub fn known_names(scenario_file: &Path) -> Vec<String> {
-    let mut names: Vec<String> = BUILTIN.iter().map(|(n, _)| (*n).to_string()).collect();
-    for dir in search_dirs(scenario_file) {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "yml")
-                && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
-            {
-                names.push(stem.to_string());
-            }
-        }
-    }
-    names.sort();
-    names.dedup();
-    names
+    super::yml_names(BUILTIN.iter().map(|(n, _)| *n), &search_dirs(scenario_file))
 }

@@ -200,3 +200,22 @@ fn untag(v: serde_yaml::Value) -> serde_yaml::Value {
         other => other,
     }
 }
+
+/// The built-in names and the stem of every `.yml` file in `dirs`, sorted
+/// and without repeats: what a named profile, model or calibration may be.
+pub(crate) fn yml_names<'a>(builtin: impl Iterator<Item = &'a str>, dirs: &[std::path::PathBuf]) -> Vec<String> {
+    let mut names: Vec<String> = builtin.map(str::to_string).collect();
+    for dir in dirs {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "yml")
+                && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
+            {
+                names.push(stem.to_string());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
