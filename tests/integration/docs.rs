@@ -11,8 +11,7 @@ fn root() -> PathBuf {
 }
 
 /// Markdown files whose links are checked, each with the directory its
-/// links are relative to. `docs/README.next.md` is the README to come: it
-/// will live at the root, so its links are relative to the root.
+/// links are relative to.
 fn pages() -> Vec<(PathBuf, PathBuf)> {
     let mut out = vec![(root().join("README.md"), root())];
     let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
@@ -22,8 +21,7 @@ fn pages() -> Vec<(PathBuf, PathBuf)> {
         .collect();
     docs.sort();
     for p in docs {
-        let base = if p.ends_with("README.next.md") { root() } else { root().join("docs") };
-        out.push((p, base));
+        out.push((p, root().join("docs")));
     }
     out
 }
@@ -139,12 +137,7 @@ fn sources() -> Vec<PathBuf> {
     for d in ["src", "tests", "benches", "scenarios", "hardware", "docs"] {
         walk(&root().join(d), &mut out);
     }
-    // Until docs/README.next.md replaces it, README.md is the old one,
-    // which still cites the notes; once the new one is in place, it is
-    // checked like every other file.
-    if !root().join("docs/README.next.md").exists() {
-        out.push(root().join("README.md"));
-    }
+    out.push(root().join("README.md"));
     out.push(root().join("Cargo.toml"));
     out
 }
