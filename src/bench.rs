@@ -16,7 +16,7 @@
 
 pub mod client;
 pub mod health;
-pub mod report;
+pub mod result;
 pub mod schedule;
 pub mod table;
 

@@ -20,7 +20,7 @@ pub mod fidelity;
 pub mod keys;
 pub mod optim;
 pub mod profile;
-pub mod report;
+pub mod render;
 pub mod runs;
 
 use std::collections::BTreeMap;

@@ -56,7 +56,7 @@
 //! `--requests N` (100 to 1,000,000) sets every probe's size instead.
 
 pub mod fleet;
-pub mod report;
+pub mod render;
 pub mod saturation;
 pub mod search;
 pub mod slo;

@@ -38,7 +38,7 @@ use router::{Arrival, Load, RouterState};
 
 /// What one replica did, for the result's `replicas` list.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReplicaStats {
+pub struct ReplicaCounts {
     /// Requests routed to it.
     pub requests: u64,
     /// Tokens it released.
@@ -65,7 +65,7 @@ pub struct Placement {
 /// What a cluster run adds to a single engine's.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterRun {
-    pub replicas: Vec<ReplicaStats>,
+    pub replicas: Vec<ReplicaCounts>,
     pub placement: Placement,
 }
 
@@ -82,7 +82,7 @@ pub struct ReplicaOut {
     pub prefix_hit_rate: Option<f64>,
 }
 
-impl ReplicaStats {
+impl ReplicaCounts {
     pub fn out(&self, prefix_caching: bool) -> ReplicaOut {
         let rate = match self.prefix_queried {
             0 => 0.0,
@@ -100,7 +100,7 @@ impl ReplicaStats {
 }
 
 /// Max over mean of requests per replica (1 when nothing was routed).
-pub fn imbalance(replicas: &[ReplicaStats]) -> f64 {
+pub fn imbalance(replicas: &[ReplicaCounts]) -> f64 {
     let total: u64 = replicas.iter().map(|r| r.requests).sum();
     let max = replicas.iter().map(|r| r.requests).max().unwrap_or(0);
     match total {
@@ -215,7 +215,7 @@ where
 {
     let limits = &setup.limits;
     let mut at = Progress::default();
-    let mut run = ClusterRun { replicas: vec![ReplicaStats::default(); engines.len()], ..ClusterRun::default() };
+    let mut run = ClusterRun { replicas: vec![ReplicaCounts::default(); engines.len()], ..ClusterRun::default() };
     let mut outstanding = vec![0u64; engines.len()];
     let mut loads = vec![Load::default(); engines.len()];
     let Some(first) = engines.first() else { return Ok(run) };
@@ -326,9 +326,9 @@ where
     Ok(run)
 }
 
-/// Counts one replica's events into its [`ReplicaStats`] and forwards them.
+/// Counts one replica's events into its [`ReplicaCounts`] and forwards them.
 struct OnReplica<'a, O> {
-    stats: &'a mut ReplicaStats,
+    stats: &'a mut ReplicaCounts,
     inner: &'a mut O,
 }
 

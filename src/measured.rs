@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::config::ConfigError;
 use crate::time::SimTime;
-use crate::workload::trace::TraceRow;
+use crate::trace::TraceRow;
 
 /// The tool that wrote a measured file.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -20,15 +20,15 @@ pub mod feed;
 pub mod fixed;
 pub mod logprobs;
 pub mod openai;
+pub mod percentiles;
 pub mod prefix;
 pub mod prom;
 pub mod record;
 pub mod request;
 pub mod routes;
 pub mod sse;
-pub mod stats;
 pub mod stop;
-pub mod summary;
+pub mod telemetry;
 pub mod tokenize;
 
 pub use crate::content;
@@ -47,7 +47,7 @@ use crate::time::SimTime;
 use engine_task::{Command, EngineTask, Sinks, lock};
 use errors::ApiError;
 use record::Recorder;
-use stats::{Gauges, ModelStats};
+use telemetry::{Gauges, ModelTelemetry};
 
 pub use content::Responses;
 
@@ -187,7 +187,7 @@ impl App {
                 None => None,
             };
             let sinks = Sinks {
-                stats: Arc::new(Mutex::new(ModelStats::new(spec.context_length))),
+                stats: Arc::new(Mutex::new(ModelTelemetry::new(spec.context_length))),
                 gauges: Arc::new(Gauges::default()),
                 recorder,
             };

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::metrics::RunResult;
 use metric::Metric;
-use stats::Summary;
+use stats::Estimate;
 
 /// Most points one sweep may have.
 pub const MAX_POINTS: usize = 1_000_000;
@@ -51,9 +51,9 @@ pub struct PointResult {
 
 impl PointResult {
     /// A metric over this point's seeds.
-    pub fn summary(&self, m: Metric) -> Summary {
+    pub fn summary(&self, m: Metric) -> Estimate {
         let values: Vec<Option<f64>> = self.results.iter().map(|r| m.value(r)).collect();
-        Summary::of(&values)
+        Estimate::of(&values)
     }
 }
 

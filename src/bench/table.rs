@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-use super::report::{BenchJson, server_figure};
+use super::result::{BenchJson, server_figure};
 use super::{BenchRun, Load, ServerSummary};
 use crate::report::opt;
 
@@ -80,7 +80,7 @@ pub fn render(run: &BenchRun, j: &BenchJson) -> String {
         h.cpu_cores
     );
     let _ = writeln!(out, "server     {}", server_line(&run.server));
-    let model = server_summary(&run.server).map(|s| super::report::for_model(s, &c.model));
+    let model = server_summary(&run.server).map(|s| super::result::for_model(s, &c.model));
     if let Some(faults) = model.and_then(|m| m.get("faults")).and_then(Value::as_object) {
         let kinds: Vec<String> =
             faults.iter().filter(|(_, n)| n.as_u64().unwrap_or(0) > 0).map(|(k, n)| format!("{k} {n}")).collect();
@@ -91,7 +91,7 @@ pub fn render(run: &BenchRun, j: &BenchJson) -> String {
         );
     }
     let _ = writeln!(out);
-    table(&mut out, j, server_summary(&run.server).map(|s| super::report::for_model(s, &c.model)));
+    table(&mut out, j, server_summary(&run.server).map(|s| super::result::for_model(s, &c.model)));
     let late = j.queue_times.iter().copied().fold(0.0, f64::max) * 1e3;
     if late > 1.0 {
         let _ = writeln!(

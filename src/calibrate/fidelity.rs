@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
 
-use super::report::{Model, median_error};
+use super::render::{Model, median_error};
 use super::runs::{LoadOptions, Run, ScenarioSource};
 use super::{Error, Outcome, Setup, error_pct, keys, profile};
 use crate::sweep::metric::{Family, Metric, Stat};
@@ -185,7 +185,7 @@ pub fn section(suite: &Suite, o: &Outcome) -> String {
         "| metric | uncalibrated | calibrated | leave-one-experiment-out | published anchor | goal (leave-one-out) |\n\
          |---|---:|---:|---:|---:|---|\n",
     );
-    for m in super::report::metrics_seen(o) {
+    for m in super::render::metrics_seen(o) {
         let cell = |model| med(median_error(o, m, model, false));
         let (anchor, goal) = match GOALS.iter().find(|(g, _, _)| *g == m) {
             Some((_, a, g)) => {

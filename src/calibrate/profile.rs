@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::report::{Model, median_error, metrics_seen};
+use super::render::{Model, median_error, metrics_seen};
 use super::{Outcome, error_pct};
 
 /// Keys a profile can hold: those under `efficiency.` and `latency.`.

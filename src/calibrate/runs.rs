@@ -40,7 +40,7 @@ use crate::measured::inference_perf::{self, InferencePerfRun, LoadType};
 use crate::measured::{LoadLevel, MetricKind, Tool, table};
 use crate::metrics::percentile::percentile_sorted;
 use crate::sweep::metric::{Family, Metric, Stat};
-use crate::workload::trace::TraceRow;
+use crate::trace::TraceRow;
 
 /// The measured-file shapes, for messages.
 pub const KNOWN_SHAPES: &str = "known shapes: a per-request JSON (llmsim bench, vllm bench serve --save-detailed, \
@@ -343,7 +343,7 @@ pub fn growing_queue(mut points: Vec<(f64, f64)>) -> Option<String> {
 const LATENCY_COLUMNS: [&str; 3] = ["ttft_ms", "e2e_ms", "tpot_ms"];
 
 fn from_trace_csv(src: &ScenarioSource, text: &str, file: &Path) -> Result<Vec<Run>, ConfigError> {
-    let all = crate::workload::trace::parse(text, file)?;
+    let all = crate::trace::parse(text, file)?;
     let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
     let headers = reader.headers().map_err(|e| ConfigError::new(file, "line 1", e.to_string()))?.clone();
     let col = |name: &str| headers.iter().position(|h| h == name);

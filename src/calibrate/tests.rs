@@ -129,7 +129,7 @@ fn a_lone_run_has_no_leave_one_out_and_held_out_runs_are_not_fitted() {
     let o = calibrate(runs, holdout, &Setup::new(keys)).unwrap();
     assert!(o.outcomes[0].in_fit && o.outcomes[0].loo.is_none());
     assert!(o.outcomes[1].holdout && !o.outcomes[1].in_fit);
-    let text = report::render(&o, "base.yml");
+    let text = render::render(&o, "base.yml");
     assert!(text.contains("[held out]") && text.contains("held-out runs (not in the fit)"), "{text}");
 }
 

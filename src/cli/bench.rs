@@ -14,7 +14,7 @@ use super::{CliError, csv_failure, print, write_output};
 use crate::bench::client::Endpoint;
 use crate::bench::{self, BenchConfig, Load};
 use crate::time::SimTime;
-use crate::workload::trace::{self, TraceRow};
+use crate::trace::{self, TraceRow};
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("load").required(true).args(["rate", "concurrency"])))]
@@ -260,7 +260,7 @@ fn prefix_content(run: &bench::BenchRun, (groups, tokens): (u32, u32)) -> Vec<tr
 pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     let cfg = config(&a)?;
     let run = bench::run(&cfg).map_err(CliError::Failure)?;
-    let json = bench::report::to_json(&run, utc_date());
+    let json = bench::result::to_json(&run, utc_date());
     if let Some(path) = &a.json {
         write_output(path, crate::report::to_json(&json).as_bytes())?;
     }

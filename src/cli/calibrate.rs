@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::{CliError, ScenarioArgs, print, write_output};
 use crate::calibrate::runs::{self, LoadOptions, Run, ScenarioSource};
-use crate::calibrate::{self, Error, MetricChoice, Setup, keys, optim, profile, report};
+use crate::calibrate::{self, Error, MetricChoice, Setup, keys, optim, profile, render};
 use crate::sweep::metric::Metric;
 
 #[derive(Debug, Args)]
@@ -155,7 +155,7 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
     let pool = crate::sweep::exec::pool(a.threads).map_err(CliError::Failure)?;
     let outcome = pool.install(|| calibrate::calibrate(fit_runs, holdout, &setup))?;
     let scenario = a.scenario.scenario.display().to_string();
-    print(&report::render(&outcome, &scenario))?;
+    print(&render::render(&outcome, &scenario))?;
     if let Some(path) = &a.output {
         let name = path.file_stem().map_or_else(|| "calibration".into(), |s| s.to_string_lossy().into_owned());
         write_output(path, profile::render(&outcome, &name, &scenario).as_bytes())?;

@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::{CliError, ScenarioArgs, print, write_output};
 use crate::capacity::search::{FEWEST_REQUESTS, MAX_REQUESTS, MAX_SEEDS, SearchError};
-use crate::capacity::{Options, Slo, report, search};
+use crate::capacity::{Options, Slo, render, search};
 use crate::report::thousands;
 
 /// The finest `--precision`: the bisection stops well before two rates are
@@ -110,7 +110,7 @@ pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
     }
     let to_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
     if !a.quiet && !to_stdout {
-        print(&report::render(&found))?;
+        print(&render::render(&found))?;
     }
     Ok(())
 }

@@ -8,8 +8,8 @@ use clap::Args;
 use super::{CliError, ScenarioArgs, csv_failure, print, write_output};
 use crate::config::{Arrivals, Scenario, Trace};
 use crate::metrics::CollectorOptions;
+use crate::perfetto::TraceEvents;
 use crate::report;
-use crate::trace_events::TraceEvents;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -113,7 +113,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
 pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize>) -> Result<String, CliError> {
     let text = crate::config::read_text(file)?;
     if !text.trim_start().starts_with(['{', '[']) {
-        let (rows, content) = crate::workload::trace::parse_with_content(&text, file)?;
+        let (rows, content) = crate::trace::parse_with_content(&text, file)?;
         let note = format!("replaying {} requests of the trace {} on {}", rows.len(), file.display(), scenario.name);
         set_trace(scenario, file, rows);
         if let Arrivals::Trace(t) = &mut scenario.workload.arrivals {
@@ -142,7 +142,7 @@ pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize
 }
 
 /// Makes `rows` the scenario's whole workload.
-fn set_trace(scenario: &mut Scenario, file: &Path, rows: Vec<crate::workload::trace::TraceRow>) {
+fn set_trace(scenario: &mut Scenario, file: &Path, rows: Vec<crate::trace::TraceRow>) {
     let w = &mut scenario.workload;
     w.arrivals = Arrivals::Trace(Trace { path: file.display().to_string(), rows: Arc::new(rows), content: None });
     w.requests = None;

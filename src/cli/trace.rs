@@ -15,8 +15,8 @@ use super::{CliError, ScenarioArgs, csv_failure, write_output};
 use crate::config::Arrivals;
 use crate::engine::{Engine, Observer, RequestId};
 use crate::time::SimTime;
+use crate::trace::{self, RowContent, TraceRow};
 use crate::workload::AnySource;
-use crate::workload::trace::{self, RowContent, TraceRow};
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {

@@ -94,7 +94,7 @@ fn random_is_uniform_seeded_and_in_range() {
 
 #[test]
 fn imbalance_is_max_over_mean_of_requests() {
-    let s = |n| ReplicaStats { requests: n, ..ReplicaStats::default() };
+    let s = |n| ReplicaCounts { requests: n, ..ReplicaCounts::default() };
     assert_eq!(imbalance(&[s(6), s(2), s(4)]), 1.5);
     assert_eq!(imbalance(&[s(5), s(5)]), 1.0);
     assert_eq!(imbalance(&[s(0), s(0)]), 1.0);

@@ -17,7 +17,7 @@ use super::validate::{Check, DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER};
 use super::validate::{DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_WATERMARK};
 use crate::engine::arch::Architecture;
 use crate::engine::cost::{DeploymentInput, Link};
-use crate::engine::{Capacity, CapacityInput};
+use crate::engine::{KvBudget, KvBudgetInput};
 
 /// `parallelism:` (pipeline parallelism is refused).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -495,8 +495,8 @@ fn with_architecture(
 /// KV capacity of one GPU. Without an architecture, docs/engine.md's figure
 /// and error; with one, an error that says how short the GPUs are and
 /// which tensor degree would fit.
-pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> Result<Capacity, ConfigError> {
-    let input = CapacityInput {
+pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> Result<KvBudget, ConfigError> {
+    let input = KvBudgetInput {
         hbm_gib: hw.hbm_gib,
         gpu_memory_utilization: m.kv_cache.gpu_memory_utilization,
         weight_bytes: d.weight_bytes,
@@ -506,7 +506,7 @@ pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> 
         watermark: m.kv_cache.watermark,
         num_blocks_override: m.kv_cache.num_blocks,
     };
-    Capacity::compute(&input).map_err(|e| match &m.architecture {
+    KvBudget::compute(&input).map_err(|e| match &m.architecture {
         None => ck.err("model.weights", e.to_string()),
         Some(a) => does_not_fit(ck, m, d, a, &input, e.budget_bytes),
     })
@@ -517,7 +517,7 @@ fn does_not_fit(
     m: &Model,
     d: &Deployment,
     a: &Architecture,
-    input: &CapacityInput,
+    input: &KvBudgetInput,
     budget: f64,
 ) -> ConfigError {
     let t = d.tensor_parallel;

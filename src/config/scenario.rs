@@ -12,8 +12,8 @@ use serde::{Serialize, Serializer};
 pub use super::cluster::{Cluster, Router};
 pub use super::deployment::{ArchitectureOrigin, ByGpus, Deployment, Interconnect, KvDtype, Parallelism};
 use crate::engine::arch::Architecture;
-use crate::engine::{Capacity, CostInput, CostModel, EngineConfig};
-use crate::workload::trace::{TraceContent, TraceRow};
+use crate::engine::{CostInput, CostModel, EngineConfig, KvBudget};
+use crate::trace::{TraceContent, TraceRow};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Scenario {
@@ -36,7 +36,7 @@ pub struct Scenario {
     #[serde(skip)]
     pub source: PathBuf,
     #[serde(skip)]
-    pub capacity: Capacity,
+    pub capacity: KvBudget,
     /// Derived figures of the deployment (docs/deployments.md).
     #[serde(skip)]
     pub deployment: Deployment,

@@ -375,7 +375,7 @@ fn arrivals(ck: &Check, raw: RawArrivals, hash_block_size: Option<u32>) -> Resul
         },
         RawArrivals::Trace(path) => {
             let resolved = ck.file.parent().unwrap_or(Path::new("")).join(&path);
-            let (rows, content) = crate::workload::trace::read_with_content(&resolved, hash_block_size)?;
+            let (rows, content) = crate::trace::read_with_content(&resolved, hash_block_size)?;
             Arrivals::Trace(Trace { path, rows: Arc::new(rows), content: content.map(Arc::new) })
         }
     })

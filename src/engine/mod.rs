@@ -11,18 +11,18 @@
 //! timeline.
 
 pub mod arch;
-pub mod capacity;
 pub mod cost;
 pub mod events;
 pub mod kv;
+pub mod kv_budget;
 pub mod prefix;
 
 use std::collections::{HashMap, VecDeque};
 
-pub use capacity::{Capacity, CapacityError, CapacityInput};
 pub use cost::{CostInput, CostModel, StepCost, StepShape};
 pub use events::{Observer, RejectReason, RequestId, StepRecord};
 use kv::KvBlocks;
+pub use kv_budget::{KvBudget, KvBudgetError, KvBudgetInput};
 use prefix::PrefixPool;
 
 use crate::time::SimTime;
@@ -30,7 +30,7 @@ use crate::time::SimTime;
 /// The limits and costs the engine runs with, derived once from the config.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
-    pub capacity: Capacity,
+    pub capacity: KvBudget,
     /// Token budget of one step (`max_batch_tokens`).
     pub max_batch_tokens: u32,
     pub max_num_sequences: u32,

@@ -1,7 +1,7 @@
 //! Unit tests of the scheduling rules, each on a tiny hand-checked case.
 
 use super::*;
-use crate::engine::capacity::Capacity;
+use crate::engine::kv_budget::KvBudget;
 
 /// Records every event as a short string, in order.
 #[derive(Default)]
@@ -45,7 +45,7 @@ struct Limits {
 
 fn engine(l: Limits) -> Engine {
     Engine::new(EngineConfig {
-        capacity: Capacity {
+        capacity: KvBudget {
             num_blocks: l.num_blocks,
             block_size: l.block_size,
             kv_tokens: u64::from(l.num_blocks) * u64::from(l.block_size),
@@ -264,7 +264,7 @@ fn abort_frees_blocks_wherever_the_request_is() {
 
 /// The base model of docs/engine.md: 7,609 blocks of 16 tokens, watermark 76.
 fn base_engine(budget: u32, max_seqs: u32) -> Engine {
-    let cap = Capacity::compute(&capacity::tests::base_input()).unwrap();
+    let cap = KvBudget::compute(&kv_budget::tests::base_input()).unwrap();
     Engine::new(EngineConfig {
         capacity: cap,
         max_batch_tokens: budget,

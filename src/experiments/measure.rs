@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::config::Scenario;
 use crate::engine::{Observer, StepRecord};
 use crate::metrics::{Collector, CollectorOptions, RequestRecord, RunResult};
-use crate::sweep::stats::Summary;
+use crate::sweep::stats::Estimate;
 
 /// Metrics computed here, with what each one is (for errors and docs/experiments.md).
 pub const DERIVED: &[(&str, &str)] = &[
@@ -49,19 +49,19 @@ impl Measured {
 #[derive(Clone, Debug, PartialEq)]
 pub struct OverSeeds {
     pub seeds: usize,
-    pub values: BTreeMap<String, Summary>,
+    pub values: BTreeMap<String, Estimate>,
 }
 
 /// [`Summary::of`], except that seeds agreeing exactly give that value and
 /// an interval of exactly 0 (a mean of equal floats can differ from them in
 /// the last bit, and an exact prediction must still pass).
-fn summarize(xs: &[Option<f64>]) -> Summary {
+fn summarize(xs: &[Option<f64>]) -> Estimate {
     let present: Vec<f64> = xs.iter().flatten().copied().collect();
     match present.split_first() {
         Some((first, rest)) if present.len() >= 2 && rest.iter().all(|x| x.to_bits() == first.to_bits()) => {
-            Summary { n: present.len(), mean: Some(*first), ci95: Some(0.0) }
+            Estimate { n: present.len(), mean: Some(*first), ci95: Some(0.0) }
         }
-        _ => Summary::of(xs),
+        _ => Estimate::of(xs),
     }
 }
 
@@ -82,7 +82,7 @@ impl OverSeeds {
     }
 
     /// The metric's summary; `None` when no seed has a value.
-    pub fn get(&self, name: &str) -> Option<Summary> {
+    pub fn get(&self, name: &str) -> Option<Estimate> {
         self.values.get(name).copied().filter(|s| s.mean.is_some())
     }
 

@@ -183,9 +183,9 @@ impl Vars {
 
     /// `trace.*`, `prompt_mean` and `output_mean` of a trace workload: sums,
     /// maxima and means over its rows.
-    fn trace(&mut self, rows: &[crate::workload::trace::TraceRow]) {
-        let sum = |f: fn(&crate::workload::trace::TraceRow) -> u32| rows.iter().map(|r| f64::from(f(r))).sum::<f64>();
-        let max = |f: fn(&crate::workload::trace::TraceRow) -> u32| f64::from(rows.iter().map(f).max().unwrap_or(0));
+    fn trace(&mut self, rows: &[crate::trace::TraceRow]) {
+        let sum = |f: fn(&crate::trace::TraceRow) -> u32| rows.iter().map(|r| f64::from(f(r))).sum::<f64>();
+        let max = |f: fn(&crate::trace::TraceRow) -> u32| f64::from(rows.iter().map(f).max().unwrap_or(0));
         let n = rows.len() as f64;
         self.set("trace.requests", n);
         self.set("trace.prompt_tokens_sum", sum(|r| r.prompt));

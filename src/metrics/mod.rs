@@ -218,7 +218,7 @@ impl Collector {
         }
     }
 
-    pub fn summarize(&self, name: &str, seed: u64, cap: &crate::engine::Capacity) -> RunResult {
+    pub fn summarize(&self, name: &str, seed: u64, cap: &crate::engine::KvBudget) -> RunResult {
         let done: Vec<&RequestRecord> = self.requests.iter().filter(|r| r.status == Status::Finished).collect();
         let count = |f: &dyn Fn(&RequestRecord) -> bool| self.requests.iter().filter(|r| f(r)).count() as u64;
         let rejected_ctx = count(&|r| r.status == Status::Rejected(RejectReason::ContextLength));

@@ -27,7 +27,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use super::Clock;
 use super::feed::FeedRequest;
 use super::record::Recorder;
-use super::stats::{Finish, Gauges, ModelStats, Story};
+use super::telemetry::{Finish, Gauges, ModelTelemetry, Story};
 use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
 use crate::metrics::{RequestRecord, Status};
 use crate::time::SimTime;
@@ -70,7 +70,7 @@ pub enum Event {
 /// Shared outputs of a model's driver.
 #[derive(Clone)]
 pub struct Sinks {
-    pub stats: Arc<Mutex<ModelStats>>,
+    pub stats: Arc<Mutex<ModelTelemetry>>,
     pub gauges: Arc<Gauges>,
     pub recorder: Option<Arc<Mutex<Recorder>>>,
 }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::engine_task::{Command, Event, Sinks, Submit, lock};
 use super::fixed::Schedule;
-use super::stats::{Finish, Story};
+use super::telemetry::{Finish, Story};
 use super::{Backend, Clock, ModelHandle};
 use crate::config::models::FixedTiming;
 use crate::engine::{RejectReason, RequestId};
@@ -231,7 +231,7 @@ impl FixedFeed {
     }
 
     /// Adds the request's token measurements to the shared stats.
-    fn flush(&mut self, stats: &mut super::stats::ModelStats) {
+    fn flush(&mut self, stats: &mut super::telemetry::ModelTelemetry) {
         let u = std::mem::take(&mut self.unflushed);
         if u.ttft_ns.is_some() {
             stats.token(u.ttft_ns, None, self.epoch);

@@ -10,8 +10,8 @@
 use serde::Serialize;
 
 use super::errors::ApiError;
-use super::stats::Finish;
 use super::stop::Stops;
+use super::telemetry::Finish;
 
 /// Parses a request body, naming the JSON path of a schema error. The body
 /// must be one JSON value: anything but whitespace after it is refused as

@@ -135,7 +135,7 @@ pub fn recorded_block_size(spec: &crate::config::models::ServedModel) -> Option<
 /// Notes a finished request's cached tokens in its reply, so its usage
 /// carries `prompt_tokens_details.cached_tokens` (only with prefix caching
 /// on: without it the usage keeps its shape).
-pub fn set_cached(ctx: &mut super::routes::Ctx, story: &super::stats::Story) {
+pub fn set_cached(ctx: &mut super::routes::Ctx, story: &super::telemetry::Story) {
     if caching(ctx.handle()) {
         ctx.reply.cached_tokens = Some(story.rec.cached_tokens.unwrap_or(0));
     }

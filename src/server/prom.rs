@@ -21,14 +21,14 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use super::engine_task::lock;
-use super::stats::{Finish, ModelStats, Prom, PromHist};
+use super::telemetry::{Finish, ModelTelemetry, Prom, PromHist};
 use super::{App, ModelHandle};
 use crate::config::models::EngineKind;
 
 /// One model's values at scrape time.
 struct Snapshot<'a> {
     model: &'a ModelHandle,
-    stats: ModelStats,
+    stats: ModelTelemetry,
 }
 
 /// The whole exposition, models in file order.
@@ -104,8 +104,8 @@ fn sample(out: &mut String, name: &str, labels: &str, v: f64) {
 type Family<T, V> = (&'static str, &'static str, fn(&T) -> V);
 
 fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
-    let g = |s: &Snapshot, f: fn(&super::stats::Gauges) -> f64| f(&s.model.sinks.gauges);
-    let families: Vec<Family<super::stats::Gauges, f64>> = vec![
+    let g = |s: &Snapshot, f: fn(&super::telemetry::Gauges) -> f64| f(&s.model.sinks.gauges);
+    let families: Vec<Family<super::telemetry::Gauges, f64>> = vec![
         ("vllm:num_requests_running", "Number of requests in model execution batches.", |g| {
             g.running.load(Ordering::Relaxed) as f64
         }),

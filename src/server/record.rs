@@ -1,5 +1,5 @@
 //! `serve --record FILE`: the requests a model received, as a trace CSV
-//! that `llmsim run` replays (crate::workload::trace format), plus the
+//! that `llmsim run` replays (crate::trace format), plus the
 //! simulated times the server used, so anyone can check that the offline
 //! run predicts the same timeline.
 //!
@@ -13,7 +13,7 @@
 //! With prefix caching on for the model, `cached_tokens` follows (the
 //! request's hit at its first admission, as `--requests-csv` with prefix
 //! caching), and two more columns say what the
-//! requests shared: `block_ids,block_size` (crate::workload::trace::Blocks),
+//! requests shared: `block_ids,block_size` (crate::trace::Blocks),
 //! the id of every full block the engine could compute, equal ids for equal
 //! content, so the replay hits exactly the blocks the server hit. The ids
 //! are the order in which the server first saw each distinct block hash,
@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use crate::metrics::RequestRecord;
 use crate::report::csv_out::{self, RequestColumn};
 use crate::time::SimTime;
-use crate::workload::trace::{BLOCK_COLUMNS, Blocks};
+use crate::trace::{BLOCK_COLUMNS, Blocks};
 
 /// The record file's columns: the trace's three, then the outcome.
 pub const COLUMNS: [RequestColumn; 10] = [
@@ -218,7 +218,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[1], "0.000001000,5,2,0,aborted,,,,,0");
         assert_eq!(lines[2], "0.000001000,6,3,1,finished,,,,,0", "arrivals never go back");
-        let rows = crate::workload::trace::parse(&text, &path).unwrap();
+        let rows = crate::trace::parse(&text, &path).unwrap();
         assert_eq!(rows.len(), 2);
     }
 

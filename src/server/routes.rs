@@ -25,8 +25,8 @@ use super::openai::{self, Api, Choice, Lengths, Reply};
 use super::prefix::PromptContent;
 use super::request::{self, Parsed, PromptIn};
 use super::sse;
-use super::stats::{Observed, Story};
 use super::stop::Stops;
+use super::telemetry::{Observed, Story};
 use super::{App, ModelHandle};
 use crate::config::models::EngineKind;
 use crate::engine::RejectReason;
@@ -182,12 +182,12 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn summary(State(app): State<Arc<App>>) -> Response {
-    json_response(StatusCode::OK, super::summary::render(&app))
+    json_response(StatusCode::OK, super::percentiles::render(&app))
 }
 
 async fn reset(State(app): State<Arc<App>>) -> Response {
-    super::summary::reset(&app);
-    json_response(StatusCode::OK, super::summary::render(&app))
+    super::percentiles::reset(&app);
+    json_response(StatusCode::OK, super::percentiles::render(&app))
 }
 
 async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {

@@ -27,7 +27,7 @@ use super::faults::Kind;
 use super::feed::{Feed, FeedEvent};
 use super::openai::{self, Api};
 use super::routes::{Ctx, explain, feed_error};
-use super::stats::{Observed, Story};
+use super::telemetry::{Observed, Story};
 use crate::time::SimTime;
 
 type Events = Pin<Box<dyn Stream<Item = (usize, FeedEvent)> + Send>>;

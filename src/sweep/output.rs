@@ -22,7 +22,7 @@ use std::fmt::Write;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::metric::{Family, Metric, Stat};
-use super::stats::Summary;
+use super::stats::Estimate;
 use super::{PointResult, SweepData};
 use crate::metrics::RunResult;
 
@@ -74,7 +74,7 @@ struct PointOut<'a> {
     point: usize,
     axes: Ordered<&'a str, &'a serde_json::Value>,
     seeds: &'a [u64],
-    summary: Ordered<String, Summary>,
+    summary: Ordered<String, Estimate>,
     results: &'a [RunResult],
 }
 

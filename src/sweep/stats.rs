@@ -62,7 +62,7 @@ pub fn t_975(df: u64) -> f64 {
 
 /// A metric over seeds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
+pub struct Estimate {
     /// Seeds that produced a value.
     pub n: usize,
     pub mean: Option<f64>,
@@ -71,20 +71,20 @@ pub struct Summary {
     pub ci95: Option<f64>,
 }
 
-impl Summary {
+impl Estimate {
     /// Of the values that exist; missing ones (no samples) are skipped.
-    pub fn of(values: &[Option<f64>]) -> Summary {
+    pub fn of(values: &[Option<f64>]) -> Estimate {
         let xs: Vec<f64> = values.iter().flatten().copied().collect();
         let n = xs.len();
         if n == 0 {
-            return Summary { n, mean: None, ci95: None };
+            return Estimate { n, mean: None, ci95: None };
         }
         let mean = xs.iter().sum::<f64>() / n as f64;
         let ci95 = (n >= 2).then(|| {
             let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
             t_975(n as u64 - 1) * var.sqrt() / (n as f64).sqrt()
         });
-        Summary { n, mean: Some(mean), ci95 }
+        Estimate { n, mean: Some(mean), ci95 }
     }
 }
 
@@ -118,12 +118,12 @@ mod tests {
     #[test]
     fn the_interval_of_known_values() {
         // 1, 2, 3: mean 2, s = 1, t(0.975, 2) = 4.3027 -> 4.3027 / sqrt(3).
-        let s = Summary::of(&[Some(1.0), Some(2.0), Some(3.0)]);
+        let s = Estimate::of(&[Some(1.0), Some(2.0), Some(3.0)]);
         assert_eq!(s.mean, Some(2.0));
         assert!((s.ci95.unwrap() - 4.302_652_730 / 3f64.sqrt()).abs() < 1e-12);
-        assert_eq!(Summary::of(&[Some(5.0)]), Summary { n: 1, mean: Some(5.0), ci95: None });
-        assert_eq!(Summary::of(&[None, None]), Summary { n: 0, mean: None, ci95: None });
-        let same = Summary::of(&[Some(4.0), None, Some(4.0)]);
+        assert_eq!(Estimate::of(&[Some(5.0)]), Estimate { n: 1, mean: Some(5.0), ci95: None });
+        assert_eq!(Estimate::of(&[None, None]), Estimate { n: 0, mean: None, ci95: None });
+        let same = Estimate::of(&[Some(4.0), None, Some(4.0)]);
         assert_eq!((same.n, same.ci95), (2, Some(0.0)));
     }
 }

@@ -22,12 +22,12 @@ use std::sync::Arc;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
-use super::trace::{Prefix, RowContent, TraceContent, TraceRow};
 use super::{AnySource, Gaps, Lengths, Limit, Source, dist, stream};
 use crate::config::{Arrivals, Length, Scenario, Seconds, Sessions as SessionsConfig, SharedPrefix};
 use crate::engine::prefix::hash::{Segment, generated_key, hash_id_key, id_block_hashes, named_key, prompt_key};
 use crate::engine::{Request, RequestId};
 use crate::time::{SimTime, secs_to_nanos};
+use crate::trace::{Prefix, RowContent, TraceContent, TraceRow};
 
 /// Stream numbers of the seed (the plain workload uses 0, 1 and 2).
 const GROUP_STREAM: u64 = 0x7072_6566_6978; // "prefix"

@@ -9,7 +9,6 @@
 
 pub mod content;
 pub mod dist;
-pub mod trace;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -22,8 +21,8 @@ use crate::config::{Arrivals, Length, Scenario, limits};
 use crate::engine::prefix::hash::Segment;
 use crate::engine::{Request, RequestId};
 use crate::time::{SimTime, secs_to_nanos};
+use crate::trace::{RowContent, TraceRow};
 use content::{Prefixed, SessionSource, TraceSegments};
-use trace::{RowContent, TraceRow};
 
 /// A supply of requests in arrival order. Closed-loop sources only know a
 /// user's next arrival once its previous request is done.

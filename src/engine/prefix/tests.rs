@@ -4,7 +4,7 @@
 //! hashes are made.
 
 use super::*;
-use crate::engine::capacity::Capacity;
+use crate::engine::kv_budget::KvBudget;
 use crate::engine::{Engine, EngineConfig, Observer, RejectReason, Request, RequestId, cost};
 use crate::time::SimTime;
 
@@ -181,7 +181,7 @@ impl Log {
 /// An engine with prefix caching, blocks of 4 tokens.
 fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
     Engine::new(EngineConfig {
-        capacity: Capacity {
+        capacity: KvBudget {
             num_blocks,
             block_size: 4,
             kv_tokens: u64::from(num_blocks) * 4,

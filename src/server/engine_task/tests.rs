@@ -10,8 +10,8 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::*;
 use crate::engine::EngineConfig;
+use crate::trace::TraceRow;
 use crate::workload::TraceSource;
-use crate::workload::trace::TraceRow;
 
 fn base_config() -> EngineConfig {
     let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/base.yml"));
@@ -38,7 +38,7 @@ impl Harness {
     fn start(cfg: EngineConfig) -> Harness {
         let clock = Clock::start();
         let sinks = Sinks {
-            stats: Arc::new(Mutex::new(ModelStats::new(cfg.context_length))),
+            stats: Arc::new(Mutex::new(ModelTelemetry::new(cfg.context_length))),
             gauges: Arc::new(Gauges::default()),
             recorder: None,
         };

@@ -2,7 +2,7 @@ use std::path::Path;
 
 use super::*;
 use crate::config::{self, Scenario};
-use crate::workload::trace;
+use crate::trace;
 
 fn scenario(workload: &str) -> Scenario {
     let text = format!(

@@ -207,7 +207,7 @@ pub struct Story {
 
 /// One model's measurements.
 #[derive(Clone, Debug)]
-pub struct ModelStats {
+pub struct ModelTelemetry {
     pub prom: Prom,
     pub window: Window,
 }
@@ -216,9 +216,9 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-impl ModelStats {
-    pub fn new(context_length: u32) -> ModelStats {
-        ModelStats { prom: Prom::new(context_length), window: Window::default() }
+impl ModelTelemetry {
+    pub fn new(context_length: u32) -> ModelTelemetry {
+        ModelTelemetry { prom: Prom::new(context_length), window: Window::default() }
     }
 
     fn window(&mut self, epoch: u64) -> Option<&mut Window> {
@@ -408,7 +408,7 @@ mod tests {
 
     #[test]
     fn observations_from_before_a_reset_are_ignored() {
-        let mut s = ModelStats::new(100);
+        let mut s = ModelTelemetry::new(100);
         s.accepted(10, 0);
         s.reset(1, SimTime::from_nanos(5));
         s.accepted(10, 0);

@@ -1,4 +1,4 @@
-//! KV-cache capacity, computed once at start-up (docs/engine.md section 1; with
+//! The KV budget: how many KV blocks the engine has, computed once at start-up (docs/engine.md section 1; with
 //! tensor parallelism, docs/deployments.md: each of `t` GPUs holds
 //! `weight_bytes / t` of weights and its share of every token's KV).
 
@@ -7,9 +7,9 @@ use std::fmt;
 /// `GiB` = 2^30 bytes.
 pub const GIB: f64 = 1_073_741_824.0;
 
-/// What the capacity formula needs; all validated positive by the config.
+/// What the KV budget formula needs; all validated positive by the config.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CapacityInput {
+pub struct KvBudgetInput {
     pub hbm_gib: f64,
     pub gpu_memory_utilization: f64,
     /// The whole model's weights: `parameters * bytes_per_parameter`.
@@ -24,9 +24,10 @@ pub struct CapacityInput {
     pub num_blocks_override: Option<u64>,
 }
 
-/// The derived capacity the engine runs with.
+/// The derived KV budget the engine runs with (shown as `capacity` in
+/// the summary and the result JSON, whose names are the user's contract).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct Capacity {
+pub struct KvBudget {
     pub num_blocks: u32,
     pub block_size: u32,
     pub kv_tokens: u64,
@@ -42,13 +43,13 @@ pub struct Capacity {
 
 /// The weights (plus the reserved share) do not leave room for one block.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CapacityError {
+pub struct KvBudgetError {
     pub weight_bytes: f64,
     pub budget_bytes: f64,
     pub block_bytes: u64,
 }
 
-impl fmt::Display for CapacityError {
+impl fmt::Display for KvBudgetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let short = self.weight_bytes + self.block_bytes as f64 - self.budget_bytes;
         write!(
@@ -65,8 +66,8 @@ impl fmt::Display for CapacityError {
     }
 }
 
-impl Capacity {
-    pub fn compute(input: &CapacityInput) -> Result<Capacity, CapacityError> {
+impl KvBudget {
+    pub fn compute(input: &KvBudgetInput) -> Result<KvBudget, KvBudgetError> {
         let weight_bytes = input.weight_bytes / f64::from(input.tensor_parallel.max(1));
         let budget_bytes = input.hbm_gib * GIB * input.gpu_memory_utilization;
         let usable_bytes = budget_bytes - weight_bytes;
@@ -76,7 +77,7 @@ impl Capacity {
             None => {
                 let n = (usable_bytes / block_bytes as f64).floor();
                 if n < 1.0 {
-                    return Err(CapacityError { weight_bytes, budget_bytes, block_bytes });
+                    return Err(KvBudgetError { weight_bytes, budget_bytes, block_bytes });
                 }
                 (n as u64, false)
             }
@@ -84,7 +85,7 @@ impl Capacity {
         // u32 blocks address 2^32 * block_size tokens: far beyond any GPU.
         let num_blocks = blocks.min(u64::from(u32::MAX)) as u32;
         let watermark_blocks = (input.watermark * f64::from(num_blocks)).floor() as u32;
-        Ok(Capacity {
+        Ok(KvBudget {
             num_blocks,
             block_size: input.block_size,
             kv_tokens: u64::from(num_blocks) * u64::from(input.block_size),
@@ -106,8 +107,8 @@ impl Capacity {
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn base_input() -> CapacityInput {
-        CapacityInput {
+    pub(crate) fn base_input() -> KvBudgetInput {
+        KvBudgetInput {
             hbm_gib: 80.0,
             gpu_memory_utilization: 0.9,
             weight_bytes: 6.74 * 1e9 * 2.0,
@@ -121,7 +122,7 @@ pub(crate) mod tests {
 
     #[test]
     fn base_model_has_7609_blocks_121744_tokens_and_76_watermark_blocks() {
-        let cap = Capacity::compute(&base_input()).unwrap();
+        let cap = KvBudget::compute(&base_input()).unwrap();
         assert_eq!(cap.num_blocks, 7_609);
         assert_eq!(cap.kv_tokens, 121_744);
         assert_eq!(cap.watermark_blocks, 76);
@@ -132,7 +133,7 @@ pub(crate) mod tests {
     fn num_blocks_override_replaces_the_formula() {
         let mut input = base_input();
         input.num_blocks_override = Some(6_750);
-        let cap = Capacity::compute(&input).unwrap();
+        let cap = KvBudget::compute(&input).unwrap();
         assert_eq!((cap.num_blocks, cap.kv_tokens, cap.watermark_blocks), (6_750, 108_000, 67));
         assert!(cap.overridden);
     }
@@ -141,7 +142,7 @@ pub(crate) mod tests {
     fn weights_larger_than_memory_is_an_error_naming_the_numbers() {
         let mut input = base_input();
         input.hbm_gib = 12.0;
-        let err = Capacity::compute(&input).unwrap_err();
+        let err = KvBudget::compute(&input).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("13.48 GB"), "{msg}");
         assert!(msg.contains("11.60 GB"), "{msg}");
@@ -152,13 +153,13 @@ pub(crate) mod tests {
     fn llama_3_1_8b_on_an_h100_has_29_205_blocks() {
         // (80 GiB * 0.9 - 8,030,261,248 * 2) / (131,072 * 16)
         // = (77,309,411,328 - 16,060,522,496) / 2,097,152 = 29,205.3
-        let input = CapacityInput {
+        let input = KvBudgetInput {
             weight_bytes: 8_030_261_248.0 * 2.0,
             kv_bytes_per_token: 131_072,
             hbm_gib: 80.0,
             ..base_input()
         };
-        assert_eq!(Capacity::compute(&input).unwrap().num_blocks, 29_205);
+        assert_eq!(KvBudget::compute(&input).unwrap().num_blocks, 29_205);
     }
 
     #[test]
@@ -174,18 +175,18 @@ pub(crate) mod tests {
             (8, 40_960, 91_050),
         ];
         for (t, kv, blocks) in cases {
-            let input = CapacityInput {
+            let input = KvBudgetInput {
                 weight_bytes: 141_107_412_992.0,
                 tensor_parallel: t,
                 kv_bytes_per_token: kv,
                 ..base_input()
             };
-            let cap = Capacity::compute(&input).unwrap();
+            let cap = KvBudget::compute(&input).unwrap();
             assert_eq!(cap.num_blocks, blocks, "TP {t}");
             assert_eq!(cap.weight_bytes, 141_107_412_992.0 / f64::from(t));
         }
         // TP 1: 141.1 GB of weights against 77.3 GB
-        let one = CapacityInput { weight_bytes: 141_107_412_992.0, kv_bytes_per_token: 327_680, ..base_input() };
-        assert!(Capacity::compute(&one).is_err());
+        let one = KvBudgetInput { weight_bytes: 141_107_412_992.0, kv_bytes_per_token: 327_680, ..base_input() };
+        assert!(KvBudget::compute(&one).is_err());
     }
 }

@@ -40,7 +40,7 @@ use serde::Serialize;
 
 use super::App;
 use super::engine_task::lock;
-use super::stats::Window;
+use super::telemetry::Window;
 use crate::metrics::Stats;
 
 #[derive(Serialize)]
