@@ -8,6 +8,7 @@
 //! number any other way.
 
 use std::fmt;
+use std::marker::PhantomData;
 
 use serde::de::{self, Error as _, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -323,60 +324,20 @@ pub struct RawSecondsMean {
     pub mean: f64,
 }
 
+impl NumberOrDist for RawSeconds {
+    type Dist = RawSecondsDist;
+    fn fixed(n: Num) -> Result<Self, String> {
+        Ok(RawSeconds::Fixed(n.as_f64()))
+    }
+    fn dist(d: RawSecondsDist) -> Self {
+        RawSeconds::Dist(d)
+    }
+}
+
 impl<'de> Deserialize<'de> for RawSeconds {
     /// A number (the one grammar) or a one-key distribution mapping.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl V {
-            fn fixed<E: de::Error>(n: Num) -> Result<RawSeconds, E> {
-                Ok(RawSeconds::Fixed(n.as_f64()))
-            }
-            fn refuse<E: de::Error>(what: impl fmt::Display) -> Result<RawSeconds, E> {
-                Err(E::custom(onekey::got(what, RawSecondsDist::FORMS)))
-            }
-        }
-        impl<'de> Visitor<'de> for V {
-            type Value = RawSeconds;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "one of {}", RawSecondsDist::FORMS)
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawSeconds, E> {
-                V::fixed(Num::Int(i128::from(v)))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawSeconds, E> {
-                V::fixed(Num::Int(i128::from(v)))
-            }
-            fn visit_i128<E: de::Error>(self, v: i128) -> Result<RawSeconds, E> {
-                V::fixed(Num::Int(v))
-            }
-            fn visit_u128<E: de::Error>(self, v: u128) -> Result<RawSeconds, E> {
-                V::fixed(i128::try_from(v).map_or(Num::Float(v as f64), Num::Int))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawSeconds, E> {
-                V::fixed(Num::Float(v))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawSeconds, A::Error> {
-                onekey::from_map(map).map(RawSeconds::Dist)
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawSeconds, E> {
-                let why = num::not_a_number(v);
-                if why.starts_with("expected a number") {
-                    V::refuse(format_args!("the string \"{}\"", short_text(v)))
-                } else {
-                    Err(E::custom(why))
-                }
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawSeconds, E> {
-                V::refuse(format_args!("the boolean {v}"))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<RawSeconds, E> {
-                V::refuse("nothing (null)")
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<RawSeconds, A::Error> {
-                Err(A::Error::custom(onekey::got("a list", RawSecondsDist::FORMS)))
-            }
-        }
-        d.deserialize_any(V)
+        d.deserialize_any(NumberOrDistVisitor::<RawSeconds>(PhantomData))
     }
 }
 
@@ -466,67 +427,91 @@ pub struct RawChoice {
     pub weights: Option<Vec<f64>>,
 }
 
+impl NumberOrDist for RawLength {
+    type Dist = RawDist;
+    fn fixed(n: Num) -> Result<Self, String> {
+        let n = n.whole().map_err(|e| format!("{e}: a length is a whole number of tokens"))?;
+        Ok(RawLength::Fixed(n.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64))
+    }
+    fn dist(d: RawDist) -> Self {
+        RawLength::Dist(d)
+    }
+}
+
 impl<'de> Deserialize<'de> for RawLength {
     /// A number (the one grammar, whole) or a one-key distribution mapping.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl V {
-            fn fixed<E: de::Error>(n: Num) -> Result<RawLength, E> {
-                let n = n.whole().map_err(|e| E::custom(format!("{e}: a length is a whole number of tokens")))?;
-                Ok(RawLength::Fixed(n.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64))
-            }
-            fn refuse<E: de::Error>(what: impl fmt::Display) -> Result<RawLength, E> {
-                Err(E::custom(onekey::got(what, RawDist::FORMS)))
-            }
+        d.deserialize_any(NumberOrDistVisitor::<RawLength>(PhantomData))
+    }
+}
+
+/// A value that is either a plain number or a one-key distribution
+/// mapping (`RawLength`, `RawSeconds`): one visitor reads both, so the
+/// number grammar and the refusals are the same wherever such a key is.
+trait NumberOrDist: Sized {
+    /// The one-key mapping of distributions.
+    type Dist: OneKey + serde::de::DeserializeOwned;
+    /// A plain number, or why it is not allowed here.
+    fn fixed(n: Num) -> Result<Self, String>;
+    fn dist(d: Self::Dist) -> Self;
+}
+
+struct NumberOrDistVisitor<T>(PhantomData<T>);
+
+impl<T: NumberOrDist> NumberOrDistVisitor<T> {
+    fn fixed<E: de::Error>(n: Num) -> Result<T, E> {
+        T::fixed(n).map_err(E::custom)
+    }
+    fn refuse<E: de::Error>(what: impl fmt::Display) -> Result<T, E> {
+        Err(E::custom(onekey::got(what, T::Dist::FORMS)))
+    }
+}
+
+impl<'de, T: NumberOrDist> Visitor<'de> for NumberOrDistVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "one of {}", T::Dist::FORMS)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
+        Self::fixed(Num::Int(i128::from(v)))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
+        Self::fixed(Num::Int(i128::from(v)))
+    }
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<T, E> {
+        Self::fixed(Num::Int(v))
+    }
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<T, E> {
+        Self::fixed(i128::try_from(v).map_or(Num::Float(v as f64), Num::Int))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
+        Self::fixed(Num::Float(v))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        onekey::from_map(map).map(T::dist)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        let why = num::not_a_number(v);
+        if why.starts_with("expected a number") {
+            Self::refuse(format_args!("the string \"{}\"", short_text(v)))
+        } else {
+            Err(E::custom(why))
         }
-        impl<'de> Visitor<'de> for V {
-            type Value = RawLength;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "one of {}", RawDist::FORMS)
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawLength, E> {
-                V::fixed(Num::Int(i128::from(v)))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawLength, E> {
-                V::fixed(Num::Int(i128::from(v)))
-            }
-            fn visit_i128<E: de::Error>(self, v: i128) -> Result<RawLength, E> {
-                V::fixed(Num::Int(v))
-            }
-            fn visit_u128<E: de::Error>(self, v: u128) -> Result<RawLength, E> {
-                V::fixed(i128::try_from(v).map_or(Num::Float(v as f64), Num::Int))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawLength, E> {
-                V::fixed(Num::Float(v))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawLength, A::Error> {
-                onekey::from_map(map).map(RawLength::Dist)
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawLength, E> {
-                let why = num::not_a_number(v);
-                if why.starts_with("expected a number") {
-                    V::refuse(format_args!("the string \"{}\"", short_text(v)))
-                } else {
-                    Err(E::custom(why))
-                }
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawLength, E> {
-                V::refuse(format_args!("the boolean {v}"))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<RawLength, E> {
-                V::refuse("nothing (null)")
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<RawLength, A::Error> {
-                Err(A::Error::custom(onekey::got("a list", RawDist::FORMS)))
-            }
-            fn visit_enum<A: de::EnumAccess<'de>>(self, _: A) -> Result<RawLength, A::Error> {
-                Err(A::Error::custom(format!(
-                    "YAML tags (!kind) are not used here: write the kind as a key, one of {}",
-                    RawDist::FORMS
-                )))
-            }
-        }
-        d.deserialize_any(V)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<T, E> {
+        Self::refuse(format_args!("the boolean {v}"))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<T, E> {
+        Self::refuse("nothing (null)")
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<T, A::Error> {
+        Err(A::Error::custom(onekey::got("a list", T::Dist::FORMS)))
+    }
+    fn visit_enum<A: de::EnumAccess<'de>>(self, _: A) -> Result<T, A::Error> {
+        Err(A::Error::custom(format!(
+            "YAML tags (!kind) are not used here: write the kind as a key, one of {}",
+            T::Dist::FORMS
+        )))
     }
 }
 
