@@ -1,3 +1,12 @@
+//! First the speed limit: the leanest step-by-step loop of the same rules
+//! (`planner/lean.rs`: sums only, no percentiles, requests parsed
+//! beforehand) against the whole `llmsim run` process (reading the trace
+//! CSV, running, writing the result JSON) and against `sim::run` plus the
+//! JSON in this process, on the same 100,000-request trace, five rounds
+//! interleaved, best of five each. The lean loop's step count and sums
+//! must equal the engine's, or the bench stops: the limit is only a limit
+//! if it runs the same rules.
+//!
 //! Planner speed: 100,000 Poisson requests of 512 prompt / 128 output tokens
 //! at 90% of saturation on the base model of docs/engine.md, on one thread.
 //!
@@ -27,11 +36,16 @@
 //! differ in the cluster loop's work (earliest step over 16 replicas,
 //! routing every arrival).
 
-use std::path::Path;
+#[path = "planner/lean.rs"]
+mod lean;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
-use llmsim::config::{Override, load_scenario_with};
+use llmsim::config::{Override, Scenario, load_scenario, load_scenario_with};
 use llmsim::metrics::CollectorOptions;
+use llmsim::workload::{AnySource, Source};
 
 fn set(key: &str, value: &str) -> Override {
     Override::parse(&format!("{key}={value}")).expect("valid override")
@@ -116,6 +130,102 @@ fn cluster_overhead(base: &Path, rate: f64) {
     );
 }
 
+/// The requests a scenario generates, in arrival order.
+fn requests_of(s: &Scenario) -> Vec<lean::Req> {
+    let mut source = AnySource::new(s);
+    let mut reqs = Vec::new();
+    while let Some(r) = source.pop() {
+        reqs.push(lean::Req { arrival: r.arrival.as_nanos(), prompt: r.prompt, output: r.output });
+    }
+    reqs
+}
+
+/// Writes `reqs` as a trace CSV and, beside it, a scenario replaying it on
+/// the engine of `base` (its text up to `workload:`); returns the scenario.
+fn write_trace_scenario(base: &Path, dir: &Path, reqs: &[lean::Req]) -> PathBuf {
+    let mut csv = String::from("arrival_s,prompt_tokens,output_tokens\n");
+    for r in reqs {
+        csv.push_str(&format!("{},{},{}\n", llmsim::time::SimTime::from_nanos(r.arrival), r.prompt, r.output));
+    }
+    std::fs::write(dir.join("trace.csv"), csv).expect("write the trace");
+    let text = std::fs::read_to_string(base).expect("read the base scenario");
+    let engine = &text[..text.find("\nworkload:").expect("base.yml has a workload")];
+    let path = dir.join("trace.yml");
+    std::fs::write(&path, format!("{engine}\nworkload:\n  arrivals:\n    trace: trace.csv\n")).expect("write");
+    path
+}
+
+/// The lean loop against `llmsim run` on the same trace; returns the
+/// in-process run's wall time.
+fn lean_vs_run(label: &str, base: &Path, generated: &Scenario) -> f64 {
+    let dir = std::env::temp_dir().join(format!("llmsim-bench-{}-{label}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let reqs = requests_of(generated);
+    let scenario_path = write_trace_scenario(base, &dir, &reqs);
+    let scenario = load_scenario(&scenario_path).expect("trace scenario");
+    let json = dir.join("out.json");
+    let exe = env!("CARGO_BIN_EXE_llmsim");
+    let mut best = [f64::INFINITY; 3];
+    let mut sums = None;
+    let mut result = None;
+    for _ in 0..5 {
+        let t = Instant::now();
+        sums = Some(lean::run(&scenario, &reqs));
+        best[0] = best[0].min(t.elapsed().as_secs_f64());
+
+        let t = Instant::now();
+        let out = llmsim::sim::run_summary(&scenario, CollectorOptions::default(), &mut (), &mut |_| {})
+            .expect("within the run limits");
+        let text = llmsim::report::to_json(&out.result);
+        best[1] = best[1].min(t.elapsed().as_secs_f64());
+        std::hint::black_box(text);
+        result = Some(out.result);
+
+        let t = Instant::now();
+        let status = Command::new(exe)
+            .args(["run", "-q", "--json"])
+            .arg(&json)
+            .arg(&scenario_path)
+            .status()
+            .expect("run llmsim");
+        best[2] = best[2].min(t.elapsed().as_secs_f64());
+        assert!(status.success(), "llmsim run failed");
+    }
+    let (sums, r) = (sums.expect("ran"), result.expect("ran"));
+    // The same rules: the same steps, tokens and latency sums.
+    assert_eq!(sums.steps, r.steps.count, "lean loop and engine disagree on the steps");
+    assert_eq!((sums.completed, sums.output_tokens), (r.requests.completed, r.requests.output_tokens));
+    assert_eq!(sums.preemptions, r.preemptions);
+    let ttft_mean = sums.ttft_ns as f64 / sums.completed as f64 / 1e6;
+    let e2e_mean = sums.e2e_ns as f64 / sums.completed as f64 / 1e6;
+    assert_eq!(Some(ttft_mean), r.ttft_ms.mean, "mean TTFT");
+    assert_eq!(Some(e2e_mean), r.e2e_ms.mean, "mean E2E");
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "{label:<21} {} requests, {} steps, {} output tokens, {} preemptions",
+        reqs.len(),
+        sums.steps,
+        sums.output_tokens,
+        sums.preemptions
+    );
+    println!("  lean loop           {:.3} s (best of 5; same steps and sums as the engine)", best[0]);
+    println!("  sim::run + JSON     {:.3} s = {:.2}x the lean loop", best[1], best[1] / best[0]);
+    println!(
+        "  llmsim run process  {:.3} s = {:.2}x the lean loop (reads the CSV, writes the JSON)",
+        best[2],
+        best[2] / best[0]
+    );
+    best[1]
+}
+
+/// Whether the section `name` runs: all of them without arguments, else
+/// those named (`cargo bench --bench planner -- limit macro`; sections:
+/// limit, plain, prefix, deployment, cluster, macro).
+fn wanted(name: &str) -> bool {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    args.is_empty() || args.iter().any(|a| a == name)
+}
+
 fn main() {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/base.yml");
     let shape = [set("workload.output_tokens", "128"), set("workload.prompt_tokens", "512")];
@@ -149,6 +259,23 @@ fn main() {
         set("workload.arrivals", &format!("{{poisson: {{rate: {rate}}}}}")),
         set("workload.requests", "100000"),
     ]);
+    if wanted("limit") {
+        lean_vs_run("speed limit", &base, &load_scenario_with(&base, &load).expect("scenario"));
+        println!();
+    }
+    if wanted("plain") || wanted("prefix") {
+        plain_and_prefix(&base, &load, saturation, rate);
+    }
+    if wanted("deployment") {
+        deployment_overhead(&base);
+    }
+    if wanted("cluster") {
+        cluster_overhead(&base, rate);
+    }
+}
+
+/// The plain engine, then the same requests with prefix caching on.
+fn plain_and_prefix(base: &Path, load: &[Override], saturation: f64, rate: f64) {
     // Each configuration runs once per round, rounds interleaved, best of
     // five kept: a load change on a shared machine then hits all three
     // alike instead of one, and the ratios stay meaningful.
@@ -165,9 +292,9 @@ fn main() {
     let scenarios: Vec<_> = configs
         .iter()
         .map(|extra| {
-            let mut o = load.clone();
+            let mut o = load.to_vec();
             o.extend_from_slice(extra);
-            load_scenario_with(&base, &o).expect("scenario")
+            load_scenario_with(base, &o).expect("scenario")
         })
         .collect();
     let mut best = [f64::INFINITY; 3];
@@ -212,6 +339,4 @@ fn main() {
             r.ttft_ms.p99.unwrap_or(0.0)
         );
     }
-    deployment_overhead(&base);
-    cluster_overhead(&base, rate);
 }

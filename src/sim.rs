@@ -275,12 +275,38 @@ pub fn run_with_progress<O: Observer>(
     extra: &mut O,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunOutput, SimError> {
+    run_collecting(scenario, Collector::new(scenario.capacity.num_blocks, options), extra, progress)
+}
+
+/// [`run_with_progress`] for a caller that reads only the summary: no
+/// per-request record is kept once a request has ended
+/// ([`Collector::summary_only`]), so memory stays flat in requests. The
+/// result is the same; [`RunOutput::requests`] holds only requests still
+/// in flight. (A `cluster:` run keeps its records: its collector is the
+/// cluster's.)
+pub fn run_summary<O: Observer>(
+    scenario: &Scenario,
+    options: CollectorOptions,
+    extra: &mut O,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunOutput, SimError> {
+    let collector = Collector::new(scenario.capacity.num_blocks, options).summary_only();
+    run_collecting(scenario, collector, extra, progress)
+}
+
+fn run_collecting<O: Observer>(
+    scenario: &Scenario,
+    mut collector: Collector,
+    extra: &mut O,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunOutput, SimError> {
     if let Some(cluster) = &scenario.cluster {
+        // The cluster's own collector, with the options the caller gave.
+        let options = collector.options();
         return crate::cluster::run(scenario, cluster, options, extra, progress);
     }
     let mut engine = Engine::new(scenario.engine_config());
     let mut source = AnySource::new(scenario);
-    let mut collector = Collector::new(scenario.capacity.num_blocks, options);
     let limits = RunLimits::default();
     let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
     drive_limited(&mut engine, &mut source, &mut (&mut collector, extra), &limits, delay_ns, |_, _| {}, progress)?;

@@ -61,9 +61,14 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     let mut trace = a.trace_events.as_ref().map(|_| TraceEvents::new());
     let mut progress = super::progress::RunProgress::new(&scenario, !a.quiet);
     let mut report = |p: &crate::sim::Progress| progress.update(p);
-    let out = match &mut trace {
-        Some(t) => crate::sim::run_with_progress(&scenario, options, t, &mut report),
-        None => crate::sim::run_with_progress(&scenario, options, &mut (), &mut report),
+    // Per-request records only when a per-request output is asked for:
+    // otherwise memory stays flat in requests.
+    use crate::sim::{run_summary, run_with_progress};
+    let out = match (&mut trace, a.requests_csv.is_some()) {
+        (Some(t), true) => run_with_progress(&scenario, options, t, &mut report),
+        (Some(t), false) => run_summary(&scenario, options, t, &mut report),
+        (None, true) => run_with_progress(&scenario, options, &mut (), &mut report),
+        (None, false) => run_summary(&scenario, options, &mut (), &mut report),
     };
     progress.finish();
     let out = out.map_err(|e| CliError::sim(&scenario, e))?;
