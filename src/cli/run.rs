@@ -9,6 +9,7 @@ use super::{CliError, ScenarioArgs, csv_failure, print, write_output};
 use crate::config::{Arrivals, Scenario, Trace};
 use crate::metrics::CollectorOptions;
 use crate::report;
+use crate::sim::{Stepping, run_collecting};
 use crate::trace_events::TraceEvents;
 
 #[derive(Debug, Args)]
@@ -32,6 +33,12 @@ pub struct RunArgs {
     /// slice per step, one track per request; `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub trace_events: Option<PathBuf>,
+    /// Run every engine step one by one instead of taking decode stretches
+    /// (steps where every running request only decodes) in one call each.
+    /// Both give the same bytes (docs/engine.md, "Decode stretches"); this
+    /// is the reference path, for checking.
+    #[arg(long)]
+    pub exact: bool,
     /// Print the effective configuration before the summary.
     #[arg(long)]
     pub explain: bool,
@@ -63,12 +70,12 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     let mut report = |p: &crate::sim::Progress| progress.update(p);
     // Per-request records only when a per-request output is asked for:
     // otherwise memory stays flat in requests.
-    use crate::sim::{run_summary, run_with_progress};
-    let out = match (&mut trace, a.requests_csv.is_some()) {
-        (Some(t), true) => run_with_progress(&scenario, options, t, &mut report),
-        (Some(t), false) => run_summary(&scenario, options, t, &mut report),
-        (None, true) => run_with_progress(&scenario, options, &mut (), &mut report),
-        (None, false) => run_summary(&scenario, options, &mut (), &mut report),
+    let collector = crate::metrics::Collector::new(scenario.capacity.num_blocks, options);
+    let collector = if a.requests_csv.is_some() { collector } else { collector.summary_only() };
+    let stepping = if a.exact { Stepping::Exact } else { Stepping::MacroSteps };
+    let out = match &mut trace {
+        Some(t) => run_collecting(&scenario, collector, t, &mut report, stepping),
+        None => run_collecting(&scenario, collector, &mut (), &mut report, stepping),
     };
     progress.finish();
     let out = out.map_err(|e| CliError::sim(&scenario, e))?;

@@ -10,7 +10,7 @@ pub use histogram::Histogram;
 pub use result::{RunResult, Stats};
 
 use crate::config::Scenario;
-use crate::engine::{Observer, RejectReason, RequestId, StepRecord};
+use crate::engine::{Observer, RejectReason, RequestId, StepRecord, Stretch};
 use crate::time::SimTime;
 use result::*;
 
@@ -265,6 +265,18 @@ impl Collector {
         }
     }
 
+    /// `n` ITL gaps of `gap_ns` each.
+    #[inline]
+    fn itl_add(&mut self, gap_ns: u64, n: u64) {
+        match self.itl_run {
+            (gap, ref mut count) if gap == gap_ns => *count += n,
+            (gap, count) => {
+                self.itl.record_n(gap, count);
+                self.itl_run = (gap_ns, n);
+            }
+        }
+    }
+
     /// ITL so far, the pending run of equal gaps included.
     fn itl(&self) -> std::borrow::Cow<'_, Histogram> {
         match self.itl_run {
@@ -401,13 +413,40 @@ impl Observer for Collector {
     fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
         let Some(r) = self.rec(id) else { return };
         if let TokenGap::Next { gap_ns } = r.add_token(at, index) {
-            match self.itl_run {
-                (gap, ref mut n) if gap == gap_ns => *n += 1,
-                (gap, n) => {
-                    self.itl.record_n(gap, n);
-                    self.itl_run = (gap_ns, 1);
-                }
-            }
+            self.itl_add(gap_ns, 1);
+        }
+    }
+
+    /// The stretch's figures in O(B + k): each request's first gap is its
+    /// own, the later ones are the step durations every request shares.
+    fn decode_stretch(&mut self, s: &Stretch<'_>) {
+        let (Some(first), Some(last)) = (s.steps.first(), s.steps.last()) else { return };
+        let (b, k) = (s.requests.len() as u64, s.steps.len() as u32);
+        let mut later_max = 0;
+        for step in &s.steps[1..] {
+            let d = step.duration_nanos();
+            later_max = later_max.max(d);
+        }
+        // A request decoding without a token seen here (a collector that
+        // joined late): the events one by one.
+        if s.requests.iter().any(|&(id, _, _)| self.rec(id).is_some_and(|r| r.last_token.is_none())) {
+            crate::engine::events::replay_stretch(self, s);
+            return;
+        }
+        for &(id, _, g) in s.requests {
+            let Some(r) = self.rec(id) else { continue };
+            let Some(prev) = r.last_token else { continue };
+            let gap = first.end.nanos_since(prev);
+            r.max_gap_ns = r.max_gap_ns.max(gap).max(later_max);
+            r.last_token = Some(last.end);
+            r.tokens = g + k;
+            self.itl_add(gap, 1);
+        }
+        for step in &s.steps[1..] {
+            self.itl_add(step.duration_nanos(), b);
+        }
+        for step in s.steps {
+            self.step(step);
         }
     }
 
