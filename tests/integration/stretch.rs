@@ -89,6 +89,7 @@ latency: {{per_sequence_overhead_us: {}}}",
             pick(&mut rng, &[0.0, 5.0]),
         ),
     };
+    let (prompt_scale, output_scale) = (pick(&mut rng, &[8, 64, 600]), pick(&mut rng, &[40, 300, 1200]));
     format!(
         "name: stretch-{i}
 {engine}
@@ -102,8 +103,8 @@ workload:
 ",
         seed = rng.random_range(0..1000),
         requests = rng.random_range(1..=150),
-        prompt = length(&mut rng, pick(&mut rng, &[8, 64, 600])),
-        output = length(&mut rng, pick(&mut rng, &[40, 300, 1200])),
+        prompt = length(&mut rng, prompt_scale),
+        output = length(&mut rng, output_scale),
     )
 }
 
