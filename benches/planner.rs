@@ -44,7 +44,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use llmsim::config::{Override, Scenario, load_scenario, load_scenario_with};
-use llmsim::metrics::CollectorOptions;
+use llmsim::metrics::{Collector, CollectorOptions};
+use llmsim::sim::{Stepping, run_collecting};
 use llmsim::workload::{AnySource, Source};
 
 fn set(key: &str, value: &str) -> Override {
@@ -155,32 +156,37 @@ fn write_trace_scenario(base: &Path, dir: &Path, reqs: &[lean::Req]) -> PathBuf 
     path
 }
 
-/// The lean loop against `llmsim run` on the same trace; returns the
-/// in-process run's wall time.
-fn lean_vs_run(label: &str, base: &Path, generated: &Scenario) -> f64 {
-    let dir = std::env::temp_dir().join(format!("llmsim-bench-{}-{label}", std::process::id()));
+/// `sim::run_collecting` plus the JSON, summary only, in this process.
+fn run_in_process(s: &Scenario, stepping: Stepping) -> llmsim::metrics::RunResult {
+    let collector = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).summary_only();
+    let out = run_collecting(s, collector, &mut (), &mut |_| {}, stepping).expect("within the run limits");
+    std::hint::black_box(llmsim::report::to_json(&out.result));
+    out.result
+}
+
+/// The lean loop against the engine, step by step and with decode
+/// stretches, and against the whole `llmsim run` process, on one trace.
+fn lean_vs_run(label: &str, base: &Path, generated: &Scenario) {
+    let dir = std::env::temp_dir().join(format!("llmsim-bench-{}-{}", std::process::id(), label.replace(' ', "-")));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let reqs = requests_of(generated);
     let scenario_path = write_trace_scenario(base, &dir, &reqs);
     let scenario = load_scenario(&scenario_path).expect("trace scenario");
     let json = dir.join("out.json");
     let exe = env!("CARGO_BIN_EXE_llmsim");
-    let mut best = [f64::INFINITY; 3];
+    // lean loop, step by step, stretches, process
+    let mut best = [f64::INFINITY; 4];
     let mut sums = None;
-    let mut result = None;
+    let mut results = [None, None];
     for _ in 0..5 {
         let t = Instant::now();
         sums = Some(lean::run(&scenario, &reqs));
         best[0] = best[0].min(t.elapsed().as_secs_f64());
-
-        let t = Instant::now();
-        let out = llmsim::sim::run_summary(&scenario, CollectorOptions::default(), &mut (), &mut |_| {})
-            .expect("within the run limits");
-        let text = llmsim::report::to_json(&out.result);
-        best[1] = best[1].min(t.elapsed().as_secs_f64());
-        std::hint::black_box(text);
-        result = Some(out.result);
-
+        for (i, stepping) in [Stepping::Exact, Stepping::MacroSteps].into_iter().enumerate() {
+            let t = Instant::now();
+            results[i] = Some(run_in_process(&scenario, stepping));
+            best[1 + i] = best[1 + i].min(t.elapsed().as_secs_f64());
+        }
         let t = Instant::now();
         let status = Command::new(exe)
             .args(["run", "-q", "--json"])
@@ -188,11 +194,14 @@ fn lean_vs_run(label: &str, base: &Path, generated: &Scenario) -> f64 {
             .arg(&scenario_path)
             .status()
             .expect("run llmsim");
-        best[2] = best[2].min(t.elapsed().as_secs_f64());
+        best[3] = best[3].min(t.elapsed().as_secs_f64());
         assert!(status.success(), "llmsim run failed");
     }
-    let (sums, r) = (sums.expect("ran"), result.expect("ran"));
+    let sums = sums.expect("ran");
+    let [exact, fast] = results.map(|r| r.expect("ran"));
+    assert_eq!(exact, fast, "decode stretches changed the result");
     // The same rules: the same steps, tokens and latency sums.
+    let r = exact;
     assert_eq!(sums.steps, r.steps.count, "lean loop and engine disagree on the steps");
     assert_eq!((sums.completed, sums.output_tokens), (r.requests.completed, r.requests.output_tokens));
     assert_eq!(sums.preemptions, r.preemptions);
@@ -202,20 +211,63 @@ fn lean_vs_run(label: &str, base: &Path, generated: &Scenario) -> f64 {
     assert_eq!(Some(e2e_mean), r.e2e_ms.mean, "mean E2E");
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "{label:<21} {} requests, {} steps, {} output tokens, {} preemptions",
+        "{label}: {} requests, {} steps, {} output tokens, {} preemptions, mean batch {:.1}",
         reqs.len(),
         sums.steps,
         sums.output_tokens,
-        sums.preemptions
+        sums.preemptions,
+        r.steps.mean_batch_size
     );
-    println!("  lean loop           {:.3} s (best of 5; same steps and sums as the engine)", best[0]);
-    println!("  sim::run + JSON     {:.3} s = {:.2}x the lean loop", best[1], best[1] / best[0]);
+    let lean = best[0];
+    println!("  lean loop             {lean:.3} s (best of 5; the same steps and sums as the engine)");
     println!(
-        "  llmsim run process  {:.3} s = {:.2}x the lean loop (reads the CSV, writes the JSON)",
-        best[2],
-        best[2] / best[0]
+        "  run, step by step     {:.3} s = {:.2}x the lean loop (sim::run_collecting --exact + JSON)",
+        best[1],
+        best[1] / lean
     );
-    best[1]
+    println!(
+        "  run, stretches        {:.3} s = {:.2}x the lean loop (the default; same result)",
+        best[2],
+        best[2] / lean
+    );
+    println!(
+        "  llmsim run process    {:.3} s = {:.2}x the lean loop (reads the CSV, writes the JSON)",
+        best[3],
+        best[3] / lean
+    );
+}
+
+/// The completion rate of `shape` under sustained overload: a burst
+/// start phase-locks the batch into cohorts that prefill together and
+/// understates it, so a first burst run only gives a lower bound; the
+/// second run offers 1.5x that bound as Poisson arrivals.
+fn saturation_of(base: &Path, shape: &[Override]) -> f64 {
+    let throughput = |rate: f64| {
+        let mut o = shape.to_vec();
+        o.extend([
+            set("workload.arrivals", &format!("{{poisson: {{rate: {rate}}}}}")),
+            set("workload.requests", "20000"),
+        ]);
+        let s = load_scenario_with(base, &o).expect("scenario");
+        llmsim::sim::run(&s, CollectorOptions::default())
+            .expect("within the run limits")
+            .result
+            .throughput
+            .requests_per_s
+    };
+    throughput(1.5 * throughput(1000.0))
+}
+
+/// 100,000 Poisson requests of `shape` at 90% of its saturation.
+fn at_90_percent(base: &Path, shape: &[Override]) -> (Vec<Override>, f64, f64) {
+    let saturation = saturation_of(base, shape);
+    let rate = 0.9 * saturation;
+    let mut load = shape.to_vec();
+    load.extend([
+        set("workload.arrivals", &format!("{{poisson: {{rate: {rate}}}}}")),
+        set("workload.requests", "100000"),
+    ]);
+    (load, saturation, rate)
 }
 
 /// Whether the section `name` runs: all of them without arguments, else
@@ -230,37 +282,19 @@ fn main() {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/base.yml");
     let shape = [set("workload.output_tokens", "128"), set("workload.prompt_tokens", "512")];
 
-    // Saturation: the completion rate under sustained overload. A burst
-    // start phase-locks the batch into cohorts that prefill together and
-    // understates it (35.8 req/s here), so a first burst run only gives a
-    // lower bound; the second run offers 1.5x that bound as Poisson
-    // arrivals (43.8). This is the effect `llmsim capacity` measures
-    // saturation around (docs/sweep-capacity.md, "Phase-locking"): its sustained-rate
-    // search finds 43.5 req/s on this shape, within 1% of this figure,
-    // which only sets the offered load.
-    let throughput = |rate: f64| {
-        let mut o = shape.to_vec();
-        o.extend([
-            set("workload.arrivals", &format!("{{poisson: {{rate: {rate}}}}}")),
-            set("workload.requests", "20000"),
-        ]);
-        let s = load_scenario_with(&base, &o).expect("scenario");
-        llmsim::sim::run(&s, CollectorOptions::default())
-            .expect("within the run limits")
-            .result
-            .throughput
-            .requests_per_s
-    };
-    let saturation = throughput(1.5 * throughput(1000.0));
-    let rate = 0.9 * saturation;
-
-    let mut load = shape.to_vec();
-    load.extend([
-        set("workload.arrivals", &format!("{{poisson: {{rate: {rate}}}}}")),
-        set("workload.requests", "100000"),
-    ]);
+    // Saturation (docs/sweep-capacity.md, "Phase-locking"): `llmsim
+    // capacity`'s sustained-rate search finds 43.5 req/s on the 512/128
+    // shape, within 1% of this figure, which only sets the offered load.
+    let (load, saturation, rate) = at_90_percent(&base, &shape);
     if wanted("limit") {
-        lean_vs_run("speed limit", &base, &load_scenario_with(&base, &load).expect("scenario"));
+        lean_vs_run("512/128 tokens at 90% load", &base, &load_scenario_with(&base, &load).expect("scenario"));
+        println!();
+    }
+    if wanted("macro") {
+        // Decode-heavy: 128 prompt / 512 output tokens.
+        let shape = [set("workload.output_tokens", "512"), set("workload.prompt_tokens", "128")];
+        let (load, _, _) = at_90_percent(&base, &shape);
+        lean_vs_run("128/512 tokens at 90% load", &base, &load_scenario_with(&base, &load).expect("scenario"));
         println!();
     }
     if wanted("plain") || wanted("prefix") {
