@@ -12,7 +12,7 @@
 //! record, every token time and every figure derived from them is the
 //! same as the step-by-step path's, to the nanosecond. Observers receive
 //! the stretch as one [`Stretch`]: the default
-//! [`Observer::decode_stretch`] replays it as the per-step events the
+//! [`Observer::decode_stretch`](super::Observer::decode_stretch) replays it as the per-step events the
 //! step-by-step path sends (so any observer sees the same sequence); the
 //! metrics collector folds it in O(B + k) instead of O(B x k).
 
