@@ -1,3 +1,12 @@
+//! First the speed limit: the leanest step-by-step loop of the same rules
+//! (`planner/lean.rs`: sums only, no percentiles, requests parsed
+//! beforehand) against the whole `llmsim run` process (reading the trace
+//! CSV, running, writing the result JSON) and against `sim::run` plus the
+//! JSON in this process, on the same 100,000-request trace, five rounds
+//! interleaved, best of five each. The lean loop's step count and sums
+//! must equal the engine's, or the bench stops: the limit is only a limit
+//! if it runs the same rules.
+//!
 //! Planner speed: 100,000 Poisson requests of 512 prompt / 128 output tokens
 //! at 90% of saturation on the base model of docs/engine.md, on one thread.
 //!
@@ -27,11 +36,17 @@
 //! differ in the cluster loop's work (earliest step over 16 replicas,
 //! routing every arrival).
 
-use std::path::Path;
+#[path = "planner/lean.rs"]
+mod lean;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
-use llmsim::config::{Override, load_scenario_with};
-use llmsim::metrics::CollectorOptions;
+use llmsim::config::{Override, Scenario, load_scenario, load_scenario_with};
+use llmsim::metrics::{Collector, CollectorOptions};
+use llmsim::sim::{Stepping, run_collecting};
+use llmsim::workload::{AnySource, Source};
 
 fn set(key: &str, value: &str) -> Override {
     Override::parse(&format!("{key}={value}")).expect("valid override")
@@ -116,39 +131,185 @@ fn cluster_overhead(base: &Path, rate: f64) {
     );
 }
 
-fn main() {
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/base.yml");
-    let shape = [set("workload.output_tokens", "128"), set("workload.prompt_tokens", "512")];
+/// The requests a scenario generates, in arrival order.
+fn requests_of(s: &Scenario) -> Vec<lean::Req> {
+    let mut source = AnySource::new(s);
+    let mut reqs = Vec::new();
+    while let Some(r) = source.pop() {
+        reqs.push(lean::Req { arrival: r.arrival.as_nanos(), prompt: r.prompt, output: r.output });
+    }
+    reqs
+}
 
-    // Saturation: the completion rate under sustained overload. A burst
-    // start phase-locks the batch into cohorts that prefill together and
-    // understates it (35.8 req/s here), so a first burst run only gives a
-    // lower bound; the second run offers 1.5x that bound as Poisson
-    // arrivals (43.8). This is the effect `llmsim capacity` measures
-    // saturation around (docs/sweep-capacity.md, "Phase-locking"): its sustained-rate
-    // search finds 43.5 req/s on this shape, within 1% of this figure,
-    // which only sets the offered load.
+/// Writes `reqs` as a trace CSV and, beside it, a scenario replaying it on
+/// the engine of `base` (its text up to `workload:`); returns the scenario.
+fn write_trace_scenario(base: &Path, dir: &Path, reqs: &[lean::Req]) -> PathBuf {
+    let mut csv = String::from("arrival_s,prompt_tokens,output_tokens\n");
+    for r in reqs {
+        csv.push_str(&format!("{},{},{}\n", llmsim::time::SimTime::from_nanos(r.arrival), r.prompt, r.output));
+    }
+    std::fs::write(dir.join("trace.csv"), csv).expect("write the trace");
+    let text = std::fs::read_to_string(base).expect("read the base scenario");
+    let engine = &text[..text.find("\nworkload:").expect("base.yml has a workload")];
+    let path = dir.join("trace.yml");
+    std::fs::write(&path, format!("{engine}\nworkload:\n  arrivals:\n    trace: trace.csv\n")).expect("write");
+    path
+}
+
+/// `sim::run_collecting` plus the JSON, summary only, in this process.
+fn run_in_process(s: &Scenario, stepping: Stepping) -> llmsim::metrics::RunResult {
+    let collector = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).summary_only();
+    let out = run_collecting(s, collector, &mut (), &mut |_| {}, stepping).expect("within the run limits");
+    std::hint::black_box(llmsim::report::to_json(&out.result));
+    out.result
+}
+
+/// The lean loop against the engine, step by step and with decode
+/// stretches, and against the whole `llmsim run` process, on one trace.
+fn lean_vs_run(label: &str, base: &Path, generated: &Scenario) {
+    let dir = std::env::temp_dir().join(format!("llmsim-bench-{}-{}", std::process::id(), label.replace(' ', "-")));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let reqs = requests_of(generated);
+    let scenario_path = write_trace_scenario(base, &dir, &reqs);
+    let scenario = load_scenario(&scenario_path).expect("trace scenario");
+    let json = dir.join("out.json");
+    let exe = env!("CARGO_BIN_EXE_llmsim");
+    // lean loop, step by step, stretches, process
+    let mut best = [f64::INFINITY; 4];
+    let mut sums = None;
+    let mut results = [None, None];
+    for _ in 0..5 {
+        let t = Instant::now();
+        sums = Some(lean::run(&scenario, &reqs));
+        best[0] = best[0].min(t.elapsed().as_secs_f64());
+        for (i, stepping) in [Stepping::Exact, Stepping::MacroSteps].into_iter().enumerate() {
+            let t = Instant::now();
+            results[i] = Some(run_in_process(&scenario, stepping));
+            best[1 + i] = best[1 + i].min(t.elapsed().as_secs_f64());
+        }
+        let t = Instant::now();
+        let status = Command::new(exe)
+            .args(["run", "-q", "--json"])
+            .arg(&json)
+            .arg(&scenario_path)
+            .status()
+            .expect("run llmsim");
+        best[3] = best[3].min(t.elapsed().as_secs_f64());
+        assert!(status.success(), "llmsim run failed");
+    }
+    let sums = sums.expect("ran");
+    let [exact, fast] = results.map(|r| r.expect("ran"));
+    assert_eq!(exact, fast, "decode stretches changed the result");
+    // The same rules: the same steps, tokens and latency sums.
+    let r = exact;
+    assert_eq!(sums.steps, r.steps.count, "lean loop and engine disagree on the steps");
+    assert_eq!((sums.completed, sums.output_tokens), (r.requests.completed, r.requests.output_tokens));
+    assert_eq!(sums.preemptions, r.preemptions);
+    let ttft_mean = sums.ttft_ns as f64 / sums.completed as f64 / 1e6;
+    let e2e_mean = sums.e2e_ns as f64 / sums.completed as f64 / 1e6;
+    assert_eq!(Some(ttft_mean), r.ttft_ms.mean, "mean TTFT");
+    assert_eq!(Some(e2e_mean), r.e2e_ms.mean, "mean E2E");
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "{label}: {} requests, {} steps, {} output tokens, {} preemptions, mean batch {:.1}",
+        reqs.len(),
+        sums.steps,
+        sums.output_tokens,
+        sums.preemptions,
+        r.steps.mean_batch_size
+    );
+    let lean = best[0];
+    println!("  lean loop             {lean:.3} s (best of 5; the same steps and sums as the engine)");
+    println!(
+        "  run, step by step     {:.3} s = {:.2}x the lean loop (sim::run_collecting --exact + JSON)",
+        best[1],
+        best[1] / lean
+    );
+    println!(
+        "  run, stretches        {:.3} s = {:.2}x the lean loop (the default; same result)",
+        best[2],
+        best[2] / lean
+    );
+    println!(
+        "  llmsim run process    {:.3} s = {:.2}x the lean loop (reads the CSV, writes the JSON)",
+        best[3],
+        best[3] / lean
+    );
+}
+
+/// The completion rate of `shape` under sustained overload: a burst
+/// start phase-locks the batch into cohorts that prefill together and
+/// understates it, so a first burst run only gives a lower bound; the
+/// second run offers 1.5x that bound as Poisson arrivals.
+fn saturation_of(base: &Path, shape: &[Override]) -> f64 {
     let throughput = |rate: f64| {
         let mut o = shape.to_vec();
         o.extend([
             set("workload.arrivals", &format!("{{poisson: {{rate: {rate}}}}}")),
             set("workload.requests", "20000"),
         ]);
-        let s = load_scenario_with(&base, &o).expect("scenario");
+        let s = load_scenario_with(base, &o).expect("scenario");
         llmsim::sim::run(&s, CollectorOptions::default())
             .expect("within the run limits")
             .result
             .throughput
             .requests_per_s
     };
-    let saturation = throughput(1.5 * throughput(1000.0));
-    let rate = 0.9 * saturation;
+    throughput(1.5 * throughput(1000.0))
+}
 
+/// 100,000 Poisson requests of `shape` at 90% of its saturation.
+fn at_90_percent(base: &Path, shape: &[Override]) -> (Vec<Override>, f64, f64) {
+    let saturation = saturation_of(base, shape);
+    let rate = 0.9 * saturation;
     let mut load = shape.to_vec();
     load.extend([
         set("workload.arrivals", &format!("{{poisson: {{rate: {rate}}}}}")),
         set("workload.requests", "100000"),
     ]);
+    (load, saturation, rate)
+}
+
+/// Whether the section `name` runs: all of them without arguments, else
+/// those named (`cargo bench --bench planner -- limit macro`; sections:
+/// limit, plain, prefix, deployment, cluster, macro).
+fn wanted(name: &str) -> bool {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    args.is_empty() || args.iter().any(|a| a == name)
+}
+
+fn main() {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/base.yml");
+    let shape = [set("workload.output_tokens", "128"), set("workload.prompt_tokens", "512")];
+
+    // Saturation (docs/sweep-capacity.md, "Phase-locking"): `llmsim
+    // capacity`'s sustained-rate search finds 43.5 req/s on the 512/128
+    // shape, within 1% of this figure, which only sets the offered load.
+    let (load, saturation, rate) = at_90_percent(&base, &shape);
+    if wanted("limit") {
+        lean_vs_run("512/128 tokens at 90% load", &base, &load_scenario_with(&base, &load).expect("scenario"));
+        println!();
+    }
+    if wanted("macro") {
+        // Decode-heavy: 128 prompt / 512 output tokens.
+        let shape = [set("workload.output_tokens", "512"), set("workload.prompt_tokens", "128")];
+        let (load, _, _) = at_90_percent(&base, &shape);
+        lean_vs_run("128/512 tokens at 90% load", &base, &load_scenario_with(&base, &load).expect("scenario"));
+        println!();
+    }
+    if wanted("plain") || wanted("prefix") {
+        plain_and_prefix(&base, &load, saturation, rate);
+    }
+    if wanted("deployment") {
+        deployment_overhead(&base);
+    }
+    if wanted("cluster") {
+        cluster_overhead(&base, rate);
+    }
+}
+
+/// The plain engine, then the same requests with prefix caching on.
+fn plain_and_prefix(base: &Path, load: &[Override], saturation: f64, rate: f64) {
     // Each configuration runs once per round, rounds interleaved, best of
     // five kept: a load change on a shared machine then hits all three
     // alike instead of one, and the ratios stay meaningful.
@@ -165,9 +326,9 @@ fn main() {
     let scenarios: Vec<_> = configs
         .iter()
         .map(|extra| {
-            let mut o = load.clone();
+            let mut o = load.to_vec();
             o.extend_from_slice(extra);
-            load_scenario_with(&base, &o).expect("scenario")
+            load_scenario_with(base, &o).expect("scenario")
         })
         .collect();
     let mut best = [f64::INFINITY; 3];
@@ -212,6 +373,4 @@ fn main() {
             r.ttft_ms.p99.unwrap_or(0.0)
         );
     }
-    deployment_overhead(&base);
-    cluster_overhead(&base, rate);
 }

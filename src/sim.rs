@@ -162,11 +162,45 @@ where
     O: Observer,
     F: FnMut(&Engine, &mut O),
 {
+    drive_stepping(engine, source, obs, limits, delay_ns, Stepping::Exact, after_step, progress)
+}
+
+/// How the driver advances the engine.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Stepping {
+    /// Decode stretches in one call each ([`Engine::decode_stretch`]):
+    /// the same step records, token times and figures as [`Stepping::Exact`],
+    /// to the nanosecond, with less work per step. `after_step` runs once
+    /// per stretch.
+    #[default]
+    MacroSteps,
+    /// Every step through [`Engine::step`] (`llmsim run --exact`).
+    Exact,
+}
+
+/// [`drive_limited`], choosing how the engine advances.
+#[allow(clippy::too_many_arguments)]
+pub fn drive_stepping<S, O, F>(
+    engine: &mut Engine,
+    source: &mut S,
+    obs: &mut O,
+    limits: &RunLimits,
+    delay_ns: u64,
+    stepping: Stepping,
+    after_step: F,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(), SimError>
+where
+    S: Source,
+    O: Observer,
+    F: FnMut(&Engine, &mut O),
+{
     let mut tap = Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns };
     if delay_ns == 0 {
-        drive_loop(engine, source, &mut tap, limits, after_step, progress)
+        drive_loop(engine, source, &mut tap, limits, stepping, after_step, progress)
     } else {
-        drive_loop(engine, &mut Delayed { inner: source, ns: delay_ns }, &mut tap, limits, after_step, progress)
+        let mut delayed = Delayed { inner: source, ns: delay_ns };
+        drive_loop(engine, &mut delayed, &mut tap, limits, stepping, after_step, progress)
     }
 }
 
@@ -175,6 +209,7 @@ fn drive_loop<S, O, F>(
     source: &mut S,
     tap: &mut Tap<'_, O>,
     limits: &RunLimits,
+    stepping: Stepping,
     mut after_step: F,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<(), SimError>
@@ -228,7 +263,22 @@ where
                 return Err(SimError::Stalled { why, progress: at });
             }
         }
-        if engine.step(tap).is_some() {
+        let stretch = match stepping {
+            Stepping::MacroSteps => {
+                // The stretch stops before a step that would start at or
+                // after the next arrival, or break a limit: the next call
+                // of `step` then meets it as the step-by-step path would.
+                let before = source.peek().unwrap_or(SimTime::from_nanos(u64::MAX));
+                engine.decode_stretch(before, limits.max_time, limits.max_steps.saturating_sub(at.steps), tap)
+            }
+            Stepping::Exact => 0,
+        };
+        if stretch > 0 {
+            at.steps += stretch;
+            if at.steps / PROGRESS_EVERY != (at.steps - stretch) / PROGRESS_EVERY {
+                progress(&at);
+            }
+        } else if engine.step(tap).is_some() {
             at.steps += 1;
             if at.steps > limits.max_steps {
                 return Err(SimError::TooManySteps { limit: limits.max_steps, progress: at });
@@ -275,15 +325,51 @@ pub fn run_with_progress<O: Observer>(
     extra: &mut O,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunOutput, SimError> {
+    run_collecting(
+        scenario,
+        Collector::new(scenario.capacity.num_blocks, options),
+        extra,
+        progress,
+        Stepping::default(),
+    )
+}
+
+/// [`run_with_progress`] for a caller that reads only the summary: no
+/// per-request record is kept once a request has ended
+/// ([`Collector::summary_only`]), so memory stays flat in requests. The
+/// result is the same; [`RunOutput::requests`] holds only requests still
+/// in flight. (A `cluster:` run keeps its records: its collector is the
+/// cluster's.)
+pub fn run_summary<O: Observer>(
+    scenario: &Scenario,
+    options: CollectorOptions,
+    extra: &mut O,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunOutput, SimError> {
+    let collector = Collector::new(scenario.capacity.num_blocks, options).summary_only();
+    run_collecting(scenario, collector, extra, progress, Stepping::default())
+}
+
+/// Runs a scenario into `collector` ([`Collector::summary_only`] or not),
+/// advancing the engine as `stepping` says.
+pub fn run_collecting<O: Observer>(
+    scenario: &Scenario,
+    mut collector: Collector,
+    extra: &mut O,
+    progress: &mut dyn FnMut(&Progress),
+    stepping: Stepping,
+) -> Result<RunOutput, SimError> {
     if let Some(cluster) = &scenario.cluster {
+        // The cluster's own collector, with the options the caller gave.
+        let options = collector.options();
         return crate::cluster::run(scenario, cluster, options, extra, progress);
     }
     let mut engine = Engine::new(scenario.engine_config());
     let mut source = AnySource::new(scenario);
-    let mut collector = Collector::new(scenario.capacity.num_blocks, options);
     let limits = RunLimits::default();
     let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
-    drive_limited(&mut engine, &mut source, &mut (&mut collector, extra), &limits, delay_ns, |_, _| {}, progress)?;
+    let obs = &mut (&mut collector, extra);
+    drive_stepping(&mut engine, &mut source, obs, &limits, delay_ns, stepping, |_, _| {}, progress)?;
     Ok(collector.finish(scenario))
 }
 
@@ -366,5 +452,9 @@ impl<O: Observer> Observer for Tap<'_, O> {
     }
     fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
         self.inner.prefix_lookup(id, at, queried, hit);
+    }
+    fn decode_stretch(&mut self, s: &crate::engine::Stretch<'_>) {
+        // Nothing arrives or ends in a stretch: nothing to note here.
+        self.inner.decode_stretch(s);
     }
 }

@@ -10,6 +10,7 @@ use crate::config::{Arrivals, Scenario, Trace};
 use crate::metrics::CollectorOptions;
 use crate::perfetto::TraceEvents;
 use crate::report;
+use crate::sim::{Stepping, run_collecting};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -32,6 +33,12 @@ pub struct RunArgs {
     /// slice per step, one track per request; `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub trace_events: Option<PathBuf>,
+    /// Run every engine step one by one instead of taking decode stretches
+    /// (steps where every running request only decodes) in one call each.
+    /// Both give the same bytes (docs/engine.md, "Decode stretches"); this
+    /// is the reference path, for checking.
+    #[arg(long)]
+    pub exact: bool,
     /// Print the effective configuration before the summary.
     #[arg(long)]
     pub explain: bool,
@@ -61,9 +68,14 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     let mut trace = a.trace_events.as_ref().map(|_| TraceEvents::new());
     let mut progress = super::progress::RunProgress::new(&scenario, !a.quiet);
     let mut report = |p: &crate::sim::Progress| progress.update(p);
+    // Per-request records only when a per-request output is asked for:
+    // otherwise memory stays flat in requests.
+    let collector = crate::metrics::Collector::new(scenario.capacity.num_blocks, options);
+    let collector = if a.requests_csv.is_some() { collector } else { collector.summary_only() };
+    let stepping = if a.exact { Stepping::Exact } else { Stepping::MacroSteps };
     let out = match &mut trace {
-        Some(t) => crate::sim::run_with_progress(&scenario, options, t, &mut report),
-        None => crate::sim::run_with_progress(&scenario, options, &mut (), &mut report),
+        Some(t) => run_collecting(&scenario, collector, t, &mut report, stepping),
+        None => run_collecting(&scenario, collector, &mut (), &mut report, stepping),
     };
     progress.finish();
     let out = out.map_err(|e| CliError::sim(&scenario, e))?;

@@ -5,6 +5,7 @@
 //! writer, an invariant checker and the real-time server's stream router are
 //! all observers. Every method has an empty default.
 
+use super::Stretch;
 use crate::time::SimTime;
 
 /// A request's identity: the order it was submitted in (0, 1, 2, ...).
@@ -90,10 +91,34 @@ pub trait Observer {
     /// `hit` were found in the cache (its `c`, a whole number of blocks).
     /// Sent just before its `scheduled` event.
     fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {}
+    /// A decode stretch ([`crate::engine::stretch`]): several steps at
+    /// once. By default replayed as the events the steps one by one send
+    /// (per step: `scheduled` for every request, `token` for every request,
+    /// then `step`), so an observer that does not override it sees exactly
+    /// the step-by-step sequence.
+    fn decode_stretch(&mut self, s: &Stretch<'_>) {
+        replay_stretch(self, s);
+    }
+}
+
+/// The step-by-step events of a decode stretch, sent to `obs`.
+pub fn replay_stretch<O: Observer + ?Sized>(obs: &mut O, s: &Stretch<'_>) {
+    for (j, step) in s.steps.iter().enumerate() {
+        let j = j as u32;
+        for &(id, c, _) in s.requests {
+            obs.scheduled(id, step.start, 1, c + j);
+        }
+        for &(id, _, g) in s.requests {
+            obs.token(id, step.end, g + j + 1);
+        }
+        obs.step(step);
+    }
 }
 
 /// Nothing to observe.
-impl Observer for () {}
+impl Observer for () {
+    fn decode_stretch(&mut self, _: &Stretch<'_>) {}
+}
 
 /// Two observers see every event, the first one first.
 impl<A: Observer, B: Observer> Observer for (A, B) {
@@ -133,6 +158,10 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.prefix_lookup(id, at, queried, hit);
         self.1.prefix_lookup(id, at, queried, hit);
     }
+    fn decode_stretch(&mut self, s: &Stretch<'_>) {
+        self.0.decode_stretch(s);
+        self.1.decode_stretch(s);
+    }
 }
 
 /// An observer seen through a mutable reference is still an observer.
@@ -163,5 +192,8 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
     fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
         (**self).prefix_lookup(id, at, queried, hit);
+    }
+    fn decode_stretch(&mut self, s: &Stretch<'_>) {
+        (**self).decode_stretch(s);
     }
 }

@@ -16,6 +16,7 @@ pub mod events;
 pub mod kv;
 pub mod kv_budget;
 pub mod prefix;
+pub mod stretch;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -24,6 +25,7 @@ pub use events::{Observer, RejectReason, RequestId, StepRecord};
 use kv::KvBlocks;
 pub use kv_budget::{KvBudget, KvBudgetError, KvBudgetInput};
 use prefix::PrefixPool;
+pub use stretch::Stretch;
 
 use crate::time::SimTime;
 
@@ -144,6 +146,8 @@ pub struct Engine {
     /// Sum over pending and waiting requests of `ceil((P+g)/bs)`, kept as
     /// they come and go (a cluster router reads it at every arrival).
     queued_blocks: u64,
+    /// Scratch space of [`Engine::decode_stretch`].
+    stretch: stretch::Scratch,
 }
 
 impl Engine {
@@ -168,6 +172,7 @@ impl Engine {
             batch: Vec::new(),
             evictions_before: 0,
             queued_blocks: 0,
+            stretch: stretch::Scratch::default(),
         }
     }
 
@@ -561,8 +566,14 @@ impl Engine {
     }
 
     /// Blocks a sequence must add to hold `tokens` more tokens of KV.
+    #[inline]
     fn extra_blocks(&self, seq: &Seq, tokens: u32) -> u32 {
-        let want = self.cfg.capacity.blocks_for(u64::from(seq.computed + tokens)) as u32;
+        let tokens = u64::from(seq.computed + tokens);
+        // Most steps stay inside the blocks held: no division then.
+        if tokens <= u64::from(seq.blocks) * u64::from(self.cfg.capacity.block_size) {
+            return 0;
+        }
+        let want = self.cfg.capacity.blocks_for(tokens) as u32;
         want.saturating_sub(seq.blocks)
     }
 

@@ -37,17 +37,26 @@ impl Histogram {
     }
 
     pub fn record(&mut self, v: u64) {
+        self.record_n(v, 1);
+    }
+
+    /// Records `v` `n` times: the same as `n` calls of [`Histogram::record`].
+    pub fn record_n(&mut self, v: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
         let i = index(v);
         if i >= self.counts.len() {
             self.counts.resize(i + 1, 0);
             self.sums.resize(i + 1, 0);
         }
-        self.counts[i] += 1;
-        self.sums[i] += u128::from(v);
+        let total = u128::from(v) * u128::from(n);
+        self.counts[i] += n;
+        self.sums[i] += total;
         self.min = if self.n == 0 { v } else { self.min.min(v) };
         self.max = self.max.max(v);
-        self.n += 1;
-        self.sum += u128::from(v);
+        self.n += n;
+        self.sum += total;
     }
 
     pub fn count(&self) -> u64 {
@@ -165,6 +174,17 @@ mod tests {
         // numpy: p90 of [a, a, a, b] = a + 0.7 * (b - a)
         let want = 4_493_333.0 + 0.7 * (25_250_000.0 - 4_493_333.0);
         assert!((h.percentile(90.0).unwrap() - want).abs() < 1e-6);
+    }
+
+    #[test]
+    fn recording_n_times_at_once_equals_recording_one_by_one() {
+        let (mut once, mut each) = (Histogram::new(), Histogram::new());
+        for (v, n) in [(7u64, 3u64), (4_493_333, 0), (4_493_333, 5), (3, 1), (90_000_000, 2)] {
+            once.record_n(v, n);
+            (0..n).for_each(|_| each.record(v));
+        }
+        assert_eq!((once.count(), once.min(), once.max(), once.mean()), (11, Some(3), Some(90_000_000), each.mean()));
+        assert_eq!((once.counts, once.sums), (each.counts, each.sums));
     }
 
     #[test]

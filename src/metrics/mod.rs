@@ -1,6 +1,7 @@
 //! Turning engine events into the numbers users read: per-request records,
 //! latency summaries and run-wide totals (docs/engine.md section 5).
 
+pub mod fold;
 pub mod histogram;
 pub mod percentile;
 pub mod result;
@@ -9,7 +10,7 @@ pub use histogram::Histogram;
 pub use result::{RunResult, Stats};
 
 use crate::config::Scenario;
-use crate::engine::{Observer, RejectReason, RequestId, StepRecord};
+use crate::engine::{Observer, RejectReason, RequestId, StepRecord, Stretch};
 use crate::time::SimTime;
 use result::*;
 
@@ -138,6 +139,9 @@ pub struct CollectorOptions {
 #[derive(Clone, Debug)]
 pub struct RunOutput {
     pub result: RunResult,
+    /// Every request's record, unless the collector was
+    /// [`Collector::summary_only`] (then only those still in flight at the
+    /// end, if any).
     pub requests: Vec<RequestRecord>,
     /// Empty unless `keep_steps` was set.
     pub steps: Vec<StepRecord>,
@@ -145,12 +149,33 @@ pub struct RunOutput {
     pub placement: Option<crate::cluster::Placement>,
 }
 
+/// Records dropped in one go once this many leading ones have ended (and
+/// they are at least half of those kept), in a summary-only collector.
+const DROP_AT: usize = 4096;
+
 /// An [`Observer`] that measures.
+///
+/// Each request's record lives while it is in flight; when it ends its
+/// figures are folded into the run's totals ([`fold`]). By default the
+/// records are kept too, for per-request outputs; a
+/// [`Collector::summary_only`] one drops them, so a run's memory stays flat
+/// in its requests (the records of requests that arrived while the oldest
+/// one still in flight was running, at most).
 pub struct Collector {
     options: CollectorOptions,
     num_blocks: u32,
+    /// The records of requests `base..base + requests.len()`.
     requests: Vec<RequestRecord>,
+    base: u64,
+    /// Drop records once folded.
+    summary_only: bool,
+    /// Leading records that have ended (summary only).
+    ended_prefix: usize,
+    totals: fold::Totals,
     itl: Histogram,
+    /// ITL gaps not yet in `itl`: `(gap, count)`. The tokens of a step
+    /// mostly share one gap, so equal gaps in a row are recorded at once.
+    itl_run: (u64, u64),
     step_ns: Histogram,
     steps: Vec<StepRecord>,
     step_count: u64,
@@ -173,7 +198,12 @@ impl Collector {
             options,
             num_blocks,
             requests: Vec::new(),
+            base: 0,
+            summary_only: false,
+            ended_prefix: 0,
+            totals: fold::Totals::default(),
             itl: Histogram::new(),
+            itl_run: (0, 0),
             step_ns: Histogram::new(),
             steps: Vec::new(),
             step_count: 0,
@@ -189,13 +219,74 @@ impl Collector {
         }
     }
 
-    /// The record of request `id`, which ids index directly.
-    fn rec(&mut self, id: RequestId) -> Option<&mut RequestRecord> {
-        self.requests.get_mut(id as usize)
+    /// Keeps no record of a request once it has ended: the summary is the
+    /// same, [`RunOutput::requests`] holds only requests still in flight.
+    pub fn summary_only(mut self) -> Collector {
+        self.summary_only = true;
+        self
     }
 
+    pub fn options(&self) -> CollectorOptions {
+        self.options
+    }
+
+    /// The record of request `id`, which ids index directly (from `base`).
+    #[inline]
+    fn rec(&mut self, id: RequestId) -> Option<&mut RequestRecord> {
+        let i = id.checked_sub(self.base)?;
+        self.requests.get_mut(i as usize)
+    }
+
+    /// The records kept: every request's, unless [`Collector::summary_only`].
     pub fn requests(&self) -> &[RequestRecord] {
         &self.requests
+    }
+
+    /// Request `id` ended with `status`: its figures join the totals (once).
+    fn end(&mut self, id: RequestId, status: Status) {
+        let Some(r) = self.rec(id) else { return };
+        if r.status != Status::InFlight {
+            r.status = status;
+            return;
+        }
+        r.status = status;
+        let i = (id - self.base) as usize;
+        self.totals.fold(&self.requests[i]);
+        if self.summary_only {
+            while self.ended_prefix < self.requests.len() && self.requests[self.ended_prefix].status != Status::InFlight
+            {
+                self.ended_prefix += 1;
+            }
+            if self.ended_prefix >= DROP_AT && self.ended_prefix * 2 >= self.requests.len() {
+                self.requests.drain(..self.ended_prefix);
+                self.base += self.ended_prefix as u64;
+                self.ended_prefix = 0;
+            }
+        }
+    }
+
+    /// `n` ITL gaps of `gap_ns` each.
+    #[inline]
+    fn itl_add(&mut self, gap_ns: u64, n: u64) {
+        match self.itl_run {
+            (gap, ref mut count) if gap == gap_ns => *count += n,
+            (gap, count) => {
+                self.itl.record_n(gap, count);
+                self.itl_run = (gap_ns, n);
+            }
+        }
+    }
+
+    /// ITL so far, the pending run of equal gaps included.
+    fn itl(&self) -> std::borrow::Cow<'_, Histogram> {
+        match self.itl_run {
+            (_, 0) => std::borrow::Cow::Borrowed(&self.itl),
+            (gap, n) => {
+                let mut h = self.itl.clone();
+                h.record_n(gap, n);
+                std::borrow::Cow::Owned(h)
+            }
+        }
     }
 
     /// The summary over everything seen so far.
@@ -205,7 +296,11 @@ impl Collector {
         if scenario.model.kv_cache.prefix_caching {
             result.prefix_cache = Some(self.prefix_cache());
         }
-        RunOutput { result, requests: self.requests, steps: self.steps, placement: None }
+        let requests = match self.summary_only {
+            false => self.requests,
+            true => self.requests.into_iter().filter(|r| r.status == Status::InFlight).collect(),
+        };
+        RunOutput { result, requests, steps: self.steps, placement: None }
     }
 
     /// Prefix-cache totals over every admission so far.
@@ -219,25 +314,23 @@ impl Collector {
     }
 
     pub fn summarize(&self, name: &str, seed: u64, cap: &crate::engine::KvBudget) -> RunResult {
-        let done: Vec<&RequestRecord> = self.requests.iter().filter(|r| r.status == Status::Finished).collect();
-        let count = |f: &dyn Fn(&RequestRecord) -> bool| self.requests.iter().filter(|r| f(r)).count() as u64;
-        let rejected_ctx = count(&|r| r.status == Status::Rejected(RejectReason::ContextLength));
-        let rejected_kv = count(&|r| r.status == Status::Rejected(RejectReason::NeverFits));
-        let input_tokens: u64 = done.iter().map(|r| u64::from(r.prompt)).sum();
-        let output_tokens: u64 = done.iter().map(|r| u64::from(r.tokens)).sum();
-        let first_arrival = self.requests.iter().map(|r| r.arrival).min();
-        let last_token = self.requests.iter().filter_map(|r| r.last_token).max();
-        let duration_s = match (first_arrival, last_token) {
+        // The ended requests are in the totals; those still in flight
+        // count in the total, the first arrival and the last token only.
+        let mut t = fold::Totals {
+            first_arrival: self.totals.first_arrival,
+            last_token: self.totals.last_token,
+            ..fold::Totals::default()
+        };
+        self.requests.iter().filter(|r| r.status == Status::InFlight).for_each(|r| t.see_times(r));
+        let total = self.base + self.requests.len() as u64;
+        let done = &self.totals;
+        let (rejected_ctx, rejected_kv) = (done.rejected_ctx, done.rejected_kv);
+        let (input_tokens, output_tokens) = (done.input_tokens, done.output_tokens);
+        let duration_s = match (t.first_arrival, t.last_token) {
             (Some(a), Some(b)) => b.nanos_since(a) as f64 / 1e9,
             _ => 0.0,
         };
         let per_s = |x: u64| if duration_s > 0.0 { x as f64 / duration_s } else { 0.0 };
-        let ns = |f: fn(&RequestRecord) -> Option<u64>| Stats::from_nanos(done.iter().filter_map(|r| f(r)).collect());
-        let tpot = {
-            let mut xs: Vec<f64> = done.iter().filter_map(|r| r.tpot_ns()).map(|x| x / 1e6).collect();
-            xs.sort_by(f64::total_cmp);
-            stats_ms(&xs)
-        };
         let steps = self.step_count.max(1) as f64;
         RunResult {
             schema_version: SCHEMA_VERSION,
@@ -250,27 +343,27 @@ impl Collector {
                 watermark_blocks: cap.watermark_blocks,
             },
             requests: RequestsOut {
-                total: self.requests.len() as u64,
-                completed: done.len() as u64,
+                total,
+                completed: done.completed,
                 rejected: rejected_ctx + rejected_kv,
                 rejected_context_length: rejected_ctx,
                 rejected_kv_capacity: rejected_kv,
-                aborted: count(&|r| r.status == Status::Aborted),
+                aborted: done.aborted,
                 input_tokens,
                 output_tokens,
             },
             throughput: ThroughputOut {
                 duration_s,
-                requests_per_s: per_s(done.len() as u64),
+                requests_per_s: per_s(done.completed),
                 input_tokens_per_s: per_s(input_tokens),
                 output_tokens_per_s: per_s(output_tokens),
                 total_tokens_per_s: per_s(input_tokens + output_tokens),
             },
-            ttft_ms: ns(RequestRecord::ttft_ns),
-            itl_ms: Stats::from_histogram(&self.itl),
-            tpot_ms: tpot,
-            e2e_ms: ns(RequestRecord::e2e_ns),
-            queue_ms: ns(RequestRecord::queue_ns),
+            ttft_ms: done.ttft.stats(),
+            itl_ms: Stats::from_histogram(&self.itl()),
+            tpot_ms: done.tpot.stats(),
+            e2e_ms: done.e2e.stats(),
+            queue_ms: done.queue.stats(),
             steps: StepsOut {
                 count: self.step_count,
                 mean_batch_size: self.batch_sum as f64 / steps,
@@ -298,22 +391,9 @@ impl Collector {
     }
 }
 
-/// Stats of ascending millisecond values.
-fn stats_ms(sorted: &[f64]) -> Stats {
-    use percentile::percentile_sorted as p;
-    Stats {
-        count: sorted.len() as u64,
-        mean: (!sorted.is_empty()).then(|| sorted.iter().sum::<f64>() / sorted.len() as f64),
-        p50: p(sorted, 50.0),
-        p90: p(sorted, 90.0),
-        p99: p(sorted, 99.0),
-        max: sorted.last().copied(),
-    }
-}
-
 impl Observer for Collector {
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
-        debug_assert_eq!(id as usize, self.requests.len(), "ids must be 0, 1, 2, ...");
+        debug_assert_eq!(id, self.base + self.requests.len() as u64, "ids must be 0, 1, 2, ...");
         self.requests.push(RequestRecord::new(id, at, prompt, output));
     }
 
@@ -331,28 +411,55 @@ impl Observer for Collector {
     }
 
     fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
-        let Some(r) = self.requests.get_mut(id as usize) else { return };
+        let Some(r) = self.rec(id) else { return };
         if let TokenGap::Next { gap_ns } = r.add_token(at, index) {
-            self.itl.record(gap_ns);
+            self.itl_add(gap_ns, 1);
+        }
+    }
+
+    /// The stretch's figures in O(B + k): each request's first gap is its
+    /// own, the later ones are the step durations every request shares.
+    fn decode_stretch(&mut self, s: &Stretch<'_>) {
+        let (Some(first), Some(last)) = (s.steps.first(), s.steps.last()) else { return };
+        let (b, k) = (s.requests.len() as u64, s.steps.len() as u32);
+        let mut later_max = 0;
+        for step in &s.steps[1..] {
+            let d = step.duration_nanos();
+            later_max = later_max.max(d);
+        }
+        // A request decoding without a token seen here (a collector that
+        // joined late): the events one by one.
+        if s.requests.iter().any(|&(id, _, _)| self.rec(id).is_some_and(|r| r.last_token.is_none())) {
+            crate::engine::events::replay_stretch(self, s);
+            return;
+        }
+        for &(id, _, g) in s.requests {
+            let Some(r) = self.rec(id) else { continue };
+            let Some(prev) = r.last_token else { continue };
+            let gap = first.end.nanos_since(prev);
+            r.max_gap_ns = r.max_gap_ns.max(gap).max(later_max);
+            r.last_token = Some(last.end);
+            r.tokens = g + k;
+            self.itl_add(gap, 1);
+        }
+        for step in &s.steps[1..] {
+            self.itl_add(step.duration_nanos(), b);
+        }
+        for step in s.steps {
+            self.step(step);
         }
     }
 
     fn finished(&mut self, id: RequestId, _at: SimTime) {
-        if let Some(r) = self.rec(id) {
-            r.status = Status::Finished;
-        }
+        self.end(id, Status::Finished);
     }
 
     fn rejected(&mut self, id: RequestId, _at: SimTime, reason: RejectReason) {
-        if let Some(r) = self.rec(id) {
-            r.status = Status::Rejected(reason);
-        }
+        self.end(id, Status::Rejected(reason));
     }
 
     fn aborted(&mut self, id: RequestId, _at: SimTime) {
-        if let Some(r) = self.rec(id) {
-            r.status = Status::Aborted;
-        }
+        self.end(id, Status::Aborted);
     }
 
     fn prefix_lookup(&mut self, id: RequestId, _at: SimTime, queried: u32, hit: u32) {

@@ -20,4 +20,5 @@ mod invariants_prefix;
 mod limits;
 mod prefix;
 mod server;
+mod stretch;
 mod sweep;

@@ -1,0 +1,166 @@
+//! Decode stretches (macro-steps): runs of steps in which nothing changes
+//! but every running request's context grows by one, taken in one call.
+//!
+//! In such a stretch no request arrives, none is waiting, none finishes,
+//! none is preempted and none is admitted: every running request decodes
+//! one token a step, so step `j` (1-based) of the stretch has `B` tokens
+//! and `sum(ctx) = sum(c) + j * B`, and only the KV blocks crossed at block
+//! boundaries change (as long as the free blocks cover them, which the
+//! stretch checks step by step). [`Engine::decode_stretch`] therefore
+//! prices each step from the cost formulas in O(1), not O(B), and rounds
+//! it to nanoseconds exactly as [`Engine::step`] does, so every step
+//! record, every token time and every figure derived from them is the
+//! same as the step-by-step path's, to the nanosecond. Observers receive
+//! the stretch as one [`Stretch`]: the default
+//! [`Observer::decode_stretch`](super::Observer::decode_stretch) replays it as the per-step events the
+//! step-by-step path sends (so any observer sees the same sequence); the
+//! metrics collector folds it in O(B + k) instead of O(B x k).
+
+use super::{Engine, Kv, RequestId, StepRecord, StepShape};
+use crate::time::SimTime;
+
+/// A decode stretch, as observers see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Stretch<'a> {
+    /// The running requests in running order: `(id, c, g)`, their KV and
+    /// their generated tokens before the first step. In step `j` (0-based)
+    /// each is scheduled for one token with `c + j` computed and releases
+    /// its token number `g + j + 1` at the step's end.
+    pub requests: &'a [(RequestId, u32, u32)],
+    /// The stretch's steps, in order (at least one).
+    pub steps: &'a [StepRecord],
+}
+
+/// Scratch space kept between stretches, so a stretch allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Scratch {
+    requests: Vec<(RequestId, u32, u32)>,
+    steps: Vec<StepRecord>,
+    /// `crossings[r]`: running requests that need a new block in every
+    /// step `j` with `(j - 1) % block_size == r`.
+    crossings: Vec<u32>,
+    /// Per running request: the free token slots in its last block.
+    room: Vec<u32>,
+}
+
+impl Engine {
+    /// Runs, at once, up to `max_steps` steps of a decode stretch starting
+    /// at [`Engine::next_step_at`]: only while every step starts before
+    /// `before` (the next arrival: it could be admitted) and ends by
+    /// `max_end`. Returns how many steps ran; 0 when the engine is not in a
+    /// decode stretch (something waits or is pending, a request is in
+    /// prefill or would finish in the next step, its block would not fit,
+    /// or prefix caching is on), and then [`Engine::step`] must run.
+    ///
+    /// Each request stops one step short of its last token, so a finish
+    /// always goes through [`Engine::step`].
+    pub fn decode_stretch<O: super::Observer>(
+        &mut self,
+        before: SimTime,
+        max_end: SimTime,
+        max_steps: u64,
+        obs: &mut O,
+    ) -> u64 {
+        if max_steps == 0 || self.running.is_empty() || !self.waiting.is_empty() || !self.pending.is_empty() {
+            return 0;
+        }
+        let Kv::Count(kv) = &self.kv else { return 0 };
+        let b = self.running.len() as u64;
+        if b > u64::from(self.cfg.max_batch_tokens) {
+            return 0;
+        }
+        let bs = self.cfg.capacity.block_size;
+        let scratch = &mut self.stretch;
+        scratch.requests.clear();
+        scratch.room.clear();
+        scratch.crossings.clear();
+        scratch.crossings.resize(bs as usize, 0);
+        let mut k = max_steps;
+        let mut sum_c = 0u64;
+        for &slot in &self.running {
+            let s = &self.slots[slot as usize];
+            if s.remaining() != 1 || s.generated == 0 {
+                return 0;
+            }
+            // Its last token comes from a step of its own.
+            k = k.min(u64::from(s.req.output - s.generated - 1));
+            let room = (u64::from(s.blocks) * u64::from(bs)).checked_sub(u64::from(s.computed));
+            let Some(room) = room.filter(|&r| r < u64::from(bs)) else { return 0 };
+            // It crosses into a new block in steps room + 1, room + 1 + bs, ...
+            scratch.crossings[room as usize] += 1;
+            scratch.room.push(room as u32);
+            scratch.requests.push((s.req.id, s.computed, s.generated));
+            sum_c += u64::from(s.computed);
+        }
+        if k == 0 {
+            return 0;
+        }
+        let detailed = self.cfg.cost.deployment.is_some();
+        let (mut free, mut used) = (kv.free(), kv.used());
+        let mut clock = self.clock;
+        scratch.steps.clear();
+        for j in 1..=k {
+            let new = scratch.crossings[((j - 1) % u64::from(bs)) as usize];
+            if clock >= before || new > free {
+                break;
+            }
+            // Step j: every request computes its token j on c + j - 1 cached.
+            let sum_ctx = sum_c + j * b;
+            let shape = StepShape {
+                tokens: b,
+                sum_ctx,
+                // sum over requests of attention_pairs(1, c + j - 1) = c + j
+                attention_pairs: if detailed { u128::from(sum_ctx) } else { 0 },
+                sampled: if detailed { b } else { 0 },
+                batch: b,
+            };
+            let cost = self.cfg.cost.cost(&shape);
+            let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
+            if end > max_end {
+                break;
+            }
+            free -= new;
+            used += new;
+            scratch.steps.push(StepRecord {
+                index: self.steps + j - 1,
+                start: clock,
+                end,
+                batch_size: b as u32,
+                tokens: b as u32,
+                prefill_tokens: 0,
+                sum_ctx,
+                kv_blocks_used: used,
+                running: b as u32,
+                waiting: 0,
+                preempted: 0,
+                compute_s: cost.compute_s,
+                memory_s: cost.memory_s,
+                cached_blocks: 0,
+                evictions: 0,
+            });
+            clock = end;
+        }
+        let n = scratch.steps.len() as u64;
+        if n == 0 {
+            return 0;
+        }
+        // Commit: every request is n tokens further, with the blocks it crossed into.
+        let mut taken = 0;
+        for (&slot, &room) in self.running.iter().zip(&scratch.room) {
+            let s = &mut self.slots[slot as usize];
+            s.computed += n as u32;
+            s.generated += n as u32;
+            let crossed = if n > u64::from(room) { 1 + (n - 1 - u64::from(room)) / u64::from(bs) } else { 0 };
+            s.blocks += crossed as u32;
+            taken += crossed as u32;
+        }
+        if let Kv::Count(kv) = &mut self.kv {
+            kv.take(taken);
+        }
+        self.steps += n;
+        self.clock = clock;
+        obs.decode_stretch(&Stretch { requests: &self.stretch.requests, steps: &self.stretch.steps });
+        self.debug_check();
+        n
+    }
+}

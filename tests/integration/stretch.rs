@@ -1,0 +1,179 @@
+//! Decode stretches (macro-steps, `src/engine/stretch.rs`) against the
+//! step-by-step path (`--exact`): on generated scenarios, both must give
+//! the same result JSON, the same per-request records, the same step
+//! records and the same sequence of observer events, byte for byte. The
+//! issue allows 0.1% on every figure; the stretch computes each step from
+//! the same formulas with the same rounding, so the test demands equality,
+//! which is stronger. The scenarios lean towards long outputs, few
+//! arrivals and tight KV caches, so stretches are common and meet block
+//! boundaries, arrivals, finishes and full caches.
+
+use llmsim::config::Scenario;
+use llmsim::engine::{Observer, RejectReason, RequestId, StepRecord};
+use llmsim::metrics::{Collector, CollectorOptions, RunOutput};
+use llmsim::report::to_json;
+use llmsim::sim::{Stepping, run_collecting};
+use llmsim::time::SimTime;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::invariants::{length, pick, scenario};
+
+/// Every event, in order, as text.
+#[derive(Default)]
+struct Events(Vec<String>);
+
+impl Observer for Events {
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
+        self.0.push(format!("arrived {id} {at} {prompt} {output}"));
+    }
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
+        self.0.push(format!("scheduled {id} {at} {tokens} {computed}"));
+    }
+    fn preempted(&mut self, id: RequestId, at: SimTime) {
+        self.0.push(format!("preempted {id} {at}"));
+    }
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        self.0.push(format!("token {id} {at} {index}"));
+    }
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.0.push(format!("finished {id} {at}"));
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
+        self.0.push(format!("rejected {id} {at} {reason:?}"));
+    }
+    fn step(&mut self, s: &StepRecord) {
+        self.0.push(format!("step {s:?}"));
+    }
+}
+
+/// A scenario where decode stretches are common.
+fn generate(i: u64) -> String {
+    let mut rng = ChaCha8Rng::seed_from_u64(0x57_2E7C + i);
+    let block_size = pick(&mut rng, &[1, 4, 16, 32]);
+    let num_blocks = pick(&mut rng, &[8, 40, 200, 1000, 20000]);
+    let budget = pick(&mut rng, &[8, 64, 512, 8192]);
+    let max_seqs = pick(&mut rng, &[1, 4, 16, 64, 256]);
+    let arrivals = match rng.random_range(0..4) {
+        0 => format!("poisson: {{rate: {}}}", pick(&mut rng, &[0.5, 5.0, 50.0, 500.0])),
+        1 => format!("constant: {{rate: {}}}", pick(&mut rng, &[1.0, 20.0, 400.0])),
+        _ => format!(
+            "closed: {{concurrency: {}, think_time_s: {}}}",
+            pick(&mut rng, &[1, 3, 16, 64]),
+            pick(&mut rng, &[0.0, 0.0, 0.005, 0.2])
+        ),
+    };
+    let engine = match rng.random_range(0..3) {
+        // A model as two numbers (docs/engine.md).
+        0 | 1 => format!(
+            "hardware: {{hbm_gib: 80, memory_bandwidth_gbps: {}, peak_tflops: {}}}
+model:
+  context_length: 32768
+  weights: {{parameters_billions: {}}}
+  kv_cache: {{bytes_per_token: 131072, block_size: {block_size}, num_blocks: {num_blocks}}}
+latency: {{step_overhead_ms: {}, per_sequence_overhead_us: {}, request_overhead_ms: {}}}",
+            pick(&mut rng, &[300, 3000]),
+            pick(&mut rng, &[100, 989]),
+            pick(&mut rng, &[0.5, 7.0, 70.0]),
+            pick(&mut rng, &[0.0, 0.0, 1.5]),
+            pick(&mut rng, &[0.0, 0.0, 7.0]),
+            pick(&mut rng, &[0.0, 0.0, 3.0]),
+        ),
+        // An architecture with tensor parallelism (docs/deployments.md).
+        _ => format!(
+            "hardware: h100-80gb
+model: {{preset: llama-3.1-70b, context_length: 32768, kv_cache: {{block_size: {block_size}, num_blocks: {num_blocks}}}}}
+parallelism: {{tensor: {}}}
+latency: {{per_sequence_overhead_us: {}}}",
+            pick(&mut rng, &[4, 8]),
+            pick(&mut rng, &[0.0, 5.0]),
+        ),
+    };
+    let (prompt_scale, output_scale) = (pick(&mut rng, &[8, 64, 600]), pick(&mut rng, &[40, 300, 1200]));
+    format!(
+        "name: stretch-{i}
+{engine}
+scheduler: {{max_batch_tokens: {budget}, max_num_sequences: {max_seqs}}}
+workload:
+  seed: {seed}
+  arrivals: {{{arrivals}}}
+  requests: {requests}
+  prompt_tokens: {prompt}
+  output_tokens: {output}
+",
+        seed = rng.random_range(0..1000),
+        requests = rng.random_range(1..=150),
+        prompt = length(&mut rng, prompt_scale),
+        output = length(&mut rng, output_scale),
+    )
+}
+
+fn run(s: &Scenario, stepping: Stepping) -> (Result<RunOutput, String>, Events) {
+    let collector = Collector::new(s.capacity.num_blocks, CollectorOptions { keep_steps: true });
+    let mut events = Events::default();
+    let out = run_collecting(s, collector, &mut events, &mut |_| {}, stepping).map_err(|e| e.to_string());
+    (out, events)
+}
+
+#[test]
+fn decode_stretches_give_the_same_bytes_as_the_step_by_step_path() {
+    let (mut steps, mut runs_with_long_outputs) = (0u64, 0u64);
+    for i in 0..160 {
+        let text = generate(i);
+        let s = scenario(&text);
+        let (exact, exact_events) = run(&s, Stepping::Exact);
+        let (fast, fast_events) = run(&s, Stepping::MacroSteps);
+        match (exact, fast) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(to_json(&a.result), to_json(&b.result), "result JSON, scenario {i}:\n{text}");
+                assert_eq!(a.requests, b.requests, "request records, scenario {i}:\n{text}");
+                assert_eq!(a.steps, b.steps, "step records, scenario {i}:\n{text}");
+                steps += a.result.steps.count;
+                runs_with_long_outputs += u64::from(a.result.tpot_ms.count > 0);
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b, "the same error, scenario {i}:\n{text}"),
+            (a, b) => panic!("scenario {i}: exact {:?}, stretches {:?}\n{text}", a.err(), b.err()),
+        }
+        assert!(exact_events.0 == fast_events.0, "observer events differ, scenario {i}:\n{text}");
+    }
+    // The generator must exercise the stretches, not only short runs.
+    assert!(steps > 200_000, "only {steps} steps over the generated scenarios");
+    assert!(runs_with_long_outputs > 100, "{runs_with_long_outputs} runs with a TPOT");
+}
+
+/// The stretches must actually be taken, or the test above compares the
+/// step-by-step path with itself: a steady decode batch takes far fewer
+/// engine calls with stretches than steps.
+#[test]
+fn a_steady_decode_batch_runs_in_stretches() {
+    use llmsim::engine::Engine;
+    use llmsim::workload::{AnySource, Source};
+    let text = "name: steady
+hardware: {hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
+model:
+  context_length: 32768
+  weights: {parameters_billions: 7}
+  kv_cache: {bytes_per_token: 131072, block_size: 16, num_blocks: 20000}
+scheduler: {max_batch_tokens: 8192, max_num_sequences: 64}
+workload:
+  seed: 1
+  arrivals: {closed: {concurrency: 8}}
+  requests: 8
+  prompt_tokens: 100
+  output_tokens: 500
+";
+    let s = scenario(text);
+    let mut engine = Engine::new(s.engine_config());
+    let mut source = AnySource::new(&s);
+    while let Some(r) = source.pop() {
+        engine.submit(r, &mut ()).unwrap();
+    }
+    // The prefill step, then one stretch of 498 steps (each request stops
+    // one step short of its 500th token), then the last step.
+    assert!(engine.step(&mut ()).is_some());
+    let never = SimTime::from_nanos(u64::MAX);
+    assert_eq!(engine.decode_stretch(never, never, u64::MAX, &mut ()), 498);
+    assert_eq!(engine.decode_stretch(never, never, u64::MAX, &mut ()), 0, "the next step finishes requests");
+    assert!(engine.step(&mut ()).is_some());
+    assert!(engine.is_idle());
+}
