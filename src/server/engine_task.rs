@@ -1,6 +1,6 @@
 //! The live driver: one task per `scheduler` model owns its [`Engine`] and
 //! runs it on the wall clock (in the server, on a thread and runtime of its
-//! own: `server::spawn_engine`). Handlers talk to it only through commands
+//! own, built by the command line: `cli::serve`). Handlers talk to it only through commands
 //! (no lock around the scheduler); it answers each request on that
 //! request's own unbounded channel, which it never waits on.
 //!
@@ -20,60 +20,15 @@
 //! the two produce the same timeline to the nanosecond.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::Clock;
-use super::feed::FeedRequest;
-use super::record::Recorder;
-use super::stats::{Finish, Gauges, ModelStats, Story};
+use super::clock::Clock;
+use super::protocol::{Command, Event, Sinks, Submit, lock};
+use super::stats::{Finish, Story};
 use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
 use crate::metrics::{RequestRecord, Status};
 use crate::time::SimTime;
-
-/// What a handler asks of the engine task.
-#[derive(Debug)]
-pub enum Command {
-    Submit(Submit),
-    /// The client went away: free the request's blocks now.
-    Abort {
-        ticket: u64,
-    },
-}
-
-#[derive(Debug)]
-pub struct Submit {
-    /// The handler's key for the request (aborts name it).
-    pub ticket: u64,
-    pub req: FeedRequest,
-    pub events: UnboundedSender<Event>,
-}
-
-/// What the engine task tells a handler.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Event {
-    /// Submitted with this engine id and (clamped) arrival.
-    Accepted {
-        id: RequestId,
-        arrival: SimTime,
-    },
-    /// The `index`-th token (1-based), due at `due`.
-    Token {
-        index: u32,
-        due: SimTime,
-    },
-    Done(Box<Story>),
-    Rejected(RejectReason),
-}
-
-/// Shared outputs of a model's driver.
-#[derive(Clone)]
-pub struct Sinks {
-    pub stats: Arc<Mutex<ModelStats>>,
-    pub gauges: Arc<Gauges>,
-    pub recorder: Option<Arc<Mutex<Recorder>>>,
-}
 
 /// A request the engine holds.
 struct Live {
@@ -388,12 +343,6 @@ impl EngineTask {
         let waiting = e.num_waiting() + e.num_pending();
         self.sinks.gauges.set(e.num_running() as u64, waiting as u64, u64::from(e.kv_blocks_used()));
     }
-}
-
-/// Locks a mutex, recovering from a poisoned one (a panicking holder cannot
-/// leave these counters in a state worse than slightly stale).
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -8,31 +8,14 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
-use super::engine_task::{Command, Event, Sinks, Submit, lock};
-use super::fixed::Schedule;
+use super::app::{Backend, ModelHandle};
+use super::clock::Clock;
+use super::protocol::{Command, Event, FeedRequest, Schedule, Sinks, Submit, lock};
 use super::stats::{Finish, Story};
-use super::{Backend, Clock, ModelHandle};
 use crate::config::models::FixedTiming;
 use crate::engine::{RejectReason, RequestId};
 use crate::metrics::{RequestRecord, Status, TokenGap};
 use crate::time::SimTime;
-
-/// What a handler asks for.
-#[derive(Clone, Debug)]
-pub struct FeedRequest {
-    pub stamp: SimTime,
-    pub prompt: u32,
-    pub output: u32,
-    pub finish: Finish,
-    pub max_tokens: Option<u32>,
-    /// The request's `n`, observed once per request (0 for the second and
-    /// later choices of one request).
-    pub n: u32,
-    pub epoch: u64,
-    /// With prefix caching: the hashes of the request's full blocks
-    /// (`super::prefix`); empty otherwise.
-    pub hashes: Vec<u64>,
-}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum FeedEvent {

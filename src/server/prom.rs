@@ -20,9 +20,9 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use super::engine_task::lock;
+use super::app::{App, ModelHandle};
+use super::protocol::lock;
 use super::stats::{Finish, ModelStats, Prom, PromHist};
-use super::{App, ModelHandle};
 use crate::config::models::EngineKind;
 
 /// One model's values at scrape time.

@@ -23,10 +23,10 @@ use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 
+use super::context::{Ctx, explain, feed_error};
 use super::faults::Kind;
 use super::feed::{Feed, FeedEvent};
 use super::openai::{self, Api};
-use super::routes::{Ctx, explain, feed_error};
 use super::stats::{Observed, Story};
 use crate::time::SimTime;
 
@@ -188,7 +188,7 @@ impl Streamer {
                 // The prompt's hit is the first choice's first admission
                 // (later choices of the same prompt find its blocks too).
                 if choice == 0 {
-                    super::prefix::set_cached(&mut self.ctx, &story);
+                    self.ctx.note_cached(&story);
                 }
                 seen.story = Some(story);
                 self.open -= 1;

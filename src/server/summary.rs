@@ -38,8 +38,8 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-use super::App;
-use super::engine_task::lock;
+use super::app::App;
+use super::protocol::lock;
 use super::stats::Window;
 use crate::metrics::Stats;
 

@@ -9,6 +9,7 @@ mod api;
 mod errors;
 mod hardening;
 mod harness;
+mod layers;
 mod lifecycle;
 mod parity;
 mod prefix;

@@ -4,12 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::*;
 use crate::engine::EngineConfig;
+use crate::server::protocol::FeedRequest;
+use crate::server::stats::{Gauges, ModelStats};
 use crate::workload::TraceSource;
 use crate::workload::trace::TraceRow;
 

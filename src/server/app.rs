@@ -1,0 +1,204 @@
+//! The state every handler shares ([`App`]): the served models, each with
+//! its driver's command channel ([`Backend`]) and measurements, the
+//! scripted answers, the clock and the server's options.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::{self, UnboundedSender};
+
+use super::clock::Clock;
+use super::engine_task::EngineTask;
+use super::errors::ApiError;
+use super::protocol::{Command, Schedule, Sinks, lock};
+use super::record::{self, Recorder};
+use super::stats::{Gauges, ModelStats};
+use super::{conn, faults, fixed, prefix, tokenize};
+use crate::config::models::{EngineKind, FixedTiming, ModelsFile, ServedModel};
+use crate::content::Responses;
+use crate::engine::Engine;
+
+/// How a model's tokens are timed.
+pub enum Backend {
+    Scheduler { commands: UnboundedSender<Command> },
+    Fixed { timing: FixedTiming, timer: UnboundedSender<Schedule> },
+}
+
+/// One served model: its spec, its driver and its measurements.
+pub struct ModelHandle {
+    pub spec: ServedModel,
+    pub backend: Backend,
+    pub sinks: Sinks,
+    /// Handler-side request keys.
+    pub tickets: AtomicU64,
+    pub tokenizer: tokenize::Tokenizer,
+    /// Requests that passed validation, in arrival order (fault picks).
+    pub arrivals: AtomicU64,
+    /// Faults injected, by kind (`faults::NAMES` order).
+    pub faults_seen: [AtomicU64; 7],
+    /// `--record`'s fault file, when the model injects faults.
+    pub fault_log: Option<Mutex<faults::FaultLog>>,
+}
+
+/// Server options besides the models and responses.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub max_body_bytes: usize,
+    /// Also export metric names vLLM deprecated but some routers still read.
+    pub legacy_metrics: bool,
+    /// `--record FILE`.
+    pub record: Option<PathBuf>,
+    /// Connections open at once (see `conn`).
+    pub max_connections: usize,
+    /// How long a connection may take to send a request head.
+    pub header_timeout: Duration,
+    /// How long a request body may take to arrive after its head.
+    pub body_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_body_bytes: 8 * 1024 * 1024,
+            legacy_metrics: false,
+            record: None,
+            max_connections: conn::DEFAULT_MAX_CONNECTIONS,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The shared state every handler sees.
+pub struct App {
+    pub models: Vec<ModelHandle>,
+    pub responses: Responses,
+    pub clock: Clock,
+    /// Unix seconds at start, for the `created` fields.
+    pub created: u64,
+    pub options: Options,
+    /// The summary window's epoch (bumped by a reset).
+    pub epoch: AtomicU64,
+    /// Error responses by status since start.
+    pub http_errors: Mutex<BTreeMap<u16, u64>>,
+    pub next_response: AtomicU64,
+    /// Connection limits and what they turned away.
+    pub limits: Arc<conn::Limits>,
+}
+
+impl App {
+    /// Builds the state and spawns one engine task per scheduler model.
+    /// Call inside a tokio runtime. Fails only if a record file cannot be
+    /// created.
+    pub fn start(file: &ModelsFile, responses: Responses, options: Options) -> Result<Arc<App>, String> {
+        let clock = Clock::start_precise();
+        let mut models = Vec::new();
+        for spec in &file.models {
+            let recorder = match &options.record {
+                Some(path) => {
+                    let path = record::path_for(path, &spec.name, file.models.len());
+                    let r = Recorder::create_with_blocks(&path, prefix::recorded_block_size(spec))
+                        .map_err(|e| format!("cannot create the record file {}: {e}", path.display()))?;
+                    Some(Arc::new(Mutex::new(r)))
+                }
+                None => None,
+            };
+            let sinks = Sinks {
+                stats: Arc::new(Mutex::new(ModelStats::new(spec.context_length))),
+                gauges: Arc::new(Gauges::default()),
+                recorder,
+            };
+            let backend = match &spec.engine {
+                EngineKind::Fixed(t) => {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    spawn_driver(&spec.name, fixed::FixedTimer::new(rx, clock).run())?;
+                    Backend::Fixed { timing: *t, timer: tx }
+                }
+                EngineKind::Scheduler(s) => {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let task = EngineTask::new(Engine::new(s.engine.clone()), rx, clock, sinks.clone());
+                    spawn_driver(&spec.name, task.run())?;
+                    Backend::Scheduler { commands: tx }
+                }
+            };
+            let tokenizer = spec.tokenizer.clone();
+            let fault_log = match (&options.record, &spec.faults) {
+                (Some(path), Some(_)) => {
+                    let path = faults::log_path(&record::path_for(path, &spec.name, file.models.len()));
+                    let log = faults::FaultLog::create(&path)
+                        .map_err(|e| format!("cannot create the fault file {}: {e}", path.display()))?;
+                    Some(Mutex::new(log))
+                }
+                _ => None,
+            };
+            models.push(ModelHandle {
+                spec: spec.clone(),
+                backend,
+                sinks,
+                tickets: AtomicU64::new(0),
+                tokenizer,
+                arrivals: AtomicU64::new(0),
+                faults_seen: Default::default(),
+                fault_log,
+            });
+        }
+        let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Ok(Arc::new(App {
+            models,
+            responses,
+            clock,
+            created,
+            epoch: AtomicU64::new(0),
+            http_errors: Mutex::new(BTreeMap::new()),
+            next_response: AtomicU64::new(0),
+            limits: Arc::new(conn::Limits::new(options.max_connections, options.header_timeout, options.body_timeout)),
+            options,
+        }))
+    }
+
+    /// The model a request names, or the first one when it names none
+    /// (vLLM serves its default model then).
+    pub fn model(&self, name: Option<&str>) -> Result<&ModelHandle, ApiError> {
+        match name {
+            None => self.models.first().ok_or_else(|| ApiError::unknown_model("")),
+            Some(n) => self.models.iter().find(|m| m.spec.name == n).ok_or_else(|| ApiError::unknown_model(n)),
+        }
+    }
+
+    pub fn count_error(&self, status: u16) {
+        *lock(&self.http_errors).entry(status).or_insert(0) += 1;
+    }
+
+    /// Paths of the record files, in model order.
+    pub fn record_paths(&self) -> Vec<PathBuf> {
+        self.models.iter().filter_map(|m| m.sinks.recorder.as_ref().map(|r| lock(r).path().to_path_buf())).collect()
+    }
+
+    /// Writes what is left of every record file (requests still in flight
+    /// are written as such).
+    pub fn finish_records(&self) {
+        for m in &self.models {
+            if let Some(r) = &m.sinks.recorder {
+                lock(r).finish();
+            }
+        }
+    }
+}
+
+/// Runs a model's driver (engine task or fixed timer) on a thread of its
+/// own with its own timer, so its deadlines never queue behind the handlers
+/// it wakes.
+fn spawn_driver(name: &str, driver: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("cannot start the runtime for model {name}: {e}"))?;
+    std::thread::Builder::new()
+        .name(format!("model {name}"))
+        .spawn(move || runtime.block_on(driver))
+        .map(|_| ())
+        .map_err(|e| format!("cannot start the thread for model {name}: {e}"))
+}
