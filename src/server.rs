@@ -7,7 +7,8 @@
 //! engine decides when each is due. A `scheduler` model runs the planner
 //! core in one engine task (`engine_task`) fed by commands; a `fixed` model
 //! has a timer task (`fixed`) that releases each request's tokens at its
-//! own due times. Each driver runs on a thread of its own. A request's
+//! own due times. The command line (`cli::serve`, the composition root)
+//! runs each driver on a thread of its own. A request's
 //! `feed` is its handler's view of either. Handlers (`routes`, `sse`) stream
 //! tokens as they come due, and everything measured lands in `stats`, read
 //! by `/metrics` (`prom`) and `/metrics/summary` (`summary`).
@@ -40,7 +41,7 @@ pub use crate::content;
 
 use std::sync::Arc;
 
-pub use app::{App, Backend, ModelHandle, Options};
+pub use app::{App, Backend, Driver, ModelHandle, Options};
 pub use clock::Clock;
 pub use content::Responses;
 

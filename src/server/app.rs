@@ -3,7 +3,9 @@
 //! scripted answers, the clock and the server's options.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +43,22 @@ pub struct ModelHandle {
     pub faults_seen: [AtomicU64; 7],
     /// `--record`'s fault file, when the model injects faults.
     pub fault_log: Option<Mutex<faults::FaultLog>>,
+}
+
+/// A model's driver: the engine task of a `scheduler` model or the timer
+/// of a `fixed` one, a future that ends when the server's handles to it
+/// are gone. Run it where its deadlines never queue behind the handlers
+/// it wakes (the command line gives each its own thread and runtime).
+pub struct Driver {
+    /// The model's name (for the thread's name and errors).
+    pub name: String,
+    pub task: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Driver {
+    fn new(name: &str, task: impl Future<Output = ()> + Send + 'static) -> Driver {
+        Driver { name: name.to_string(), task: Box::pin(task) }
+    }
 }
 
 /// Server options besides the models and responses.
@@ -90,12 +108,19 @@ pub struct App {
 }
 
 impl App {
-    /// Builds the state and spawns one engine task per scheduler model.
-    /// Call inside a tokio runtime. Fails only if a record file cannot be
-    /// created.
-    pub fn start(file: &ModelsFile, responses: Responses, options: Options) -> Result<Arc<App>, String> {
-        let clock = Clock::start_precise();
+    /// Builds the state on `clock`, and each model's driver (its engine
+    /// task or fixed timer) for the caller to run: the command line runs
+    /// each on a thread and runtime of its own (`cli::serve`), tests on
+    /// theirs. Nothing here starts a thread or a runtime. Fails only if a
+    /// record file cannot be created.
+    pub fn new(
+        file: &ModelsFile,
+        responses: Responses,
+        options: Options,
+        clock: Clock,
+    ) -> Result<(Arc<App>, Vec<Driver>), String> {
         let mut models = Vec::new();
+        let mut drivers = Vec::new();
         for spec in &file.models {
             let recorder = match &options.record {
                 Some(path) => {
@@ -114,13 +139,13 @@ impl App {
             let backend = match &spec.engine {
                 EngineKind::Fixed(t) => {
                     let (tx, rx) = mpsc::unbounded_channel();
-                    spawn_driver(&spec.name, fixed::FixedTimer::new(rx, clock).run())?;
+                    drivers.push(Driver::new(&spec.name, fixed::FixedTimer::new(rx, clock).run()));
                     Backend::Fixed { timing: *t, timer: tx }
                 }
                 EngineKind::Scheduler(s) => {
                     let (tx, rx) = mpsc::unbounded_channel();
                     let task = EngineTask::new(Engine::new(s.engine.clone()), rx, clock, sinks.clone());
-                    spawn_driver(&spec.name, task.run())?;
+                    drivers.push(Driver::new(&spec.name, task.run()));
                     Backend::Scheduler { commands: tx }
                 }
             };
@@ -146,7 +171,7 @@ impl App {
             });
         }
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        Ok(Arc::new(App {
+        let app = Arc::new(App {
             models,
             responses,
             clock,
@@ -156,7 +181,8 @@ impl App {
             next_response: AtomicU64::new(0),
             limits: Arc::new(conn::Limits::new(options.max_connections, options.header_timeout, options.body_timeout)),
             options,
-        }))
+        });
+        Ok((app, drivers))
     }
 
     /// The model a request names, or the first one when it names none
@@ -186,19 +212,4 @@ impl App {
             }
         }
     }
-}
-
-/// Runs a model's driver (engine task or fixed timer) on a thread of its
-/// own with its own timer, so its deadlines never queue behind the handlers
-/// it wakes.
-fn spawn_driver(name: &str, driver: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .map_err(|e| format!("cannot start the runtime for model {name}: {e}"))?;
-    std::thread::Builder::new()
-        .name(format!("model {name}"))
-        .spawn(move || runtime.block_on(driver))
-        .map(|_| ())
-        .map_err(|e| format!("cannot start the thread for model {name}: {e}"))
 }
