@@ -13,12 +13,15 @@ use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedSender};
 
 use super::clock::Clock;
-use super::engine_task::EngineTask;
+use super::engine_task::{EngineTask, Replica};
 use super::errors::ApiError;
 use super::protocol::{Command, Schedule, Sinks, lock};
 use super::record::{self, Recorder};
 use super::stats::{Gauges, ModelStats};
 use super::{conn, faults, fixed, prefix, tokenize};
+use crate::cluster::router::RouterState;
+use crate::config::Router;
+use crate::config::cluster::DEFAULT_OVERLAP_WEIGHT;
 use crate::config::models::{EngineKind, FixedTiming, ModelsFile, ServedModel};
 use crate::content::Responses;
 use crate::engine::Engine;
@@ -33,7 +36,9 @@ pub enum Backend {
 pub struct ModelHandle {
     pub spec: ServedModel,
     pub backend: Backend,
-    pub sinks: Sinks,
+    /// Each replica's measurements, by replica index (one for a model
+    /// without `cluster:`); the record file is shared.
+    pub replicas: Vec<Sinks>,
     /// Handler-side request keys.
     pub tickets: AtomicU64,
     pub tokenizer: tokenize::Tokenizer,
@@ -43,6 +48,19 @@ pub struct ModelHandle {
     pub faults_seen: [AtomicU64; 7],
     /// `--record`'s fault file, when the model injects faults.
     pub fault_log: Option<Mutex<faults::FaultLog>>,
+}
+
+impl ModelHandle {
+    /// The model's record file, if `--record` was given.
+    pub fn recorder(&self) -> Option<&Arc<Mutex<Recorder>>> {
+        self.replicas.first().and_then(|s| s.recorder.as_ref())
+    }
+
+    /// Whether the model runs as replicas behind a router (`cluster:`): its
+    /// answers then name their replica (`x-llmsim-replica`).
+    pub fn clustered(&self) -> bool {
+        self.spec.cluster().is_some()
+    }
 }
 
 /// A model's driver: the engine task of a `scheduler` model or the timer
@@ -125,17 +143,23 @@ impl App {
             let recorder = match &options.record {
                 Some(path) => {
                     let path = record::path_for(path, &spec.name, file.models.len());
-                    let r = Recorder::create_with_blocks(&path, prefix::recorded_block_size(spec))
+                    let r = Recorder::create_for(&path, prefix::recorded_block_size(spec), spec.cluster().is_some())
                         .map_err(|e| format!("cannot create the record file {}: {e}", path.display()))?;
                     Some(Arc::new(Mutex::new(r)))
                 }
                 None => None,
             };
-            let sinks = Sinks {
-                stats: Arc::new(Mutex::new(ModelStats::new(spec.context_length))),
-                gauges: Arc::new(Gauges::default()),
-                recorder,
+            let count = match &spec.engine {
+                EngineKind::Scheduler(s) => s.replicas(),
+                EngineKind::Fixed(_) => 1,
             };
+            let replicas: Vec<Sinks> = (0..count)
+                .map(|_| Sinks {
+                    stats: Arc::new(Mutex::new(ModelStats::new(spec.context_length))),
+                    gauges: Arc::new(Gauges::default()),
+                    recorder: recorder.clone(),
+                })
+                .collect();
             let backend = match &spec.engine {
                 EngineKind::Fixed(t) => {
                     let (tx, rx) = mpsc::unbounded_channel();
@@ -144,7 +168,15 @@ impl App {
                 }
                 EngineKind::Scheduler(s) => {
                     let (tx, rx) = mpsc::unbounded_channel();
-                    let task = EngineTask::new(Engine::new(s.engine.clone()), rx, clock, sinks.clone());
+                    let engines =
+                        replicas.iter().map(|sinks| Replica::new(Engine::new(s.engine.clone()), sinks.clone()));
+                    let router = match &s.cluster {
+                        Some(c) => {
+                            RouterState::new(c.router, c.overlap_weight.unwrap_or(DEFAULT_OVERLAP_WEIGHT), s.seed)
+                        }
+                        None => RouterState::new(Router::RoundRobin, DEFAULT_OVERLAP_WEIGHT, s.seed),
+                    };
+                    let task = EngineTask::fleet(engines.collect(), router, rx, clock);
                     drivers.push(Driver::new(&spec.name, task.run()));
                     Backend::Scheduler { commands: tx }
                 }
@@ -162,7 +194,7 @@ impl App {
             models.push(ModelHandle {
                 spec: spec.clone(),
                 backend,
-                sinks,
+                replicas,
                 tickets: AtomicU64::new(0),
                 tokenizer,
                 arrivals: AtomicU64::new(0),
@@ -200,14 +232,14 @@ impl App {
 
     /// Paths of the record files, in model order.
     pub fn record_paths(&self) -> Vec<PathBuf> {
-        self.models.iter().filter_map(|m| m.sinks.recorder.as_ref().map(|r| lock(r).path().to_path_buf())).collect()
+        self.models.iter().filter_map(|m| m.recorder().map(|r| lock(r).path().to_path_buf())).collect()
     }
 
     /// Writes what is left of every record file (requests still in flight
     /// are written as such).
     pub fn finish_records(&self) {
         for m in &self.models {
-            if let Some(r) = &m.sinks.recorder {
+            if let Some(r) = m.recorder() {
                 lock(r).finish();
             }
         }

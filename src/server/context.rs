@@ -56,10 +56,14 @@ impl Ctx {
         }
     }
 
-    /// Reports what the handler observed, once the request is done.
-    pub fn report(&self, obs: &mut Observed, last: Option<SimTime>) {
+    /// Reports what the handler observed of choice `choice`, once it is
+    /// done (to its replica's measurements).
+    pub fn report(&self, choice: usize, obs: &mut Observed, last: Option<SimTime>) {
         obs.e2e_ns = last.map(|t| t.nanos_since(self.stamp));
-        lock(&self.handle().sinks.stats).observed(obs, self.epoch);
+        let replica = self.accepted.get(choice).map_or(0, |a| a.replica as usize);
+        if let Some(sinks) = self.handle().replicas.get(replica) {
+            lock(&sinks.stats).observed(obs, self.epoch);
+        }
     }
 }
 
@@ -101,6 +105,9 @@ pub fn explain(ctx: &Ctx, choice: usize, story: &Story, max_lag_ns: Option<u64>)
     ];
     if let Some(lag) = max_lag_ns {
         out.push(("x-llmsim-max-lag-ms", ms(Some(lag))));
+    }
+    if ctx.handle().clustered() {
+        out.push(("x-llmsim-replica", ctx.accepted[choice].replica.to_string()));
     }
     out.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }

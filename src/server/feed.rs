@@ -34,6 +34,8 @@ pub enum FeedEvent {
 pub struct Accepted {
     pub id: RequestId,
     pub arrival: SimTime,
+    /// The replica it runs on (0 without replicas).
+    pub replica: u32,
 }
 
 pub struct Feed {
@@ -52,7 +54,7 @@ impl Feed {
         match &model.backend {
             Backend::Scheduler { commands } => start_engine(commands, ticket, req).await,
             Backend::Fixed { timing, timer } => {
-                FixedFeed::start(*timing, timer, clock, model.sinks.clone(), ticket, req)
+                FixedFeed::start(*timing, timer, clock, model.replicas[0].clone(), ticket, req)
             }
         }
     }
@@ -89,8 +91,8 @@ async fn start_engine(
     // From here on, dropping this future (client gone) aborts the request.
     let guard = AbortGuard { commands: commands.clone(), ticket, armed: true };
     match rx.recv().await {
-        Some(Event::Accepted { id, arrival }) => {
-            Ok((Feed { kind: Kind::Engine { events: rx, guard } }, Accepted { id, arrival }))
+        Some(Event::Accepted { id, arrival, replica }) => {
+            Ok((Feed { kind: Kind::Engine { events: rx, guard } }, Accepted { id, arrival, replica }))
         }
         Some(Event::Rejected(r)) => Err(FeedEvent::Rejected(r)),
         _ => Err(FeedEvent::Lost),
@@ -177,7 +179,7 @@ impl FixedFeed {
         // timer the request is gone, so it is built before any error.
         let feed = Feed { kind: Kind::Fixed(Box::new(feed)) };
         timer.send(schedule).map_err(|_| FeedEvent::Lost)?;
-        Ok((feed, Accepted { id, arrival }))
+        Ok((feed, Accepted { id, arrival, replica: 0 }))
     }
 
     async fn next(&mut self) -> FeedEvent {

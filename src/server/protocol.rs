@@ -56,10 +56,12 @@ pub struct Submit {
 /// What a driver tells a handler.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    /// Submitted with this engine id and (clamped) arrival.
+    /// Submitted with this engine id and (clamped) arrival, to this
+    /// replica (0 for a model without replicas).
     Accepted {
         id: RequestId,
         arrival: SimTime,
+        replica: u32,
     },
     /// The `index`-th token (1-based), due at `due`.
     Token {

@@ -320,7 +320,7 @@ async fn handle(
 fn inject(app: &App, model: &ModelHandle) -> Result<Option<Kind>, ApiError> {
     let Some(f) = &model.spec.faults else { return Ok(None) };
     let k = model.arrivals.fetch_add(1, Ordering::Relaxed);
-    let waiting = model.sinks.gauges.waiting.load(Ordering::Relaxed);
+    let waiting: u64 = model.replicas.iter().map(|s| s.gauges.waiting.load(Ordering::Relaxed)).sum();
     let kind = if f.max_waiting.is_some_and(|m| waiting >= m) { Some(Kind::QueueFull) } else { f.pick(k) };
     let Some(kind) = kind else { return Ok(None) };
     model.faults_seen[kind.slot()].fetch_add(1, Ordering::Relaxed);
@@ -492,7 +492,7 @@ async fn whole(mut ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
                     }
                 }
             };
-            ctx.report(&mut obs, last);
+            ctx.report(i, &mut obs, last);
             Ok((story, obs.delivery_lags_ns.iter().copied().max().unwrap_or(0)))
         }
     });
