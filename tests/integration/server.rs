@@ -7,6 +7,7 @@
 
 mod api;
 mod errors;
+mod fleet;
 mod hardening;
 mod harness;
 mod layers;
