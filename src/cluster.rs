@@ -260,11 +260,7 @@ where
                     }
                 }
                 for (r, e) in engines.iter().enumerate() {
-                    loads[r] = Load {
-                        outstanding: outstanding[r],
-                        active_blocks: u64::from(e.kv_blocks_used()) + e.queued_blocks(),
-                        hit_blocks: if affinity { e.prefix_hit_blocks(&hashes, req.prompt) } else { 0 },
-                    };
+                    loads[r] = Load::of(e, outstanding[r], affinity.then_some((&hashes[..], req.prompt)));
                 }
                 let arrival = Arrival {
                     prompt_blocks: u64::from(req.prompt).div_ceil(u64::from(block_size)),

@@ -1,10 +1,16 @@
-//! `llmsim serve`: load the models and responses (a broken file stops here,
-//! with the same errors as `run`, before any traffic), bind, print where we
-//! listen, and serve until SIGINT, SIGTERM or SIGHUP. On the way out, the
-//! record files are completed (requests still in flight are written as
-//! `in_flight`). SIGHUP stops the server like the other two: a server
-//! started from a terminal that closes, or by a supervisor that signals
-//! hang-up, must not lose its record.
+//! `llmsim serve`, and the server's composition root: the runtimes and
+//! threads are built here and handed in; the `server` modules create none.
+//! The handlers run on a multi-threaded tokio runtime (`--workers`); each
+//! model's driver (`server::Driver`: engine task or fixed timer) on a
+//! thread with a single-threaded runtime of its own.
+//!
+//! Load the models and responses (a broken file stops here, with the same
+//! errors as `run`, before any traffic), bind, print where we listen, and
+//! serve until SIGINT, SIGTERM or SIGHUP. On the way out, the record files
+//! are completed (requests still in flight are written as `in_flight`).
+//! SIGHUP stops the server like the other two: a server started from a
+//! terminal that closes, or by a supervisor that signals hang-up, must not
+//! lose its record.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,7 +19,7 @@ use clap::Args;
 
 use super::CliError;
 use crate::config::models::load_models;
-use crate::server::{App, Options, Responses, conn};
+use crate::server::{App, Clock, Driver, Options, Responses, conn};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -101,7 +107,11 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| CliError::Failure(format!("cannot listen on {addr}: {e}")))?;
-        let app = App::start(&models, responses, options).map_err(CliError::Failure)?;
+        let (app, drivers) =
+            App::new(&models, responses, options, Clock::start_precise()).map_err(CliError::Failure)?;
+        for driver in drivers {
+            spawn_driver(driver)?;
+        }
         let local =
             listener.local_addr().map_err(|e| CliError::Failure(format!("cannot read the bound address: {e}")))?;
         announce(&app, local)?;
@@ -112,6 +122,23 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
         eprintln!("llmsim serve: stopped");
         Ok(())
     })
+}
+
+/// Runs a model's driver (engine task or fixed timer) on a thread of its
+/// own with its own timer, so its deadlines never queue behind the handlers
+/// it wakes. The thread ends when the server drops its handles to the model.
+fn spawn_driver(driver: Driver) -> Result<(), CliError> {
+    let name = driver.name;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| CliError::Failure(format!("cannot start the runtime for model {name}: {e}")))?;
+    let task = driver.task;
+    std::thread::Builder::new()
+        .name(format!("model {name}"))
+        .spawn(move || runtime.block_on(task))
+        .map(|_| ())
+        .map_err(|e| CliError::Failure(format!("cannot start the thread for model {name}: {e}")))
 }
 
 /// The first stdout line is the address (tests and scripts read it).

@@ -10,6 +10,7 @@ use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Router;
+use crate::engine::Engine;
 
 /// Stream number of the `random` router's draws (the workload uses 0, 1,
 /// 2 and its content streams).
@@ -26,6 +27,21 @@ pub struct Load {
     /// The arriving request's prefix-cache hit there, in blocks (only
     /// filled for `prefix_affinity`).
     pub hit_blocks: u32,
+}
+
+impl Load {
+    /// What the router sees of `engine` now (the caller decides when that
+    /// is: the visibility rule), with `outstanding` requests routed there
+    /// and, for `prefix_affinity`, the arriving request's block hashes and
+    /// prompt length (`None` leaves `hit_blocks` 0). The one definition the
+    /// planner's cluster loop and `llmsim serve`'s replicas share.
+    pub fn of(engine: &Engine, outstanding: u64, affinity: Option<(&[u64], u32)>) -> Load {
+        Load {
+            outstanding,
+            active_blocks: u64::from(engine.kv_blocks_used()) + engine.queued_blocks(),
+            hit_blocks: affinity.map_or(0, |(hashes, prompt)| engine.prefix_hit_blocks(hashes, prompt)),
+        }
+    }
 }
 
 /// What the router knows of the arriving request.

@@ -16,10 +16,11 @@ use serde::Deserialize;
 
 use super::limits;
 use super::raw::{
-    RawArrivals, RawEfficiency, RawLatency, RawLength, RawModel, RawParallelism, RawScenario, RawScheduler, RawWorkload,
+    RawArrivals, RawCluster, RawEfficiency, RawLatency, RawLength, RawModel, RawParallelism, RawScenario, RawScheduler,
+    RawWorkload,
 };
 use super::validate::Check;
-use super::{ConfigError, Scenario};
+use super::{Cluster, ConfigError, Scenario};
 use crate::engine::EngineConfig;
 
 #[derive(Debug, Deserialize)]
@@ -45,6 +46,8 @@ pub struct RawServedModel {
     pub scheduler: Option<RawScheduler>,
     pub latency: Option<RawLatency>,
     pub efficiency: Option<RawEfficiency>,
+    /// Replicas behind a router, as a scenario's `cluster:` (docs/serve.md).
+    pub cluster: Option<RawCluster>,
     pub fixed: Option<RawFixed>,
     /// A Hugging Face tokenizer.json (relative to the models file); the
     /// built-in tokenizer without one (`server::tokenize`).
@@ -104,6 +107,18 @@ pub struct SchedulerModel {
     pub engine: EngineConfig,
     /// The scenario the sections came from, if any (for `llmsim run` replays).
     pub scenario_file: Option<PathBuf>,
+    /// Replicas behind a router (`cluster:`); `None` is one engine.
+    pub cluster: Option<Cluster>,
+    /// The scenario's `workload.seed`: the `random` router's draws, as in
+    /// `llmsim run` on the same scenario.
+    pub seed: u64,
+}
+
+impl SchedulerModel {
+    /// How many engines serve the model.
+    pub fn replicas(&self) -> u32 {
+        self.cluster.as_ref().map_or(1, |c| c.replicas)
+    }
 }
 
 /// The `fixed` engine's timing, in nanoseconds.
@@ -118,6 +133,16 @@ impl FixedTiming {
     /// Arrival to first token for a prompt of `prompt` tokens.
     pub fn ttft_ns(&self, prompt: u32) -> u64 {
         self.ttft_overhead_ns + crate::time::secs_to_nanos(f64::from(prompt) / self.prefill_tokens_per_s)
+    }
+}
+
+impl ServedModel {
+    /// The model's `cluster:`, if it runs as replicas behind a router.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        match &self.engine {
+            EngineKind::Scheduler(s) => s.cluster.as_ref(),
+            EngineKind::Fixed(_) => None,
+        }
     }
 }
 
@@ -188,6 +213,7 @@ fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<Ser
         ("scheduler", raw.scheduler.is_some()),
         ("latency", raw.latency.is_some()),
         ("efficiency", raw.efficiency.is_some()),
+        ("cluster", raw.cluster.is_some()),
     ];
     if let Some((key, _)) = unused.iter().find(|(_, set)| *set) {
         return Err(ConfigError::new(
@@ -237,11 +263,11 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
         Some(rel) => {
             let inline =
                 [raw.hardware.is_some(), raw.model.is_some(), raw.scheduler.is_some(), raw.parallelism.is_some()];
-            if inline.iter().any(|&x| x) || raw.latency.is_some() || raw.efficiency.is_some() {
+            if inline.iter().any(|&x| x) || raw.latency.is_some() || raw.efficiency.is_some() || raw.cluster.is_some() {
                 return Err(ConfigError::new(
                     file,
                     format!("{at}.scenario"),
-                    "give either `scenario: FILE` or inline hardware/model/scheduler sections, not both",
+                    "give either `scenario: FILE` or inline hardware/model/scheduler/cluster sections, not both",
                 ));
             }
             let path = file.parent().unwrap_or(Path::new("")).join(&rel);
@@ -265,7 +291,12 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
     Ok(ServedModel {
         name,
         context_length: scenario.model.context_length,
-        engine: EngineKind::Scheduler(Box::new(SchedulerModel { engine: scenario.engine_config(), scenario_file })),
+        engine: EngineKind::Scheduler(Box::new(SchedulerModel {
+            engine: scenario.engine_config(),
+            scenario_file,
+            cluster: scenario.cluster.clone(),
+            seed: scenario.workload.seed,
+        })),
         tokenizer: Default::default(),
         faults: None,
     })
@@ -303,7 +334,7 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         latency: raw.latency.unwrap_or_default(),
         efficiency: raw.efficiency.unwrap_or_default(),
         workload: placeholder,
-        cluster: None,
+        cluster: raw.cluster,
     };
     super::validate::scenario(scenario, file).map_err(|mut e| {
         if e.file == file {

@@ -1,83 +1,54 @@
-//! The live driver: one task per `scheduler` model owns its [`Engine`] and
-//! runs it on the wall clock (in the server, on a thread and runtime of its
-//! own: `server::spawn_engine`). Handlers talk to it only through commands
-//! (no lock around the scheduler); it answers each request on that
-//! request's own unbounded channel, which it never waits on.
+//! The live driver: one task per `scheduler` model owns its engines (one
+//! per replica) and runs them on the wall clock (in the server, on a
+//! thread and runtime of its own, built by the command line: `cli::serve`).
+//! Handlers talk to it only through commands (no lock around the
+//! scheduler); it answers each request on that request's own unbounded
+//! channel, which it never waits on.
 //!
-//! Time: a [`SimTime`] is nanoseconds since the server started. The loop
-//! asks the engine when the next step starts (S), waits until the wall
-//! clock gets there, computes the step [S, E] at once, then waits until E
-//! and releases the step's tokens, recording how late it was (lag). The
-//! next step starts at E whatever the lateness: the timeline is anchored.
-//! Every wait is a deadline (`sleep_until`), never a chain of sleeps, and
-//! commands are served while waiting.
+//! Time: a [`SimTime`] is nanoseconds since the server started. For each
+//! replica the loop asks the engine when its next step starts (S), waits
+//! until the wall clock gets there, computes the step [S, E] at once, then
+//! waits until E and releases the step's tokens, recording how late it was
+//! (lag). The next step starts at E whatever the lateness: the timeline is
+//! anchored. With several replicas the task always does the earliest of
+//! their next events (a release at some E, a step at some S; releases
+//! first, then the lowest replica). Every wait is a deadline
+//! (`sleep_until`), never a chain of sleeps, and commands are served while
+//! waiting.
 //!
 //! Arrivals: the handler stamps a request when it is received; the task
-//! sets `arrival = max(stamp, start of the last computed step + 1 ns,
-//! previous arrival)`. Arrivals so never go back and never join a step that
-//! was already computed. This clamp is the only rounding between the live
-//! server and `llmsim run` on the recorded trace: with the clamped arrivals
-//! the two produce the same timeline to the nanosecond.
+//! sets `arrival = max(stamp, start of the last computed step (of any
+//! replica) + 1 ns, previous arrival)`. Arrivals so never go back and never
+//! join a step that was already computed. This clamp is the only rounding
+//! between the live server and `llmsim run` on the recorded trace: with the
+//! clamped arrivals the two produce the same timeline to the nanosecond.
+//!
+//! Replicas (`cluster:` in the models file): before a request is routed,
+//! every step of every replica that starts strictly before its arrival is
+//! computed (they are all due by then), so the router sees exactly what the
+//! planner's cluster loop shows it (`crate::cluster`, docs/clusters.md),
+//! and routes with the same code (`crate::cluster::router`). A request too
+//! long for the context is turned away before routing and takes no
+//! round-robin turn, as in the planner. Requests have no conversation id
+//! here, so `session_affinity` routes as `least_outstanding`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::Clock;
-use super::feed::FeedRequest;
-use super::record::Recorder;
-use super::telemetry::{Finish, Gauges, ModelTelemetry, Story};
+use super::clock::Clock;
+use super::protocol::{Command, Event, Sinks, Submit, lock};
+use super::telemetry::{Finish, Story};
+use crate::cluster::router::{Arrival, Load, RouterState};
+use crate::config::Router;
 use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
 use crate::metrics::{RequestRecord, Status};
 use crate::time::SimTime;
 
-/// What a handler asks of the engine task.
-#[derive(Debug)]
-pub enum Command {
-    Submit(Submit),
-    /// The client went away: free the request's blocks now.
-    Abort {
-        ticket: u64,
-    },
-}
-
-#[derive(Debug)]
-pub struct Submit {
-    /// The handler's key for the request (aborts name it).
-    pub ticket: u64,
-    pub req: FeedRequest,
-    pub events: UnboundedSender<Event>,
-}
-
-/// What the engine task tells a handler.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Event {
-    /// Submitted with this engine id and (clamped) arrival.
-    Accepted {
-        id: RequestId,
-        arrival: SimTime,
-    },
-    /// The `index`-th token (1-based), due at `due`.
-    Token {
-        index: u32,
-        due: SimTime,
-    },
-    Done(Box<Story>),
-    Rejected(RejectReason),
-}
-
-/// Shared outputs of a model's driver.
-#[derive(Clone)]
-pub struct Sinks {
-    pub stats: Arc<Mutex<ModelTelemetry>>,
-    pub gauges: Arc<Gauges>,
-    pub recorder: Option<Arc<Mutex<Recorder>>>,
-}
-
 /// A request the engine holds.
 struct Live {
     ticket: u64,
+    replica: usize,
     events: UnboundedSender<Event>,
     story: Story,
     finish: Finish,
@@ -93,16 +64,18 @@ enum Out {
     Rejected(RequestId, RejectReason),
 }
 
-/// Routes engine events to the live requests and buffers releases.
-struct Router<'a> {
+/// Sends engine events to the live requests and buffers releases.
+struct StepObserver<'a> {
     live: &'a mut HashMap<RequestId, Live>,
     out: &'a mut Vec<Out>,
     in_step: &'a mut Vec<RequestId>,
     /// Prefix-cache lookups of the step: (tokens queried, hit).
     lookups: Vec<(u32, u32)>,
+    /// Requests that finished or were rejected in the step.
+    ended: u64,
 }
 
-impl Observer for Router<'_> {
+impl Observer for StepObserver<'_> {
     fn scheduled(&mut self, id: RequestId, at: SimTime, _tokens: u32, _computed: u32) {
         if let Some(l) = self.live.get_mut(&id) {
             l.story.rec.first_scheduled.get_or_insert(at);
@@ -119,9 +92,11 @@ impl Observer for Router<'_> {
         self.out.push(Out::Token(id, index));
     }
     fn finished(&mut self, id: RequestId, _at: SimTime) {
+        self.ended += 1;
         self.out.push(Out::Finished(id));
     }
     fn rejected(&mut self, id: RequestId, _at: SimTime, reason: RejectReason) {
+        self.ended += 1;
         self.out.push(Out::Rejected(id, reason));
     }
     fn prefix_lookup(&mut self, id: RequestId, _at: SimTime, queried: u32, hit: u32) {
@@ -141,146 +116,245 @@ impl Observer for Router<'_> {
     }
 }
 
-/// The task's state. Build with [`EngineTask::new`], run with [`EngineTask::run`].
-pub struct EngineTask {
+/// One replica: its engine, its measurements, the step it computed and
+/// has not released yet, and what the router counts of it.
+pub struct Replica {
     engine: Engine,
+    sinks: Sinks,
+    /// The step computed and not yet released (its tokens go out at its end).
+    in_flight: Option<StepRecord>,
+    out: Vec<Out>,
+    /// Steps in a row that scheduled nothing (see [`EngineTask::run`]).
+    idle_steps: u32,
+    /// Requests routed here and not ended (the router's `outstanding`).
+    outstanding: u64,
+}
+
+impl Replica {
+    pub fn new(engine: Engine, sinks: Sinks) -> Replica {
+        sinks.gauges.kv_total.store(u64::from(engine.kv_blocks_total()), std::sync::atomic::Ordering::Relaxed);
+        Replica { engine, sinks, in_flight: None, out: Vec::new(), idle_steps: 0, outstanding: 0 }
+    }
+
+    /// When this replica next does something, and what.
+    fn next(&self) -> Option<(SimTime, Due)> {
+        match &self.in_flight {
+            Some(r) => Some((r.end, Due::Release)),
+            None => self.engine.next_step_at().filter(|_| self.idle_steps < 2).map(|t| (t, Due::Step)),
+        }
+    }
+
+    fn update_gauges(&self) {
+        let e = &self.engine;
+        let waiting = e.num_waiting() + e.num_pending();
+        self.sinks.gauges.set(e.num_running() as u64, waiting as u64, u64::from(e.kv_blocks_used()));
+    }
+}
+
+/// A replica's next event; releases order before steps at the same time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    Release,
+    Step,
+}
+
+/// How a wait ended.
+enum Woke {
+    /// The deadline came.
+    Due,
+    /// A command was served first (the next event may have changed).
+    Command,
+    /// Every sender is gone.
+    Closed,
+}
+
+/// The task's state. Build with [`EngineTask::new`] (one engine) or
+/// [`EngineTask::fleet`], run with [`EngineTask::run`].
+pub struct EngineTask {
+    replicas: Vec<Replica>,
+    router: RouterState,
     rx: UnboundedReceiver<Command>,
     clock: Clock,
-    sinks: Sinks,
     live: HashMap<RequestId, Live>,
     tickets: HashMap<u64, RequestId>,
     next_id: RequestId,
     last_arrival: SimTime,
-    /// Start of the last step computed: later arrivals must come after it.
+    /// Start of the last step computed (any replica): later arrivals must
+    /// come after it.
     last_step_start: Option<SimTime>,
-    out: Vec<Out>,
     in_step: Vec<RequestId>,
 }
 
 impl EngineTask {
+    /// A model served by one engine.
     pub fn new(engine: Engine, rx: UnboundedReceiver<Command>, clock: Clock, sinks: Sinks) -> EngineTask {
-        sinks.gauges.kv_total.store(u64::from(engine.kv_blocks_total()), std::sync::atomic::Ordering::Relaxed);
+        EngineTask::fleet(vec![Replica::new(engine, sinks)], RouterState::new(Router::RoundRobin, 1.0, 0), rx, clock)
+    }
+
+    /// A model served by `replicas` (at least one) behind `router`.
+    pub fn fleet(
+        replicas: Vec<Replica>,
+        router: RouterState,
+        rx: UnboundedReceiver<Command>,
+        clock: Clock,
+    ) -> EngineTask {
+        assert!(!replicas.is_empty(), "a model needs at least one replica (the models file checks it)");
         EngineTask {
-            engine,
+            replicas,
+            router,
             rx,
             clock,
-            sinks,
             live: HashMap::new(),
             tickets: HashMap::new(),
             next_id: 0,
             last_arrival: SimTime::ZERO,
             last_step_start: None,
-            out: Vec::new(),
             in_step: Vec::new(),
         }
     }
 
     /// Runs until every command sender is gone.
+    ///
+    /// A step that schedules nothing (e.g. a preemption emptied the batch)
+    /// is retried once; then the replica waits until a command reaches it
+    /// (or until no replica has anything to do and any command comes).
     pub async fn run(mut self) {
-        let mut idle_steps = 0;
         loop {
-            if !self.drain(None) {
+            if !self.drain() {
                 return;
             }
-            let Some(start) = self.engine.next_step_at().filter(|_| idle_steps < 2) else {
-                idle_steps = 0;
+            let Some((at, due, r)) = self.next_event() else {
+                for rep in &mut self.replicas {
+                    rep.idle_steps = 0;
+                }
                 match self.rx.recv().await {
-                    Some(cmd) => self.handle(cmd, None),
+                    Some(cmd) => self.handle(cmd),
                     None => return,
                 }
                 continue;
             };
-            if self.clock.now() < start {
-                if !self.wait_until(start, None).await {
-                    return;
-                }
-                continue;
-            }
-            let record = self.step();
-            match record {
-                Some(r) => {
-                    idle_steps = 0;
-                    if !self.wait_until(r.end, Some(r.end)).await {
-                        return;
-                    }
-                    self.release(r.end, r.tokens, r.preempted);
-                }
-                None => {
-                    // Nothing was scheduled (e.g. a preemption emptied the
-                    // batch); retry once, then wait for a command.
-                    idle_steps += 1;
-                    let now = self.clock.now();
-                    self.release(now, 0, 0);
+            if self.clock.now() < at {
+                match self.wait_until(at).await {
+                    Woke::Closed => return,
+                    Woke::Command => continue,
+                    // A step's start is looked up again (a command served
+                    // while waiting may have moved it); a release's end is fixed.
+                    Woke::Due if due == Due::Step => continue,
+                    Woke::Due => {}
                 }
             }
+            self.fire(r, due);
         }
     }
 
-    fn step(&mut self) -> Option<StepRecord> {
-        let mut router =
-            Router { live: &mut self.live, out: &mut self.out, in_step: &mut self.in_step, lookups: Vec::new() };
-        let record = self.engine.step(&mut router);
-        let lookups = router.lookups;
+    /// The earliest next event over the replicas: (time, kind, replica).
+    fn next_event(&self) -> Option<(SimTime, Due, usize)> {
+        let mut best: Option<(SimTime, Due, usize)> = None;
+        for (r, rep) in self.replicas.iter().enumerate() {
+            if let Some((t, due)) = rep.next()
+                && best.is_none_or(|b| (t, due, r) < b)
+            {
+                best = Some((t, due, r));
+            }
+        }
+        best
+    }
+
+    fn fire(&mut self, r: usize, due: Due) {
+        match due {
+            Due::Release => {
+                if let Some(step) = self.replicas[r].in_flight.take() {
+                    self.release(r, step.end, step.tokens, step.preempted);
+                }
+            }
+            Due::Step => match self.step(r) {
+                Some(step) => {
+                    self.replicas[r].idle_steps = 0;
+                    self.replicas[r].in_flight = Some(step);
+                }
+                None => {
+                    self.replicas[r].idle_steps += 1;
+                    let now = self.clock.now();
+                    self.release(r, now, 0, 0);
+                }
+            },
+        }
+    }
+
+    /// Does every event due strictly before `t` (all are due by the time a
+    /// request stamped `t` is handled), so the router sees every step that
+    /// starts before an arrival, as in the planner's cluster loop.
+    fn catch_up(&mut self, t: SimTime) {
+        while let Some((_, due, r)) = self.next_event().filter(|e| e.0 < t) {
+            self.fire(r, due);
+        }
+    }
+
+    fn step(&mut self, r: usize) -> Option<StepRecord> {
+        let rep = &mut self.replicas[r];
+        let mut obs = StepObserver {
+            live: &mut self.live,
+            out: &mut rep.out,
+            in_step: &mut self.in_step,
+            lookups: Vec::new(),
+            ended: 0,
+        };
+        let record = rep.engine.step(&mut obs);
+        let (lookups, ended) = (obs.lookups, obs.ended);
         self.in_step.clear();
+        rep.outstanding = rep.outstanding.saturating_sub(ended);
         if !lookups.is_empty() {
-            let mut stats = lock(&self.sinks.stats);
+            let mut stats = lock(&rep.sinks.stats);
             for (queried, hit) in lookups {
                 stats.prefix_lookup(queried, hit);
             }
         }
-        if let Some(r) = &record {
-            self.last_step_start = Some(r.start);
+        if let Some(rec) = &record {
+            self.last_step_start = Some(self.last_step_start.map_or(rec.start, |t| t.max(rec.start)));
         }
-        self.update_gauges();
+        rep.update_gauges();
         record
     }
 
-    /// Serves commands until the wall clock reaches `t`. `step_end` is the
-    /// end of the step in flight, if any (aborts are stamped with it).
-    /// Returns false when every sender is gone.
-    async fn wait_until(&mut self, t: SimTime, step_end: Option<SimTime>) -> bool {
+    /// Serves commands until the wall clock reaches `t` or a command came.
+    async fn wait_until(&mut self, t: SimTime) -> Woke {
         let sleep = tokio::time::sleep_until(self.clock.instant(self.clock.coarse(t)));
         tokio::pin!(sleep);
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut sleep => {
-                    self.clock.finish_wait(t).await;
-                    return true;
-                }
-                cmd = self.rx.recv() => match cmd {
-                    Some(cmd) => {
-                        self.handle(cmd, step_end);
-                        if !self.drain(step_end) {
-                            return false;
-                        }
-                    }
-                    None => return false,
-                },
+        tokio::select! {
+            biased;
+            () = &mut sleep => {
+                self.clock.finish_wait(t).await;
+                Woke::Due
             }
+            cmd = self.rx.recv() => match cmd {
+                Some(cmd) => {
+                    self.handle(cmd);
+                    if self.drain() { Woke::Command } else { Woke::Closed }
+                }
+                None => Woke::Closed,
+            },
         }
     }
 
     /// Handles every command already queued. False when the channel closed.
-    fn drain(&mut self, step_end: Option<SimTime>) -> bool {
+    fn drain(&mut self) -> bool {
         loop {
             match self.rx.try_recv() {
-                Ok(cmd) => self.handle(cmd, step_end),
+                Ok(cmd) => self.handle(cmd),
                 Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
                 Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return false,
             }
         }
-        self.update_gauges();
+        for rep in &self.replicas {
+            rep.update_gauges();
+        }
         true
     }
 
-    fn handle(&mut self, cmd: Command, step_end: Option<SimTime>) {
+    fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Submit(s) => self.submit(s),
-            Command::Abort { ticket } => {
-                let at = step_end.unwrap_or_else(|| self.clock.now().max(self.engine.clock()));
-                self.abort(ticket, at);
-            }
+            Command::Abort { ticket } => self.abort(ticket),
         }
     }
 
@@ -290,14 +364,16 @@ impl EngineTask {
         self.last_arrival = arrival;
         let id = self.next_id;
         self.next_id += 1;
-        if let Some(rec) = &self.sinks.recorder {
+        let recorder = self.replicas[0].sinks.recorder.clone();
+        if let Some(rec) = &recorder {
             let (rid, _) = lock(rec).begin_with_blocks(arrival, s.prompt, s.output, &s.hashes);
             debug_assert_eq!(rid, id, "recorder and engine ids agree");
         }
         let request = Request { id, arrival, prompt: s.prompt, output: s.output };
         let rec = RequestRecord::new(id, arrival, s.prompt, s.output);
-        let live = Live {
+        let mut live = Live {
             ticket,
+            replica: 0,
             events,
             story: Story { rec, steps: 0, batch_sum: 0 },
             finish: s.finish,
@@ -305,10 +381,24 @@ impl EngineTask {
             n: s.n,
             epoch: s.epoch,
         };
-        match self.engine.submit_with_hashes(request, &s.hashes, &mut ()) {
+        let context = u64::from(self.replicas[0].engine.config().context_length);
+        if self.replicas.len() > 1 && u64::from(s.prompt) + u64::from(s.output) > context {
+            // Turned away before routing, as the planner's cluster loop does.
+            return self.end_rejected(live, RejectReason::ContextLength);
+        }
+        self.catch_up(arrival);
+        let r = self.route(&s.hashes, s.prompt);
+        live.replica = r;
+        if let Some(rec) = &recorder {
+            lock(rec).place(id, r as u32);
+        }
+        let rep = &mut self.replicas[r];
+        rep.idle_steps = 0;
+        match rep.engine.submit_with_hashes(request, &s.hashes, &mut ()) {
             Ok(()) => {
-                let _ = live.events.send(Event::Accepted { id, arrival });
-                lock(&self.sinks.stats).accepted(s.prompt, s.epoch);
+                rep.outstanding += 1;
+                let _ = live.events.send(Event::Accepted { id, arrival, replica: r as u32 });
+                lock(&rep.sinks.stats).accepted(s.prompt, s.epoch);
                 self.tickets.insert(ticket, id);
                 self.live.insert(id, live);
             }
@@ -316,25 +406,53 @@ impl EngineTask {
         }
     }
 
-    fn abort(&mut self, ticket: u64, at: SimTime) {
-        let Some(id) = self.tickets.remove(&ticket) else { return };
-        let Some(mut live) = self.live.remove(&id) else { return };
-        self.engine.abort(id, at, &mut ());
-        live.story.rec.status = Status::Aborted;
-        lock(&self.sinks.stats).aborted(live.epoch);
-        self.record(&live.story.rec);
+    /// The replica for a request with these block hashes (empty without
+    /// prefix caching) and prompt length.
+    fn route(&mut self, hashes: &[u64], prompt: u32) -> usize {
+        if self.replicas.len() == 1 {
+            return 0;
+        }
+        let affinity = self.router.policy() == Router::PrefixAffinity;
+        let loads: Vec<Load> = self
+            .replicas
+            .iter()
+            .map(|rep| Load::of(&rep.engine, rep.outstanding, affinity.then_some((hashes, prompt))))
+            .collect();
+        let block_size = u64::from(self.replicas[0].engine.config().capacity.block_size);
+        let arrival = Arrival { prompt_blocks: u64::from(prompt).div_ceil(block_size), session: None };
+        self.router.route(&arrival, &loads)
     }
 
-    /// Hands the buffered step output to the handlers at `due`.
-    fn release(&mut self, due: SimTime, tokens: u32, preempted: u32) {
+    /// The client went away: the request ends now, or at the end of its
+    /// replica's step in flight (whose tokens it already had a share in).
+    fn abort(&mut self, ticket: u64) {
+        let Some(id) = self.tickets.remove(&ticket) else { return };
+        let Some(mut live) = self.live.remove(&id) else { return };
+        let rep = &mut self.replicas[live.replica];
+        let at = match &rep.in_flight {
+            Some(step) => step.end,
+            None => self.clock.now().max(rep.engine.clock()),
+        };
+        rep.engine.abort(id, at, &mut ());
+        rep.outstanding = rep.outstanding.saturating_sub(1);
+        rep.idle_steps = 0;
+        live.story.rec.status = Status::Aborted;
+        lock(&rep.sinks.stats).aborted(live.epoch);
+        let sinks = rep.sinks.clone();
+        Self::record(&sinks, &live.story.rec);
+    }
+
+    /// Hands replica `r`'s buffered step output to the handlers at `due`.
+    fn release(&mut self, r: usize, due: SimTime, tokens: u32, preempted: u32) {
         let lag = self.clock.now().nanos_since(due);
         let mut rejected = Vec::new();
-        let mut stats = lock(&self.sinks.stats);
+        let rep = &mut self.replicas[r];
+        let mut stats = lock(&rep.sinks.stats);
         if tokens > 0 {
             stats.step(tokens, preempted);
         }
         let mut released = 0;
-        for out in self.out.drain(..) {
+        for out in rep.out.drain(..) {
             match out {
                 Out::Token(id, index) => {
                     let Some(l) = self.live.get_mut(&id) else { continue };
@@ -348,7 +466,7 @@ impl EngineTask {
                     self.tickets.remove(&l.ticket);
                     l.story.rec.status = Status::Finished;
                     stats.finished(&l.story, l.finish, l.max_tokens, l.n, l.epoch);
-                    if let Some(rec) = &self.sinks.recorder {
+                    if let Some(rec) = &rep.sinks.recorder {
                         lock(rec).complete(&l.story.rec);
                     }
                     let _ = l.events.send(Event::Done(Box::new(l.story)));
@@ -370,30 +488,19 @@ impl EngineTask {
 
     fn end_rejected(&mut self, mut live: Live, reason: RejectReason) {
         live.story.rec.status = Status::Rejected(reason);
+        let sinks = self.replicas[live.replica].sinks.clone();
         if reason == RejectReason::ContextLength {
-            lock(&self.sinks.stats).rejected(live.epoch);
+            lock(&sinks.stats).rejected(live.epoch);
         }
-        self.record(&live.story.rec);
+        Self::record(&sinks, &live.story.rec);
         let _ = live.events.send(Event::Rejected(reason));
     }
 
-    fn record(&self, rec: &RequestRecord) {
-        if let Some(r) = &self.sinks.recorder {
+    fn record(sinks: &Sinks, rec: &RequestRecord) {
+        if let Some(r) = &sinks.recorder {
             lock(r).complete(rec);
         }
     }
-
-    fn update_gauges(&self) {
-        let e = &self.engine;
-        let waiting = e.num_waiting() + e.num_pending();
-        self.sinks.gauges.set(e.num_running() as u64, waiting as u64, u64::from(e.kv_blocks_used()));
-    }
-}
-
-/// Locks a mutex, recovering from a poisoned one (a panicking holder cannot
-/// leave these counters in a state worse than slightly stale).
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

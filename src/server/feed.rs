@@ -8,31 +8,14 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
-use super::engine_task::{Command, Event, Sinks, Submit, lock};
-use super::fixed::Schedule;
+use super::app::{Backend, ModelHandle};
+use super::clock::Clock;
+use super::protocol::{Command, Event, FeedRequest, Schedule, Sinks, Submit, lock};
 use super::telemetry::{Finish, Story};
-use super::{Backend, Clock, ModelHandle};
 use crate::config::models::FixedTiming;
 use crate::engine::{RejectReason, RequestId};
 use crate::metrics::{RequestRecord, Status, TokenGap};
 use crate::time::SimTime;
-
-/// What a handler asks for.
-#[derive(Clone, Debug)]
-pub struct FeedRequest {
-    pub stamp: SimTime,
-    pub prompt: u32,
-    pub output: u32,
-    pub finish: Finish,
-    pub max_tokens: Option<u32>,
-    /// The request's `n`, observed once per request (0 for the second and
-    /// later choices of one request).
-    pub n: u32,
-    pub epoch: u64,
-    /// With prefix caching: the hashes of the request's full blocks
-    /// (`super::prefix`); empty otherwise.
-    pub hashes: Vec<u64>,
-}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum FeedEvent {
@@ -51,6 +34,8 @@ pub enum FeedEvent {
 pub struct Accepted {
     pub id: RequestId,
     pub arrival: SimTime,
+    /// The replica it runs on (0 without replicas).
+    pub replica: u32,
 }
 
 pub struct Feed {
@@ -69,7 +54,7 @@ impl Feed {
         match &model.backend {
             Backend::Scheduler { commands } => start_engine(commands, ticket, req).await,
             Backend::Fixed { timing, timer } => {
-                FixedFeed::start(*timing, timer, clock, model.sinks.clone(), ticket, req)
+                FixedFeed::start(*timing, timer, clock, model.replicas[0].clone(), ticket, req)
             }
         }
     }
@@ -106,8 +91,8 @@ async fn start_engine(
     // From here on, dropping this future (client gone) aborts the request.
     let guard = AbortGuard { commands: commands.clone(), ticket, armed: true };
     match rx.recv().await {
-        Some(Event::Accepted { id, arrival }) => {
-            Ok((Feed { kind: Kind::Engine { events: rx, guard } }, Accepted { id, arrival }))
+        Some(Event::Accepted { id, arrival, replica }) => {
+            Ok((Feed { kind: Kind::Engine { events: rx, guard } }, Accepted { id, arrival, replica }))
         }
         Some(Event::Rejected(r)) => Err(FeedEvent::Rejected(r)),
         _ => Err(FeedEvent::Lost),
@@ -194,7 +179,7 @@ impl FixedFeed {
         // timer the request is gone, so it is built before any error.
         let feed = Feed { kind: Kind::Fixed(Box::new(feed)) };
         timer.send(schedule).map_err(|_| FeedEvent::Lost)?;
-        Ok((feed, Accepted { id, arrival }))
+        Ok((feed, Accepted { id, arrival, replica: 0 }))
     }
 
     async fn next(&mut self) -> FeedEvent {

@@ -13,21 +13,11 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::Clock;
-use super::engine_task::Event;
+use super::clock::Clock;
+use super::protocol::{Event, Schedule};
 use crate::time::SimTime;
-
-/// A request's tokens to release: `n` of them, the first at `first_due`,
-/// then one every `itl_ns`.
-#[derive(Debug)]
-pub struct Schedule {
-    pub first_due: SimTime,
-    pub itl_ns: u64,
-    pub n: u32,
-    pub events: UnboundedSender<Event>,
-}
 
 /// The next token of one request.
 struct Pending {

@@ -19,7 +19,7 @@
 
 use serde_json::{Value, json};
 
-use super::openai::Api;
+use super::api::Api;
 
 /// One output token's logprob and its alternatives.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,7 +61,7 @@ pub fn synthesize(pieces: &[String], top: u32, seed: u64, choice: u32) -> Vec<To
             let mut k = 0u64;
             while list.len() < top.max(1) as usize {
                 k += 1;
-                let word = format!(" {}", super::content::responses::filler(1, mix(h ^ k)).to_lowercase());
+                let word = format!(" {}", crate::content::responses::filler(1, mix(h ^ k)).to_lowercase());
                 if list.iter().any(|(t, _)| *t == word) {
                     if k > 64 * u64::from(top) {
                         // The vocabulary ran out of distinct words: number them.

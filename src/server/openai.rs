@@ -9,6 +9,7 @@
 
 use serde::Serialize;
 
+pub use super::api::Api;
 use super::errors::ApiError;
 use super::stop::Stops;
 use super::telemetry::Finish;
@@ -46,13 +47,6 @@ fn extra_data_offset(body: &[u8]) -> usize {
     let end = values.byte_offset();
     let rest = body[end..].iter().take_while(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')).count();
     String::from_utf8_lossy(&body[..end + rest]).chars().count()
-}
-
-/// Which endpoint, for the response shapes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Api {
-    Chat,
-    Completion,
 }
 
 /// What bounds an answer's length (vLLM's sampling parameters).

@@ -20,7 +20,8 @@
 //!       "observed": {"ttft_ms", "itl_ms", "e2e_ms"},
 //!       "lag_ms": Stats,              // token release time - due time
 //!       "delivery_lag_ms": Stats,     // hand-over to the connection - due time
-//!       "gauges": {"running", "waiting", "kv_cache_usage"}
+//!       "gauges": {"running", "waiting", "kv_cache_usage"},
+//!       "replicas": [{"submitted", "completed", "gauges"}]   // models with `cluster:` only
 //!     }
 //!   }
 //! }
@@ -38,9 +39,9 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-use super::App;
-use super::engine_task::lock;
-use super::telemetry::Window;
+use super::app::App;
+use super::protocol::lock;
+use super::telemetry::{Gauges, Window};
 use crate::metrics::Stats;
 
 #[derive(Serialize)]
@@ -66,6 +67,17 @@ struct ModelSummary {
     /// Faults injected since start, by kind (models with `faults` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     faults: Option<BTreeMap<&'static str, u64>>,
+    /// A model with `cluster:`: each replica's requests in the window and
+    /// gauges, by replica index (the figures above are over all of them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<Vec<ReplicaSummary>>,
+}
+
+#[derive(Serialize)]
+struct ReplicaSummary {
+    submitted: u64,
+    completed: u64,
+    gauges: GaugesOut,
 }
 
 #[derive(Serialize)]
@@ -118,16 +130,38 @@ pub fn render(app: &App) -> String {
     let mut window_s = 0.0;
     let mut models = BTreeMap::new();
     for m in &app.models {
-        let w = lock(&m.sinks.stats).window.clone();
+        let windows: Vec<Window> = m.replicas.iter().map(|s| lock(&s.stats).window.clone()).collect();
+        let mut w = windows[0].clone();
+        for other in &windows[1..] {
+            w.merge(other);
+        }
         let secs = now.nanos_since(w.since) as f64 / 1e9;
         window_s = secs;
-        let g = &m.sinks.gauges;
-        let gauges = GaugesOut {
+        let gauges = |g: &Gauges| GaugesOut {
             running: g.running.load(Ordering::Relaxed),
             waiting: g.waiting.load(Ordering::Relaxed),
             kv_cache_usage: g.kv_usage(),
         };
-        let mut summary = model_summary(&w, secs, m.spec.engine.as_str(), gauges);
+        let (used, total) = m.replicas.iter().fold((0, 0), |(u, t), s| {
+            (u + s.gauges.kv_used.load(Ordering::Relaxed), t + s.gauges.kv_total.load(Ordering::Relaxed))
+        });
+        let all = GaugesOut {
+            running: m.replicas.iter().map(|s| s.gauges.running.load(Ordering::Relaxed)).sum(),
+            waiting: m.replicas.iter().map(|s| s.gauges.waiting.load(Ordering::Relaxed)).sum(),
+            kv_cache_usage: if total == 0 { 0.0 } else { used as f64 / total as f64 },
+        };
+        let mut summary = model_summary(&w, secs, m.spec.engine.as_str(), all);
+        summary.replicas = m.clustered().then(|| {
+            windows
+                .iter()
+                .zip(&m.replicas)
+                .map(|(w, s)| ReplicaSummary {
+                    submitted: w.submitted,
+                    completed: w.completed,
+                    gauges: gauges(&s.gauges),
+                })
+                .collect()
+        });
         summary.faults = m.spec.faults.as_ref().map(|_| {
             super::faults::NAMES
                 .iter()
@@ -170,6 +204,7 @@ fn model_summary(w: &Window, secs: f64, engine: &'static str, gauges: GaugesOut)
         delivery_lag_ms: h(&w.delivery_lag),
         gauges,
         faults: None,
+        replicas: None,
     }
 }
 
@@ -181,7 +216,9 @@ pub fn reset(app: &App) {
     let epoch = app.epoch.load(Ordering::SeqCst) + 1;
     let now = app.clock.now();
     for m in &app.models {
-        lock(&m.sinks.stats).reset(epoch, now);
+        for s in &m.replicas {
+            lock(&s.stats).reset(epoch, now);
+        }
     }
     app.epoch.store(epoch, Ordering::SeqCst);
 }

@@ -25,7 +25,7 @@
 //! `floor((P + N - 1) / block_size)` (the last token is sampled, never fed
 //! back), as the planner does.
 
-use crate::config::models::EngineKind;
+use crate::config::models::{EngineKind, ServedModel};
 use crate::content::tokenizer;
 use crate::engine::prefix::hash::token_block_hashes;
 
@@ -104,12 +104,12 @@ pub fn block_hashes(mut ids: Vec<u32>, prompt: u32, pieces: &[String], output: u
 /// the scheduler with prefix caching on (then the request is unique
 /// content to the engine, as without the flag).
 pub fn for_model(
-    model: &super::ModelHandle,
+    model: &ServedModel,
     prompt: &PromptContent,
     prompt_tokens: u32,
     plan: &super::openai::Plan,
 ) -> Vec<u64> {
-    match &model.spec.engine {
+    match &model.engine {
         EngineKind::Scheduler(s) if s.engine.prefix_caching => {
             let bs = s.engine.capacity.block_size;
             block_hashes(prompt_ids(prompt), prompt_tokens, &plan.pieces, plan.output, bs)
@@ -119,25 +119,16 @@ pub fn for_model(
 }
 
 /// Whether `model` reports prefix caching (`usage.prompt_tokens_details`).
-pub fn caching(model: &super::ModelHandle) -> bool {
-    matches!(&model.spec.engine, EngineKind::Scheduler(s) if s.engine.prefix_caching)
+pub fn caching(model: &ServedModel) -> bool {
+    matches!(&model.engine, EngineKind::Scheduler(s) if s.engine.prefix_caching)
 }
 
 /// The block size `--record` names blocks in: only a model with prefix
 /// caching on records its blocks.
-pub fn recorded_block_size(spec: &crate::config::models::ServedModel) -> Option<u32> {
+pub fn recorded_block_size(spec: &ServedModel) -> Option<u32> {
     match &spec.engine {
         EngineKind::Scheduler(s) if s.engine.prefix_caching => Some(s.engine.capacity.block_size),
         _ => None,
-    }
-}
-
-/// Notes a finished request's cached tokens in its reply, so its usage
-/// carries `prompt_tokens_details.cached_tokens` (only with prefix caching
-/// on: without it the usage keeps its shape).
-pub fn set_cached(ctx: &mut super::routes::Ctx, story: &super::telemetry::Story) {
-    if caching(ctx.handle()) {
-        ctx.reply.cached_tokens = Some(story.rec.cached_tokens.unwrap_or(0));
     }
 }
 

@@ -12,7 +12,11 @@
 //! one vLLM serves one model, llmsim may serve several).
 //! `tests/integration/server/vllm-metrics.expected.prom`, written by hand
 //! from vLLM's metric definitions, is what the names, types, labels and
-//! buckets are checked against. One series per served model. Latency
+//! buckets are checked against. One series per served model and replica:
+//! a model with `cluster:` exposes each replica's series under
+//! `engine="<index>"`, as vLLM's data-parallel mode labels each engine's
+//! (`engine="0"` for a model without replicas; faults, picked before
+//! routing, stay one series a model, on engine 0). Latency
 //! histograms hold the *simulated* times (what the engine computed), which
 //! are what a vLLM would have reported; the observed ones are in
 //! `/metrics/summary`. `_created` samples are not exported.
@@ -20,21 +24,36 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use super::engine_task::lock;
-use super::telemetry::{Finish, ModelTelemetry, Prom, PromHist};
-use super::{App, ModelHandle};
+use super::app::{App, ModelHandle};
+use super::protocol::lock;
+use super::telemetry::{Finish, Gauges, ModelTelemetry, Prom, PromHist};
 use crate::config::models::EngineKind;
 
-/// One model's values at scrape time.
+/// One replica's values at scrape time (a model without replicas has one).
 struct Snapshot<'a> {
     model: &'a ModelHandle,
+    /// The replica's index: the `engine` label, as vLLM's data-parallel
+    /// mode labels each engine's series.
+    replica: usize,
+    gauges: &'a Gauges,
     stats: ModelTelemetry,
 }
 
-/// The whole exposition, models in file order.
+/// The whole exposition, models in file order, each model's replicas in
+/// index order.
 pub fn render(app: &App) -> String {
-    let snaps: Vec<Snapshot> =
-        app.models.iter().map(|m| Snapshot { model: m, stats: lock(&m.sinks.stats).clone() }).collect();
+    let snaps: Vec<Snapshot> = app
+        .models
+        .iter()
+        .flat_map(|m| {
+            m.replicas.iter().enumerate().map(move |(replica, sinks)| Snapshot {
+                model: m,
+                replica,
+                gauges: &sinks.gauges,
+                stats: lock(&sinks.stats).clone(),
+            })
+        })
+        .collect();
     render_snapshots(&snaps, app.options.legacy_metrics)
 }
 
@@ -55,9 +74,10 @@ fn faults(out: &mut String, snaps: &[Snapshot]) {
     }
     let name = "llmsim:faults_injected_total";
     head(out, name, "counter", "Faults llmsim injected (models.yml faults), by kind.");
-    for s in snaps.iter().filter(|s| s.model.spec.faults.is_some()) {
+    // Faults are picked per model, before routing: one series a model.
+    for s in snaps.iter().filter(|s| s.model.spec.faults.is_some() && s.replica == 0) {
         for (i, kind) in super::faults::NAMES.iter().enumerate() {
-            let l = labels_with(s.model, &[("kind", (*kind).to_string())]);
+            let l = labels_with(s, &[("kind", (*kind).to_string())]);
             sample(out, name, &l, s.model.faults_seen[i].load(Ordering::Relaxed) as f64);
         }
     }
@@ -75,15 +95,15 @@ fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// A model's labels plus `extra`, sorted by name.
-fn labels_with(m: &ModelHandle, extra: &[(&str, String)]) -> String {
-    let mut all: Vec<(&str, String)> = vec![("engine", "0".into()), ("model_name", escape(&m.spec.name))];
+/// A replica's labels plus `extra`, sorted by name.
+fn labels_with(s: &Snapshot, extra: &[(&str, String)]) -> String {
+    let mut all = base_labels(s);
     all.extend(extra.iter().cloned());
     sorted(all)
 }
 
-fn labels(m: &ModelHandle) -> String {
-    labels_with(m, &[])
+fn labels(s: &Snapshot) -> String {
+    labels_with(s, &[])
 }
 
 /// `k="v"` pairs sorted by name, comma-separated.
@@ -104,8 +124,8 @@ fn sample(out: &mut String, name: &str, labels: &str, v: f64) {
 type Family<T, V> = (&'static str, &'static str, fn(&T) -> V);
 
 fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
-    let g = |s: &Snapshot, f: fn(&super::telemetry::Gauges) -> f64| f(&s.model.sinks.gauges);
-    let families: Vec<Family<super::telemetry::Gauges, f64>> = vec![
+    let g = |s: &Snapshot, f: fn(&Gauges) -> f64| f(s.gauges);
+    let families: Vec<Family<Gauges, f64>> = vec![
         ("vllm:num_requests_running", "Number of requests in model execution batches.", |g| {
             g.running.load(Ordering::Relaxed) as f64
         }),
@@ -125,7 +145,7 @@ fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
     for (name, help, f) in all {
         head(out, name, "gauge", help);
         for s in snaps {
-            sample(out, name, &labels(s.model), g(s, f));
+            sample(out, name, &labels(s), g(s, f));
         }
     }
     head(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.");
@@ -134,7 +154,7 @@ fn gauges(out: &mut String, snaps: &[Snapshot], legacy: bool) {
             EngineKind::Scheduler(m) => (m.engine.capacity.block_size, m.engine.capacity.num_blocks),
             EngineKind::Fixed(_) => (0, 0),
         };
-        let l = labels_with(s.model, &[("block_size", block.to_string()), ("num_gpu_blocks", blocks.to_string())]);
+        let l = labels_with(s, &[("block_size", block.to_string()), ("num_gpu_blocks", blocks.to_string())]);
         sample(out, "vllm:cache_config_info", &l, 1.0);
     }
 }
@@ -152,14 +172,14 @@ fn counters(out: &mut String, snaps: &[Snapshot]) {
     for (name, help, f) in families {
         head(out, name, "counter", help);
         for s in snaps {
-            sample(out, name, &labels(s.model), f(&s.stats.prom) as f64);
+            sample(out, name, &labels(s), f(&s.stats.prom) as f64);
         }
     }
     let name = "vllm:request_success_total";
     head(out, name, "counter", "Count of successfully processed requests.");
     for s in snaps {
         for (i, f) in Finish::ALL.iter().enumerate() {
-            let l = labels_with(s.model, &[("finished_reason", f.as_str().to_string())]);
+            let l = labels_with(s, &[("finished_reason", f.as_str().to_string())]);
             sample(out, name, &l, s.stats.prom.success[i] as f64);
         }
     }
@@ -201,13 +221,13 @@ fn histograms(out: &mut String, snaps: &[Snapshot], legacy: bool) {
     for (name, help, pick) in families {
         head(out, name, "histogram", help);
         for s in snaps {
-            histogram(out, name, &base_labels(s.model), pick(&s.stats.prom));
+            histogram(out, name, &base_labels(s), pick(&s.stats.prom));
         }
     }
 }
 
-fn base_labels(m: &ModelHandle) -> Vec<(&'static str, String)> {
-    vec![("engine", "0".into()), ("model_name", escape(&m.spec.name))]
+fn base_labels(s: &Snapshot) -> Vec<(&'static str, String)> {
+    vec![("engine", s.replica.to_string()), ("model_name", escape(&s.model.spec.name))]
 }
 
 /// A histogram's samples; `labels` are the series' labels, to which the

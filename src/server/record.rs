@@ -19,6 +19,11 @@
 //! are the order in which the server first saw each distinct block hash,
 //! kept in a map of 16 bytes a distinct block for the server's lifetime.
 //!
+//! A model served by replicas (`cluster:`) adds a last `replica` column:
+//! the replica the router picked (empty for a request turned away before
+//! routing), as `llmsim run --requests-csv` writes it for a cluster, so a
+//! replay of the record on the model's scenario can be compared with it.
+//!
 //! A trace must be in arrival order but requests finish out of order, so a
 //! row is written once it and every earlier row are complete; the file is
 //! flushed after every write, so a killed server loses only rows still in
@@ -60,6 +65,8 @@ pub struct Recorder {
     /// With prefix caching: the block size, and each distinct block hash's
     /// id (looked up, never iterated).
     blocks: Option<(u32, HashMap<u64, u64>)>,
+    /// Whether the file has the `replica` column.
+    replicated: bool,
 }
 
 struct Row {
@@ -67,6 +74,7 @@ struct Row {
     done: bool,
     /// The `block_ids` cell.
     blocks: String,
+    replica: Option<u32>,
 }
 
 impl Recorder {
@@ -78,12 +86,21 @@ impl Recorder {
     /// [`Recorder::create`]; with `block_size` (a model with prefix
     /// caching on) also the `block_ids,block_size` columns.
     pub fn create_with_blocks(path: &Path, block_size: Option<u32>) -> std::io::Result<Recorder> {
+        Recorder::create_for(path, block_size, false)
+    }
+
+    /// [`Recorder::create_with_blocks`]; `replicated` (a model served by
+    /// replicas) adds the `replica` column.
+    pub fn create_for(path: &Path, block_size: Option<u32>, replicated: bool) -> std::io::Result<Recorder> {
         let file = File::create(path)?;
         let mut out = csv::Writer::from_writer(BufWriter::new(file));
         let mut header = csv_out::request_header(&COLUMNS);
         if block_size.is_some() {
             header.extend(csv_out::request_header(&csv_out::PREFIX_REQUEST_COLUMNS));
             header.extend(BLOCK_COLUMNS);
+        }
+        if replicated {
+            header.push("replica");
         }
         out.write_record(header)?;
         out.flush()?;
@@ -94,6 +111,7 @@ impl Recorder {
             next_id: 0,
             last_arrival: SimTime::ZERO,
             blocks: block_size.map(|bs| (bs, HashMap::new())),
+            replicated,
         })
     }
 
@@ -126,8 +144,15 @@ impl Recorder {
         let id = self.next_id;
         self.next_id += 1;
         let rec = RequestRecord::new(id, arrival, prompt, output);
-        self.rows.insert(id, Row { rec, done: false, blocks });
+        self.rows.insert(id, Row { rec, done: false, blocks, replica: None });
         (id, arrival)
+    }
+
+    /// Notes the replica row `id` was routed to.
+    pub fn place(&mut self, id: u64, replica: u32) {
+        if let Some(row) = self.rows.get_mut(&id) {
+            row.replica = Some(replica);
+        }
     }
 
     /// Completes row `rec.id` and writes every row that is now ready.
@@ -151,7 +176,7 @@ impl Recorder {
                 break;
             }
             let row = entry.remove();
-            self.write(&row.rec, row.blocks);
+            self.write(&row.rec, row.blocks, row.replica);
             wrote = true;
         }
         if wrote && let Some(out) = &mut self.out {
@@ -159,12 +184,15 @@ impl Recorder {
         }
     }
 
-    fn write(&mut self, r: &RequestRecord, blocks: String) {
+    fn write(&mut self, r: &RequestRecord, blocks: String, replica: Option<u32>) {
         let Some(out) = &mut self.out else { return };
         let mut row = csv_out::request_row(r, &COLUMNS);
         if let Some((bs, _)) = &self.blocks {
             row.extend(csv_out::request_row(r, &csv_out::PREFIX_REQUEST_COLUMNS));
             row.extend([blocks, bs.to_string()]);
+        }
+        if self.replicated {
+            row.push(replica.map_or_else(String::new, |x| x.to_string()));
         }
         if let Err(e) = out.write_record(row) {
             self.fail(e);

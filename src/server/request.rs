@@ -29,8 +29,8 @@
 
 use serde_json::{Map, Value};
 
+use super::api::Api;
 use super::errors::ApiError;
-use super::openai::Api;
 
 /// vLLM's `max_logprobs` default: the most `logprobs` / `top_logprobs` a
 /// request may ask for.

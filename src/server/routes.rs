@@ -17,19 +17,19 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use super::content::Query;
+use super::app::{App, ModelHandle};
+use super::context::{Ctx, explain, feed_error};
 use super::errors::ApiError;
 use super::faults::Kind;
-use super::feed::{Accepted, Feed, FeedEvent, FeedRequest};
+use super::feed::{Feed, FeedEvent};
 use super::openai::{self, Api, Choice, Lengths, Reply};
 use super::prefix::PromptContent;
+use super::protocol::{FeedRequest, lock};
 use super::request::{self, Parsed, PromptIn};
 use super::sse;
 use super::stop::Stops;
-use super::telemetry::{Observed, Story};
-use super::{App, ModelHandle};
-use crate::config::models::EngineKind;
-use crate::engine::RejectReason;
+use super::telemetry::Observed;
+use crate::content::Query;
 use crate::time::SimTime;
 
 pub fn router(app: Arc<App>) -> Router {
@@ -270,7 +270,7 @@ async fn handle(
     }
     let index = model_index(app, model);
     // With prefix caching on, each prompt's content is hashed per choice.
-    let contents: Vec<PromptContent> = match super::prefix::caching(model) {
+    let contents: Vec<PromptContent> = match super::prefix::caching(&model.spec) {
         true => parsed.prompts.iter().map(PromptContent::from).collect(),
         false => Vec::new(),
     };
@@ -301,9 +301,9 @@ async fn handle(
             max_tokens,
             n: if c.index % reply.options.n == 0 { reply.options.n } else { 0 },
             epoch,
-            hashes: contents
-                .get((c.index / n) as usize)
-                .map_or_else(Vec::new, |content| super::prefix::for_model(model, content, c.prompt_tokens, &c.plan)),
+            hashes: contents.get((c.index / n) as usize).map_or_else(Vec::new, |content| {
+                super::prefix::for_model(&model.spec, content, c.prompt_tokens, &c.plan)
+            }),
         };
         let (feed, acc) = Feed::start(model, app.clock, req)
             .await
@@ -320,12 +320,12 @@ async fn handle(
 fn inject(app: &App, model: &ModelHandle) -> Result<Option<Kind>, ApiError> {
     let Some(f) = &model.spec.faults else { return Ok(None) };
     let k = model.arrivals.fetch_add(1, Ordering::Relaxed);
-    let waiting = model.sinks.gauges.waiting.load(Ordering::Relaxed);
+    let waiting: u64 = model.replicas.iter().map(|s| s.gauges.waiting.load(Ordering::Relaxed)).sum();
     let kind = if f.max_waiting.is_some_and(|m| waiting >= m) { Some(Kind::QueueFull) } else { f.pick(k) };
     let Some(kind) = kind else { return Ok(None) };
     model.faults_seen[kind.slot()].fetch_add(1, Ordering::Relaxed);
     if let Some(log) = &model.fault_log {
-        super::engine_task::lock(log).write(app.clock.now(), k, kind);
+        lock(log).write(app.clock.now(), k, kind);
     }
     let http = |status: StatusCode| ApiError::http(status);
     match kind {
@@ -474,57 +474,6 @@ fn plan_reply(
     })
 }
 
-/// The error for a request the engine turned away (or a server going down).
-pub fn feed_error(model: &ModelHandle, prompt: u32, output: u32, ev: &FeedEvent) -> ApiError {
-    match (ev, &model.spec.engine) {
-        (FeedEvent::Rejected(RejectReason::NeverFits), EngineKind::Scheduler(s)) => {
-            let cap = &s.engine.capacity;
-            ApiError::never_fits(prompt, cap.num_blocks, cap.block_size, cap.watermark_blocks)
-        }
-        (FeedEvent::Rejected(RejectReason::ContextLength), _) => {
-            ApiError::max_tokens_too_large(model.spec.context_length, prompt, output.into())
-        }
-        _ => ApiError::internal("The engine stopped before the request finished (the server is shutting down)."),
-    }
-}
-
-/// One request in progress, as the response writers see it.
-pub struct Ctx {
-    pub app: Arc<App>,
-    pub model: usize,
-    pub reply: Reply,
-    /// When the request was received.
-    pub stamp: SimTime,
-    /// Each choice's engine request, in `reply.choices` order.
-    pub accepted: Vec<Accepted>,
-    pub epoch: u64,
-    /// An injected mid-answer fault (stall, cut, malformed).
-    pub fault: Option<Kind>,
-}
-
-impl Ctx {
-    pub fn handle(&self) -> &ModelHandle {
-        &self.app.models[self.model]
-    }
-
-    /// Notes a token handed over now, due at `due`.
-    pub fn observe_token(&self, obs: &mut Observed, last: &mut Option<SimTime>, due: SimTime) {
-        let now = self.app.clock.now();
-        match *last {
-            None => obs.ttft_ns = Some(now.nanos_since(self.stamp)),
-            Some(prev) => obs.gaps_ns.push(now.nanos_since(prev)),
-        }
-        obs.delivery_lags_ns.push(now.nanos_since(due));
-        *last = Some(now);
-    }
-
-    /// Reports what the handler observed, once the request is done.
-    pub fn report(&self, obs: &mut Observed, last: Option<SimTime>) {
-        obs.e2e_ns = last.map(|t| t.nanos_since(self.stamp));
-        super::engine_task::lock(&self.handle().sinks.stats).observed(obs, self.epoch);
-    }
-}
-
 /// The non-streaming answer: wait for every choice's tokens, then one
 /// JSON body with the explanation headers (of the first choice).
 async fn whole(mut ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
@@ -543,7 +492,7 @@ async fn whole(mut ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
                     }
                 }
             };
-            ctx.report(&mut obs, last);
+            ctx.report(i, &mut obs, last);
             Ok((story, obs.delivery_lags_ns.iter().copied().max().unwrap_or(0)))
         }
     });
@@ -555,7 +504,7 @@ async fn whole(mut ctx: Ctx, feeds: Vec<Feed>) -> Result<Response, ApiError> {
     let max_lag = stories.iter().map(|(_, l)| *l).max().unwrap_or(0);
     // The prompt's hit is the first choice's first admission.
     if let Some((story, _)) = stories.first() {
-        super::prefix::set_cached(&mut ctx, story);
+        ctx.note_cached(story);
     }
     let mut body = ctx.reply.full_body();
     match ctx.fault {
@@ -590,32 +539,4 @@ fn cut_response() -> Response {
     let mut resp = (StatusCode::OK, Body::from_stream(broken)).into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
-}
-
-/// Why the response took as long as it did: the simulated story of the
-/// request, as `x-llmsim-*` header names and values.
-pub fn explain(ctx: &Ctx, choice: usize, story: &Story, max_lag_ns: Option<u64>) -> Vec<(String, String)> {
-    let r = &story.rec;
-    let ms = |ns: Option<u64>| ns.map_or_else(|| "-".to_string(), |v| format!("{:.3}", v as f64 / 1e6));
-    let span = |a: Option<SimTime>, b: Option<SimTime>| a.zip(b).map(|(a, b)| b.nanos_since(a));
-    let mean_batch = if story.steps > 0 { story.batch_sum as f64 / f64::from(story.steps) } else { 0.0 };
-    let mut out = vec![
-        ("x-llmsim-engine", ctx.handle().spec.engine.as_str().to_string()),
-        ("x-llmsim-request-id", ctx.accepted[choice].id.to_string()),
-        ("x-llmsim-arrival-s", r.arrival.to_string()),
-        ("x-llmsim-queue-ms", ms(r.queue_ns())),
-        ("x-llmsim-prefill-ms", ms(span(r.first_scheduled, r.first_token))),
-        ("x-llmsim-ttft-ms", ms(r.ttft_ns())),
-        ("x-llmsim-decode-ms", ms(span(r.first_token, r.last_token))),
-        ("x-llmsim-e2e-ms", ms(r.e2e_ns())),
-        ("x-llmsim-preemptions", r.preemptions.to_string()),
-        ("x-llmsim-steps", story.steps.to_string()),
-        ("x-llmsim-mean-batch", format!("{mean_batch:.2}")),
-        ("x-llmsim-prompt-tokens", r.prompt.to_string()),
-        ("x-llmsim-output-tokens", r.tokens.to_string()),
-    ];
-    if let Some(lag) = max_lag_ns {
-        out.push(("x-llmsim-max-lag-ms", ms(Some(lag))));
-    }
-    out.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }

@@ -23,10 +23,10 @@ use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 
+use super::context::{Ctx, explain, feed_error};
 use super::faults::Kind;
 use super::feed::{Feed, FeedEvent};
 use super::openai::{self, Api};
-use super::routes::{Ctx, explain, feed_error};
 use super::telemetry::{Observed, Story};
 use crate::time::SimTime;
 
@@ -81,13 +81,17 @@ enum Next {
 pub fn response(ctx: Ctx, feeds: Vec<Feed>) -> Response {
     let phase = if ctx.reply.api == Api::Chat { Phase::Start } else { Phase::Tokens };
     let first = &ctx.reply.choices[0];
-    let head = [
+    let mut head = vec![
         ("x-llmsim-engine", ctx.handle().spec.engine.as_str().to_string()),
         ("x-llmsim-request-id", ctx.accepted[0].id.to_string()),
         ("x-llmsim-arrival-s", ctx.accepted[0].arrival.to_string()),
         ("x-llmsim-prompt-tokens", ctx.reply.prompt_tokens.to_string()),
         ("x-llmsim-output-tokens", first.plan.output.to_string()),
     ];
+    if ctx.handle().clustered() {
+        // The first choice's replica (each choice's is in its `: llmsim` line).
+        head.push(("x-llmsim-replica", ctx.accepted[0].replica.to_string()));
+    }
     let open = feeds.len();
     let seen = (0..open).map(|_| Seen::default()).collect();
     let events = stream::select_all(feeds.into_iter().enumerate().map(|(i, f)| events(i, f)));
@@ -184,11 +188,11 @@ impl Streamer {
             }
             FeedEvent::Done(story) => {
                 let seen = &mut self.seen[choice];
-                self.ctx.report(&mut seen.obs, seen.last);
+                self.ctx.report(choice, &mut seen.obs, seen.last);
                 // The prompt's hit is the first choice's first admission
                 // (later choices of the same prompt find its blocks too).
                 if choice == 0 {
-                    super::prefix::set_cached(&mut self.ctx, &story);
+                    self.ctx.note_cached(&story);
                 }
                 seen.story = Some(story);
                 self.open -= 1;

@@ -187,6 +187,34 @@ pub struct Window {
     pub delivery_lag: Histogram,
 }
 
+impl Window {
+    /// Adds another replica's window of the same epoch to this one (the
+    /// model's summary is over all its replicas).
+    pub fn merge(&mut self, o: &Window) {
+        self.submitted += o.submitted;
+        self.completed += o.completed;
+        self.aborted += o.aborted;
+        self.rejected += o.rejected;
+        self.prompt_tokens += o.prompt_tokens;
+        self.output_tokens += o.output_tokens;
+        self.preemptions += o.preemptions;
+        for (a, b) in [
+            (&mut self.sim_ttft, &o.sim_ttft),
+            (&mut self.sim_itl, &o.sim_itl),
+            (&mut self.sim_tpot, &o.sim_tpot),
+            (&mut self.sim_e2e, &o.sim_e2e),
+            (&mut self.sim_queue, &o.sim_queue),
+            (&mut self.obs_ttft, &o.obs_ttft),
+            (&mut self.obs_itl, &o.obs_itl),
+            (&mut self.obs_e2e, &o.obs_e2e),
+            (&mut self.lag, &o.lag),
+            (&mut self.delivery_lag, &o.delivery_lag),
+        ] {
+            a.merge(b);
+        }
+    }
+}
+
 /// What a handler saw of one request, in nanoseconds since it was received.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {

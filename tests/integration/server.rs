@@ -7,8 +7,10 @@
 
 mod api;
 mod errors;
+mod fleet;
 mod hardening;
 mod harness;
+mod layers;
 mod lifecycle;
 mod parity;
 mod prefix;

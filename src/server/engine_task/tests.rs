@@ -4,12 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::*;
+use crate::cluster::router::RouterState;
 use crate::engine::EngineConfig;
+use crate::server::protocol::FeedRequest;
+use crate::server::telemetry::{Gauges, ModelTelemetry};
 use crate::trace::TraceRow;
 use crate::workload::TraceSource;
 
@@ -47,6 +50,22 @@ impl Harness {
         Harness { commands: tx, clock, sinks, next_ticket: 0 }
     }
 
+    /// `replicas` engines of `cfg` behind `policy` (seed 7).
+    fn fleet(cfg: EngineConfig, replicas: usize, policy: crate::config::Router) -> Harness {
+        let clock = Clock::start();
+        let all: Vec<Sinks> = (0..replicas)
+            .map(|_| Sinks {
+                stats: Arc::new(Mutex::new(ModelTelemetry::new(cfg.context_length))),
+                gauges: Arc::new(Gauges::default()),
+                recorder: None,
+            })
+            .collect();
+        let engines = all.iter().map(|s| Replica::new(Engine::new(cfg.clone()), s.clone())).collect();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(EngineTask::fleet(engines, RouterState::new(policy, 1.0, 7), rx, clock).run());
+        Harness { commands: tx, clock, sinks: all[0].clone(), next_ticket: 0 }
+    }
+
     /// Submits a request stamped now; returns its ticket and event channel.
     fn submit(&mut self, prompt: u32, output: u32) -> (u64, UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -67,6 +86,7 @@ fn request(stamp: SimTime, prompt: u32, output: u32) -> FeedRequest {
 #[derive(Debug, Default)]
 struct Seen {
     accepted: Option<(RequestId, SimTime)>,
+    replica: u32,
     tokens: Vec<SimTime>,
     received_at: Vec<SimTime>,
     story: Option<Story>,
@@ -76,7 +96,10 @@ async fn collect(clock: Clock, mut rx: UnboundedReceiver<Event>) -> Seen {
     let mut seen = Seen::default();
     while let Some(ev) = rx.recv().await {
         match ev {
-            Event::Accepted { id, arrival } => seen.accepted = Some((id, arrival)),
+            Event::Accepted { id, arrival, replica } => {
+                seen.accepted = Some((id, arrival));
+                seen.replica = replica;
+            }
             Event::Token { due, .. } => {
                 seen.tokens.push(due);
                 seen.received_at.push(clock.now());
@@ -216,4 +239,89 @@ async fn a_prompt_that_can_never_fit_is_rejected_not_left_waiting() {
     let mut rx = rx;
     assert!(matches!(rx.recv().await, Some(Event::Accepted { .. })));
     assert_eq!(rx.recv().await, Some(Event::Rejected(RejectReason::NeverFits)));
+}
+
+/// Token times per request id and each request's replica, from the
+/// planner's cluster loop on the same trace.
+fn offline_fleet(
+    cfg: EngineConfig,
+    replicas: usize,
+    policy: crate::config::Router,
+    rows: Vec<TraceRow>,
+) -> (BTreeMap<RequestId, Vec<SimTime>>, Vec<Option<u32>>) {
+    struct Tokens(BTreeMap<RequestId, Vec<SimTime>>);
+    impl Observer for Tokens {
+        fn token(&mut self, id: RequestId, at: SimTime, _index: u32) {
+            self.0.entry(id).or_default().push(at);
+        }
+    }
+    let mut engines: Vec<Engine> = (0..replicas).map(|_| Engine::new(cfg.clone())).collect();
+    let mut router = RouterState::new(policy, 1.0, 7);
+    let limit = crate::workload::Limit { requests: None, until: None };
+    let mut source = TraceSource::new(Arc::new(rows), limit);
+    let mut tokens = Tokens(BTreeMap::new());
+    let setup = crate::cluster::Setup { limits: crate::sim::RunLimits::default(), delay_ns: 0, keep_steps: false };
+    let run = crate::cluster::drive_cluster(
+        &mut engines,
+        &mut router,
+        &mut source,
+        &mut tokens,
+        &setup,
+        |_, _, _| {},
+        &mut |_| {},
+    )
+    .expect("the offline run stays within the run limits");
+    (tokens.0, run.placement.requests)
+}
+
+/// Replicas on the wall clock route and time every request as the
+/// planner's cluster loop does on the recorded (clamped) arrivals: the
+/// same replica for every request, the same token times to the
+/// nanosecond, for each router the server can run without sessions or
+/// block hashes. Arrivals land inside steps, between them, and while
+/// other replicas are mid-step.
+#[tokio::test(start_paused = true)]
+async fn a_fleet_routes_and_times_as_the_planners_cluster_loop() {
+    use crate::config::Router;
+    for policy in [Router::RoundRobin, Router::Random, Router::LeastOutstanding, Router::LeastKv] {
+        let mut h = Harness::fleet(tight_config(), 3, policy);
+        let mut waiters = Vec::new();
+        let mut lengths = Vec::new();
+        for i in 0..60u32 {
+            let gap = u64::from((i * 7919) % 2_000) * 1_000;
+            tokio::time::sleep(std::time::Duration::from_nanos(gap)).await;
+            let (prompt, output) = (200 + (i * 37) % 900, 5 + (i * 13) % 80);
+            let (_, rx) = h.submit(prompt, output);
+            lengths.push((prompt, output));
+            waiters.push(tokio::spawn(collect(h.clock, rx)));
+        }
+        let mut live = BTreeMap::new();
+        let mut placed = Vec::new();
+        let mut rows = Vec::new();
+        for (w, (prompt, output)) in waiters.into_iter().zip(lengths) {
+            let seen = w.await.expect("collector");
+            let (id, arrival) = seen.accepted.expect("accepted");
+            rows.push(TraceRow { arrival, prompt, output });
+            live.insert(id, seen.tokens);
+            placed.push(Some(seen.replica));
+        }
+        let used: std::collections::BTreeSet<_> = placed.iter().collect();
+        assert_eq!(used.len(), 3, "{policy:?}: every replica got requests: {placed:?}");
+        let (offline_tokens, offline_placed) = offline_fleet(tight_config(), 3, policy, rows);
+        assert_eq!(placed, offline_placed, "{policy:?}: the same replica for every request");
+        assert_eq!(live, offline_tokens, "{policy:?}: the same token times");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn round_robin_alternates_and_each_replica_has_its_own_gauges() {
+    let mut h = Harness::fleet(base_config(), 2, crate::config::Router::RoundRobin);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let (_, rx) = h.submit(100, 3);
+        seen.push(collect(h.clock, rx).await.replica);
+    }
+    // One at a time: 0, 1, 0, 1 (the k-th routed request to k mod 2).
+    assert_eq!(seen, [0, 1, 0, 1]);
+    assert_eq!(lock(&h.sinks.stats).window.submitted, 2, "replica 0 counted its own two");
 }

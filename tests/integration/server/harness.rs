@@ -73,6 +73,20 @@ impl Server {
         Server::spawn(dir, &args)
     }
 
+    /// Serves one model, `name`, from the scenario `scenario` (written to
+    /// `dir/NAME.yml` with a models file naming it), with the test
+    /// responses and `extra` flags. Returns the server and the scenario's
+    /// path (for `llmsim run` replays).
+    pub fn from_scenario(dir: &Path, name: &str, scenario: &str, extra: &[String]) -> (Server, PathBuf) {
+        let path = write(dir, &format!("{name}.yml"), scenario);
+        let models = write(dir, "models.yml", &format!("models:\n  - name: {name}\n    scenario: {name}.yml\n"));
+        let responses = write(dir, "responses.yml", RESPONSES);
+        let mut args: Vec<String> = ["serve", "--port", "0", "--models"].iter().map(|s| s.to_string()).collect();
+        args.extend([models.display().to_string(), "--responses".into(), responses.display().to_string()]);
+        args.extend(extra.iter().cloned());
+        (Server::spawn(tempdir(), &args), path)
+    }
+
     pub fn spawn(dir: tempfile::TempDir, args: &[String]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_llmsim"));
         cmd.args(args);
@@ -257,4 +271,49 @@ fn dechunk(mut s: &str) -> String {
 /// The test models file in `dir`, for tests that start servers themselves.
 pub fn models_file(dir: &Path) -> PathBuf {
     write(dir, "models.yml", MODELS)
+}
+
+/// Runs `client(i)` for i in 0..n, each on its own thread started `gap_ms`
+/// after the one before, and waits for all (a client's panic fails the test).
+pub fn staggered_clients(n: usize, gap_ms: u64, client: impl Fn(usize) + Send + Sync + 'static) {
+    let client = std::sync::Arc::new(client);
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let client = std::sync::Arc::clone(&client);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(gap_ms * i as u64));
+                client(i);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("client");
+    }
+}
+
+/// The cells of `cols` (by header name) of every row of a CSV text.
+pub fn pick(text: &str, cols: &[&str]) -> Vec<Vec<String>> {
+    let mut r = csv::Reader::from_reader(text.as_bytes());
+    let h = r.headers().expect("header").clone();
+    let idx: Vec<usize> = cols.iter().map(|c| h.iter().position(|x| x == *c).expect(c)).collect();
+    r.records().map(|row| idx.iter().map(|&i| row.as_ref().expect("row")[i].to_string()).collect()).collect()
+}
+
+/// `llmsim run SCENARIO` on the record file `record` as its trace: the
+/// offline `--requests-csv` text and the result JSON.
+pub fn replay(dir: &Path, scenario: &Path, record: &Path) -> (String, serde_json::Value) {
+    let trace = format!("workload={{arrivals: {{trace: {}}}}}", record.display());
+    let (out, json) = (dir.join("offline.csv"), dir.join("offline.json"));
+    TestCommand::new(&["run"])
+        .arg(scenario)
+        .arg("--set")
+        .arg(&trace)
+        .arg("--requests-csv")
+        .arg(&out)
+        .arg("--json")
+        .arg(&json)
+        .arg("-q")
+        .ok();
+    let result = serde_json::from_str(&read(&json)).expect("result JSON");
+    (read(&out), result)
 }

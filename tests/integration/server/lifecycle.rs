@@ -76,50 +76,18 @@ workload:
 #[test]
 fn a_recorded_session_replays_offline_to_the_nanosecond() {
     let dir = tempdir();
-    write(dir.path(), "tight.yml", TIGHT);
-    let models = write(dir.path(), "models.yml", "models:\n  - name: tight\n    scenario: tight.yml\n");
-    let responses = write(dir.path(), "responses.yml", RESPONSES);
     let record = dir.path().join("rec.csv");
-    let args: Vec<String> = ["serve", "--port", "0", "--models"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([models.display().to_string(), "--responses".into(), responses.display().to_string()])
-        .chain(["--record".to_string(), record.display().to_string()])
-        .collect();
-    let server = Server::spawn(tempdir(), &args);
+    let (server, scenario) =
+        Server::from_scenario(dir.path(), "tight", TIGHT, &["--record".to_string(), record.display().to_string()]);
     let port = server.port;
-    let clients: Vec<_> = (0..24)
-        .map(|i| {
-            std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(7 * i));
-                let words = "word ".repeat(50 + 37 * i as usize % 300);
-                let r = http(port, "POST", "/v1/chat/completions", &chat_body("tight", &words, r#""max_tokens":40"#));
-                assert_eq!(r.status, 200, "{}", r.body);
-            })
-        })
-        .collect();
-    for c in clients {
-        c.join().expect("client");
-    }
+    staggered_clients(24, 7, move |i| {
+        let words = "word ".repeat(50 + 37 * i % 300);
+        let r = http(port, "POST", "/v1/chat/completions", &chat_body("tight", &words, r#""max_tokens":40"#));
+        assert_eq!(r.status, 200, "{}", r.body);
+    });
     server.stop();
     let recorded = read(&record);
-    let trace = format!("workload={{arrivals: {{trace: {}}}}}", record.display());
-    let out = dir.path().join("offline.csv");
-    TestCommand::new(&["run"])
-        .arg(dir.path().join("tight.yml"))
-        .arg("--set")
-        .arg(&trace)
-        .arg("--requests-csv")
-        .arg(&out)
-        .arg("-q")
-        .ok();
-    let offline = read(&out);
-    let pick = |text: &str, cols: &[&str]| -> Vec<Vec<String>> {
-        let mut r = csv::Reader::from_reader(text.as_bytes());
-        let h = r.headers().expect("header").clone();
-        let idx: Vec<usize> = cols.iter().map(|c| h.iter().position(|x| x == *c).expect(c)).collect();
-        r.records().map(|row| idx.iter().map(|&i| row.as_ref().expect("row")[i].to_string()).collect()).collect()
-    };
+    let (offline, _) = replay(dir.path(), &scenario, &record);
     let cols = [
         "id",
         "arrival_s",

@@ -136,80 +136,44 @@ workload:
 #[test]
 fn a_recorded_session_with_shared_prefixes_replays_to_the_same_hits() {
     let dir = tempdir();
-    write(dir.path(), "cached.yml", CACHED);
-    let models = write(dir.path(), "models.yml", "models:\n  - name: cached\n    scenario: cached.yml\n");
-    let responses = write(dir.path(), "responses.yml", RESPONSES);
     let record = dir.path().join("rec.csv");
-    let args: Vec<String> = ["serve", "--port", "0", "--models"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([models.display().to_string(), "--responses".into(), responses.display().to_string()])
-        .chain(["--record".to_string(), record.display().to_string()])
-        .collect();
-    let server = Server::spawn(tempdir(), &args);
+    let (server, scenario) =
+        Server::from_scenario(dir.path(), "cached", CACHED, &["--record".to_string(), record.display().to_string()]);
     let port = server.port;
     // Three system prompts of different lengths, each user's own question,
     // and every third client a second turn that resends its first answer.
-    let clients: Vec<_> = (0..24usize)
-        .map(|i| {
-            std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(9 * i as u64));
-                let system = words(["s", "t", "u"][i % 3], [100, 180, 60][i % 3]);
-                let question = words(&format!("q{}", i % 5), 10 + i);
-                let mut msgs = vec![
-                    serde_json::json!({"role": "system", "content": system}),
-                    serde_json::json!({"role": "user", "content": question}),
-                ];
-                let send = |msgs: &[serde_json::Value]| {
-                    let body =
-                        format!(r#"{{"model":"cached","max_tokens":20,"messages":{}}}"#, serde_json::json!(msgs));
-                    let r = http(port, "POST", "/v1/chat/completions", &body);
-                    assert_eq!(r.status, 200, "{}", r.body);
-                    r.json()
-                };
-                let first = send(&msgs);
-                if i % 3 == 0 {
-                    let answer = first["choices"][0]["message"]["content"].clone();
-                    msgs.push(serde_json::json!({"role": "assistant", "content": answer}));
-                    msgs.push(serde_json::json!({"role": "user", "content": "go on"}));
-                    send(&msgs);
-                }
-            })
-        })
-        .collect();
-    for c in clients {
-        c.join().expect("client");
-    }
+    staggered_clients(24, 9, move |i| {
+        let system = words(["s", "t", "u"][i % 3], [100, 180, 60][i % 3]);
+        let question = words(&format!("q{}", i % 5), 10 + i);
+        let mut msgs = vec![
+            serde_json::json!({"role": "system", "content": system}),
+            serde_json::json!({"role": "user", "content": question}),
+        ];
+        let send = |msgs: &[serde_json::Value]| {
+            let body = format!(r#"{{"model":"cached","max_tokens":20,"messages":{}}}"#, serde_json::json!(msgs));
+            let r = http(port, "POST", "/v1/chat/completions", &body);
+            assert_eq!(r.status, 200, "{}", r.body);
+            r.json()
+        };
+        let first = send(&msgs);
+        if i % 3 == 0 {
+            let answer = first["choices"][0]["message"]["content"].clone();
+            msgs.push(serde_json::json!({"role": "assistant", "content": answer}));
+            msgs.push(serde_json::json!({"role": "user", "content": "go on"}));
+            send(&msgs);
+        }
+    });
     let hits = server.metric("vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"cached\"}").expect("hits");
     let queries = server.metric("vllm:prefix_cache_queries_total{engine=\"0\",model_name=\"cached\"}").expect("q");
     server.stop();
     let recorded = read(&record);
     assert!(recorded.lines().next().unwrap_or_default().ends_with(",cached_tokens,block_ids,block_size"), "{recorded}");
-    let trace = format!("workload={{arrivals: {{trace: {}}}}}", record.display());
-    let (out, json) = (dir.path().join("offline.csv"), dir.path().join("offline.json"));
-    TestCommand::new(&["run"])
-        .arg(dir.path().join("cached.yml"))
-        .arg("--set")
-        .arg(&trace)
-        .arg("--requests-csv")
-        .arg(&out)
-        .arg("--json")
-        .arg(&json)
-        .arg("-q")
-        .ok();
-    let offline = read(&out);
-    let pick = |text: &str, cols: &[&str]| -> Vec<Vec<String>> {
-        let mut r = csv::Reader::from_reader(text.as_bytes());
-        let h = r.headers().expect("header").clone();
-        let idx: Vec<usize> = cols.iter().map(|c| h.iter().position(|x| x == *c).expect(c)).collect();
-        r.records().map(|row| idx.iter().map(|&i| row.as_ref().expect("row")[i].to_string()).collect()).collect()
-    };
+    let (offline, result) = replay(dir.path(), &scenario, &record);
     let cols = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status", "queue_ms", "ttft_ms", "e2e_ms"];
     let live = pick(&recorded, &cols);
     assert_eq!(live.len(), 32, "24 first turns and 8 second turns");
     assert_eq!(live, pick(&offline, &cols), "live:\n{recorded}\noffline:\n{offline}");
     // Hits: the server's counters are the offline prediction's.
-    let result: serde_json::Value = serde_json::from_str(&read(&json)).expect("result JSON");
     let p = &result["prefix_cache"];
     assert_eq!(p["hit_tokens"].as_f64(), Some(hits), "{p}");
     assert_eq!(p["queried_tokens"].as_f64(), Some(queries), "{p}");
@@ -273,12 +237,7 @@ workload:
 #[test]
 fn a_shared_prefix_bench_measures_the_hits_the_planner_predicts_from_its_trace() {
     let dir = tempdir();
-    write(dir.path(), "big.yml", BIG_CACHE);
-    let models = write(dir.path(), "models.yml", "models:\n  - name: big\n    scenario: big.yml\n");
-    let server = Server::spawn(
-        tempdir(),
-        &["serve".into(), "--port".into(), "0".into(), "--models".into(), models.display().to_string()],
-    );
+    let (server, _) = Server::from_scenario(dir.path(), "big", BIG_CACHE, &[]);
     for (endpoint, framing) in [("completions", 0u64), ("chat", 3)] {
         let (json, trace) = (dir.path().join(format!("{endpoint}.json")), dir.path().join(format!("{endpoint}.csv")));
         TestCommand::new(&["bench", "--base-url"])

@@ -1,0 +1,181 @@
+//! The server's modules import each other without circles (issue 15).
+//!
+//! Reads the sources of `src/server/`: every module `m` (the file
+//! `src/server/m.rs` and the non-test files under `src/server/m/`) names
+//! its siblings as `super::x` (`super::super::x` in a submodule) or
+//! `crate::server::x`, in `use` lines or inline paths. Those names are the
+//! edges; the test fails on a cycle (naming it), and on a module that
+//! reaches into `server.rs` itself (`super::App`): the root only declares
+//! the modules and re-exports, so it sits above all of them. Comments and
+//! everything from the first `#[cfg(test)]` on are ignored (test code may
+//! use whatever it likes).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The code of a file before its tests, without `//` comments.
+fn code(text: &str) -> String {
+    let before_tests = text.split("#[cfg(test)]").next().unwrap_or("");
+    before_tests.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
+}
+
+/// The first path segment of every name after `prefix` in `code`:
+/// `super::a::B` gives `a`; `super::{a, b::C, D}` gives `a`, `b`, `D`.
+fn names_after(code: &str, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(i) = code[at..].find(prefix) {
+        // `super::super::x` is also found as `super::x`: skip the inner match.
+        let before = &code[..at + i];
+        let rest = &code[at + i + prefix.len()..];
+        at += i + prefix.len();
+        if prefix == "super::" && before.ends_with("super::") {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut item = String::new();
+            let mut items = Vec::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 1 => items.push(std::mem::take(&mut item)),
+                    _ => {}
+                }
+                if depth == 0 {
+                    break;
+                }
+                if depth == 1 && c != ',' {
+                    item.push(c);
+                }
+            }
+            items.push(item);
+            out.extend(items.iter().map(|s| first_ident(s)).filter(|s| !s.is_empty()));
+        } else {
+            let name = first_ident(rest);
+            if name != "super" {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+fn first_ident(s: &str) -> String {
+    s.trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
+}
+
+/// Module name -> the names it uses from its parent, `server`.
+fn uses() -> BTreeMap<String, BTreeSet<String>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server");
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).expect("src/server exists") {
+        let path = entry.expect("a readable entry").path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut names: BTreeSet<String> = names_after(&code(&text), "super::").into_iter().collect();
+        names.extend(names_after(&code(&text), "crate::server::"));
+        let sub = dir.join(&name);
+        if sub.is_dir() {
+            for f in std::fs::read_dir(&sub).unwrap() {
+                let f = f.unwrap().path();
+                if f.file_name().is_some_and(|n| n == "tests.rs") || f.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                let text = code(&std::fs::read_to_string(&f).unwrap());
+                names.extend(names_after(&text, "super::super::"));
+                names.extend(names_after(&text, "crate::server::"));
+            }
+        }
+        out.insert(name, names);
+    }
+    out
+}
+
+/// A cycle in `edges`, as the modules on it, if there is one.
+fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        m: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(m.to_string(), 1);
+        path.push(m.to_string());
+        for next in edges.get(m).into_iter().flatten() {
+            match state.get(next.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let start = path.iter().position(|p| p == next).unwrap();
+                    let mut cycle = path[start..].to_vec();
+                    cycle.push(next.clone());
+                    return Some(cycle);
+                }
+                0 => {
+                    if let Some(c) = visit(next, edges, state, path) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        path.pop();
+        state.insert(m.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for m in edges.keys() {
+        if state.get(m.as_str()).copied().unwrap_or(0) == 0
+            && let Some(c) = visit(m, edges, &mut state, &mut Vec::new())
+        {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn the_server_modules_import_each_other_without_circles() {
+    let uses = uses();
+    assert!(uses.len() > 15, "the server's modules were found: {:?}", uses.keys());
+    let modules: BTreeSet<String> = uses.keys().cloned().collect();
+    let mut edges = BTreeMap::new();
+    let mut root_items = Vec::new();
+    for (m, names) in &uses {
+        for n in names {
+            if modules.contains(n) {
+                if n != m {
+                    edges.entry(m.clone()).or_insert_with(BTreeSet::new).insert(n.clone());
+                }
+            } else if n != "*" {
+                root_items.push(format!("{m} uses server::{n}"));
+            }
+        }
+    }
+    assert!(
+        root_items.is_empty(),
+        "modules reach into server.rs instead of the module that owns the item: {root_items:?}"
+    );
+    assert!(edges.values().map(BTreeSet::len).sum::<usize>() > 20, "the imports were read: {edges:?}");
+    if let Some(cycle) = find_cycle(&edges) {
+        panic!("an import circle among the server's modules: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_checker_sees_groups_nesting_and_cycles() {
+    let names = names_after("use super::{a, b::{C, D}, e::F};\nlet x = super::g::h(); super::super::k", "super::");
+    assert_eq!(names, ["a", "b", "e", "g"]);
+    assert_eq!(code("use super::x; // super::y\n#[cfg(test)]\nuse super::z;"), "use super::x; ");
+    let mut edges = BTreeMap::new();
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    edges.insert("a".to_string(), set(&["b"]));
+    edges.insert("b".to_string(), set(&["c"]));
+    edges.insert("c".to_string(), set(&[]));
+    assert_eq!(find_cycle(&edges), None);
+    edges.insert("c".to_string(), set(&["a"]));
+    assert_eq!(find_cycle(&edges), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+}
