@@ -671,7 +671,16 @@ const ITL_AND_THROUGHPUT: &str = "5%";
 /// A run whose client or server flagged lag cannot judge agreement; it is
 /// retried, saying so on stderr, and a level flagged on every attempt fails
 /// the test: an agreement check that never ran must not pass.
+///
+/// It runs in real time, so it is judged alone: on a machine also running
+/// the other 250 integration tests (as `cargo test` does, and as CI did)
+/// the server and the client share two cores with them and TTFT p50 at 60
+/// req/s drifted past its gate without either side flagging lag. A plain
+/// `cargo test` lists it as ignored, with the reason; CI runs it by name
+/// after the rest, and fails if the name stops matching.
 #[test]
+#[ignore = "real time, judged alone on a quiet machine; CI runs it: cargo test --release --test integration -- \
+            --ignored the_loop_agrees --test-threads 1"]
 fn the_loop_agrees_below_near_and_past_the_knee_or_says_why_not() {
     for (rate, ttft_tolerance) in [("20", TTFT_20), ("60", TTFT_60), ("90", TTFT_90)] {
         let mut flags = Vec::new();
