@@ -114,22 +114,15 @@ fn prefix_affinity_sends_repeated_prefixes_to_the_replica_that_holds_them() {
 /// A scenario with three replicas of a small-KV engine: chunked prefills,
 /// batching and preemptions on each.
 fn tight_fleet(router: &str, kv_extra: &str) -> String {
-    format!(
-        "
-name: fleet
-hardware: {{name: test, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}}
-model:
-  context_length: 8192
-  weights: {{parameters_billions: 6.74}}
-  kv_cache: {{bytes_per_token: 524288, num_blocks: 150{kv_extra}}}
-scheduler: {{max_batch_tokens: 512, max_num_sequences: 16}}
-cluster: {{replicas: 3, router: {router}}}
-workload:
-  arrivals: {{poisson: {{rate: 1}}}}
-  requests: 1
-  prompt_tokens: 1
-  output_tokens: 1
+    test_scenario(
+        "fleet",
+        8192,
+        &format!("num_blocks: 150{kv_extra}"),
+        "max_batch_tokens: 512, max_num_sequences: 16",
+        &format!(
+            "cluster: {{replicas: 3, router: {router}}}
 "
+        ),
     )
 }
 
@@ -139,8 +132,7 @@ workload:
 fn record_replays_to_the_planners_cluster_run(scenario: &str) {
     let dir = tempdir();
     let record = dir.path().join("rec.csv");
-    let (server, path) =
-        Server::from_scenario(dir.path(), "fleet", scenario, &["--record".to_string(), record.display().to_string()]);
+    let (server, path) = Server::from_scenario(dir.path(), "fleet", scenario, &record_flags(&record));
     let port = server.port;
     staggered_clients(30, 6, move |i| {
         let text =
@@ -152,19 +144,7 @@ fn record_replays_to_the_planners_cluster_run(scenario: &str) {
     let recorded = read(&record);
     assert!(recorded.lines().next().unwrap_or_default().ends_with(",replica"), "{recorded}");
     let (offline, result) = replay(dir.path(), &path, &record);
-    let cols = [
-        "id",
-        "arrival_s",
-        "prompt_tokens",
-        "output_tokens",
-        "status",
-        "queue_ms",
-        "ttft_ms",
-        "e2e_ms",
-        "max_itl_ms",
-        "preemptions",
-        "replica",
-    ];
+    let cols: Vec<&str> = REPLAYED.iter().copied().chain(["replica"]).collect();
     let live = pick(&recorded, &cols);
     assert_eq!(live.len(), 30);
     assert_eq!(live, pick(&offline, &cols), "live:\n{recorded}\noffline:\n{offline}");

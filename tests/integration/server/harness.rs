@@ -299,6 +299,48 @@ pub fn pick(text: &str, cols: &[&str]) -> Vec<Vec<String>> {
     r.records().map(|row| idx.iter().map(|&i| row.as_ref().expect("row")[i].to_string()).collect()).collect()
 }
 
+/// A scenario for `Server::from_scenario` on the test GPU (6.74 B
+/// parameters, 512 KiB of KV per token): `kv_cache` and `scheduler` are the
+/// inside of their flow mappings, `extra` more top-level YAML (a `cluster:`
+/// line). Its one-request workload is never run: the server takes the
+/// engine from it, and replays replace the arrivals with the record.
+pub fn test_scenario(name: &str, context_length: u32, kv_cache: &str, scheduler: &str, extra: &str) -> String {
+    format!(
+        "name: {name}
+hardware: {{name: test, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}}
+model:
+  context_length: {context_length}
+  weights: {{parameters_billions: 6.74}}
+  kv_cache: {{bytes_per_token: 524288, {kv_cache}}}
+scheduler: {{{scheduler}}}
+{extra}workload:
+  arrivals: {{poisson: {{rate: 1}}}}
+  requests: 1
+  prompt_tokens: 1
+  output_tokens: 1
+"
+    )
+}
+
+/// `--record PATH`, the flags `Server::from_scenario` takes to record.
+pub fn record_flags(record: &Path) -> Vec<String> {
+    vec!["--record".to_string(), record.display().to_string()]
+}
+
+/// The record columns a replay by `llmsim run` reproduces to the nanosecond.
+pub const REPLAYED: [&str; 10] = [
+    "id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "status",
+    "queue_ms",
+    "ttft_ms",
+    "e2e_ms",
+    "max_itl_ms",
+    "preemptions",
+];
+
 /// `llmsim run SCENARIO` on the record file `record` as its trace: the
 /// offline `--requests-csv` text and the result JSON.
 pub fn replay(dir: &Path, scenario: &Path, record: &Path) -> (String, serde_json::Value) {

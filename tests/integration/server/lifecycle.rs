@@ -58,27 +58,15 @@ fn a_client_that_leaves_a_whole_response_aborts_it_too() {
 
 /// A scenario with a small KV cache and a small prefill budget, so the
 /// recorded session has chunked prefills, batching and preemptions.
-const TIGHT: &str = "
-name: tight
-hardware: {name: test, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
-model:
-  context_length: 8192
-  weights: {parameters_billions: 6.74}
-  kv_cache: {bytes_per_token: 524288, num_blocks: 150}
-scheduler: {max_batch_tokens: 512, max_num_sequences: 16}
-workload:
-  arrivals: {poisson: {rate: 1}}
-  requests: 1
-  prompt_tokens: 1
-  output_tokens: 1
-";
+fn tight() -> String {
+    test_scenario("tight", 8192, "num_blocks: 150", "max_batch_tokens: 512, max_num_sequences: 16", "")
+}
 
 #[test]
 fn a_recorded_session_replays_offline_to_the_nanosecond() {
     let dir = tempdir();
     let record = dir.path().join("rec.csv");
-    let (server, scenario) =
-        Server::from_scenario(dir.path(), "tight", TIGHT, &["--record".to_string(), record.display().to_string()]);
+    let (server, scenario) = Server::from_scenario(dir.path(), "tight", &tight(), &record_flags(&record));
     let port = server.port;
     staggered_clients(24, 7, move |i| {
         let words = "word ".repeat(50 + 37 * i % 300);
@@ -88,20 +76,8 @@ fn a_recorded_session_replays_offline_to_the_nanosecond() {
     server.stop();
     let recorded = read(&record);
     let (offline, _) = replay(dir.path(), &scenario, &record);
-    let cols = [
-        "id",
-        "arrival_s",
-        "prompt_tokens",
-        "output_tokens",
-        "status",
-        "queue_ms",
-        "ttft_ms",
-        "e2e_ms",
-        "max_itl_ms",
-        "preemptions",
-    ];
-    let live = pick(&recorded, &cols);
+    let live = pick(&recorded, &REPLAYED);
     assert_eq!(live.len(), 24);
     assert!(live.iter().any(|r| r[9] != "0"), "the session should include preemptions:\n{recorded}");
-    assert_eq!(live, pick(&offline, &cols), "live:\n{recorded}\noffline:\n{offline}");
+    assert_eq!(live, pick(&offline, &REPLAYED), "live:\n{recorded}\noffline:\n{offline}");
 }

@@ -118,27 +118,21 @@ fn a_conversation_resent_with_its_answer_hits_its_whole_history() {
 
 /// The scenario the recording model runs: prefix caching, a small cache and
 /// a small budget, so hits, evictions and chunked prefills all happen.
-const CACHED: &str = "
-name: cached
-hardware: {name: test, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
-model:
-  context_length: 8192
-  weights: {parameters_billions: 6.74}
-  kv_cache: {bytes_per_token: 524288, block_size: 16, num_blocks: 120, prefix_caching: true}
-scheduler: {max_batch_tokens: 512, max_num_sequences: 16}
-workload:
-  arrivals: {poisson: {rate: 1}}
-  requests: 1
-  prompt_tokens: 1
-  output_tokens: 1
-";
+fn cached_scenario() -> String {
+    test_scenario(
+        "cached",
+        8192,
+        "block_size: 16, num_blocks: 120, prefix_caching: true",
+        "max_batch_tokens: 512, max_num_sequences: 16",
+        "",
+    )
+}
 
 #[test]
 fn a_recorded_session_with_shared_prefixes_replays_to_the_same_hits() {
     let dir = tempdir();
     let record = dir.path().join("rec.csv");
-    let (server, scenario) =
-        Server::from_scenario(dir.path(), "cached", CACHED, &["--record".to_string(), record.display().to_string()]);
+    let (server, scenario) = Server::from_scenario(dir.path(), "cached", &cached_scenario(), &record_flags(&record));
     let port = server.port;
     // Three system prompts of different lengths, each user's own question,
     // and every third client a second turn that resends its first answer.
@@ -169,10 +163,9 @@ fn a_recorded_session_with_shared_prefixes_replays_to_the_same_hits() {
     let recorded = read(&record);
     assert!(recorded.lines().next().unwrap_or_default().ends_with(",cached_tokens,block_ids,block_size"), "{recorded}");
     let (offline, result) = replay(dir.path(), &scenario, &record);
-    let cols = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status", "queue_ms", "ttft_ms", "e2e_ms"];
-    let live = pick(&recorded, &cols);
+    let live = pick(&recorded, &REPLAYED);
     assert_eq!(live.len(), 32, "24 first turns and 8 second turns");
-    assert_eq!(live, pick(&offline, &cols), "live:\n{recorded}\noffline:\n{offline}");
+    assert_eq!(live, pick(&offline, &REPLAYED), "live:\n{recorded}\noffline:\n{offline}");
     // Hits: the server's counters are the offline prediction's.
     let p = &result["prefix_cache"];
     assert_eq!(p["hit_tokens"].as_f64(), Some(hits), "{p}");
@@ -188,7 +181,7 @@ fn a_recorded_session_with_shared_prefixes_replays_to_the_same_hits() {
 #[test]
 fn a_recording_replayed_with_another_block_size_or_broken_ids_is_refused() {
     let dir = tempdir();
-    let scenario = write(dir.path(), "cached.yml", CACHED);
+    let scenario = write(dir.path(), "cached.yml", &cached_scenario());
     let run = |csv: &str| {
         let trace = write(dir.path(), "t.csv", csv);
         TestCommand::new(&["run"])
@@ -219,25 +212,20 @@ fn a_recording_replayed_with_another_block_size_or_broken_ids_is_refused() {
 
 /// The `cached` model as a scenario file, with a cache that holds every
 /// prefix (no `num_blocks`: the whole memory left by the weights).
-const BIG_CACHE: &str = "
-name: big
-hardware: {name: test, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
-model:
-  context_length: 4096
-  weights: {parameters_billions: 6.74}
-  kv_cache: {bytes_per_token: 524288, block_size: 16, prefix_caching: true}
-scheduler: {max_batch_tokens: 8192, max_num_sequences: 64}
-workload:
-  arrivals: {poisson: {rate: 1}}
-  requests: 1
-  prompt_tokens: 1
-  output_tokens: 1
-";
+fn big_cache() -> String {
+    test_scenario(
+        "big",
+        4096,
+        "block_size: 16, prefix_caching: true",
+        "max_batch_tokens: 8192, max_num_sequences: 64",
+        "",
+    )
+}
 
 #[test]
 fn a_shared_prefix_bench_measures_the_hits_the_planner_predicts_from_its_trace() {
     let dir = tempdir();
-    let (server, _) = Server::from_scenario(dir.path(), "big", BIG_CACHE, &[]);
+    let (server, _) = Server::from_scenario(dir.path(), "big", &big_cache(), &[]);
     for (endpoint, framing) in [("completions", 0u64), ("chat", 3)] {
         let (json, trace) = (dir.path().join(format!("{endpoint}.json")), dir.path().join(format!("{endpoint}.csv")));
         TestCommand::new(&["bench", "--base-url"])
