@@ -44,6 +44,8 @@
 //! `llmsim:faults_injected_total{kind=...}` and, with `--record`, written
 //! to `<record>.faults.csv` (`at_s,request,kind`).
 
+use crate::util::{splitmix, unit};
+
 use std::path::Path;
 
 use serde::Deserialize;
@@ -220,12 +222,12 @@ impl Faults {
         if self.kinds.is_empty() {
             return None;
         }
-        let h = mix(self.seed ^ mix(k));
+        let h = splitmix(self.seed ^ splitmix(k));
         if unit(h) >= self.rate {
             return None;
         }
         let total: f64 = self.kinds.iter().map(|(_, w)| w).sum();
-        let mut x = unit(mix(h)) * total;
+        let mut x = unit(splitmix(h)) * total;
         for (kind, w) in &self.kinds {
             if x < *w {
                 return Some(*kind);
@@ -234,18 +236,6 @@ impl Faults {
         }
         self.kinds.last().map(|(k, _)| *k)
     }
-}
-
-/// The SplitMix64 finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-fn unit(h: u64) -> f64 {
-    (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// `--record`'s fault file of one model: `at_s,request,kind`, flushed per

@@ -17,6 +17,8 @@
 //! empty text (vLLM shows the tokenizer's EOS string, which the built-in
 //! tokenizer does not have).
 
+use crate::util::{splitmix, unit};
+
 use serde_json::{Value, json};
 
 use super::api::Api;
@@ -32,28 +34,15 @@ pub struct TokenLogprob {
     pub asked: usize,
 }
 
-/// The SplitMix64 finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// A uniform number in [0, 1) from a hash.
-fn unit(h: u64) -> f64 {
-    (h >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// Logprobs of `pieces` (an answer's tokens) with `top` alternatives each
 /// (the sampled token counts as one), for choice `choice` under `seed`.
 pub fn synthesize(pieces: &[String], top: u32, seed: u64, choice: u32) -> Vec<TokenLogprob> {
-    let base = mix(seed ^ mix(u64::from(choice)));
+    let base = splitmix(seed ^ splitmix(u64::from(choice)));
     pieces
         .iter()
         .enumerate()
         .map(|(i, token)| {
-            let h = mix(base ^ i as u64);
+            let h = splitmix(base ^ i as u64);
             let p0 = 0.40 + 0.55 * unit(h);
             let logprob = p0.ln();
             let mut list = vec![(token.clone(), logprob)];
@@ -61,7 +50,7 @@ pub fn synthesize(pieces: &[String], top: u32, seed: u64, choice: u32) -> Vec<To
             let mut k = 0u64;
             while list.len() < top.max(1) as usize {
                 k += 1;
-                let word = format!(" {}", crate::content::responses::filler(1, mix(h ^ k)).to_lowercase());
+                let word = format!(" {}", crate::content::responses::filler(1, splitmix(h ^ k)).to_lowercase());
                 if list.iter().any(|(t, _)| *t == word) {
                     if k > 64 * u64::from(top) {
                         // The vocabulary ran out of distinct words: number them.

@@ -9,19 +9,14 @@
 //! which spreads FNV's weak low bits over the whole word. Filler words come
 //! from a SplitMix64 stream started at that hash.
 
+use crate::util::{finalise, splitmix};
+
 /// The hash that every choice for one answer derives from.
 pub fn answer_hash(seed: u64, entry: &str, prompt: &str) -> u64 {
     const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
     let bytes = seed.to_le_bytes().into_iter().chain(entry.bytes()).chain([0xFF]).chain(prompt.bytes());
-    mix(bytes.fold(FNV_OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)))
-}
-
-/// The SplitMix64 finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    finalise(bytes.fold(FNV_OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)))
 }
 
 /// `lo + hash mod (hi - lo + 1)`: a value in `[lo, hi]`.
@@ -37,8 +32,9 @@ struct Stream(u64);
 
 impl Stream {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.0)
+        let z = self.0;
+        self.0 = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        splitmix(z)
     }
 
     /// A value in `[0, n)` (multiply-shift; the bias is below 2^-50 for our n).
@@ -117,7 +113,7 @@ mod tests {
 
     #[test]
     fn in_range_covers_the_whole_inclusive_range() {
-        let seen: std::collections::BTreeSet<u64> = (0..1000).map(|i| in_range(mix(i), 3, 7)).collect();
+        let seen: std::collections::BTreeSet<u64> = (0..1000).map(|i| in_range(finalise(i), 3, 7)).collect();
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![3, 4, 5, 6, 7]);
         assert_eq!(in_range(12345, 4, 4), 4);
         assert_eq!(in_range(12345, 0, u64::MAX), 12345);
