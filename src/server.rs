@@ -36,6 +36,7 @@ pub mod sse;
 pub mod stop;
 pub mod telemetry;
 pub mod tokenize;
+pub mod tools;
 
 pub use crate::content;
 

@@ -54,6 +54,13 @@ pub struct RawServedModel {
     pub tokenizer: Option<String>,
     /// Fault injection (`server::faults`).
     pub faults: Option<serde_yaml::Value>,
+    /// vLLM's `--tool-call-parser`: how the model writes a tool call
+    /// (`server::tools`); without it, tool calls are refused as vLLM
+    /// refuses them.
+    pub tool_call_parser: Option<String>,
+    /// vLLM's `--enable-auto-tool-choice`: `tool_choice: "auto"` may call
+    /// tools (needs `tool_call_parser`).
+    pub enable_auto_tool_choice: Option<bool>,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -92,6 +99,8 @@ pub struct ServedModel {
     pub engine: EngineKind,
     pub tokenizer: crate::server::tokenize::Tokenizer,
     pub faults: Option<crate::server::faults::Faults>,
+    /// Tool calling as vLLM's flags set it up (`server::tools`).
+    pub tools: crate::server::tools::ToolCalling,
 }
 
 #[derive(Clone, Debug)]
@@ -195,12 +204,18 @@ fn served(raw: RawServedModel, file: &Path, at: &str) -> Result<ServedModel, Con
         Some(v) => Some(crate::server::faults::Faults::parse(v, file, &format!("{at}.faults"))?),
         None => None,
     };
+    let tools = crate::server::tools::ToolCalling::from_keys(
+        raw.tool_call_parser.as_deref(),
+        raw.enable_auto_tool_choice.unwrap_or(false),
+    )
+    .map_err(|(key, msg)| ConfigError::new(file, format!("{at}.{key}"), msg))?;
     let mut model = match raw.engine.unwrap_or(RawEngineKind::Scheduler) {
         RawEngineKind::Fixed => fixed(raw, name, file, at)?,
         RawEngineKind::Scheduler => scheduler(raw, name, file, at)?,
     };
     model.tokenizer = tokenizer;
     model.faults = faults;
+    model.tools = tools;
     Ok(model)
 }
 
@@ -248,6 +263,7 @@ fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<Ser
         engine: EngineKind::Fixed(timing),
         tokenizer: Default::default(),
         faults: None,
+        tools: Default::default(),
     })
 }
 
@@ -299,6 +315,7 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
         })),
         tokenizer: Default::default(),
         faults: None,
+        tools: Default::default(),
     })
 }
 
@@ -430,5 +447,17 @@ models:
         assert!(e.contains("models[0].latency.request_overhead_ms: 5 is not allowed in a served model"), "{e}");
         let e = load(&served.replace("tensor: 4", "tensor: 3")).unwrap_err();
         assert!(e.contains("models[0].parallelism.tensor: 3 does not divide the 64 attention heads"), "{e}");
+    }
+
+    #[test]
+    fn tool_calling_keys_are_vllms_flags_and_checked_as_vllm_checks_them() {
+        use crate::server::tools::Parser;
+        let m = load(&INLINE.replace("    engine: fixed\n", "    engine: fixed\n    tool_call_parser: hermes\n    enable_auto_tool_choice: true\n")).unwrap();
+        assert_eq!((m.models[1].tools.parser, m.models[1].tools.auto), (Some(Parser::Hermes), true));
+        assert_eq!((m.models[0].tools.parser, m.models[0].tools.auto), (None, false), "off by default");
+        let e = load(&INLINE.replace("    engine: fixed\n", "    engine: fixed\n    enable_auto_tool_choice: true\n")).unwrap_err();
+        assert!(e.contains("models[1].enable_auto_tool_choice: needs tool_call_parser"), "{e}");
+        let e = load(&INLINE.replace("    engine: fixed\n", "    engine: fixed\n    tool_call_parser: hermez\n")).unwrap_err();
+        assert!(e.contains("models[1].tool_call_parser: `hermez` is not a parser llmsim writes") && e.contains("hermes, llama3_json"), "{e}");
     }
 }

@@ -29,9 +29,17 @@
 //! conversation replays word for word. Templates substitute `{group}`,
 //! `{last_user_message}` and `{model}`; `{{`/`}}` are literal braces.
 //!
+//! An entry may answer with a tool call instead of text (`tool_call:`, see
+//! [`ToolCallAnswer`]): `tool_call: get_weather`, or `tool_call: {name:
+//! get_weather, arguments: {city: "{city}"}}` (string values are templates).
+//! Such an entry matches only when the request offers that tool and may be
+//! answered with a call ([`Query::tools`]); the arguments it does not give
+//! are made up from the tool's schema (`args`).
+//!
 //! Everything is checked at load (`build`); regexes are compiled once and
 //! each gets a literal prefilter (`prefilter`) so most prompts skip it.
 
+pub mod args;
 mod build;
 mod choice;
 mod prefilter;
@@ -84,6 +92,9 @@ pub struct Query<'a> {
     pub model: &'a str,
     /// The request's `seed`, which overrides the file's.
     pub seed: Option<u64>,
+    /// The tools the answer may call (the request's, when its
+    /// `tool_choice` and the model allow a call); empty for text only.
+    pub tools: &'a [String],
 }
 
 /// The answer to a query.
@@ -95,6 +106,19 @@ pub struct Answer {
     pub text: String,
     /// id of the entry that matched, or "default".
     pub entry: String,
+    /// A `tool_call:` entry's call (`text` is then empty).
+    pub tool_call: Option<ToolCallAnswer>,
+}
+
+/// A scripted tool call: the tool and the arguments the script gives
+/// (string values rendered); the server fills in the rest from the tool's
+/// schema with [`args::arguments`], seeded by `hash`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCallAnswer {
+    pub name: String,
+    pub arguments: serde_json::Map<String, serde_json::Value>,
+    /// The answer's hash (seed, entry, message): seeds the made-up values.
+    pub hash: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -130,6 +154,21 @@ enum AnswerKind {
     Content(Template),
     Variants(Vec<Template>),
     Synthetic { lo: u64, hi: u64 },
+    ToolCall(ToolCallSpec),
+}
+
+/// A `tool_call:` answer as loaded.
+#[derive(Clone, Debug)]
+struct ToolCallSpec {
+    name: String,
+    /// Given arguments, in file order; strings are templates.
+    arguments: Vec<(String, ArgSpec)>,
+}
+
+#[derive(Clone, Debug)]
+enum ArgSpec {
+    Template(Template),
+    Json(serde_json::Value),
 }
 
 /// The trimmed message, lowercased only if some matcher needs it.
@@ -172,6 +211,11 @@ impl Responses {
     pub fn answer(&self, q: &Query<'_>) -> Answer {
         let prompt = Prompt { text: q.last_user_message.trim(), lower: OnceCell::new() };
         for e in &self.entries {
+            if let AnswerKind::ToolCall(t) = &e.answer
+                && !q.tools.contains(&t.name)
+            {
+                continue;
+            }
             if let Some(groups) = e.matcher.matches(&prompt) {
                 return self.render(&e.id, &e.answer, groups.as_ref(), q, prompt.text);
             }
@@ -183,6 +227,7 @@ impl Responses {
         let hash = || choice::answer_hash(q.seed.unwrap_or(self.seed), id, msg);
         let vars = Vars { groups, message: msg, model: q.model };
         let mut text = String::new();
+        let mut tool_call = None;
         match kind {
             AnswerKind::Content(t) => t.render(&vars, &mut text),
             AnswerKind::Variants(ts) => {
@@ -194,8 +239,26 @@ impl Responses {
                 let h = hash();
                 text = choice::filler(choice::in_range(h, *lo, *hi) as usize, h);
             }
+            AnswerKind::ToolCall(t) => {
+                let arguments = t
+                    .arguments
+                    .iter()
+                    .map(|(k, a)| {
+                        let v = match a {
+                            ArgSpec::Json(v) => v.clone(),
+                            ArgSpec::Template(t) => {
+                                let mut s = String::new();
+                                t.render(&vars, &mut s);
+                                serde_json::Value::String(s)
+                            }
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect();
+                tool_call = Some(ToolCallAnswer { name: t.name.clone(), arguments, hash: hash() });
+            }
         }
-        Answer { text, entry: id.to_string() }
+        Answer { text, entry: id.to_string(), tool_call }
     }
 }
 

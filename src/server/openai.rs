@@ -156,6 +156,9 @@ pub struct Choice {
     pub echo: String,
     /// Synthetic logprobs of every output token, if asked for.
     pub logprobs: Option<Vec<super::logprobs::TokenLogprob>>,
+    /// The tool call the answer makes, if any (`super::tools`): its tokens
+    /// are the call's text, sent as tool-call deltas.
+    pub tools: Option<super::tools::ToolPlan>,
 }
 
 impl Choice {
@@ -229,6 +232,8 @@ struct Delta<'a> {
     role: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<super::tools::DeltaCall<'a>>,
 }
 
 #[derive(Serialize)]
@@ -272,12 +277,12 @@ impl Reply {
         let mut out = String::new();
         let usage = |s: &Self| s.options.continuous_usage.then(|| s.usage(0));
         for c in &self.choices {
-            let delta = Delta { role: Some("assistant"), content: Some("") };
+            let delta = Delta { role: Some("assistant"), content: Some(""), tool_calls: Vec::new() };
             let choice = ChatChoice { index: c.index, delta, logprobs: None, finish_reason: None, stop_reason: None };
             out.push_str(&self.chunk(vec![choice], usage(self)));
         }
         for c in self.choices.iter().filter(|c| !c.echo.is_empty()) {
-            let delta = Delta { role: None, content: Some(&c.echo) };
+            let delta = Delta { role: None, content: Some(&c.echo), tool_calls: Vec::new() };
             let choice = ChatChoice { index: c.index, delta, logprobs: None, finish_reason: None, stop_reason: None };
             out.push_str(&self.chunk(vec![choice], usage(self)));
         }
@@ -299,8 +304,9 @@ impl Reply {
             super::logprobs::stream_json(self.api, &lp[i..=i], offset)
         });
         match self.api {
+            Api::Chat if c.tools.is_some() => self.tool_frame(c, index, logprobs, usage),
             Api::Chat => {
-                let delta = Delta { role: None, content: Some(c.piece(index)) };
+                let delta = Delta { role: None, content: Some(c.piece(index)), tool_calls: Vec::new() };
                 let choice = ChatChoice { index: c.index, delta, logprobs, finish_reason: finish, stop_reason: stop };
                 self.chunk(vec![choice], usage)
             }
@@ -317,6 +323,27 @@ impl Reply {
                 self.chunk(vec![choice], usage)
             }
         }
+    }
+
+    /// The chunk of token `index` of a tool-call answer: vLLM's tool-call
+    /// delta, or nothing for a token of the call's markup (unless it is the
+    /// last, or logprobs must be sent).
+    fn tool_frame(&self, c: &Choice, index: u32, logprobs: Option<serde_json::Value>, usage: Option<Usage>) -> String {
+        let Some(plan) = &c.tools else { return String::new() };
+        let generated = c.text();
+        let i = index as usize;
+        let prev: usize = c.plan.pieces[..(i - 1).min(c.plan.pieces.len())].iter().map(String::len).sum();
+        let cur = prev + c.piece(index).len();
+        let last = index >= c.plan.output;
+        let d = plan.delta(&generated, prev, cur).unwrap_or_default();
+        if d.content.is_none() && d.tool_calls.is_empty() && !last && logprobs.is_none() {
+            return String::new();
+        }
+        let finish = last.then(|| plan.finish(c.plan.finish.as_str(), plan.announced(generated.len())));
+        let stop = if last { c.plan.stop_reason.as_deref() } else { None };
+        let delta = Delta { role: None, content: d.content, tool_calls: d.tool_calls };
+        let choice = ChatChoice { index: c.index, delta, logprobs, finish_reason: finish, stop_reason: stop };
+        self.chunk(vec![choice], usage)
     }
 
     /// Character offset of token `i` (0-based) in the choice's text.
@@ -345,15 +372,33 @@ impl Reply {
                     c.logprobs.as_ref().map(|lp| super::logprobs::full_json(self.api, lp, c.echo.chars().count()));
                 let finish = c.plan.finish.as_str();
                 match self.api {
-                    Api::Chat => serde_json::json!({
-                        "index": c.index,
-                        "message": {"role": "assistant", "content": text, "refusal": null, "annotations": null,
-                            "audio": null, "function_call": null, "reasoning": null},
-                        "logprobs": logprobs,
-                        "finish_reason": finish,
-                        "stop_reason": c.plan.stop_reason,
-                        "token_ids": null,
-                    }),
+                    Api::Chat => {
+                        let mut message = serde_json::json!({"role": "assistant", "content": text, "refusal": null,
+                            "annotations": null, "audio": null, "function_call": null, "reasoning": null});
+                        let mut finish = finish.to_string();
+                        if let Some(plan) = &c.tools {
+                            // vLLM's message for a tool-call answer; an empty
+                            // `tool_calls` is left out, as vLLM 0.33 leaves it.
+                            let m = plan.message(&c.text(), &finish);
+                            message["content"] = match m.content {
+                                Some(content) => serde_json::Value::String(format!("{}{content}", c.echo)),
+                                None if c.echo.is_empty() => serde_json::Value::Null,
+                                None => serde_json::Value::String(c.echo.clone()),
+                            };
+                            if !m.tool_calls.is_empty() {
+                                message["tool_calls"] = serde_json::Value::Array(m.tool_calls);
+                            }
+                            finish = m.finish_reason;
+                        }
+                        serde_json::json!({
+                            "index": c.index,
+                            "message": message,
+                            "logprobs": logprobs,
+                            "finish_reason": finish,
+                            "stop_reason": c.plan.stop_reason,
+                            "token_ids": null,
+                        })
+                    }
                     Api::Completion => serde_json::json!({
                         "index": c.index,
                         "text": text,

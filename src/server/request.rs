@@ -31,6 +31,7 @@ use serde_json::{Map, Value};
 
 use super::api::Api;
 use super::errors::ApiError;
+use super::tools::{Tool, ToolChoice, ToolsIn};
 
 /// vLLM's `max_logprobs` default: the most `logprobs` / `top_logprobs` a
 /// request may ask for.
@@ -60,8 +61,8 @@ pub struct Parsed {
     /// One for chat; one or more for completions.
     pub prompts: Vec<PromptIn>,
     pub fields: Fields,
-    /// `tools` was given with a `tool_choice` other than `none`.
-    pub wants_tools: bool,
+    /// A chat's `tools` and `tool_choice` (`server::tools`), when it has tools.
+    pub tools: Option<ToolsIn>,
 }
 
 /// The fields that shape the answer, as sent (checked by
@@ -483,7 +484,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
     if let Some(ids) = r.get("stop_token_ids") {
         int_list(&mut r, "stop_token_ids", ids);
     }
-    let mut wants_tools = false;
+    let mut tools = None;
     let prompts = match api {
         Api::Chat => {
             let max_completion = r.int("max_completion_tokens");
@@ -495,13 +496,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
             let logprobs = r.boolean("logprobs").unwrap_or(false);
             let top = r.int("top_logprobs").unwrap_or(0);
             f.logprobs = logprobs.then_some(top);
-            if let Some(tools) = r.get("tools") {
-                if !tools.is_array() {
-                    r.fail(key("tools"), "list_type", "Input should be a valid list", tools);
-                }
-                let choice = map.get("tool_choice").and_then(Value::as_str);
-                wants_tools = choice != Some("none");
-            }
+            tools = read_tools(&mut r);
             vec![read_messages(&mut r)]
         }
         Api::Completion => {
@@ -514,7 +509,67 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
     if !r.errors.is_empty() {
         return Err(type_errors(&r.errors));
     }
-    Ok(Parsed { api, model, prompts, fields: f, wants_tools })
+    Ok(Parsed { api, model, prompts, fields: f, tools })
+}
+
+/// `tools` (pydantic's checks of each tool's shape) and `tool_choice`
+/// (whose values `tool_usage` checked): "auto" when tools come without one.
+fn read_tools(r: &mut Reader) -> Option<ToolsIn> {
+    let v = r.get("tools")?;
+    let Some(items) = v.as_array() else {
+        r.fail(key("tools"), "list_type", "Input should be a valid list", v);
+        return None;
+    };
+    let mut tools = Vec::with_capacity(items.len());
+    for (i, t) in items.iter().enumerate() {
+        let at = |path: &[&str]| {
+            let mut loc = vec![Seg::Key("tools".into()), Seg::Index(i)];
+            loc.extend(path.iter().map(|k| Seg::Key(k.to_string())));
+            loc
+        };
+        let Some(o) = t.as_object() else {
+            r.fail(at(&[]), "model_type", "Input should be a valid dictionary or object", t);
+            continue;
+        };
+        let Some(function) = o.get("function") else {
+            r.fail(at(&["function"]), "missing", "Field required", t);
+            continue;
+        };
+        let Some(f) = function.as_object() else {
+            r.fail(at(&["function"]), "model_type", "Input should be a valid dictionary or object", function);
+            continue;
+        };
+        let name = match f.get("name") {
+            Some(Value::String(n)) => n.clone(),
+            Some(other) => {
+                r.fail(at(&["function", "name"]), "string_type", "Input should be a valid string", other);
+                continue;
+            }
+            None => {
+                r.fail(at(&["function", "name"]), "missing", "Field required", function);
+                continue;
+            }
+        };
+        let parameters = match f.get("parameters") {
+            None | Some(Value::Null) => None,
+            Some(p @ Value::Object(_)) => Some(p.clone()),
+            Some(other) => {
+                r.fail(at(&["function", "parameters"]), "dict_type", "Input should be a valid dictionary", other);
+                continue;
+            }
+        };
+        tools.push(Tool { name, parameters, definition: t.clone() });
+    }
+    let choice = match r.map.get("tool_choice") {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => ToolChoice::Auto,
+        },
+        Some(c) => ToolChoice::Named(c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_string()),
+    };
+    Some(ToolsIn { tools, choice })
 }
 
 fn int_list(r: &mut Reader, k: &str, v: &Value) -> Option<Vec<u64>> {

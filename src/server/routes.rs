@@ -29,7 +29,9 @@ use super::request::{self, Parsed, PromptIn};
 use super::sse;
 use super::stop::Stops;
 use super::telemetry::Observed;
+use super::tools::{self, Mode};
 use crate::content::Query;
+use crate::content::responses::args;
 use crate::time::SimTime;
 
 pub fn router(app: Arc<App>) -> Router {
@@ -119,7 +121,8 @@ async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         let model = app.model(obj.get("model").and_then(|m| m.as_str()))?;
         let want_strs = obj.get("return_token_strs").and_then(serde_json::Value::as_bool).unwrap_or(false);
         let (ids, strs) = if obj.contains_key("messages") {
-            let parsed = request::read(Api::Chat, &value)?;
+            let mut parsed = request::read(Api::Chat, &value)?;
+            frame_tools(&mut parsed);
             match &parsed.prompts[0] {
                 PromptIn::Chat(m) => model.tokenizer.encode_chat(m),
                 _ => (Vec::new(), Vec::new()),
@@ -252,18 +255,14 @@ async fn handle(
     let created = unix_now();
     let body = read_body(app, headers, body).await?;
     let value: serde_json::Value = openai::parse(&body)?;
-    let parsed = request::read(api, &value)?;
+    let mut parsed = request::read(api, &value)?;
     let model = app.model(parsed.model.as_deref())?;
-    if parsed.wants_tools {
-        // vLLM without --enable-auto-tool-choice and --tool-call-parser.
-        return Err(ApiError::bad_request(
-            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
-        )
-        .with_param("tool_choice"));
-    }
+    // vLLM's refusals of a `tool_choice` the model's flags do not allow.
+    let mode = tools::mode(&model.spec.tools, parsed.tools.as_ref())?;
     if matches!(parsed.prompts.first(), Some(PromptIn::Chat(m)) if m.is_empty()) {
         return Err(ApiError::bad_request("`messages` must contain at least one message.").with_param("messages"));
     }
+    frame_tools(&mut parsed);
     let mut options = parsed.fields.options()?;
     if api == Api::Completion {
         options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS));
@@ -279,11 +278,11 @@ async fn handle(
         // time linear in their size: plan on the blocking pool, so
         // `/health` and other requests never wait behind them.
         let app2 = Arc::clone(app);
-        tokio::task::spawn_blocking(move || plan_reply(&app2, index, api, &parsed, options, created))
+        tokio::task::spawn_blocking(move || plan_reply(&app2, index, api, &parsed, &mode, options, created))
             .await
             .map_err(|e| ApiError::internal(format!("planning the answer failed: {e}")))??
     } else {
-        plan_reply(app, index, api, &parsed, options, created)?
+        plan_reply(app, index, api, &parsed, &mode, options, created)?
     };
     let fault = inject(app, model)?;
     let epoch = app.epoch.load(Ordering::SeqCst);
@@ -382,12 +381,21 @@ fn prompt_tokens(model: &ModelHandle, p: &PromptIn) -> (usize, String, String) {
     }
 }
 
+/// Puts a chat's tool definitions into its prompt, as a chat template does
+/// (`tools::frame`), so they count toward prompt tokens.
+fn frame_tools(parsed: &mut Parsed) {
+    if let (Some(t), Some(PromptIn::Chat(messages))) = (&parsed.tools, parsed.prompts.first_mut()) {
+        tools::frame(messages, &t.tools);
+    }
+}
+
 /// Checks the context (vLLM's rules and wording) and plans every choice.
 fn plan_reply(
     app: &App,
     index: usize,
     api: Api,
     parsed: &Parsed,
+    mode: &Mode,
     options: request::Options,
     created: u64,
 ) -> Result<Reply, ApiError> {
@@ -408,6 +416,11 @@ fn plan_reply(
     let mut total_prompt = 0u32;
     for (p, prompt) in parsed.prompts.iter().enumerate() {
         let (count, text, echo) = prompt_tokens(model, prompt);
+        let (last_role, turns) = match prompt {
+            PromptIn::Chat(m) => (m.last().map(|(r, _)| r.as_str()), m.len()),
+            _ => (None, 0),
+        };
+        let offered = tools::offered(mode, parsed.tools.as_ref(), last_role);
         let prompt_n = u32::try_from(count).unwrap_or(u32::MAX);
         if prompt_n >= context {
             return Err(ApiError::prompt_too_long(context, prompt_n));
@@ -443,18 +456,27 @@ fn plan_reply(
                 (None, 0) => None,
                 (None, j) => Some(app.responses.seed().wrapping_add(u64::from(j))),
             };
-            let query = Query { last_user_message: &text, model: &model.spec.name, seed };
+            let query = Query { last_user_message: &text, model: &model.spec.name, seed, tools: &offered };
             let answer = app.responses.answer(&query);
-            let tokens = model.tokenizer.pieces(&answer.text);
+            let choice_index = u32::try_from(p).unwrap_or(u32::MAX).saturating_mul(options.n).saturating_add(j);
+            // A call's id and made-up parts: seed, message, turn and choice.
+            let call_hash = args::hash_of(&[
+                &seed.unwrap_or(app.responses.seed()).to_le_bytes(),
+                text.as_bytes(),
+                &(turns as u64).to_le_bytes(),
+                &choice_index.to_le_bytes(),
+            ]);
+            let call =
+                parsed.tools.as_ref().and_then(|t| tools::plan_call(mode, t, answer.tool_call.as_ref(), call_hash));
+            let tokens = model.tokenizer.pieces(call.as_ref().map_or(&answer.text, |c| &c.text));
             let filler_seed = seed.unwrap_or(app.responses.seed()) ^ ((p as u64) << 32);
             let more = |n: usize| model.tokenizer.continuation(n, filler_seed);
             let plan = openai::plan(tokens.iter().map(String::as_str), more, stops.as_ref(), lengths);
-            let choice_index = u32::try_from(p).unwrap_or(u32::MAX).saturating_mul(options.n).saturating_add(j);
             let logprobs = options
                 .logprobs
                 .map(|top| super::logprobs::synthesize(&plan.pieces, top, options.seed.unwrap_or(0), choice_index));
             let echo = if options.echo { echo.clone() } else { String::new() };
-            choices.push(Choice { index: choice_index, plan, prompt_tokens: prompt_n, echo, logprobs });
+            choices.push(Choice { index: choice_index, plan, prompt_tokens: prompt_n, echo, logprobs, tools: call });
         }
     }
     let n = app.next_response.fetch_add(1, Ordering::Relaxed);

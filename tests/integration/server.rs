@@ -15,3 +15,4 @@ mod lifecycle;
 mod parity;
 mod prefix;
 mod python;
+mod tools;

@@ -83,12 +83,55 @@ def ttft_matches_engine(client, base, model, message):
     )
 
 
+def tool_calls(client):
+    """A tool call as an agent meets it: whole, streamed, then the turn
+    after the tool's result. The `agent` model has vLLM's tool flags; the
+    test script calls get_weather for "weather in CITY"."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    ask = {"role": "user", "content": "What is the weather in Paris?"}
+    whole = client.chat.completions.create(model="agent", messages=[ask], tools=tools)
+    choice = whole.choices[0]
+    call = choice.message.tool_calls[0]
+    check(
+        choice.finish_reason == "tool_calls" and call.function.name == "get_weather"
+        and json.loads(call.function.arguments) == {"city": "Paris"} and call.id.startswith("chatcmpl-tool-"),
+        f"tool call: {call.function.name}({call.function.arguments}), finish {choice.finish_reason}",
+    )
+    name, args, finish = None, "", None
+    for chunk in client.chat.completions.create(model="agent", messages=[ask], tools=tools, stream=True):
+        if not chunk.choices:
+            continue
+        for tc in chunk.choices[0].delta.tool_calls or []:
+            name = tc.function.name or name
+            args += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    check(
+        name == "get_weather" and json.loads(args) == {"city": "Paris"} and finish == "tool_calls",
+        f"streamed tool call deltas add up: {name}({args}), finish {finish}",
+    )
+    result = {"role": "tool", "tool_call_id": call.id, "content": "18 degrees"}
+    follow = client.chat.completions.create(
+        model="agent", messages=[ask, choice.message.model_dump(exclude_none=True), result], tools=tools
+    )
+    check(
+        follow.choices[0].finish_reason == "stop" and follow.choices[0].message.content == ask["content"]
+        and not follow.choices[0].message.tool_calls,
+        "after the tool's result the model answers in text",
+    )
+    try:
+        client.chat.completions.create(model="fixed", messages=[ask], tools=tools)
+        check(False, "auto tool choice without the flags raises")
+    except Exception as e:  # openai.BadRequestError
+        check(type(e).__name__ == "BadRequestError" and "--enable-auto-tool-choice" in str(e), f"no tool flags: {type(e).__name__}")
+
+
 def main():
     base = sys.argv[1]
     http = DefaultHttpxClient(event_hooks={"request": [on_request]})
     client = OpenAI(base_url=base, api_key="not-needed", max_retries=0, http_client=http)
     models = [m.id for m in client.models.list().data]
-    check(models == ["sched", "tiny-kv", "fixed", "flaky", "cutter"], f"models listed: {models}")
+    check(models == ["sched", "tiny-kv", "fixed", "flaky", "cutter", "agent"], f"models listed: {models}")
 
     # Warm up the connection pool so TTFT measures the server, not setup.
     client.chat.completions.create(model="fixed", messages=[{"role": "user", "content": "warm up"}])
@@ -185,6 +228,7 @@ def main():
         check(False, "a cut stream raises")
     except Exception as e:  # httpx.RemoteProtocolError or openai.APIError
         check(got == ["The", " quick"], f"a stream cut after 2 tokens raises {type(e).__name__} after {got}")
+    tool_calls(client)
     print("openai client: all checks passed")
 
 

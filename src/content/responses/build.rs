@@ -10,7 +10,7 @@ use regex::Regex;
 use super::prefilter::{self, Prefilter};
 use super::raw::{RawEntry, RawResponses, RawSynthetic};
 use super::template::{LAST_USER_MESSAGE, MODEL, Template};
-use super::{AnswerKind, DEFAULT_SEED, Entry, MAX_SYNTHETIC_TOKENS, Matcher, Responses};
+use super::{AnswerKind, ArgSpec, DEFAULT_SEED, Entry, MAX_SYNTHETIC_TOKENS, Matcher, Responses, ToolCallSpec};
 use crate::config::validate::Check;
 use crate::config::{self, ConfigError};
 
@@ -28,7 +28,7 @@ pub fn responses(raw: RawResponses, file: &Path) -> Result<Responses, ConfigErro
     let default = answer(
         &ck,
         "default",
-        AnswerFields { content: d.content, variants: d.variants, synthetic: d.synthetic },
+        AnswerFields { content: d.content, variants: d.variants, synthetic: d.synthetic, tool_call: None },
         None,
     )?;
     Ok(Responses { seed: raw.seed.unwrap_or(DEFAULT_SEED), entries, default })
@@ -39,6 +39,7 @@ struct AnswerFields {
     content: Option<String>,
     variants: Option<Vec<String>>,
     synthetic: Option<RawSynthetic>,
+    tool_call: Option<serde_yaml::Value>,
 }
 
 fn entry(ck: &Check, i: usize, e: RawEntry, ids: &mut BTreeMap<String, usize>) -> Result<Entry, ConfigError> {
@@ -49,7 +50,8 @@ fn entry(ck: &Check, i: usize, e: RawEntry, ids: &mut BTreeMap<String, usize>) -
         Matcher::Regex { regex, .. } => Some(regex),
         _ => None,
     };
-    let fields = AnswerFields { content: e.content, variants: e.variants, synthetic: e.synthetic };
+    let fields =
+        AnswerFields { content: e.content, variants: e.variants, synthetic: e.synthetic, tool_call: e.tool_call };
     let answer = answer(ck, &path, fields, regex)?;
     Ok(Entry { id, matcher, answer })
 }
@@ -179,11 +181,15 @@ fn never_matches(ck: &Check, key: &str, s: &str) -> ConfigError {
 
 /// The answer of an entry (`regex` gives its named groups) or of `default`.
 fn answer(ck: &Check, path: &str, f: AnswerFields, regex: Option<&Regex>) -> Result<AnswerKind, ConfigError> {
-    let given: Vec<&str> =
-        [("content", f.content.is_some()), ("variants", f.variants.is_some()), ("synthetic", f.synthetic.is_some())]
-            .into_iter()
-            .filter_map(|(k, set)| set.then_some(k))
-            .collect();
+    let given: Vec<&str> = [
+        ("content", f.content.is_some()),
+        ("variants", f.variants.is_some()),
+        ("synthetic", f.synthetic.is_some()),
+        ("tool_call", f.tool_call.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, set)| set.then_some(k))
+    .collect();
     if let [a, b, ..] = given.as_slice() {
         return Err(ck.err(path, format!("both {a} and {b}: give exactly one answer per entry")));
     }
@@ -203,10 +209,71 @@ fn answer(ck: &Check, path: &str, f: AnswerFields, regex: Option<&Regex>) -> Res
         let ts = vs.iter().enumerate().map(|(j, v)| template(format!("{path}.variants[{j}]"), v));
         return Ok(AnswerKind::Variants(ts.collect::<Result<_, _>>()?));
     }
+    if let Some(t) = f.tool_call {
+        return tool_call(ck, &format!("{path}.tool_call"), &t, regex);
+    }
     match f.synthetic {
         Some(s) => synthetic(ck, &format!("{path}.synthetic.tokens"), s),
-        None => Err(ck.err(path, "no answer: give one of content, variants, synthetic")),
+        None => Err(ck.err(path, "no answer: give one of content, variants, synthetic, tool_call")),
     }
+}
+
+/// `tool_call: NAME` or `tool_call: {name: NAME, arguments: {key: value}}`;
+/// string argument values are templates, others are taken as JSON.
+fn tool_call(ck: &Check, key: &str, v: &serde_yaml::Value, regex: Option<&Regex>) -> Result<AnswerKind, ConfigError> {
+    use serde_yaml::Value;
+    let tool_name = |key: &str, v: Option<&Value>| match v {
+        Some(Value::String(s)) if !s.trim().is_empty() && s.trim() == s => Ok(s.clone()),
+        Some(Value::String(s)) => Err(ck.err(key, format!("{s:?} is not allowed: a tool name, not empty, without surrounding spaces"))),
+        Some(other) => Err(ck.err(key, format!("expected a tool name (a string), got {}", config::describe_value(other)))),
+        None => Err(ck.err(key, "missing: the name of the tool to call")),
+    };
+    let map = match v {
+        Value::String(_) => return Ok(AnswerKind::ToolCall(ToolCallSpec { name: tool_name(key, Some(v))?, arguments: Vec::new() })),
+        Value::Mapping(m) => m,
+        other => {
+            return Err(ck.err(
+                key,
+                format!("expected a tool name or {{name, arguments}}, got {}", config::describe_value(other)),
+            ));
+        }
+    };
+    for k in map.keys() {
+        if !matches!(k.as_str(), Some("name" | "arguments")) {
+            let shown = k.as_str().map_or_else(|| config::describe_value(k), str::to_string);
+            return Err(ck.err(&format!("{key}.{shown}"), "unknown key: a tool call has `name` and `arguments`"));
+        }
+    }
+    let name = tool_name(&format!("{key}.name"), map.get("name"))?;
+    let mut arguments = Vec::new();
+    match map.get("arguments") {
+        None | Some(Value::Null) => {}
+        Some(Value::Mapping(args)) => {
+            for (k, val) in args {
+                let Some(arg) = k.as_str() else {
+                    return Err(ck.err(
+                        &format!("{key}.arguments"),
+                        format!("argument names are strings, got {}", config::describe_value(k)),
+                    ));
+                };
+                let at = format!("{key}.arguments.{arg}");
+                let spec = match val {
+                    Value::String(s) => ArgSpec::Template(Template::parse(s, regex).map_err(|m| ck.err(&at, m))?),
+                    other => ArgSpec::Json(serde_json::to_value(other).map_err(|e| {
+                        ck.err(&at, format!("cannot be written as JSON ({e}): use strings, numbers, booleans, lists and mappings with string keys"))
+                    })?),
+                };
+                arguments.push((arg.to_string(), spec));
+            }
+        }
+        Some(other) => {
+            return Err(ck.err(
+                &format!("{key}.arguments"),
+                format!("expected a mapping of argument names to values, got {}", config::describe_value(other)),
+            ));
+        }
+    }
+    Ok(AnswerKind::ToolCall(ToolCallSpec { name, arguments }))
 }
 
 fn synthetic(ck: &Check, key: &str, s: RawSynthetic) -> Result<AnswerKind, ConfigError> {

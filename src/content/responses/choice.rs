@@ -28,24 +28,24 @@ pub fn in_range(hash: u64, lo: u64, hi: u64) -> u64 {
 }
 
 /// A SplitMix64 stream.
-struct Stream(u64);
+pub struct Stream(pub u64);
 
 impl Stream {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         let z = self.0;
         self.0 = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
         splitmix(z)
     }
 
     /// A value in `[0, n)` (multiply-shift; the bias is below 2^-50 for our n).
-    fn below(&mut self, n: usize) -> usize {
+    pub fn below(&mut self, n: usize) -> usize {
         ((u128::from(self.next()) * n as u128) >> 64) as usize
     }
 }
 
 /// Filler words: plain ASCII letters, so that each, with its leading space,
 /// is exactly one token of the built-in tokenizer.
-const WORDS: &[&str] = &[
+pub const WORDS: &[&str] = &[
     "the", "model", "answer", "request", "token", "server", "time", "batch", "memory", "cache", "block", "queue",
     "load", "step", "prompt", "output", "latency", "system", "engine", "value", "result", "simple", "quick", "steady",
     "large", "small", "early", "later", "every", "each", "some", "many", "few", "more", "less", "often", "still",

@@ -32,6 +32,8 @@ pub struct RawEntry {
     pub content: Option<String>,
     pub variants: Option<Vec<String>>,
     pub synthetic: Option<RawSynthetic>,
+    /// A tool call: a tool name, or `{name, arguments}`.
+    pub tool_call: Option<serde_yaml::Value>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -15,11 +15,11 @@ fn error(yaml: &str) -> String {
 }
 
 fn ask(r: &Responses, message: &str) -> Answer {
-    r.answer(&Query { last_user_message: message, model: "sim-7b", seed: None })
+    r.answer(&Query { last_user_message: message, model: "sim-7b", seed: None, tools: &[] })
 }
 
 fn ask_seeded(r: &Responses, message: &str, seed: u64) -> Answer {
-    r.answer(&Query { last_user_message: message, model: "sim-7b", seed: Some(seed) })
+    r.answer(&Query { last_user_message: message, model: "sim-7b", seed: Some(seed), tools: &[] })
 }
 
 fn example_path() -> PathBuf {
@@ -49,11 +49,11 @@ default:
 #[test]
 fn the_first_matching_entry_answers_and_names_itself() {
     let r = load(SCRIPT);
-    assert_eq!(ask(&r, "hello"), Answer { text: "Hello from sim-7b.".into(), entry: "hi".into() });
+    assert_eq!(ask(&r, "hello"), Answer { text: "Hello from sim-7b.".into(), entry: "hi".into(), tool_call: None });
     assert_eq!(ask(&r, "What's the weather in Oslo?").text, "Sunny in Oslo.");
     assert_eq!(ask(&r, "Tell me about a refund").entry, "responses[3]", "starts_with comes before contains");
     assert_eq!(ask(&r, "I want a refund").entry, "responses[4]");
-    assert_eq!(ask(&r, "something else"), Answer { text: "I don't know.".into(), entry: "default".into() });
+    assert_eq!(ask(&r, "something else"), Answer { text: "I don't know.".into(), entry: "default".into(), tool_call: None });
 }
 
 #[test]
@@ -131,13 +131,19 @@ fn the_example_file_loads_and_answers_as_its_comments_say() {
     let weather = ask(&r, "What's the weather in New York?");
     assert_eq!(weather.entry, "weather");
     assert!(weather.text.contains("New York") && !weather.text.contains('?'), "{}", weather.text);
+    // With get_weather on offer the entry before it answers with a call.
+    let offered = ["get_weather".to_string()];
+    let q = Query { last_user_message: "What's the weather in New York?", model: "m", seed: None, tools: &offered };
+    let call = r.answer(&q);
+    assert_eq!(call.entry, "weather-call");
+    assert_eq!(call.tool_call.map(|c| c.arguments["city"].clone()), Some(serde_json::json!("New York")));
     assert_eq!(ask(&r, "Say: the quick\nbrown fox").text, "the quick\nbrown fox");
     let essay = ask(&r, "write an essay on queues");
     assert!((600..=1200).contains(&count(&essay.text)), "{}", count(&essay.text));
     assert!(ask(&r, "I need a REFUND now").text.contains("\"I need a REFUND now\""));
     assert_eq!(
         ask(&r, "give me JSON"),
-        Answer { text: r#"{"model": "sim-7b", "ok": true}"#.into(), entry: "responses[6]".into() }
+        Answer { text: r#"{"model": "sim-7b", "ok": true}"#.into(), entry: "responses[7]".into(), tool_call: None }
     );
     assert!((32..=256).contains(&count(&ask(&r, "tell me a joke").text)));
 }
@@ -145,7 +151,7 @@ fn the_example_file_loads_and_answers_as_its_comments_say() {
 #[test]
 fn the_builtin_script_echoes_say_and_otherwise_gives_filler() {
     let r = Responses::builtin();
-    assert_eq!(ask(&r, "say: Hello, world!"), Answer { text: "Hello, world!".into(), entry: "echo".into() });
+    assert_eq!(ask(&r, "say: Hello, world!"), Answer { text: "Hello, world!".into(), entry: "echo".into(), tool_call: None });
     assert_eq!(ask(&r, "ECHO:  two\nlines").text, "two\nlines");
     let other = ask(&r, "How are you?");
     assert_eq!(other.entry, "default");
@@ -295,4 +301,57 @@ fn the_builtin_echo_regex_skips_prompts_without_a_colon() {
     let r = Responses::builtin();
     let Matcher::Regex { prefilter: Some(p), .. } = &r.entries[0].matcher else { panic!("no prefilter") };
     assert_eq!((p.needle(), p.is_folded()), (":", false));
+}
+
+const TOOLS: &str = r#"
+responses:
+  - id: weather
+    regex: '(?i)weather in (?P<city>\w+)'
+    tool_call: {name: get_weather, arguments: {city: "{city}", days: 3, opts: {metric: true}}}
+  - id: ping
+    contains: ping
+    tool_call: ping
+  - id: weather-text
+    contains: weather
+    content: "No forecast."
+default:
+  content: "plain"
+"#;
+
+fn ask_tools(r: &Responses, message: &str, tools: &[&str]) -> Answer {
+    let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
+    r.answer(&Query { last_user_message: message, model: "m", seed: Some(5), tools: &tools })
+}
+
+#[test]
+fn a_tool_call_entry_answers_only_when_its_tool_is_offered() {
+    let r = load(TOOLS);
+    let a = ask_tools(&r, "What is the weather in Paris?", &["get_weather"]);
+    let call = a.tool_call.expect("a call");
+    assert_eq!((a.text.as_str(), a.entry.as_str(), call.name.as_str()), ("", "weather", "get_weather"));
+    let args = serde_json::Value::Object(call.arguments);
+    assert_eq!(args, serde_json::json!({"city": "Paris", "days": 3, "opts": {"metric": true}}));
+    // Without the tool on offer the next entry that matches answers, in text.
+    let a = ask_tools(&r, "What is the weather in Paris?", &["other"]);
+    assert_eq!((a.text.as_str(), a.entry.as_str(), a.tool_call), ("No forecast.", "weather-text", None));
+    let a = ask_tools(&r, "ping", &["ping", "get_weather"]);
+    assert_eq!(a.tool_call.map(|c| (c.name, c.arguments.len())), Some(("ping".to_string(), 0)));
+    assert_eq!(ask_tools(&r, "ping", &[]).text, "plain");
+}
+
+#[test]
+fn tool_call_entries_are_checked_at_load() {
+    let base = "responses:\n  - contains: x\n    tool_call: TC\ndefault: {content: d}\n";
+    let e = error(&base.replace("TC", "{name: f, argz: {}}"));
+    assert!(e.contains("responses[0].tool_call.argz: unknown key"), "{e}");
+    let e = error(&base.replace("TC", "{arguments: {a: 1}}"));
+    assert!(e.contains("responses[0].tool_call.name: missing"), "{e}");
+    let e = error(&base.replace("TC", "[f]"));
+    assert!(e.contains("responses[0].tool_call: expected a tool name or {name, arguments}"), "{e}");
+    let e = error(&base.replace("TC", "{name: f, arguments: {a: \"{nope}\"}}"));
+    assert!(e.contains("responses[0].tool_call.arguments.a:"), "{e}");
+    let e = error(&base.replace("TC", "f\n    content: y"));
+    assert!(e.contains("both content and tool_call"), "{e}");
+    let e = error(&base.replace("TC", "\" f\""));
+    assert!(e.contains("responses[0].tool_call: \" f\" is not allowed"), "{e}");
 }

@@ -62,8 +62,31 @@ fn model_validators_run_on_the_raw_body() {
     let e = read(Api::Completion, &json!({"prompt": "x", "logprobs": "many"})).unwrap_err();
     assert!(e.message.contains("`logprobs` must be an integer."));
     let tools = json!([{"type": "function", "function": {"name": "f"}}]);
-    assert!(read(Api::Chat, &chat(json!({"tools": tools}))).unwrap().wants_tools, "tools default to auto");
-    assert!(!read(Api::Chat, &chat(json!({"tools": tools, "tool_choice": "none"}))).unwrap().wants_tools);
+    let choice = |extra: Value| read(Api::Chat, &chat(extra)).unwrap().tools.map(|t| t.choice);
+    use crate::server::tools::ToolChoice;
+    assert_eq!(choice(json!({"tools": tools})), Some(ToolChoice::Auto), "tools default to auto");
+    assert_eq!(choice(json!({"tools": tools, "tool_choice": "none"})), Some(ToolChoice::None));
+    assert_eq!(choice(json!({"tools": tools, "tool_choice": "required"})), Some(ToolChoice::Required));
+    let named = json!({"type": "function", "function": {"name": "f"}});
+    assert_eq!(choice(json!({"tools": tools, "tool_choice": named})), Some(ToolChoice::Named("f".into())));
+    assert_eq!(choice(json!({})), None);
+}
+
+#[test]
+fn each_tool_is_checked_as_pydantic_checks_it() {
+    let e = read(Api::Chat, &chat(json!({"tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function"}]})))
+        .unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("tools[1].function"));
+    assert!(e.message.contains("{'type': 'missing', 'loc': ('body', 'tools', 1, 'function'), 'msg': 'Field required'"), "{}", e.message);
+    let e = read(Api::Chat, &chat(json!({"tools": [{"function": {"name": 5}}]}))).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("tools[0].function.name"));
+    let e = read(Api::Chat, &chat(json!({"tools": [{"function": {"name": "f", "parameters": [1]}}]}))).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("tools[0].function.parameters"));
+    let t = read(Api::Chat, &chat(json!({"tools": [{"function": {"name": "f", "parameters": {"type": "object"}}}]})))
+        .unwrap()
+        .tools
+        .unwrap();
+    assert_eq!((t.tools[0].name.as_str(), t.tools[0].parameters.clone()), ("f", Some(json!({"type": "object"}))));
 }
 
 #[test]

@@ -37,9 +37,13 @@ models:
 
 /// Answers: messages starting with `long` get 3,000 tokens, `pick` one of
 /// eight words chosen by the seed; everything else is echoed (the default),
-/// so tests know the content without a tokenizer.
+/// so tests know the content without a tokenizer. A request that offers the
+/// tool `get_weather` may have "weather in CITY" answered with a call.
 pub const RESPONSES: &str = "
 responses:
+  - id: weather
+    regex: '(?i)weather in (?P<city>\\w+)'
+    tool_call: {name: get_weather, arguments: {city: \"{city}\"}}
   - id: long
     starts_with: long
     synthetic: {tokens: [3000, 3000]}

@@ -1,6 +1,7 @@
 //! The official `openai` Python package against a live server: streamed and
-//! whole chat and completions, content, token counts, usage, and TTFT
-//! against the engine's prediction.
+//! whole chat and completions, content, token counts, usage, logprobs, `n`,
+//! `ignore_eos`, faults, tool calls (whole, streamed and the turn after the
+//! tool's result), and TTFT against the engine's prediction.
 //!
 //! It needs python3 with the `openai` package, so it is `#[ignore]`d: a
 //! plain `cargo test` lists it as ignored (with the reason) instead of
@@ -13,7 +14,7 @@ use super::harness::*;
 use crate::support::*;
 
 /// Two models that fail every request: a 429 before the first byte, and a
-/// stream cut after two tokens.
+/// stream cut after two tokens; and one with vLLM's tool-call flags.
 const FAULTY: &str = "  - name: flaky
     engine: fixed
     fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
@@ -22,6 +23,11 @@ const FAULTY: &str = "  - name: flaky
     engine: fixed
     fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
     faults: {rate: 1, kinds: [{kind: cut, after_tokens: 2}]}
+  - name: agent
+    engine: fixed
+    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}
+    tool_call_parser: hermes
+    enable_auto_tool_choice: true
 ";
 
 fn python_with_openai() -> Option<String> {
