@@ -62,7 +62,7 @@ fn main() {
     let mut last = None;
     for _ in 0..3 {
         let runs: Vec<_> =
-            files.iter().flat_map(|f| runs::load(&src, f, &LoadOptions::default()).expect("runs")).collect();
+            files.iter().flat_map(|f| runs::load(&src, f, &LoadOptions::default()).expect("runs").runs).collect();
         let t = Instant::now();
         let o = pool.install(|| cal::calibrate(runs, Vec::new(), &setup)).expect("fit");
         best = best.min(t.elapsed().as_secs_f64());

@@ -23,7 +23,9 @@ pub mod profile;
 pub mod render;
 pub mod runs;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
@@ -170,9 +172,72 @@ pub fn predict(run: &Run, keys: &[FitKey], x: &[f64]) -> Result<Figures, Error> 
     Ok(wanted.into_iter().filter_map(|m| m.value(&out.result).filter(|v| v.is_finite()).map(|v| (m, v))).collect())
 }
 
+/// Simulations already run in one calibration, by run and candidate: the
+/// minimiser comes back to points it has seen (each difference step starts
+/// from the best point; a coordinate search steps back), every
+/// leave-one-out fold starts at the full fit and takes its first Jacobian
+/// around it, and the report predicts at the fitted values. A simulation
+/// is a pure function of its scenario, so a remembered prediction is the
+/// one a rerun would give: the output does not depend on what was reused,
+/// nor on which thread ran it first.
+#[derive(Default)]
+pub struct Memo {
+    seen: Mutex<HashMap<MemoKey, Figures>>,
+    simulated: AtomicUsize,
+    reused: AtomicUsize,
+}
+
+/// A run (by name: names are unique in a calibration) and each fitted key
+/// with its value as the scenario gets it (a whole-number key rounded).
+type MemoKey = (String, Vec<(String, u64)>);
+
+impl Memo {
+    fn key(run: &Run, keys: &[FitKey], x: &[f64]) -> MemoKey {
+        let values = keys
+            .iter()
+            .zip(x)
+            .map(|(k, v)| {
+                let v = if k.integer { v.round() } else { *v };
+                // -0.0 and 0.0 give the same scenario.
+                (k.key.clone(), if v == 0.0 { 0 } else { v.to_bits() })
+            })
+            .collect();
+        (run.name.clone(), values)
+    }
+
+    /// [`predict`], or what it gave before for the same run and values.
+    pub fn predict(&self, run: &Run, keys: &[FitKey], x: &[f64]) -> Result<Figures, Error> {
+        let key = Memo::key(run, keys, x);
+        if let Some(f) = self.seen.lock().map_err(poisoned)?.get(&key) {
+            self.reused.fetch_add(1, Ordering::Relaxed);
+            return Ok(f.clone());
+        }
+        let f = predict(run, keys, x)?;
+        self.simulated.fetch_add(1, Ordering::Relaxed);
+        self.seen.lock().map_err(poisoned)?.insert(key, f.clone());
+        Ok(f)
+    }
+
+    /// Simulations run and predictions reused so far. With several
+    /// threads two may simulate the same point at once, so the split (not
+    /// the output) can vary with the thread count.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.simulated.load(Ordering::Relaxed), self.reused.load(Ordering::Relaxed))
+    }
+}
+
+fn poisoned<T>(_: T) -> Error {
+    Error::Work("a simulation thread panicked".into())
+}
+
 /// Predictions of `runs` at `x`, in parallel, in run order.
 pub fn predict_all(runs: &[&Run], keys: &[FitKey], x: &[f64]) -> Result<Vec<Figures>, Error> {
-    runs.par_iter().map(|r| predict(r, keys, x)).collect()
+    predict_all_with(&Memo::default(), runs, keys, x)
+}
+
+/// [`predict_all`] through `memo`.
+pub fn predict_all_with(memo: &Memo, runs: &[&Run], keys: &[FitKey], x: &[f64]) -> Result<Vec<Figures>, Error> {
+    runs.par_iter().map(|r| memo.predict(r, keys, x)).collect()
 }
 
 /// The residuals at `x`: for each run and each of its loss metrics,
@@ -186,7 +251,19 @@ pub fn residuals(
     keys: &[FitKey],
     x: &[f64],
 ) -> Result<Vec<f64>, Error> {
-    let figures = predict_all(runs, keys, x)?;
+    residuals_with(&Memo::default(), runs, metrics, kind, keys, x)
+}
+
+/// [`residuals`] through `memo`.
+pub fn residuals_with(
+    memo: &Memo,
+    runs: &[&Run],
+    metrics: &MetricChoice,
+    kind: Loss,
+    keys: &[FitKey],
+    x: &[f64],
+) -> Result<Vec<f64>, Error> {
+    let figures = predict_all_with(memo, runs, keys, x)?;
     let mut out = Vec::new();
     for (r, fig) in runs.iter().zip(&figures) {
         let ms = metrics.for_run(r);
@@ -216,16 +293,23 @@ pub struct Fit {
     pub evals: usize,
 }
 
-/// Fits `keys` to `runs` from `start` (values, not unit coordinates).
-pub fn fit(runs: &[&Run], setup: &Setup, start: &[f64], settings: &optim::Settings) -> Result<Fit, Error> {
+/// Fits `keys` to `runs` from `start` (values, not unit coordinates),
+/// reusing the simulations in `memo`.
+pub fn fit(
+    memo: &Memo,
+    runs: &[&Run],
+    setup: &Setup,
+    start: &[f64],
+    settings: &optim::Settings,
+) -> Result<Fit, Error> {
     let keys = &setup.keys;
     let to_x = |u: &[f64]| -> Vec<f64> { keys.iter().zip(u).map(|(k, u)| k.from_unit(*u)).collect() };
     let u0: Vec<f64> = keys.iter().zip(start).map(|(k, x)| k.to_unit(*x)).collect();
-    let objective = |u: &[f64]| residuals(runs, &setup.metrics, setup.loss, keys, &to_x(u));
+    let objective = |u: &[f64]| residuals_with(memo, runs, &setup.metrics, setup.loss, keys, &to_x(u));
     let m = optim::minimize(objective, &u0, settings)?;
     let x: Vec<f64> = to_x(&m.x).into_iter().zip(keys).map(|(v, k)| round_sig(v, k)).collect();
-    let loss = loss(runs, &setup.metrics, setup.loss, keys, &x)?;
-    Ok(Fit { x, loss, evals: m.evals })
+    let r = residuals_with(memo, runs, &setup.metrics, setup.loss, keys, &x)?;
+    Ok(Fit { x, loss: r.iter().map(|r| r * r).sum(), evals: m.evals })
 }
 
 /// `v` to 5 significant digits (whole numbers for an integer key), kept in bounds.
@@ -263,6 +347,11 @@ pub struct Outcome {
     pub start_loss: f64,
     pub fit: Fit,
     pub outcomes: Vec<RunOutcome>,
+    /// Measured runs the engine cannot represent: listed, never simulated
+    /// ([`calibrate`] leaves this empty; the caller adds what it loaded).
+    pub excluded: Vec<runs::Excluded>,
+    /// Simulations run and reused ([`Memo::counts`]).
+    pub simulations: (usize, usize),
 }
 
 impl Outcome {
@@ -306,12 +395,14 @@ pub fn calibrate(runs: Vec<Run>, holdout: Vec<Run>, setup: &Setup) -> Result<Out
     }
     let start = start_values(&fit_runs, &setup.keys)?;
     check_bounds_are_valid(fit_runs[0], &setup.keys, &start)?;
-    let start_loss = loss(&fit_runs, &setup.metrics, setup.loss, &setup.keys, &start)?;
-    let fit = fit(&fit_runs, setup, &start, &setup.optim)?;
+    let memo = Memo::default();
+    let start_loss: f64 =
+        residuals_with(&memo, &fit_runs, &setup.metrics, setup.loss, &setup.keys, &start)?.iter().map(|r| r * r).sum();
+    let fit = fit(&memo, &fit_runs, setup, &start, &setup.optim)?;
     let refs: Vec<&Run> = all.iter().collect();
-    let uncalibrated = predict_all(&refs, &[], &[])?;
-    let calibrated = predict_all(&refs, &setup.keys, &fit.x)?;
-    let loo = if setup.leave_one_out { leave_one_out(&all, &in_fit, setup, &fit)? } else { BTreeMap::new() };
+    let uncalibrated = predict_all_with(&memo, &refs, &[], &[])?;
+    let calibrated = predict_all_with(&memo, &refs, &setup.keys, &fit.x)?;
+    let loo = if setup.leave_one_out { leave_one_out(&memo, &all, &in_fit, setup, &fit)? } else { BTreeMap::new() };
     let outcomes = (0..all.len())
         .map(|i| RunOutcome {
             index: i,
@@ -323,7 +414,17 @@ pub fn calibrate(runs: Vec<Run>, holdout: Vec<Run>, setup: &Setup) -> Result<Out
             loo: loo.get(&i).cloned(),
         })
         .collect();
-    Ok(Outcome { setup: setup.clone(), runs: all, fitted_inputs, start, start_loss, fit, outcomes })
+    Ok(Outcome {
+        setup: setup.clone(),
+        runs: all,
+        fitted_inputs,
+        start,
+        start_loss,
+        fit,
+        outcomes,
+        excluded: Vec::new(),
+        simulations: memo.counts(),
+    })
 }
 
 fn check_names(all: &[Run]) -> Result<(), Error> {
@@ -381,6 +482,7 @@ fn check_bounds_are_valid(run: &Run, keys: &[FitKey], start: &[f64]) -> Result<(
 /// the group's runs; by run index. Needs two groups or more. Each fold
 /// starts at the full fit with half the evaluation budget.
 fn leave_one_out(
+    memo: &Memo,
     all: &[Run],
     in_fit: &[bool],
     setup: &Setup,
@@ -404,10 +506,10 @@ fn leave_one_out(
         .map(|g| {
             let train: Vec<&Run> =
                 all.iter().zip(in_fit).filter(|(r, b)| **b && r.group != *g).map(|(r, _)| r).collect();
-            let f = fit(&train, setup, &full.x, &settings)?;
+            let f = fit(memo, &train, setup, &full.x, &settings)?;
             let members: Vec<usize> = (0..in_fit.len()).filter(|&i| in_fit[i] && all[i].group == *g).collect();
             let refs: Vec<&Run> = members.iter().map(|&i| &all[i]).collect();
-            let figures = predict_all(&refs, &setup.keys, &f.x)?;
+            let figures = predict_all_with(memo, &refs, &setup.keys, &f.x)?;
             Ok(members.into_iter().zip(figures).map(|(i, fig)| (i, (fig, f.x.clone()))).collect())
         })
         .collect();

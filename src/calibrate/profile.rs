@@ -6,7 +6,8 @@
 //! `fit:`, which scenarios never read: the llmsim version, the scenario,
 //! each key's start, fitted value and bounds, the loss metrics, function
 //! and values,
-//! every run with its source and whether it was in the fit (or why not),
+//! every run with its source and whether it was in the fit (or why not;
+//! runs the measured file excludes are listed too, never simulated),
 //! its errors in percent (calibrated and leave-one-out, per loss metric),
 //! and the median absolute errors.
 
@@ -135,6 +136,13 @@ pub fn render(o: &Outcome, name: &str, scenario: &str) -> String {
                 leave_one_out_error_pct: errors(oc.loo.as_ref().map(|(f, _)| f)),
             }
         })
+        .chain(o.excluded.iter().map(|e| RunRecord {
+            name: e.name.clone(),
+            source: e.source.clone(),
+            excluded: Some(format!("not simulated: {}", e.reason)),
+            error_pct: BTreeMap::new(),
+            leave_one_out_error_pct: BTreeMap::new(),
+        }))
         .collect();
     let fit_count = o.outcomes.iter().filter(|x| x.in_fit).count();
     let profile = Profile {

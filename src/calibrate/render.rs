@@ -91,6 +91,16 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
             out.push_str(&format!("  {}: {}\n", r.name, r.saturated.as_deref().unwrap_or("")));
         }
     }
+    if !o.excluded.is_empty() {
+        out.push_str("\nnot simulated (the measured file excludes them: the engine cannot represent them)\n");
+        for e in &o.excluded {
+            let figures: Vec<String> = e.measured.iter().map(|(m, v)| format!("{} {}", m.name(), num(*v))).collect();
+            out.push_str(&format!("  {} ({}): {}\n", e.name, e.source, e.reason));
+            if !figures.is_empty() {
+                out.push_str(&format!("    measured: {}\n", figures.join(", ")));
+            }
+        }
+    }
     out.push_str(&format!(
         "\nruns: measured and predicted ({}), error = (predicted - measured) / measured\n",
         "ms; requests and tokens per second"

@@ -19,7 +19,9 @@
 //!   prompt length (the README's inference-perf mapping); turning prefix
 //!   caching on is the scenario's choice;
 //! * a **measured table** CSV (see [`crate::measured::table`]): each row
-//!   is a run, its settings applied to the scenario.
+//!   is a run, its settings applied to the scenario; a row with `excluded`
+//!   text is a run the engine cannot represent, kept as an [`Excluded`]
+//!   (listed with its reason and figures, never simulated).
 //!
 //! A run is **saturated** when it cannot tell what the engine costs, only
 //! that it fell behind: any request failed, or the queue was still growing
@@ -97,6 +99,37 @@ pub struct Run {
     pub saturated: Option<String>,
     /// What a reader should know about how it is modelled.
     pub notes: Vec<String>,
+}
+
+/// A measured run the engine cannot represent (a measured table's
+/// `excluded` row): listed with its reason wherever runs are reported,
+/// never simulated nor fitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Excluded {
+    pub name: String,
+    pub source: String,
+    pub reason: String,
+    /// Measured figures, by sweep metric.
+    pub measured: BTreeMap<Metric, f64>,
+}
+
+/// Every run of one measured input, and the runs it excludes.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    pub runs: Vec<Run>,
+    pub excluded: Vec<Excluded>,
+}
+
+impl Loaded {
+    fn runs(runs: Vec<Run>) -> Loaded {
+        Loaded { runs, excluded: Vec::new() }
+    }
+
+    /// Appends another input's runs and exclusions.
+    pub fn extend(&mut self, other: Loaded) {
+        self.runs.extend(other.runs);
+        self.excluded.extend(other.excluded);
+    }
 }
 
 /// How runs are built.
@@ -203,23 +236,23 @@ impl Base {
     }
 }
 
-/// Loads every run of one measured input.
-pub fn load(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result<Vec<Run>, ConfigError> {
+/// Loads every run of one measured input, and the runs it excludes.
+pub fn load(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
     if measured.is_dir() {
         if inference_perf::is_run_dir(measured) {
-            return from_inference_perf(src, &inference_perf::load(measured)?, opts);
+            return from_inference_perf(src, &inference_perf::load(measured)?, opts).map(Loaded::runs);
         }
         return Err(ConfigError::new(measured, "", format!("a directory of an unknown shape; {KNOWN_SHAPES}")));
     }
     let text = crate::config::read_text(measured)?;
     let head = text.trim_start();
     if head.starts_with('{') || head.starts_with('[') {
-        return from_json(src, &text, measured);
+        return from_json(src, &text, measured).map(Loaded::runs);
     }
     let first = text.lines().find(|l| !l.trim_start().starts_with('#')).unwrap_or("");
     let headers: Vec<&str> = first.split(',').map(str::trim).collect();
     if headers.contains(&"arrival_s") {
-        return from_trace_csv(src, &text, measured);
+        return from_trace_csv(src, &text, measured).map(Loaded::runs);
     }
     if table::looks_like_table(&headers) {
         return from_table(src, &table::parse(&text, measured)?, opts);
@@ -544,9 +577,19 @@ fn seed_override(scenario: &Value) -> Override {
 
 // ---- measured table ------------------------------------------------------------
 
-fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions) -> Result<Vec<Run>, ConfigError> {
+fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
     let mut runs = Vec::new();
+    let mut excluded = Vec::new();
     for row in &t.rows {
+        if let Some(reason) = &row.excluded {
+            excluded.push(Excluded {
+                name: row.name.clone(),
+                source: format!("{} line {}", t.file.display(), row.line),
+                reason: reason.clone(),
+                measured: row.measured.clone(),
+            });
+            continue;
+        }
         let mut settings = row.settings.clone();
         let mut notes = Vec::new();
         if let Some(cap) = opts.sample_s {
@@ -571,7 +614,7 @@ fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions
             notes,
         });
     }
-    Ok(runs)
+    Ok(Loaded { runs, excluded })
 }
 
 #[cfg(test)]

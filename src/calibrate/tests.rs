@@ -52,7 +52,7 @@ fn measured_files(dir: &Path) -> Vec<PathBuf> {
 fn runs_from(start: &[f64; 4], files: &[PathBuf]) -> Vec<Run> {
     let o: Vec<(&str, String)> = HIDDEN.iter().zip(start).map(|((k, _), v)| (*k, v.to_string())).collect();
     let src = ScenarioSource::load(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
-    files.iter().flat_map(|f| runs::load(&src, f, &LoadOptions::default()).unwrap()).collect()
+    files.iter().flat_map(|f| runs::load(&src, f, &LoadOptions::default()).unwrap().runs).collect()
 }
 
 #[test]
@@ -217,7 +217,7 @@ fn the_cauchy_loss_matches_squared_for_small_errors_and_grows_slowly_beyond() {
 fn the_shipped_fidelity_table_is_read_as_twenty_fitted_runs_of_twelve_experiments() {
     let src = ScenarioSource::load(&repo("scenarios/fidelity/h100-vllm.yml"), &[]).unwrap();
     let opts = LoadOptions { sample_s: Some(30.0) };
-    let runs = runs::load(&src, &repo("scenarios/fidelity/h100-inference-perf.csv"), &opts).unwrap();
+    let runs = runs::load(&src, &repo("scenarios/fidelity/h100-inference-perf.csv"), &opts).unwrap().runs;
     assert_eq!(runs.len(), 24);
     let fitted: Vec<&Run> = runs.iter().filter(|r| r.saturated.is_none()).collect();
     assert_eq!(fitted.len(), 20);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, print, write_output};
-use crate::calibrate::runs::{self, LoadOptions, Run, ScenarioSource};
+use crate::calibrate::runs::{self, Excluded, LoadOptions, Loaded, ScenarioSource};
 use crate::calibrate::{self, Error, MetricChoice, Setup, keys, optim, profile, render};
 use crate::sweep::metric::Metric;
 
@@ -110,13 +110,25 @@ impl From<Error> for CliError {
     }
 }
 
-/// Loads every run of `files` on the scenario.
-pub fn load_runs(src: &ScenarioSource, files: &[PathBuf], opts: &LoadOptions) -> Result<Vec<Run>, CliError> {
-    let mut out = Vec::new();
+/// Loads every run of `files` on the scenario, and the runs they exclude.
+pub fn load_runs(src: &ScenarioSource, files: &[PathBuf], opts: &LoadOptions) -> Result<Loaded, CliError> {
+    let mut out = Loaded::default();
     for f in files {
         out.extend(runs::load(src, f, opts)?);
     }
     Ok(out)
+}
+
+/// Refuses measured files whose every run is excluded: nothing to fit.
+fn check_not_all_excluded(loaded: &Loaded) -> Result<(), CliError> {
+    if !loaded.runs.is_empty() || loaded.excluded.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = loaded.excluded.iter().map(|e| format!("  {} ({}): {}", e.name, e.source, e.reason)).collect();
+    Err(CliError::Usage(format!(
+        "every measured run is excluded (the engine cannot represent it), so none can be fitted:\n{}",
+        list.join("\n")
+    )))
 }
 
 pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
@@ -143,7 +155,9 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
     let src = ScenarioSource::load(&a.scenario.scenario, &a.scenario.overrides()?)?;
     let opts = LoadOptions { sample_s: a.sample_s };
     let fit_runs = load_runs(&src, &a.measured, &opts)?;
+    check_not_all_excluded(&fit_runs)?;
     let holdout = load_runs(&src, &a.holdout, &opts)?;
+    let excluded: Vec<Excluded> = fit_runs.excluded.into_iter().chain(holdout.excluded).collect();
     let setup = Setup {
         keys,
         metrics,
@@ -153,7 +167,8 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
         optim: optim::Settings { max_evals: a.max_evals, ..optim::Settings::default() },
     };
     let pool = crate::sweep::exec::pool(a.threads).map_err(CliError::Failure)?;
-    let outcome = pool.install(|| calibrate::calibrate(fit_runs, holdout, &setup))?;
+    let mut outcome = pool.install(|| calibrate::calibrate(fit_runs.runs, holdout.runs, &setup))?;
+    outcome.excluded = excluded;
     let scenario = a.scenario.scenario.display().to_string();
     print(&render::render(&outcome, &scenario))?;
     if let Some(path) = &a.output {

@@ -19,6 +19,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("l4", include_str!("../../hardware/l4.yml")),
     ("l40s", include_str!("../../hardware/l40s.yml")),
     ("rtx-4090", include_str!("../../hardware/rtx-4090.yml")),
+    ("rtx-pro-6000", include_str!("../../hardware/rtx-pro-6000.yml")),
 ];
 
 /// Where a profile's text came from.

@@ -10,7 +10,10 @@
 //! (runs that share a group are left out together in leave-one-out),
 //! `failed` (requests that failed: any marks the run saturated),
 //! `saturated` (any non-empty text marks it saturated, the text saying
-//! why) and `source`, `note` (kept, not read). Lines starting with `#`
+//! why), `excluded` (any non-empty text: a run the engine cannot
+//! represent, listed with the text as the reason and never simulated; its
+//! settings are still checked as key paths) and `source`, `note` (kept,
+//! not read). Lines starting with `#`
 //! are comments (for provenance). An empty cell is a setting left as the
 //! scenario has it, or a figure not measured. Any other column is an
 //! error naming the nearest valid name.
@@ -22,7 +25,7 @@ use crate::config::{ConfigError, Override, keys};
 use crate::sweep::metric::Metric;
 
 /// The descriptive columns, besides keys and metrics.
-pub const LABELS: [&str; 6] = ["run", "group", "failed", "saturated", "source", "note"];
+pub const LABELS: [&str; 7] = ["run", "group", "failed", "saturated", "excluded", "source", "note"];
 
 /// One row: a measured run.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,6 +39,8 @@ pub struct TableRow {
     pub measured: BTreeMap<Metric, f64>,
     pub failed: Option<u64>,
     pub saturated: Option<String>,
+    /// Why the run is not simulated at all (the engine cannot represent it).
+    pub excluded: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -131,6 +136,7 @@ fn row(
         measured: BTreeMap::new(),
         failed: None,
         saturated: None,
+        excluded: None,
     };
     for ((col, h), cell) in columns.iter().zip(headers.iter()).zip(record.iter()) {
         if cell.is_empty() {
@@ -160,6 +166,7 @@ fn row(
                 })?);
             }
             Column::Label("saturated") => out.saturated = Some(cell.to_string()),
+            Column::Label("excluded") => out.excluded = Some(cell.to_string()),
             Column::Label(_) => {}
         }
     }
@@ -206,6 +213,17 @@ mod tests {
         assert_eq!(b.settings.len(), 1, "an empty cell leaves the scenario's value");
         assert!(!b.measured.contains_key(&Metric::Latency(Family::E2e, Stat::P90)));
         assert_eq!(b.saturation().as_deref(), Some("2 requests failed"));
+    }
+
+    #[test]
+    fn an_excluded_row_keeps_its_reason_and_figures() {
+        let t = parse_str("run,model.preset,excluded,ttft_mean_ms\na,llama-3.1-8b,,10\nb,,\"MoE, expert parallel\",20\n")
+            .unwrap();
+        assert_eq!(t.rows[0].excluded, None, "an empty cell excludes nothing");
+        let b = &t.rows[1];
+        assert_eq!(b.excluded.as_deref(), Some("MoE, expert parallel"));
+        assert_eq!(b.measured[&Metric::Latency(Family::Ttft, Stat::Mean)], 20.0);
+        assert_eq!(b.saturation(), None, "excluded is not saturated: it is not simulated at all");
     }
 
     #[test]

@@ -182,3 +182,38 @@ fn the_shipped_h100_profile_is_found_by_name() {
     assert!(explain.contains("# calibration   `h100-vllm`"), "{explain}");
     assert!(explain.contains("efficiency.memory") && explain.contains("(from the calibration)"), "{explain}");
 }
+
+#[test]
+fn a_table_row_marked_excluded_is_listed_never_simulated() {
+    let dir = tempdir();
+    // Two runs llmsim can represent and one it cannot; the excluded row's
+    // model is not even a preset, which would fail if it were simulated.
+    let table = write(
+        dir.path(),
+        "table.csv",
+        "run,workload.arrivals.poisson.rate,model.preset,ttft_mean_ms,e2e_mean_ms,excluded\n\
+         light,4,,30,900,\n\
+         heavy,8,,40,1100,\n\
+         moe,4,no-such-model,50,1500,\"expert parallelism is not modelled\"\n",
+    );
+    let out = TestCommand::new(&["calibrate", BASE, "--fit", "latency.step_overhead_ms", "--no-leave-one-out"])
+        .arg(&table)
+        .ok()
+        .stdout();
+    assert!(out.contains("2 in the fit, 0 excluded as saturated"), "{out}");
+    assert!(out.contains("not simulated (the measured file excludes them"), "{out}");
+    assert!(out.contains("moe (") && out.contains("table.csv line 4): expert parallelism is not modelled"), "{out}");
+    assert!(out.contains("ttft_mean_ms 50.00") && out.contains("e2e_mean_ms 1500.00"), "{out}");
+    // Every row excluded: nothing to fit, exit 2 naming them.
+    let none = write(
+        dir.path(),
+        "none.csv",
+        "run,ttft_mean_ms,excluded\nmoe-a,50,expert parallelism\nmoe-b,60,expert parallelism\n",
+    );
+    TestCommand::new(&["calibrate", BASE]).arg(&none).fails_with(2).stderr_has(&[
+        "every measured run is excluded",
+        "moe-a",
+        "none.csv line 3",
+        "expert parallelism",
+    ]);
+}

@@ -51,7 +51,7 @@ fn fitted_keys_are_set_on_the_run_s_scenario() {
 fn a_vllm_result_with_per_request_data_is_replayed_and_mapped_like_with_like() {
     let src = source("scenarios/deployments/llama-3.1-8b-h100.yml");
     let file = repo("tests/integration/fixtures/vllm-bench-serve.json");
-    let runs = load(&src, &file, &LoadOptions::default()).unwrap();
+    let runs = load(&src, &file, &LoadOptions::default()).unwrap().runs;
     assert_eq!(runs.len(), 1);
     let r = &runs[0];
     assert_eq!(r.name, "vllm-bench-serve.json");
@@ -78,7 +78,7 @@ fn a_trace_with_measured_latencies_gives_its_own_summary_and_leaves_failures_out
          1.5,100,21,finished,30,330\n",
     )
     .unwrap();
-    let runs = load(&source("scenarios/base.yml"), &file, &LoadOptions::default()).unwrap();
+    let runs = load(&source("scenarios/base.yml"), &file, &LoadOptions::default()).unwrap().runs;
     let r = &runs[0];
     assert_eq!(r.base.trace.as_ref().unwrap().len(), 3);
     assert_eq!(r.saturated.as_deref(), Some("1 requests failed"));
@@ -129,7 +129,7 @@ fn a_table_row_is_a_run_with_its_settings() {
     )
     .unwrap();
     let opts = LoadOptions { sample_s: Some(60.0) };
-    let runs = load(&source("scenarios/base.yml"), &file, &opts).unwrap();
+    let runs = load(&source("scenarios/base.yml"), &file, &opts).unwrap().runs;
     assert_eq!(runs.len(), 2);
     assert_eq!((runs[1].name.as_str(), runs[1].group.as_str()), ("high", "a"));
     let s = runs[1].base.scenario(&[], &[]).unwrap();
@@ -183,7 +183,7 @@ fn an_inference_perf_stage_is_a_constant_rate_run_with_nominal_output_and_derive
     let dir = tempfile::tempdir().unwrap();
     inference_perf_dir(dir.path());
     let src = source("scenarios/deployments/llama-3.1-8b-h100.yml");
-    let runs = load(&src, dir.path(), &LoadOptions { sample_s: Some(30.0) }).unwrap();
+    let runs = load(&src, dir.path(), &LoadOptions { sample_s: Some(30.0) }).unwrap().runs;
     assert_eq!(runs.len(), 2);
     let r = &runs[0];
     assert!(r.name.ends_with("stage 0 (5 req/s)"), "{}", r.name);
