@@ -50,6 +50,31 @@ pub struct BenchConfig {
     /// `GROUPS` prefixes of `TOKENS` tokens (request `i` takes prefix
     /// `i mod GROUPS`), before its `prompt_tokens` of its own.
     pub shared_prefix: Option<(u32, u32)>,
+    /// `--turns N [--think-time S]`: multi-turn conversations.
+    pub turns: Option<Turns>,
+}
+
+/// `llmsim bench --turns N --think-time S` (docs/prefix-caching.md):
+/// requests are the turns of conversations on the chat endpoint. A
+/// conversation's first turn has `--prompt-tokens`; each next one, sent
+/// `think_s` after the last token of the one before, resends every
+/// message so far (the answers as the assistant's messages, as the server
+/// sent them) plus a new user message, so its prompt is the previous
+/// prompt and answer plus `--prompt-tokens` (the planner's
+/// `workload.sessions`). `--rate` starts conversations, `--concurrency`
+/// users each run one conversation after another; `--requests` counts
+/// turns. A failed turn ends its conversation: its later turns are not sent.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Turns {
+    pub turns: u32,
+    pub think_s: f64,
+}
+
+impl Turns {
+    /// Conversations that make `requests` turns (the last may be short).
+    pub fn conversations(&self, requests: u64) -> u64 {
+        requests.div_ceil(u64::from(self.turns.max(1)))
+    }
 }
 
 /// One measured request; times in nanoseconds since the measured run began.
@@ -68,6 +93,9 @@ pub struct Measurement {
     /// Server's `usage.prompt_tokens_details.cached_tokens`, if it sent one.
     pub cached_tokens: Option<u32>,
     pub failure: Option<Failure>,
+    /// With `--turns`: the conversation it is a turn of (turn
+    /// `index mod turns`).
+    pub session: Option<u64>,
 }
 
 impl Measurement {
@@ -120,8 +148,9 @@ async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
     let prompts = Arc::new(Prompts { run: format!("m{nonce}"), words, seed: cfg.seed, prefix: cfg.shared_prefix });
     let ticker = Ticker::start();
     let base = Instant::now();
-    let (schedule_ns, exchanges) = match cfg.load {
-        Load::Open { rate, burstiness } => {
+    let (schedule_ns, exchanges) = match (cfg.load, cfg.turns) {
+        (load, Some(turns)) => (Vec::new(), conversations(&client, &prompts, cfg, load, turns, base).await),
+        (Load::Open { rate, burstiness }, None) => {
             let at: Vec<u64> = schedule::open_schedule(rate, burstiness, cfg.requests, cfg.seed)
                 .into_iter()
                 .map(|t| t.as_nanos())
@@ -129,7 +158,7 @@ async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
             let ex = open_loop(&client, &prompts, &at, base, cfg.output_tokens).await;
             (at, ex)
         }
-        Load::Closed { concurrency } => {
+        (Load::Closed { concurrency }, None) => {
             (Vec::new(), closed_loop(&client, &prompts, cfg.requests, concurrency, cfg.output_tokens).await)
         }
     };
@@ -147,10 +176,16 @@ async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
     let mut records: Vec<Measurement> =
         exchanges.into_iter().map(|(i, due, ex)| measurement(i, due, ex, base, cfg)).collect();
     records.sort_by_key(|r| r.index);
+    if let Some(t) = cfg.turns {
+        for r in &mut records {
+            r.session = Some(r.index / u64::from(t.turns));
+        }
+    }
     let schedule_ns = if schedule_ns.is_empty() {
         // A closed loop's schedule is when it sent, in time order (users
-        // race for the next index, so index order can be a hair off).
-        let mut sent: Vec<u64> = records.iter().map(|r| r.sent_ns).collect();
+        // race for the next index, so index order can be a hair off); so
+        // is a multi-turn bench's (a later turn is due when it is sent).
+        let mut sent: Vec<u64> = records.iter().map(|r| r.scheduled_ns).collect();
         sent.sort_unstable();
         sent
     } else {
@@ -170,6 +205,15 @@ struct Prompts {
 }
 
 impl Prompts {
+    /// The new user message of turn `turn` of a multi-turn bench (request
+    /// `index`): `words` one-token words for the first turn; a later turn
+    /// spends 10 of its tokens on the template (the answer's closing
+    /// `<|im_end|>\n`, the message's 5, the assistant's priming 3).
+    fn turn(&self, index: u64, turn: u64) -> String {
+        let words = if turn == 0 { self.words } else { self.words.saturating_sub(TURN_TEMPLATE - FIRST_TEMPLATE) };
+        schedule::prompt(&self.run, index, words.max(1), self.seed)
+    }
+
     fn get(&self, index: u64) -> String {
         let own = schedule::prompt(&self.run, index, self.words, self.seed);
         match self.prefix {
@@ -183,6 +227,12 @@ impl Prompts {
         }
     }
 }
+
+/// Template tokens of a chat's first turn (one user message and the
+/// assistant's priming) and of each later turn (also the closing of the
+/// answer before it).
+pub const FIRST_TEMPLATE: u32 = 8;
+pub const TURN_TEMPLATE: u32 = 10;
 
 /// Words of prompt text per request (see [`schedule::content_tokens`]).
 pub fn content_words(cfg: &BenchConfig) -> Result<u32, String> {
@@ -269,6 +319,93 @@ async fn open_loop(client: &Arc<Client>, prompts: &Arc<Prompts>, at: &[u64], bas
     done
 }
 
+/// The turns of a multi-turn bench ([`Turns`]): conversation `c`'s turn
+/// `t` is request `c x turns + t`. An open loop starts conversation `c` at
+/// the schedule's `c`-th arrival; a closed loop's users each take the
+/// next conversation when theirs is over.
+async fn conversations(
+    client: &Arc<Client>,
+    prompts: &Arc<Prompts>,
+    cfg: &BenchConfig,
+    load: Load,
+    turns: Turns,
+    base: Instant,
+) -> Vec<Sent> {
+    let n = turns.conversations(cfg.requests);
+    let (requests, out) = (cfg.requests, cfg.output_tokens);
+    let run = move |c: Arc<Client>, p: Arc<Prompts>, conv: u64, due: Instant| async move {
+        conversation(&c, &p, conv, turns, requests, out, due).await
+    };
+    let mut tasks = Vec::new();
+    match load {
+        Load::Open { rate, burstiness } => {
+            for (conv, at) in schedule::open_schedule(rate, burstiness, n, cfg.seed).into_iter().enumerate() {
+                let due = base + Duration::from_nanos(at.as_nanos());
+                tokio::time::sleep_until(due).await;
+                tasks.push(tokio::spawn(run(Arc::clone(client), Arc::clone(prompts), conv as u64, due)));
+            }
+        }
+        Load::Closed { concurrency } => {
+            let next = Arc::new(AtomicU64::new(0));
+            for _ in 0..concurrency {
+                let (c, p, next) = (Arc::clone(client), Arc::clone(prompts), Arc::clone(&next));
+                tasks.push(tokio::spawn(async move {
+                    let mut mine = Vec::new();
+                    loop {
+                        let conv = next.fetch_add(1, Ordering::Relaxed);
+                        if conv >= n {
+                            break mine;
+                        }
+                        mine.extend(run(Arc::clone(&c), Arc::clone(&p), conv, Instant::now()).await);
+                    }
+                }));
+            }
+        }
+    }
+    let mut done = Vec::new();
+    for t in tasks {
+        done.extend(t.await.unwrap_or_default());
+    }
+    done
+}
+
+/// One conversation: its turns in order, each resending the messages so
+/// far; ends early at a failed turn.
+async fn conversation(
+    client: &Client,
+    prompts: &Prompts,
+    conv: u64,
+    turns: Turns,
+    requests: u64,
+    out: u32,
+    first_due: Instant,
+) -> Vec<Sent> {
+    let mut messages: Vec<(&str, String)> = Vec::new();
+    let mut sent = Vec::new();
+    for t in 0..u64::from(turns.turns) {
+        let index = conv * u64::from(turns.turns) + t;
+        if index >= requests {
+            break;
+        }
+        let due = if t == 0 {
+            first_due
+        } else {
+            tokio::time::sleep(Duration::from_secs_f64(turns.think_s)).await;
+            Instant::now()
+        };
+        messages.push(("user", prompts.turn(index, t)));
+        let view: Vec<(&str, &str)> = messages.iter().map(|(r, c)| (*r, c.as_str())).collect();
+        let ex = client.converse(&view, out).await;
+        let answer = ex.result.as_ref().ok().map(|r| r.text.clone().unwrap_or_default());
+        sent.push((index, due, ex));
+        match answer {
+            Some(text) => messages.push(("assistant", text)),
+            None => break,
+        }
+    }
+    sent
+}
+
 /// `users` loops, each sending its next request when the last is done.
 async fn closed_loop(client: &Arc<Client>, prompts: &Arc<Prompts>, requests: u64, users: u32, out: u32) -> Vec<Sent> {
     let next = Arc::new(AtomicU64::new(0));
@@ -299,13 +436,14 @@ async fn closed_loop(client: &Arc<Client>, prompts: &Arc<Prompts>, requests: u64
 
 fn measurement(index: u64, due: Instant, ex: Exchange, base: Instant, cfg: &BenchConfig) -> Measurement {
     let ns = |t: Instant| t.saturating_duration_since(base).as_nanos() as u64;
+    let sent_prompt = ex.counted.unwrap_or(cfg.sent_prompt_tokens());
     let (chunks_ns, prompt, output, cached_tokens, failure) = match ex.result {
         Ok(reply) => {
             let chunks: Vec<u64> = reply.chunks.iter().map(|&t| ns(t)).collect();
             let output = reply.completion_tokens.unwrap_or(chunks.len() as u32);
-            (chunks, reply.prompt_tokens.unwrap_or(cfg.sent_prompt_tokens()), output, reply.cached_tokens, None)
+            (chunks, reply.prompt_tokens.unwrap_or(sent_prompt), output, reply.cached_tokens, None)
         }
-        Err(f) => (Vec::new(), cfg.sent_prompt_tokens(), 0, None, Some(f)),
+        Err(f) => (Vec::new(), sent_prompt, 0, None, Some(f)),
     };
     Measurement {
         index,
@@ -316,6 +454,7 @@ fn measurement(index: u64, due: Instant, ex: Exchange, base: Instant, cfg: &Benc
         output_tokens: output,
         cached_tokens,
         failure,
+        session: None,
     }
 }
 

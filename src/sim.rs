@@ -16,7 +16,7 @@
 use std::fmt;
 
 use crate::config::{Scenario, limits};
-use crate::engine::prefix::hash::request_block_hashes;
+use crate::engine::prefix::hash::{request_block_hashes, request_shared_hashes};
 use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
 use crate::report::thousands;
@@ -247,9 +247,15 @@ where
             }
             let submitted = match hashing {
                 // Content hashes only matter, and are only made, with prefix caching.
-                true => match source.block_hashes() {
-                    Some(named) => engine.submit_with_hashes(req, named, tap),
-                    None => {
+                true => match (source.block_hashes(), source.own_from()) {
+                    (Some(named), _) => engine.submit_with_hashes(req, named, tap),
+                    // Blocks of the request's own content are not hashed:
+                    // nothing else can hit them (docs/prefix-caching.md, "Speed").
+                    (None, Some(own_from)) => {
+                        request_shared_hashes(&req, source.segments(), own_from, block_size, &mut hashes);
+                        engine.submit_with_content(req, &hashes, tap)
+                    }
+                    (None, None) => {
                         request_block_hashes(&req, source.segments(), block_size, &mut hashes);
                         engine.submit_with_hashes(req, &hashes, tap)
                     }
@@ -393,6 +399,9 @@ impl<S: Source> Source for Delayed<'_, S> {
     }
     fn block_hashes(&self) -> Option<&[u64]> {
         self.inner.block_hashes()
+    }
+    fn own_from(&self) -> Option<usize> {
+        self.inner.own_from()
     }
     fn session(&self) -> Option<u64> {
         self.inner.session()

@@ -81,6 +81,9 @@ pub struct Reply {
     /// `usage.prompt_tokens_details.cached_tokens` (a server with prefix
     /// caching reporting it).
     pub cached_tokens: Option<u32>,
+    /// The answer's text (`choices[0].delta.content` or `.text`), kept
+    /// only when asked for (a multi-turn bench resends it).
+    pub text: Option<String>,
 }
 
 /// What one request produced.
@@ -88,6 +91,9 @@ pub struct Reply {
 pub struct Exchange {
     pub sent: Instant,
     pub result: Result<Reply, Failure>,
+    /// The prompt's tokens by the built-in tokenizer, when the sender
+    /// counted them (a multi-turn bench: its prompts grow turn by turn).
+    pub counted: Option<u32>,
 }
 
 /// Which OpenAI endpoint is loaded.
@@ -119,24 +125,46 @@ impl Client {
     /// Streams one completion of `prompt`, pinned to `max_tokens`.
     pub async fn complete(&self, prompt: &str, max_tokens: u32) -> Exchange {
         let (path, body) = self.body(prompt, max_tokens);
+        self.send(path, body, Reply::default()).await
+    }
+
+    /// Streams one chat completion of a whole conversation (`(role,
+    /// content)` per message), pinned to `max_tokens`, keeping the answer's
+    /// text for the next turn.
+    pub async fn converse(&self, messages: &[(&str, &str)], max_tokens: u32) -> Exchange {
+        let counted = crate::content::tokenizer::count_chat(messages.iter().copied()) as u32;
+        let messages: Vec<Value> =
+            messages.iter().map(|(role, content)| serde_json::json!({"role": role, "content": content})).collect();
+        let mut body = self.common(max_tokens);
+        body["messages"] = Value::Array(messages);
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        let reply = Reply { text: Some(String::new()), ..Reply::default() };
+        Exchange { counted: Some(counted), ..self.send("/v1/chat/completions", body, reply).await }
+    }
+
+    async fn send(&self, path: &str, body: Vec<u8>, reply: Reply) -> Exchange {
         let url = format!("{}{path}", self.base);
         let sent = Instant::now();
-        let result = match tokio::time::timeout(self.timeout, self.stream(&url, body)).await {
+        let result = match tokio::time::timeout(self.timeout, self.stream(&url, body, reply)).await {
             Ok(r) => r,
             Err(_) => Err(Failure::Timeout),
         };
-        Exchange { sent, result }
+        Exchange { sent, result, counted: None }
     }
 
-    fn body(&self, prompt: &str, max_tokens: u32) -> (&'static str, Vec<u8>) {
-        let common = serde_json::json!({
+    fn common(&self, max_tokens: u32) -> Value {
+        serde_json::json!({
             "model": self.model,
             "max_tokens": max_tokens,
             "ignore_eos": true,
             "temperature": 0,
             "stream": true,
             "stream_options": {"include_usage": true},
-        });
+        })
+    }
+
+    fn body(&self, prompt: &str, max_tokens: u32) -> (&'static str, Vec<u8>) {
+        let common = self.common(max_tokens);
         let (path, extra) = match self.endpoint {
             Endpoint::Completions => ("/v1/completions", ("prompt", Value::String(prompt.to_string()))),
             Endpoint::Chat => {
@@ -148,7 +176,7 @@ impl Client {
         (path, serde_json::to_vec(&body).unwrap_or_default())
     }
 
-    async fn stream(&self, url: &str, body: Vec<u8>) -> Result<Reply, Failure> {
+    async fn stream(&self, url: &str, body: Vec<u8>, mut reply: Reply) -> Result<Reply, Failure> {
         let request = self.http.post(url).header("content-type", "application/json").body(body);
         let mut resp = request.send().await.map_err(transport)?;
         let status = resp.status();
@@ -157,7 +185,6 @@ impl Client {
             return Err(Failure::Http { status: status.as_u16(), body: excerpt(&text) });
         }
         let mut lines = SseLines::default();
-        let mut reply = Reply::default();
         let cut = |e: reqwest::Error| match transport(e) {
             Failure::Stream(m) => Failure::Cut(m),
             other => other,
@@ -298,6 +325,11 @@ pub fn event(payload: &str, reply: &mut Reply) -> Result<Step, Failure> {
         reply.cached_tokens = cached.map(|x| x as u32).or(reply.cached_tokens);
     }
     let choice = v.get("choices").and_then(Value::as_array).and_then(|c| c.first());
+    if let (Some(kept), Some(c)) = (reply.text.as_mut(), choice) {
+        for p in ["/text", "/delta/content"] {
+            kept.push_str(c.pointer(p).and_then(Value::as_str).unwrap_or_default());
+        }
+    }
     let text = |c: &Value| -> bool {
         let s = |p: &str| c.pointer(p).and_then(Value::as_str).is_some_and(|t| !t.is_empty());
         s("/text") || s("/delta/content") || s("/delta/reasoning_content") || s("/delta/reasoning")

@@ -22,6 +22,7 @@
 //! `start_times`), `from_scheduled` (TTFT and E2E stats measured from the
 //! scheduled arrival, which includes client lateness: coordinated
 //! omission), `failures` (counts by kind), `client_health`,
+//! `sessions` (with `--turns`: each request's conversation),
 //! `server_summary` (the server's `/metrics/summary`, verbatim) and
 //! `warnings` (what `llmsim diff` treats as the measurement flagging
 //! itself).
@@ -87,6 +88,10 @@ pub struct BenchJson {
     /// `usage.prompt_tokens_details.cached_tokens`: its totals.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llmsim_prefix_cache: Option<PrefixCache>,
+    /// With `--turns`: each request's conversation, in the order of the
+    /// arrays (turn `index mod turns` of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llmsim_sessions: Option<Vec<u64>>,
     pub llmsim_server_summary: Option<Value>,
     pub llmsim_warnings: Vec<String>,
 }
@@ -229,6 +234,7 @@ pub fn to_json(run: &BenchRun, date: String) -> BenchJson {
         llmsim_failures_by_kind: by_kind,
         llmsim_client_health: run.health.clone(),
         llmsim_prefix_cache: prefix_cache(run),
+        llmsim_sessions: cfg.turns.map(|_| run.records.iter().map(|r| r.session.unwrap_or(0)).collect()),
         llmsim_server_summary: server_summary.clone(),
         llmsim_warnings: warnings(&run.health, server_summary.as_ref().map(|s| for_model(s, &cfg.model))),
     }
@@ -304,6 +310,7 @@ mod tests {
             output_tokens,
             cached_tokens: None,
             failure: None,
+            session: None,
         }
     }
 
@@ -321,6 +328,7 @@ mod tests {
             endpoint: Endpoint::Completions,
             label: None,
             shared_prefix: None,
+            turns: None,
         };
         BenchRun {
             config,

@@ -32,6 +32,23 @@ pub fn render(run: &BenchRun, j: &BenchJson) -> String {
     if let Some((groups, tokens)) = c.shared_prefix {
         let _ = writeln!(out, "           each prompt starts with one of {groups} shared prefixes of {tokens} tokens");
     }
+    if let Some(t) = c.turns {
+        let sent = run.records.len() as u64;
+        let _ = writeln!(
+            out,
+            "           {} conversations of {} turns, {} s think time: each turn resends the conversation and adds {} \
+             tokens{}",
+            t.conversations(c.requests),
+            t.turns,
+            t.think_s,
+            c.prompt_tokens,
+            if sent < c.requests {
+                format!("; {} turns not sent (an earlier turn of their conversation failed)", c.requests - sent)
+            } else {
+                String::new()
+            }
+        );
+    }
     let f = |k: &str| j.llmsim_failures.get(k).copied().unwrap_or(0);
     let _ = writeln!(
         out,

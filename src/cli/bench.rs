@@ -77,6 +77,16 @@ pub struct BenchArgs {
     /// --prompt-tokens of its own: a server with prefix caching finds them.
     #[arg(long, value_name = "GROUPS:TOKENS")]
     pub shared_prefix: Option<String>,
+    /// Multi-turn conversations of N turns (on the chat endpoint): each
+    /// turn resends the conversation so far, answers included, plus
+    /// --prompt-tokens new ones; --rate starts conversations, --requests
+    /// counts turns (at most 10000).
+    #[arg(long, value_name = "N")]
+    pub turns: Option<u32>,
+    /// Seconds between a turn's last token and the next turn (with --turns;
+    /// at most 86400).
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS", requires = "turns")]
+    pub think_time: f64,
     /// Write the result JSON (vllm bench serve's schema + llmsim_* keys).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -121,6 +131,10 @@ pub mod limits {
     pub const BURSTINESS: (f64, f64) = (0.01, 1000.0);
     /// `--timeout`, seconds (one day).
     pub const TIMEOUT_S: f64 = 86_400.0;
+    /// `--turns`: a conversation's prompt grows with every turn.
+    pub const TURNS: u32 = 10_000;
+    /// `--think-time`, seconds (one day).
+    pub const THINK_S: f64 = 86_400.0;
 }
 
 /// A number for a message: plain when it is of ordinary size, else in
@@ -210,9 +224,46 @@ pub fn config(a: &BenchArgs) -> Result<BenchConfig, CliError> {
         },
         label: a.label.clone(),
         shared_prefix: a.shared_prefix.as_deref().map(shared_prefix).transpose().map_err(CliError::Usage)?,
+        turns: turns(a)?,
     };
     bench::content_words(&cfg).map_err(CliError::Usage)?;
     Ok(cfg)
+}
+
+/// `--turns N --think-time S`: on the chat endpoint, without
+/// `--shared-prefix`, with room for a later turn's template.
+fn turns(a: &BenchArgs) -> Result<Option<bench::Turns>, CliError> {
+    let usage = |m: String| Err(CliError::Usage(m));
+    let Some(n) = a.turns else { return Ok(None) };
+    if n == 0 || n > limits::TURNS {
+        return usage(format!("--turns {n} is not allowed: must be in [1, {}]", limits::TURNS));
+    }
+    if !(a.think_time.is_finite() && (0.0..=limits::THINK_S).contains(&a.think_time)) {
+        return usage(format!(
+            "--think-time {} is not allowed: must be a number of seconds in [0, {}]",
+            short(a.think_time),
+            limits::THINK_S
+        ));
+    }
+    if a.endpoint != EndpointArg::Chat {
+        return usage(format!(
+            "--turns {n} needs --endpoint chat: a conversation resends its answers as the assistant's messages              (on the completions endpoint a resent answer's text need not split into the same tokens where it              meets the prompt, so the server's prefix cache would not see the history the planner predicts)"
+        ));
+    }
+    if a.shared_prefix.is_some() {
+        return usage(format!(
+            "--turns {n} with --shared-prefix is not supported: give one or the other (a scenario may combine              workload.sessions and workload.shared_prefix)"
+        ));
+    }
+    let least = bench::TURN_TEMPLATE + 1;
+    if a.prompt_tokens < least {
+        return usage(format!(
+            "--prompt-tokens {} is too small with --turns: a later turn spends {} of its tokens on the chat              template (the answer's closing, the new user message's framing, the assistant's priming), so give at              least {least}",
+            a.prompt_tokens,
+            bench::TURN_TEMPLATE
+        ));
+    }
+    Ok(Some(bench::Turns { turns: n, think_s: a.think_time }))
 }
 
 /// `--shared-prefix GROUPS:TOKENS`, each a whole number >= 1, the prompt
@@ -257,6 +308,25 @@ fn prefix_content(run: &bench::BenchRun, (groups, tokens): (u32, u32)) -> Vec<tr
         .collect()
 }
 
+/// The trace rows of a multi-turn bench, in the order the turns were
+/// sent: each at its send time, with the prompt and output tokens the
+/// server reported (a failed turn: the tokens it asked for) and its
+/// conversation as `session_id` (`c<conversation>`), so `llmsim run`
+/// replays each turn as continuing the one before.
+fn session_rows(run: &bench::BenchRun) -> (Vec<TraceRow>, Vec<trace::RowContent>) {
+    let mut sent: Vec<&bench::Measurement> = run.records.iter().collect();
+    sent.sort_by_key(|r| (r.sent_ns, r.index));
+    sent.into_iter()
+        .map(|r| {
+            let output = if r.ok() { r.output_tokens.max(1) } else { run.config.output_tokens };
+            let row = TraceRow { arrival: SimTime::from_nanos(r.sent_ns), prompt: r.prompt_tokens, output };
+            let content =
+                trace::RowContent { session: r.session.map(|s| format!("c{s}")), ..trace::RowContent::default() };
+            (row, content)
+        })
+        .unzip()
+}
+
 pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     let cfg = config(&a)?;
     let run = bench::run(&cfg).map_err(CliError::Failure)?;
@@ -264,7 +334,12 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     if let Some(path) = &a.json {
         write_output(path, crate::report::to_json(&json).as_bytes())?;
     }
-    if let Some(path) = &a.trace {
+    if let (Some(path), Some(_)) = (&a.trace, cfg.turns) {
+        let (rows, content) = session_rows(&run);
+        let mut bytes = Vec::new();
+        trace::write_with_content(&mut bytes, &rows, Some(&content)).map_err(|e| csv_failure(path, e))?;
+        write_output(path, &bytes)?;
+    } else if let Some(path) = &a.trace {
         let rows: Vec<TraceRow> = run
             .schedule_ns
             .iter()

@@ -266,6 +266,32 @@ impl Engine {
         hashes: &[u64],
         obs: &mut O,
     ) -> Result<(), RejectReason> {
+        self.submit_content(req, hashes, false, obs)
+    }
+
+    /// [`Engine::submit_with_hashes`] with only the hashes of the blocks
+    /// another request may share: the request's full blocks past them, up
+    /// to `floor((P+N-1)/block_size)`, are its own content (no other
+    /// request has it, as when they hold its unique prompt tokens or its
+    /// answer and no later turn resends them). Those are cached, hit after
+    /// a preemption and evicted exactly as if each had a hash of its own,
+    /// without being hashed or indexed (docs/prefix-caching.md, "Speed").
+    pub fn submit_with_content<O: Observer>(
+        &mut self,
+        req: Request,
+        shared: &[u64],
+        obs: &mut O,
+    ) -> Result<(), RejectReason> {
+        self.submit_content(req, shared, true, obs)
+    }
+
+    fn submit_content<O: Observer>(
+        &mut self,
+        req: Request,
+        hashes: &[u64],
+        own_tail: bool,
+        obs: &mut O,
+    ) -> Result<(), RejectReason> {
         debug_assert!(req.arrival >= self.last_arrival, "arrivals went backwards");
         debug_assert!(req.prompt >= 1 && req.output >= 1, "empty prompt or output");
         self.last_arrival = req.arrival;
@@ -287,7 +313,14 @@ impl Engine {
             }
         };
         if let Kv::Prefix(p) = &mut self.kv {
-            p.set_content(slot, hashes);
+            let own = match own_tail {
+                // `total >= 2` here: the prompt and the output are at least one token each.
+                true => {
+                    ((total - 1) / u64::from(self.cfg.capacity.block_size.max(1))).saturating_sub(hashes.len() as u64)
+                }
+                false => 0,
+            };
+            p.set_content_own(slot, hashes, own as u32);
         }
         self.by_id.insert(req.id, slot);
         self.pending.push_back(slot);

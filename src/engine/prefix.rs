@@ -38,6 +38,11 @@ use index::{HashIndex, Holders};
 /// No block.
 const NIL: u32 = u32::MAX;
 
+/// The tag of a slot's next content: the same slot, the next generation.
+fn next_tag(tag: u64) -> u64 {
+    (tag & !0xffff_ffff) | (tag.wrapping_add(1) & 0xffff_ffff)
+}
+
 /// What a lookup found: the length of the hit run and how many of its
 /// blocks sit in the free queue (count 0).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -49,9 +54,14 @@ pub struct Lookup {
 #[derive(Clone, Debug)]
 struct Block {
     refs: u32,
-    /// Its content hash; meaningful only while `cached`.
+    /// Its content hash; meaningful only while `cached`. For a block of a
+    /// request's own content (`own_pos != NIL`): the [`SlotState::tag`] of
+    /// the content it was registered under.
     hash: u64,
     cached: bool,
+    /// For a block holding a request's own content: its position among
+    /// that request's own blocks; `NIL` for a block in the hash index.
+    own_pos: u32,
     /// Free-queue neighbours (while `refs == 0`).
     prev: u32,
     next: u32,
@@ -62,7 +72,7 @@ struct Block {
 
 impl Block {
     fn fresh() -> Block {
-        Block { refs: 0, hash: 0, cached: false, prev: NIL, next: NIL, same_prev: NIL, same_next: NIL }
+        Block { refs: 0, hash: 0, cached: false, own_pos: NIL, prev: NIL, next: NIL, same_prev: NIL, same_next: NIL }
     }
 }
 
@@ -71,8 +81,21 @@ impl Block {
 struct SlotState {
     /// Its blocks, by position.
     table: Vec<u32>,
-    /// Its content: hashes of its full blocks, prompt then answer.
+    /// Its content: hashes of its leading full blocks, prompt then answer,
+    /// those another request may share.
     hashes: Vec<u64>,
+    /// Full blocks after `hashes` whose content is the request's own:
+    /// unique (their hashes chain content no other request has), so they
+    /// are never hashed nor put in the index; only this request can hit
+    /// them again, after a preemption. Each position lists the blocks
+    /// holding it, earliest-registered first (several after a preemption
+    /// whose hit run broke before a position still cached).
+    own: Vec<Holders>,
+    /// Names the current content of the slot: `slot << 32 | generation`,
+    /// the generation counting the contents the slot has held. An own
+    /// block whose `hash` is not its slot's tag is an orphan: its request
+    /// has left, nothing can ever hit it, and it only waits for eviction.
+    tag: u64,
     /// Leading blocks of `table` that hold their hash.
     registered: u32,
 }
@@ -156,14 +179,29 @@ impl PrefixPool {
     /// prompt then answer), copied into the slot's own buffer (reused from
     /// request to request). Its slot holds no blocks.
     pub fn set_content(&mut self, slot: u32, hashes: &[u64]) {
+        self.set_content_own(slot, hashes, 0);
+    }
+
+    /// [`PrefixPool::set_content`] for content whose first `hashes.len()`
+    /// full blocks may be shared and whose next `own` full blocks are the
+    /// request's own (docs/prefix-caching.md, "Speed"): those are
+    /// registered, counted as cached and evicted like any other, but
+    /// without a hash or an index entry; only this request finds them
+    /// again. The same hits, registrations and evictions as giving every
+    /// block a hash no other request has.
+    pub fn set_content_own(&mut self, slot: u32, hashes: &[u64], own: u32) {
         let i = slot as usize;
-        if i >= self.slots.len() {
-            self.slots.resize_with(i + 1, SlotState::default);
+        while self.slots.len() <= i {
+            let tag = (self.slots.len() as u64) << 32;
+            self.slots.push(SlotState { tag, ..SlotState::default() });
         }
         let s = &mut self.slots[i];
         debug_assert!(s.table.is_empty(), "content set on a slot that holds blocks");
+        s.tag = next_tag(s.tag);
         s.hashes.clear();
         s.hashes.extend_from_slice(hashes);
+        s.own.clear();
+        s.own.resize(own as usize, Holders { first: NIL, last: NIL });
         s.registered = 0;
     }
 
@@ -179,6 +217,19 @@ impl PrefixPool {
             let b = holders.first;
             free_blocks += u32::from(self.blocks[b as usize].refs == 0);
             self.hits.push(b);
+        }
+        // Its own blocks, only if every shared one hit (a preempted
+        // request coming back finds what is left of its own).
+        if self.hits.len() == s.hashes.len() {
+            let own = max.saturating_sub(s.hashes.len()).min(s.own.len());
+            for holders in &s.own[..own] {
+                let b = holders.first;
+                if b == NIL {
+                    break;
+                }
+                free_blocks += u32::from(self.blocks[b as usize].refs == 0);
+                self.hits.push(b);
+            }
         }
         Lookup { blocks: self.hits.len() as u32, free_blocks }
     }
@@ -227,26 +278,44 @@ impl PrefixPool {
     /// engine can skip the call on most decode steps).
     pub fn register(&mut self, slot: u32, tokens: u32) -> u64 {
         let s = &mut self.slots[slot as usize];
-        let full = ((tokens / self.block_size) as usize).min(s.hashes.len()).min(s.table.len());
+        let known = s.hashes.len() + s.own.len();
+        let full = ((tokens / self.block_size) as usize).min(known).min(s.table.len());
         for i in s.registered as usize..full {
-            let (b, h) = (s.table[i], s.hashes[i]);
+            let b = s.table[i];
             let block = &mut self.blocks[b as usize];
             debug_assert!(!block.cached, "registering a block that holds a hash");
-            block.hash = h;
             block.cached = true;
             self.registered_at[b as usize] = self.registrations;
             self.registrations += 1;
             self.cached += 1;
-            let (holders, inserted) = self.cache.get_or_insert(h, Holders { first: b, last: b });
-            if !inserted {
-                let last = std::mem::replace(&mut holders.last, b);
-                self.blocks[last as usize].same_next = b;
-                self.blocks[b as usize].same_prev = last;
-            }
+            let holders = match s.hashes.get(i) {
+                Some(&h) => {
+                    block.hash = h;
+                    let (holders, inserted) = self.cache.get_or_insert(h, Holders { first: b, last: b });
+                    if inserted {
+                        continue;
+                    }
+                    holders
+                }
+                None => {
+                    let pos = i - s.hashes.len();
+                    block.hash = s.tag;
+                    block.own_pos = pos as u32;
+                    let holders = &mut s.own[pos];
+                    if holders.first == NIL {
+                        *holders = Holders { first: b, last: b };
+                        continue;
+                    }
+                    holders
+                }
+            };
+            let last = std::mem::replace(&mut holders.last, b);
+            self.blocks[last as usize].same_next = b;
+            self.blocks[b as usize].same_prev = last;
         }
 
         s.registered = s.registered.max(full as u32);
-        match (s.registered as usize) < s.hashes.len() {
+        match (s.registered as usize) < known {
             true => (u64::from(s.registered) + 1) * u64::from(self.block_size),
             false => u64::MAX,
         }
@@ -271,11 +340,15 @@ impl PrefixPool {
         self.slots[slot as usize].table = table;
     }
 
-    /// Drops request `slot`'s content (it finished or left).
+    /// Drops request `slot`'s content (it finished or left). Its own
+    /// blocks still cached become orphans: counted until evicted, found by
+    /// no one.
     pub fn forget(&mut self, slot: u32) {
         if let Some(s) = self.slots.get_mut(slot as usize) {
             debug_assert!(s.table.is_empty(), "forgetting a request that holds blocks");
             s.hashes.clear();
+            s.own.clear();
+            s.tag = next_tag(s.tag);
             s.registered = 0;
         }
     }
@@ -327,7 +400,11 @@ impl PrefixPool {
 
     /// Removes block `b` from the blocks holding its hash.
     fn evict(&mut self, b: u32) {
-        let Block { hash, same_prev, same_next, .. } = self.blocks[b as usize];
+        let Block { hash, own_pos, same_prev, same_next, .. } = self.blocks[b as usize];
+        if own_pos != NIL {
+            self.evict_own(b);
+            return;
+        }
         if same_prev != NIL {
             self.blocks[same_prev as usize].same_next = same_next;
         }
@@ -358,6 +435,37 @@ impl PrefixPool {
         self.evictions += 1;
     }
 
+    /// [`PrefixPool::evict`] for a block of a request's own content: out of
+    /// its request's list if the request is still there, else an orphan
+    /// (its list is gone with its request, and nothing links to it that
+    /// is ever followed again).
+    fn evict_own(&mut self, b: u32) {
+        let Block { hash: tag, own_pos, same_prev, same_next, .. } = self.blocks[b as usize];
+        let slot = (tag >> 32) as usize;
+        if self.slots.get(slot).is_some_and(|s| s.tag == tag) {
+            if same_prev != NIL {
+                self.blocks[same_prev as usize].same_next = same_next;
+            }
+            if same_next != NIL {
+                self.blocks[same_next as usize].same_prev = same_prev;
+            }
+            let holders = &mut self.slots[slot].own[own_pos as usize];
+            if same_prev == NIL {
+                holders.first = same_next;
+            }
+            if same_next == NIL {
+                holders.last = same_prev;
+            }
+        }
+        let block = &mut self.blocks[b as usize];
+        block.cached = false;
+        block.own_pos = NIL;
+        block.same_prev = NIL;
+        block.same_next = NIL;
+        self.cached -= 1;
+        self.evictions += 1;
+    }
+
     /// Checks the pool against itself: reference counts equal the tables
     /// holding each block; the free queue holds exactly the blocks with
     /// count 0; in use + free = total; every cached hash maps to the blocks
@@ -379,7 +487,11 @@ impl PrefixPool {
                     return Err(format!("slot {slot} holds block {b}, which was never allocated"));
                 };
                 refs[b as usize] += 1;
-                if i < s.registered as usize && (!block.cached || Some(&block.hash) != s.hashes.get(i)) {
+                let holds = match s.hashes.get(i) {
+                    Some(h) => block.hash == *h && block.own_pos == NIL,
+                    None => block.hash == s.tag && block.own_pos as usize == i - s.hashes.len(),
+                };
+                if i < s.registered as usize && !(block.cached && holds) {
                     return Err(format!("slot {slot}: block {b} at position {i} does not hold the request's hash"));
                 }
             }
@@ -418,7 +530,7 @@ impl PrefixPool {
             let (mut cur, mut prev, mut order) = (holders.first, NIL, None);
             while cur != NIL {
                 let block = self.blocks.get(cur as usize).ok_or("a hash maps to a missing block")?;
-                if !block.cached || block.hash != h || block.same_prev != prev {
+                if !block.cached || block.hash != h || block.own_pos != NIL || block.same_prev != prev {
                     return Err(format!("hash {h:016x} lists block {cur}, which does not hold it"));
                 }
                 let at = self.registered_at[cur as usize];
@@ -434,6 +546,34 @@ impl PrefixPool {
                 return Err(format!("hash {h:016x}: the list does not end at its last block"));
             }
         }
+        // Own blocks: each live request's lists, then the orphans.
+        for (slot, s) in self.slots.iter().enumerate() {
+            for (pos, holders) in s.own.iter().enumerate() {
+                let (mut cur, mut prev, mut order) = (holders.first, NIL, None);
+                while cur != NIL {
+                    let block = self.blocks.get(cur as usize).ok_or("an own list holds a missing block")?;
+                    if !block.cached || block.hash != s.tag || block.own_pos as usize != pos || block.same_prev != prev
+                    {
+                        return Err(format!(
+                            "slot {slot}: own position {pos} lists block {cur}, which does not hold it"
+                        ));
+                    }
+                    let at = self.registered_at[cur as usize];
+                    if order.is_some_and(|o| o >= at) {
+                        return Err(format!("slot {slot}: own position {pos} is out of registration order"));
+                    }
+                    order = Some(at);
+                    in_lists += 1;
+                    prev = cur;
+                    cur = block.same_next;
+                }
+                if prev != holders.last {
+                    return Err(format!("slot {slot}: own position {pos}'s list does not end at its last block"));
+                }
+            }
+        }
+        let live = |b: &Block| self.slots.get((b.hash >> 32) as usize).is_some_and(|s| s.tag == b.hash);
+        in_lists += self.blocks.iter().filter(|b| b.cached && b.own_pos != NIL && !live(b)).count() as u32;
         let entries = self.cache.iter().count();
         if entries != self.cache.len() || (entries == 0) != self.cache.is_empty() {
             return Err(format!("the hash index counts {} entries but holds {entries}", self.cache.len()));

@@ -41,6 +41,11 @@ pub(super) struct Scratch {
     crossings: Vec<u32>,
     /// Per running request: the free token slots in its last block.
     room: Vec<u32>,
+    /// With prefix caching: indices into the running set grouped by
+    /// `room` (running order within a group), group `r` at
+    /// `order[start[r]..start[r + 1]]`.
+    order: Vec<u32>,
+    start: Vec<u32>,
 }
 
 impl Engine {
@@ -49,8 +54,16 @@ impl Engine {
     /// `before` (the next arrival: it could be admitted) and ends by
     /// `max_end`. Returns how many steps ran; 0 when the engine is not in a
     /// decode stretch (something waits or is pending, a request is in
-    /// prefill or would finish in the next step, its block would not fit,
-    /// or prefix caching is on), and then [`Engine::step`] must run.
+    /// prefill or would finish in the next step, or its block would not
+    /// fit), and then [`Engine::step`] must run.
+    ///
+    /// With prefix caching, each step of the stretch takes the blocks its
+    /// crossings need from the free queue (evicting as a step does) and
+    /// registers the blocks it fills, touching only the requests that
+    /// cross or fill a block in that step: the same blocks, hashes,
+    /// evictions and cached counts as step by step (a step's allocations
+    /// and registrations commute: allocation only takes free blocks,
+    /// registration only names blocks in use).
     ///
     /// Each request stops one step short of its last token, so a finish
     /// always goes through [`Engine::step`].
@@ -64,7 +77,6 @@ impl Engine {
         if max_steps == 0 || self.running.is_empty() || !self.waiting.is_empty() || !self.pending.is_empty() {
             return 0;
         }
-        let Kv::Count(kv) = &self.kv else { return 0 };
         let b = self.running.len() as u64;
         if b > u64::from(self.cfg.max_batch_tokens) {
             return 0;
@@ -95,8 +107,25 @@ impl Engine {
         if k == 0 {
             return 0;
         }
+        let prefix = matches!(self.kv, Kv::Prefix(_));
+        if prefix {
+            // Group the running requests by room, each group in running order.
+            let bs = bs as usize;
+            scratch.start.clear();
+            scratch.start.resize(bs + 1, 0);
+            for r in 0..bs {
+                scratch.start[r + 1] = scratch.start[r] + scratch.crossings[r];
+            }
+            scratch.order.clear();
+            scratch.order.resize(self.running.len(), 0);
+            let mut next = scratch.start.clone();
+            for (i, &room) in scratch.room.iter().enumerate() {
+                scratch.order[next[room as usize] as usize] = i as u32;
+                next[room as usize] += 1;
+            }
+        }
         let detailed = self.cfg.cost.deployment.is_some();
-        let (mut free, mut used) = (kv.free(), kv.used());
+        let (mut free, mut used) = (self.kv.free(), self.kv.used());
         let mut clock = self.clock;
         scratch.steps.clear();
         for j in 1..=k {
@@ -121,6 +150,30 @@ impl Engine {
             }
             free -= new;
             used += new;
+            let (mut cached_blocks, mut evictions) = (0, 0);
+            if let Kv::Prefix(p) = &mut self.kv {
+                let before = p.evictions();
+                let bs64 = u64::from(bs);
+                // Requests with room r cross into a new block in steps
+                // j = r + 1 (mod bs), and fill their last one in steps j = r.
+                let crossing = ((j - 1) % bs64) as usize;
+                let (lo, hi) = (scratch.start[crossing] as usize, scratch.start[crossing + 1] as usize);
+                for &i in &scratch.order[lo..hi] {
+                    p.allocate(self.running[i as usize], 1);
+                }
+                let filling = (j % bs64) as usize;
+                let (lo, hi) = (scratch.start[filling] as usize, scratch.start[filling + 1] as usize);
+                for &i in &scratch.order[lo..hi] {
+                    let slot = self.running[i as usize];
+                    let seq = &mut self.slots[slot as usize];
+                    let tokens = scratch.requests[i as usize].1 + j as u32;
+                    if u64::from(tokens) >= seq.register_at {
+                        seq.register_at = p.register(slot, tokens);
+                    }
+                }
+                cached_blocks = p.cached_blocks();
+                evictions = (p.evictions() - before) as u32;
+            }
             scratch.steps.push(StepRecord {
                 index: self.steps + j - 1,
                 start: clock,
@@ -135,8 +188,8 @@ impl Engine {
                 preempted: 0,
                 compute_s: cost.compute_s,
                 memory_s: cost.memory_s,
-                cached_blocks: 0,
-                evictions: 0,
+                cached_blocks,
+                evictions,
             });
             clock = end;
         }

@@ -113,6 +113,11 @@ impl Source for Prefixed {
         &self.current
     }
 
+    fn own_from(&self) -> Option<usize> {
+        // The system prompt, then the request's unique tokens.
+        Some(1)
+    }
+
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner.done(id, at);
     }
@@ -176,6 +181,10 @@ pub struct SessionSource {
     /// The conversation of every request issued.
     conversation_of: Vec<u32>,
     current: Vec<Segment>,
+    /// Whether the request issued last is the last turn of its
+    /// conversation: no later turn resends it, so its new tokens and its
+    /// answer are its own.
+    last_turn: bool,
     /// (group, session) of every request issued, for `llmsim trace`.
     log: Vec<(Option<u32>, u64)>,
     sessions: u64,
@@ -201,6 +210,7 @@ impl SessionSource {
             free: Vec::new(),
             conversation_of: Vec::new(),
             current: Vec::new(),
+            last_turn: false,
             log: Vec::new(),
             sessions: 0,
         };
@@ -310,6 +320,7 @@ impl Source for SessionSource {
         c.turns_left = c.turns_left.saturating_sub(1);
         let prompt: u64 = c.history.iter().map(|s| u64::from(s.len)).sum();
         self.current.clone_from(&c.history);
+        self.last_turn = c.turns_left == 0;
         self.log.push((c.group, c.session));
         self.conversation_of.push(conv);
         self.issued += 1;
@@ -319,6 +330,11 @@ impl Source for SessionSource {
 
     fn segments(&self) -> &[Segment] {
         &self.current
+    }
+
+    fn own_from(&self) -> Option<usize> {
+        // A later turn resends the whole history and answer.
+        self.last_turn.then(|| self.current.len() - 1)
     }
 
     fn session(&self) -> Option<u64> {
@@ -349,11 +365,29 @@ pub struct TraceSegments {
     chain: Vec<usize>,
     /// The current row's block hashes, when it has `block_ids`.
     hashes: Option<Vec<u64>>,
+    /// Rows a later row continues (its `session_id`).
+    continued: Vec<bool>,
+    /// Where the current row's own content starts ([`Source::own_from`]).
+    own: Option<usize>,
 }
 
 impl TraceSegments {
     pub fn new(content: Arc<TraceContent>) -> TraceSegments {
-        TraceSegments { content, current: Vec::new(), chain: Vec::new(), hashes: None }
+        let mut continued = vec![false; content.rows.len()];
+        for p in content.rows.iter().filter_map(|r| r.parent) {
+            if let Some(c) = continued.get_mut(p as usize) {
+                *c = true;
+            }
+        }
+        TraceSegments { content, current: Vec::new(), chain: Vec::new(), hashes: None, continued, own: None }
+    }
+
+    /// Where the current row's own content starts: its unique tokens (after
+    /// a named prefix, or after the history it continues) and its answer,
+    /// or its answer alone after `hash_ids`; `None` when a later row
+    /// continues it (or it names its blocks).
+    pub fn own_from(&self) -> Option<usize> {
+        self.own
     }
 
     pub fn rows(&self) -> &[RowContent] {
@@ -394,6 +428,7 @@ impl TraceSegments {
             self.chain.push(r);
             at = content.get(r).and_then(|c| c.parent).map(|p| p as usize);
         }
+        self.own = None;
         let Some(&root) = self.chain.last() else { return };
         let prompt = rows[root].prompt;
         let own = &content[root];
@@ -403,17 +438,24 @@ impl TraceSegments {
                 let len = (u64::from(prompt) - start.min(u64::from(prompt))).min(u64::from(bs)) as u32;
                 self.current.push(Segment::new(hash_id_key(id), len));
             }
+            self.own = Some(self.current.len());
         } else if let Some(p) = &own.prefix {
             self.current.push(Segment::new(named_key(&p.id), p.tokens));
             self.current.push(Segment::new(prompt_key(root as u64), prompt - p.tokens));
+            self.own = Some(1);
         } else {
             self.current.push(Segment::new(prompt_key(root as u64), prompt));
+            self.own = Some(0);
         }
         for pair in self.chain.windows(2).rev() {
             let (row, prev) = (pair[0], pair[1]);
             let (r, p) = (rows[row], rows[prev]);
             self.current.push(Segment::new(generated_key(prev as u64), p.output));
             self.current.push(Segment::new(prompt_key(row as u64), r.prompt - p.prompt - p.output));
+            self.own = Some(self.current.len() - 1);
+        }
+        if self.hashes.is_some() || self.continued.get(i).copied().unwrap_or(true) {
+            self.own = None;
         }
     }
 }

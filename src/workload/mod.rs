@@ -37,6 +37,15 @@ pub trait Source {
     fn segments(&self) -> &[Segment] {
         &[]
     }
+    /// Where the content of the request `pop` returned last becomes its own:
+    /// the index in [`Source::segments`] (its length: only the answer) from
+    /// which every token is unique to the request and no later request
+    /// repeats it (no later turn resends it). `None`: any of it may be
+    /// shared. The driver then hashes only the blocks before it
+    /// (docs/prefix-caching.md, "Speed"); results are the same either way.
+    fn own_from(&self) -> Option<usize> {
+        None
+    }
     /// The block hashes of the request `pop` returned last, when its source
     /// names its blocks (a recorded trace's `block_ids`): they replace the
     /// hashes of its segments.
@@ -157,6 +166,9 @@ impl Source for AnySource {
     }
     fn block_hashes(&self) -> Option<&[u64]> {
         self.inner().block_hashes()
+    }
+    fn own_from(&self) -> Option<usize> {
+        self.inner().own_from()
     }
     fn session(&self) -> Option<u64> {
         self.inner().session()
@@ -283,6 +295,11 @@ impl Source for OpenLoop {
         self.next_at = arrival.plus_nanos(self.gap_nanos());
         Some(req)
     }
+
+    fn own_from(&self) -> Option<usize> {
+        // Every prompt is unique.
+        Some(0)
+    }
 }
 
 /// Closed loop: `concurrency` users start at t = 0; each sends its next
@@ -327,6 +344,11 @@ impl ClosedLoop {
 }
 
 impl Source for ClosedLoop {
+    fn own_from(&self) -> Option<usize> {
+        // Every prompt is unique.
+        Some(0)
+    }
+
     fn peek(&self) -> Option<SimTime> {
         let Reverse((at, _)) = self.ready.peek()?;
         self.limit.allows(self.issued, *at).then_some(*at)
@@ -406,6 +428,13 @@ impl Source for TraceSource {
     }
     fn block_hashes(&self) -> Option<&[u64]> {
         self.content.as_ref().and_then(TraceSegments::block_hashes)
+    }
+    fn own_from(&self) -> Option<usize> {
+        match &self.content {
+            Some(c) => c.own_from(),
+            // A plain row's prompt and answer are its own.
+            None => Some(0),
+        }
     }
 
     fn session(&self) -> Option<u64> {

@@ -54,6 +54,10 @@ impl Source for Recording {
     fn segments(&self) -> &[Segment] {
         self.inner.segments()
     }
+    fn own_from(&self) -> Option<usize> {
+        // The engine takes the own-content path; the model does not care.
+        self.inner.own_from()
+    }
     fn done(&mut self, id: RequestId, at: SimTime) {
         self.inner.done(id, at);
     }
@@ -683,4 +687,156 @@ workload:
         assert_eq!(r.cached_tokens, Some(want), "request {id}");
     }
     assert!(continued >= 70, "{continued}");
+}
+
+// ---- the own-content path against hashing every block ----
+
+/// Forwards a source but says none of its content is a request's own, so
+/// the driver hashes and indexes every block (the path before own content).
+struct HashEverything(AnySource);
+
+impl Source for HashEverything {
+    fn peek(&self) -> Option<SimTime> {
+        self.0.peek()
+    }
+    fn pop(&mut self) -> Option<Request> {
+        self.0.pop()
+    }
+    fn segments(&self) -> &[Segment] {
+        self.0.segments()
+    }
+    fn block_hashes(&self) -> Option<&[u64]> {
+        self.0.block_hashes()
+    }
+    fn session(&self) -> Option<u64> {
+        self.0.session()
+    }
+    fn done(&mut self, id: RequestId, at: SimTime) {
+        self.0.done(id, at);
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime) {
+        self.0.rejected(id, at);
+    }
+}
+
+/// Every event, as text, in order.
+#[derive(Default)]
+struct EventLog(Vec<String>);
+
+impl Observer for EventLog {
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
+        self.0.push(format!("arrived {id} {at:?} {prompt} {output}"));
+    }
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
+        self.0.push(format!("lookup {id} {at:?} {queried} {hit}"));
+    }
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
+        self.0.push(format!("scheduled {id} {at:?} {tokens} {computed}"));
+    }
+    fn preempted(&mut self, id: RequestId, at: SimTime) {
+        self.0.push(format!("preempted {id} {at:?}"));
+    }
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        self.0.push(format!("token {id} {at:?} {index}"));
+    }
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.0.push(format!("finished {id} {at:?}"));
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
+        self.0.push(format!("rejected {id} {at:?} {reason:?}"));
+    }
+    fn step(&mut self, s: &StepRecord) {
+        self.0.push(format!("step {s:?}"));
+    }
+}
+
+/// Runs `source` step by step, checking the engine after every step, and
+/// returns every event and the engine's cached blocks after each step.
+fn event_log<S: Source>(s: &Scenario, mut source: S, text: &str) -> Vec<String> {
+    let mut engine = Engine::new(s.engine_config());
+    let mut log = EventLog::default();
+    sim::drive_with(&mut engine, &mut source, &mut log, |e, l| {
+        if let Err(err) = e.check_invariants() {
+            panic!("{err}\n{text}");
+        }
+        l.0.push(format!("cached {} used {}", e.kv_blocks_cached(), e.kv_blocks_used()));
+    })
+    .expect("within the run limits");
+    log.0
+}
+
+#[test]
+fn requests_own_blocks_unhashed_give_the_very_events_of_hashing_every_block() {
+    // The driver hashes only blocks another request may share; each
+    // request's own blocks are cached without a hash. Over the generated
+    // scenarios (preemptions re-hitting own blocks, evictions, sessions,
+    // traces with content), every event, hit, step record and cached-block
+    // count must equal the run that hashes every block.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut own_sources, mut events) = (0, 0);
+    for i in 0..SCENARIOS {
+        let text = generate(i, dir.path());
+        let s = scenario(&text);
+        let mut probe = AnySource::new(&s);
+        if probe.pop().is_some() && probe.own_from().is_some() {
+            own_sources += 1;
+        }
+        let own = event_log(&s, AnySource::new(&s), &text);
+        let hashed = event_log(&s, HashEverything(AnySource::new(&s)), &text);
+        if let Some(k) = (0..own.len().max(hashed.len())).find(|&k| own.get(k) != hashed.get(k)) {
+            panic!(
+                "event {k} differs: {:?} (own content) against {:?} (every block hashed)\n{text}",
+                own.get(k),
+                hashed.get(k)
+            );
+        }
+        events += own.len();
+    }
+    assert!(own_sources > SCENARIOS / 2, "only {own_sources} scenarios took the own-content path");
+    eprintln!("{events} events equal over {SCENARIOS} scenarios ({own_sources} with own content on the first request)");
+}
+
+/// Every event of `s` driven with `stepping`, checking the engine after
+/// every step (or stretch).
+fn stepped_log(s: &Scenario, stepping: sim::Stepping, text: &str) -> (Vec<String>, u64) {
+    let mut engine = Engine::new(s.engine_config());
+    let mut log = EventLog::default();
+    let mut calls = 0u64;
+    let limits = sim::RunLimits::default();
+    let check = |e: &Engine, _: &mut EventLog| {
+        calls += 1;
+        if let Err(err) = e.check_invariants() {
+            panic!("{err}\n{text}");
+        }
+    };
+    sim::drive_stepping(&mut engine, &mut AnySource::new(s), &mut log, &limits, 0, stepping, check, &mut |_| {})
+        .expect("within the run limits");
+    (log.0, calls)
+}
+
+#[test]
+fn decode_stretches_with_prefix_caching_give_the_events_of_step_by_step() {
+    // A stretch allocates its crossings from the free queue (evicting) and
+    // registers the blocks it fills, step by step: the per-step events
+    // (cached blocks and evictions in every step record included) must be
+    // those of Engine::step.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut fewer, mut events) = (0, 0);
+    for i in 0..SCENARIOS {
+        let text = generate(i, dir.path());
+        let s = scenario(&text);
+        let (exact, steps) = stepped_log(&s, sim::Stepping::Exact, &text);
+        let (stretched, calls) = stepped_log(&s, sim::Stepping::MacroSteps, &text);
+        if let Some(k) = (0..exact.len().max(stretched.len())).find(|&k| exact.get(k) != stretched.get(k)) {
+            panic!(
+                "event {k} differs: {:?} (step by step) against {:?} (stretches)\n{text}",
+                exact.get(k),
+                stretched.get(k)
+            );
+        }
+        fewer += u64::from(calls < steps);
+        events += exact.len();
+    }
+    assert!(fewer > SCENARIOS / 4, "stretches were taken in only {fewer} scenarios");
+    eprintln!("{events} events equal over {SCENARIOS} scenarios, stretches taken in {fewer}");
 }

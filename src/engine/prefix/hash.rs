@@ -129,6 +129,29 @@ pub fn request_block_hashes(req: &crate::engine::Request, prompt: &[Segment], bl
     hash_blocks(prompt, Some(Segment::new(generated_key(req.id), req.output)), limit, block_size, out);
 }
 
+/// [`request_block_hashes`] for a request whose content from segment
+/// `own_from` on is its own (`prompt[own_from..]`, then its answer;
+/// `own_from == prompt.len()`: the answer alone; an empty `prompt` is the
+/// request's unique tokens, all its own): only the blocks that end before
+/// its own content starts get a hash, since every later block chains
+/// content no other request has. [`crate::engine::Engine::submit_with_content`]
+/// takes the rest as the request's own.
+pub fn request_shared_hashes(
+    req: &crate::engine::Request,
+    prompt: &[Segment],
+    own_from: usize,
+    block_size: u32,
+    out: &mut Vec<u64>,
+) {
+    out.clear();
+    if prompt.is_empty() {
+        return;
+    }
+    let own_start: u64 = prompt[..own_from.min(prompt.len())].iter().map(|s| u64::from(s.len)).sum();
+    let limit = (u64::from(req.prompt) + u64::from(req.output) - 1).min(own_start);
+    hash_blocks(prompt, Some(Segment::new(generated_key(req.id), req.output)), limit, block_size, out);
+}
+
 /// The hashes of the full blocks of a token-id sequence (the server's
 /// prompt ids, then its answer's): `tokens.len() / block_size` hashes.
 pub fn token_block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {

@@ -287,3 +287,48 @@ fn a_request_without_content_never_hits() {
     assert_eq!(step(&mut e, &mut log), ["lookup 0 0/10", "sched 0 10@0", "lookup 1 0/10", "sched 1 10@0"]);
     assert_eq!(e.kv_blocks_cached(), 0);
 }
+
+#[test]
+fn own_blocks_are_cached_and_hit_only_by_their_own_request() {
+    // Blocks of 4; content: one shared block (hash 1), then 2 blocks of
+    // the request's own. 13 tokens need 4 blocks; 12 computed fill 3.
+    let mut p = pool(10);
+    p.set_content_own(0, &[1], 2);
+    assert_eq!(p.lookup(0, 13), Lookup::default());
+    p.admit(0, 4);
+    assert_eq!(p.register(0, 12), u64::MAX, "1 + 2 blocks of content, all registered");
+    assert_eq!(p.cached_blocks(), 3, "own blocks count as cached");
+    p.release(0);
+    p.check(|_| false).unwrap();
+    // Another request with the same shared block and its own rest finds
+    // only the shared block.
+    p.set_content_own(1, &[1], 2);
+    assert_eq!(p.lookup(1, 13), Lookup { blocks: 1, free_blocks: 1 });
+    // The preempted request comes back: floor(12 / 4) = 3 blocks, all free.
+    assert_eq!(p.lookup(0, 13), Lookup { blocks: 3, free_blocks: 3 });
+    p.admit(0, 1);
+    p.check(|s| s == 0).unwrap();
+    assert_eq!((p.used(), p.free(), p.cached_blocks()), (4, 6, 3));
+}
+
+#[test]
+fn own_blocks_of_a_request_that_left_are_orphans_until_evicted() {
+    // 4 blocks of 4: one request of 13 tokens holds them all, its first 3
+    // own and registered.
+    let mut p = pool(4);
+    p.set_content_own(0, &[], 3);
+    p.lookup(0, 13);
+    p.admit(0, 4);
+    p.register(0, 13);
+    p.release(0);
+    p.forget(0);
+    p.check(|_| false).unwrap();
+    assert_eq!(p.cached_blocks(), 3, "still cached");
+    // A new request in the same slot has other content: no hit.
+    p.set_content_own(0, &[], 3);
+    assert_eq!(p.lookup(0, 13), Lookup::default());
+    // Taking every block evicts the 3 orphans (the unhashed tail first).
+    p.allocate(0, 4);
+    assert_eq!((p.evictions(), p.cached_blocks()), (3, 0));
+    p.check(|s| s == 0).unwrap();
+}

@@ -292,3 +292,141 @@ fn bad_shared_prefix_flags_are_refused() {
         cmd.fails_with(2).stderr_has(&[&format!("--shared-prefix `{flag}` is not allowed"), fragment]);
     }
 }
+
+#[test]
+fn a_multi_turn_bench_hits_each_history_the_planner_predicts() {
+    let dir = tempdir();
+    let (server, _) = Server::from_scenario(dir.path(), "big", BIG_CACHE, &[]);
+    let (json, trace) = (dir.path().join("turns.json"), dir.path().join("turns.csv"));
+    let flags = [
+        "--model",
+        "big",
+        "--endpoint",
+        "chat",
+        "--concurrency",
+        "2",
+        "--requests",
+        "6",
+        "--prompt-tokens",
+        "20",
+        "--output-tokens",
+        "5",
+        "--turns",
+        "3",
+        "--think-time",
+        "0.01",
+    ];
+    with(TestCommand::new(&["bench", "--base-url"]).arg(format!("http://127.0.0.1:{}", server.port)), &flags)
+        .arg("--json")
+        .arg(&json)
+        .arg("--trace")
+        .arg(&trace)
+        .arg("-q")
+        .ok();
+    // By hand, each of the 2 conversations: turn 1 has P = 20 and N = 5;
+    // turn 2 resends them plus 20 new tokens (P = 45), turn 3 likewise
+    // (P = 45 + 5 + 20 = 70). Turn 2 finds the floor((20 + 5 - 1) / 16) = 1
+    // block turn 1 computed, turn 3 the floor((45 + 5 - 1) / 16) = 3 blocks
+    // turn 2 computed: 16 and 48 tokens, 64 a conversation.
+    let per_turn = [(20u64, 0u64), (45, 16), (70, 48)];
+    let measured: serde_json::Value = serde_json::from_str(&read(&json)).expect("bench JSON");
+    let live = &measured["llmsim_prefix_cache"];
+    assert_eq!(live["reported"], 6, "{live}");
+    assert_eq!(live["prompt_tokens"].as_u64(), Some(2 * (20 + 45 + 70)), "{live}");
+    assert_eq!(live["cached_tokens"].as_u64(), Some(2 * 64), "{live}");
+    assert_eq!(measured["llmsim_sessions"], serde_json::json!([0, 0, 0, 1, 1, 1]));
+    let sent = read(&trace);
+    assert!(sent.starts_with("arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens,session_id\n"), "{sent}");
+    for conv in ["c0", "c1"] {
+        let prompts: Vec<&str> = sent
+            .lines()
+            .filter(|l| l.ends_with(&format!(",{conv}")))
+            .map(|l| l.split(',').nth(1).expect("prompt_tokens"))
+            .collect();
+        assert_eq!(prompts, ["20", "45", "70"], "{sent}");
+    }
+    // The planner, on the trace the bench wrote, predicts the same hit for
+    // every turn.
+    let (out, reqs) = (dir.path().join("predicted.json"), dir.path().join("requests.csv"));
+    TestCommand::new(&["run"])
+        .arg(dir.path().join("big.yml"))
+        .arg("--trace-from")
+        .arg(&trace)
+        .arg("--json")
+        .arg(&out)
+        .arg("--requests-csv")
+        .arg(&reqs)
+        .arg("-q")
+        .ok();
+    let predicted: serde_json::Value = serde_json::from_str(&read(&out)).expect("result JSON");
+    assert_eq!(predicted["prefix_cache"]["hit_tokens"], live["cached_tokens"], "{predicted}");
+    let csv = read(&reqs);
+    let header: Vec<&str> = csv.lines().next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name}: {csv}"));
+    let (prompt, cached_col) = (col("prompt_tokens"), col("cached_tokens"));
+    let mut rows: Vec<(u64, u64)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[prompt].parse().expect("prompt"), f[cached_col].parse().expect("cached"))
+        })
+        .collect();
+    rows.sort_unstable();
+    let mut expected: Vec<(u64, u64)> = per_turn.iter().chain(&per_turn).copied().collect();
+    expected.sort_unstable();
+    assert_eq!(rows, expected, "{csv}");
+    server.stop();
+}
+
+#[test]
+fn bad_turns_flags_are_refused() {
+    let base = ["bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--rate", "1", "--requests", "4"];
+    for (extra, fragment) in [
+        (&["--prompt-tokens", "20", "--output-tokens", "2", "--turns", "2"][..], "--turns 2 needs --endpoint chat"),
+        (
+            &["--endpoint", "chat", "--prompt-tokens", "20", "--output-tokens", "2", "--turns", "0"][..],
+            "--turns 0 is not allowed: must be in [1, 10000]",
+        ),
+        (
+            &[
+                "--endpoint",
+                "chat",
+                "--prompt-tokens",
+                "20",
+                "--output-tokens",
+                "2",
+                "--turns",
+                "2",
+                "--think-time",
+                "-1",
+            ][..],
+            "--think-time -1 is not allowed",
+        ),
+        (
+            &[
+                "--endpoint",
+                "chat",
+                "--prompt-tokens",
+                "20",
+                "--output-tokens",
+                "2",
+                "--turns",
+                "2",
+                "--shared-prefix",
+                "2:10",
+            ][..],
+            "--turns 2 with --shared-prefix is not supported",
+        ),
+        (
+            &["--endpoint", "chat", "--prompt-tokens", "10", "--output-tokens", "2", "--turns", "2"][..],
+            "give at least 11",
+        ),
+    ] {
+        with(TestCommand::new(&base), extra).fails_with(2).stderr_has(&[fragment]);
+    }
+}
+
+fn with(cmd: TestCommand, args: &[&str]) -> TestCommand {
+    args.iter().fold(cmd, |c, a| c.arg(a))
+}
