@@ -12,6 +12,7 @@ mod cluster;
 mod deployment;
 mod diff;
 mod docs;
+mod experiment_claims;
 mod experiments;
 mod fuzz;
 mod invariants;
