@@ -21,6 +21,7 @@
 //! replicas: finding the earliest step and, at an arrival, the router's
 //! view of every replica.
 
+pub mod disagg;
 pub mod router;
 #[cfg(test)]
 mod tests;
@@ -58,8 +59,14 @@ pub struct Placement {
     /// (rejected for its length on arrival).
     pub requests: Vec<Option<u32>>,
     /// The replica of every step the collector kept, in the same order
-    /// (empty unless steps are kept).
+    /// (empty unless steps are kept). With pools, prefill replicas are
+    /// `0..decode_base` and decode replica `d` is `decode_base + d`.
     pub steps: Vec<u32>,
+    /// With pools only: by request id, its decode replica (in the decode
+    /// pool, from 0), `None` if it never reached one.
+    pub decode: Vec<Option<u32>>,
+    /// With pools only: the prefill pool's replica count.
+    pub decode_base: Option<u32>,
 }
 
 /// What a cluster run adds to a single engine's.
@@ -120,6 +127,9 @@ pub fn run<O: Observer>(
     extra: &mut O,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunOutput, SimError> {
+    if let Some(d) = &cluster.disagg {
+        return disagg::run(scenario, cluster, d, options, extra, progress);
+    }
     let cfg = scenario.engine_config();
     let mut engines: Vec<Engine> = (0..cluster.replicas).map(|_| Engine::new(cfg.clone())).collect();
     let mut source = AnySource::new(scenario);
@@ -323,7 +333,7 @@ where
 }
 
 /// Counts one replica's events into its [`ReplicaCounts`] and forwards them.
-struct OnReplica<'a, O> {
+pub(crate) struct OnReplica<'a, O> {
     stats: &'a mut ReplicaCounts,
     inner: &'a mut O,
 }

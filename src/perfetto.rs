@@ -17,6 +17,11 @@
 //! instant events (`ph: "i"`) `first token`, `preempted`, `finished`,
 //! `rejected` and `aborted`.
 //!
+//! With `cluster:` ([`TraceEvents::render_placed`]), process 1 is replaced
+//! by one process per replica, `replica N` (with pools `prefill N` and
+//! `decode N`), pid 3 onwards, each with its own "steps" track and
+//! counters.
+//!
 //! Times are microseconds of simulated time (`ts`, `dur`), as the format
 //! wants. Events are written in the order the engine reports them, one per
 //! line.
@@ -78,7 +83,14 @@ pub struct TraceEvents {
     /// Requests that finished at the end of the step being built.
     finished: Vec<RequestId>,
     last_end: SimTime,
+    /// `(event index, step number)` of every event on a step track, so a
+    /// cluster's steps can be put on their replica's process at the end.
+    step_events: Vec<(usize, u64)>,
+    steps: u64,
 }
+
+/// The first replica's process id in a cluster's trace.
+const FIRST_REPLICA: u32 = 3;
 
 impl TraceEvents {
     pub fn new() -> TraceEvents {
@@ -131,18 +143,47 @@ impl TraceEvents {
 
     /// The trace file's text. Requests still open are closed at the end
     /// of the last step.
-    pub fn render(mut self) -> String {
+    pub fn render(self) -> String {
+        self.render_placed(None)
+    }
+
+    /// [`TraceEvents::render`] of a cluster run: every step on its
+    /// replica's process, by `placement.steps` (the replica of every step,
+    /// in order; the run must keep steps).
+    pub fn render_placed(mut self, placement: Option<&crate::cluster::Placement>) -> String {
         for id in 0..self.reqs.len() as u64 {
             self.close_decode(id);
             self.close_queue(id, self.last_end);
         }
-        let mut head = vec![
-            meta("process_name", (ENGINE, 0), json!({ "name": "engine" })),
-            meta("process_sort_index", (ENGINE, 0), json!({ "sort_index": 1 })),
-            meta("thread_name", (ENGINE, 0), json!({ "name": "steps" })),
-            meta("process_name", (REQUESTS, 0), json!({ "name": "requests" })),
-            meta("process_sort_index", (REQUESTS, 0), json!({ "sort_index": 2 })),
-        ];
+        let mut head = Vec::new();
+        match placement.filter(|p| !p.steps.is_empty()) {
+            None => {
+                head.push(meta("process_name", (ENGINE, 0), json!({ "name": "engine" })));
+                head.push(meta("process_sort_index", (ENGINE, 0), json!({ "sort_index": 1 })));
+                head.push(meta("thread_name", (ENGINE, 0), json!({ "name": "steps" })));
+            }
+            Some(p) => {
+                for &(event, step) in &self.step_events {
+                    if let Some(&r) = p.steps.get(step as usize) {
+                        self.events[event].pid = FIRST_REPLICA + r;
+                    }
+                }
+                let replicas = p.steps.iter().copied().max().map_or(0, |m| m + 1);
+                for r in 0..replicas {
+                    let name = match p.decode_base {
+                        Some(b) if r >= b => format!("decode {}", r - b),
+                        Some(_) => format!("prefill {r}"),
+                        None => format!("replica {r}"),
+                    };
+                    let pid = FIRST_REPLICA + r;
+                    head.push(meta("process_name", (pid, 0), json!({ "name": name })));
+                    head.push(meta("process_sort_index", (pid, 0), json!({ "sort_index": pid })));
+                    head.push(meta("thread_name", (pid, 0), json!({ "name": "steps" })));
+                }
+            }
+        }
+        head.push(meta("process_name", (REQUESTS, 0), json!({ "name": "requests" })));
+        head.push(meta("process_sort_index", (REQUESTS, 0), json!({ "sort_index": 2 })));
         for id in 0..self.reqs.len() as u64 {
             head.push(meta("thread_name", Self::track(id), json!({ "name": format!("request {id}") })));
             head.push(meta("thread_sort_index", Self::track(id), json!({ "sort_index": id })));
@@ -220,9 +261,13 @@ impl Observer for TraceEvents {
             "batch": s.batch_size, "tokens": s.tokens, "prefill_tokens": s.prefill_tokens,
             "kv_blocks": s.kv_blocks_used, "running": s.running, "waiting": s.waiting, "preempted": s.preempted,
         });
+        let first = self.events.len();
         self.push("step", "X", (ENGINE, 0), s.start, Some(s.end), args);
         self.push("kv blocks used", "C", (ENGINE, 0), s.start, None, json!({ "blocks": s.kv_blocks_used }));
         self.push("waiting requests", "C", (ENGINE, 0), s.start, None, json!({ "requests": s.waiting }));
+        let step = self.steps;
+        self.step_events.extend((first..self.events.len()).map(|e| (e, step)));
+        self.steps += 1;
         for (id, tokens, kind) in std::mem::take(&mut self.batch) {
             self.work(id, tokens, kind, s);
         }

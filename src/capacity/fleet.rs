@@ -11,6 +11,9 @@
 //! probe's request count, so it sees routing imbalance and cache affinity
 //! that `ceil(R / one replica's max rate)` ignores; both answers are
 //! reported.
+//!
+//! With prefill/decode pools ([`split`]), `--target-rate R --gpus N`
+//! tries every prefill:decode split of `N` GPUs at R instead.
 
 use serde::Serialize;
 
@@ -129,5 +132,175 @@ pub fn size(
         cost_per_hour: base.hardware.cost_per_hour.map(|c| c * gpus as f64),
         at_replicas: best,
         probes: log,
+    })
+}
+
+/// One prefill:decode split tried.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SplitProbe {
+    pub prefill_replicas: u32,
+    pub decode_replicas: u32,
+    pub gpus: u32,
+    /// The largest SLO value over its bound, over the SLOs (at most 1
+    /// when every SLO holds); `None` when no SLO has a value.
+    pub worst_slo_ratio: Option<f64>,
+    #[serde(flatten)]
+    pub probe: Probe,
+}
+
+/// What the prefill:decode split search found (docs/clusters.md): of
+/// every split of the GPU budget (each pool at least one replica, as many
+/// decode replicas as the GPUs left allow), the one that meets every SLO
+/// at the target rate with the most headroom (the lowest worst SLO
+/// ratio; fewer prefill replicas on ties).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Split {
+    pub target_rate_rps: f64,
+    pub gpu_budget: u32,
+    pub prefill_replicas: u32,
+    pub decode_replicas: u32,
+    pub gpus: u32,
+    pub cost_per_hour: Option<f64>,
+    /// The probe at the chosen split.
+    pub at_split: Probe,
+    /// Every split tried, by prefill replicas.
+    pub probes: Vec<SplitProbe>,
+}
+
+/// Splits tried at most (a budget that allows more is refused).
+pub const MAX_SPLITS: usize = 64;
+
+/// Why no split was found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SplitError {
+    /// The budget cannot hold one replica of each pool, or allows too many splits.
+    Budget(String),
+    /// No split meets every SLO; the closest one.
+    NonePass {
+        closest: Box<SplitProbe>,
+        tried: usize,
+    },
+    Search(SearchError),
+}
+
+impl std::fmt::Display for SplitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SplitError::Budget(why) => f.write_str(why),
+            SplitError::NonePass { closest, tried } => write!(
+                f,
+                "no prefill:decode split of the GPUs meets every SLO at {:.3} req/s: of the {tried} splits tried, \
+                 the closest ({} prefill + {} decode replicas) still misses {}",
+                closest.probe.rate_rps,
+                closest.prefill_replicas,
+                closest.decode_replicas,
+                closest.probe.failed.join(", ")
+            ),
+            SplitError::Search(e) => e.fmt(f),
+        }
+    }
+}
+
+/// The largest SLO value over its bound.
+fn worst_ratio(opts: &Options, p: &Probe) -> Option<f64> {
+    let ratio = |s: &super::slo::Slo| {
+        let v = p.slo_values.get(&s.name()).copied().flatten()?;
+        Some(match s.bound {
+            b if b > 0.0 => v / b,
+            _ if v <= 0.0 => 0.0,
+            _ => f64::INFINITY,
+        })
+    };
+    opts.slos.iter().filter_map(ratio).fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
+}
+
+/// The scenario with `prefill` and `decode` replicas in its pools.
+fn with_split(base: &Scenario, prefill: u32, decode: u32) -> Scenario {
+    let mut s = base.clone();
+    if let Some(c) = &mut s.cluster
+        && let Some(d) = &mut c.disagg
+    {
+        d.prefill.replicas = prefill;
+        d.decode.replicas = decode;
+        c.replicas = prefill + decode;
+    }
+    s
+}
+
+/// Searches the prefill:decode split of `budget` GPUs for `base`'s pools
+/// (it must have them) at `rate`: every split with at least one replica
+/// in each pool and as many decode replicas as the GPUs left allow.
+pub fn split(
+    base: &Scenario,
+    opts: &Options,
+    seeds: &[u64],
+    rate: f64,
+    n: u64,
+    budget: u32,
+) -> Result<Split, SplitError> {
+    let Some(d) = base.cluster.as_ref().and_then(|c| c.disagg.as_ref()) else {
+        return Err(SplitError::Budget("the scenario has no cluster.prefill/cluster.decode pools to split".into()));
+    };
+    let (gp, gd) = (d.prefill.gpus_per_replica(), d.decode.gpus_per_replica());
+    let splits: Vec<(u32, u32)> = (1..)
+        .take_while(|&p: &u32| u64::from(p) * u64::from(gp) + u64::from(gd) <= u64::from(budget))
+        .map(|p| (p, (budget - p * gp) / gd))
+        .collect();
+    if splits.is_empty() {
+        return Err(SplitError::Budget(format!(
+            "--gpus {budget}: too few for one prefill replica ({gp} GPUs) and one decode replica ({gd} GPUs)"
+        )));
+    }
+    if splits.len() > MAX_SPLITS {
+        return Err(SplitError::Budget(format!(
+            "--gpus {budget}: allows {} prefill:decode splits, more than the {MAX_SPLITS} one search tries; \
+             give a smaller budget, or larger replicas (parallelism.tensor)",
+            splits.len()
+        )));
+    }
+    let mut probes = Vec::with_capacity(splits.len());
+    for (p, k) in splits {
+        let probe = probe(&with_split(base, p, k), &opts.slos, seeds, rate, n).map_err(SplitError::Search)?;
+        let gpus = p * gp + k * gd;
+        probes.push(SplitProbe {
+            prefill_replicas: p,
+            decode_replicas: k,
+            gpus,
+            worst_slo_ratio: worst_ratio(opts, &probe),
+            probe,
+        });
+    }
+    let key = |x: &SplitProbe| x.worst_slo_ratio.unwrap_or(f64::INFINITY);
+    // The lowest worst ratio, the first (fewest prefill replicas) on ties.
+    let best = |pass: bool| {
+        probes.iter().filter(|x| x.probe.pass == pass).fold(None, |b: Option<&SplitProbe>, x| match b {
+            Some(b) if key(b) <= key(x) => Some(b),
+            _ => Some(x),
+        })
+    };
+    let Some(chosen) = best(true) else {
+        let closest = best(false).cloned().map(Box::new);
+        let tried = probes.len();
+        return Err(match closest {
+            Some(closest) => SplitError::NonePass { closest, tried },
+            None => SplitError::Budget("no split was tried".into()),
+        });
+    };
+    let cost = |pool: &crate::config::cluster::Pool, replicas: u32| {
+        pool.scenario.hardware.cost_per_hour.map(|c| c * f64::from(replicas * pool.gpus_per_replica()))
+    };
+    let cost_per_hour = match (cost(&d.prefill, chosen.prefill_replicas), cost(&d.decode, chosen.decode_replicas)) {
+        (Some(a), Some(b)) => Some(a + b),
+        _ => None,
+    };
+    Ok(Split {
+        target_rate_rps: rate,
+        gpu_budget: budget,
+        prefill_replicas: chosen.prefill_replicas,
+        decode_replicas: chosen.decode_replicas,
+        gpus: chosen.gpus,
+        cost_per_hour,
+        at_split: chosen.probe.clone(),
+        probes: probes.clone(),
     })
 }

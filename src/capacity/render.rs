@@ -135,6 +135,27 @@ pub fn render(r: &Report) -> String {
             tried.join(", ")
         );
     }
+    if let Some(s) = &r.split {
+        let cost = s.cost_per_hour.map(|c| format!(", {c:.2} an hour")).unwrap_or_default();
+        let tried: Vec<String> = s
+            .probes
+            .iter()
+            .map(|p| {
+                format!("{}:{} {}", p.prefill_replicas, p.decode_replicas, if p.probe.pass { "met" } else { "miss" })
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "split       {} prefill + {} decode replicas of {} GPUs meet every SLO at {} req/s with the most \
+             headroom ({} GPUs{cost}); tried {}",
+            s.prefill_replicas,
+            s.decode_replicas,
+            s.gpu_budget,
+            s.target_rate_rps,
+            s.gpus,
+            tried.join(", ")
+        );
+    }
     out
 }
 

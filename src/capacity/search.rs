@@ -124,6 +124,10 @@ pub struct Report {
     /// ([`super::fleet`]). Absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<super::fleet::Fleet>,
+    /// With `--target-rate` and prefill/decode pools: the split of the
+    /// GPU budget that meets every SLO ([`super::fleet::split`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<super::fleet::Split>,
 }
 
 fn is_one(x: &u32) -> bool {
@@ -451,5 +455,6 @@ fn finish(base: &Scenario, opts: &Options, f: Found, probes: Vec<Probe>) -> Repo
         saturation_probes: f.sat.probes,
         probes,
         fleet: None,
+        split: None,
     }
 }

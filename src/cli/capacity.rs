@@ -50,6 +50,11 @@ pub struct CapacityArgs {
     /// and meets the SLOs when every one of them does.
     #[arg(long, value_name = "N", default_value_t = crate::capacity::search::SEEDS)]
     pub seeds: u32,
+    /// With --target-rate and a scenario with prefill/decode pools: the
+    /// GPUs to split between the pools (default: the scenario's pools').
+    /// Every split is simulated at the target rate.
+    #[arg(long, value_name = "N", requires = "target_rate")]
+    pub gpus: Option<u32>,
     /// Write the search and its answer as JSON; `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -96,8 +101,28 @@ pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
     // The rate figures are one replica's (docs/clusters.md); a
     // cluster is then sized by simulating it at the target rate.
     let one = crate::config::Scenario { cluster: None, ..scenario.clone() };
+    let pools = scenario.cluster.as_ref().is_some_and(|c| c.disagg.is_some());
+    if let (Some(n), false) = (a.gpus, pools) {
+        return Err(CliError::Usage(format!(
+            "--gpus {n}: splits a GPU budget between prefill and decode pools, but {} has no \
+             cluster.prefill/cluster.decode",
+            scenario.source.display()
+        )));
+    }
+    if a.gpus == Some(0) {
+        return Err(CliError::Usage("--gpus 0: must be at least 2 (one prefill and one decode replica)".into()));
+    }
     let mut found = search(&one, &opts).map_err(search_error)?;
-    if let (Some(rate), Some(_)) = (opts.target_rate, &scenario.cluster) {
+    if let (Some(rate), true) = (opts.target_rate, pools) {
+        let (seeds, n) = (found.seeds.clone(), found.requests_per_probe);
+        let budget = a.gpus.unwrap_or_else(|| scenario.cluster.as_ref().map_or(2, |c| c.gpus(&scenario)));
+        let split = crate::capacity::fleet::split(&scenario, &opts, &seeds, rate, n, budget).map_err(|e| match e {
+            crate::capacity::fleet::SplitError::Search(e) => search_error(e),
+            crate::capacity::fleet::SplitError::Budget(why) => CliError::Usage(why),
+            e => CliError::Failure(e.to_string()),
+        })?;
+        found.split = Some(split);
+    } else if let (Some(rate), Some(_)) = (opts.target_rate, &scenario.cluster) {
         let (seeds, n, estimate) = (found.seeds.clone(), found.requests_per_probe, found.replicas.unwrap_or(1));
         let fleet = crate::capacity::fleet::size(&scenario, &opts, &seeds, rate, n, estimate).map_err(|e| match e {
             crate::capacity::fleet::FleetError::Search(e) => search_error(e),

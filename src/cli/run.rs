@@ -64,7 +64,9 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     if a.explain {
         print(&super::explain::render(&scenario))?;
     }
-    let options = CollectorOptions { keep_steps: a.steps_csv.is_some() || a.plot.is_some() };
+    // A cluster's trace puts every step on its replica: it needs the steps' placement.
+    let placed_trace = a.trace_events.is_some() && scenario.cluster.is_some();
+    let options = CollectorOptions { keep_steps: a.steps_csv.is_some() || a.plot.is_some() || placed_trace };
     let mut trace = a.trace_events.as_ref().map(|_| TraceEvents::new());
     let mut progress = super::progress::RunProgress::new(&scenario, !a.quiet);
     let mut report = |p: &crate::sim::Progress| progress.update(p);
@@ -106,7 +108,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         super::sweep::write_plots(dir, &[plot])?;
     }
     if let (Some(path), Some(t)) = (&a.trace_events, trace) {
-        write_output(path, t.render().as_bytes())?;
+        write_output(path, t.render_placed(out.placement.as_ref()).as_bytes())?;
     }
     let to_stdout = [&a.json, &a.requests_csv, &a.steps_csv, &a.trace_events]
         .iter()

@@ -81,6 +81,7 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
     }
     let (max_connections, lowered) = conn::connection_cap(a.max_connections, conn::open_file_limit());
     let models = load_models(&a.models)?;
+    refuse_pools(&models)?;
     let responses = match &a.responses {
         Some(path) => Responses::load(path)?,
         None => Responses::builtin(),
@@ -187,4 +188,25 @@ async fn unix_signal(kind: tokio::signal::unix::SignalKind) {
         }
         Err(_) => std::future::pending::<()>().await,
     }
+}
+
+/// `llmsim serve` runs replicas behind one router; prefill/decode pools
+/// (`cluster.prefill`/`cluster.decode`) are simulated by `llmsim run` only.
+fn refuse_pools(models: &crate::config::models::ModelsFile) -> Result<(), CliError> {
+    for (i, m) in models.models.iter().enumerate() {
+        if m.cluster().is_some_and(|c| c.disagg.is_some()) {
+            return Err(crate::config::ConfigError::new(
+                &models.source,
+                format!("models[{i}].cluster"),
+                format!(
+                    "model `{}` has prefill/decode pools (cluster.prefill, cluster.decode), which llmsim serve \
+                     does not run: serve it colocated (cluster: {{ replicas: N, router: ... }}), or simulate \
+                     the pools with llmsim run",
+                    m.name
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
 }

@@ -1,27 +1,121 @@
 //! `cluster:` (docs/clusters.md): replicas of the scenario's engine
-//! behind a router. Without the key a scenario is one engine, exactly as
-//! before.
+//! behind a router, or two pools of them, prefill and decode, with the KV
+//! transfer between them. Without the key a scenario is one engine,
+//! exactly as before.
 //!
 //! Choices where the spec is silent: the router defaults to `round_robin`
 //! (what a plain Kubernetes Service does), `overlap_weight` to 1 (Dynamo's
 //! default `kv_overlap_score_weight`), and `overlap_weight` is refused with
-//! any other router, since it would change nothing.
+//! any other router, since it would change nothing. With pools, the
+//! top-level `replicas`, `router` and `overlap_weight` are refused (each
+//! pool has its own), `kv_transfer` is required (`bandwidth_gbps`;
+//! `latency_ms` defaults to 0), and the decode pool's router cannot be
+//! `prefix_affinity`: a decode replica does no cache lookup.
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use super::ConfigError;
 use super::limits;
-use super::raw::RawCluster;
+use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
+use super::scenario::{Arrivals, Hardware, Length, Parallelism, Scenario, Scheduler};
 use super::validate::Check;
 
 /// A validated `cluster:`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Cluster {
+    /// Engines in the cluster: with pools, both pools' replicas.
     pub replicas: u32,
+    /// With pools, the prefill pool's.
     pub router: Router,
     /// `prefix_affinity` only (shown only with it).
+    pub overlap_weight: Option<f64>,
+    /// `cluster.prefill` / `cluster.decode`: prefill/decode disaggregation.
+    pub disagg: Option<Box<Disagg>>,
+}
+
+/// Prefill/decode disaggregation (docs/clusters.md, DEPLOYMENT.md section 5).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Disagg {
+    pub prefill: Pool,
+    pub decode: Pool,
+    pub kv_transfer: KvTransfer,
+}
+
+/// One pool of replicas: its router and what it overrides.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Pool {
+    pub replicas: u32,
+    pub router: Router,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overlap_weight: Option<f64>,
+    /// The overrides, as given (resolved), so `llmsim explain` shows them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<Hardware>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<Parallelism>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<Scheduler>,
+    /// The scenario one replica of this pool runs: the base scenario with
+    /// the overrides applied (and no `cluster`).
+    #[serde(skip)]
+    pub scenario: Box<Scenario>,
+}
+
+impl Pool {
+    /// GPUs of one replica (its tensor degree).
+    pub fn gpus_per_replica(&self) -> u32 {
+        self.scenario.deployment.gpus()
+    }
+
+    /// GPUs of the whole pool.
+    pub fn gpus(&self) -> u32 {
+        self.replicas * self.gpus_per_replica()
+    }
+}
+
+/// `cluster.kv_transfer`: a prompt's KV moves in
+/// `latency_ms / 1000 + P * kv_bytes_per_token / (bandwidth_gbps * 1e9)` s.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KvTransfer {
+    /// GB/s (10^9 bytes a second) of one link.
+    pub bandwidth_gbps: f64,
+    pub latency_ms: f64,
+}
+
+impl KvTransfer {
+    /// The transfer time of `bytes`, in nanoseconds.
+    pub fn nanos(&self, bytes: u64) -> u64 {
+        crate::time::secs_to_nanos(self.latency_ms / 1e3 + bytes as f64 / (self.bandwidth_gbps * 1e9))
+    }
+}
+
+impl Cluster {
+    /// GPUs of the whole cluster (every pool, tensor degrees counted).
+    pub fn gpus(&self, s: &Scenario) -> u32 {
+        match &self.disagg {
+            Some(d) => d.prefill.gpus() + d.decode.gpus(),
+            None => self.replicas * s.deployment.gpus(),
+        }
+    }
+}
+
+impl Serialize for Cluster {
+    /// The form a user writes: `replicas`/`router`, or the pools.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Plain {
+            replicas: u32,
+            router: Router,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            overlap_weight: Option<f64>,
+        }
+        match &self.disagg {
+            Some(d) => d.serialize(s),
+            None => {
+                Plain { replicas: self.replicas, router: self.router, overlap_weight: self.overlap_weight }.serialize(s)
+            }
+        }
+    }
 }
 
 /// How a request picks its replica (docs/clusters.md).
@@ -70,39 +164,224 @@ impl Router {
 /// The default `overlap_weight`.
 pub const DEFAULT_OVERLAP_WEIGHT: f64 = 1.0;
 
-/// Checks `cluster:`. `prefix_caching` is the scenario's
-/// `model.kv_cache.prefix_caching`, which `prefix_affinity` needs.
-pub(crate) fn build(ck: &Check, raw: RawCluster, prefix_caching: bool) -> Result<Cluster, ConfigError> {
-    let replicas = match raw.replicas {
-        Some(v) => ck.whole32("cluster.replicas", v, &limits::REPLICAS)?,
+/// What the pools are built from: the scenario's raw sections, before
+/// validation consumed them.
+pub(crate) struct PoolBase {
+    pub model: RawModel,
+    pub parallelism: RawParallelism,
+    pub scheduler: RawScheduler,
+}
+
+impl RawCluster {
+    /// Whether it names a pool.
+    pub(crate) fn has_pools(&self) -> bool {
+        self.prefill.is_some() || self.decode.is_some() || self.kv_transfer.is_some()
+    }
+}
+
+/// Checks `cluster:`. `base` is the scenario without it; `pools` its raw
+/// sections, needed when the cluster has pools.
+pub(crate) fn build(
+    ck: &Check,
+    raw: RawCluster,
+    base: &Scenario,
+    pools: Option<PoolBase>,
+) -> Result<Cluster, ConfigError> {
+    let prefix_caching = base.model.kv_cache.prefix_caching;
+    if raw.has_pools() {
+        let Some(pools) = pools else {
+            return Err(ck.err("cluster", "prefill/decode pools need the scenario's raw sections (internal)"));
+        };
+        return disaggregated(ck, raw, base, pools);
+    }
+    let (replicas, router, overlap_weight) =
+        replicas_and_router(ck, "cluster.", raw.replicas, raw.router.as_deref(), raw.overlap_weight, prefix_caching)?;
+    Ok(Cluster { replicas, router, overlap_weight, disagg: None })
+}
+
+/// `replicas`, `router` and `overlap_weight` of a cluster or a pool,
+/// their keys under `at` (`cluster.` or `cluster.prefill.`).
+fn replicas_and_router(
+    ck: &Check,
+    at: &str,
+    replicas: Option<i64>,
+    router: Option<&str>,
+    overlap_weight: Option<f64>,
+    prefix_caching: bool,
+) -> Result<(u32, Router, Option<f64>), ConfigError> {
+    let replicas = match replicas {
+        Some(v) => ck.whole32(&format!("{at}replicas"), v, &limits::REPLICAS)?,
         None => 1,
     };
-    let router = match raw.router.as_deref() {
+    let router = match router {
         None => Router::RoundRobin,
         Some(name) => Router::parse(name.trim()).ok_or_else(|| {
             ck.err(
-                "cluster.router",
+                &format!("{at}router"),
                 format!("unknown router `{}`: the routers are {}", super::num::short_text(name), Router::known()),
             )
         })?,
     };
     if router == Router::PrefixAffinity && !prefix_caching {
         return Err(ck.err(
-            "cluster.router",
+            &format!("{at}router"),
             "prefix_affinity routes by prefix-cache hits, but model.kv_cache.prefix_caching is off: \
              set it to true, or pick another router",
         ));
     }
-    let overlap_weight = match (raw.overlap_weight, router) {
-        (Some(w), Router::PrefixAffinity) => Some(ck.real("cluster.overlap_weight", w, &limits::OVERLAP_WEIGHT)?),
+    let overlap_weight = match (overlap_weight, router) {
+        (Some(w), Router::PrefixAffinity) => {
+            Some(ck.real(&format!("{at}overlap_weight"), w, &limits::OVERLAP_WEIGHT)?)
+        }
         (None, Router::PrefixAffinity) => Some(DEFAULT_OVERLAP_WEIGHT),
         (Some(_), other) => {
             return Err(ck.err(
-                "cluster.overlap_weight",
+                &format!("{at}overlap_weight"),
                 format!("is used by the prefix_affinity router only, and the router is {}", other.as_str()),
             ));
         }
         (None, _) => None,
     };
-    Ok(Cluster { replicas, router, overlap_weight })
+    Ok((replicas, router, overlap_weight))
+}
+
+/// `cluster.prefill`, `cluster.decode` and `cluster.kv_transfer`.
+fn disaggregated(ck: &Check, raw: RawCluster, base: &Scenario, pools: PoolBase) -> Result<Cluster, ConfigError> {
+    for (key, given) in [
+        ("replicas", raw.replicas.is_some()),
+        ("router", raw.router.is_some()),
+        ("overlap_weight", raw.overlap_weight.is_some()),
+    ] {
+        if given {
+            return Err(ck.err(
+                &format!("cluster.{key}"),
+                format!(
+                    "conflicts with cluster.prefill/cluster.decode: each pool has its own {key}; \
+                     set cluster.prefill.{key} and cluster.decode.{key} instead"
+                ),
+            ));
+        }
+    }
+    let (Some(prefill), Some(decode)) = (raw.prefill, raw.decode) else {
+        return Err(ck.err(
+            "cluster",
+            "prefill/decode disaggregation needs both cluster.prefill and cluster.decode, \
+             e.g. prefill: { replicas: 2 } and decode: { replicas: 4 }",
+        ));
+    };
+    let Some(t) = raw.kv_transfer else {
+        return Err(ck.err(
+            "cluster.kv_transfer",
+            "missing: with pools, say how fast a prompt's KV moves from prefill to decode, \
+             e.g. kv_transfer: { bandwidth_gbps: 50, latency_ms: 1 }",
+        ));
+    };
+    let Some(bandwidth) = t.bandwidth_gbps else {
+        return Err(ck.err("cluster.kv_transfer.bandwidth_gbps", "missing: the link's GB/s (10^9 bytes a second)"));
+    };
+    let kv_transfer = KvTransfer {
+        bandwidth_gbps: ck.real("cluster.kv_transfer.bandwidth_gbps", bandwidth, &limits::KV_TRANSFER_GBPS)?,
+        latency_ms: ck.real("cluster.kv_transfer.latency_ms", t.latency_ms.unwrap_or(0.0), &limits::KV_TRANSFER_MS)?,
+    };
+    if decode.router.as_deref().map(str::trim) == Some(Router::PrefixAffinity.as_str()) {
+        return Err(ck.err(
+            "cluster.decode.router",
+            "prefix_affinity routes by prefix-cache hits, but a decode replica does no cache lookup \
+             (the KV arrives by transfer): pick another router",
+        ));
+    }
+    let prefill = pool(ck, "prefill", prefill, base, &pools)?;
+    let decode = pool(ck, "decode", decode, base, &pools)?;
+    decode_fits(ck, base, &decode)?;
+    let (replicas, router, overlap_weight) =
+        (prefill.replicas + decode.replicas, prefill.router, prefill.overlap_weight);
+    let disagg = Disagg { prefill, decode, kv_transfer };
+    Ok(Cluster { replicas, router, overlap_weight, disagg: Some(Box::new(disagg)) })
+}
+
+/// One pool: its router and the scenario one of its replicas runs.
+fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> Result<Pool, ConfigError> {
+    let at = format!("cluster.{name}.");
+    let caching = base.model.kv_cache.prefix_caching;
+    let (replicas, router, overlap_weight) =
+        replicas_and_router(ck, &at, raw.replicas, raw.router.as_deref(), raw.overlap_weight, caching)?;
+    // Errors in an override name its key under the pool.
+    let under_pool = |mut e: ConfigError| {
+        if ["hardware", "parallelism", "scheduler"].iter().any(|k| e.path.starts_with(k)) {
+            e.path = format!("{at}{}", e.path);
+        } else {
+            e.message = format!("in the {name} pool: {}", e.message);
+        }
+        e
+    };
+    let hardware = match &raw.hardware {
+        Some(v) => Some(super::validate::hardware_of(v, ck.file).map_err(under_pool)?),
+        None => None,
+    };
+    let hw = hardware.clone().unwrap_or_else(|| base.hardware.clone());
+    let par = raw.parallelism.clone().unwrap_or_else(|| b.parallelism.clone());
+    let built = super::deployment::build(ck, b.model.clone(), par, &hw).map_err(under_pool)?;
+    let scheduler = match &raw.scheduler {
+        Some(s) => {
+            let merged = RawScheduler {
+                max_batch_tokens: s.max_batch_tokens.or(b.scheduler.max_batch_tokens),
+                max_num_sequences: s.max_num_sequences.or(b.scheduler.max_num_sequences),
+            };
+            Some(super::validate::scheduler(ck, &merged).map_err(under_pool)?)
+        }
+        None => None,
+    };
+    let capacity = super::deployment::capacity(ck, &built.model, &built.deployment, &hw).map_err(under_pool)?;
+    let scenario = Scenario {
+        hardware: hw,
+        model: built.model,
+        parallelism: built.parallelism.clone(),
+        scheduler: scheduler.clone().unwrap_or_else(|| base.scheduler.clone()),
+        capacity,
+        deployment: built.deployment,
+        cluster: None,
+        ..base.clone()
+    };
+    super::validate::run_limits(ck, &scenario).map_err(under_pool)?;
+    let parallelism = raw.parallelism.is_some().then_some(built.parallelism).flatten();
+    Ok(Pool { replicas, router, overlap_weight, hardware, parallelism, scheduler, scenario: Box::new(scenario) })
+}
+
+/// The decode pool must hold the shortest request's prompt and first
+/// token (`ceil((P+1)/bs)` blocks beside the watermark), or no request
+/// could ever be served.
+fn decode_fits(ck: &Check, base: &Scenario, decode: &Pool) -> Result<(), ConfigError> {
+    let Some(shortest) = shortest_prompt(base) else { return Ok(()) };
+    let cap = &decode.scenario.capacity;
+    let need = cap.blocks_for(u64::from(shortest) + 1);
+    let room = u64::from(cap.num_blocks - cap.watermark_blocks);
+    if need <= room {
+        return Ok(());
+    }
+    Err(ck.err(
+        "cluster.decode",
+        format!(
+            "a decode replica's KV cannot hold one request's prompt: the shortest prompt ({shortest} tokens) \
+             and its first token need {need} blocks of {} tokens, but a decode replica has {} blocks ({} kept \
+             free by the watermark); give the decode pool larger GPUs (cluster.decode.hardware), more tensor \
+             parallelism (cluster.decode.parallelism.tensor), or shorter prompts",
+            cap.block_size, cap.num_blocks, cap.watermark_blocks
+        ),
+    ))
+}
+
+/// The shortest prompt the workload can produce, shared prefix included
+/// (`None` for an empty trace).
+fn shortest_prompt(s: &Scenario) -> Option<u32> {
+    let w = &s.workload;
+    if let Arrivals::Trace(t) = &w.arrivals {
+        return t.rows.iter().map(|r| r.prompt).min();
+    }
+    let own = match w.prompt_tokens.as_ref()? {
+        Length::Fixed(n) => *n,
+        Length::Uniform { lo, .. } => *lo,
+        Length::Normal { min, .. } | Length::Lognormal { min, .. } | Length::Exponential { min, .. } => *min,
+        Length::Choice { values, .. } => values.iter().copied().min()?,
+    };
+    Some(own.saturating_add(w.shared_prefix.as_ref().map_or(0, |p| p.tokens)))
 }

@@ -148,6 +148,11 @@ pub const PREFILL_TOKENS_PER_S: Range = Range::closed(0.001, 1e12);
 pub const REPLICAS: Range = Range::whole(1, 10_000);
 /// `prefix_affinity`'s weight of a missed block against a busy one.
 pub const OVERLAP_WEIGHT: Range = Range::closed(0.0, 1e6);
+/// `cluster.kv_transfer.bandwidth_gbps`: above 0 (a link that moves
+/// nothing would never hand a request over).
+pub const KV_TRANSFER_GBPS: Range = Range::above(0.0, 1e6);
+/// `cluster.kv_transfer.latency_ms`.
+pub const KV_TRANSFER_MS: Range = Range::closed(0.0, 60_000.0);
 /// A trace row's arrival.
 pub const ARRIVAL_S: Range = Range::closed(0.0, MAX_SIM_SECONDS);
 
@@ -317,6 +322,12 @@ pub const TABLE: &[Limit] = &[
         range: OVERLAP_WEIGHT,
         why: "weight of a missed prompt block against a busy block; Dynamo's default is 1",
     },
+    Limit {
+        key: "cluster.kv_transfer.bandwidth_gbps",
+        range: KV_TRANSFER_GBPS,
+        why: "GB/s of the prefill-to-decode link; 0 would never hand a request over",
+    },
+    Limit { key: "cluster.kv_transfer.latency_ms", range: KV_TRANSFER_MS, why: "a minute" },
     Limit { key: "trace CSV: arrival_s", range: ARRIVAL_S, why: "the simulated-time limit" },
     Limit { key: "trace CSV: prompt_tokens, output_tokens", range: TOKENS, why: "counted in 32 bits" },
     Limit { key: "serve models file: fixed.ttft_overhead_ms, fixed.itl_ms", range: STEP_OVERHEAD_MS, why: "a minute" },

@@ -51,6 +51,36 @@ pub struct RawCluster {
     pub router: Option<String>,
     #[serde(default, deserialize_with = "num::opt_real")]
     pub overlap_weight: Option<f64>,
+    /// Prefill/decode disaggregation (docs/clusters.md): the two pools
+    /// and the KV transfer between them.
+    pub prefill: Option<RawPool>,
+    pub decode: Option<RawPool>,
+    pub kv_transfer: Option<RawKvTransfer>,
+}
+
+/// `cluster.prefill` / `cluster.decode` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPool {
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub replicas: Option<i64>,
+    pub router: Option<String>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub overlap_weight: Option<f64>,
+    /// A profile name or an inline mapping, replacing the scenario's.
+    pub hardware: Option<serde_yaml::Value>,
+    pub parallelism: Option<RawParallelism>,
+    pub scheduler: Option<RawScheduler>,
+}
+
+/// `cluster.kv_transfer` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKvTransfer {
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub bandwidth_gbps: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub latency_ms: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -118,7 +148,7 @@ impl<'de> Deserialize<'de> for RawByGpus {
 }
 
 /// `model:` as written: every key optional, checked in validation.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawModel {
     /// A model file by name: `scenarios/models/NAME.yml` (or built in).
@@ -191,7 +221,7 @@ pub struct RawModelFile {
     pub architecture: RawArchitecture,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWeights {
     #[serde(default, deserialize_with = "num::opt_real")]
@@ -200,7 +230,7 @@ pub struct RawWeights {
     pub bytes_per_parameter: Option<f64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawKvCache {
     #[serde(default, deserialize_with = "num::opt_whole")]
@@ -218,7 +248,7 @@ pub struct RawKvCache {
     pub prefix_caching: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawScheduler {
     #[serde(default, deserialize_with = "num::opt_whole")]
@@ -240,7 +270,7 @@ pub struct RawLatency {
     pub per_sequence_overhead_us: Option<f64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawParallelism {
     #[serde(default, deserialize_with = "num::opt_whole")]

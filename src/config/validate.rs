@@ -77,17 +77,14 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     let ck = Check { file };
     let calibration = super::calibration::apply(&mut raw, file)?;
     let hardware = hardware_of(&raw.hardware, file)?;
+    // Prefill/decode pools rebuild the deployment from the raw sections.
+    let pool_base = raw.cluster.as_ref().filter(|c| c.has_pools()).map(|_| super::cluster::PoolBase {
+        model: raw.model.clone(),
+        parallelism: raw.parallelism.clone(),
+        scheduler: raw.scheduler.clone(),
+    });
     let built = deployment::build(&ck, raw.model, raw.parallelism, &hardware)?;
-    let scheduler = Scheduler {
-        max_batch_tokens: match raw.scheduler.max_batch_tokens {
-            Some(v) => ck.whole32("scheduler.max_batch_tokens", v, &limits::MAX_BATCH_TOKENS)?,
-            None => DEFAULT_MAX_BATCH_TOKENS,
-        },
-        max_num_sequences: match raw.scheduler.max_num_sequences {
-            Some(v) => ck.whole32("scheduler.max_num_sequences", v, &limits::MAX_NUM_SEQUENCES)?,
-            None => DEFAULT_MAX_NUM_SEQUENCES,
-        },
-    };
+    let scheduler = scheduler(&ck, &raw.scheduler)?;
     let latency = latency(&ck, &raw.latency)?;
     if latency.per_layer_overhead_us > 0.0 && built.model.architecture.is_none() {
         return Err(ck.err(
@@ -102,12 +99,10 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     };
     let workload = workload(&ck, raw.workload)?;
     let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware)?;
-    let prefix_caching = built.model.kv_cache.prefix_caching;
-    let cluster = raw.cluster.map(|c| super::cluster::build(&ck, c, prefix_caching)).transpose()?;
     let name = raw
         .name
         .unwrap_or_else(|| file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned()));
-    let scenario = Scenario {
+    let mut scenario = Scenario {
         name,
         description: raw.description,
         hardware,
@@ -121,11 +116,26 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         capacity,
         deployment: built.deployment,
         calibration,
-        cluster,
+        cluster: None,
     };
+    scenario.cluster = raw.cluster.map(|c| super::cluster::build(&ck, c, &scenario, pool_base)).transpose()?;
     run_limits(&ck, &scenario)?;
     block_ids_fit(&ck, &scenario)?;
     Ok(scenario)
+}
+
+/// `scheduler:` (or a pool's, merged over it), defaults filled in.
+pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, ConfigError> {
+    Ok(Scheduler {
+        max_batch_tokens: match raw.max_batch_tokens {
+            Some(v) => ck.whole32("scheduler.max_batch_tokens", v, &limits::MAX_BATCH_TOKENS)?,
+            None => DEFAULT_MAX_BATCH_TOKENS,
+        },
+        max_num_sequences: match raw.max_num_sequences {
+            Some(v) => ck.whole32("scheduler.max_num_sequences", v, &limits::MAX_NUM_SEQUENCES)?,
+            None => DEFAULT_MAX_NUM_SEQUENCES,
+        },
+    })
 }
 
 /// A trace with `block_ids` (a `llmsim serve --record` file) names blocks

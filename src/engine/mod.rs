@@ -75,6 +75,9 @@ struct Seq {
     /// With prefix caching: once `c` reaches this, a full block awaits
     /// registration (0 = check at the next scheduling).
     register_at: u64,
+    /// KV tokens that arrive with it by transfer (a disaggregated decode
+    /// replica's request): its `c` at its first admission, then 0.
+    arriving_kv: u32,
 }
 
 impl Seq {
@@ -275,7 +278,41 @@ impl Engine {
             obs.rejected(req.id, req.arrival, RejectReason::ContextLength);
             return Err(RejectReason::ContextLength);
         }
-        let seq = Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending, register_at: 0 };
+        let seq =
+            Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending, register_at: 0, arriving_kv: 0 };
+        self.enqueue(seq, hashes);
+        Ok(())
+    }
+
+    /// A request whose prompt was computed elsewhere (a disaggregated
+    /// prefill replica, docs/clusters.md) and whose first token was
+    /// released there: it joins with `g = 1` and, at its first admission,
+    /// `c = P` (its KV arrived by transfer). Admission needs
+    /// `ceil((P+1)/bs)` blocks beside the watermark, as any other; it then
+    /// decodes until `g = N`. If preempted, it recomputes its `P + g`
+    /// tokens here. `req.arrival` is when the transfer ends; `req.output`
+    /// (`N`) must be at least 2. No `arrived` event is sent (the request
+    /// arrived at the prefill replica), and no prefix-cache lookup is made.
+    pub fn submit_transferred(&mut self, req: Request) {
+        debug_assert!(req.arrival >= self.last_arrival, "arrivals went backwards");
+        debug_assert!(req.prompt >= 1 && req.output >= 2, "a transferred request decodes at least one token");
+        self.last_arrival = req.arrival;
+        let seq = Seq {
+            req,
+            generated: 1,
+            computed: 0,
+            blocks: 0,
+            state: State::Pending,
+            register_at: 0,
+            arriving_kv: req.prompt,
+        };
+        self.enqueue(seq, &[]);
+    }
+
+    /// Puts a new request in a free slot and in `pending`.
+    fn enqueue(&mut self, seq: Seq, hashes: &[u64]) {
+        let req = seq.req;
+        let known = u64::from(seq.known());
         let slot = match self.free_slots.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = seq;
@@ -291,8 +328,7 @@ impl Engine {
         }
         self.by_id.insert(req.id, slot);
         self.pending.push_back(slot);
-        self.queued_blocks += self.cfg.capacity.blocks_for(u64::from(req.prompt));
-        Ok(())
+        self.queued_blocks += self.cfg.capacity.blocks_for(known);
     }
 
     /// Withdraws a request wherever it is and frees its blocks at once.
@@ -405,26 +441,42 @@ impl Engine {
             if *budget == 0 || full {
                 break;
             }
-            let computed = match &mut self.kv {
-                Kv::Count(k) => {
-                    if i64::from(k.free()) - need < watermark {
-                        break;
-                    }
-                    k.take(need as u32);
-                    0
+            let arriving = seq.arriving_kv;
+            let computed = if arriving > 0 {
+                // KV that arrives by transfer: no lookup, every block new.
+                if i64::from(self.kv.free()) - need < watermark {
+                    break;
                 }
-                Kv::Prefix(p) => {
-                    // Rules 1 and 2: the hit, then the test counting the
-                    // hit blocks that leave the free queue.
-                    let hit = p.lookup(slot, seq.known());
-                    let new = need - i64::from(hit.blocks);
-                    if i64::from(p.free()) - i64::from(hit.free_blocks) - new < watermark {
-                        break;
+                match &mut self.kv {
+                    Kv::Count(k) => k.take(need as u32),
+                    Kv::Prefix(p) => {
+                        p.lookup(slot, 0); // no hit: clears the last lookup's
+                        p.admit(slot, need as u32);
                     }
-                    p.admit(slot, new as u32);
-                    let c = hit.blocks * self.cfg.capacity.block_size;
-                    obs.prefix_lookup(seq.req.id, at, seq.known(), c);
-                    c
+                }
+                arriving
+            } else {
+                match &mut self.kv {
+                    Kv::Count(k) => {
+                        if i64::from(k.free()) - need < watermark {
+                            break;
+                        }
+                        k.take(need as u32);
+                        0
+                    }
+                    Kv::Prefix(p) => {
+                        // Rules 1 and 2: the hit, then the test counting the
+                        // hit blocks that leave the free queue.
+                        let hit = p.lookup(slot, seq.known());
+                        let new = need - i64::from(hit.blocks);
+                        if i64::from(p.free()) - i64::from(hit.free_blocks) - new < watermark {
+                            break;
+                        }
+                        p.admit(slot, new as u32);
+                        let c = hit.blocks * self.cfg.capacity.block_size;
+                        obs.prefix_lookup(seq.req.id, at, seq.known(), c);
+                        c
+                    }
                 }
             };
             self.waiting.pop_front();
@@ -432,6 +484,7 @@ impl Engine {
             let seq = &mut self.slots[slot as usize];
             seq.blocks = need as u32;
             seq.computed = computed;
+            seq.arriving_kv = 0;
             seq.register_at = 0;
             seq.state = State::Running;
             let tokens = seq.remaining().min(*budget);

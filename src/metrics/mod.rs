@@ -387,6 +387,8 @@ impl Collector {
             gpus: None,
             replicas: None,
             imbalance: None,
+            pools: None,
+            kv_transfer_ms: None,
         }
     }
 }

@@ -63,6 +63,39 @@ pub struct RunResult {
     pub replicas: Option<Vec<crate::cluster::ReplicaOut>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub imbalance: Option<f64>,
+    /// With `cluster.prefill`/`cluster.decode` only (docs/clusters.md):
+    /// each pool's step and KV figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<PoolsOut>,
+    /// With pools only: the KV transfer of every request handed from a
+    /// prefill replica to a decode replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_ms: Option<Stats>,
+}
+
+/// The two pools of a disaggregated cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolsOut {
+    pub prefill: PoolOut,
+    pub decode: PoolOut,
+}
+
+/// One pool's figures: its replicas' steps pooled, its KV peak the
+/// largest replica's, its capacity one replica's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolOut {
+    pub replicas: u32,
+    pub router: String,
+    /// Replicas times tensor degree.
+    pub gpus: u32,
+    pub capacity: CapacityOut,
+    /// Requests routed to the pool's replicas.
+    pub requests: u64,
+    pub steps: StepsOut,
+    pub kv: KvOut,
+    pub preemptions: u64,
+    /// Max over mean of requests per replica of the pool.
+    pub imbalance: f64,
 }
 
 /// One engine's deployment: `gpus` is what a replica costs.

@@ -1,7 +1,10 @@
 //! What a `cluster:` adds to the summary and the CSV tables: a line on the
 //! cluster, a table of replicas, and a last `replica` column in the
 //! requests and steps CSVs (only with a cluster, so other tables keep
-//! their bytes).
+//! their bytes). With prefill/decode pools: a table of the pools and the
+//! KV transfers, a `decode_replica` column in the requests CSV, and a
+//! `pool` column in the steps CSV (whose `replica` is then the index in
+//! that pool).
 
 use std::fmt::Write;
 
@@ -14,6 +17,27 @@ use crate::metrics::{RequestRecord, RunResult};
 
 /// `4 replicas x 2 GPUs (TP 2) = 8 GPUs, router least_outstanding`.
 pub fn cluster_line(s: &Scenario, c: &Cluster) -> String {
+    if let Some(d) = &c.disagg {
+        let pool = |name: &str, p: &crate::config::cluster::Pool| {
+            let per = p.gpus_per_replica();
+            format!(
+                "{name} {} x {per} GPU{} ({}, {}{})",
+                p.replicas,
+                if per == 1 { "" } else { "s" },
+                p.scenario.hardware.name,
+                p.router.as_str(),
+                p.overlap_weight.map_or_else(String::new, |w| format!(" {w}"))
+            )
+        };
+        return format!(
+            "{} + {} = {} GPUs, KV transfer {} GB/s + {} ms",
+            pool("prefill", &d.prefill),
+            pool("decode", &d.decode),
+            thousands(u64::from(c.gpus(s))),
+            d.kv_transfer.bandwidth_gbps,
+            d.kv_transfer.latency_ms
+        );
+    }
     let per = s.deployment.gpus();
     let mut out = format!(
         "{} replica{} x {per} GPU{} = {} GPUs, router {}",
@@ -40,11 +64,18 @@ pub fn replica_table(out: &mut String, r: &RunResult) {
         "replica", "requests", "output tok", "steps", "peak KV", "preempt"
     );
     let _ = writeln!(out, "{}", if caching { format!(" {:>9}", "hit rate") } else { String::new() });
+    // With pools: prefill replicas `p0, p1, ...`, then decode ones `d0, ...`.
+    let base = r.pools.as_ref().map(|p| p.prefill.replicas as usize);
     for (i, x) in replicas.iter().enumerate() {
+        let name = match base {
+            Some(b) if i >= b => format!("d{}", i - b),
+            Some(_) => format!("p{i}"),
+            None => i.to_string(),
+        };
         let _ = write!(
             out,
             "  {:<7} {:>9} {:>13} {:>9} {:>11} {:>9}",
-            i,
+            name,
             thousands(x.requests),
             thousands(x.output_tokens),
             thousands(x.steps),
@@ -59,6 +90,46 @@ pub fn replica_table(out: &mut String, r: &RunResult) {
         }
     }
     let _ = writeln!(out, "imbalance  {imbalance:.3} (most requests on one replica over the mean)");
+    pools(out, r);
+}
+
+/// Each pool's figures and the KV transfers, if the result has pools.
+fn pools(out: &mut String, r: &RunResult) {
+    let Some(p) = &r.pools else { return };
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "  {:<8} {:>8} {:>5} {:>9} {:>9} {:>10} {:>11} {:>11} {:>9} {:>9}",
+        "pool", "replicas", "GPUs", "requests", "steps", "mean batch", "peak KV", "KV blocks", "preempt", "imbalance"
+    );
+    for (name, x) in [("prefill", &p.prefill), ("decode", &p.decode)] {
+        let _ = writeln!(
+            out,
+            "  {:<8} {:>8} {:>5} {:>9} {:>9} {:>10.1} {:>11} {:>11} {:>9} {:>9.3}",
+            name,
+            x.replicas,
+            x.gpus,
+            thousands(x.requests),
+            thousands(x.steps.count),
+            x.steps.mean_batch_size,
+            thousands(u64::from(x.kv.peak_blocks)),
+            thousands(u64::from(x.capacity.num_blocks)),
+            thousands(x.preemptions),
+            x.imbalance
+        );
+    }
+    if let Some(t) = &r.kv_transfer_ms {
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
+        let _ = writeln!(
+            out,
+            "kv transfer {} transfers, mean {} ms, p50 {}, p99 {}, max {}",
+            thousands(t.count),
+            ms(t.mean),
+            ms(t.p50),
+            ms(t.p99),
+            ms(t.max)
+        );
+    }
 }
 
 /// `--requests-csv` of a cluster run: the usual columns, then `replica`
@@ -71,11 +142,18 @@ pub fn requests(records: &[RequestRecord], prefix_caching: bool, placement: &Pla
     }
     let mut header = csv_out::request_header(&columns);
     header.push("replica");
+    let pools = placement.decode_base.is_some();
+    if pools {
+        header.push("decode_replica");
+    }
     w.write_record(header)?;
+    let shown = |x: Option<u32>| x.map_or_else(String::new, |x| x.to_string());
     for r in records {
         let mut row = csv_out::request_row(r, &columns);
-        let replica = placement.requests.get(r.id as usize).copied().flatten();
-        row.push(replica.map_or_else(String::new, |x| x.to_string()));
+        row.push(shown(placement.requests.get(r.id as usize).copied().flatten()));
+        if pools {
+            row.push(shown(placement.decode.get(r.id as usize).copied().flatten()));
+        }
         w.write_record(row)?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
@@ -94,9 +172,24 @@ pub fn steps(
     let mut w = csv::Writer::from_writer(Vec::new());
     for (i, row) in r.records().enumerate() {
         let mut row = row?;
-        match i {
-            0 => row.push_field("replica"),
-            _ => row.push_field(&placement.steps.get(i - 1).map_or_else(String::new, |x| x.to_string())),
+        let replica = placement.steps.get(i.saturating_sub(1)).copied();
+        match (i, placement.decode_base) {
+            (0, None) => row.push_field("replica"),
+            (0, Some(_)) => {
+                row.push_field("replica");
+                row.push_field("pool");
+            }
+            (_, None) => row.push_field(&replica.map_or_else(String::new, |x| x.to_string())),
+            // With pools: the replica's index in its pool, then the pool.
+            (_, Some(base)) => {
+                let (index, pool) = match replica {
+                    Some(x) if x >= base => ((x - base).to_string(), "decode"),
+                    Some(x) => (x.to_string(), "prefill"),
+                    None => (String::new(), ""),
+                };
+                row.push_field(&index);
+                row.push_field(pool);
+            }
         }
         w.write_record(&row)?;
     }

@@ -11,6 +11,7 @@ mod cli_run;
 mod cluster;
 mod deployment;
 mod diff;
+mod disagg;
 mod docs;
 mod experiment_claims;
 mod experiments;

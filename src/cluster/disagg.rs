@@ -1,0 +1,480 @@
+//! Prefill/decode disaggregation (docs/clusters.md): a prefill pool and a
+//! decode pool of replicas, each behind its own router, and the KV
+//! transfer between them, in one global discrete-event loop.
+//!
+//! 1. An arrival is routed to a prefill replica and runs there as if its
+//!    output were 1 token: its first token is released at that step's end
+//!    (its TTFT), and its blocks are freed there. A request with `N = 1`
+//!    is then finished.
+//! 2. Its prompt's KV (`P * kv_bytes_per_token` bytes, the whole model's)
+//!    moves in `latency_ms / 1000 + bytes / (bandwidth_gbps * 1e9)` s;
+//!    transfers do not contend.
+//! 3. When it ends, the request is routed to a decode replica
+//!    ([`Engine::submit_transferred`]): `g = 1`, `c = P` at admission,
+//!    which needs `ceil((P+1)/bs)` blocks beside the watermark; it decodes
+//!    until `g = N`, and a preemption there recomputes `P + g` tokens
+//!    locally. The gap between its first and second tokens (transfer and
+//!    decode queue) is part of its ITL, as a client sees it.
+//!
+//! The loop always does the earliest thing next; at equal times an
+//! arrival first, then a transfer's end (the earliest-started first), then
+//! the step with the earliest start (prefill replicas before decode ones,
+//! then the lowest index). So each router sees what the colocated
+//! cluster's does (crate::cluster): every step that starts strictly
+//! before the event, end effects included.
+//!
+//! Decode replicas run without prefix caching (the KV arrives by
+//! transfer; no lookup is made there), so `prefix_cache` figures are the
+//! prefill pool's.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::router::{Arrival, Load, RouterState};
+use super::{ReplicaCounts, imbalance};
+use crate::config::cluster::{DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool};
+use crate::config::{Cluster, Router, Scenario};
+use crate::engine::prefix::hash::request_block_hashes;
+use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
+use crate::metrics::result::{PoolOut, PoolsOut};
+use crate::metrics::{Collector, CollectorOptions, RunOutput, Stats};
+use crate::sim::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
+use crate::time::SimTime;
+use crate::workload::{AnySource, Source};
+
+/// Which pool a replica is in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    Prefill,
+    Decode,
+}
+
+/// How a disaggregated run is driven.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DisaggSetup {
+    pub limits: RunLimits,
+    /// `latency.request_overhead_ms` in nanoseconds (paid once, before prefill).
+    pub delay_ns: u64,
+    /// Record the replica of every step (for `--steps-csv`).
+    pub keep_steps: bool,
+    pub kv_transfer: KvTransfer,
+    /// The whole model's KV bytes per token.
+    pub kv_bytes_per_token: u64,
+}
+
+/// What a disaggregated run adds to a single engine's.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DisaggRun {
+    pub prefill: Vec<ReplicaCounts>,
+    pub decode: Vec<ReplicaCounts>,
+    pub placement: super::Placement,
+    /// Every transfer's duration, in nanoseconds, in the order they started.
+    pub transfers_ns: Vec<u64>,
+}
+
+/// The two pools' engines and routers.
+pub struct Pools<'a> {
+    pub prefill: &'a mut [Engine],
+    pub decode: &'a mut [Engine],
+    pub prefill_router: &'a mut RouterState,
+    pub decode_router: &'a mut RouterState,
+}
+
+/// Each pool's steps and preemptions, measured by a collector of its own.
+pub struct PoolCollectors {
+    pub prefill: Collector,
+    pub decode: Collector,
+}
+
+/// Runs a scenario whose cluster has pools and collects its metrics: the
+/// aggregate figures over all requests (steps pooled over both pools,
+/// `capacity` a prefill replica's, `kv.peak_blocks` the largest
+/// replica's), plus `gpus`, `replicas` (prefill ones, then decode ones),
+/// `imbalance` (the larger pool's), `pools` and `kv_transfer_ms`.
+pub fn run<O: Observer>(
+    scenario: &Scenario,
+    cluster: &Cluster,
+    d: &Disagg,
+    options: CollectorOptions,
+    extra: &mut O,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunOutput, SimError> {
+    let mut prefill = engines(&d.prefill, true);
+    let mut decode = engines(&d.decode, false);
+    let seed = scenario.workload.seed;
+    let mut prefill_router = router(&d.prefill, seed, 0);
+    let mut decode_router = router(&d.decode, seed, 1);
+    let mut source = AnySource::new(scenario);
+    let first = &d.prefill.scenario;
+    let mut collector = Collector::new(first.capacity.num_blocks, options);
+    let mut per_pool = PoolCollectors {
+        prefill: Collector::new(first.capacity.num_blocks, CollectorOptions::default()),
+        decode: Collector::new(d.decode.scenario.capacity.num_blocks, CollectorOptions::default()),
+    };
+    let setup = DisaggSetup {
+        limits: RunLimits::default(),
+        delay_ns: crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3),
+        keep_steps: options.keep_steps,
+        kv_transfer: d.kv_transfer.clone(),
+        kv_bytes_per_token: first.deployment.kv_bytes_per_token,
+    };
+    let pools = Pools {
+        prefill: &mut prefill,
+        decode: &mut decode,
+        prefill_router: &mut prefill_router,
+        decode_router: &mut decode_router,
+    };
+    let obs = &mut (&mut collector, extra);
+    let run = drive_disagg(pools, &mut source, obs, &mut per_pool, &setup, |_, _, _, _| {}, progress)?;
+    // `capacity` is one replica's of the first pool.
+    let mut out = collector.finish(first);
+    let caching = scenario.model.kv_cache.prefix_caching;
+    let r = &mut out.result;
+    r.gpus = Some(cluster.gpus(scenario));
+    let outs = run.prefill.iter().map(|s| s.out(caching)).chain(run.decode.iter().map(|s| s.out(false)));
+    r.replicas = Some(outs.collect());
+    let (pi, di) = (imbalance(&run.prefill), imbalance(&run.decode));
+    r.imbalance = Some(pi.max(di));
+    r.pools = Some(PoolsOut {
+        prefill: pool_out(&d.prefill, &per_pool.prefill, &run.prefill, pi),
+        decode: pool_out(&d.decode, &per_pool.decode, &run.decode, di),
+    });
+    r.kv_transfer_ms = Some(Stats::from_nanos(run.transfers_ns.clone()));
+    out.placement = Some(run.placement);
+    Ok(out)
+}
+
+/// A pool's engines; the decode pool's without prefix caching.
+fn engines(pool: &Pool, prefill: bool) -> Vec<Engine> {
+    let mut cfg = pool.scenario.engine_config();
+    cfg.prefix_caching &= prefill;
+    (0..pool.replicas).map(|_| Engine::new(cfg.clone())).collect()
+}
+
+/// A pool's router; the decode pool's `random` draws from a seed of its own.
+fn router(pool: &Pool, seed: u64, which: u64) -> RouterState {
+    let weight = pool.overlap_weight.unwrap_or(DEFAULT_OVERLAP_WEIGHT);
+    RouterState::new(pool.router, weight, seed.wrapping_add(which.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+}
+
+fn pool_out(pool: &Pool, c: &Collector, counts: &[ReplicaCounts], imbalance: f64) -> PoolOut {
+    let s = &pool.scenario;
+    let sum = c.summarize(&s.name, s.workload.seed, &s.capacity);
+    PoolOut {
+        replicas: pool.replicas,
+        router: pool.router.as_str().to_string(),
+        gpus: pool.gpus(),
+        capacity: sum.capacity,
+        requests: counts.iter().map(|x| x.requests).sum(),
+        steps: sum.steps,
+        kv: sum.kv,
+        preemptions: sum.preemptions,
+        imbalance,
+    }
+}
+
+/// A transfer in flight: ends at `.0.0`; `.0.1` orders equal ends by start.
+type Transfer = Reverse<(SimTime, u64, RequestId)>;
+
+/// The earliest next step over both pools: its start, pool and replica.
+fn earliest_step(prefill: &[Engine], decode: &[Engine]) -> Option<(SimTime, PoolKind, usize)> {
+    let mut best: Option<(SimTime, PoolKind, usize)> = None;
+    let all = prefill.iter().map(|e| (PoolKind::Prefill, e)).chain(decode.iter().map(|e| (PoolKind::Decode, e)));
+    let mut index = [0usize; 2];
+    for (kind, e) in all {
+        let i = &mut index[kind as usize];
+        if let Some(t) = e.next_step_at()
+            && best.is_none_or(|(b, _, _)| t < b)
+        {
+            best = Some((t, kind, *i));
+        }
+        *i += 1;
+    }
+    best
+}
+
+/// What the loop remembers of a request between its pools.
+#[derive(Copy, Clone, Debug, Default)]
+struct Known {
+    prompt: u32,
+    output: u32,
+    session: Option<u64>,
+}
+
+/// The global loop over both pools, the transfers and `source`.
+/// `after_step` sees the pool and replica that stepped after each step.
+pub fn drive_disagg<S, O, F>(
+    pools: Pools<'_>,
+    source: &mut S,
+    obs: &mut O,
+    per_pool: &mut PoolCollectors,
+    setup: &DisaggSetup,
+    after_step: F,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<DisaggRun, SimError>
+where
+    S: Source,
+    O: Observer,
+    F: FnMut(PoolKind, usize, &Engine, &mut O),
+{
+    let mut tap = Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
+    match setup.delay_ns {
+        0 => disagg_loop(pools, source, &mut tap, per_pool, setup, after_step, progress),
+        ns => {
+            let mut delayed = Delayed { inner: source, ns };
+            disagg_loop(pools, &mut delayed, &mut tap, per_pool, setup, after_step, progress)
+        }
+    }
+}
+
+fn disagg_loop<S, O, F>(
+    pools: Pools<'_>,
+    source: &mut S,
+    tap: &mut Tap<'_, O>,
+    per_pool: &mut PoolCollectors,
+    setup: &DisaggSetup,
+    mut after_step: F,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<DisaggRun, SimError>
+where
+    S: Source,
+    O: Observer,
+    F: FnMut(PoolKind, usize, &Engine, &mut O),
+{
+    let Pools { prefill, decode, prefill_router, decode_router } = pools;
+    let limits = &setup.limits;
+    let mut at = Progress::default();
+    let mut run = DisaggRun {
+        prefill: vec![ReplicaCounts::default(); prefill.len()],
+        decode: vec![ReplicaCounts::default(); decode.len()],
+        ..DisaggRun::default()
+    };
+    run.placement.decode_base = Some(prefill.len() as u32);
+    let (Some(first), Some(first_decode)) = (prefill.first(), decode.first()) else { return Ok(run) };
+    let (hashing, block_size) = (first.config().prefix_caching, first.config().capacity.block_size);
+    let decode_block_size = u64::from(first_decode.config().capacity.block_size);
+    let context = u64::from(first.config().context_length);
+    let affinity = prefill_router.policy() == Router::PrefixAffinity;
+    let mut outstanding = [vec![0u64; prefill.len()], vec![0u64; decode.len()]];
+    let mut loads = vec![Load::default(); prefill.len().max(decode.len())];
+    let mut known: Vec<Known> = Vec::new();
+    let mut transfers: BinaryHeap<Transfer> = BinaryHeap::new();
+    let mut handed: Vec<(RequestId, SimTime)> = Vec::new();
+    let mut hashes = Vec::new();
+    loop {
+        let next_step = earliest_step(prefill, decode);
+        let next_transfer = transfers.peek().map(|Reverse((t, _, _))| *t);
+        let next_other = match (next_step, next_transfer) {
+            (Some((s, _, _)), Some(t)) => Some(s.min(t)),
+            (s, t) => s.map(|x| x.0).or(t),
+        };
+        if let Some(when) = source.peek()
+            && next_other.is_none_or(|t| when <= t)
+        {
+            // An arrival: route it to a prefill replica.
+            at.now = when;
+            if when > limits.max_time {
+                return Err(SimError::TimeLimit { at: when, limit: limits.max_time, progress: at });
+            }
+            let Some(req) = source.pop() else { continue };
+            at.requests += 1;
+            if at.requests > limits.max_requests {
+                let (limit, rejected) = (limits.max_requests, tap.rejected);
+                return Err(SimError::TooManyRequests { limit, rejected, progress: at });
+            }
+            let i = req.id as usize;
+            if known.len() <= i {
+                known.resize(i + 1, Known::default());
+                run.placement.requests.resize(i + 1, None);
+                run.placement.decode.resize(i + 1, None);
+            }
+            known[i] = Known { prompt: req.prompt, output: req.output, session: source.session() };
+            if u64::from(req.prompt) + u64::from(req.output) > context {
+                // Rejected before routing, as the engine would on arrival.
+                tap.arrived(req.id, req.arrival, req.prompt, req.output);
+                tap.rejected(req.id, req.arrival, RejectReason::ContextLength);
+                source.rejected(req.id, when);
+            } else {
+                if hashing {
+                    match source.block_hashes() {
+                        Some(named) => {
+                            hashes.clear();
+                            hashes.extend_from_slice(named);
+                        }
+                        None => request_block_hashes(&req, source.segments(), block_size, &mut hashes),
+                    }
+                }
+                for (r, e) in prefill.iter().enumerate() {
+                    let aff = affinity.then_some((&hashes[..], req.prompt));
+                    loads[r] = Load::of(e, outstanding[0][r], aff);
+                }
+                let arrival = Arrival {
+                    prompt_blocks: u64::from(req.prompt).div_ceil(u64::from(block_size)),
+                    session: known[i].session,
+                };
+                let r = prefill_router.route(&arrival, &loads[..prefill.len()]);
+                run.placement.requests[i] = Some(r as u32);
+                outstanding[0][r] += 1;
+                let mut o = OnPool {
+                    stats: &mut run.prefill[r],
+                    pool: &mut per_pool.prefill,
+                    inner: &mut *tap,
+                    prefill: Some((&known[..], &mut handed)),
+                };
+                // It runs there as if its output were 1 token.
+                let one = Request { output: 1, ..req };
+                let submitted = match hashing {
+                    true => prefill[r].submit_with_hashes(one, &hashes, &mut o),
+                    false => prefill[r].submit(one, &mut o),
+                };
+                if submitted.is_err() {
+                    outstanding[0][r] -= 1;
+                    source.rejected(req.id, when);
+                }
+            }
+            if let Some(why) = source.stalled() {
+                return Err(SimError::Stalled { why, progress: at });
+            }
+            continue;
+        }
+        if let Some(end) = next_transfer
+            && next_step.is_none_or(|(s, _, _)| end <= s)
+        {
+            // A transfer ends: route the request to a decode replica.
+            let Some(Reverse((end, _, id))) = transfers.pop() else { continue };
+            at.now = end;
+            let k = known[id as usize];
+            for (r, e) in decode.iter().enumerate() {
+                loads[r] = Load::of(e, outstanding[1][r], None);
+            }
+            let arrival =
+                Arrival { prompt_blocks: u64::from(k.prompt).div_ceil(decode_block_size), session: k.session };
+            let r = decode_router.route(&arrival, &loads[..decode.len()]);
+            run.placement.decode[id as usize] = Some(r as u32);
+            outstanding[1][r] += 1;
+            run.decode[r].requests += 1;
+            decode[r].submit_transferred(Request { id, arrival: end, prompt: k.prompt, output: k.output });
+            continue;
+        }
+        let Some((start, kind, r)) = next_step else { break };
+        at.now = start;
+        if start > limits.max_time {
+            return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
+        }
+        let (engine, stepped) = match kind {
+            PoolKind::Prefill => {
+                let mut o = OnPool {
+                    stats: &mut run.prefill[r],
+                    pool: &mut per_pool.prefill,
+                    inner: &mut *tap,
+                    prefill: Some((&known[..], &mut handed)),
+                };
+                let stepped = prefill[r].step(&mut o).is_some();
+                (&prefill[r], stepped)
+            }
+            PoolKind::Decode => {
+                let mut o =
+                    OnPool { stats: &mut run.decode[r], pool: &mut per_pool.decode, inner: &mut *tap, prefill: None };
+                let stepped = decode[r].step(&mut o).is_some();
+                (&decode[r], stepped)
+            }
+        };
+        if stepped {
+            at.steps += 1;
+            if at.steps > limits.max_steps {
+                return Err(SimError::TooManySteps { limit: limits.max_steps, progress: at });
+            }
+            if at.steps % PROGRESS_EVERY == 0 {
+                progress(&at);
+            }
+            if setup.keep_steps {
+                let base = if kind == PoolKind::Decode { prefill.len() } else { 0 };
+                run.placement.steps.push((base + r) as u32);
+            }
+        }
+        if engine.clock() > limits.max_time {
+            return Err(SimError::TimeLimit { at: engine.clock(), limit: limits.max_time, progress: at });
+        }
+        after_step(kind, r, engine, tap.inner);
+        // First tokens released: their KV starts moving.
+        for (id, when) in handed.drain(..) {
+            outstanding[0][r] -= 1;
+            let bytes = u64::from(known[id as usize].prompt) * setup.kv_bytes_per_token;
+            let ns = setup.kv_transfer.nanos(bytes);
+            run.transfers_ns.push(ns);
+            transfers.push(Reverse((when.plus_nanos(ns), run.transfers_ns.len() as u64, id)));
+        }
+        let pool = kind as usize;
+        for (id, when, finished) in tap.done.drain(..) {
+            outstanding[pool][r] -= 1;
+            match finished {
+                true => source.done(id, when),
+                false => source.rejected(id, when),
+            }
+        }
+        if let Some(why) = source.stalled() {
+            return Err(SimError::Stalled { why, progress: at });
+        }
+    }
+    Ok(run)
+}
+
+/// Counts one replica's events into its [`ReplicaCounts`] and its pool's
+/// collector, and forwards them. On a prefill replica (`prefill` set),
+/// an arrival is reported with its real output length and the end of a
+/// request with more tokens to come is a hand-off, not a finish.
+struct OnPool<'a, O> {
+    stats: &'a mut ReplicaCounts,
+    pool: &'a mut Collector,
+    inner: &'a mut O,
+    prefill: Option<(&'a [Known], &'a mut Vec<(RequestId, SimTime)>)>,
+}
+
+impl<O: Observer> Observer for OnPool<'_, O> {
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
+        self.stats.requests += 1;
+        let output = match &self.prefill {
+            Some((known, _)) => known.get(id as usize).map_or(output, |k| k.output),
+            None => output,
+        };
+        self.inner.arrived(id, at, prompt, output);
+    }
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
+        self.inner.scheduled(id, at, tokens, computed);
+    }
+    fn preempted(&mut self, id: RequestId, at: SimTime) {
+        self.stats.preemptions += 1;
+        self.pool.preempted(id, at);
+        self.inner.preempted(id, at);
+    }
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        self.stats.output_tokens += 1;
+        self.inner.token(id, at, index);
+    }
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        if let Some((known, handed)) = &mut self.prefill
+            && known.get(id as usize).is_some_and(|k| k.output > 1)
+        {
+            handed.push((id, at));
+            return;
+        }
+        self.inner.finished(id, at);
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
+        self.inner.rejected(id, at, reason);
+    }
+    fn aborted(&mut self, id: RequestId, at: SimTime) {
+        self.inner.aborted(id, at);
+    }
+    fn step(&mut self, step: &StepRecord) {
+        self.stats.steps += 1;
+        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(step.kv_blocks_used);
+        self.pool.step(step);
+        self.inner.step(step);
+    }
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
+        self.stats.prefix_queried += u64::from(queried);
+        self.stats.prefix_hit += u64::from(hit);
+        self.inner.prefix_lookup(id, at, queried, hit);
+    }
+}

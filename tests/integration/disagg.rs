@@ -1,0 +1,413 @@
+//! Prefill/decode disaggregation (docs/clusters.md), checked from outside:
+//! seeded randomized scenarios with pools (every request on exactly one
+//! prefill and at most one decode replica, ending once, every replica's
+//! KV invariants after every step), a hand-worked TTFT and transfer
+//! example, pools with one-token answers matching a colocated cluster,
+//! and bad pool input exiting 2.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use llmsim::cluster::disagg::{DisaggSetup, PoolCollectors, PoolKind, Pools, drive_disagg};
+use llmsim::cluster::router::RouterState;
+use llmsim::config::{self, Router, Scenario};
+use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
+use llmsim::metrics::{Collector, CollectorOptions};
+use llmsim::sim::{self, RunLimits};
+use llmsim::time::SimTime;
+use llmsim::workload::AnySource;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::support::*;
+
+fn scenario(text: &str) -> Scenario {
+    let file = Path::new("disagg-test.yml");
+    let raw = config::parse_str(text, file).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    config::validate::scenario(raw, file).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// Routers a decode pool may use (it does no cache lookup).
+const DECODE_ROUTERS: [Router; 5] =
+    [Router::RoundRobin, Router::Random, Router::LeastOutstanding, Router::LeastKv, Router::SessionAffinity];
+
+/// A random small scenario with prefill and decode pools.
+fn random_scenario(rng: &mut ChaCha8Rng) -> (String, Router, Router, usize, usize) {
+    let caching = rng.random_bool(0.5);
+    let mut prefill_router = Router::ALL[rng.random_range(0..Router::ALL.len())];
+    if prefill_router == Router::PrefixAffinity && !caching {
+        prefill_router = Router::LeastKv;
+    }
+    let decode_router = DECODE_ROUTERS[rng.random_range(0..DECODE_ROUTERS.len())];
+    let (p, d) = (rng.random_range(1..4usize), rng.random_range(1..5usize));
+    let blocks = [60, 200, 2000][rng.random_range(0..3)];
+    let arrivals = match rng.random_range(0..3) {
+        0 => format!("poisson: {{rate: {}}}", [5, 50, 400][rng.random_range(0..3)]),
+        1 => format!("constant: {{rate: {}}}", [10, 200][rng.random_range(0..2)]),
+        _ => format!(
+            "closed: {{concurrency: {}, think_time_s: {}}}",
+            rng.random_range(1..40),
+            [0.0, 0.01][rng.random_range(0..2)]
+        ),
+    };
+    let content = match rng.random_range(0..3) {
+        0 => String::new(),
+        1 => format!("  shared_prefix: {{groups: {}, tokens: {}}}\n", rng.random_range(1..5), rng.random_range(1..300)),
+        _ => "  sessions: {turns: {uniform: [1, 4]}, think_s: 0.02}\n".to_string(),
+    };
+    // The decode pool sometimes has its own scheduler or a smaller GPU.
+    let decode_extra = match rng.random_range(0..3) {
+        0 => String::new(),
+        1 => format!(", scheduler: {{max_num_sequences: {}}}", [1, 4, 64][rng.random_range(0..3)]),
+        _ => ", hardware: {hbm_gib: 40, memory_bandwidth_gbps: 1500, peak_tflops: 312}".to_string(),
+    };
+    let overlap = if prefill_router == Router::PrefixAffinity { ", overlap_weight: 2" } else { "" };
+    let text = format!(
+        "hardware: {{hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}}
+model:
+  context_length: {ctx}
+  weights: {{parameters_billions: 6.74}}
+  kv_cache: {{bytes_per_token: 524288, block_size: {bs}, num_blocks: {blocks}, prefix_caching: {caching}}}
+scheduler: {{max_batch_tokens: {mbt}, max_num_sequences: {seqs}}}
+latency: {{request_overhead_ms: {overhead}}}
+workload:
+  seed: {seed}
+  arrivals: {{{arrivals}}}
+  requests: {n}
+  prompt_tokens: {{uniform: [1, 700]}}
+  output_tokens: {{uniform: [1, 80]}}
+{content}cluster:
+  prefill: {{replicas: {p}, router: {pr}{overlap}}}
+  decode: {{replicas: {d}, router: {dr}{decode_extra}}}
+  kv_transfer: {{bandwidth_gbps: {bw}, latency_ms: {lat}}}
+",
+        ctx = [600, 4096][rng.random_range(0..2)],
+        bs = [1, 16, 32][rng.random_range(0..3)],
+        mbt = [64, 512, 8192][rng.random_range(0..3)],
+        seqs = [2, 16, 256][rng.random_range(0..3)],
+        overhead = [0.0, 3.0][rng.random_range(0..2)],
+        seed = rng.random::<u32>(),
+        n = rng.random_range(1..150),
+        pr = prefill_router.as_str(),
+        dr = decode_router.as_str(),
+        bw = [0.5, 50.0][rng.random_range(0..2)],
+        lat = [0.0, 1.0][rng.random_range(0..2)],
+    );
+    (text, prefill_router, decode_router, p, d)
+}
+
+/// Every request's events, and where each came from.
+#[derive(Default)]
+struct Seen {
+    arrived: BTreeMap<RequestId, u32>,
+    /// id -> (finished or rejected events, rejected before routing)
+    ends: BTreeMap<RequestId, (u32, bool)>,
+    /// Token and end events since the last step: (id, token index, 0 for an end).
+    pending: Vec<(RequestId, u32)>,
+    /// id -> (pool, replica, token index) of every token and end.
+    seen_on: BTreeMap<RequestId, Vec<(PoolKind, usize, u32)>>,
+    tokens: u64,
+}
+
+impl Observer for Seen {
+    fn arrived(&mut self, id: RequestId, _: SimTime, _: u32, output: u32) {
+        *self.arrived.entry(id).or_default() += 1;
+        assert!(output >= 1);
+    }
+    fn token(&mut self, id: RequestId, _: SimTime, index: u32) {
+        self.tokens += 1;
+        self.pending.push((id, index));
+    }
+    fn finished(&mut self, id: RequestId, _: SimTime) {
+        self.ends.entry(id).or_default().0 += 1;
+        self.pending.push((id, 0));
+    }
+    fn rejected(&mut self, id: RequestId, _: SimTime, reason: RejectReason) {
+        let e = self.ends.entry(id).or_default();
+        e.0 += 1;
+        if reason == RejectReason::ContextLength {
+            e.1 = true;
+        } else {
+            self.pending.push((id, 0));
+        }
+    }
+    fn step(&mut self, _: &StepRecord) {}
+}
+
+#[test]
+fn every_request_runs_on_one_prefill_and_one_decode_replica_and_every_replica_keeps_its_invariants() {
+    let mut totals = BTreeMap::<String, u64>::new();
+    for seed in 0..250u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (text, pr, dr, p, d) = random_scenario(&mut rng);
+        let s = scenario(&text);
+        let disagg = s.cluster.as_ref().and_then(|c| c.disagg.as_ref()).expect("pools");
+        let mut prefill: Vec<Engine> = (0..p).map(|_| Engine::new(disagg.prefill.scenario.engine_config())).collect();
+        let mut cfg = disagg.decode.scenario.engine_config();
+        cfg.prefix_caching = false;
+        let mut decode: Vec<Engine> = (0..d).map(|_| Engine::new(cfg.clone())).collect();
+        let mut prefill_router = RouterState::new(pr, 2.0, s.workload.seed);
+        let mut decode_router = RouterState::new(dr, 1.0, s.workload.seed + 1);
+        let mut source = AnySource::new(&s);
+        let mut obs = Seen::default();
+        let blocks = s.capacity.num_blocks;
+        let mut per_pool = PoolCollectors {
+            prefill: Collector::new(blocks, CollectorOptions::default()),
+            decode: Collector::new(disagg.decode.scenario.capacity.num_blocks, CollectorOptions::default()),
+        };
+        let setup = DisaggSetup {
+            limits: RunLimits::default(),
+            delay_ns: (s.latency.request_overhead_ms * 1e6) as u64,
+            keep_steps: false,
+            kv_transfer: disagg.kv_transfer.clone(),
+            kv_bytes_per_token: 524_288,
+        };
+        let pools = Pools {
+            prefill: &mut prefill,
+            decode: &mut decode,
+            prefill_router: &mut prefill_router,
+            decode_router: &mut decode_router,
+        };
+        let run = drive_disagg(
+            pools,
+            &mut source,
+            &mut obs,
+            &mut per_pool,
+            &setup,
+            |kind, r, e: &Engine, o: &mut Seen| {
+                e.check_invariants().unwrap_or_else(|err| panic!("seed {seed}, {kind:?} replica {r}: {err}"));
+                for (id, index) in o.pending.drain(..) {
+                    o.seen_on.entry(id).or_default().push((kind, r, index));
+                }
+            },
+            &mut |_| {},
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        let ctx = format!("seed {seed}\n{text}");
+        assert!(prefill.iter().chain(&decode).all(Engine::is_idle), "{ctx}");
+        assert!(obs.arrived.values().all(|&n| n == 1), "each request arrives once: {ctx}");
+        assert_eq!(obs.ends.len(), obs.arrived.len(), "every arrival ends: {ctx}");
+        for (&id, &(ends, before_routing)) in &obs.ends {
+            assert_eq!(ends, 1, "request {id} ended {ends} times: {ctx}");
+            let (placed, decoded) = (run.placement.requests[id as usize], run.placement.decode[id as usize]);
+            assert_eq!(placed.is_none(), before_routing, "request {id}: {ctx}");
+            let on = obs.seen_on.get(&id).map(Vec::as_slice).unwrap_or_default();
+            // Its first token comes from its prefill replica, every later
+            // one and its end (if it got past its first token) from its decode replica.
+            for &(kind, r, index) in on {
+                match kind {
+                    PoolKind::Prefill => {
+                        assert_eq!(Some(r as u32), placed, "request {id}: {ctx}");
+                        assert!(index <= 1, "request {id} got token {index} on a prefill replica: {ctx}");
+                    }
+                    PoolKind::Decode => {
+                        assert_eq!(Some(r as u32), decoded, "request {id}: {ctx}");
+                        assert!(index != 1, "request {id}'s first token on a decode replica: {ctx}");
+                    }
+                }
+            }
+            if decoded.is_some() {
+                assert!(placed.is_some(), "request {id} decoded without a prefill: {ctx}");
+                assert!(on.iter().any(|x| x.0 == PoolKind::Decode), "request {id} never reached decode: {ctx}");
+                *totals.entry("decoded".into()).or_default() += 1;
+            }
+        }
+        assert_eq!(
+            run.prefill.iter().map(|x| x.requests).sum::<u64>(),
+            run.placement.requests.iter().flatten().count() as u64
+        );
+        assert_eq!(
+            run.decode.iter().map(|x| x.requests).sum::<u64>(),
+            run.placement.decode.iter().flatten().count() as u64
+        );
+        assert_eq!(run.transfers_ns.len() as u64, run.decode.iter().map(|x| x.requests).sum::<u64>(), "{ctx}");
+        let tokens: u64 = run.prefill.iter().chain(&run.decode).map(|x| x.output_tokens).sum();
+        assert_eq!(tokens, obs.tokens, "{ctx}");
+        *totals.entry(format!("prefill {}", pr.as_str())).or_default() += 1;
+        *totals.entry(format!("decode {}", dr.as_str())).or_default() += 1;
+        *totals.entry("decode preemptions".into()).or_default() +=
+            run.decode.iter().map(|x| x.preemptions).sum::<u64>();
+        let rejected = obs.ends.keys().filter(|&&id| {
+            obs.seen_on.get(&id).is_some_and(|v| v.iter().any(|x| x.0 == PoolKind::Decode && x.2 == 0))
+                && run.placement.decode[id as usize].is_some()
+        });
+        *totals.entry("ended on decode".into()).or_default() += rejected.count() as u64;
+    }
+    for key in ["decoded", "decode preemptions", "ended on decode"] {
+        assert!(totals.get(key).copied().unwrap_or(0) > 5, "{key}: {totals:?}");
+    }
+    for r in Router::ALL {
+        assert!(totals.get(&format!("prefill {}", r.as_str())).copied().unwrap_or(0) > 3, "{totals:?}");
+    }
+    eprintln!("disaggregation invariants held: {totals:?}");
+}
+
+/// A hand-worked request. 1 B parameters of 2 bytes read at 1,000 GB/s:
+/// 2 ms a step; 1,000 TFLOPS: 2 us of compute a token; 1,000 KV bytes a
+/// token: 1 ns of reading a token of context.
+const HAND: &str = "hardware: {hbm_gib: 80, memory_bandwidth_gbps: 1000, peak_tflops: 1000}
+model:
+  context_length: 4096
+  weights: {parameters_billions: 1}
+  kv_cache: {bytes_per_token: 1000, block_size: 16, num_blocks: 100}
+workload:
+  arrivals: {constant: {rate: 1}}
+  requests: 1
+  prompt_tokens: 1000
+  output_tokens: 3
+cluster:
+  prefill: {replicas: 1}
+  decode: {replicas: 1}
+  kv_transfer: {bandwidth_gbps: 1, latency_ms: 2}
+";
+
+#[test]
+fn a_hand_worked_request_takes_its_ttft_from_prefill_and_pays_the_transfer_in_its_itl() {
+    let out = sim::run(&scenario(HAND), CollectorOptions::default()).unwrap();
+    let r = &out.requests[0];
+    // Prefill, at 0: compute 2e9 * 1000 / 1e15 = 2 ms; memory
+    // (2e9 + 1000 * 1000) / 1e12 = 2.001 ms: the first token at 2.001 ms.
+    assert_eq!(r.first_token, Some(SimTime::from_nanos(2_001_000)));
+    // Transfer: 2 ms + 1000 * 1000 bytes / 1e9 B/s = 3 ms, to 5.001 ms.
+    // Decode with c = 1000: memory (2e9 + 1000 * 1001) / 1e12 = 2.001001
+    // ms, token 2 at 7.002001 ms; then c = 1001: 2.001002 ms, token 3 at
+    // 9.003003 ms.
+    assert_eq!(r.last_token, Some(SimTime::from_nanos(9_003_003)));
+    let res = &out.result;
+    assert_eq!(res.ttft_ms.p50, Some(2.001));
+    assert_eq!(res.itl_ms.max, Some(5.001001), "transfer and decode step in the first gap");
+    assert_eq!(res.e2e_ms.max, Some(9.003003));
+    let t = res.kv_transfer_ms.as_ref().unwrap();
+    assert_eq!((t.count, t.max), (1, Some(3.0)));
+    let pools = res.pools.as_ref().unwrap();
+    assert_eq!((pools.prefill.steps.count, pools.decode.steps.count), (1, 2));
+    assert_eq!((pools.prefill.requests, pools.decode.requests), (1, 1));
+    // Blocks: ceil(1000/16) = 63 on prefill; ceil(1001/16) = 63, then
+    // ceil(1002/16) = 63 on decode.
+    assert_eq!((pools.prefill.kv.peak_blocks, pools.decode.kv.peak_blocks), (63, 63));
+    assert_eq!(res.gpus, Some(2));
+    assert_eq!(res.requests.completed, 1);
+    assert_eq!(res.requests.output_tokens, 3);
+}
+
+#[test]
+fn one_token_answers_never_leave_the_prefill_pool_and_match_a_colocated_cluster() {
+    for seed in 0..20u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(500 + seed);
+        let (text, pr, _, p, _) = random_scenario(&mut rng);
+        let text = text.replace("output_tokens: {uniform: [1, 80]}", "output_tokens: 1");
+        let pooled = sim::run(&scenario(&text), CollectorOptions { keep_steps: true }).unwrap();
+        let head = text.split("cluster:").next().unwrap();
+        let overlap = if pr == Router::PrefixAffinity { ", overlap_weight: 2" } else { "" };
+        let colocated = format!("{head}cluster: {{replicas: {p}, router: {}{overlap}}}\n", pr.as_str());
+        let plain = sim::run(&scenario(&colocated), CollectorOptions { keep_steps: true }).unwrap();
+        let ctx = format!("seed {seed}\n{text}");
+        let pools = pooled.result.pools.as_ref().unwrap();
+        assert_eq!(pools.decode.requests + pools.decode.steps.count, 0, "{ctx}");
+        assert_eq!(pooled.result.kv_transfer_ms.as_ref().map(|t| t.count), Some(0), "{ctx}");
+        assert_eq!(pooled.requests, plain.requests, "{ctx}");
+        assert_eq!(pooled.steps, plain.steps, "{ctx}");
+        assert_eq!(pooled.result.ttft_ms, plain.result.ttft_ms, "{ctx}");
+        assert_eq!(pooled.result.kv, plain.result.kv, "{ctx}");
+    }
+}
+
+#[test]
+fn a_pooled_run_is_byte_identical_from_run_to_run_and_reports_pools() {
+    let dir = tempdir();
+    let run = |name: &str| {
+        let (json, req, steps) = (
+            dir.path().join(format!("{name}.json")),
+            dir.path().join(format!("{name}.csv")),
+            dir.path().join(format!("{name}-s.csv")),
+        );
+        let out =
+            TestCommand::new(&["run", "scenarios/clusters/disagg.yml", "--set", "workload.requests=300", "--json"])
+                .arg(&json)
+                .arg("--requests-csv")
+                .arg(&req)
+                .arg("--steps-csv")
+                .arg(&steps)
+                .ok();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        (out.stdout(), read(&json), read(&req), read(&steps))
+    };
+    let (a, b) = (run("a"), run("b"));
+    assert_eq!(a.1, b.1);
+    assert_eq!(a.2, b.2);
+    assert_eq!(a.3, b.3);
+    for want in ["prefill 1 x 1 GPU", "decode 3 x 1 GPU", "kv transfer"] {
+        assert!(a.0.contains(want), "{want}\n{}", a.0);
+    }
+    let v: serde_json::Value = serde_json::from_str(&a.1).unwrap();
+    assert_eq!(v["pools"]["prefill"]["replicas"], 1);
+    assert_eq!(v["pools"]["decode"]["replicas"], 3);
+    assert_eq!(v["gpus"], 4);
+    // 1,000 tokens x 524,288 bytes over 50 GB/s, plus 1 ms: 11.48576 ms.
+    assert_eq!(v["kv_transfer_ms"]["max"], 11.48576);
+    assert!(a.2.lines().next().unwrap().ends_with(",replica,decode_replica"), "{}", a.2);
+    assert!(a.3.lines().next().unwrap().ends_with(",replica,pool"), "{}", a.3);
+    let decode_rows = a.3.lines().filter(|l| l.ends_with(",decode")).count();
+    assert_eq!(decode_rows as u64, v["pools"]["decode"]["steps"]["count"].as_u64().unwrap());
+}
+
+#[test]
+fn a_cluster_without_pools_writes_no_pool_fields() {
+    let dir = tempdir();
+    let json = dir.path().join("r.json");
+    TestCommand::new(&["run", "scenarios/clusters/chat-fleet.yml", "-q", "--set", "workload.requests=200", "--json"])
+        .arg(&json)
+        .ok();
+    let text = std::fs::read_to_string(&json).unwrap();
+    for key in ["\"pools\"", "\"kv_transfer_ms\""] {
+        assert!(!text.contains(key), "{key} in {text}");
+    }
+}
+
+/// Bad pool input: exit 2, naming the key and what is allowed.
+#[test]
+fn bad_pools_exit_2_with_a_clear_error() {
+    // A 14.4 GiB decode GPU: 14.4 x 2^30 x 0.9 - 13.48e9 bytes of weights
+    // leave 435.7 MB, 51 blocks of 16 x 524,288 bytes; the 1,000-token
+    // prompt and its first token need ceil(1001/16) = 63.
+    let small = "cluster.decode.hardware={hbm_gib: 14.4, memory_bandwidth_gbps: 3000, peak_tflops: 989}";
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            "cluster.kv_transfer.bandwidth_gbps=0",
+            &["cluster.kv_transfer.bandwidth_gbps", "0 is not allowed", "(0, 1,000,000]"],
+        ),
+        ("cluster.replicas=4", &["cluster.replicas", "conflicts with cluster.prefill/cluster.decode"]),
+        ("cluster.router=least_kv", &["cluster.router", "each pool has its own router"]),
+        (
+            small,
+            &[
+                "cluster.decode",
+                "cannot hold one request's prompt",
+                "shortest prompt (1000 tokens)",
+                "need 63 blocks",
+                "has 51 blocks",
+            ],
+        ),
+        ("cluster.decode.router=prefix_affinity", &["cluster.decode.router", "no cache lookup"]),
+    ];
+    for (set, fragments) in cases {
+        TestCommand::new(&["run", "scenarios/clusters/disagg.yml", "-q", "--set", set])
+            .fails_with(2)
+            .stderr_has(fragments);
+    }
+}
+
+#[test]
+fn serve_refuses_a_model_with_pools() {
+    let dir = tempdir();
+    let models = write(
+        dir.path(),
+        "models.yml",
+        &format!("models:\n  - name: pooled\n    scenario: {}\n", repo("scenarios/clusters/disagg.yml").display()),
+    );
+    TestCommand::new(&["serve", "--port", "0", "--models"]).arg(&models).fails_with(2).stderr_has(&[
+        "models[0].cluster",
+        "prefill/decode pools",
+        "llmsim run",
+    ]);
+}
