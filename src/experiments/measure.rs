@@ -126,6 +126,10 @@ pub fn names(s: &Scenario) -> Vec<String> {
     let empty = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).finish(s).result;
     let mut all: Vec<String> = result_values(&empty).into_keys().collect();
     all.extend(DERIVED.iter().map(|(n, _)| (*n).to_string()));
+    if s.cluster.is_some() {
+        // The result JSON's cluster figures (docs/clusters.md), absent from an empty single-engine result.
+        all.extend(["imbalance", "gpus"].map(String::from));
+    }
     all.sort();
     all
 }

@@ -13,6 +13,7 @@ mod deployment;
 mod diff;
 mod disagg;
 mod docs;
+mod experiment_claims;
 mod experiments;
 mod fuzz;
 mod invariants;
