@@ -304,9 +304,14 @@ impl Engine {
             obs.rejected(req.id, req.arrival, RejectReason::ContextLength);
             return Err(RejectReason::ContextLength);
         }
+        let own = match own_tail {
+            // `total >= 2` here: the prompt and the output are at least one token each.
+            true => ((total - 1) / u64::from(self.cfg.capacity.block_size.max(1))).saturating_sub(hashes.len() as u64),
+            false => 0,
+        };
         let seq =
             Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending, register_at: 0, arriving_kv: 0 };
-        self.enqueue(seq, hashes);
+        self.enqueue(seq, hashes, own as u32);
         Ok(())
     }
 
@@ -332,11 +337,13 @@ impl Engine {
             register_at: 0,
             arriving_kv: req.prompt,
         };
-        self.enqueue(seq, &[]);
+        self.enqueue(seq, &[], 0);
     }
 
-    /// Puts a new request in a free slot and in `pending`.
-    fn enqueue(&mut self, seq: Seq, hashes: &[u64]) {
+    /// Puts a new request in a free slot and in `pending`; `hashes` are its
+    /// shared blocks' content hashes and `own` the count of its own
+    /// (unhashed) full blocks after them.
+    fn enqueue(&mut self, seq: Seq, hashes: &[u64], own: u32) {
         let req = seq.req;
         let known = u64::from(seq.known());
         let slot = match self.free_slots.pop() {
@@ -350,14 +357,7 @@ impl Engine {
             }
         };
         if let Kv::Prefix(p) = &mut self.kv {
-            let own = match own_tail {
-                // `total >= 2` here: the prompt and the output are at least one token each.
-                true => {
-                    ((total - 1) / u64::from(self.cfg.capacity.block_size.max(1))).saturating_sub(hashes.len() as u64)
-                }
-                false => 0,
-            };
-            p.set_content_own(slot, hashes, own as u32);
+            p.set_content_own(slot, hashes, own);
         }
         self.by_id.insert(req.id, slot);
         self.pending.push_back(slot);
