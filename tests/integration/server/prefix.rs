@@ -296,7 +296,7 @@ fn bad_shared_prefix_flags_are_refused() {
 #[test]
 fn a_multi_turn_bench_hits_each_history_the_planner_predicts() {
     let dir = tempdir();
-    let (server, _) = Server::from_scenario(dir.path(), "big", BIG_CACHE, &[]);
+    let (server, _) = Server::from_scenario(dir.path(), "big", &big_cache(), &[]);
     let (json, trace) = (dir.path().join("turns.json"), dir.path().join("turns.csv"));
     let flags = [
         "--model",
