@@ -295,13 +295,7 @@ pub struct Fit {
 
 /// Fits `keys` to `runs` from `start` (values, not unit coordinates),
 /// reusing the simulations in `memo`.
-pub fn fit(
-    memo: &Memo,
-    runs: &[&Run],
-    setup: &Setup,
-    start: &[f64],
-    settings: &optim::Settings,
-) -> Result<Fit, Error> {
+pub fn fit(memo: &Memo, runs: &[&Run], setup: &Setup, start: &[f64], settings: &optim::Settings) -> Result<Fit, Error> {
     let keys = &setup.keys;
     let to_x = |u: &[f64]| -> Vec<f64> { keys.iter().zip(u).map(|(k, u)| k.from_unit(*u)).collect() };
     let u0: Vec<f64> = keys.iter().zip(start).map(|(k, x)| k.to_unit(*x)).collect();

@@ -46,13 +46,13 @@ pub struct Suite {
 /// The suites `llmsim fidelity` runs.
 pub const SUITES: [Suite; 2] = [
     Suite {
-    title: "H100 SXM, vLLM, inference-perf load tests (BLIS training data)",
-    scenario: "scenarios/fidelity/h100-vllm.yml",
-    measured: "scenarios/fidelity/h100-inference-perf.csv",
-    sample_s: Some(30.0),
-    profile: Some("h100-vllm"),
-    goal: true,
-    about: "16 inference-perf load tests of vLLM (early 2026) on 1, 2 and 4 H100 SXM GPUs, one row per load \
+        title: "H100 SXM, vLLM, inference-perf load tests (BLIS training data)",
+        scenario: "scenarios/fidelity/h100-vllm.yml",
+        measured: "scenarios/fidelity/h100-inference-perf.csv",
+        sample_s: Some(30.0),
+        profile: Some("h100-vllm"),
+        goal: true,
+        about: "16 inference-perf load tests of vLLM (early 2026) on 1, 2 and 4 H100 SXM GPUs, one row per load \
             stage, transcribed from github.com/inference-sim/training (commit ed5c1d2, `default_args/`; the \
             measured file's header says how each figure was read). Constant arrivals, fixed prompt and output \
             lengths (`ignore_eos`), streaming completions, `max_num_batched_tokens` 2048, `max_num_seqs` 128. \
@@ -65,7 +65,7 @@ pub const SUITES: [Suite; 2] = [
             The fit uses `llmsim calibrate`'s defaults (the four keys, the squared log error). \
             The overloaded runs are not predicted to overload: the \
             simulated decode step at their batch is faster than the real one.",
-},
+    },
     Suite {
         title: "RTX 4090 and RTX PRO 6000, vLLM 0.19, per-request runs (LLMServingSim validation data)",
         scenario: "scenarios/fidelity/vllm-rtx.yml",
@@ -144,8 +144,7 @@ pub fn generate_with(root: &Path, done: &mut dyn FnMut(&Suite, &Outcome)) -> Res
 pub fn run_suite(root: &Path, suite: &Suite) -> Result<Outcome, Error> {
     let src = ScenarioSource::load(&root.join(suite.scenario), &[]).map_err(|e| Error::Input(e.to_string()))?;
     let opts = LoadOptions { sample_s: suite.sample_s };
-    let loaded =
-        super::runs::load(&src, &root.join(suite.measured), &opts).map_err(|e| Error::Input(e.to_string()))?;
+    let loaded = super::runs::load(&src, &root.join(suite.measured), &opts).map_err(|e| Error::Input(e.to_string()))?;
     let setup = Setup::new(default_keys());
     let mut o = super::calibrate(loaded.runs, Vec::new(), &setup)?;
     o.excluded = loaded.excluded;
@@ -301,8 +300,13 @@ pub fn section(suite: &Suite, o: &Outcome) -> String {
     }
     for m in super::render::metrics_seen(o) {
         let cell = |model| med(median_error(o, m, model, false));
-        let mut row =
-            format!("| {} | {} | {} | {} |", m.name(), cell(Model::Uncalibrated), cell(Model::Calibrated), cell(Model::LeaveOneOut));
+        let mut row = format!(
+            "| {} | {} | {} | {} |",
+            m.name(),
+            cell(Model::Uncalibrated),
+            cell(Model::Calibrated),
+            cell(Model::LeaveOneOut)
+        );
         if suite.goal {
             let (anchor, goal) = match GOALS.iter().find(|(g, _, _)| *g == m) {
                 Some((_, a, g)) => {
@@ -337,8 +341,9 @@ pub fn section(suite: &Suite, o: &Outcome) -> String {
         let n = o.fit_runs().filter(|(r, _)| gpu(r) == *g).count();
         md.push_str(&format!("| {g} | {n} |"));
         for m in SHOWN {
-            let cells: Vec<String> =
-                [Model::Uncalibrated, Model::Calibrated, Model::LeaveOneOut].map(|model| med(gpu_median(o, g, m, model))).to_vec();
+            let cells: Vec<String> = [Model::Uncalibrated, Model::Calibrated, Model::LeaveOneOut]
+                .map(|model| med(gpu_median(o, g, m, model)))
+                .to_vec();
             md.push_str(&format!(" {} |", cells.join(" / ")));
         }
         md.push('\n');

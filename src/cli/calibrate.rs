@@ -124,7 +124,8 @@ fn check_not_all_excluded(loaded: &Loaded) -> Result<(), CliError> {
     if !loaded.runs.is_empty() || loaded.excluded.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = loaded.excluded.iter().map(|e| format!("  {} ({}): {}", e.name, e.source, e.reason)).collect();
+    let list: Vec<String> =
+        loaded.excluded.iter().map(|e| format!("  {} ({}): {}", e.name, e.source, e.reason)).collect();
     Err(CliError::Usage(format!(
         "every measured run is excluded (the engine cannot represent it), so none can be fitted:\n{}",
         list.join("\n")

@@ -217,8 +217,9 @@ mod tests {
 
     #[test]
     fn an_excluded_row_keeps_its_reason_and_figures() {
-        let t = parse_str("run,model.preset,excluded,ttft_mean_ms\na,llama-3.1-8b,,10\nb,,\"MoE, expert parallel\",20\n")
-            .unwrap();
+        let t =
+            parse_str("run,model.preset,excluded,ttft_mean_ms\na,llama-3.1-8b,,10\nb,,\"MoE, expert parallel\",20\n")
+                .unwrap();
         assert_eq!(t.rows[0].excluded, None, "an empty cell excludes nothing");
         let b = &t.rows[1];
         assert_eq!(b.excluded.as_deref(), Some("MoE, expert parallel"));
