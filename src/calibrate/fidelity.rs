@@ -103,10 +103,16 @@ pub struct Generated {
 
 /// Runs every suite from `root`; the table and the profiles.
 pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
+    generate_with(root, &mut |_, _| {})
+}
+
+/// [`generate`], telling `done` each suite's outcome as it finishes.
+pub fn generate_with(root: &Path, done: &mut dyn FnMut(&Suite, &Outcome)) -> Result<Vec<Generated>, Error> {
     let mut sections = Vec::new();
     let mut out = Vec::new();
     for suite in &SUITES {
         let o = run_suite(root, suite)?;
+        done(suite, &o);
         sections.push(section(suite, &o));
         if let Some(name) = suite.profile {
             out.push(Generated {
@@ -211,10 +217,24 @@ fn gpu(run: &Run) -> String {
     setting(run, "hardware.name")
 }
 
+/// The requests a run replays: a measured file's, or its scenario's trace.
+fn trace_rows(run: &Run) -> Option<std::sync::Arc<Vec<crate::trace::TraceRow>>> {
+    if let Some(rows) = &run.base.trace {
+        return Some(std::sync::Arc::clone(rows));
+    }
+    match run.base.scenario(&[], &[]).ok()?.workload.arrivals {
+        crate::config::Arrivals::Trace(t) => Some(t.rows),
+        _ => None,
+    }
+}
+
 /// How the load was offered: a rate, or the replayed requests.
 fn load_cell(run: &Run) -> String {
-    match &run.base.trace {
-        Some(rows) => format!("trace of {}", rows.len()),
+    match trace_rows(run) {
+        Some(rows) => {
+            let span = rows.last().map_or(0.0, |r| r.arrival.as_secs_f64());
+            format!("{} requests in {span:.1} s", rows.len())
+        }
         None => {
             let rate = setting(run, "workload.arrivals.constant.rate");
             if rate == "-" { rate } else { format!("{rate} req/s") }
@@ -224,7 +244,7 @@ fn load_cell(run: &Run) -> String {
 
 /// Prompt and output tokens: as set, or a trace's means.
 fn lengths_cell(run: &Run) -> String {
-    match &run.base.trace {
+    match trace_rows(run) {
         Some(rows) if !rows.is_empty() => {
             let n = rows.len() as f64;
             let prompt = rows.iter().map(|r| f64::from(r.prompt)).sum::<f64>() / n;

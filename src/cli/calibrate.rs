@@ -170,6 +170,9 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
     let pool = crate::sweep::exec::pool(a.threads).map_err(CliError::Failure)?;
     let mut outcome = pool.install(|| calibrate::calibrate(fit_runs.runs, holdout.runs, &setup))?;
     outcome.excluded = excluded;
+    // On stderr: with several threads the split between simulations run
+    // and reused can vary, the report cannot.
+    eprintln!("{} simulations run, {} reused", outcome.simulations.0, outcome.simulations.1);
     let scenario = a.scenario.scenario.display().to_string();
     print(&render::render(&outcome, &scenario))?;
     if let Some(path) = &a.output {

@@ -26,7 +26,13 @@ pub struct FidelityArgs {
 
 pub fn execute(a: FidelityArgs) -> Result<(), CliError> {
     let pool = crate::sweep::exec::pool(a.threads.map_or(0, usize::from)).map_err(CliError::Failure)?;
-    let files = pool.install(|| fidelity::generate(&a.root))?;
+    // How much each suite simulated, on stderr: the split between runs and
+    // reuses can vary with the thread count, the files cannot.
+    let mut done = |suite: &fidelity::Suite, o: &crate::calibrate::Outcome| {
+        let (ran, reused) = o.simulations;
+        eprintln!("{}: {ran} simulations run, {reused} reused", suite.measured);
+    };
+    let files = pool.install(|| fidelity::generate_with(&a.root, &mut done))?;
     let mut out = String::new();
     for f in &files {
         let path = a.root.join(&f.path);
