@@ -52,7 +52,8 @@ fn random_scenario(rng: &mut ChaCha8Rng) -> (String, Router, Router, usize, usiz
     };
     let content = match rng.random_range(0..3) {
         0 => String::new(),
-        1 => format!("  shared_prefix: {{groups: {}, tokens: {}}}\n", rng.random_range(1..5), rng.random_range(1..300)),
+        // Short enough for the smallest decode cache (60 one-token blocks).
+        1 => format!("  shared_prefix: {{groups: {}, tokens: {}}}\n", rng.random_range(1..5), rng.random_range(1..50)),
         _ => "  sessions: {turns: {uniform: [1, 4]}, think_s: 0.02}\n".to_string(),
     };
     // The decode pool sometimes has its own scheduler or a smaller GPU.
@@ -410,4 +411,52 @@ fn serve_refuses_a_model_with_pools() {
         "prefill/decode pools",
         "llmsim run",
     ]);
+}
+
+#[test]
+fn capacity_splits_the_gpus_between_the_pools_and_picks_the_split_with_the_most_headroom() {
+    let dir = tempdir();
+    let json = dir.path().join("c.json");
+    TestCommand::new(&["capacity", "scenarios/clusters/disagg.yml", "-q", "--slo", "ttft_p99_ms=60"])
+        .arg("--slo")
+        .arg("itl_p99_ms=10")
+        .arg("--target-rate")
+        .arg("24")
+        .arg("--gpus")
+        .arg("4")
+        .arg("--seeds")
+        .arg("1")
+        .arg("--requests")
+        .arg("1500")
+        .arg("--json")
+        .arg(&json)
+        .ok();
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let split = &v["split"];
+    let probes = split["probes"].as_array().unwrap();
+    // 4 one-GPU replicas: 1:3, 2:2, 3:1.
+    let layouts: Vec<(u64, u64)> = probes
+        .iter()
+        .map(|p| (p["prefill_replicas"].as_u64().unwrap(), p["decode_replicas"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(layouts, [(1, 3), (2, 2), (3, 1)]);
+    // The choice, from the probes' own figures: of those meeting both
+    // SLOs, the lowest largest value over bound.
+    let ratio = |p: &serde_json::Value| {
+        let v = &p["slo_values"];
+        (v["ttft_p99_ms"].as_f64().unwrap() / 60.0).max(v["itl_p99_ms"].as_f64().unwrap() / 10.0)
+    };
+    let passing: Vec<&serde_json::Value> = probes.iter().filter(|p| p["pass"] == true).collect();
+    assert!(!passing.is_empty(), "{split}");
+    let best = passing.iter().min_by(|a, b| ratio(a).total_cmp(&ratio(b))).unwrap();
+    assert_eq!(split["prefill_replicas"], best["prefill_replicas"], "{split}");
+    assert_eq!(split["decode_replicas"], best["decode_replicas"], "{split}");
+    assert!(ratio(best) <= 1.0);
+    assert_eq!(split["gpu_budget"], 4);
+    // --gpus needs pools.
+    TestCommand::new(&["capacity", "scenarios/base.yml", "-q", "--slo", "ttft_p99_ms=60", "--target-rate", "5"])
+        .arg("--gpus")
+        .arg("4")
+        .fails_with(2)
+        .stderr_has(&["--gpus 4", "no cluster.prefill/cluster.decode"]);
 }
