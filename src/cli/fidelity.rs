@@ -25,7 +25,7 @@ pub struct FidelityArgs {
 }
 
 pub fn execute(a: FidelityArgs) -> Result<(), CliError> {
-    let pool = crate::sweep::exec::pool(a.threads.map_or(0, usize::from)).map_err(CliError::Failure)?;
+    let pool = super::runtime::pool(a.threads.map(usize::from))?;
     let files = pool.install(|| fidelity::generate(&a.root))?;
     let mut out = String::new();
     for f in &files {

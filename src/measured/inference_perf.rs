@@ -133,7 +133,7 @@ pub fn load(dir: &Path) -> Result<InferencePerfRun, ConfigError> {
             ConfigError::new(&results, "", "no config.yaml or profile.yaml: the load stages and data shape are unknown")
         })?;
     let text = crate::config::read_text(&config)?;
-    let cfg: serde_yaml::Value = crate::config::parse_str(&text, &config)?;
+    let cfg: crate::yaml::Value = crate::config::parse_str(&text, &config)?;
     let cfg: Value = serde_json::to_value(&cfg)
         .map_err(|e| ConfigError::new(&config, "", format!("cannot read the configuration: {e}")))?;
     let err = |path: &str, m: String| ConfigError::new(&config, path, m);

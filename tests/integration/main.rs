@@ -21,4 +21,5 @@ mod limits;
 mod prefix;
 mod server;
 mod stretch;
+mod structure;
 mod sweep;
