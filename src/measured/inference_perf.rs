@@ -185,7 +185,7 @@ fn shared_prefix(cfg: &Value) -> Result<SharedPrefixData, (String, String)> {
     let count = |key: &str, min: u64| -> Result<u32, (String, String)> {
         let path = format!("data.shared_prefix.{key}");
         match at(cfg, &path).and_then(Value::as_u64) {
-            Some(n) if n >= min && n <= u64::from(u32::MAX) => Ok(n as u32),
+            Some(n) if n >= min && u32::try_from(n).is_ok() => Ok(n as u32),
             _ => Err((path, format!("expected a whole number >= {min}"))),
         }
     };

@@ -26,7 +26,7 @@ pub enum PlanError {
     /// Point `number` (from 1) of `total`, its axis values, and why its
     /// scenario is not valid.
     #[error("point {number} of {total} ({values}): {source}")]
-    BadPoint { number: usize, total: usize, values: String, source: crate::config::ConfigError },
+    BadPoint { number: usize, total: usize, values: String, source: Box<crate::config::ConfigError> },
 }
 
 /// One point of the sweep.
@@ -92,7 +92,7 @@ impl Plan {
                         number: index + 1,
                         total: n,
                         values: self.describe(&coords),
-                        source,
+                        source: Box::new(source),
                     })
             })
             .collect();
