@@ -125,14 +125,9 @@ pub struct BenchRun {
     pub server: ServerSummary,
 }
 
-/// Runs the bench on a multi-threaded runtime of two workers (the machines
-/// this is built for have two cores; more threads only add switching).
-pub fn run(cfg: &BenchConfig) -> Result<BenchRun, String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+/// Runs the bench on `rt`, a multi-threaded runtime the caller built
+/// (`cli::runtime::bench_runtime`).
+pub fn run(cfg: &BenchConfig, rt: &tokio::runtime::Runtime) -> Result<BenchRun, String> {
     rt.block_on(run_async(cfg))
 }
 

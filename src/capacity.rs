@@ -62,7 +62,7 @@ pub mod search;
 pub mod slo;
 
 pub use search::{Options, Probe, Report, search};
-pub use slo::Slo;
+pub use slo::{Slo, SloError};
 
 #[cfg(test)]
 mod tests;

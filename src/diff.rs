@@ -42,24 +42,37 @@ pub fn metric_ids() -> Vec<String> {
     ids
 }
 
+/// A `--tolerance` or `--metric` argument of `llmsim diff` that cannot be
+/// used, with what is allowed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ArgError {
+    #[error("--tolerance `{0}` is not allowed: give a percentage >= 0, e.g. 10% or 2.5%")]
+    Tolerance(String),
+    #[error(
+        "--metric `{name}` is not a metric{}; choose from: {}",
+        .near.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default(),
+        .allowed.join(", ")
+    )]
+    Metric { name: String, near: Option<String>, allowed: Vec<String> },
+}
+
 /// A relative tolerance: `10%` or `10` (percent).
-pub fn parse_tolerance(text: &str) -> Result<f64, String> {
+pub fn parse_tolerance(text: &str) -> Result<f64, ArgError> {
     let t = text.trim();
     let number = t.strip_suffix('%').unwrap_or(t).trim();
     match number.parse::<f64>() {
         Ok(p) if p.is_finite() && p >= 0.0 => Ok(p / 100.0),
-        _ => Err(format!("--tolerance `{text}` is not allowed: give a percentage >= 0, e.g. 10% or 2.5%")),
+        _ => Err(ArgError::Tolerance(text.to_string())),
     }
 }
 
 /// Checks `--metric` names, suggesting the nearest valid one.
-pub fn check_metrics(names: &[String]) -> Result<(), String> {
+pub fn check_metrics(names: &[String]) -> Result<(), ArgError> {
     let ids = metric_ids();
     for n in names {
         if !ids.contains(n) {
-            let hint = crate::util::nearest(n, ids.iter().map(String::as_str))
-                .map_or(String::new(), |s| format!(" (did you mean `{s}`?)"));
-            return Err(format!("--metric `{n}` is not a metric{hint}; choose from: {}", ids.join(", ")));
+            let near = crate::util::nearest(n, ids.iter().map(String::as_str)).map(str::to_string);
+            return Err(ArgError::Metric { name: n.clone(), near, allowed: ids });
         }
     }
     Ok(())

@@ -24,7 +24,7 @@ use rayon::prelude::*;
 
 use crate::config::ConfigError;
 pub use check::{Generated, Mismatch};
-pub use measure::{Measured, OverSeeds};
+pub use measure::{MeasureFailed, Measured, OverSeeds};
 pub use spec::Spec;
 
 /// An experiment and what each of its rows measured over its seeds.
@@ -40,15 +40,10 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Spec>, ConfigError> {
     spec::files_in(dir)?.iter().map(|f| spec::load(f)).collect()
 }
 
-/// Runs every row of every experiment on each of its seeds, on `threads`
-/// worker threads (`None`: one per core). Runs are independent; results
-/// come back in order.
-pub fn run(specs: Vec<Spec>, threads: Option<usize>) -> Result<Vec<Outcome>, String> {
-    let mut builder = rayon::ThreadPoolBuilder::new();
-    if let Some(n) = threads {
-        builder = builder.num_threads(n);
-    }
-    let pool = builder.build().map_err(|e| format!("cannot start worker threads: {e}"))?;
+/// Runs every row of every experiment on each of its seeds, on `pool`
+/// (built by the CLI, `cli::runtime`). Runs are independent; results come
+/// back in order, the same at any thread count.
+pub fn run(specs: Vec<Spec>, pool: &rayon::ThreadPool) -> Result<Vec<Outcome>, MeasureFailed> {
     // (experiment, row, seed) in order.
     let points: Vec<(usize, usize, crate::config::Scenario)> = specs
         .iter()

@@ -216,11 +216,48 @@ pub fn parse(text: &str, file: &Path) -> Result<Measured, ConfigError> {
     Ok(Measured { file: file.to_path_buf(), tool: first, levels })
 }
 
+/// The formats [`sniff`] recognises, for its errors.
+const SUPPORTED: &str = "supported: llmsim bench JSON, vllm bench serve --save-result (also --append-result), \
+                         sglang bench_serving JSONL, guidellm benchmarks.json";
+
+/// An object whose tool [`sniff`] does not read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnknownTool {
+    #[error("expected a JSON object (a benchmark result)")]
+    NotAnObject,
+    /// Recognised as another tool's output, named.
+    #[error("this file comes from {0}, which is not supported here ({SUPPORTED})")]
+    Unsupported(&'static str),
+    #[error("not a benchmark result this tool knows ({SUPPORTED})")]
+    Unknown,
+}
+
+/// A `--level` (or `--trace-level`) that picks no level of a file: out of
+/// range, or missing where the file has several. `levels` is the list of
+/// [`Measured::level_list`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LevelError {
+    #[error("{flag} {n} is out of range: {} has {count} load levels:\n{levels}", .file.display())]
+    OutOfRange { flag: String, n: usize, file: PathBuf, count: usize, levels: String },
+    #[error("{} has {count} load levels; choose one with {flag} N:\n{levels}", .file.display())]
+    Choose { flag: String, file: PathBuf, count: usize, levels: String },
+}
+
+/// Why a level's requests cannot be replayed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// The file has no per-request data; why (from [`LoadLevel::requests`]).
+    #[error("{0}")]
+    NoRequests(String),
+    #[error("no request succeeded, so there is nothing to replay")]
+    NoneSucceeded,
+}
+
 /// Which tool wrote this object, by its keys (docs/bench-diff.md, "How a file's tool is recognised").
-pub fn sniff(doc: &Value) -> Result<Tool, String> {
+pub fn sniff(doc: &Value) -> Result<Tool, UnknownTool> {
     let has = |k: &str| doc.get(k).is_some();
     if !doc.is_object() {
-        return Err("expected a JSON object (a benchmark result)".into());
+        return Err(UnknownTool::NotAnObject);
     }
     if has("llmsim_version") {
         return Ok(Tool::Llmsim);
@@ -251,11 +288,9 @@ pub fn sniff(doc: &Value) -> Result<Tool, String> {
     } else {
         None
     };
-    let supported = "supported: llmsim bench JSON, vllm bench serve --save-result (also --append-result), \
-                     sglang bench_serving JSONL, guidellm benchmarks.json";
     Err(match other {
-        Some(tool) => format!("this file comes from {tool}, which is not supported here ({supported})"),
-        None => format!("not a benchmark result this tool knows ({supported})"),
+        Some(tool) => UnknownTool::Unsupported(tool),
+        None => UnknownTool::Unknown,
     })
 }
 
@@ -266,22 +301,14 @@ impl Measured {
     }
 
     /// The level chosen by a 1-based `--level`, or the only one.
-    pub fn pick(&self, level: Option<usize>, flag: &str) -> Result<&LoadLevel, String> {
+    pub fn pick(&self, level: Option<usize>, flag: &str) -> Result<&LoadLevel, LevelError> {
+        let (flag, file, count) = (flag.to_string(), self.file.clone(), self.levels.len());
+        let levels = self.level_list().trim_end().to_string();
         match level {
             Some(n) if (1..=self.levels.len()).contains(&n) => Ok(&self.levels[n - 1]),
-            Some(n) => Err(format!(
-                "{flag} {n} is out of range: {} has {} load levels:\n{}",
-                self.file.display(),
-                self.levels.len(),
-                self.level_list().trim_end()
-            )),
+            Some(n) => Err(LevelError::OutOfRange { flag, n, file, count, levels }),
             None if self.levels.len() == 1 => Ok(&self.levels[0]),
-            None => Err(format!(
-                "{} has {} load levels; choose one with {flag} N:\n{}",
-                self.file.display(),
-                self.levels.len(),
-                self.level_list().trim_end()
-            )),
+            None => Err(LevelError::Choose { flag, file, count, levels }),
         }
     }
 }
@@ -290,11 +317,11 @@ impl LoadLevel {
     /// The successful requests as trace rows: arrivals relative to the first
     /// send, in send order. Failed requests are left out (they have no
     /// output length to replay); the count of those is returned too.
-    pub fn trace_rows(&self) -> Result<(Vec<TraceRow>, usize), String> {
-        let requests = self.requests.as_ref().map_err(Clone::clone)?;
+    pub fn trace_rows(&self) -> Result<(Vec<TraceRow>, usize), ReplayError> {
+        let requests = self.requests.as_ref().map_err(|why| ReplayError::NoRequests(why.clone()))?;
         let mut ok: Vec<&MeasuredRequest> = requests.iter().filter(|r| r.ok && r.output_tokens > 0).collect();
         if ok.is_empty() {
-            return Err("no request succeeded, so there is nothing to replay".into());
+            return Err(ReplayError::NoneSucceeded);
         }
         ok.sort_by(|a, b| a.sent_s.total_cmp(&b.sent_s));
         let t0 = ok[0].sent_s;
@@ -317,10 +344,10 @@ mod tests {
     #[test]
     fn other_tools_are_named_when_refused() {
         let aiperf = serde_json::json!({"schema_version": "1.4", "aiperf_version": "0.13.0"});
-        assert!(sniff(&aiperf).unwrap_err().contains("AIPerf"));
+        assert!(sniff(&aiperf).unwrap_err().to_string().contains("AIPerf"));
         let run = serde_json::json!({"capacity": {}, "ttft_ms": {}, "itl_ms": {}});
-        assert!(sniff(&run).unwrap_err().contains("prediction"));
-        assert!(sniff(&serde_json::json!({"x": 1})).unwrap_err().contains("supported:"));
+        assert!(sniff(&run).unwrap_err().to_string().contains("prediction"));
+        assert!(sniff(&serde_json::json!({"x": 1})).unwrap_err().to_string().contains("supported:"));
     }
 
     #[test]

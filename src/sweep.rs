@@ -61,10 +61,10 @@ impl SweepData {
     /// Checks the shape that the renderers index into: every point has one
     /// coordinate per axis, within the axis, and one result per seed. Data
     /// made by [`exec`] always has it; a shard file is checked on reading.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Misshapen> {
         for a in &self.axes {
             if a.labels.is_empty() || a.labels.len() != a.values.len() {
-                return Err(format!("axis `{}` has {} labels for {} values", a.key, a.labels.len(), a.values.len()));
+                return Err(Misshapen::Axis { key: a.key.clone(), labels: a.labels.len(), values: a.values.len() });
             }
         }
         for p in &self.points {
@@ -72,11 +72,20 @@ impl SweepData {
                 p.coords.len() == self.axes.len() && p.coords.iter().zip(&self.axes).all(|(&c, a)| c < a.labels.len());
             let seeds = p.seeds.len() == self.seeds as usize && p.results.len() == p.seeds.len();
             if !inside || !seeds {
-                return Err(format!("point {} does not match the sweep's axes and seeds", p.index));
+                return Err(Misshapen::Point { index: p.index });
             }
         }
         Ok(())
     }
+}
+
+/// Sweep data whose shape does not hold ([`SweepData::check`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Misshapen {
+    #[error("axis `{key}` has {labels} labels for {values} values")]
+    Axis { key: String, labels: usize, values: usize },
+    #[error("point {index} does not match the sweep's axes and seeds")]
+    Point { index: usize },
 }
 
 /// A sweep's results, complete or one shard's part.

@@ -20,11 +20,29 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::config::num::{short_float, short_text};
-use crate::config::{ConfigError, limits};
+use crate::limits;
 use crate::time::SimTime;
+use crate::util::{short_float, short_text};
+
+/// A trace file that cannot be used as written: the file, where in it
+/// (`line 3, column arrival_s`, or empty), and what is wrong. Shown as a
+/// [`crate::config::ConfigError`] is (`file: where: message`), into which
+/// it converts.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{}{}{}: {message}", file.display(), if at.is_empty() { "" } else { ": " }, at)]
+pub struct TraceError {
+    pub file: PathBuf,
+    pub at: String,
+    pub message: String,
+}
+
+impl TraceError {
+    pub fn new(file: &Path, at: impl Into<String>, message: impl Into<String>) -> Self {
+        TraceError { file: file.to_path_buf(), at: at.into(), message: message.into() }
+    }
+}
 
 /// One request of a trace.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -134,7 +152,7 @@ pub struct TraceContent {
 /// number of the right kind, arrivals lie in [`limits::ARRIVAL_S`] and never
 /// decrease, and there are 1 to [`limits::MAX_REQUESTS`] rows in at most
 /// [`limits::MAX_TRACE_BYTES`] bytes.
-pub fn read(file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
+pub fn read(file: &Path) -> Result<Vec<TraceRow>, TraceError> {
     Ok(read_with_content(file, None)?.0)
 }
 
@@ -143,8 +161,9 @@ pub fn read(file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
 pub fn read_with_content(
     file: &Path,
     hash_block_size: Option<u32>,
-) -> Result<(Vec<TraceRow>, Option<TraceContent>), ConfigError> {
-    let text = crate::config::read_text_limited(file, limits::MAX_TRACE_BYTES)?;
+) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
+    let text = crate::util::read_text_limited(file, limits::MAX_TRACE_BYTES)
+        .map_err(|e| TraceError::new(file, "", e.to_string()))?;
     if text.trim_start().starts_with('{') {
         let bs = hash_block_size.unwrap_or(MOONCAKE_BLOCK_SIZE);
         return parse_jsonl(&text, file, bs).map(|(rows, content)| (rows, Some(content)));
@@ -153,20 +172,20 @@ pub fn read_with_content(
 }
 
 /// Parses trace CSV text; `file` names it in errors.
-pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, ConfigError> {
+pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, TraceError> {
     Ok(parse_with_content(text, file)?.0)
 }
 
 /// Parses trace CSV text with its optional content columns (`None` when it
 /// has none of them).
-pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Option<TraceContent>), ConfigError> {
+pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
     let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
     let headers =
-        reader.headers().map_err(|e| ConfigError::new(file, "line 1", format!("unreadable CSV header: {e}")))?.clone();
+        reader.headers().map_err(|e| TraceError::new(file, "line 1", format!("unreadable CSV header: {e}")))?.clone();
     let mut index = [0usize; 3];
     for (slot, name) in index.iter_mut().zip(COLUMNS) {
         *slot = headers.iter().position(|h| h == name).ok_or_else(|| {
-            ConfigError::new(
+            TraceError::new(
                 file,
                 "line 1",
                 format!(
@@ -179,7 +198,7 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
     }
     let optional = CONTENT_COLUMNS.map(|name| headers.iter().position(|h| h == name));
     if optional[0].is_some() != optional[1].is_some() {
-        return Err(ConfigError::new(
+        return Err(TraceError::new(
             file,
             "line 1",
             "columns prefix_id and prefix_tokens go together: give both or neither",
@@ -187,7 +206,7 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
     }
     let blocks = BLOCK_COLUMNS.map(|name| headers.iter().position(|h| h == name));
     if blocks[0].is_some() != blocks[1].is_some() {
-        return Err(ConfigError::new(
+        return Err(TraceError::new(
             file,
             "line 1",
             "columns block_ids and block_size go together: give both or neither",
@@ -200,53 +219,53 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
     for record in reader.records() {
         let record = record.map_err(|e| {
             let line = e.position().map_or(0, |p| p.line());
-            ConfigError::new(file, format!("line {line}"), format!("unreadable CSV row: {e}"))
+            TraceError::new(file, format!("line {line}"), format!("unreadable CSV row: {e}"))
         })?;
         let line = record.position().map_or(0, |p| p.line());
         let at = |col: usize| format!("line {line}, column {}", COLUMNS[col]);
         let field = |col: usize| record.get(index[col]).unwrap_or("");
         let secs: f64 = field(0).parse().ok().filter(|s: &f64| !s.is_nan()).ok_or_else(|| {
-            ConfigError::new(file, at(0), format!("`{}` is not a number of seconds", short_text(field(0))))
+            TraceError::new(file, at(0), format!("`{}` is not a number of seconds", short_text(field(0))))
         })?;
         if secs < 0.0 {
-            return Err(ConfigError::new(
+            return Err(TraceError::new(
                 file,
                 at(0),
                 format!("{} is not allowed: arrivals must be >= 0", short_float(secs)),
             ));
         }
         if !limits::ARRIVAL_S.contains(secs) {
-            return Err(ConfigError::new(
+            return Err(TraceError::new(
                 file,
                 at(0),
                 format!("{} is not allowed: arrivals must be in {}", short_float(secs), limits::ARRIVAL_S),
             ));
         }
         if rows.len() as u64 >= limits::MAX_REQUESTS {
-            return Err(ConfigError::new(
+            return Err(TraceError::new(
                 file,
                 format!("line {line}"),
                 format!(
                     "more than {} rows: a run may issue at most {} requests",
-                    crate::report::thousands(limits::MAX_REQUESTS),
-                    crate::report::thousands(limits::MAX_REQUESTS)
+                    crate::util::thousands(limits::MAX_REQUESTS),
+                    crate::util::thousands(limits::MAX_REQUESTS)
                 ),
             ));
         }
         let arrival = SimTime::from_secs_f64(secs);
         if arrival < last {
-            return Err(ConfigError::new(
+            return Err(TraceError::new(
                 file,
                 at(0),
                 format!("{} is earlier than the row before ({last}): arrivals must not decrease", short_float(secs)),
             ));
         }
         last = arrival;
-        let tokens = |col: usize| -> Result<u32, ConfigError> {
+        let tokens = |col: usize| -> Result<u32, TraceError> {
             let v = field(col);
             match v.parse::<u64>() {
                 Ok(n) if (1..=u64::from(u32::MAX)).contains(&n) => Ok(n as u32),
-                _ => Err(ConfigError::new(
+                _ => Err(TraceError::new(
                     file,
                     at(col),
                     format!("`{}` is not allowed: must be a whole number of tokens >= 1", short_text(v)),
@@ -262,7 +281,7 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
         rows.push(row);
     }
     if rows.is_empty() {
-        return Err(ConfigError::new(file, "", "the trace has no requests: add at least one row"));
+        return Err(TraceError::new(file, "", "the trace has no requests: add at least one row"));
     }
     Ok((rows, content.map(|c| TraceContent { rows: c.rows, hash_block_size: None })))
 }
@@ -286,8 +305,8 @@ impl<'a> ContentReader<'a> {
 
     /// `cells`: the row's `prefix_id`, `prefix_tokens` and `session_id`
     /// (empty when absent); `before`: the rows read so far.
-    fn add(&mut self, line: u64, row: &TraceRow, cells: [&str; 3], before: &[TraceRow]) -> Result<(), ConfigError> {
-        let err = |col: &str, msg: String| ConfigError::new(self.file, format!("line {line}, column {col}"), msg);
+    fn add(&mut self, line: u64, row: &TraceRow, cells: [&str; 3], before: &[TraceRow]) -> Result<(), TraceError> {
+        let err = |col: &str, msg: String| TraceError::new(self.file, format!("line {line}, column {col}"), msg);
         let [id, tokens, session] = cells;
         let session = (!session.is_empty()).then(|| session.to_string());
         let parent = session.as_ref().and_then(|s| self.latest.get(s).copied());
@@ -353,8 +372,8 @@ impl<'a> ContentReader<'a> {
 
     /// The row's `block_ids` and `block_size` cells (empty when absent),
     /// after [`ContentReader::add`] took its other columns.
-    fn add_blocks(&mut self, line: u64, row: &TraceRow, cells: [&str; 2]) -> Result<(), ConfigError> {
-        let err = |col: &str, msg: String| ConfigError::new(self.file, format!("line {line}, column {col}"), msg);
+    fn add_blocks(&mut self, line: u64, row: &TraceRow, cells: [&str; 2]) -> Result<(), TraceError> {
+        let err = |col: &str, msg: String| TraceError::new(self.file, format!("line {line}, column {col}"), msg);
         let [ids, size] = cells;
         if size.is_empty() {
             if !ids.is_empty() {
@@ -415,7 +434,7 @@ struct JsonRow {
 }
 
 /// Parses a Mooncake-style JSONL trace with `block_size` tokens per hash id.
-pub fn parse_jsonl(text: &str, file: &Path, block_size: u32) -> Result<(Vec<TraceRow>, TraceContent), ConfigError> {
+pub fn parse_jsonl(text: &str, file: &Path, block_size: u32) -> Result<(Vec<TraceRow>, TraceContent), TraceError> {
     let mut rows = Vec::new();
     let mut content = Vec::new();
     let mut last = SimTime::ZERO;
@@ -426,14 +445,14 @@ pub fn parse_jsonl(text: &str, file: &Path, block_size: u32) -> Result<(Vec<Trac
         }
         let at = |key: &str| format!("line {line}, {key}");
         let r: JsonRow = serde_json::from_str(text).map_err(|e| {
-            ConfigError::new(
+            TraceError::new(
                 file,
                 format!("line {line}"),
                 format!("not a trace record ({e}); each line must be a JSON object with timestamp (ms), input_length, output_length and hash_ids"),
             )
         })?;
         if !r.timestamp.is_finite() || r.timestamp < 0.0 {
-            return Err(ConfigError::new(
+            return Err(TraceError::new(
                 file,
                 at("timestamp"),
                 format!("{} is not allowed: milliseconds >= 0", r.timestamp),
@@ -441,18 +460,18 @@ pub fn parse_jsonl(text: &str, file: &Path, block_size: u32) -> Result<(Vec<Trac
         }
         let arrival = SimTime::from_nanos((r.timestamp * 1e6).round() as u64);
         if arrival < last {
-            return Err(ConfigError::new(
+            return Err(TraceError::new(
                 file,
                 at("timestamp"),
                 format!("{} ms is earlier than the line before: timestamps must not decrease", r.timestamp),
             ));
         }
         last = arrival;
-        let tokens = |key: &str, v: i64| -> Result<u32, ConfigError> {
+        let tokens = |key: &str, v: i64| -> Result<u32, TraceError> {
             if (1..=i64::from(u32::MAX)).contains(&v) {
                 Ok(v as u32)
             } else {
-                Err(ConfigError::new(
+                Err(TraceError::new(
                     file,
                     at(key),
                     format!("{v} is not allowed: must be a whole number of tokens >= 1"),
@@ -467,7 +486,7 @@ pub fn parse_jsonl(text: &str, file: &Path, block_size: u32) -> Result<(Vec<Trac
         let ids = r.hash_ids.unwrap_or_default();
         let want = row.prompt.div_ceil(block_size) as usize;
         if !ids.is_empty() && ids.len() != want {
-            return Err(ConfigError::new(
+            return Err(TraceError::new(
                 file,
                 at("hash_ids"),
                 format!(
@@ -481,7 +500,7 @@ pub fn parse_jsonl(text: &str, file: &Path, block_size: u32) -> Result<(Vec<Trac
             ));
         }
         if let Some(bad) = ids.iter().find(|&&id| id < 0) {
-            return Err(ConfigError::new(
+            return Err(TraceError::new(
                 file,
                 at("hash_ids"),
                 format!("{bad} is not allowed: ids are whole numbers >= 0"),
@@ -491,7 +510,7 @@ pub fn parse_jsonl(text: &str, file: &Path, block_size: u32) -> Result<(Vec<Trac
         content.push(RowContent { hash_ids: ids.into_iter().map(|id| id as u64).collect(), ..RowContent::default() });
     }
     if rows.is_empty() {
-        return Err(ConfigError::new(file, "", "the trace has no requests: add at least one line"));
+        return Err(TraceError::new(file, "", "the trace has no requests: add at least one line"));
     }
     Ok((rows, TraceContent { rows: content, hash_block_size: Some(block_size) }))
 }

@@ -1,4 +1,6 @@
-//! Small helpers shared by the config, the CLI and the reports.
+//! Small helpers shared by the config, the CLI and the reports: typo
+//! suggestions and the short forms numbers and text take in messages. This
+//! module is the bottom layer: it imports nothing from the crate.
 
 /// The candidate closest to `word` by edit distance, if it is close enough
 /// to be a plausible typo (at most a third of the word's length, min 2).
@@ -30,6 +32,102 @@ pub fn splitmix(z: u64) -> u64 {
 /// A uniform number in [0, 1) from a hash's top 53 bits.
 pub fn unit(h: u64) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A file or folder that could not be read, written or created:
+/// `cannot write results/x.md: <the OS's reason>`.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {action} {}: {source}", .path.display())]
+pub struct FileError {
+    /// `read`, `write`, `create`.
+    pub action: &'static str,
+    pub path: std::path::PathBuf,
+    pub source: std::io::Error,
+}
+
+impl FileError {
+    pub fn new(action: &'static str, path: &std::path::Path, source: std::io::Error) -> Self {
+        FileError { action, path: path.to_path_buf(), source }
+    }
+}
+
+/// Why a file could not be read as text; the caller names the file.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ReadError {
+    /// Missing, a directory, not UTF-8, or another IO error (the reason).
+    #[error("cannot read the file: {0}")]
+    Cannot(String),
+    /// Longer than the limit, in bytes.
+    #[error("the file is larger than {} bytes, the most llmsim reads", thousands(*.0))]
+    TooLarge(u64),
+}
+
+/// The whole file as text if it has at most `limit` bytes (a pipe is read
+/// up to that size).
+pub fn read_text_limited(file: &std::path::Path, limit: u64) -> Result<String, ReadError> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| {
+        ReadError::Cannot(match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file".to_string(),
+            std::io::ErrorKind::InvalidData => "it is not UTF-8 text".to_string(),
+            _ => e.to_string(),
+        })
+    };
+    let f = std::fs::File::open(file).map_err(cannot)?;
+    if f.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(ReadError::Cannot("it is a directory".into()));
+    }
+    let mut text = String::new();
+    f.take(limit + 1).read_to_string(&mut text).map_err(cannot)?;
+    if text.len() as u64 > limit {
+        return Err(ReadError::TooLarge(limit));
+    }
+    Ok(text)
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A real number as a message shows it: short, never 300 digits.
+pub fn short_float(v: f64) -> String {
+    if v.is_nan() {
+        ".nan".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { ".inf".into() } else { "-.inf".into() }
+    } else if v != 0.0 && (v.abs() >= 1e15 || v.abs() < 1e-6) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// A whole number as a message shows it: digits up to 20 of them, else
+/// scientific notation.
+pub fn short_int(v: i128) -> String {
+    let s = v.to_string();
+    if s.len() <= 21 { s } else { format!("{:e}", v as f64) }
+}
+
+/// Text for a message: at most 40 characters, the rest counted.
+pub fn short_text(s: &str) -> String {
+    const KEEP: usize = 40;
+    let n = s.chars().count();
+    if n <= KEEP {
+        s.to_string()
+    } else {
+        let head: String = s.chars().take(KEEP).collect();
+        format!("{head}... ({n} characters)")
+    }
 }
 
 #[cfg(test)]

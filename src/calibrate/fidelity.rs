@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_yaml::Value;
+use crate::yaml::Value;
 
 use super::render::{Model, median_error};
 use super::runs::{LoadOptions, Run, ScenarioSource};

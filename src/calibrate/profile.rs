@@ -173,7 +173,7 @@ pub fn render(o: &Outcome, name: &str, scenario: &str) -> String {
             runs,
         },
     };
-    let body = serde_yaml::to_string(&profile).unwrap_or_else(|e| format!("# cannot render: {e}\n"));
+    let body = crate::yaml::to_string(&profile).unwrap_or_else(|e| format!("# cannot render: {e}\n"));
     format!(
         "# A calibration profile written by `llmsim calibrate` ({}).\n# Use it with `calibration: {name}` \
          (from hardware/calibrations/) or `calibration: <path>.yml` in a scenario;\n# keys the scenario sets \

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_yaml::Value;
+use crate::yaml::Value;
 
 use super::keys::FitKey;
 use crate::config::{Arrivals, ConfigError, Override, Scenario, Trace};
@@ -170,7 +170,7 @@ impl ScenarioSource {
             set_placeholder_workload(&mut value);
         }
         let scenario = build(&value, &self.file).map_err(|e| in_run(e, label))?;
-        let mut effective: Value = serde_yaml::from_str(&crate::config::effective_yaml(&scenario))
+        let mut effective: Value = crate::yaml::from_str(&crate::config::effective_yaml(&scenario))
             .map_err(|e| ConfigError::new(&self.file, "", format!("cannot restate the scenario: {e}")))?;
         if trace.is_some() {
             set_placeholder_workload(&mut effective);
@@ -187,7 +187,7 @@ fn in_run(mut e: ConfigError, label: &str) -> ConfigError {
 /// A valid workload that a trace replaces.
 fn set_placeholder_workload(value: &mut Value) {
     let placeholder: Value =
-        serde_yaml::from_str("{arrivals: {constant: {rate: 1}}, requests: 1, prompt_tokens: 1, output_tokens: 1}")
+        crate::yaml::from_str("{arrivals: {constant: {rate: 1}}, requests: 1, prompt_tokens: 1, output_tokens: 1}")
             .unwrap_or(Value::Null);
     if let Value::Mapping(m) = value {
         let seed = m.get("workload").and_then(|w| w.get("seed")).cloned();

@@ -21,6 +21,17 @@ use crate::metrics::{RequestRecord, RunResult, Stats, Status};
 use crate::sweep::metric::{self, Family, Metric};
 use crate::time::SimTime;
 
+/// Why a `--slo` text is not an SLO; each names the text given.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SloError {
+    #[error("`{text}`: expected METRIC=BOUND, like ttft_p99_ms=500")]
+    Form { text: String },
+    #[error("`{text}`: {source}")]
+    Metric { text: String, source: metric::UnknownMetric },
+    #[error("`{text}`: the bound `{bound}` must be a number, 0 or more")]
+    Bound { text: String, bound: String },
+}
+
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct Slo {
     pub metric: Metric,
@@ -31,18 +42,19 @@ pub struct Slo {
 impl Slo {
     /// Parses `METRIC=BOUND` (or `METRIC<=BOUND`), e.g. `ttft_p99_ms=500` or
     /// `preemptions=0`.
-    pub fn parse(text: &str) -> Result<Slo, String> {
+    pub fn parse(text: &str) -> Result<Slo, SloError> {
         let (name, bound) = text
             .split_once("<=")
             .or_else(|| text.split_once('='))
-            .ok_or_else(|| format!("`{text}`: expected METRIC=BOUND, like ttft_p99_ms=500"))?;
-        let metric = metric::parse_slo_metric(name.trim()).map_err(|e| format!("`{text}`: {e}"))?;
+            .ok_or_else(|| SloError::Form { text: text.to_string() })?;
+        let metric = metric::parse_slo_metric(name.trim())
+            .map_err(|source| SloError::Metric { text: text.to_string(), source })?;
         let bound: f64 = bound
             .trim()
             .parse()
             .ok()
             .filter(|b: &f64| b.is_finite() && *b >= 0.0)
-            .ok_or_else(|| format!("`{text}`: the bound `{}` must be a number, 0 or more", bound.trim()))?;
+            .ok_or_else(|| SloError::Bound { text: text.to_string(), bound: bound.trim().to_string() })?;
         Ok(Slo { metric, bound })
     }
 
@@ -182,10 +194,10 @@ mod tests {
         let s = Slo::parse("ttft_p99_ms=500").unwrap();
         assert_eq!((s.name(), s.bound), ("ttft_p99_ms".to_string(), 500.0));
         assert_eq!(Slo::parse("itl_p50_ms<=20").unwrap().bound, 20.0);
-        assert!(Slo::parse("ttft_p99_ms=-1").unwrap_err().contains("must be a number, 0 or more"));
-        assert!(Slo::parse("ttft_p99_ms").unwrap_err().contains("METRIC=BOUND"));
+        assert!(Slo::parse("ttft_p99_ms=-1").unwrap_err().to_string().contains("must be a number, 0 or more"));
+        assert!(Slo::parse("ttft_p99_ms").unwrap_err().to_string().contains("METRIC=BOUND"));
         assert_eq!(Slo::parse("preemptions=0").unwrap().metric, Metric::Preemptions);
-        let e = Slo::parse("latency_p99_ms=5").unwrap_err();
+        let e = Slo::parse("latency_p99_ms=5").unwrap_err().to_string();
         assert!(e.contains("is not a metric") && e.contains("ttft_p99_ms, ttft_max_ms"), "{e}");
     }
 

@@ -329,7 +329,7 @@ fn session_rows(run: &bench::BenchRun) -> (Vec<TraceRow>, Vec<trace::RowContent>
 
 pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     let cfg = config(&a)?;
-    let run = bench::run(&cfg).map_err(CliError::Failure)?;
+    let run = bench::run(&cfg, &super::runtime::bench_runtime()?).map_err(CliError::Failure)?;
     let json = bench::result::to_json(&run, utc_date());
     if let Some(path) = &a.json {
         write_output(path, crate::report::to_json(&json).as_bytes())?;

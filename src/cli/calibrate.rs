@@ -167,7 +167,7 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
         leave_one_out: !a.no_leave_one_out,
         optim: optim::Settings { max_evals: a.max_evals, ..optim::Settings::default() },
     };
-    let pool = crate::sweep::exec::pool(a.threads).map_err(CliError::Failure)?;
+    let pool = super::runtime::pool(Some(a.threads))?;
     let mut outcome = pool.install(|| calibrate::calibrate(fit_runs.runs, holdout.runs, &setup))?;
     outcome.excluded = excluded;
     // On stderr: with several threads the split between simulations run

@@ -43,8 +43,8 @@ pub struct DiffArgs {
 }
 
 pub fn execute(a: DiffArgs) -> Result<(), CliError> {
-    let tolerance = diff::parse_tolerance(&a.tolerance).map_err(CliError::Usage)?;
-    diff::check_metrics(&a.metrics).map_err(CliError::Usage)?;
+    let tolerance = diff::parse_tolerance(&a.tolerance).map_err(|e| CliError::Usage(e.to_string()))?;
+    diff::check_metrics(&a.metrics).map_err(|e| CliError::Usage(e.to_string()))?;
     let predicted = read_predicted(&a.predicted)?;
     let measured = measured::load(&a.measured)?;
     let pairs = pair(&predicted, &measured, a.level)?;
@@ -121,14 +121,14 @@ fn pair<'a>(
                 predicted.len()
             )));
         }
-        let l = measured.pick(level, "--level").map_err(CliError::Usage)?;
+        let l = measured.pick(level, "--level").map_err(|e| CliError::Usage(e.to_string()))?;
         return Ok(vec![(&predicted[0], l)]);
     }
     if predicted.len() == n {
         return Ok(predicted.iter().zip(&measured.levels).collect());
     }
     if predicted.len() == 1 {
-        return Err(CliError::Usage(measured.pick(None, "--level").err().unwrap_or_default()));
+        return Err(CliError::Usage(measured.pick(None, "--level").err().map(|e| e.to_string()).unwrap_or_default()));
     }
     Err(CliError::Usage(format!(
         "the predicted file has {} results but {} has {n} load levels: give one prediction per level, in \

@@ -28,12 +28,13 @@ pub struct ExperimentsArgs {
 
 pub fn execute(a: ExperimentsArgs) -> Result<(), CliError> {
     let specs = experiments::load_dir(&a.dir)?;
-    let outcomes = experiments::run(specs, a.threads.map(usize::from)).map_err(CliError::Failure)?;
+    let pool = super::runtime::pool(a.threads.map(usize::from))?;
+    let outcomes = experiments::run(specs, &pool).map_err(|e| CliError::Failure(e.to_string()))?;
     let files = experiments::render_all(&outcomes, &experiments::display_dir(&a.dir));
     if a.check {
         return check_only(&a, &files);
     }
-    let stale = check::write_all(&a.results, &files).map_err(CliError::Failure)?;
+    let stale = check::write_all(&a.results, &files).map_err(|e| CliError::Failure(e.to_string()))?;
     let mut out = String::new();
     for o in &outcomes {
         let (pass, total) = experiments::render::verdict(o);
@@ -48,7 +49,7 @@ pub fn execute(a: ExperimentsArgs) -> Result<(), CliError> {
 }
 
 fn check_only(a: &ExperimentsArgs, files: &[check::Generated]) -> Result<(), CliError> {
-    let mismatches = check::compare(&a.results, files).map_err(CliError::Failure)?;
+    let mismatches = check::compare(&a.results, files).map_err(|e| CliError::Failure(e.to_string()))?;
     let Some(first) = mismatches.first() else {
         return print(&format!("{} is current ({} files)\n", a.results.display(), files.len()));
     };

@@ -25,7 +25,7 @@ pub struct FidelityArgs {
 }
 
 pub fn execute(a: FidelityArgs) -> Result<(), CliError> {
-    let pool = crate::sweep::exec::pool(a.threads.map_or(0, usize::from)).map_err(CliError::Failure)?;
+    let pool = super::runtime::pool(a.threads.map(usize::from))?;
     // How much each suite simulated, on stderr: the split between runs and
     // reuses can vary with the thread count, the files cannot.
     let mut done = |suite: &fidelity::Suite, o: &crate::calibrate::Outcome| {

@@ -24,9 +24,9 @@ pub fn execute(a: MergeArgs) -> Result<(), CliError> {
     let mut shards = Vec::with_capacity(a.shards.len());
     for path in &a.shards {
         let text = crate::config::read_text(path)?;
-        let file = ShardFile::parse(&path.display().to_string(), &text).map_err(CliError::Usage)?;
+        let file = ShardFile::parse(&path.display().to_string(), &text).map_err(|e| CliError::Usage(e.to_string()))?;
         shards.push((path.clone(), file));
     }
-    let data = merge(shards).map_err(CliError::Usage)?;
+    let data = merge(shards).map_err(|e| CliError::Usage(e.to_string()))?;
     a.out.write(&data)
 }

@@ -11,6 +11,7 @@ pub mod fidelity;
 pub mod merge;
 pub mod progress;
 pub mod run;
+pub mod runtime;
 pub mod serve;
 pub mod sweep;
 pub mod trace;
@@ -82,6 +83,12 @@ impl From<ConfigError> for CliError {
     }
 }
 
+impl From<crate::trace::TraceError> for CliError {
+    fn from(e: crate::trace::TraceError) -> Self {
+        CliError::Usage(e.to_string())
+    }
+}
+
 impl CliError {
     /// A run that stopped at a run limit: the scenario is beyond what llmsim
     /// simulates, a configuration problem (exit 2).
@@ -137,7 +144,7 @@ impl ScenarioArgs {
         if let Some(seed) = self.seed {
             all.push(Override {
                 path: vec!["workload".into(), "seed".into()],
-                value: serde_yaml::Value::Number(seed.into()),
+                value: crate::yaml::Value::Number(seed.into()),
             });
         }
         Ok(all)

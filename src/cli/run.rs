@@ -136,7 +136,7 @@ pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize
         return Ok(note);
     }
     let measured = crate::measured::parse(&text, file)?;
-    let chosen = measured.pick(level, "--trace-level").map_err(CliError::Usage)?;
+    let chosen = measured.pick(level, "--trace-level").map_err(|e| CliError::Usage(e.to_string()))?;
     let (rows, skipped) = chosen
         .trace_rows()
         .map_err(|m| CliError::Usage(format!("{}: cannot replay {}: {m}", file.display(), chosen.label)))?;

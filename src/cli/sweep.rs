@@ -9,7 +9,7 @@ use crate::capacity::Slo;
 use crate::config::Override;
 use crate::plot::Plot;
 use crate::sweep::axis::{SetArg, parse_set};
-use crate::sweep::exec::{self, ExecOptions, execute};
+use crate::sweep::exec::{ExecOptions, execute};
 use crate::sweep::plan::Plan;
 use crate::sweep::shard::{ShardFile, ShardSpec};
 use crate::sweep::{SweepData, file, output};
@@ -153,7 +153,7 @@ fn shard(a: &SweepArgs) -> Result<Option<ShardSpec>, CliError> {
         }
         return Ok(None);
     };
-    let spec = ShardSpec::parse(text).map_err(CliError::Usage)?;
+    let spec = ShardSpec::parse(text).map_err(|e| CliError::Usage(e.to_string()))?;
     if a.output.is_none() {
         return Err(CliError::Usage(format!("--shard {text}: give the shard file to write with --output FILE")));
     }
@@ -169,8 +169,8 @@ pub fn execute_sweep(a: SweepArgs) -> Result<(), CliError> {
     let plan = plan(&a)?;
     let spec = shard(&a)?;
     a.out.slos()?;
-    let pool = exec::pool(a.threads).map_err(CliError::Failure)?;
-    let points = pool.install(|| plan.points()).map_err(CliError::Usage)?;
+    let pool = super::runtime::pool(Some(a.threads))?;
+    let points = pool.install(|| plan.points()).map_err(|e| CliError::Usage(e.to_string()))?;
     let opts = ExecOptions { progress: !a.out.quiet, shard: spec };
     let data =
         execute(&plan, &points, &pool, opts).map_err(|e| CliError::Usage(format!("{}: {e}", a.file.display())))?;

@@ -259,7 +259,7 @@ struct Hf<'a> {
 }
 
 impl Hf<'_> {
-    fn err(&self, field: &str, msg: impl Into<String>) -> ConfigError {
+    fn err(&self, field: &str, msg: impl std::fmt::Display) -> ConfigError {
         ConfigError::new(self.file, format!("{}{field}", self.prefix), msg)
     }
 

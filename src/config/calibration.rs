@@ -49,7 +49,7 @@ pub struct RawCalibration {
     pub latency: RawLatency,
     /// How the values were found (`llmsim calibrate` writes the runs, the
     /// errors and its version here); never read by a scenario.
-    pub fit: Option<serde_yaml::Value>,
+    pub fit: Option<crate::yaml::Value>,
 }
 
 /// Which calibration a scenario used and where each of its keys came from.
@@ -90,8 +90,8 @@ impl RawCalibration {
 
 /// Reads a profile's text, refusing keys outside `efficiency` and `latency`.
 pub fn parse(text: &str, file: &Path) -> Result<RawCalibration, ConfigError> {
-    let value: serde_yaml::Value = super::parse_str(text, file)?;
-    let serde_yaml::Value::Mapping(map) = &value else {
+    let value: crate::yaml::Value = super::parse_str(text, file)?;
+    let crate::yaml::Value::Mapping(map) = &value else {
         return Err(ConfigError::new(file, "", "a calibration profile is a mapping with efficiency and latency keys"));
     };
     for key in map.keys() {

@@ -541,7 +541,7 @@ fn does_not_fit(
              kv_cache.num_blocks",
             m.name,
             per_gpu / 1e9,
-            crate::report::thousands(d.parameters.round() as u64),
+            crate::util::thousands(d.parameters.round() as u64),
             m.weights.bytes_per_parameter,
             if t > 1 { format!(" / TP {t}") } else { String::new() },
             budget / 1e9,

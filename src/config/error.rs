@@ -15,8 +15,10 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub fn new(file: &Path, path: impl Into<String>, message: impl Into<String>) -> Self {
-        ConfigError { file: file.to_path_buf(), path: path.into(), line: None, message: message.into() }
+    /// `message` is anything displayable: text, or a typed error such as
+    /// [`super::keys::KeyError`] whose words become the message.
+    pub fn new(file: &Path, path: impl Into<String>, message: impl fmt::Display) -> Self {
+        ConfigError { file: file.to_path_buf(), path: path.into(), line: None, message: message.to_string() }
     }
 
     pub fn at_line(mut self, line: Option<usize>) -> Self {
@@ -39,3 +41,9 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+impl From<crate::trace::TraceError> for ConfigError {
+    fn from(e: crate::trace::TraceError) -> Self {
+        ConfigError::new(&e.file, e.at, e.message)
+    }
+}

@@ -14,8 +14,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
+use crate::yaml::Value;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
-use serde_yaml::Value;
 
 use super::raw::{RawArrivals, RawDist, RawHardware, RawModel, RawScenario, RawSecondsDist};
 
@@ -80,7 +80,7 @@ impl Kind {
 }
 
 /// A whole number in the one grammar ([`super::num`]): `7`, `0x10`, `1e3`.
-fn is_whole(n: &serde_yaml::Number) -> bool {
+fn is_whole(n: &crate::yaml::Number) -> bool {
     n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.is_finite() && f.fract() == 0.0)
 }
 
@@ -137,8 +137,28 @@ pub fn all() -> &'static BTreeMap<String, Kind> {
     })
 }
 
+/// A `--set` key path or value the scenario schema does not take.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum KeyError {
+    /// `hint`: the nearest valid path, or what is valid under the
+    /// longest valid prefix.
+    #[error("unknown key path `{path}`; {hint}")]
+    Unknown { path: String, hint: String },
+    #[error("`{path}` expects {expects}, got {got}")]
+    Shape { path: String, expects: String, got: String },
+    #[error("`{key}`: a key path is names joined by dots, like scheduler.max_batch_tokens")]
+    Malformed { key: String },
+    #[error("`{text}`: expected KEY.PATH=VALUE")]
+    NoValue { text: String },
+    /// The value was refused before parsing (size, nesting).
+    #[error("`{value}`: {why}")]
+    Refused { value: String, why: String },
+    #[error("`{value}`: not a YAML value: {why}")]
+    NotYaml { value: String, why: String },
+}
+
 /// Checks a dotted key path; the error says what is near or what is valid.
-pub fn check_path(path: &str) -> Result<Kind, String> {
+pub fn check_path(path: &str) -> Result<Kind, KeyError> {
     let keys = all();
     if let Some(kind) = keys.get(path) {
         return Ok(*kind);
@@ -156,15 +176,19 @@ pub fn check_path(path: &str) -> Result<Kind, String> {
             }
         }
     };
-    Err(format!("unknown key path `{path}`; {hint}"))
+    Err(KeyError::Unknown { path: path.to_string(), hint })
 }
 
 /// Checks a value against the key's kind.
-pub fn check_value(path: &str, kind: Kind, value: &Value) -> Result<(), String> {
+pub fn check_value(path: &str, kind: Kind, value: &Value) -> Result<(), KeyError> {
     if kind.accepts(value) {
         Ok(())
     } else {
-        Err(format!("`{path}` expects {}, got {}", kind.describe(), super::describe_value(value)))
+        Err(KeyError::Shape {
+            path: path.to_string(),
+            expects: kind.describe().to_string(),
+            got: super::describe_value(value),
+        })
     }
 }
 

@@ -9,7 +9,6 @@ pub mod deployment;
 pub mod error;
 pub mod hardware;
 pub mod keys;
-pub mod limits;
 pub mod models;
 pub mod num;
 pub mod onekey;
@@ -18,15 +17,14 @@ pub mod raw;
 pub mod reference;
 pub mod scenario;
 pub mod validate;
-pub mod yaml;
 
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
-use crate::report;
-
 pub use error::ConfigError;
+// Moved below the config (they import nothing from it); the old paths stay.
+pub use crate::{limits, yaml};
 pub use overrides::Override;
 pub use scenario::*;
 
@@ -63,35 +61,13 @@ pub fn read_text(file: &Path) -> Result<String, ConfigError> {
 
 /// The whole file as text if it has at most `limit` bytes.
 pub fn read_text_limited(file: &Path, limit: u64) -> Result<String, ConfigError> {
-    use std::io::Read;
-    let cannot = |e: std::io::Error| {
-        let why = match e.kind() {
-            std::io::ErrorKind::NotFound => "no such file".to_string(),
-            std::io::ErrorKind::InvalidData => "it is not UTF-8 text".to_string(),
-            _ => e.to_string(),
-        };
-        ConfigError::new(file, "", format!("cannot read the file: {why}"))
-    };
-    let f = std::fs::File::open(file).map_err(cannot)?;
-    if f.metadata().is_ok_and(|m| m.is_dir()) {
-        return Err(ConfigError::new(file, "", "cannot read the file: it is a directory"));
-    }
-    let mut text = String::new();
-    f.take(limit + 1).read_to_string(&mut text).map_err(cannot)?;
-    if text.len() as u64 > limit {
-        return Err(ConfigError::new(
-            file,
-            "",
-            format!("the file is larger than {} bytes, the most llmsim reads", report::thousands(limit)),
-        ));
-    }
-    Ok(text)
+    crate::util::read_text_limited(file, limit).map_err(|e| ConfigError::new(file, "", e.to_string()))
 }
 
 /// Parses YAML text into a value after [`yaml::precheck`].
-pub fn yaml_value(text: &str, file: &Path) -> Result<serde_yaml::Value, ConfigError> {
+pub fn yaml_value(text: &str, file: &Path) -> Result<crate::yaml::Value, ConfigError> {
     precheck(text, file)?;
-    serde_yaml::from_str(text).map_err(|e| {
+    crate::yaml::from_str(text).map_err(|e| {
         let line = e.location().map(|l| l.line());
         ConfigError::new(file, "", yaml::user_words(&format!("YAML syntax error: {e}"))).at_line(line)
     })
@@ -106,12 +82,12 @@ pub fn parse_str<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T, Conf
     precheck(text, file)?;
     // A syntax error has no key path; report it as what it is. Skipping
     // every value resolves no scalar, so only the syntax is checked here.
-    if let Err(e) = serde_yaml::from_str::<serde::de::IgnoredAny>(text) {
+    if let Err(e) = crate::yaml::from_str::<serde::de::IgnoredAny>(text) {
         let line = e.location().map(|l| l.line());
         let msg = yaml::user_words(&format!("YAML syntax error: {e}"));
         return Err(ConfigError::new(file, "", msg).at_line(line));
     }
-    let de = serde_yaml::Deserializer::from_str(text);
+    let de = crate::yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = clean_path(&e.path().to_string());
         let inner = e.into_inner();
@@ -122,7 +98,11 @@ pub fn parse_str<T: DeserializeOwned>(text: &str, file: &Path) -> Result<T, Conf
 }
 
 /// Deserialises an already-parsed YAML value found at `prefix` in `file`.
-pub fn parse_value<T: DeserializeOwned>(value: serde_yaml::Value, file: &Path, prefix: &str) -> Result<T, ConfigError> {
+pub fn parse_value<T: DeserializeOwned>(
+    value: crate::yaml::Value,
+    file: &Path,
+    prefix: &str,
+) -> Result<T, ConfigError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let inner = clean_path(&e.path().to_string());
         let path = match (prefix.is_empty(), inner.is_empty()) {
@@ -161,37 +141,37 @@ fn strip_location(msg: &str) -> String {
 }
 
 /// A short description of a YAML value for error messages.
-pub fn describe_value(v: &serde_yaml::Value) -> String {
+pub fn describe_value(v: &crate::yaml::Value) -> String {
     match v {
-        serde_yaml::Value::Null => "nothing (null)".into(),
-        serde_yaml::Value::Bool(b) => format!("the boolean {b}"),
-        serde_yaml::Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+        crate::yaml::Value::Null => "nothing (null)".into(),
+        crate::yaml::Value::Bool(b) => format!("the boolean {b}"),
+        crate::yaml::Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
             (Some(i), _, _) => format!("the number {i}"),
             (_, Some(u), _) => format!("the number {u}"),
             (_, _, Some(f)) => format!("the number {}", num::short_float(f)),
             _ => format!("the number {n}"),
         },
-        serde_yaml::Value::String(s) => format!("the string \"{}\"", num::short_text(s)),
-        serde_yaml::Value::Sequence(_) => "a list".into(),
-        serde_yaml::Value::Mapping(_) => "a mapping".into(),
-        serde_yaml::Value::Tagged(t) => format!("the tagged value !{}", t.tag),
+        crate::yaml::Value::String(s) => format!("the string \"{}\"", num::short_text(s)),
+        crate::yaml::Value::Sequence(_) => "a list".into(),
+        crate::yaml::Value::Mapping(_) => "a mapping".into(),
+        crate::yaml::Value::Tagged(t) => format!("the tagged value !{}", t.tag),
     }
 }
 
 /// The effective configuration as YAML: every default filled in, the
 /// hardware inline. It is itself a valid scenario.
 pub fn effective_yaml(s: &Scenario) -> String {
-    let rendered = serde_yaml::to_value(s).and_then(|v| serde_yaml::to_string(&untag(v)));
+    let rendered = crate::yaml::to_value(s).and_then(|v| crate::yaml::to_string(&untag(v)));
     rendered.unwrap_or_else(|e| format!("# cannot render: {e}\n"))
 }
 
 /// Writes serde_yaml's `!kind value` enums as `kind: value`, the form users write.
-fn untag(v: serde_yaml::Value) -> serde_yaml::Value {
-    use serde_yaml::Value;
+fn untag(v: crate::yaml::Value) -> crate::yaml::Value {
+    use crate::yaml::Value;
     match v {
         Value::Tagged(t) => {
             let key = t.tag.to_string().trim_start_matches('!').to_string();
-            let mut m = serde_yaml::Mapping::new();
+            let mut m = crate::yaml::Mapping::new();
             m.insert(Value::String(key), untag(t.value));
             Value::Mapping(m)
         }

@@ -38,7 +38,7 @@ pub struct RawServedModel {
     /// A scenario file (relative to the models file) to take the engine
     /// sections from.
     pub scenario: Option<String>,
-    pub hardware: Option<serde_yaml::Value>,
+    pub hardware: Option<crate::yaml::Value>,
     /// A model name or a mapping, as in a scenario.
     #[serde(default, deserialize_with = "super::raw::some_model_or_name")]
     pub model: Option<RawModel>,
@@ -53,7 +53,7 @@ pub struct RawServedModel {
     /// built-in tokenizer without one (`server::tokenize`).
     pub tokenizer: Option<String>,
     /// Fault injection (`server::faults`).
-    pub faults: Option<serde_yaml::Value>,
+    pub faults: Option<crate::yaml::Value>,
     /// vLLM's `--tool-call-parser`: how the model writes a tool call
     /// (`server::tools`); without it, tool calls are refused as vLLM
     /// refuses them.

@@ -18,6 +18,7 @@
 
 use std::fmt;
 
+pub use crate::util::{short_float, short_int, short_text};
 use serde::Deserializer;
 use serde::de::{self, Error as _, MapAccess, SeqAccess, Visitor};
 
@@ -66,38 +67,6 @@ impl fmt::Display for Num {
             Num::Int(i) => f.write_str(&short_int(*i)),
             Num::Float(x) => f.write_str(&short_float(*x)),
         }
-    }
-}
-
-/// A real number as a message shows it: short, never 300 digits.
-pub fn short_float(v: f64) -> String {
-    if v.is_nan() {
-        ".nan".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { ".inf".into() } else { "-.inf".into() }
-    } else if v != 0.0 && (v.abs() >= 1e15 || v.abs() < 1e-6) {
-        format!("{v:e}")
-    } else {
-        format!("{v}")
-    }
-}
-
-/// A whole number as a message shows it: digits up to 20 of them, else
-/// scientific notation.
-pub fn short_int(v: i128) -> String {
-    let s = v.to_string();
-    if s.len() <= 21 { s } else { format!("{:e}", v as f64) }
-}
-
-/// Text for a message: at most 40 characters, the rest counted.
-pub fn short_text(s: &str) -> String {
-    const KEEP: usize = 40;
-    let n = s.chars().count();
-    if n <= KEEP {
-        s.to_string()
-    } else {
-        let head: String = s.chars().take(KEEP).collect();
-        format!("{head}... ({n} characters)")
     }
 }
 
@@ -362,12 +331,12 @@ mod tests {
     }
 
     fn text(yaml: &str) -> Result<T, String> {
-        serde_yaml::from_str::<T>(yaml).map_err(|e| e.to_string())
+        crate::yaml::from_str::<T>(yaml).map_err(|e| e.to_string())
     }
 
     fn value(yaml: &str) -> Result<T, String> {
-        let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
-        serde_yaml::from_value::<T>(v).map_err(|e| e.to_string())
+        let v: crate::yaml::Value = crate::yaml::from_str(yaml).unwrap();
+        crate::yaml::from_value::<T>(v).map_err(|e| e.to_string())
     }
 
     #[test]

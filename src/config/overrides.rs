@@ -2,9 +2,10 @@
 
 use std::path::Path;
 
-use serde_yaml::{Mapping, Value};
+use crate::yaml::{Mapping, Value};
 
 use super::ConfigError;
+use super::keys::KeyError;
 
 /// One override: a dotted key path and a YAML value.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,8 +19,8 @@ impl Override {
     /// `h100-80gb` a string, `[1, 2]` a list). The key path must be one the
     /// scenario schema has (see [`super::keys`]), so a typo is caught, with
     /// the nearest valid path, before any file is read.
-    pub fn parse(text: &str) -> Result<Override, String> {
-        let (key, value) = text.split_once('=').ok_or_else(|| format!("`{text}`: expected KEY.PATH=VALUE"))?;
+    pub fn parse(text: &str) -> Result<Override, KeyError> {
+        let (key, value) = text.split_once('=').ok_or_else(|| KeyError::NoValue { text: text.to_string() })?;
         Self::parse_key(key)?;
         let value = Self::parse_value(value)?;
         Ok(Override { path: key.trim().split('.').map(str::to_string).collect(), value })
@@ -27,7 +28,7 @@ impl Override {
 
     /// [`Override::parse`], and the value must have the key's shape (a whole
     /// number for `scheduler.max_batch_tokens`, ...).
-    pub fn parse_checked(text: &str) -> Result<Override, String> {
+    pub fn parse_checked(text: &str) -> Result<Override, KeyError> {
         let o = Self::parse(text)?;
         let kind = Self::parse_key(&o.key())?;
         super::keys::check_value(&o.key(), kind, &o.value)?;
@@ -35,10 +36,10 @@ impl Override {
     }
 
     /// Checks a key path on its own; returns what the key holds.
-    pub fn parse_key(key: &str) -> Result<super::keys::Kind, String> {
+    pub fn parse_key(key: &str) -> Result<super::keys::Kind, KeyError> {
         let key = key.trim();
         if key.is_empty() || key.split('.').any(str::is_empty) {
-            return Err(format!("`{key}`: a key path is names joined by dots, like scheduler.max_batch_tokens"));
+            return Err(KeyError::Malformed { key: key.to_string() });
         }
         super::keys::check_path(key)
     }
@@ -46,16 +47,16 @@ impl Override {
     /// Reads one value as YAML, under the same limits and number grammar
     /// as a file. A whole number too large for 64 bits becomes a float
     /// (as it would read in a file), so validation can say it is too large.
-    pub fn parse_value(value: &str) -> Result<Value, String> {
+    pub fn parse_value(value: &str) -> Result<Value, KeyError> {
         let text = value.trim();
         let shown = super::num::short_text(text);
-        super::yaml::precheck(text).map_err(|r| format!("`{shown}`: {}", r.message))?;
-        match serde_yaml::from_str(text) {
+        crate::yaml::precheck(text).map_err(|r| KeyError::Refused { value: shown.clone(), why: r.message })?;
+        match crate::yaml::from_str(text) {
             Ok(v) => Ok(v),
             Err(_) if is_decimal_integer(text) => {
-                Ok(Value::Number(serde_yaml::Number::from(text.parse::<f64>().unwrap_or(f64::INFINITY))))
+                Ok(Value::Number(crate::yaml::Number::from(text.parse::<f64>().unwrap_or(f64::INFINITY))))
             }
-            Err(e) => Err(format!("`{shown}`: not a YAML value: {}", super::yaml::user_words(&e.to_string()))),
+            Err(e) => Err(KeyError::NotYaml { value: shown, why: crate::yaml::user_words(&e.to_string()) }),
         }
     }
 

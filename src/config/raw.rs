@@ -25,7 +25,7 @@ pub struct RawScenario {
     /// file: fills the `efficiency` and `latency` keys left unset.
     pub calibration: Option<String>,
     /// A profile name (a file in `hardware/`) or an inline mapping.
-    pub hardware: serde_yaml::Value,
+    pub hardware: crate::yaml::Value,
     /// A model name (a file in `scenarios/models/`) or a mapping.
     #[serde(deserialize_with = "model_or_name")]
     pub model: RawModel,
@@ -120,10 +120,10 @@ pub enum RawByGpus {
 
 impl<'de> Deserialize<'de> for RawByGpus {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use crate::yaml::Value;
         use serde::de::Error;
-        use serde_yaml::Value;
         let number = |v: &Value| v.as_f64().filter(|_| v.is_number());
-        match serde_yaml::Value::deserialize(d)? {
+        match crate::yaml::Value::deserialize(d)? {
             v @ Value::Number(_) => Ok(RawByGpus::Fixed(number(&v).unwrap_or(f64::NAN))),
             Value::Mapping(m) => {
                 let mut out = Vec::new();

@@ -16,7 +16,7 @@ use super::keys::{self, Kind};
 use super::limits::{self, Range};
 use super::raw::{RawByGpus, RawHardware};
 use super::validate as v;
-use crate::report::thousands;
+use crate::util::thousands;
 
 /// The page these parts live in, relative to the repository root.
 pub const PAGE: &str = "docs/scenario.md";
@@ -203,14 +203,19 @@ pub fn hardware_table() -> String {
     s
 }
 
+/// The reference page lacks a marker of a generated part.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{PAGE} lacks the marker {0}")]
+pub struct MissingMarker(pub String);
+
 /// Replaces every generated part of `page` with its current text. Fails
 /// when a marker is missing.
-pub fn rewrite(page: &str) -> Result<String, String> {
+pub fn rewrite(page: &str) -> Result<String, MissingMarker> {
     let mut out = page.to_string();
     for (name, body) in parts() {
         let (open, close) = (format!("<!-- generated:{name} -->\n"), format!("<!-- /generated:{name} -->"));
-        let a = out.find(&open).ok_or_else(|| format!("{PAGE} lacks the marker {}", open.trim_end()))? + open.len();
-        let b = out[a..].find(&close).ok_or_else(|| format!("{PAGE} lacks the marker {close}"))? + a;
+        let a = out.find(&open).ok_or_else(|| MissingMarker(open.trim_end().to_string()))? + open.len();
+        let b = out[a..].find(&close).ok_or_else(|| MissingMarker(close.clone()))? + a;
         out.replace_range(a..b, &body);
     }
     Ok(out)

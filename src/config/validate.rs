@@ -10,7 +10,7 @@ use super::num::short_float;
 use super::raw::*;
 use super::scenario::*;
 use super::{ConfigError, deployment, hardware};
-use crate::report::thousands;
+use crate::util::thousands;
 
 /// vLLM's defaults where it has one (docs/scenario.md).
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
@@ -28,7 +28,7 @@ pub(crate) struct Check<'a> {
 }
 
 impl Check<'_> {
-    pub fn err(&self, path: &str, msg: impl Into<String>) -> ConfigError {
+    pub fn err(&self, path: &str, msg: impl std::fmt::Display) -> ConfigError {
         ConfigError::new(self.file, path, msg)
     }
 
@@ -216,14 +216,14 @@ pub(crate) fn run_limits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
 }
 
 /// `hardware:` is a profile name or an inline mapping.
-pub(crate) fn hardware_of(value: &serde_yaml::Value, file: &Path) -> Result<Hardware, ConfigError> {
+pub(crate) fn hardware_of(value: &crate::yaml::Value, file: &Path) -> Result<Hardware, ConfigError> {
     match value {
-        serde_yaml::Value::String(name) => {
+        crate::yaml::Value::String(name) => {
             let found = hardware::find(name, file)?;
             let raw: RawHardware = super::parse_str(&found.text, &found.file)?;
             hardware_fields(raw, &found.file, "", name)
         }
-        serde_yaml::Value::Mapping(_) => {
+        crate::yaml::Value::Mapping(_) => {
             let raw: RawHardware = super::parse_value(value.clone(), file, "hardware")?;
             hardware_fields(raw, file, "hardware.", "inline")
         }

@@ -5,6 +5,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::util::FileError;
+
 /// A generated file: its name inside the results directory and its text.
 pub type Generated = (String, String);
 
@@ -51,14 +53,14 @@ pub const OTHER_GENERATORS: [&str; 1] = ["fidelity.md"];
 /// Every way `dir` differs from `files`: generated files first, in order,
 /// then stale ones. Only `*.md` files count as stale (and not those of
 /// [`OTHER_GENERATORS`]), so other tools may keep files beside the tables.
-pub fn compare(dir: &Path, files: &[Generated]) -> Result<Vec<Mismatch>, String> {
+pub fn compare(dir: &Path, files: &[Generated]) -> Result<Vec<Mismatch>, FileError> {
     let mut out = Vec::new();
     for (name, text) in files {
         let file = dir.join(name);
         match std::fs::read_to_string(&file) {
             Ok(committed) => out.extend(first_difference(&file, &committed, text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => out.push(Mismatch::Missing { file }),
-            Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+            Err(e) => return Err(FileError::new("read", &file, e)),
         }
     }
     for file in markdown_files(dir)? {
@@ -86,11 +88,11 @@ fn first_difference(file: &Path, committed: &str, generated: &str) -> Option<Mis
 }
 
 /// `*.md` files directly in `dir`, sorted; none if `dir` does not exist.
-fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>, FileError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+        Err(e) => return Err(FileError::new("read", dir, e)),
     };
     let mut files: Vec<PathBuf> = entries
         .flatten()
@@ -103,11 +105,11 @@ fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
 
 /// Writes every file into `dir` (created if needed); returns the stale
 /// `*.md` files it left alone.
-pub fn write_all(dir: &Path, files: &[Generated]) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+pub fn write_all(dir: &Path, files: &[Generated]) -> Result<Vec<PathBuf>, FileError> {
+    std::fs::create_dir_all(dir).map_err(|e| FileError::new("create", dir, e))?;
     for (name, text) in files {
         let file = dir.join(name);
-        std::fs::write(&file, text).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        std::fs::write(&file, text).map_err(|e| FileError::new("write", &file, e))?;
     }
     let stale = compare(dir, files)?
         .into_iter()

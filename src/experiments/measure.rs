@@ -103,12 +103,25 @@ impl OverSeeds {
     }
 }
 
+/// A row's run that stopped at a run limit: the scenario's file and name,
+/// and the limit.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{} ({name}): {source}", .file.display())]
+pub struct MeasureFailed {
+    pub file: std::path::PathBuf,
+    pub name: String,
+    pub source: crate::sim::SimError,
+}
+
 /// Runs the scenario and measures it; a run that stops at a run limit
 /// ([`crate::sim::SimError`]) is an error naming the scenario.
-pub fn measure(s: &Scenario) -> Result<Measured, String> {
+pub fn measure(s: &Scenario) -> Result<Measured, MeasureFailed> {
     let mut tally = StepTally::default();
-    let out = crate::sim::run_observed(s, CollectorOptions::default(), &mut tally)
-        .map_err(|e| format!("{} ({}): {e}", s.source.display(), s.name))?;
+    let out = crate::sim::run_observed(s, CollectorOptions::default(), &mut tally).map_err(|source| MeasureFailed {
+        file: s.source.clone(),
+        name: s.name.clone(),
+        source,
+    })?;
     let mut values = result_values(&out.result);
     values.extend(tally.values());
     values.extend(request_values(&out.requests));

@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::yaml::Value;
 use serde::Deserialize;
-use serde_yaml::Value;
 
 use super::expr::{self, Expr};
 use super::measure;
@@ -32,7 +32,7 @@ pub struct RawSpec {
     pub compare_to_first: bool,
     /// Named expressions, in order; each may use the ones above it.
     #[serde(default, rename = "let")]
-    pub lets: serde_yaml::Mapping,
+    pub lets: crate::yaml::Mapping,
     pub predictions: Vec<RawPrediction>,
     /// Observations written after looking at the results.
     #[serde(default)]
@@ -243,10 +243,10 @@ pub fn load(file: &Path) -> Result<Spec, ConfigError> {
 
 /// A mapping with a scenario's keys and none of an experiment's.
 fn looks_like_a_scenario(text: &str) -> bool {
-    if config::yaml::precheck(text).is_err() {
+    if crate::yaml::precheck(text).is_err() {
         return false;
     }
-    let Ok(Value::Mapping(m)) = serde_yaml::from_str::<Value>(text) else {
+    let Ok(Value::Mapping(m)) = crate::yaml::from_str::<Value>(text) else {
         return false;
     };
     let has = |k: &str| m.contains_key(k);
@@ -366,7 +366,7 @@ fn quoted(source: &str) -> String {
     format!("`{head}...` ({n} characters)")
 }
 
-fn lets(map: &serde_yaml::Mapping, file: &Path) -> Result<Vec<Formula>, ConfigError> {
+fn lets(map: &crate::yaml::Mapping, file: &Path) -> Result<Vec<Formula>, ConfigError> {
     let mut out: Vec<Formula> = Vec::new();
     for (k, v) in map {
         let Value::String(name) = k else {

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_yaml::Value;
+use crate::yaml::Value;
 
 use crate::config::{Arrivals, Scenario};
 
@@ -344,7 +344,7 @@ fn length_mean(v: &Value) -> Option<f64> {
 
 /// The validated scenario as a YAML value: what `llmsim explain` prints.
 pub fn effective_value(s: &Scenario) -> Value {
-    serde_yaml::from_str(&crate::config::effective_yaml(s)).unwrap_or(Value::Null)
+    crate::yaml::from_str(&crate::config::effective_yaml(s)).unwrap_or(Value::Null)
 }
 
 /// Every key path at which `a` and `b` differ (a key present in one only
@@ -395,7 +395,7 @@ mod tests {
     use super::*;
 
     fn yaml(text: &str) -> Value {
-        serde_yaml::from_str(text).unwrap()
+        crate::yaml::from_str(text).unwrap()
     }
 
     /// The base model of docs/engine.md, as `llmsim explain` prints it.

@@ -133,7 +133,7 @@ pub fn load(dir: &Path) -> Result<InferencePerfRun, ConfigError> {
             ConfigError::new(&results, "", "no config.yaml or profile.yaml: the load stages and data shape are unknown")
         })?;
     let text = crate::config::read_text(&config)?;
-    let cfg: serde_yaml::Value = crate::config::parse_str(&text, &config)?;
+    let cfg: crate::yaml::Value = crate::config::parse_str(&text, &config)?;
     let cfg: Value = serde_json::to_value(&cfg)
         .map_err(|e| ConfigError::new(&config, "", format!("cannot read the configuration: {e}")))?;
     let err = |path: &str, m: String| ConfigError::new(&config, path, m);
@@ -185,7 +185,7 @@ fn shared_prefix(cfg: &Value) -> Result<SharedPrefixData, (String, String)> {
     let count = |key: &str, min: u64| -> Result<u32, (String, String)> {
         let path = format!("data.shared_prefix.{key}");
         match at(cfg, &path).and_then(Value::as_u64) {
-            Some(n) if n >= min && n <= u64::from(u32::MAX) => Ok(n as u32),
+            Some(n) if n >= min && u32::try_from(n).is_ok() => Ok(n as u32),
             _ => Err((path, format!("expected a whole number >= {min}"))),
         }
     };

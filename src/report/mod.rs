@@ -12,18 +12,8 @@ pub fn to_json<T: serde::Serialize>(value: &T) -> String {
     s
 }
 
-/// `1234567` as `1,234,567`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+/// `1234567` as `1,234,567` (it lives in [`crate::util`], below the config).
+pub use crate::util::thousands;
 
 /// An optional millisecond figure with the given decimals, or `-`.
 pub fn opt(x: Option<f64>, decimals: usize) -> String {

@@ -131,8 +131,8 @@ const MAX_STALL_MS: f64 = 3_600_000.0;
 impl Faults {
     /// Validates a model's `faults` section; errors name `at` (its key
     /// path), the value and what is allowed.
-    pub fn parse(value: &serde_yaml::Value, file: &Path, at: &str) -> Result<Faults, ConfigError> {
-        let raw: RawFaults = serde_yaml::from_value(value.clone())
+    pub fn parse(value: &crate::yaml::Value, file: &Path, at: &str) -> Result<Faults, ConfigError> {
+        let raw: RawFaults = crate::yaml::from_value(value.clone())
             .map_err(|e| ConfigError::new(file, at, format!("{e}; see `llmsim serve --help` for the faults keys")))?;
         let rate = raw.rate.unwrap_or(0.0);
         if !(0.0..=1.0).contains(&rate) {
@@ -272,7 +272,7 @@ mod tests {
     use super::*;
 
     fn parse(yaml: &str) -> Result<Faults, String> {
-        let v: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap();
+        let v: crate::yaml::Value = crate::yaml::from_str(yaml).unwrap();
         Faults::parse(&v, Path::new("models.yml"), "models[0].faults").map_err(|e| e.to_string())
     }
 

@@ -7,10 +7,46 @@
 //! rounded to the decimals the bounds were written with, so
 //! `0.1:0.3:0.1` is exactly `0.1, 0.2, 0.3`.
 
-use serde_yaml::Value;
+use crate::yaml::Value;
 
 use crate::config::Override;
-use crate::config::keys::Kind;
+use crate::config::keys::{KeyError, Kind};
+
+/// A sweep axis (`--set KEY=a,b,c`, `KEY=lo:hi:step`, or an `axes:` entry)
+/// that cannot be swept.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum AxisError {
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// `at`: the key, or the whole `--set` text.
+    #[error("`{at}`: the axis is empty; give values (a,b,c) or a range (lo:hi:step)")]
+    Empty { at: String },
+    #[error("`{text}`: expected KEY.PATH=VALUES")]
+    NoValues { text: String },
+    #[error("`{text}`: value {n} of the axis is empty")]
+    EmptyValue { text: String, n: usize },
+    #[error("`{text}`: {source}")]
+    BadRange { text: String, source: RangeError },
+    #[error(transparent)]
+    Range(#[from] RangeError),
+}
+
+/// An inclusive range `lo:hi:step` that gives no usable values.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RangeError {
+    #[error("range bounds must be finite numbers")]
+    NotFinite,
+    #[error("the range {lo}:{hi}:{step} has a zero step; the step must be greater than 0")]
+    ZeroStep { lo: f64, hi: f64, step: f64 },
+    #[error("the range {lo}:{hi}:{step} has a negative step; write it lo:hi:step with lo <= hi")]
+    NegativeStep { lo: f64, hi: f64, step: f64 },
+    #[error("the range {lo}:{hi}:{step} is empty: lo must be <= hi")]
+    Empty { lo: f64, hi: f64, step: f64 },
+    #[error("the range {lo}:{hi}:{step} has more than {MAX_RANGE_VALUES} values")]
+    TooMany { lo: f64, hi: f64, step: f64 },
+    #[error("the range {lo}:{hi}:{step} is not whole numbers, and the key takes a whole number")]
+    NotWhole { lo: f64, hi: f64, step: f64 },
+}
 
 /// Most values one range may produce.
 pub const MAX_RANGE_VALUES: usize = 100_000;
@@ -31,10 +67,10 @@ pub enum SetArg {
 
 impl Axis {
     /// An axis after checking its key and every value's shape.
-    pub fn new(key: &str, values: Vec<Value>) -> Result<Axis, String> {
+    pub fn new(key: &str, values: Vec<Value>) -> Result<Axis, AxisError> {
         let kind = Override::parse_key(key)?;
         if values.is_empty() {
-            return Err(format!("`{key}`: the axis is empty; give values (a,b,c) or a range (lo:hi:step)"));
+            return Err(AxisError::Empty { at: key.to_string() });
         }
         for v in &values {
             crate::config::keys::check_value(key, kind, v)?;
@@ -66,24 +102,25 @@ pub fn label(v: &Value) -> String {
 }
 
 /// Reads one `--set` argument of `llmsim sweep`.
-pub fn parse_set(text: &str) -> Result<SetArg, String> {
-    let (key, rhs) = text.split_once('=').ok_or_else(|| format!("`{text}`: expected KEY.PATH=VALUES"))?;
+pub fn parse_set(text: &str) -> Result<SetArg, AxisError> {
+    let (key, rhs) = text.split_once('=').ok_or_else(|| AxisError::NoValues { text: text.to_string() })?;
     let kind = Override::parse_key(key)?;
     let rhs = rhs.trim();
     if rhs.is_empty() {
-        return Err(format!("`{text}`: the axis is empty; give values (a,b,c) or a range (lo:hi:step)"));
+        return Err(AxisError::Empty { at: text.to_string() });
     }
     if let Some(values) = parse_range(rhs, kind).transpose() {
-        return Axis::new(key, values.map_err(|e| format!("`{text}`: {e}"))?).map(SetArg::Axis);
+        let values = values.map_err(|source| AxisError::BadRange { text: text.to_string(), source })?;
+        return Axis::new(key, values).map(SetArg::Axis);
     }
     let parts = split_top_level(rhs);
     if parts.len() == 1 {
-        return Override::parse_checked(text).map(SetArg::Fixed);
+        return Ok(SetArg::Fixed(Override::parse_checked(text)?));
     }
     let mut values = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
         if part.trim().is_empty() {
-            return Err(format!("`{text}`: value {} of the axis is empty", i + 1));
+            return Err(AxisError::EmptyValue { text: text.to_string(), n: i + 1 });
         }
         values.push(Override::parse_value(part)?);
     }
@@ -113,7 +150,7 @@ pub fn split_top_level(s: &str) -> Vec<&str> {
 }
 
 /// `lo:hi:step` with three numbers is a range; anything else is not.
-fn parse_range(s: &str, kind: Kind) -> Result<Option<Vec<Value>>, String> {
+fn parse_range(s: &str, kind: Kind) -> Result<Option<Vec<Value>>, RangeError> {
     let parts: Vec<&str> = s.split(':').map(str::trim).collect();
     if parts.len() != 3 || parts.iter().any(|p| p.parse::<f64>().is_err()) {
         return Ok(None);
@@ -134,26 +171,26 @@ fn decimals_of(text: &str) -> usize {
 }
 
 /// The inclusive range `lo, lo + step, ..., <= hi`.
-pub fn range(lo: f64, hi: f64, step: f64, whole: bool, decimals: usize, kind: Kind) -> Result<Vec<Value>, String> {
+pub fn range(lo: f64, hi: f64, step: f64, whole: bool, decimals: usize, kind: Kind) -> Result<Vec<Value>, RangeError> {
     if !(lo.is_finite() && hi.is_finite() && step.is_finite()) {
-        return Err("range bounds must be finite numbers".into());
+        return Err(RangeError::NotFinite);
     }
     if step == 0.0 {
-        return Err(format!("the range {lo}:{hi}:{step} has a zero step; the step must be greater than 0"));
+        return Err(RangeError::ZeroStep { lo, hi, step });
     }
     if step < 0.0 {
-        return Err(format!("the range {lo}:{hi}:{step} has a negative step; write it lo:hi:step with lo <= hi"));
+        return Err(RangeError::NegativeStep { lo, hi, step });
     }
     if hi < lo {
-        return Err(format!("the range {lo}:{hi}:{step} is empty: lo must be <= hi"));
+        return Err(RangeError::Empty { lo, hi, step });
     }
     // A hair of slack so that 0.1:0.3:0.1 reaches 0.3 despite binary fractions.
     let last = ((hi - lo) / step + 1e-9).floor();
     if last >= MAX_RANGE_VALUES as f64 {
-        return Err(format!("the range {lo}:{hi}:{step} has more than {MAX_RANGE_VALUES} values"));
+        return Err(RangeError::TooMany { lo, hi, step });
     }
     if kind == Kind::Integer && !whole {
-        return Err(format!("the range {lo}:{hi}:{step} is not whole numbers, and the key takes a whole number"));
+        return Err(RangeError::NotWhole { lo, hi, step });
     }
     let scale = 10f64.powi(decimals as i32);
     Ok((0..=last as u64)
@@ -214,7 +251,7 @@ mod tests {
 
     #[test]
     fn bad_axes_say_what_is_wrong() {
-        let err = |t: &str| parse_set(t).unwrap_err();
+        let err = |t: &str| parse_set(t).unwrap_err().to_string();
         assert!(err("workload.requests=").contains("the axis is empty"));
         assert!(err("workload.requests=1,,3").contains("value 2 of the axis is empty"));
         assert!(err("workload.arrivals.poisson.rate=10:100:0").contains("zero step"));
@@ -223,6 +260,6 @@ mod tests {
         assert!(err("scheduler.max_batch_tokens=2048,abc").contains("expects a whole number, got the string \"abc\""));
         assert!(err("sheduler.max_batch_tokens=1,2").contains("did you mean `scheduler.max_batch_tokens`"));
         assert!(err("workload.arrivals.poisson.rate=0:1e9:1").contains("more than 100000 values"));
-        assert!(Axis::new("workload.requests", vec![]).unwrap_err().contains("the axis is empty"));
+        assert!(Axis::new("workload.requests", vec![]).unwrap_err().to_string().contains("the axis is empty"));
     }
 }

@@ -1,5 +1,5 @@
-//! Running a sweep's points on a rayon pool, with a progress bar when a
-//! person is watching.
+//! Running a sweep's points on a rayon pool the caller built (the CLI's
+//! `cli::runtime`), with a progress bar when a person is watching.
 
 use std::io::IsTerminal;
 
@@ -11,6 +11,18 @@ use super::shard::ShardSpec;
 use super::{PointResult, SweepData};
 use crate::metrics::{CollectorOptions, RunResult};
 
+/// A run of a sweep that stopped at a run limit: point `number` (from 1)
+/// of `total`, its axis values and seed, and the limit it reached.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("point {number} of {total} ({values}), seed {seed}: {source}")]
+pub struct RunFailed {
+    pub number: usize,
+    pub total: usize,
+    pub values: String,
+    pub seed: u64,
+    pub source: crate::sim::SimError,
+}
+
 /// How to run.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ExecOptions {
@@ -18,14 +30,6 @@ pub struct ExecOptions {
     pub progress: bool,
     /// Run only this shard's points.
     pub shard: Option<ShardSpec>,
-}
-
-/// A pool of `threads` workers (0: rayon's default).
-pub fn pool(threads: usize) -> Result<rayon::ThreadPool, String> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| format!("cannot start {threads} worker threads: {e}"))
 }
 
 /// Runs the points (of the shard, if any) with every seed on `pool` and
@@ -37,7 +41,7 @@ pub fn execute(
     points: &[Point],
     pool: &rayon::ThreadPool,
     opts: ExecOptions,
-) -> Result<SweepData, String> {
+) -> Result<SweepData, RunFailed> {
     let mine: Vec<&Point> = points.iter().filter(|p| opts.shard.is_none_or(|s| s.owns(p.index))).collect();
     let tasks: Vec<(usize, u64)> = mine
         .iter()
@@ -61,12 +65,12 @@ pub fn execute(
         .into_iter()
         .zip(&tasks)
         .map(|(r, &(i, seed))| {
-            r.map_err(|e| {
+            r.map_err(|source| {
                 let p = mine[i];
-                format!("point {} of {n} ({}), seed {seed}: {e}", p.index + 1, plan.describe(&p.coords))
+                RunFailed { number: p.index + 1, total: n, values: plan.describe(&p.coords), seed, source }
             })
         })
-        .collect::<Result<Vec<RunResult>, String>>()?;
+        .collect::<Result<Vec<RunResult>, RunFailed>>()?;
     let per = plan.seeds as usize;
     let points = mine
         .iter()

@@ -17,10 +17,10 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::yaml::Value;
 use serde::Deserialize;
-use serde_yaml::Value;
 
-use super::axis::{self, Axis};
+use super::axis::{self, Axis, AxisError};
 use crate::config::{ConfigError, Override};
 
 #[derive(Debug, Deserialize)]
@@ -28,7 +28,7 @@ use crate::config::{ConfigError, Override};
 struct RawSweep {
     base: String,
     #[serde(default)]
-    set: serde_yaml::Mapping,
+    set: crate::yaml::Mapping,
     #[serde(default)]
     axes: Vec<RawAxis>,
     seeds: Option<i64>,
@@ -45,9 +45,9 @@ struct RawAxis {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRange {
-    from: serde_yaml::Number,
-    to: serde_yaml::Number,
-    step: serde_yaml::Number,
+    from: crate::yaml::Number,
+    to: crate::yaml::Number,
+    step: crate::yaml::Number,
 }
 
 /// A sweep file, checked.
@@ -65,10 +65,10 @@ pub struct SweepFile {
 pub fn is_sweep_file(text: &str) -> bool {
     // A text the pre-scan refuses is no sweep file; reading it as a
     // scenario then reports why.
-    if crate::config::yaml::precheck(text).is_err() {
+    if crate::yaml::precheck(text).is_err() {
         return false;
     }
-    match serde_yaml::from_str::<Value>(text) {
+    match crate::yaml::from_str::<Value>(text) {
         Ok(Value::Mapping(m)) => m.contains_key("base") || m.contains_key("axes"),
         _ => false,
     }
@@ -85,7 +85,7 @@ pub fn load(file: &Path) -> Result<SweepFile, ConfigError> {
         let key = axis::label(&k);
         Override::parse_key(&key)
             .and_then(|kind| crate::config::keys::check_value(&key, kind, &v))
-            .map_err(|e| err(format!("set.{key}"), e, &key))?;
+            .map_err(|e| err(format!("set.{key}"), e.to_string(), &key))?;
         fixed.push(Override { path: key.split('.').map(str::to_string).collect(), value: v });
     }
     let mut axes: Vec<Axis> = Vec::new();
@@ -94,7 +94,9 @@ pub fn load(file: &Path) -> Result<SweepFile, ConfigError> {
         let needle = a.key.clone();
         let values = match (a.values, a.range) {
             (Some(v), None) => v,
-            (None, Some(r)) => range_values(&a.key, &r).map_err(|e| err(format!("{at}.range"), e, &needle))?,
+            (None, Some(r)) => {
+                range_values(&a.key, &r).map_err(|e| err(format!("{at}.range"), e.to_string(), &needle))?
+            }
             _ => {
                 return Err(err(
                     at,
@@ -103,7 +105,7 @@ pub fn load(file: &Path) -> Result<SweepFile, ConfigError> {
                 ));
             }
         };
-        let axis = Axis::new(&a.key, values).map_err(|e| err(at.clone(), e, &needle))?;
+        let axis = Axis::new(&a.key, values).map_err(|e| err(at.clone(), e.to_string(), &needle))?;
         if axes.iter().any(|b| b.key == axis.key) {
             return Err(err(at, format!("`{}` is already an axis; list its values in one axis", axis.key), &needle));
         }
@@ -122,11 +124,11 @@ pub fn load(file: &Path) -> Result<SweepFile, ConfigError> {
     Ok(SweepFile { base, fixed, axes, seeds })
 }
 
-fn range_values(key: &str, r: &RawRange) -> Result<Vec<Value>, String> {
+fn range_values(key: &str, r: &RawRange) -> Result<Vec<Value>, AxisError> {
     let kind = Override::parse_key(key)?;
     let nums = [&r.from, &r.to, &r.step];
     let whole = nums.iter().all(|n| n.is_i64());
     let decimals = nums.iter().map(|n| n.to_string().split_once('.').map_or(0, |(_, f)| f.len().min(12))).max();
-    let f = |n: &serde_yaml::Number| n.as_f64().unwrap_or(f64::NAN);
-    axis::range(f(&r.from), f(&r.to), f(&r.step), whole, decimals.unwrap_or(0), kind)
+    let f = |n: &crate::yaml::Number| n.as_f64().unwrap_or(f64::NAN);
+    Ok(axis::range(f(&r.from), f(&r.to), f(&r.step), whole, decimals.unwrap_or(0), kind)?)
 }

@@ -207,14 +207,26 @@ pub fn slo_names() -> String {
     Metric::slo_metrics().iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
 }
 
+/// A name that is not a metric an SLO may bound: the name, the nearest
+/// metric name if it looks like a typo, and every allowed name.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error(
+    "`{name}` is not a metric{}; SLO metrics are {}",
+    .near.as_ref().map(|n| format!(" (did you mean `{n}`?)")).unwrap_or_default(),
+    .allowed.join(", ")
+)]
+pub struct UnknownMetric {
+    pub name: String,
+    pub near: Option<String>,
+    pub allowed: Vec<String>,
+}
+
 /// Parses a metric an SLO may bound; the error lists them all.
-pub fn parse_slo_metric(name: &str) -> Result<Metric, String> {
+pub fn parse_slo_metric(name: &str) -> Result<Metric, UnknownMetric> {
     Metric::parse(name).filter(|m| Metric::slo_metrics().contains(m)).ok_or_else(|| {
-        let names: Vec<String> = Metric::slo_metrics().iter().map(|m| m.name()).collect();
-        let near = crate::util::nearest(name, names.iter().map(String::as_str))
-            .map(|n| format!(" (did you mean `{n}`?)"))
-            .unwrap_or_default();
-        format!("`{name}` is not a metric{near}; SLO metrics are {}", names.join(", "))
+        let allowed: Vec<String> = Metric::slo_metrics().iter().map(|m| m.name()).collect();
+        let near = crate::util::nearest(name, allowed.iter().map(String::as_str)).map(str::to_string);
+        UnknownMetric { name: name.to_string(), near, allowed }
     })
 }
 
@@ -241,7 +253,7 @@ mod tests {
         assert_eq!(Metric::all().iter().filter(|m| m.per_request()).count(), 25);
         assert_eq!(parse_slo_metric("ttft_p99_ms"), Ok(Metric::Latency(Family::Ttft, Stat::P99)));
         assert_eq!(parse_slo_metric("queue_mean_ms"), Ok(Metric::Latency(Family::Queue, Stat::Mean)));
-        let e = parse_slo_metric("ttft_99_ms").unwrap_err();
+        let e = parse_slo_metric("ttft_99_ms").unwrap_err().to_string();
         assert!(e.contains("did you mean `ttft_p99_ms`") && e.contains("e2e_max_ms"), "{e}");
         assert_eq!(parse_slo_metric("step_p99_ms"), Ok(Metric::Latency(Family::Step, Stat::P99)));
         assert_eq!(parse_slo_metric("preemptions"), Ok(Metric::Preemptions));

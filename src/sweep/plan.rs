@@ -18,6 +18,17 @@ pub struct Plan {
     pub seeds: u32,
 }
 
+/// A sweep whose points cannot all be made.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("the sweep has more than {MAX_POINTS} points; split it into several sweeps")]
+    TooManyPoints,
+    /// Point `number` (from 1) of `total`, its axis values, and why its
+    /// scenario is not valid.
+    #[error("point {number} of {total} ({values}): {source}")]
+    BadPoint { number: usize, total: usize, values: String, source: Box<crate::config::ConfigError> },
+}
+
 /// One point of the sweep.
 #[derive(Clone, Debug)]
 pub struct Point {
@@ -29,13 +40,10 @@ pub struct Point {
 
 impl Plan {
     /// How many points the product has.
-    pub fn count(&self) -> Result<usize, String> {
+    pub fn count(&self) -> Result<usize, PlanError> {
         let mut n: usize = 1;
         for a in &self.axes {
-            n = n
-                .checked_mul(a.values.len())
-                .filter(|&n| n <= MAX_POINTS)
-                .ok_or_else(|| format!("the sweep has more than {MAX_POINTS} points; split it into several sweeps"))?;
+            n = n.checked_mul(a.values.len()).filter(|&n| n <= MAX_POINTS).ok_or(PlanError::TooManyPoints)?;
         }
         Ok(n)
     }
@@ -71,16 +79,21 @@ impl Plan {
     /// Loads and validates every point (in parallel on the current rayon
     /// pool), so a bad value stops the sweep before anything runs. The error
     /// is the first bad point's, whatever the thread count.
-    pub fn points(&self) -> Result<Vec<Point>, String> {
+    pub fn points(&self) -> Result<Vec<Point>, PlanError> {
         use rayon::prelude::*;
         let n = self.count()?;
-        let loaded: Vec<Result<Point, String>> = (0..n)
+        let loaded: Vec<Result<Point, PlanError>> = (0..n)
             .into_par_iter()
             .map(|index| {
                 let coords = self.coords(index);
                 crate::config::load_scenario_with(&self.base, &self.overrides(&coords))
                     .map(|scenario| Point { index, coords: coords.clone(), scenario })
-                    .map_err(|e| format!("point {} of {n} ({}): {e}", index + 1, self.describe(&coords)))
+                    .map_err(|source| PlanError::BadPoint {
+                        number: index + 1,
+                        total: n,
+                        values: self.describe(&coords),
+                        source: Box::new(source),
+                    })
             })
             .collect();
         loaded.into_iter().collect()
@@ -201,7 +214,7 @@ mod tests {
     #[test]
     fn a_bad_point_is_named() {
         let p = plan(&["scheduler.max_batch_tokens=1024,0"]);
-        let e = p.points().unwrap_err();
+        let e = p.points().unwrap_err().to_string();
         assert!(e.starts_with("point 2 of 2 (scheduler.max_batch_tokens=0): "), "{e}");
         assert!(e.contains("must be a whole number from 1"), "{e}");
     }
@@ -210,7 +223,7 @@ mod tests {
     fn of_several_bad_points_the_first_is_named() {
         let p = plan(&["scheduler.max_batch_tokens=1024,-1,2048,0"]);
         for _ in 0..5 {
-            assert!(p.points().unwrap_err().starts_with("point 2 of 4 (scheduler.max_batch_tokens=-1)"));
+            assert!(p.points().unwrap_err().to_string().starts_with("point 2 of 4 (scheduler.max_batch_tokens=-1)"));
         }
     }
 
@@ -235,6 +248,6 @@ mod tests {
     #[test]
     fn too_many_points_is_an_error() {
         let p = plan(&["workload.requests=1:1000:1", "scheduler.max_batch_tokens=1:1001:1"]);
-        assert!(p.count().unwrap_err().contains("more than 1000000 points"));
+        assert!(p.count().unwrap_err().to_string().contains("more than 1000000 points"));
     }
 }

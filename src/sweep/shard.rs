@@ -19,10 +19,60 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::SweepData;
+use super::{Misshapen, SweepData};
 
 pub const FORMAT: &str = "llmsim-sweep-shard";
 pub const FORMAT_VERSION: u32 = 1;
+
+/// A `--shard` text, a shard file or a set of shard files that cannot be
+/// used; each names the text or the files.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("--shard {text}: expected K/N, shard K of N counted from 0 (0/4, 1/4, 2/4, 3/4)")]
+    Form { text: String },
+    #[error("--shard {text}: the number of shards must be at least 1")]
+    NoShards { text: String },
+    #[error("--shard {text}: there is no shard {k} of {n}; shards are numbered from 0 to {}", .n - 1)]
+    NoSuchShard { text: String, k: usize, n: usize },
+    #[error("{file}: not a shard file (not JSON: {why})")]
+    NotJson { file: String, why: String },
+    #[error("{file}: not a shard file (write one with `llmsim sweep --shard K/N --output FILE`)")]
+    NotAShard { file: String },
+    #[error("{file}: shard format version {version:?}; this llmsim reads version {FORMAT_VERSION}")]
+    Version { file: String, version: Option<u64> },
+    #[error("{file}: damaged shard file: {why}")]
+    Damaged { file: String, why: String },
+    #[error("no shard files given")]
+    NoFiles,
+    #[error(
+        "{first} and {other} are shards of different sweeps (fingerprints {first_fingerprint} and \
+         {other_fingerprint}); merge shards of one sweep"
+    )]
+    OtherSweep { first: String, other: String, first_fingerprint: String, other_fingerprint: String },
+    #[error(
+        "{first} is shard {first_k} of {first_n} but {other} is shard {other_k} of {other_n}: a sweep must be split one way"
+    )]
+    OtherSplit { first: String, first_k: usize, first_n: usize, other: String, other_k: usize, other_n: usize },
+    #[error("{first} and {other} are both shard {k} of {n}")]
+    Twice { first: String, other: String, k: usize, n: usize },
+    #[error(
+        "missing shard{} {} of {n} (have {}); every shard 0..{} is needed",
+        if .missing.len() > 1 { "s" } else { "" },
+        list(.missing),
+        list(.have),
+        .n - 1
+    )]
+    Missing { missing: Vec<usize>, n: usize, have: Vec<usize> },
+    #[error("{file}: shard {k} of {n} does not exist")]
+    Nonexistent { file: String, k: usize, n: usize },
+    #[error("{file}: shard {k} of {n} should hold points {expect:?} but holds {have:?}")]
+    WrongPoints { file: String, k: usize, n: usize, expect: Vec<usize>, have: Vec<usize> },
+}
+
+/// `0, 2, 3`.
+fn list(ks: &[usize]) -> String {
+    ks.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+}
 
 /// Shard `k` of `n` (0-based).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -33,19 +83,16 @@ pub struct ShardSpec {
 
 impl ShardSpec {
     /// Parses `K/N` with `0 <= K < N`.
-    pub fn parse(text: &str) -> Result<ShardSpec, String> {
-        let bad = || format!("--shard {text}: expected K/N, shard K of N counted from 0 (0/4, 1/4, 2/4, 3/4)");
+    pub fn parse(text: &str) -> Result<ShardSpec, ShardError> {
+        let bad = || ShardError::Form { text: text.to_string() };
         let (k, n) = text.split_once('/').ok_or_else(bad)?;
         let k: usize = k.trim().parse().map_err(|_| bad())?;
         let n: usize = n.trim().parse().map_err(|_| bad())?;
         if n == 0 {
-            return Err(format!("--shard {text}: the number of shards must be at least 1"));
+            return Err(ShardError::NoShards { text: text.to_string() });
         }
         if k >= n {
-            return Err(format!(
-                "--shard {text}: there is no shard {k} of {n}; shards are numbered from 0 to {}",
-                n - 1
-            ));
+            return Err(ShardError::NoSuchShard { text: text.to_string(), k, n });
         }
         Ok(ShardSpec { k, n })
     }
@@ -85,69 +132,61 @@ impl ShardFile {
     }
 
     /// Reads one shard file's text; `file` names it in errors.
-    pub fn parse(file: &str, text: &str) -> Result<ShardFile, String> {
-        let probe: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| format!("{file}: not a shard file (not JSON: {e})"))?;
+    pub fn parse(file: &str, text: &str) -> Result<ShardFile, ShardError> {
+        let damaged = |why: String| ShardError::Damaged { file: file.to_string(), why };
+        let probe: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| ShardError::NotJson { file: file.to_string(), why: e.to_string() })?;
         if probe.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
-            return Err(format!("{file}: not a shard file (write one with `llmsim sweep --shard K/N --output FILE`)"));
+            return Err(ShardError::NotAShard { file: file.to_string() });
         }
         let v = probe.get("format_version").and_then(serde_json::Value::as_u64);
         if v != Some(u64::from(FORMAT_VERSION)) {
-            return Err(format!("{file}: shard format version {v:?}; this llmsim reads version {FORMAT_VERSION}"));
+            return Err(ShardError::Version { file: file.to_string(), version: v });
         }
-        let shard: ShardFile = serde_json::from_value(probe).map_err(|e| format!("{file}: damaged shard file: {e}"))?;
-        shard.data.check().map_err(|e| format!("{file}: damaged shard file: {e}"))?;
+        let shard: ShardFile = serde_json::from_value(probe).map_err(|e| damaged(e.to_string()))?;
+        shard.data.check().map_err(|e: Misshapen| damaged(e.to_string()))?;
         Ok(shard)
     }
 }
 
 /// Joins shard files into the data of the whole sweep, refusing shards of
 /// different sweeps, duplicates and gaps.
-pub fn merge(shards: Vec<(PathBuf, ShardFile)>) -> Result<SweepData, String> {
+pub fn merge(shards: Vec<(PathBuf, ShardFile)>) -> Result<SweepData, ShardError> {
     let Some((first_path, first)) = shards.first() else {
-        return Err("no shard files given".into());
+        return Err(ShardError::NoFiles);
     };
     let name = |p: &PathBuf| p.display().to_string();
     for (path, s) in &shards {
         if s.fingerprint != first.fingerprint || s.points_total != first.points_total || s.data.axes != first.data.axes
         {
-            return Err(format!(
-                "{} and {} are shards of different sweeps (fingerprints {} and {}); merge shards of one sweep",
-                name(first_path),
-                name(path),
-                first.fingerprint,
-                s.fingerprint
-            ));
+            return Err(ShardError::OtherSweep {
+                first: name(first_path),
+                other: name(path),
+                first_fingerprint: first.fingerprint.clone(),
+                other_fingerprint: s.fingerprint.clone(),
+            });
         }
         if s.shards != first.shards {
-            return Err(format!(
-                "{} is shard {} of {} but {} is shard {} of {}: a sweep must be split one way",
-                name(first_path),
-                first.shard,
-                first.shards,
-                name(path),
-                s.shard,
-                s.shards
-            ));
+            return Err(ShardError::OtherSplit {
+                first: name(first_path),
+                first_k: first.shard,
+                first_n: first.shards,
+                other: name(path),
+                other_k: s.shard,
+                other_n: s.shards,
+            });
         }
         check_indices(&name(path), s)?;
     }
     let mut by_shard: BTreeMap<usize, &PathBuf> = BTreeMap::new();
     for (path, s) in &shards {
         if let Some(other) = by_shard.insert(s.shard, path) {
-            return Err(format!("{} and {} are both shard {} of {}", name(other), name(path), s.shard, s.shards));
+            return Err(ShardError::Twice { first: name(other), other: name(path), k: s.shard, n: s.shards });
         }
     }
-    let missing: Vec<String> = (0..first.shards).filter(|k| !by_shard.contains_key(k)).map(|k| k.to_string()).collect();
+    let missing: Vec<usize> = (0..first.shards).filter(|k| !by_shard.contains_key(k)).collect();
     if !missing.is_empty() {
-        return Err(format!(
-            "missing shard{} {} of {} (have {}); every shard 0..{} is needed",
-            if missing.len() > 1 { "s" } else { "" },
-            missing.join(", "),
-            first.shards,
-            by_shard.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
-            first.shards - 1
-        ));
+        return Err(ShardError::Missing { missing, n: first.shards, have: by_shard.keys().copied().collect() });
     }
     let mut points: Vec<_> = shards.iter().flat_map(|(_, s)| s.data.points.iter().cloned()).collect();
     points.sort_by_key(|p| p.index);
@@ -155,17 +194,14 @@ pub fn merge(shards: Vec<(PathBuf, ShardFile)>) -> Result<SweepData, String> {
 }
 
 /// A shard holds exactly its interleaved slice.
-fn check_indices(file: &str, s: &ShardFile) -> Result<(), String> {
+fn check_indices(file: &str, s: &ShardFile) -> Result<(), ShardError> {
     if s.shards == 0 || s.shard >= s.shards {
-        return Err(format!("{file}: shard {} of {} does not exist", s.shard, s.shards));
+        return Err(ShardError::Nonexistent { file: file.to_string(), k: s.shard, n: s.shards });
     }
     let expect: Vec<usize> = (s.shard..s.points_total).step_by(s.shards).collect();
     let have: Vec<usize> = s.data.points.iter().map(|p| p.index).collect();
     if have != expect || s.point_indices != expect {
-        return Err(format!(
-            "{file}: shard {} of {} should hold points {:?} but holds {:?}",
-            s.shard, s.shards, expect, have
-        ));
+        return Err(ShardError::WrongPoints { file: file.to_string(), k: s.shard, n: s.shards, expect, have });
     }
     Ok(())
 }
@@ -179,11 +215,14 @@ mod tests {
         assert_eq!(ShardSpec::parse("0/2"), Ok(ShardSpec { k: 0, n: 2 }));
         assert_eq!(ShardSpec::parse(" 1 / 2 "), Ok(ShardSpec { k: 1, n: 2 }));
         assert!(
-            ShardSpec::parse("3/2").unwrap_err().contains("there is no shard 3 of 2; shards are numbered from 0 to 1")
+            ShardSpec::parse("3/2")
+                .unwrap_err()
+                .to_string()
+                .contains("there is no shard 3 of 2; shards are numbered from 0 to 1")
         );
         assert!(ShardSpec::parse("2/2").is_err());
-        assert!(ShardSpec::parse("0/0").unwrap_err().contains("at least 1"));
-        assert!(ShardSpec::parse("a/2").unwrap_err().contains("expected K/N"));
+        assert!(ShardSpec::parse("0/0").unwrap_err().to_string().contains("at least 1"));
+        assert!(ShardSpec::parse("a/2").unwrap_err().to_string().contains("expected K/N"));
         assert!(ShardSpec::parse("1").is_err());
     }
 

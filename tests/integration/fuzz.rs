@@ -203,7 +203,7 @@ proptest! {
             overrides.push(Override::parse(&format!("workload.prompt_tokens={whole}")).unwrap());
         }
         match Override::parse(&format!("{key}={value}")) {
-            Err(e) => assert_user_words(&e),
+            Err(e) => assert_user_words(&e.to_string()),
             Ok(o) => {
                 overrides.push(o);
                 match config::load_scenario_with(&base, &overrides) {
@@ -274,7 +274,7 @@ proptest! {
     #[test]
     fn any_set_argument_parses_or_says_why(text in wild_text(80)) {
         if let Err(e) = Override::parse_checked(&text) {
-            assert_user_words(&e);
+            assert_user_words(&e.to_string());
         }
     }
 }
@@ -376,7 +376,7 @@ enum Pre {
 }
 
 fn precheck(file: &Path, sets: &[&str]) -> Pre {
-    let overrides: Result<Vec<Override>, String> = sets.iter().map(|s| Override::parse(s)).collect();
+    let overrides: Result<Vec<Override>, _> = sets.iter().map(|s| Override::parse(s)).collect();
     let Ok(overrides) = overrides else { return Pre::Invalid };
     match config::load_scenario_with(file, &overrides) {
         Err(_) => Pre::Invalid,

@@ -23,4 +23,5 @@ mod limits;
 mod prefix;
 mod server;
 mod stretch;
+mod structure;
 mod sweep;

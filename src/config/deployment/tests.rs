@@ -337,8 +337,8 @@ fn every_shipped_model_loads_and_its_header_states_its_derived_figures() {
         let big = "hardware: {name: big, hbm_gib: 2000, memory_bandwidth_gbps: 3350, peak_tflops: 989}";
         let s = load(&format!("{big}\nmodel: {name}\n{WORKLOAD}")).unwrap_or_else(|e| panic!("{name}: {e}"));
         let header: String = text.lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join(" ");
-        let params = crate::report::thousands(s.deployment.parameters as u64);
-        let kv = crate::report::thousands(s.deployment.kv_bytes_per_token);
+        let params = crate::util::thousands(s.deployment.parameters as u64);
+        let kv = crate::util::thousands(s.deployment.kv_bytes_per_token);
         has(&header.replace("# ", ""), &[&format!("{params} parameters"), &format!("{kv} bytes of KV a token")]);
         assert!(text.contains("huggingface.co/"), "{name} names no source");
         let on_disk = std::fs::read_to_string(

@@ -131,8 +131,8 @@ fn matcher(ck: &Check, path: &str, e: &RawEntry) -> Result<Matcher, ConfigError>
 }
 
 /// One string or a non-empty list of strings, none with surrounding spaces.
-fn exact(ck: &Check, key: &str, v: &serde_yaml::Value) -> Result<Vec<String>, ConfigError> {
-    use serde_yaml::Value;
+fn exact(ck: &Check, key: &str, v: &crate::yaml::Value) -> Result<Vec<String>, ConfigError> {
+    use crate::yaml::Value;
     let one = |key: &str, v: &Value| match v {
         Value::String(s) if s.trim() != s => Err(never_matches(ck, key, s)),
         Value::String(s) => Ok(s.clone()),

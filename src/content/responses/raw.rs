@@ -22,7 +22,7 @@ pub struct RawResponses {
 pub struct RawEntry {
     pub id: Option<String>,
     // Matchers: exactly one.
-    pub exact: Option<serde_yaml::Value>,
+    pub exact: Option<crate::yaml::Value>,
     pub regex: Option<String>,
     pub starts_with: Option<String>,
     pub contains: Option<String>,

@@ -1,6 +1,10 @@
-//! What every YAML text goes through before and after serde_yaml: a cheap
-//! scan that refuses absurd sizes and nesting before the parser sees them,
-//! and the rewording of parser messages into the words users write.
+//! YAML: the one module that names `serde_yaml` (deprecated upstream), so
+//! a maintained fork can replace it here alone (`tests/integration/structure.rs`
+//! keeps it so). It re-exports the value types and the four conversions the
+//! crate uses, and holds what every YAML text goes through before and after
+//! the parser: a cheap scan that refuses absurd sizes and nesting before the
+//! parser sees them, and the rewording of parser messages into the words
+//! users write.
 //!
 //! libyaml's scanner is quadratic in the depth of `[`/`{` nesting (100,000
 //! levels took 19 s before serde_yaml's recursion limit fired), so the
@@ -9,9 +13,32 @@
 use std::sync::OnceLock;
 
 use regex::Regex;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+pub use serde_yaml::{Deserializer, Error, Mapping, Number, Value};
 
-use super::limits::{MAX_YAML_BYTES, MAX_YAML_DEPTH};
-use super::num::short_text;
+use crate::limits::{MAX_YAML_BYTES, MAX_YAML_DEPTH};
+use crate::util::{short_float, short_text};
+
+/// Parses YAML text into `T` (call [`precheck`] first on untrusted text).
+pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
+    serde_yaml::from_str(text)
+}
+
+/// Converts a parsed [`Value`] into `T`.
+pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
+    serde_yaml::from_value(value)
+}
+
+/// `value` as YAML text.
+pub fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, Error> {
+    serde_yaml::to_string(value)
+}
+
+/// `value` as a YAML [`Value`].
+pub fn to_value<T: Serialize>(value: T) -> Result<Value, Error> {
+    serde_yaml::to_value(value)
+}
 
 /// Why a text was refused before parsing, and on which line.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,8 +60,8 @@ pub fn precheck(text: &str) -> Result<(), Refused> {
             line: None,
             message: format!(
                 "the file is {} bytes; a YAML file may have at most {} ({} MiB)",
-                crate::report::thousands(text.len() as u64),
-                crate::report::thousands(MAX_YAML_BYTES as u64),
+                crate::util::thousands(text.len() as u64),
+                crate::util::thousands(MAX_YAML_BYTES as u64),
                 MAX_YAML_BYTES >> 20
             ),
         });
@@ -181,7 +208,7 @@ fn unexpected(u: &str) -> String {
     }
     if let Some(n) = inner("floating point ") {
         let v: f64 = n.parse().unwrap_or(f64::NAN);
-        return format!("the number {}", if v.is_nan() { short_text(&n) } else { super::num::short_float(v) });
+        return format!("the number {}", if v.is_nan() { short_text(&n) } else { short_float(v) });
     }
     if let Some(b) = inner("boolean ") {
         return format!("the boolean {b}");

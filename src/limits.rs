@@ -1,10 +1,10 @@
 //! Every bound on input, in one place: the allowed range of each numeric
 //! key and the limits of one run, each with the reason for it.
 //!
-//! Validation checks keys against these ranges ([`super::validate`]), the
+//! Validation checks keys against these ranges ([`crate::config::validate`]), the
 //! offline driver stops a run that reaches a run limit ([`crate::sim`]),
 //! and the table of input limits in `docs/scenario.md` is generated from
-//! [`TABLE`] ([`super::reference`]) and checked by a test, so the
+//! [`TABLE`] ([`crate::config::reference`]) and checked by a test, so the
 //! documentation cannot drift from the code.
 //!
 //! The ranges are wide: each admits every real deployment by orders of
@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::report::thousands;
+use crate::util::thousands;
 
 /// An allowed range of a number.
 #[derive(Copy, Clone, Debug, PartialEq)]
