@@ -68,7 +68,7 @@ pub struct RawPool {
     #[serde(default, deserialize_with = "num::opt_real")]
     pub overlap_weight: Option<f64>,
     /// A profile name or an inline mapping, replacing the scenario's.
-    pub hardware: Option<serde_yaml::Value>,
+    pub hardware: Option<crate::yaml::Value>,
     pub parallelism: Option<RawParallelism>,
     pub scheduler: Option<RawScheduler>,
 }

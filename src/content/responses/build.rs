@@ -39,7 +39,7 @@ struct AnswerFields {
     content: Option<String>,
     variants: Option<Vec<String>>,
     synthetic: Option<RawSynthetic>,
-    tool_call: Option<serde_yaml::Value>,
+    tool_call: Option<crate::yaml::Value>,
 }
 
 fn entry(ck: &Check, i: usize, e: RawEntry, ids: &mut BTreeMap<String, usize>) -> Result<Entry, ConfigError> {
@@ -220,8 +220,8 @@ fn answer(ck: &Check, path: &str, f: AnswerFields, regex: Option<&Regex>) -> Res
 
 /// `tool_call: NAME` or `tool_call: {name: NAME, arguments: {key: value}}`;
 /// string argument values are templates, others are taken as JSON.
-fn tool_call(ck: &Check, key: &str, v: &serde_yaml::Value, regex: Option<&Regex>) -> Result<AnswerKind, ConfigError> {
-    use serde_yaml::Value;
+fn tool_call(ck: &Check, key: &str, v: &crate::yaml::Value, regex: Option<&Regex>) -> Result<AnswerKind, ConfigError> {
+    use crate::yaml::Value;
     let tool_name = |key: &str, v: Option<&Value>| match v {
         Some(Value::String(s)) if !s.trim().is_empty() && s.trim() == s => Ok(s.clone()),
         Some(Value::String(s)) => {

@@ -33,7 +33,7 @@ pub struct RawEntry {
     pub variants: Option<Vec<String>>,
     pub synthetic: Option<RawSynthetic>,
     /// A tool call: a tool name, or `{name, arguments}`.
-    pub tool_call: Option<serde_yaml::Value>,
+    pub tool_call: Option<crate::yaml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
