@@ -452,12 +452,22 @@ models:
     #[test]
     fn tool_calling_keys_are_vllms_flags_and_checked_as_vllm_checks_them() {
         use crate::server::tools::Parser;
-        let m = load(&INLINE.replace("    engine: fixed\n", "    engine: fixed\n    tool_call_parser: hermes\n    enable_auto_tool_choice: true\n")).unwrap();
+        let m = load(&INLINE.replace(
+            "    engine: fixed\n",
+            "    engine: fixed\n    tool_call_parser: hermes\n    enable_auto_tool_choice: true\n",
+        ))
+        .unwrap();
         assert_eq!((m.models[1].tools.parser, m.models[1].tools.auto), (Some(Parser::Hermes), true));
         assert_eq!((m.models[0].tools.parser, m.models[0].tools.auto), (None, false), "off by default");
-        let e = load(&INLINE.replace("    engine: fixed\n", "    engine: fixed\n    enable_auto_tool_choice: true\n")).unwrap_err();
+        let e = load(&INLINE.replace("    engine: fixed\n", "    engine: fixed\n    enable_auto_tool_choice: true\n"))
+            .unwrap_err();
         assert!(e.contains("models[1].enable_auto_tool_choice: needs tool_call_parser"), "{e}");
-        let e = load(&INLINE.replace("    engine: fixed\n", "    engine: fixed\n    tool_call_parser: hermez\n")).unwrap_err();
-        assert!(e.contains("models[1].tool_call_parser: `hermez` is not a parser llmsim writes") && e.contains("hermes, llama3_json"), "{e}");
+        let e = load(&INLINE.replace("    engine: fixed\n", "    engine: fixed\n    tool_call_parser: hermez\n"))
+            .unwrap_err();
+        assert!(
+            e.contains("models[1].tool_call_parser: `hermez` is not a parser llmsim writes")
+                && e.contains("hermes, llama3_json"),
+            "{e}"
+        );
     }
 }

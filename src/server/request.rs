@@ -567,7 +567,9 @@ fn read_tools(r: &mut Reader) -> Option<ToolsIn> {
             "required" => ToolChoice::Required,
             _ => ToolChoice::Auto,
         },
-        Some(c) => ToolChoice::Named(c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_string()),
+        Some(c) => {
+            ToolChoice::Named(c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_string())
+        }
     };
     Some(ToolsIn { tools, choice })
 }

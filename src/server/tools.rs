@@ -141,7 +141,9 @@ pub fn mode(cfg: &ToolCalling, tools: Option<&ToolsIn>) -> Result<Mode, ApiError
             refuse("\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set".into())
         }
         (ToolChoice::Required, None) => refuse("tool_choice=\"required\" requires --tool-call-parser to be set".into()),
-        (ToolChoice::Named(f), None) => refuse(format!("tool_choice=function \"{f}\" requires --tool-call-parser to be set")),
+        (ToolChoice::Named(f), None) => {
+            refuse(format!("tool_choice=function \"{f}\" requires --tool-call-parser to be set"))
+        }
         (ToolChoice::Auto, Some(p)) => Ok(if cfg.auto { Mode::Auto(p) } else { Mode::Text }),
         (ToolChoice::Required, Some(_)) => Ok(Mode::Required),
         (ToolChoice::Named(f), Some(_)) => Ok(Mode::Named(f.clone())),
@@ -302,9 +304,7 @@ impl ToolPlan {
     /// A whole answer's message, for the generated text and the engine's
     /// finish reason.
     pub fn message(&self, generated: &str, finish: &str) -> Message {
-        let call = |c: &Call, arguments: &str| {
-            json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
-        };
+        let call = |c: &Call, arguments: &str| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}});
         let (content, tool_calls) = match &self.mode {
             Mode::Named(_) if generated.trim().is_empty() => (Some(String::new()), Vec::new()),
             Mode::Named(_) => (Some(String::new()), vec![call(&self.calls[0], generated)]),
@@ -372,10 +372,7 @@ mod tests {
         let definition = json!({"type": "function", "function": {"name": "get_weather", "parameters": {
             "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}});
         let parameters = Some(definition["function"]["parameters"].clone());
-        ToolsIn {
-            tools: vec![Tool { name: "get_weather".into(), parameters, definition }],
-            choice: ToolChoice::Auto,
-        }
+        ToolsIn { tools: vec![Tool { name: "get_weather".into(), parameters, definition }], choice: ToolChoice::Auto }
     }
 
     fn scripted(city: &str) -> ToolCallAnswer {
@@ -406,12 +403,19 @@ mod tests {
         let e = mode(&off, Some(&t)).unwrap_err();
         assert_eq!(
             (e.status.as_u16(), e.message.as_str(), e.param.as_deref()),
-            (400, "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set", Some("tool_choice"))
+            (
+                400,
+                "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+                Some("tool_choice")
+            )
         );
         assert_eq!(mode(&parser, Some(&t)).unwrap(), Mode::Text, "auto without the auto flag answers text");
         assert_eq!(mode(&auto, Some(&t)).unwrap(), Mode::Auto(Parser::Hermes));
         t.choice = ToolChoice::Required;
-        assert_eq!(mode(&off, Some(&t)).unwrap_err().message, "tool_choice=\"required\" requires --tool-call-parser to be set");
+        assert_eq!(
+            mode(&off, Some(&t)).unwrap_err().message,
+            "tool_choice=\"required\" requires --tool-call-parser to be set"
+        );
         assert_eq!(mode(&parser, Some(&t)).unwrap(), Mode::Required);
         t.choice = ToolChoice::Named("get_weather".into());
         assert_eq!(
@@ -439,13 +443,19 @@ mod tests {
         let t = weather();
         let s = scripted("Paris");
         let p = plan_call(&Mode::Auto(Parser::Hermes), &t, Some(&s), 7).unwrap();
-        assert_eq!(p.text, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+        assert_eq!(
+            p.text,
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+        );
         let p = plan_call(&Mode::Auto(Parser::Llama3Json), &t, Some(&s), 7).unwrap();
         assert_eq!(p.text, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
         let p = plan_call(&Mode::Required, &t, Some(&s), 7).unwrap();
         assert_eq!(p.text, "[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}]");
         let p = plan_call(&Mode::Named("get_weather".into()), &t, Some(&s), 7).unwrap();
-        assert_eq!((p.text.as_str(), p.calls[0].arguments.as_str()), ("{\"city\": \"Paris\"}", "{\"city\": \"Paris\"}"));
+        assert_eq!(
+            (p.text.as_str(), p.calls[0].arguments.as_str()),
+            ("{\"city\": \"Paris\"}", "{\"city\": \"Paris\"}")
+        );
         assert!(p.calls[0].id.starts_with("chatcmpl-tool-") && p.calls[0].id.len() == 14 + 32, "{}", p.calls[0].id);
         // No script: auto answers in text, required and named make one up.
         assert_eq!(plan_call(&Mode::Auto(Parser::Hermes), &t, None, 7), None);
@@ -466,12 +476,17 @@ mod tests {
         assert_eq!(m.content, None);
         assert_eq!(
             m.tool_calls,
-            vec![json!({"id": id, "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}})]
+            vec![
+                json!({"id": id, "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}})
+            ]
         );
         assert_eq!(m.finish_reason, "tool_calls");
         // Cut by max_tokens: the parser finds no call; the text is content.
         let m = p.message("<tool_call>\n{\"name\"", "length");
-        assert_eq!((m.content.as_deref(), m.tool_calls.len(), m.finish_reason.as_str()), (Some("<tool_call>\n{\"name\""), 0, "length"));
+        assert_eq!(
+            (m.content.as_deref(), m.tool_calls.len(), m.finish_reason.as_str()),
+            (Some("<tool_call>\n{\"name\""), 0, "length")
+        );
         let p = plan_call(&Mode::Required, &t, Some(&s), 3).unwrap();
         let m = p.message(&p.text, "stop");
         assert_eq!((m.content.as_deref(), m.tool_calls.len(), m.finish_reason.as_str()), (Some(""), 1, "tool_calls"));

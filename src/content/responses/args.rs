@@ -89,8 +89,10 @@ fn type_of(schema: &Value) -> Option<&str> {
 }
 
 fn object(s: &Map<String, Value>, rng: &mut Stream, depth: usize) -> Value {
-    let required: Vec<&str> =
-        s.get("required").and_then(Value::as_array).map_or_else(Vec::new, |r| r.iter().filter_map(Value::as_str).collect());
+    let required: Vec<&str> = s
+        .get("required")
+        .and_then(Value::as_array)
+        .map_or_else(Vec::new, |r| r.iter().filter_map(Value::as_str).collect());
     let mut out = Map::new();
     if let Some(Value::Object(props)) = s.get("properties") {
         for (name, sub) in props {
@@ -255,7 +257,8 @@ mod tests {
             assert_eq!(v["kind"], "forecast");
             assert_eq!(made(schema.clone(), seed), v, "same seed, same value");
         }
-        let days: std::collections::BTreeSet<i64> = (0..200).map(|s| made(schema.clone(), s)["days"].as_i64().unwrap()).collect();
+        let days: std::collections::BTreeSet<i64> =
+            (0..200).map(|s| made(schema.clone(), s)["days"].as_i64().unwrap()).collect();
         assert_eq!(days.len(), 7, "every day from 1 to 7 comes up: {days:?}");
     }
 

@@ -224,12 +224,18 @@ fn tool_call(ck: &Check, key: &str, v: &serde_yaml::Value, regex: Option<&Regex>
     use serde_yaml::Value;
     let tool_name = |key: &str, v: Option<&Value>| match v {
         Some(Value::String(s)) if !s.trim().is_empty() && s.trim() == s => Ok(s.clone()),
-        Some(Value::String(s)) => Err(ck.err(key, format!("{s:?} is not allowed: a tool name, not empty, without surrounding spaces"))),
-        Some(other) => Err(ck.err(key, format!("expected a tool name (a string), got {}", config::describe_value(other)))),
+        Some(Value::String(s)) => {
+            Err(ck.err(key, format!("{s:?} is not allowed: a tool name, not empty, without surrounding spaces")))
+        }
+        Some(other) => {
+            Err(ck.err(key, format!("expected a tool name (a string), got {}", config::describe_value(other))))
+        }
         None => Err(ck.err(key, "missing: the name of the tool to call")),
     };
     let map = match v {
-        Value::String(_) => return Ok(AnswerKind::ToolCall(ToolCallSpec { name: tool_name(key, Some(v))?, arguments: Vec::new() })),
+        Value::String(_) => {
+            return Ok(AnswerKind::ToolCall(ToolCallSpec { name: tool_name(key, Some(v))?, arguments: Vec::new() }));
+        }
         Value::Mapping(m) => m,
         other => {
             return Err(ck.err(

@@ -53,7 +53,10 @@ fn the_first_matching_entry_answers_and_names_itself() {
     assert_eq!(ask(&r, "What's the weather in Oslo?").text, "Sunny in Oslo.");
     assert_eq!(ask(&r, "Tell me about a refund").entry, "responses[3]", "starts_with comes before contains");
     assert_eq!(ask(&r, "I want a refund").entry, "responses[4]");
-    assert_eq!(ask(&r, "something else"), Answer { text: "I don't know.".into(), entry: "default".into(), tool_call: None });
+    assert_eq!(
+        ask(&r, "something else"),
+        Answer { text: "I don't know.".into(), entry: "default".into(), tool_call: None }
+    );
 }
 
 #[test]
@@ -151,7 +154,10 @@ fn the_example_file_loads_and_answers_as_its_comments_say() {
 #[test]
 fn the_builtin_script_echoes_say_and_otherwise_gives_filler() {
     let r = Responses::builtin();
-    assert_eq!(ask(&r, "say: Hello, world!"), Answer { text: "Hello, world!".into(), entry: "echo".into(), tool_call: None });
+    assert_eq!(
+        ask(&r, "say: Hello, world!"),
+        Answer { text: "Hello, world!".into(), entry: "echo".into(), tool_call: None }
+    );
     assert_eq!(ask(&r, "ECHO:  two\nlines").text, "two\nlines");
     let other = ask(&r, "How are you?");
     assert_eq!(other.entry, "default");

@@ -74,10 +74,17 @@ fn model_validators_run_on_the_raw_body() {
 
 #[test]
 fn each_tool_is_checked_as_pydantic_checks_it() {
-    let e = read(Api::Chat, &chat(json!({"tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function"}]})))
-        .unwrap_err();
+    let e = read(
+        Api::Chat,
+        &chat(json!({"tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function"}]})),
+    )
+    .unwrap_err();
     assert_eq!(e.param.as_deref(), Some("tools[1].function"));
-    assert!(e.message.contains("{'type': 'missing', 'loc': ('body', 'tools', 1, 'function'), 'msg': 'Field required'"), "{}", e.message);
+    assert!(
+        e.message.contains("{'type': 'missing', 'loc': ('body', 'tools', 1, 'function'), 'msg': 'Field required'"),
+        "{}",
+        e.message
+    );
     let e = read(Api::Chat, &chat(json!({"tools": [{"function": {"name": 5}}]}))).unwrap_err();
     assert_eq!(e.param.as_deref(), Some("tools[0].function.name"));
     let e = read(Api::Chat, &chat(json!({"tools": [{"function": {"name": "f", "parameters": [1]}}]}))).unwrap_err();

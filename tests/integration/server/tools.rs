@@ -127,7 +127,10 @@ fn a_streamed_call_is_announced_once_then_sent_as_argument_pieces() {
     // The first tool-call chunk names the call, as vLLM's does.
     let first = &deltas[0]["choices"][0]["delta"]["tool_calls"][0];
     assert!(is_call_id(&first["id"]), "{first}");
-    assert_eq!((&first["type"], &first["index"], &first["function"]["name"]), (&json!("function"), &json!(0), &json!("get_weather")));
+    assert_eq!(
+        (&first["type"], &first["index"], &first["function"]["name"]),
+        (&json!("function"), &json!(0), &json!("get_weather"))
+    );
     // Later chunks carry only the index and new argument text.
     let mut args = first["function"]["arguments"].as_str().unwrap().to_string();
     for d in &deltas[1..] {
@@ -142,7 +145,10 @@ fn a_streamed_call_is_announced_once_then_sent_as_argument_pieces() {
     }
     assert_eq!(args, PARIS_ARGS);
     let last = deltas.last().unwrap();
-    assert_eq!((&last["choices"][0]["finish_reason"], &last["choices"][0]["delta"]), (&json!("tool_calls"), &json!({})));
+    assert_eq!(
+        (&last["choices"][0]["finish_reason"], &last["choices"][0]["delta"]),
+        (&json!("tool_calls"), &json!({}))
+    );
     // The markup's tokens (`<tool_call>`, the name) sent no chunk of their own.
     let usage = &c.last().unwrap()["usage"];
     assert!((deltas.len() as u64) < usage["completion_tokens"].as_u64().unwrap(), "{} chunks", deltas.len());
@@ -154,7 +160,10 @@ fn required_and_named_choices_call_even_without_auto() {
     // "required": the scripted call; content "" and finish "tool_calls".
     let v = server.chat("parser", "What is the weather in Paris?", &tools(r#""tool_choice":"required""#)).json();
     let m = &v["choices"][0]["message"];
-    assert_eq!((&m["content"], &m["tool_calls"][0]["function"]), (&json!(""), &json!({"name": "get_weather", "arguments": PARIS_ARGS})));
+    assert_eq!(
+        (&m["content"], &m["tool_calls"][0]["function"]),
+        (&json!(""), &json!({"name": "get_weather", "arguments": PARIS_ARGS}))
+    );
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
     // Generated text: `[{"name": "get_weather", "parameters": ARGS}]`, then EOS.
     let text = format!("[{{\"name\": \"get_weather\", \"parameters\": {PARIS_ARGS}}}]");
@@ -173,11 +182,17 @@ fn required_and_named_choices_call_even_without_auto() {
     let last = &c.last().unwrap()["choices"][0];
     assert_eq!(last["delta"], json!({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}));
     assert_eq!(last["finish_reason"], "stop");
-    let streamed: String =
-        c[1..].iter().map(|x| x["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap()).collect();
+    let streamed: String = c[1..]
+        .iter()
+        .map(|x| x["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap())
+        .collect();
     assert_eq!(streamed, m["tool_calls"][0]["function"]["arguments"].as_str().unwrap());
     // Streamed required: later chunks carry `"name": null`, as vLLM's do.
-    let c = chunks(&server.chat("parser", "What is the weather in Paris?", &tools(r#""tool_choice":"required","stream":true"#)));
+    let c = chunks(&server.chat(
+        "parser",
+        "What is the weather in Paris?",
+        &tools(r#""tool_choice":"required","stream":true"#),
+    ));
     let later: Vec<&Value> = c.iter().skip(2).filter_map(|x| x["choices"][0]["delta"].get("tool_calls")).collect();
     assert!(!later.is_empty());
     assert!(later.iter().all(|t| t[0]["function"]["name"].is_null() && t[0].get("id").is_none()), "{later:?}");
@@ -212,9 +227,14 @@ fn a_call_cut_by_max_tokens_comes_back_as_vllms_parser_reads_it() {
     let full = format!("<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {PARIS_ARGS}}}\n</tool_call>");
     assert!(!content.is_empty() && full.starts_with(content), "{content}");
     // Required: no call and empty content.
-    let v = server.chat("parser", "What is the weather in Paris?", &tools(r#""tool_choice":"required","max_tokens":3"#)).json();
+    let v = server
+        .chat("parser", "What is the weather in Paris?", &tools(r#""tool_choice":"required","max_tokens":3"#))
+        .json();
     let c = &v["choices"][0];
-    assert_eq!((&c["message"]["content"], c["message"].get("tool_calls"), &c["finish_reason"]), (&json!(""), None, &json!("length")));
+    assert_eq!(
+        (&c["message"]["content"], c["message"].get("tool_calls"), &c["finish_reason"]),
+        (&json!(""), None, &json!("length"))
+    );
 }
 
 #[test]
