@@ -201,6 +201,8 @@ def main():
         f"n=3: three choices, 15 completion tokens ({many.usage.completion_tokens})",
     )
 
+    tool_calls(client)
+
     long_prompt = " ".join(["word"] * 1500)
     ttft_matches_engine(client, base, "sched", long_prompt)
     ttft_matches_engine(client, base, "fixed", long_prompt)
@@ -228,7 +230,6 @@ def main():
         check(False, "a cut stream raises")
     except Exception as e:  # httpx.RemoteProtocolError or openai.APIError
         check(got == ["The", " quick"], f"a stream cut after 2 tokens raises {type(e).__name__} after {got}")
-    tool_calls(client)
     print("openai client: all checks passed")
 
 

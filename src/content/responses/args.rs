@@ -252,7 +252,7 @@ mod tests {
             assert!((1..=7).contains(&v["days"].as_i64().unwrap()), "{v}");
             assert!(["celsius", "fahrenheit"].contains(&v["unit"].as_str().unwrap()), "{v}");
             let t = v["temp"].as_f64().unwrap();
-            assert!((-10.5..=-10.0).contains(&t) && (t * 100.0).fract() == 0.0, "{v}");
+            assert!((-10.5..=-10.0).contains(&t) && ((t * 100.0).round() - t * 100.0).abs() < 1e-9, "{v}");
             assert_eq!(v["tags"].as_array().unwrap().len(), 2);
             assert!(v["tags"][0].is_boolean());
             assert_eq!(v["kind"], "forecast");
