@@ -180,7 +180,7 @@ async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
         // A closed loop's schedule is when it sent, in time order (users
         // race for the next index, so index order can be a hair off); so
         // is a multi-turn bench's (a later turn is due when it is sent).
-        let mut sent: Vec<u64> = records.iter().map(|r| r.scheduled_ns).collect();
+        let mut sent: Vec<u64> = records.iter().map(|r| r.sent_ns).collect();
         sent.sort_unstable();
         sent
     } else {

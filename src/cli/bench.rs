@@ -247,18 +247,23 @@ fn turns(a: &BenchArgs) -> Result<Option<bench::Turns>, CliError> {
     }
     if a.endpoint != EndpointArg::Chat {
         return usage(format!(
-            "--turns {n} needs --endpoint chat: a conversation resends its answers as the assistant's messages              (on the completions endpoint a resent answer's text need not split into the same tokens where it              meets the prompt, so the server's prefix cache would not see the history the planner predicts)"
+            "--turns {n} needs --endpoint chat: a conversation resends its answers as the assistant's messages \
+             (on the completions endpoint a resent answer's text need not split into the same tokens where it \
+             meets the prompt, so the server's prefix cache would not see the history the planner predicts)"
         ));
     }
     if a.shared_prefix.is_some() {
         return usage(format!(
-            "--turns {n} with --shared-prefix is not supported: give one or the other (a scenario may combine              workload.sessions and workload.shared_prefix)"
+            "--turns {n} with --shared-prefix is not supported: give one or the other (a scenario may combine \
+             workload.sessions and workload.shared_prefix)"
         ));
     }
     let least = bench::TURN_TEMPLATE + 1;
     if a.prompt_tokens < least {
         return usage(format!(
-            "--prompt-tokens {} is too small with --turns: a later turn spends {} of its tokens on the chat              template (the answer's closing, the new user message's framing, the assistant's priming), so give at              least {least}",
+            "--prompt-tokens {} is too small with --turns: a later turn spends {} of its tokens on the chat \
+             template (the answer's closing, the new user message's framing, the assistant's priming), so give at \
+             least {least}",
             a.prompt_tokens,
             bench::TURN_TEMPLATE
         ));

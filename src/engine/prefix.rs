@@ -51,20 +51,32 @@ pub struct Lookup {
     pub free_blocks: u32,
 }
 
+/// What every allocation and free touches of a block, apart from the rest
+/// ([`Block`]) so the free queue walks 16-byte entries (the head of the
+/// queue is the block freed longest ago: cold in the cache).
+#[derive(Copy, Clone, Debug)]
+struct Hot {
+    refs: u32,
+    cached: bool,
+    /// Free-queue neighbours (while `refs == 0`).
+    prev: u32,
+    next: u32,
+}
+
+impl Hot {
+    const FRESH: Hot = Hot { refs: 0, cached: false, prev: NIL, next: NIL };
+}
+
+/// What registration and eviction touch of a block.
 #[derive(Clone, Debug)]
 struct Block {
-    refs: u32,
     /// Its content hash; meaningful only while `cached`. For a block of a
     /// request's own content (`own_pos != NIL`): the [`SlotState::tag`] of
     /// the content it was registered under.
     hash: u64,
-    cached: bool,
     /// For a block holding a request's own content: its position among
     /// that request's own blocks; `NIL` for a block in the hash index.
     own_pos: u32,
-    /// Free-queue neighbours (while `refs == 0`).
-    prev: u32,
-    next: u32,
     /// Neighbours among the blocks holding the same hash, in registration order.
     same_prev: u32,
     same_next: u32,
@@ -72,7 +84,7 @@ struct Block {
 
 impl Block {
     fn fresh() -> Block {
-        Block { refs: 0, hash: 0, cached: false, own_pos: NIL, prev: NIL, next: NIL, same_prev: NIL, same_next: NIL }
+        Block { hash: 0, own_pos: NIL, same_prev: NIL, same_next: NIL }
     }
 }
 
@@ -108,6 +120,8 @@ pub struct PrefixPool {
     /// Materialised blocks; the rest (`total - blocks.len()`) were never
     /// used and make up the head of the free queue, in index order.
     blocks: Vec<Block>,
+    /// Their counts, cached flags and free-queue links (as `blocks`).
+    hot: Vec<Hot>,
     /// When each block last got its hash (registration order), kept apart
     /// from the hot block data: only the invariant check reads it.
     registered_at: Vec<u64>,
@@ -131,6 +145,7 @@ impl PrefixPool {
             block_size: block_size.max(1),
             total,
             blocks: Vec::new(),
+            hot: Vec::new(),
             registered_at: Vec::new(),
             head: NIL,
             tail: NIL,
@@ -215,7 +230,7 @@ impl PrefixPool {
         for h in &s.hashes[..max.min(s.hashes.len())] {
             let Some(holders) = self.cache.get(*h) else { break };
             let b = holders.first;
-            free_blocks += u32::from(self.blocks[b as usize].refs == 0);
+            free_blocks += u32::from(self.hot[b as usize].refs == 0);
             self.hits.push(b);
         }
         // Its own blocks, only if every shared one hit (a preempted
@@ -227,7 +242,7 @@ impl PrefixPool {
                 if b == NIL {
                     break;
                 }
-                free_blocks += u32::from(self.blocks[b as usize].refs == 0);
+                free_blocks += u32::from(self.hot[b as usize].refs == 0);
                 self.hits.push(b);
             }
         }
@@ -248,10 +263,10 @@ impl PrefixPool {
     pub fn admit(&mut self, slot: u32, new: u32) {
         let hits = std::mem::take(&mut self.hits);
         for &b in &hits {
-            if self.blocks[b as usize].refs == 0 {
+            if self.hot[b as usize].refs == 0 {
                 self.unlink(b);
             }
-            self.blocks[b as usize].refs += 1;
+            self.hot[b as usize].refs += 1;
         }
         let s = &mut self.slots[slot as usize];
         debug_assert!(s.table.is_empty(), "admitting a request that holds blocks");
@@ -266,7 +281,7 @@ impl PrefixPool {
     pub fn allocate(&mut self, slot: u32, n: u32) {
         for _ in 0..n {
             let b = self.pop_free();
-            self.blocks[b as usize].refs = 1;
+            self.hot[b as usize].refs = 1;
             self.slots[slot as usize].table.push(b);
         }
     }
@@ -283,8 +298,8 @@ impl PrefixPool {
         for i in s.registered as usize..full {
             let b = s.table[i];
             let block = &mut self.blocks[b as usize];
-            debug_assert!(!block.cached, "registering a block that holds a hash");
-            block.cached = true;
+            debug_assert!(!self.hot[b as usize].cached, "registering a block that holds a hash");
+            self.hot[b as usize].cached = true;
             self.registered_at[b as usize] = self.registrations;
             self.registrations += 1;
             self.cached += 1;
@@ -328,7 +343,7 @@ impl PrefixPool {
         let table = std::mem::take(&mut s.table);
         s.registered = 0;
         for &b in table.iter().rev() {
-            let block = &mut self.blocks[b as usize];
+            let block = &mut self.hot[b as usize];
             debug_assert!(block.refs > 0, "freeing a free block");
             block.refs -= 1;
             if block.refs == 0 {
@@ -357,13 +372,14 @@ impl PrefixPool {
     fn pop_free(&mut self) -> u32 {
         if (self.blocks.len() as u32) < self.total {
             self.blocks.push(Block::fresh());
+            self.hot.push(Hot::FRESH);
             self.registered_at.push(0);
             return self.blocks.len() as u32 - 1;
         }
         let b = self.head;
         debug_assert!(b != NIL, "taking a block from an empty free queue");
         self.unlink(b);
-        if self.blocks[b as usize].cached {
+        if self.hot[b as usize].cached {
             self.evict(b);
         }
         b
@@ -371,28 +387,28 @@ impl PrefixPool {
 
     fn push_free(&mut self, b: u32) {
         let tail = self.tail;
-        let block = &mut self.blocks[b as usize];
+        let block = &mut self.hot[b as usize];
         block.prev = tail;
         block.next = NIL;
         match tail {
             NIL => self.head = b,
-            t => self.blocks[t as usize].next = b,
+            t => self.hot[t as usize].next = b,
         }
         self.tail = b;
         self.listed += 1;
     }
 
     fn unlink(&mut self, b: u32) {
-        let Block { prev, next, .. } = self.blocks[b as usize];
+        let Hot { prev, next, .. } = self.hot[b as usize];
         match prev {
             NIL => self.head = next,
-            p => self.blocks[p as usize].next = next,
+            p => self.hot[p as usize].next = next,
         }
         match next {
             NIL => self.tail = prev,
-            n => self.blocks[n as usize].prev = prev,
+            n => self.hot[n as usize].prev = prev,
         }
-        let block = &mut self.blocks[b as usize];
+        let block = &mut self.hot[b as usize];
         block.prev = NIL;
         block.next = NIL;
         self.listed -= 1;
@@ -427,8 +443,8 @@ impl PrefixPool {
             }
             _ => {}
         }
+        self.hot[b as usize].cached = false;
         let block = &mut self.blocks[b as usize];
-        block.cached = false;
         block.same_prev = NIL;
         block.same_next = NIL;
         self.cached -= 1;
@@ -457,8 +473,8 @@ impl PrefixPool {
                 holders.last = same_prev;
             }
         }
+        self.hot[b as usize].cached = false;
         let block = &mut self.blocks[b as usize];
-        block.cached = false;
         block.own_pos = NIL;
         block.same_prev = NIL;
         block.same_next = NIL;
@@ -491,12 +507,12 @@ impl PrefixPool {
                     Some(h) => block.hash == *h && block.own_pos == NIL,
                     None => block.hash == s.tag && block.own_pos as usize == i - s.hashes.len(),
                 };
-                if i < s.registered as usize && !(block.cached && holds) {
+                if i < s.registered as usize && !(self.hot[b as usize].cached && holds) {
                     return Err(format!("slot {slot}: block {b} at position {i} does not hold the request's hash"));
                 }
             }
         }
-        for (b, block) in self.blocks.iter().enumerate() {
+        for (b, block) in self.hot.iter().enumerate() {
             if u64::from(block.refs) != refs[b] {
                 return Err(format!("block {b} counts {} references but {} tables hold it", block.refs, refs[b]));
             }
@@ -504,7 +520,7 @@ impl PrefixPool {
         let mut listed = 0u32;
         let (mut cur, mut prev) = (self.head, NIL);
         while cur != NIL {
-            let block = self.blocks.get(cur as usize).ok_or("the free queue links a missing block")?;
+            let block = self.hot.get(cur as usize).ok_or("the free queue links a missing block")?;
             if block.refs != 0 {
                 return Err(format!("block {cur} is in the free queue with {} references", block.refs));
             }
@@ -518,7 +534,7 @@ impl PrefixPool {
             prev = cur;
             cur = block.next;
         }
-        let zero = self.blocks.iter().filter(|b| b.refs == 0).count() as u32;
+        let zero = self.hot.iter().filter(|b| b.refs == 0).count() as u32;
         if listed != self.listed || listed != zero || prev != self.tail {
             return Err(format!("{listed} blocks listed free, {} counted, {zero} with no reference", self.listed));
         }
@@ -530,7 +546,8 @@ impl PrefixPool {
             let (mut cur, mut prev, mut order) = (holders.first, NIL, None);
             while cur != NIL {
                 let block = self.blocks.get(cur as usize).ok_or("a hash maps to a missing block")?;
-                if !block.cached || block.hash != h || block.own_pos != NIL || block.same_prev != prev {
+                let cached = self.hot[cur as usize].cached;
+                if !cached || block.hash != h || block.own_pos != NIL || block.same_prev != prev {
                     return Err(format!("hash {h:016x} lists block {cur}, which does not hold it"));
                 }
                 let at = self.registered_at[cur as usize];
@@ -552,7 +569,10 @@ impl PrefixPool {
                 let (mut cur, mut prev, mut order) = (holders.first, NIL, None);
                 while cur != NIL {
                     let block = self.blocks.get(cur as usize).ok_or("an own list holds a missing block")?;
-                    if !block.cached || block.hash != s.tag || block.own_pos as usize != pos || block.same_prev != prev
+                    if !self.hot[cur as usize].cached
+                        || block.hash != s.tag
+                        || block.own_pos as usize != pos
+                        || block.same_prev != prev
                     {
                         return Err(format!(
                             "slot {slot}: own position {pos} lists block {cur}, which does not hold it"
@@ -573,12 +593,13 @@ impl PrefixPool {
             }
         }
         let live = |b: &Block| self.slots.get((b.hash >> 32) as usize).is_some_and(|s| s.tag == b.hash);
-        in_lists += self.blocks.iter().filter(|b| b.cached && b.own_pos != NIL && !live(b)).count() as u32;
+        let orphan = |(b, h): (&Block, &Hot)| h.cached && b.own_pos != NIL && !live(b);
+        in_lists += self.blocks.iter().zip(&self.hot).filter(|&bh| orphan(bh)).count() as u32;
         let entries = self.cache.iter().count();
         if entries != self.cache.len() || (entries == 0) != self.cache.is_empty() {
             return Err(format!("the hash index counts {} entries but holds {entries}", self.cache.len()));
         }
-        let cached = self.blocks.iter().filter(|b| b.cached).count() as u32;
+        let cached = self.hot.iter().filter(|b| b.cached).count() as u32;
         if in_lists != cached || cached != self.cached {
             return Err(format!("{cached} blocks hold a hash, {in_lists} are listed, {} counted", self.cached));
         }

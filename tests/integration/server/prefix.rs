@@ -389,18 +389,8 @@ fn bad_turns_flags_are_refused() {
             "--turns 0 is not allowed: must be in [1, 10000]",
         ),
         (
-            &[
-                "--endpoint",
-                "chat",
-                "--prompt-tokens",
-                "20",
-                "--output-tokens",
-                "2",
-                "--turns",
-                "2",
-                "--think-time",
-                "-1",
-            ][..],
+            &["--endpoint", "chat", "--prompt-tokens", "20", "--output-tokens", "2", "--turns", "2", "--think-time=-1"]
+                [..],
             "--think-time -1 is not allowed",
         ),
         (
