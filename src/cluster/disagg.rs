@@ -259,7 +259,7 @@ where
     let mut loads = vec![Load::default(); prefill.len().max(decode.len())];
     let mut known: Vec<Known> = Vec::new();
     let mut transfers: BinaryHeap<Transfer> = BinaryHeap::new();
-    let mut handed: Vec<(RequestId, SimTime)> = Vec::new();
+    let mut handed: Handed = Vec::new();
     let mut hashes = Vec::new();
     loop {
         let next_step = earliest_step(prefill, decode);
@@ -427,8 +427,11 @@ struct OnPool<'a, O> {
     stats: &'a mut ReplicaCounts,
     pool: &'a mut Collector,
     inner: &'a mut O,
-    prefill: Option<(&'a [Known], &'a mut Vec<(RequestId, SimTime)>)>,
+    prefill: Option<(&'a [Known], &'a mut Handed)>,
 }
+
+/// Requests whose first token a prefill step released, and when.
+type Handed = Vec<(RequestId, SimTime)>;
 
 impl<O: Observer> Observer for OnPool<'_, O> {
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {

@@ -33,7 +33,7 @@ pub struct Cluster {
     pub disagg: Option<Box<Disagg>>,
 }
 
-/// Prefill/decode disaggregation (docs/clusters.md, DEPLOYMENT.md section 5).
+/// Prefill/decode disaggregation (docs/clusters.md).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Disagg {
     pub prefill: Pool,

@@ -52,7 +52,8 @@ fn random_scenario(rng: &mut ChaCha8Rng) -> (String, Router, Router, usize, usiz
     };
     let content = match rng.random_range(0..3) {
         0 => String::new(),
-        1 => format!("  shared_prefix: {{groups: {}, tokens: {}}}\n", rng.random_range(1..5), rng.random_range(1..300)),
+        // Short enough for the smallest decode cache (60 one-token blocks).
+        1 => format!("  shared_prefix: {{groups: {}, tokens: {}}}\n", rng.random_range(1..5), rng.random_range(1..50)),
         _ => "  sessions: {turns: {uniform: [1, 4]}, think_s: 0.02}\n".to_string(),
     };
     // The decode pool sometimes has its own scheduler or a smaller GPU.
