@@ -143,6 +143,13 @@ pub fn names(s: &Scenario) -> Vec<String> {
         // The result JSON's cluster figures (docs/clusters.md), absent from an empty single-engine result.
         all.extend(["imbalance", "gpus"].map(String::from));
     }
+    if s.cluster.as_ref().is_some_and(|c| c.disagg.is_some()) {
+        // Prefill/decode pools: the KV transfer and each pool's counts.
+        all.extend(["count", "mean", "p50", "p90", "p99", "max"].map(|k| format!("kv_transfer_ms.{k}")));
+        for pool in ["prefill", "decode"] {
+            all.extend(["requests", "preemptions", "imbalance", "gpus"].map(|k| format!("pools.{pool}.{k}")));
+        }
+    }
     all.sort();
     all
 }

@@ -64,3 +64,32 @@ fn prefix_affinity_beats_prompt_blind_routers_on_hit_rate_and_median_ttft_on_eve
         assert!(pa4 < 1024.0 / 1152.0, "{table}");
     }
 }
+
+/// Experiments 15 and 16 on one seed at `rate`: (colocated, split) results.
+fn same_gpus(seed: u64, rate: u32) -> (RunResult, RunResult) {
+    let sets = vec![format!("workload.seed={seed}"), format!("workload.arrivals.poisson.rate={rate}")];
+    (
+        run("scenarios/experiments/bases/opt13b-colocated.yml", &sets),
+        run("scenarios/experiments/bases/opt13b-disaggregated.yml", &sets),
+    )
+}
+
+#[test]
+fn on_the_same_three_gpus_disaggregation_buys_ttft_with_tpot_on_every_seed() {
+    for seed in SEEDS {
+        // 1 req/s a GPU: prompts no longer stall decoding streams and run on
+        // two GPUs, so the first token comes much sooner; the one decode GPU
+        // carries every stream, so each later token comes a little later.
+        let (co, split) = same_gpus(seed, 3);
+        let (co_ttft, split_ttft) = (ms(co.ttft_ms.mean), ms(split.ttft_ms.mean));
+        let (co_tpot, split_tpot) = (ms(co.tpot_ms.mean), ms(split.tpot_ms.mean));
+        let at = format!("seed {seed}, 3 req/s: TTFT {co_ttft} / {split_ttft}, TPOT {co_tpot} / {split_tpot}");
+        assert!(split_ttft < 0.8 * co_ttft, "{at}");
+        assert!(split_tpot > co_tpot, "{at}");
+        assert_eq!((co.gpus, split.gpus), (Some(3), Some(3)), "{at}");
+        // 3 req/s a GPU: one decode GPU is too few; TPOT pays far more.
+        let (co, split) = same_gpus(seed, 9);
+        let (co_tpot, split_tpot) = (ms(co.tpot_ms.mean), ms(split.tpot_ms.mean));
+        assert!(split_tpot > 1.3 * co_tpot, "seed {seed}, 9 req/s: TPOT {co_tpot} / {split_tpot}");
+    }
+}
