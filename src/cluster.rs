@@ -21,12 +21,14 @@
 //! replicas: finding the earliest step and, at an arrival, the router's
 //! view of every replica.
 
+// Plain data the results carry; they live with the metrics so metrics
+// need not import the cluster.
+pub use crate::metrics::Placement;
+pub use crate::metrics::result::ReplicaOut;
 pub mod disagg;
 pub mod router;
 #[cfg(test)]
 mod tests;
-
-use serde::{Deserialize, Serialize};
 
 use crate::config::{Cluster, Scenario};
 use crate::engine::prefix::hash::request_block_hashes;
@@ -52,41 +54,11 @@ pub struct ReplicaCounts {
     pub prefix_hit: u64,
 }
 
-/// Where every request and step ran.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Placement {
-    /// By request id: its replica, `None` if it was never routed
-    /// (rejected for its length on arrival).
-    pub requests: Vec<Option<u32>>,
-    /// The replica of every step the collector kept, in the same order
-    /// (empty unless steps are kept). With pools, prefill replicas are
-    /// `0..decode_base` and decode replica `d` is `decode_base + d`.
-    pub steps: Vec<u32>,
-    /// With pools only: by request id, its decode replica (in the decode
-    /// pool, from 0), `None` if it never reached one.
-    pub decode: Vec<Option<u32>>,
-    /// With pools only: the prefill pool's replica count.
-    pub decode_base: Option<u32>,
-}
-
 /// What a cluster run adds to a single engine's.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterRun {
     pub replicas: Vec<ReplicaCounts>,
     pub placement: Placement,
-}
-
-/// One replica's figures in the result JSON.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ReplicaOut {
-    pub requests: u64,
-    pub output_tokens: u64,
-    pub peak_kv_blocks: u32,
-    pub preemptions: u64,
-    pub steps: u64,
-    /// With prefix caching only: hit tokens over queried tokens there.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix_hit_rate: Option<f64>,
 }
 
 impl ReplicaCounts {

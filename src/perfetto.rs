@@ -150,7 +150,7 @@ impl TraceEvents {
     /// [`TraceEvents::render`] of a cluster run: every step on its
     /// replica's process, by `placement.steps` (the replica of every step,
     /// in order; the run must keep steps).
-    pub fn render_placed(mut self, placement: Option<&crate::cluster::Placement>) -> String {
+    pub fn render_placed(mut self, placement: Option<&crate::metrics::Placement>) -> String {
         for id in 0..self.reqs.len() as u64 {
             self.close_decode(id);
             self.close_queue(id, self.last_end);

@@ -146,7 +146,7 @@ pub struct RunOutput {
     /// Empty unless `keep_steps` was set.
     pub steps: Vec<StepRecord>,
     /// With `cluster:` only: the replica of every request and kept step.
-    pub placement: Option<crate::cluster::Placement>,
+    pub placement: Option<Placement>,
 }
 
 /// Records dropped in one go once this many leading ones have ended (and
@@ -486,4 +486,21 @@ impl Observer for Collector {
             self.steps.push(step.clone());
         }
     }
+}
+
+/// Where every request and step ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// By request id: its replica, `None` if it was never routed
+    /// (rejected for its length on arrival).
+    pub requests: Vec<Option<u32>>,
+    /// The replica of every step the collector kept, in the same order
+    /// (empty unless steps are kept). With pools, prefill replicas are
+    /// `0..decode_base` and decode replica `d` is `decode_base + d`.
+    pub steps: Vec<u32>,
+    /// With pools only: by request id, its decode replica (in the decode
+    /// pool, from 0), `None` if it never reached one.
+    pub decode: Vec<Option<u32>>,
+    /// With pools only: the prefill pool's replica count.
+    pub decode_base: Option<u32>,
 }

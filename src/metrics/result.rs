@@ -60,7 +60,7 @@ pub struct RunResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replicas: Option<Vec<crate::cluster::ReplicaOut>>,
+    pub replicas: Option<Vec<ReplicaOut>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub imbalance: Option<f64>,
     /// With `cluster.prefill`/`cluster.decode` only (docs/clusters.md):
@@ -190,4 +190,17 @@ pub struct KvOut {
     /// Blocks in use as a fraction of `num_blocks`, averaged over steps
     /// weighted by their duration (idle time excluded).
     pub mean_usage: f64,
+}
+
+/// One replica's figures in the result JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaOut {
+    pub requests: u64,
+    pub output_tokens: u64,
+    pub peak_kv_blocks: u32,
+    pub preemptions: u64,
+    pub steps: u64,
+    /// With prefix caching only: hit tokens over queried tokens there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_hit_rate: Option<f64>,
 }

@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 use super::csv_out::{self, RequestColumn};
 use super::thousands;
-use crate::cluster::Placement;
+use crate::metrics::Placement;
 use crate::config::{Cluster, Scenario};
 use crate::engine::StepRecord;
 use crate::metrics::{RequestRecord, RunResult};
