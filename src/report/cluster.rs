@@ -10,9 +10,9 @@ use std::fmt::Write;
 
 use super::csv_out::{self, RequestColumn};
 use super::thousands;
-use crate::metrics::Placement;
 use crate::config::{Cluster, Scenario};
 use crate::engine::StepRecord;
+use crate::metrics::Placement;
 use crate::metrics::{RequestRecord, RunResult};
 
 /// `4 replicas x 2 GPUs (TP 2) = 8 GPUs, router least_outstanding`.
