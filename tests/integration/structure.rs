@@ -32,7 +32,7 @@ const KNOWN: &[(&str, &str, &str)] = &[
 ];
 
 /// The code of a file before its tests, without `//` comments.
-fn code(text: &str) -> String {
+pub(crate) fn code(text: &str) -> String {
     // Only an inline `mod tests { .. }` ends the code: `#[cfg(test)] mod
     // tests;` near the top declares a file and is followed by real imports.
     let cut = text
@@ -81,7 +81,7 @@ fn crate_names(code: &str) -> Vec<String> {
     out
 }
 
-fn first_ident(s: &str) -> String {
+pub(crate) fn first_ident(s: &str) -> String {
     s.trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
 }
 
@@ -135,7 +135,7 @@ fn top_level_edges() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
 }
 
 /// A cycle in `edges`, as the modules on it, if there is one.
-fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+pub(crate) fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit(
         m: &str,
         edges: &BTreeMap<String, BTreeSet<String>>,

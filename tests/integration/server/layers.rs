@@ -7,17 +7,14 @@
 //! edges; the test fails on a cycle (naming it), and on a module that
 //! reaches into `server.rs` itself (`super::App`): the root only declares
 //! the modules and re-exports, so it sits above all of them. Comments and
-//! everything from the first `#[cfg(test)]` on are ignored (test code may
+//! an inline `#[cfg(test)] mod tests { .. }` are ignored (test code may
 //! use whatever it likes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// The code of a file before its tests, without `//` comments.
-fn code(text: &str) -> String {
-    let before_tests = text.split("#[cfg(test)]").next().unwrap_or("");
-    before_tests.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
-}
+// The checker is the one of the top-level test (tests/integration/structure.rs).
+use crate::structure::{code, find_cycle, first_ident};
 
 /// The first path segment of every name after `prefix` in `code`:
 /// `super::a::B` gives `a`; `super::{a, b::C, D}` gives `a`, `b`, `D`.
@@ -62,10 +59,6 @@ fn names_after(code: &str, prefix: &str) -> Vec<String> {
     out
 }
 
-fn first_ident(s: &str) -> String {
-    s.trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
-}
-
 /// Module name -> the names it uses from its parent, `server`.
 fn uses() -> BTreeMap<String, BTreeSet<String>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server");
@@ -94,47 +87,6 @@ fn uses() -> BTreeMap<String, BTreeSet<String>> {
         out.insert(name, names);
     }
     out
-}
-
-/// A cycle in `edges`, as the modules on it, if there is one.
-fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
-    fn visit(
-        m: &str,
-        edges: &BTreeMap<String, BTreeSet<String>>,
-        state: &mut BTreeMap<String, u8>,
-        path: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
-        state.insert(m.to_string(), 1);
-        path.push(m.to_string());
-        for next in edges.get(m).into_iter().flatten() {
-            match state.get(next.as_str()).copied().unwrap_or(0) {
-                1 => {
-                    let start = path.iter().position(|p| p == next).unwrap();
-                    let mut cycle = path[start..].to_vec();
-                    cycle.push(next.clone());
-                    return Some(cycle);
-                }
-                0 => {
-                    if let Some(c) = visit(next, edges, state, path) {
-                        return Some(c);
-                    }
-                }
-                _ => {}
-            }
-        }
-        path.pop();
-        state.insert(m.to_string(), 2);
-        None
-    }
-    let mut state = BTreeMap::new();
-    for m in edges.keys() {
-        if state.get(m.as_str()).copied().unwrap_or(0) == 0
-            && let Some(c) = visit(m, edges, &mut state, &mut Vec::new())
-        {
-            return Some(c);
-        }
-    }
-    None
 }
 
 #[test]
@@ -169,7 +121,7 @@ fn the_server_modules_import_each_other_without_circles() {
 fn the_checker_sees_groups_nesting_and_cycles() {
     let names = names_after("use super::{a, b::{C, D}, e::F};\nlet x = super::g::h(); super::super::k", "super::");
     assert_eq!(names, ["a", "b", "e", "g"]);
-    assert_eq!(code("use super::x; // super::y\n#[cfg(test)]\nuse super::z;"), "use super::x; ");
+    assert_eq!(code("use super::x; // super::y\n#[cfg(test)]\nmod tests {\nuse super::z;\n}"), "use super::x; ");
     let mut edges = BTreeMap::new();
     let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
     edges.insert("a".to_string(), set(&["b"]));
