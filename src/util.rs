@@ -35,7 +35,7 @@ pub fn unit(h: u64) -> f64 {
 }
 
 /// A file or folder that could not be read, written or created:
-/// `cannot write results/x.md: <the OS's reason>`.
+/// `cannot write results/README.md: <the OS's reason>`.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot {action} {}: {source}", .path.display())]
 pub struct FileError {
