@@ -24,6 +24,7 @@ pub mod faults;
 pub mod feed;
 pub mod fixed;
 pub mod logprobs;
+pub mod models;
 pub mod openai;
 pub mod percentiles;
 pub mod prefix;

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::CliError;
-use crate::config::models::load_models;
+use crate::server::models::load_models;
 use crate::server::{App, Clock, Driver, Options, Responses, conn};
 
 #[derive(Debug, Args)]
@@ -192,7 +192,7 @@ async fn unix_signal(kind: tokio::signal::unix::SignalKind) {
 
 /// `llmsim serve` runs replicas behind one router; prefill/decode pools
 /// (`cluster.prefill`/`cluster.decode`) are simulated by `llmsim run` only.
-fn refuse_pools(models: &crate::config::models::ModelsFile) -> Result<(), CliError> {
+fn refuse_pools(models: &crate::server::models::ModelsFile) -> Result<(), CliError> {
     for (i, m) in models.models.iter().enumerate() {
         if m.cluster().is_some_and(|c| c.disagg.is_some()) {
             return Err(crate::config::ConfigError::new(

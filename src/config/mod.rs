@@ -9,7 +9,6 @@ pub mod deployment;
 pub mod error;
 pub mod hardware;
 pub mod keys;
-pub mod models;
 pub mod num;
 pub mod onekey;
 pub mod overrides;

@@ -15,6 +15,7 @@ use tokio::sync::mpsc::{self, UnboundedSender};
 use super::clock::Clock;
 use super::engine_task::{EngineTask, Replica};
 use super::errors::ApiError;
+use super::models::{EngineKind, FixedTiming, ModelsFile, ServedModel};
 use super::protocol::{Command, Schedule, Sinks, lock};
 use super::record::{self, Recorder};
 use super::telemetry::{Gauges, ModelTelemetry};
@@ -22,7 +23,6 @@ use super::{conn, faults, fixed, prefix, tokenize};
 use crate::cluster::router::RouterState;
 use crate::config::Router;
 use crate::config::cluster::DEFAULT_OVERLAP_WEIGHT;
-use crate::config::models::{EngineKind, FixedTiming, ModelsFile, ServedModel};
 use crate::content::Responses;
 use crate::engine::Engine;
 

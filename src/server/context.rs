@@ -10,10 +10,10 @@ use super::app::{App, ModelHandle};
 use super::errors::ApiError;
 use super::faults::Kind;
 use super::feed::{Accepted, FeedEvent};
+use super::models::EngineKind;
 use super::openai::Reply;
 use super::protocol::lock;
 use super::telemetry::{Observed, Story};
-use crate::config::models::EngineKind;
 use crate::engine::RejectReason;
 use crate::time::SimTime;
 

@@ -10,9 +10,9 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use super::app::{Backend, ModelHandle};
 use super::clock::Clock;
+use super::models::FixedTiming;
 use super::protocol::{Command, Event, FeedRequest, Schedule, Sinks, Submit, lock};
 use super::telemetry::{Finish, Story};
-use crate::config::models::FixedTiming;
 use crate::engine::{RejectReason, RequestId};
 use crate::metrics::{RequestRecord, Status, TokenGap};
 use crate::time::SimTime;

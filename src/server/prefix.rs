@@ -25,7 +25,7 @@
 //! `floor((P + N - 1) / block_size)` (the last token is sampled, never fed
 //! back), as the planner does.
 
-use crate::config::models::{EngineKind, ServedModel};
+use super::models::{EngineKind, ServedModel};
 use crate::content::tokenizer;
 use crate::engine::prefix::hash::token_block_hashes;
 

@@ -25,9 +25,9 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use super::app::{App, ModelHandle};
+use super::models::EngineKind;
 use super::protocol::lock;
 use super::telemetry::{Finish, Gauges, ModelTelemetry, Prom, PromHist};
-use crate::config::models::EngineKind;
 
 /// One replica's values at scrape time (a model without replicas has one).
 struct Snapshot<'a> {

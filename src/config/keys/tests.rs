@@ -192,7 +192,7 @@ fn every_numeric_key_reads_the_one_number_grammar() {
     plain.extend(trace_with_plain::<RawHardware>("hardware").1);
     plain.extend(trace_with_plain::<RawArrivals>("workload.arrivals").1);
     plain.extend(trace_with_plain::<RawDist>("workload.prompt_tokens").1);
-    plain.extend(trace_with_plain::<crate::config::models::RawModelsFile>("").1);
+    plain.extend(trace_with_plain::<crate::server::models::RawModelsFile>("").1);
     assert!(plain.is_empty(), "read outside config::num: {plain:?}");
     let numeric: Vec<&String> =
         all().iter().filter(|(_, k)| matches!(k, Kind::Number | Kind::Integer)).map(|(p, _)| p).collect();

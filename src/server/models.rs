@@ -14,13 +14,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::limits;
-use super::raw::{
+use crate::config::limits;
+use crate::config::raw::{
     RawArrivals, RawCluster, RawEfficiency, RawLatency, RawLength, RawModel, RawParallelism, RawScenario, RawScheduler,
     RawWorkload,
 };
-use super::validate::Check;
-use super::{Cluster, ConfigError, Scenario};
+use crate::config::validate::Check;
+use crate::config::{Cluster, ConfigError, Scenario};
 use crate::engine::EngineConfig;
 
 #[derive(Debug, Deserialize)]
@@ -40,7 +40,7 @@ pub struct RawServedModel {
     pub scenario: Option<String>,
     pub hardware: Option<crate::yaml::Value>,
     /// A model name or a mapping, as in a scenario.
-    #[serde(default, deserialize_with = "super::raw::some_model_or_name")]
+    #[serde(default, deserialize_with = "crate::config::raw::some_model_or_name")]
     pub model: Option<RawModel>,
     pub parallelism: Option<RawParallelism>,
     pub scheduler: Option<RawScheduler>,
@@ -73,13 +73,13 @@ pub enum RawEngineKind {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawFixed {
-    #[serde(deserialize_with = "super::num::whole")]
+    #[serde(deserialize_with = "crate::config::num::whole")]
     pub context_length: i64,
-    #[serde(default, deserialize_with = "super::num::opt_real")]
+    #[serde(default, deserialize_with = "crate::config::num::opt_real")]
     pub ttft_overhead_ms: Option<f64>,
-    #[serde(deserialize_with = "super::num::real")]
+    #[serde(deserialize_with = "crate::config::num::real")]
     pub prefill_tokens_per_s: f64,
-    #[serde(deserialize_with = "super::num::real")]
+    #[serde(deserialize_with = "crate::config::num::real")]
     pub itl_ms: f64,
 }
 
@@ -166,8 +166,8 @@ impl EngineKind {
 
 /// Reads and validates a models file.
 pub fn load_models(file: &Path) -> Result<ModelsFile, ConfigError> {
-    let text = super::read_text(file)?;
-    let raw: RawModelsFile = super::parse_str(&text, file)?;
+    let text = crate::config::read_text(file)?;
+    let raw: RawModelsFile = crate::config::parse_str(&text, file)?;
     if raw.models.is_empty() {
         return Err(ConfigError::new(file, "models", "an empty list is not allowed: serve at least one model"));
     }
@@ -287,7 +287,7 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
                 ));
             }
             let path = file.parent().unwrap_or(Path::new("")).join(&rel);
-            (super::load_scenario(&path)?, Some(path))
+            (crate::config::load_scenario(&path)?, Some(path))
         }
         None => (inline_scenario(raw, &name, file, at)?, None),
     };
@@ -353,7 +353,7 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         workload: placeholder,
         cluster: raw.cluster,
     };
-    super::validate::scenario(scenario, file).map_err(|mut e| {
+    crate::config::validate::scenario(scenario, file).map_err(|mut e| {
         if e.file == file {
             e.path = if e.path.is_empty() { at.to_string() } else { format!("{at}.{}", e.path) };
         }
