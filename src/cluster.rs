@@ -34,7 +34,7 @@ use crate::config::{Cluster, Scenario};
 use crate::engine::prefix::hash::request_block_hashes;
 use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
-use crate::sim::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
+use crate::run_driver::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
 use crate::time::SimTime;
 use crate::workload::{AnySource, Source};
 use router::{Arrival, Load, RouterState};

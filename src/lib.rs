@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod perfetto;
 pub mod plot;
 pub mod report;
+pub mod run_driver;
 pub mod server;
 pub mod sim;
 pub mod sweep;

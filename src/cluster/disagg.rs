@@ -38,7 +38,7 @@ use crate::engine::prefix::hash::request_block_hashes;
 use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
 use crate::metrics::result::{PoolOut, PoolsOut};
 use crate::metrics::{Collector, CollectorOptions, RunOutput, Stats};
-use crate::sim::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
+use crate::run_driver::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
 use crate::time::SimTime;
 use crate::workload::{AnySource, Source};
 

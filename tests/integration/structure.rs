@@ -15,21 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// Edges that still close a circle, each with the reason it stays. The test
 /// fails when one of them is gone, so the list cannot outlive the problem.
-const KNOWN: &[(&str, &str, &str)] = &[
-    (
-        "config",
-        "server",
-        "config/models.rs (the models file of `llmsim serve`) holds the server's Tokenizer and Faults; \
-     the fix is to move the models file into server/, which was being rewritten by another branch",
-    ),
-    (
-        "sim",
-        "cluster",
-        "sim::run hands a scenario with `cluster:` to cluster::run, and the cluster loop reuses sim's run limits, \
-     progress and delayed-arrival types; the fix is a small run-driver module below both (or the dispatch in \
-     the callers)",
-    ),
-];
+const KNOWN: &[(&str, &str, &str)] = &[];
 
 /// The code of a file before its tests, without `//` comments.
 pub(crate) fn code(text: &str) -> String {
