@@ -17,7 +17,7 @@
 
 use serde::Serialize;
 
-use super::search::{Options, Probe, SearchError, probe};
+use super::probe::{Options, Probe, SearchError, probe};
 use crate::config::{Scenario, limits};
 
 /// One replica count tried.

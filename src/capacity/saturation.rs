@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::search::{SearchError, at_rate};
+use super::probe::{SearchError, at_rate};
 use crate::config::Scenario;
 use crate::engine::{Observer, RequestId};
 use crate::metrics::CollectorOptions;
