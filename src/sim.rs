@@ -19,7 +19,8 @@ use crate::engine::{Engine, Observer};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
 // The run's bounds, progress and stop error live below `sim` and `cluster`
 // (both drive engines); the old paths stay.
-use crate::run_driver::{Delayed, PROGRESS_EVERY, Tap};
+// (Also re-exported for the crate: `crate::sim::{Tap, ..}` was their path.)
+pub(crate) use crate::run_driver::{Delayed, PROGRESS_EVERY, Tap};
 pub use crate::run_driver::{Progress, RunLimits, SimError};
 use crate::time::SimTime;
 use crate::workload::{AnySource, Source};

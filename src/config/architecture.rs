@@ -10,11 +10,31 @@ use std::path::{Path, PathBuf};
 use serde_json::Value as Json;
 
 use super::ConfigError;
-use super::deployment::ArchitectureOrigin;
+use super::check::Check;
 use super::limits;
 use super::raw::{RawArchitecture, RawModelFile};
-use super::validate::Check;
 use crate::engine::arch::Architecture;
+
+/// Where an architecture was read from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArchitectureOrigin {
+    Inline,
+    Preset { name: String, file: PathBuf, source: Option<String> },
+    HfConfig { file: PathBuf },
+}
+
+impl ArchitectureOrigin {
+    pub fn describe(&self) -> String {
+        match self {
+            ArchitectureOrigin::Inline => "model.architecture".into(),
+            ArchitectureOrigin::Preset { name, file, source } => {
+                let from = source.as_ref().map(|s| format!("; figures from {s}")).unwrap_or_default();
+                format!("model `{name}` ({}{from})", file.display())
+            }
+            ArchitectureOrigin::HfConfig { file } => format!("model.hf_config {}", file.display()),
+        }
+    }
+}
 
 /// The shipped model files, by name.
 pub const BUILTIN: &[(&str, &str)] = &[

@@ -15,10 +15,10 @@
 use serde::{Serialize, Serializer};
 
 use super::ConfigError;
+use super::check::Check;
 use super::limits;
 use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
 use super::scenario::{Arrivals, Hardware, Length, Parallelism, Scenario, Scheduler};
-use super::validate::Check;
 
 /// A validated `cluster:`.
 #[derive(Clone, Debug, PartialEq)]
@@ -315,7 +315,7 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
         e
     };
     let hardware = match &raw.hardware {
-        Some(v) => Some(super::validate::hardware_of(v, ck.file).map_err(under_pool)?),
+        Some(v) => Some(super::sections::hardware_of(v, ck.file).map_err(under_pool)?),
         None => None,
     };
     let hw = hardware.clone().unwrap_or_else(|| base.hardware.clone());
@@ -327,7 +327,7 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
                 max_batch_tokens: s.max_batch_tokens.or(b.scheduler.max_batch_tokens),
                 max_num_sequences: s.max_num_sequences.or(b.scheduler.max_num_sequences),
             };
-            Some(super::validate::scheduler(ck, &merged).map_err(under_pool)?)
+            Some(super::sections::scheduler(ck, &merged).map_err(under_pool)?)
         }
         None => None,
     };
@@ -342,7 +342,7 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
         cluster: None,
         ..base.clone()
     };
-    super::validate::run_limits(ck, &scenario).map_err(under_pool)?;
+    super::sections::run_limits(ck, &scenario).map_err(under_pool)?;
     let parallelism = raw.parallelism.is_some().then_some(built.parallelism).flatten();
     Ok(Pool { replicas, router, overlap_weight, hardware, parallelism, scheduler, scenario: Box::new(scenario) })
 }

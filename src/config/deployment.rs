@@ -4,43 +4,23 @@
 //! tensor parallelism with its interconnect. A scenario that uses none of
 //! these keys gets exactly the docs/engine.md figures it always had.
 
-use std::path::PathBuf;
-
-use serde::{Serialize, Serializer};
-
 use super::ConfigError;
+// Where an architecture came from is the architecture reader's, and the
+// validated deployment types are the scenario's (it holds them); the old
+// paths stay.
+pub use super::architecture::ArchitectureOrigin;
 use super::architecture::{self, Resolved};
+use super::check::{Check, DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER};
+use super::check::{DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_WATERMARK};
 use super::limits;
 use super::raw::{RawByGpus, RawInterconnect, RawModel, RawParallelism};
-use super::scenario::{Hardware, KvCache, Model, Scenario, Weights};
-use super::validate::{Check, DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER};
-use super::validate::{DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_WATERMARK};
+pub use super::scenario::{ByGpus, Deployment, FigureSource, Interconnect, KvDtype, Parallelism};
+use super::scenario::{Hardware, KvCache, Model, Weights};
 use crate::engine::arch::Architecture;
-use crate::engine::cost::{DeploymentInput, Link};
+use crate::engine::cost::Link;
 use crate::engine::{KvBudget, KvBudgetInput};
 
-/// `parallelism:` (pipeline parallelism is refused).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Parallelism {
-    pub tensor: u32,
-}
-
-/// A figure that may depend on the GPU count.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ByGpus {
-    Fixed(f64),
-    /// Sorted by GPU count.
-    ByCount(Vec<(u32, f64)>),
-}
-
 impl ByGpus {
-    pub fn at(&self, gpus: u32) -> Option<f64> {
-        match self {
-            ByGpus::Fixed(x) => Some(*x),
-            ByGpus::ByCount(m) => m.iter().find(|(g, _)| *g == gpus).map(|(_, x)| *x),
-        }
-    }
-
     fn counts(&self) -> String {
         match self {
             ByGpus::Fixed(_) => "any".into(),
@@ -49,63 +29,7 @@ impl ByGpus {
     }
 }
 
-impl Serialize for ByGpus {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        match self {
-            ByGpus::Fixed(x) => s.serialize_f64(*x),
-            ByGpus::ByCount(m) => {
-                let mut map = s.serialize_map(Some(m.len()))?;
-                for (g, x) in m {
-                    map.serialize_entry(g, x)?;
-                }
-                map.end()
-            }
-        }
-    }
-}
-
-/// `hardware.interconnect`: an all-reduce's bus bandwidth and fixed latency.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Interconnect {
-    pub bandwidth_gbps: ByGpus,
-    pub latency_us: ByGpus,
-}
-
-/// `kv_cache.dtype`, as vLLM's `--kv-cache-dtype` names it.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum KvDtype {
-    /// The model's 16-bit dtype.
-    Auto,
-    Bf16,
-    Fp16,
-    Fp8,
-    Fp8E4m3,
-    Fp8E5m2,
-}
-
 impl KvDtype {
-    pub const ALL: [KvDtype; 6] =
-        [KvDtype::Auto, KvDtype::Bf16, KvDtype::Fp16, KvDtype::Fp8, KvDtype::Fp8E4m3, KvDtype::Fp8E5m2];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KvDtype::Auto => "auto",
-            KvDtype::Bf16 => "bf16",
-            KvDtype::Fp16 => "fp16",
-            KvDtype::Fp8 => "fp8",
-            KvDtype::Fp8E4m3 => "fp8_e4m3",
-            KvDtype::Fp8E5m2 => "fp8_e5m2",
-        }
-    }
-
-    pub fn element_bytes(self) -> u64 {
-        match self {
-            KvDtype::Auto | KvDtype::Bf16 | KvDtype::Fp16 => 2,
-            KvDtype::Fp8 | KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => 1,
-        }
-    }
-
     fn parse(ck: &Check, text: &str) -> Result<KvDtype, ConfigError> {
         let aliases = [("bfloat16", KvDtype::Bf16), ("float16", KvDtype::Fp16), ("half", KvDtype::Fp16)];
         KvDtype::ALL
@@ -118,107 +42,6 @@ impl KvDtype {
                 let names: Vec<&str> = KvDtype::ALL.iter().map(|d| d.as_str()).collect();
                 ck.err("model.kv_cache.dtype", format!("`{text}` is not one of {}", names.join(", ")))
             })
-    }
-}
-
-impl Serialize for KvDtype {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-/// Where an architecture was read from.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ArchitectureOrigin {
-    Inline,
-    Preset { name: String, file: PathBuf, source: Option<String> },
-    HfConfig { file: PathBuf },
-}
-
-impl ArchitectureOrigin {
-    pub fn describe(&self) -> String {
-        match self {
-            ArchitectureOrigin::Inline => "model.architecture".into(),
-            ArchitectureOrigin::Preset { name, file, source } => {
-                let from = source.as_ref().map(|s| format!("; figures from {s}")).unwrap_or_default();
-                format!("model `{name}` ({}{from})", file.display())
-            }
-            ArchitectureOrigin::HfConfig { file } => format!("model.hf_config {}", file.display()),
-        }
-    }
-}
-
-/// Which input a figure came from.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum FigureSource {
-    /// Given in the scenario, which has no architecture.
-    Given,
-    /// Derived from the architecture.
-    Architecture,
-    /// Given in the scenario beside an architecture, which it overrides.
-    Override,
-}
-
-/// What the deployment comes to: the figures the engine and the reports use.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Deployment {
-    pub architecture_origin: Option<ArchitectureOrigin>,
-    pub tensor_parallel: u32,
-    /// Parameters used for weight bytes and bytes read.
-    pub parameters: f64,
-    pub parameters_from: FigureSource,
-    /// Parameters one token uses (all of them for a dense model).
-    pub active_parameters: f64,
-    /// All GPUs' weights: `parameters * bytes_per_parameter`.
-    pub weight_bytes: f64,
-    /// KV bytes per token of the whole model.
-    pub kv_bytes_per_token: u64,
-    pub kv_from: FigureSource,
-    pub kv_bytes_per_token_per_gpu: u64,
-    /// The compute peak that applies (per GPU, before efficiency).
-    pub peak_tflops: f64,
-    /// Whether that is `peak_tflops_fp8`.
-    pub peak_is_fp8: bool,
-    /// The all-reduce link at this tensor degree (`None` at 1).
-    pub link: Option<Link>,
-}
-
-impl Default for Deployment {
-    fn default() -> Self {
-        Deployment {
-            architecture_origin: None,
-            tensor_parallel: 1,
-            parameters: 0.0,
-            parameters_from: FigureSource::Given,
-            active_parameters: 0.0,
-            weight_bytes: 0.0,
-            kv_bytes_per_token: 0,
-            kv_from: FigureSource::Given,
-            kv_bytes_per_token_per_gpu: 0,
-            peak_tflops: 0.0,
-            peak_is_fp8: false,
-            link: None,
-        }
-    }
-}
-
-impl Deployment {
-    /// GPUs one engine (one replica) uses.
-    pub fn gpus(&self) -> u32 {
-        self.tensor_parallel
-    }
-
-    /// The architecture's cost terms, when the model has one.
-    pub fn cost_input(&self, s: &Scenario) -> Option<DeploymentInput> {
-        let architecture = s.model.architecture.clone()?;
-        Some(DeploymentInput {
-            architecture,
-            parameters: self.parameters,
-            tensor_parallel: self.tensor_parallel,
-            peak_tflops: self.peak_tflops,
-            link: self.link,
-            per_layer_overhead_us: s.latency.per_layer_overhead_us,
-        })
     }
 }
 

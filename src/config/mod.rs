@@ -4,6 +4,7 @@
 
 pub mod architecture;
 pub mod calibration;
+pub mod check;
 pub mod cluster;
 pub mod deployment;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod overrides;
 pub mod raw;
 pub mod reference;
 pub mod scenario;
+pub mod sections;
 pub mod validate;
 
 use std::path::Path;

@@ -5,72 +5,18 @@
 use std::path::Path;
 use std::sync::Arc;
 
+// The checker, the defaults and the shared section checks live below the
+// builders that use them; the old paths stay.
+pub(crate) use super::check::Check;
+pub use super::check::{
+    DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
+    DEFAULT_MAX_NUM_SEQUENCES, DEFAULT_SEED, DEFAULT_WATERMARK,
+};
 use super::limits::{self, Range};
-use super::num::short_float;
 use super::raw::*;
 use super::scenario::*;
-use super::{ConfigError, deployment, hardware};
-use crate::util::thousands;
-
-/// vLLM's defaults where it has one (docs/scenario.md).
-pub const DEFAULT_BLOCK_SIZE: u32 = 16;
-pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
-pub const DEFAULT_WATERMARK: f64 = 0.01;
-pub const DEFAULT_MAX_NUM_SEQUENCES: u32 = 256;
-/// vLLM V1's default `max_num_batched_tokens` for online serving on large GPUs.
-pub const DEFAULT_MAX_BATCH_TOKENS: u32 = 8192;
-pub const DEFAULT_BYTES_PER_PARAMETER: f64 = 2.0;
-pub const DEFAULT_SEED: u64 = 0;
-
-/// Checks values against their allowed ranges, naming `file` in errors.
-pub(crate) struct Check<'a> {
-    pub file: &'a Path,
-}
-
-impl Check<'_> {
-    pub fn err(&self, path: &str, msg: impl std::fmt::Display) -> ConfigError {
-        ConfigError::new(self.file, path, msg)
-    }
-
-    /// A real number in `range` (see [`limits`]).
-    pub fn real(&self, path: &str, v: f64, range: &Range) -> Result<f64, ConfigError> {
-        if range.contains(v) {
-            return Ok(v);
-        }
-        let why =
-            if v.is_finite() { format!("must be in {range}") } else { format!("must be a finite number in {range}") };
-        Err(self.err(path, format!("{} is not allowed: {why}", short_float(v))))
-    }
-
-    /// A whole number in `range` (see [`limits`]). Values read as `i64`
-    /// saturate at its ends ([`super::num::whole`]): those were too large
-    /// (or too small) to show.
-    pub fn whole(&self, path: &str, v: i64, range: &Range) -> Result<u64, ConfigError> {
-        if range.contains_whole(i128::from(v)) {
-            return Ok(v as u64);
-        }
-        let allowed = match range {
-            Range::Whole { lo, hi } => format!("a whole number from {} to {}", thousands(*lo), thousands(*hi)),
-            Range::Real { .. } => format!("in {range}"),
-        };
-        Err(self.err(path, format!("{} is not allowed: must be {allowed}", shown(v))))
-    }
-
-    /// [`Check::whole`] for a range within `u32`.
-    pub fn whole32(&self, path: &str, v: i64, range: &Range) -> Result<u32, ConfigError> {
-        self.whole(path, v, range).map(|n| n.min(u64::from(u32::MAX)) as u32)
-    }
-}
-
-/// A whole number for a message; the saturated ends of `i64` stand for
-/// values too large to show.
-fn shown(v: i64) -> String {
-    match v {
-        i64::MAX => "a number this large".into(),
-        i64::MIN => "a number this small".into(),
-        _ => v.to_string(),
-    }
-}
+pub(crate) use super::sections::{hardware_of, run_limits, scheduler};
+use super::{ConfigError, deployment};
 
 /// Builds the scenario from its raw form. `file` is the scenario's path.
 pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> {
@@ -124,20 +70,6 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     Ok(scenario)
 }
 
-/// `scheduler:` (or a pool's, merged over it), defaults filled in.
-pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, ConfigError> {
-    Ok(Scheduler {
-        max_batch_tokens: match raw.max_batch_tokens {
-            Some(v) => ck.whole32("scheduler.max_batch_tokens", v, &limits::MAX_BATCH_TOKENS)?,
-            None => DEFAULT_MAX_BATCH_TOKENS,
-        },
-        max_num_sequences: match raw.max_num_sequences {
-            Some(v) => ck.whole32("scheduler.max_num_sequences", v, &limits::MAX_NUM_SEQUENCES)?,
-            None => DEFAULT_MAX_NUM_SEQUENCES,
-        },
-    })
-}
-
 /// A trace with `block_ids` (a `llmsim serve --record` file) names blocks
 /// of its own block size: replaying it with another one would share the
 /// wrong tokens.
@@ -169,97 +101,6 @@ fn latency(ck: &Check, raw: &RawLatency) -> Result<Latency, ConfigError> {
             raw.per_sequence_overhead_us,
             &limits::FINE_OVERHEAD_US,
         )?,
-    })
-}
-
-/// Rules that bound the work of one run (see [`limits`]): the cheapest
-/// step costs at least [`limits::MIN_STEP_SECONDS`], and an open loop
-/// limited only by its duration would not issue more than
-/// [`limits::MAX_REQUESTS`] requests.
-pub(crate) fn run_limits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
-    let cheapest = s.engine_config().cost.step(1, 1).total_s;
-    if cheapest.is_nan() || cheapest < limits::MIN_STEP_SECONDS {
-        return Err(ck.err(
-            "model.weights.parameters_billions",
-            format!(
-                "the cheapest step of this model on this hardware (one token, the weights read once) \
-                 costs {:.3} ns; llmsim needs at least {} ns a step, as a real step's kernel launches \
-                 and scheduling alone take longer: this model is too small for the hardware; use a \
-                 larger model or set latency.step_overhead_ms (e.g. 0.01)",
-                cheapest * 1e9,
-                thousands((limits::MIN_STEP_SECONDS * 1e9) as u64)
-            ),
-        ));
-    }
-    let w = &s.workload;
-    let rate = match w.arrivals {
-        Arrivals::Poisson { rate } | Arrivals::Gamma { rate, .. } | Arrivals::Constant { rate } => Some(rate),
-        _ => None,
-    };
-    if let (Some(rate), Some(d), None) = (rate, w.duration_s, w.requests) {
-        let expected = rate * d;
-        if expected > limits::MAX_REQUESTS as f64 {
-            return Err(ck.err(
-                "workload.duration_s",
-                format!(
-                    "{} req/s for {} s is about {} requests; a run may issue at most {}: \
-                     set workload.requests, or a shorter duration_s",
-                    short_float(rate),
-                    short_float(d),
-                    short_float(expected.round()),
-                    thousands(limits::MAX_REQUESTS)
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `hardware:` is a profile name or an inline mapping.
-pub(crate) fn hardware_of(value: &crate::yaml::Value, file: &Path) -> Result<Hardware, ConfigError> {
-    match value {
-        crate::yaml::Value::String(name) => {
-            let found = hardware::find(name, file)?;
-            let raw: RawHardware = super::parse_str(&found.text, &found.file)?;
-            hardware_fields(raw, &found.file, "", name)
-        }
-        crate::yaml::Value::Mapping(_) => {
-            let raw: RawHardware = super::parse_value(value.clone(), file, "hardware")?;
-            hardware_fields(raw, file, "hardware.", "inline")
-        }
-        other => Err(ConfigError::new(
-            file,
-            "hardware",
-            format!(
-                "expected a profile name or a mapping with hbm_gib, memory_bandwidth_gbps, \
-                 peak_tflops; got {}",
-                super::describe_value(other)
-            ),
-        )),
-    }
-}
-
-fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) -> Result<Hardware, ConfigError> {
-    let ck = Check { file };
-    let p = |k: &str| format!("{prefix}{k}");
-    Ok(Hardware {
-        name: raw.name.unwrap_or_else(|| fallback.to_string()),
-        hbm_gib: ck.real(&p("hbm_gib"), raw.hbm_gib, &limits::HBM_GIB)?,
-        memory_bandwidth_gbps: ck.real(
-            &p("memory_bandwidth_gbps"),
-            raw.memory_bandwidth_gbps,
-            &limits::MEMORY_BANDWIDTH_GBPS,
-        )?,
-        peak_tflops: ck.real(&p("peak_tflops"), raw.peak_tflops, &limits::PEAK_TFLOPS)?,
-        peak_tflops_fp8: raw
-            .peak_tflops_fp8
-            .map(|x| ck.real(&p("peak_tflops_fp8"), x, &limits::PEAK_TFLOPS))
-            .transpose()?,
-        interconnect: raw.interconnect.map(|i| deployment::interconnect(&ck, i, &p)).transpose()?,
-        cost_per_hour: raw
-            .cost_per_hour
-            .map(|c| ck.real(&p("cost_per_hour"), c, &limits::COST_PER_HOUR))
-            .transpose()?,
     })
 }
 

@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::config::check::Check;
 use crate::config::limits;
 use crate::config::raw::{
     RawArrivals, RawCluster, RawEfficiency, RawLatency, RawLength, RawModel, RawParallelism, RawScenario, RawScheduler,
     RawWorkload,
 };
-use crate::config::validate::Check;
 use crate::config::{Cluster, ConfigError, Scenario};
 use crate::engine::EngineConfig;
 

@@ -11,7 +11,7 @@ use super::prefilter::{self, Prefilter};
 use super::raw::{RawEntry, RawResponses, RawSynthetic};
 use super::template::{LAST_USER_MESSAGE, MODEL, Template};
 use super::{AnswerKind, ArgSpec, DEFAULT_SEED, Entry, MAX_SYNTHETIC_TOKENS, Matcher, Responses, ToolCallSpec};
-use crate::config::validate::Check;
+use crate::config::check::Check;
 use crate::config::{self, ConfigError};
 
 /// Builds the responses from their raw form. `file` names it in errors.
