@@ -125,16 +125,37 @@ pub struct BenchRun {
     pub server: ServerSummary,
 }
 
+/// Why a bench sent nothing: its prompts cannot be built, or the server
+/// cannot be reached. (Failed requests are measured, not errors.)
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// `--prompt-tokens` below what the chat template alone costs.
+    #[error(
+        "--prompt-tokens {prompt_tokens} is too small for the chat endpoint: its template costs {} \
+         tokens per message and {} per prompt, so give at least {}",
+        crate::content::tokenizer::PER_MESSAGE_OVERHEAD,
+        crate::content::tokenizer::PER_PROMPT_OVERHEAD,
+        crate::content::tokenizer::PER_MESSAGE_OVERHEAD + crate::content::tokenizer::PER_PROMPT_OVERHEAD + 1
+    )]
+    PromptTooShort { prompt_tokens: u32 },
+    /// The HTTP client could not be built (reqwest's reason).
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+    /// `GET /health` got no answer.
+    #[error("cannot reach {base_url}: {reason}; no request was sent")]
+    Unreachable { base_url: String, reason: String },
+}
+
 /// Runs the bench on `rt`, a multi-threaded runtime the caller built
 /// (`cli::runtime::bench_runtime`).
-pub fn run(cfg: &BenchConfig, rt: &tokio::runtime::Runtime) -> Result<BenchRun, String> {
+pub fn run(cfg: &BenchConfig, rt: &tokio::runtime::Runtime) -> Result<BenchRun, BenchError> {
     rt.block_on(run_async(cfg))
 }
 
-async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, String> {
+async fn run_async(cfg: &BenchConfig) -> Result<BenchRun, BenchError> {
     let words = content_words(cfg)?;
     let client = Arc::new(Client::new(&cfg.base_url, &cfg.model, cfg.endpoint, cfg.timeout)?);
-    client.reachable().await.map_err(|e| format!("cannot reach {}: {e}; no request was sent", cfg.base_url))?;
+    client.reachable().await.map_err(|reason| BenchError::Unreachable { base_url: cfg.base_url.clone(), reason })?;
     let nonce = run_nonce();
     if cfg.warmup > 0 {
         warm_up(&client, cfg, &format!("w{nonce}"), words).await;
@@ -230,16 +251,9 @@ pub const FIRST_TEMPLATE: u32 = 8;
 pub const TURN_TEMPLATE: u32 = 10;
 
 /// Words of prompt text per request (see [`schedule::content_tokens`]).
-pub fn content_words(cfg: &BenchConfig) -> Result<u32, String> {
-    use crate::content::tokenizer::{PER_MESSAGE_OVERHEAD, PER_PROMPT_OVERHEAD};
-    schedule::content_tokens(cfg.prompt_tokens, cfg.endpoint == Endpoint::Chat).ok_or_else(|| {
-        format!(
-            "--prompt-tokens {} is too small for the chat endpoint: its template costs {PER_MESSAGE_OVERHEAD} \
-             tokens per message and {PER_PROMPT_OVERHEAD} per prompt, so give at least {}",
-            cfg.prompt_tokens,
-            PER_MESSAGE_OVERHEAD + PER_PROMPT_OVERHEAD + 1
-        )
-    })
+pub fn content_words(cfg: &BenchConfig) -> Result<u32, BenchError> {
+    schedule::content_tokens(cfg.prompt_tokens, cfg.endpoint == Endpoint::Chat)
+        .ok_or(BenchError::PromptTooShort { prompt_tokens: cfg.prompt_tokens })
 }
 
 /// Four letters that differ between runs, so a server's prefix cache

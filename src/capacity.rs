@@ -62,7 +62,7 @@ pub mod saturation;
 pub mod search;
 pub mod slo;
 
-pub use search::{Options, Probe, Report, search};
+pub use search::{Options, Probe, SearchResult, search};
 pub use slo::{Slo, SloError};
 
 #[cfg(test)]

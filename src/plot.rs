@@ -40,9 +40,23 @@ pub fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
-/// A plotters error as text.
-pub fn err<E: std::fmt::Debug>(e: E) -> String {
-    format!("cannot draw the plot: {e:?}")
+/// A plotters error as a [`PlotError`].
+pub fn err<E: std::fmt::Debug>(e: E) -> PlotError {
+    PlotError::Draw(format!("{e:?}"))
+}
+
+/// Why a plot was not drawn.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlotError {
+    /// A sweep with no axis has nothing to draw against.
+    #[error("--plot needs at least one axis: the plots draw metrics against the first axis")]
+    NoAxis,
+    /// Only latency metrics are drawn (an internal misuse).
+    #[error("not a latency")]
+    NotLatency,
+    /// The plotting library failed (its reason, as it debug-prints it).
+    #[error("cannot draw the plot: {0}")]
+    Draw(String),
 }
 
 /// A label to put at the right end of a line, in pixels.
@@ -54,7 +68,7 @@ pub struct EndLabel {
 
 /// Draws labels just right of their points, pushed apart vertically so
 /// that none overlaps the one above.
-pub fn draw_end_labels(area: &DrawingArea<SVGBackend<'_>, Shift>, mut labels: Vec<EndLabel>) -> Result<(), String> {
+pub fn draw_end_labels(area: &DrawingArea<SVGBackend<'_>, Shift>, mut labels: Vec<EndLabel>) -> Result<(), PlotError> {
     const GAP: i32 = 14;
     labels.sort_by_key(|l| l.at.1);
     let mut last = i32::MIN / 2;

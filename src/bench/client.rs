@@ -112,13 +112,13 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(base: &str, model: &str, endpoint: Endpoint, timeout: Duration) -> Result<Client, String> {
+    pub fn new(base: &str, model: &str, endpoint: Endpoint, timeout: Duration) -> Result<Client, super::BenchError> {
         let http = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(timeout)
             .pool_idle_timeout(Duration::from_secs(30))
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(|e| super::BenchError::Client(e.to_string()))?;
         Ok(Client { http, base: base.trim_end_matches('/').to_string(), model: model.to_string(), endpoint, timeout })
     }
 

@@ -50,9 +50,25 @@ impl FitKey {
     }
 }
 
+/// A `--fit` entry that cannot be used, with the key and what is allowed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FitKeyError {
+    #[error("--fit names `{0}` twice")]
+    Twice(String),
+    /// Not a scenario key ([`keys::check_path`]'s reason).
+    #[error("--fit {0}")]
+    UnknownKey(String),
+    #[error("--fit `{key}` is not a numeric key (it holds {holds}); fit keys are numbers such as {}", DEFAULT_KEYS.join(", "))]
+    NotNumeric { key: String, holds: String },
+    #[error("--fit `{0}` has no default bounds: write them as {0}=LO:HI (for example {0}=1:100)")]
+    NoBounds(String),
+    #[error("--fit `{key}={text}`: bounds are LO:HI, two finite numbers with LO < HI (e.g. 0:20)")]
+    BadBounds { key: String, text: String },
+}
+
 /// Parses `--fit` entries (each may hold several, comma-separated, outside
 /// brackets): `KEY` or `KEY=LO:HI`. Empty: the default keys.
-pub fn parse(specs: &[String]) -> Result<Vec<FitKey>, String> {
+pub fn parse(specs: &[String]) -> Result<Vec<FitKey>, FitKeyError> {
     let items: Vec<String> =
         specs.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
     if items.is_empty() {
@@ -62,41 +78,39 @@ pub fn parse(specs: &[String]) -> Result<Vec<FitKey>, String> {
     for item in &items {
         let key = parse_one(item)?;
         if out.iter().any(|k| k.key == key.key) {
-            return Err(format!("--fit names `{}` twice", key.key));
+            return Err(FitKeyError::Twice(key.key));
         }
         out.push(key);
     }
     Ok(out)
 }
 
-fn parse_one(item: &str) -> Result<FitKey, String> {
+fn parse_one(item: &str) -> Result<FitKey, FitKeyError> {
     let (key, bounds) = match item.split_once('=') {
         Some((k, b)) => (k.trim(), Some(b.trim())),
         None => (item.trim(), None),
     };
-    let kind = keys::check_path(key).map_err(|e| format!("--fit {e}"))?;
+    let kind = keys::check_path(key).map_err(|e| FitKeyError::UnknownKey(e.to_string()))?;
     let integer = match kind {
         Kind::Number | Kind::NumberOrMapping => false,
         Kind::Integer => true,
         other => {
-            return Err(format!(
-                "--fit `{key}` is not a numeric key (it holds {}); fit keys are numbers such as {}",
-                other.describe(),
-                DEFAULT_KEYS.join(", ")
-            ));
+            return Err(FitKeyError::NotNumeric { key: key.to_string(), holds: other.describe().to_string() });
         }
     };
     let (lo, hi) = match bounds {
         Some(b) => parse_bounds(key, b)?,
-        None => DEFAULT_BOUNDS.iter().find(|(k, _, _)| *k == key).map(|(_, lo, hi)| (*lo, *hi)).ok_or_else(|| {
-            format!("--fit `{key}` has no default bounds: write them as {key}=LO:HI (for example {key}=1:100)")
-        })?,
+        None => DEFAULT_BOUNDS
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, lo, hi)| (*lo, *hi))
+            .ok_or_else(|| FitKeyError::NoBounds(key.to_string()))?,
     };
     Ok(FitKey { key: key.to_string(), lo, hi, integer })
 }
 
-fn parse_bounds(key: &str, text: &str) -> Result<(f64, f64), String> {
-    let bad = || format!("--fit `{key}={text}`: bounds are LO:HI, two finite numbers with LO < HI (e.g. 0:20)");
+fn parse_bounds(key: &str, text: &str) -> Result<(f64, f64), FitKeyError> {
+    let bad = || FitKeyError::BadBounds { key: key.to_string(), text: text.to_string() };
     let (lo, hi) = text.split_once(':').ok_or_else(bad)?;
     let (lo, hi): (f64, f64) = (lo.trim().parse().map_err(|_| bad())?, hi.trim().parse().map_err(|_| bad())?);
     if !(lo.is_finite() && hi.is_finite() && lo < hi) {
@@ -110,7 +124,7 @@ mod tests {
     use super::*;
 
     fn p(s: &[&str]) -> Result<Vec<FitKey>, String> {
-        parse(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>())
+        parse(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>()).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The capacity search as text for a terminal. The JSON is the
-//! [`Report`] serialised as is.
+//! [`SearchResult`] serialised as is.
 //!
 //! # Wire format
 //!
@@ -27,11 +27,11 @@
 
 use std::fmt::Write;
 
-use super::Report;
+use super::SearchResult;
 use crate::report::thousands;
 
 /// The summary `llmsim capacity` prints.
-pub fn render(r: &Report) -> String {
+pub fn render(r: &SearchResult) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

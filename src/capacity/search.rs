@@ -30,7 +30,7 @@ pub const MAX_SEEDS: u32 = 100;
 
 /// What the search found.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Report {
+pub struct SearchResult {
     pub scenario: String,
     pub arrivals: String,
     pub slos: Vec<String>,
@@ -131,7 +131,7 @@ fn steady_probe(
 }
 
 /// The whole search: saturation first, then the SLOs below it.
-pub fn search(base: &Scenario, opts: &Options) -> Result<Report, SearchError> {
+pub fn search(base: &Scenario, opts: &Options) -> Result<SearchResult, SearchError> {
     let kind = match &base.workload.arrivals {
         Arrivals::Poisson { .. } => "poisson",
         Arrivals::Gamma { .. } => "gamma",
@@ -224,13 +224,13 @@ struct Found {
     binding: Option<String>,
 }
 
-fn finish(base: &Scenario, opts: &Options, f: Found, probes: Vec<Probe>) -> Report {
+fn finish(base: &Scenario, opts: &Options, f: Found, probes: Vec<Probe>) -> SearchResult {
     let gpus = base.deployment.gpus();
     let cost = base.hardware.cost_per_hour.map(|c| c * f64::from(gpus));
     let (lo, hi) = f.bracket;
     let replicas = opts.target_rate.map(|t| (t / lo).ceil().max(1.0) as u64);
     let best = f.best;
-    Report {
+    SearchResult {
         scenario: base.name.clone(),
         arrivals: f.kind.to_string(),
         slos: opts.slos.iter().map(Slo::to_string).collect(),

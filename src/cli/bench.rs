@@ -226,7 +226,7 @@ pub fn config(a: &BenchArgs) -> Result<BenchConfig, CliError> {
         shared_prefix: a.shared_prefix.as_deref().map(shared_prefix).transpose().map_err(CliError::Usage)?,
         turns: turns(a)?,
     };
-    bench::content_words(&cfg).map_err(CliError::Usage)?;
+    bench::content_words(&cfg).map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(cfg)
 }
 
@@ -334,7 +334,7 @@ fn session_rows(run: &bench::BenchRun) -> (Vec<TraceRow>, Vec<trace::RowContent>
 
 pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     let cfg = config(&a)?;
-    let run = bench::run(&cfg, &super::runtime::bench_runtime()?).map_err(CliError::Failure)?;
+    let run = bench::run(&cfg, &super::runtime::bench_runtime()?).map_err(|e| CliError::Failure(e.to_string()))?;
     let json = bench::result::to_json(&run, utc_date());
     if let Some(path) = &a.json {
         write_output(path, crate::report::to_json(&json).as_bytes())?;

@@ -133,7 +133,7 @@ fn check_not_all_excluded(loaded: &Loaded) -> Result<(), CliError> {
 }
 
 pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
-    let keys = keys::parse(&a.fit).map_err(CliError::Usage)?;
+    let keys = keys::parse(&a.fit).map_err(|e| CliError::Usage(e.to_string()))?;
     let metrics = parse_metrics(&a.metrics).map_err(CliError::Usage)?;
     let loss = parse_loss(&a.loss).map_err(CliError::Usage)?;
     if let Some(out) = &a.output

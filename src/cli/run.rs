@@ -104,7 +104,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     }
     if let Some(dir) = &a.plot {
         let plot = crate::plot::timeline::plot(&scenario.name, &out.steps, scenario.capacity.num_blocks)
-            .map_err(CliError::Failure)?;
+            .map_err(|e| CliError::Failure(e.to_string()))?;
         super::sweep::write_plots(dir, &[plot])?;
     }
     if let (Some(path), Some(t)) = (&a.trace_events, trace) {

@@ -108,8 +108,8 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .map_err(|e| CliError::Failure(format!("cannot listen on {addr}: {e}")))?;
-        let (app, drivers) =
-            App::new(&models, responses, options, Clock::start_precise()).map_err(CliError::Failure)?;
+        let (app, drivers) = App::new(&models, responses, options, Clock::start_precise())
+            .map_err(|e| CliError::Failure(e.to_string()))?;
         for driver in drivers {
             spawn_driver(driver)?;
         }

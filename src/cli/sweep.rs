@@ -89,7 +89,7 @@ impl SweepOutputs {
             write_output(path, output::json(data).as_bytes())?;
         }
         if let Some(dir) = &self.plot {
-            write_plots(dir, &crate::plot::sweep::plots(data, &slos).map_err(CliError::Usage)?)?;
+            write_plots(dir, &crate::plot::sweep::plots(data, &slos).map_err(|e| CliError::Usage(e.to_string()))?)?;
         }
         let to_stdout = [&self.csv, &self.json].iter().any(|p| p.as_deref() == Some(Path::new("-")));
         if !self.quiet && !to_stdout {

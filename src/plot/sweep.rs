@@ -11,7 +11,7 @@
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
-use super::{EndLabel, Plot, color, draw_end_labels, err, y_range};
+use super::{EndLabel, Plot, PlotError, color, draw_end_labels, err, y_range};
 use crate::capacity::Slo;
 use crate::sweep::metric::{Family, Metric, Stat};
 use crate::sweep::output::short_key;
@@ -25,9 +25,9 @@ const SIZE: (u32, u32) = (900, 560);
 // plan, or from shard files that passed `SweepData::check`.
 
 /// Every plot of a sweep.
-pub fn plots(data: &SweepData, slos: &[Slo]) -> Result<Vec<Plot>, String> {
+pub fn plots(data: &SweepData, slos: &[Slo]) -> Result<Vec<Plot>, PlotError> {
     if data.axes.is_empty() {
-        return Err("--plot needs at least one axis: the plots draw metrics against the first axis".into());
+        return Err(PlotError::NoAxis);
     }
     let groups = groups(data);
     let mut out = Vec::new();
@@ -98,7 +98,13 @@ fn lines(data: &SweepData, m: Metric, points: &[&PointResult], x_of: &dyn Fn(usi
         .collect()
 }
 
-fn draw(data: &SweepData, m: Metric, points: &[&PointResult], group: &str, slo: Option<f64>) -> Result<String, String> {
+fn draw(
+    data: &SweepData,
+    m: Metric,
+    points: &[&PointResult],
+    group: &str,
+    slo: Option<f64>,
+) -> Result<String, PlotError> {
     let first = &data.axes[0];
     let numeric: Option<Vec<f64>> = first.values.iter().map(serde_json::Value::as_f64).collect();
     let x_of = |i: usize| numeric.as_ref().map_or(i as f64, |v| v[i]);
@@ -108,7 +114,7 @@ fn draw(data: &SweepData, m: Metric, points: &[&PointResult], group: &str, slo: 
     let pad = if x_hi > x_lo { (x_hi - x_lo) * 0.04 } else { 1.0 };
     let y_hi =
         lines.iter().flat_map(|l| l.points.iter().map(|(_, y, c)| y + c.unwrap_or(0.0))).chain(slo).fold(0.0, f64::max);
-    let Metric::Latency(family, stat) = m else { return Err("not a latency".into()) };
+    let Metric::Latency(family, stat) = m else { return Err(PlotError::NotLatency) };
     let mut title = format!("{} {} (ms) vs {}", family.title(), stat.name(), first.key);
     if !group.is_empty() {
         title.push_str(&format!(" [{group}]"));
@@ -175,7 +181,7 @@ fn draw(data: &SweepData, m: Metric, points: &[&PointResult], group: &str, slo: 
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// The line, a dot at each point, and 95% error bars when there are several seeds.
-fn draw_line(chart: &mut Chart<'_, '_>, l: &Line, c: RGBColor) -> Result<(), String> {
+fn draw_line(chart: &mut Chart<'_, '_>, l: &Line, c: RGBColor) -> Result<(), PlotError> {
     let style = ShapeStyle::from(&c).stroke_width(2);
     chart.draw_series(LineSeries::new(l.points.iter().map(|(x, y, _)| (*x, *y)), style)).map_err(err)?;
     chart.draw_series(l.points.iter().map(|(x, y, _)| Circle::new((*x, *y), 3, c.filled()))).map_err(err)?;

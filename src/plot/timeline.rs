@@ -8,7 +8,7 @@
 
 use plotters::prelude::*;
 
-use super::{EndLabel, Plot, color, draw_end_labels, err, y_range};
+use super::{EndLabel, Plot, PlotError, color, draw_end_labels, err, y_range};
 use crate::engine::StepRecord;
 
 pub const MAX_POINTS: usize = 2000;
@@ -27,7 +27,7 @@ struct Panel {
 }
 
 /// The timeline of a run's steps; `num_blocks` turns blocks into a fraction.
-pub fn plot(title: &str, steps: &[StepRecord], num_blocks: u32) -> Result<Plot, String> {
+pub fn plot(title: &str, steps: &[StepRecord], num_blocks: u32) -> Result<Plot, PlotError> {
     let blocks = f64::from(num_blocks.max(1));
     let metric = |f: fn(&StepRecord) -> f64| buckets(steps, f);
     let panels = [

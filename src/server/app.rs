@@ -26,6 +26,15 @@ use crate::config::cluster::DEFAULT_OVERLAP_WEIGHT;
 use crate::content::Responses;
 use crate::engine::Engine;
 
+/// How [`App::new`] fails: a file `--record` asks for cannot be created.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("cannot create the record file {}: {source}", path.display())]
+    RecordFile { path: std::path::PathBuf, source: std::io::Error },
+    #[error("cannot create the fault file {}: {source}", path.display())]
+    FaultFile { path: std::path::PathBuf, source: std::io::Error },
+}
+
 /// How a model's tokens are timed.
 pub enum Backend {
     Scheduler { commands: UnboundedSender<Command> },
@@ -136,7 +145,7 @@ impl App {
         responses: Responses,
         options: Options,
         clock: Clock,
-    ) -> Result<(Arc<App>, Vec<Driver>), String> {
+    ) -> Result<(Arc<App>, Vec<Driver>), AppError> {
         let mut models = Vec::new();
         let mut drivers = Vec::new();
         for spec in &file.models {
@@ -144,7 +153,7 @@ impl App {
                 Some(path) => {
                     let path = record::path_for(path, &spec.name, file.models.len());
                     let r = Recorder::create_for(&path, prefix::recorded_block_size(spec), spec.cluster().is_some())
-                        .map_err(|e| format!("cannot create the record file {}: {e}", path.display()))?;
+                        .map_err(|source| AppError::RecordFile { path: path.clone(), source })?;
                     Some(Arc::new(Mutex::new(r)))
                 }
                 None => None,
@@ -186,7 +195,7 @@ impl App {
                 (Some(path), Some(_)) => {
                     let path = faults::log_path(&record::path_for(path, &spec.name, file.models.len()));
                     let log = faults::FaultLog::create(&path)
-                        .map_err(|e| format!("cannot create the fault file {}: {e}", path.display()))?;
+                        .map_err(|source| AppError::FaultFile { path: path.clone(), source })?;
                     Some(Mutex::new(log))
                 }
                 _ => None,

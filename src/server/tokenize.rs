@@ -43,6 +43,15 @@ impl std::fmt::Debug for HfTokenizer {
     }
 }
 
+/// A `tokenizer.json` that cannot be read: the file and the tokenizers
+/// crate's reason.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {} as a tokenizer.json: {reason}", file.display())]
+pub struct TokenizerError {
+    pub file: std::path::PathBuf,
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, Default)]
 pub enum Tokenizer {
     #[default]
@@ -52,9 +61,9 @@ pub enum Tokenizer {
 
 impl Tokenizer {
     /// Reads a `tokenizer.json`; the error says what is wrong with it.
-    pub fn load(path: &Path) -> Result<Tokenizer, String> {
+    pub fn load(path: &Path) -> Result<Tokenizer, TokenizerError> {
         let t = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| format!("cannot read {} as a tokenizer.json: {e}", path.display()))?;
+            .map_err(|e| TokenizerError { file: path.to_path_buf(), reason: e.to_string() })?;
         Ok(Tokenizer::Hf(HfTokenizer(Arc::new(t))))
     }
 
@@ -239,7 +248,7 @@ mod tests {
         let (ids, _) = t.encode_chat(&[("user".into(), "hello world".into())]);
         assert_eq!(ids.len(), 10);
         let e = Tokenizer::load(Path::new("/nonexistent/tokenizer.json")).unwrap_err();
-        assert!(e.contains("cannot read /nonexistent/tokenizer.json as a tokenizer.json"), "{e}");
+        assert!(e.to_string().contains("cannot read /nonexistent/tokenizer.json as a tokenizer.json"), "{e}");
     }
 
     #[test]

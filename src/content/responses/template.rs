@@ -38,10 +38,28 @@ pub struct Vars<'a> {
     pub model: &'a str,
 }
 
+/// What is wrong with a template, and how to write it instead.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("a `}}` that closes nothing: write `}}}}` for a literal brace")]
+    StrayClose,
+    /// A `{` with no `}` after it; `after` is the text that follows.
+    #[error("the `{{` before `{after}` is never closed: write `{{{{` for a literal brace")]
+    Unclosed { after: String },
+    #[error(
+        "`{{{name}}}` is not a variable: variables look like {{model}}; write `{{{{` and `}}}}` for literal braces"
+    )]
+    NotAVariable { name: String },
+    /// `known` lists every variable the template may use; `hint` says
+    /// why a group name is missing, if one is.
+    #[error("`{{{name}}}` is not a known variable; known: {known}{hint}")]
+    Unknown { name: String, known: String, hint: &'static str },
+}
+
 impl Template {
     /// Parses `src`. `regex` is the entry's regex, whose named groups the
     /// template may use. The error says what is wrong and how to fix it.
-    pub fn parse(src: &str, regex: Option<&Regex>) -> Result<Template, String> {
+    pub fn parse(src: &str, regex: Option<&Regex>) -> Result<Template, TemplateError> {
         let mut parts = Vec::new();
         let mut text = String::new();
         let mut rest = src;
@@ -54,14 +72,9 @@ impl Template {
                     text.push(brace as char);
                     rest = &after[1..];
                 }
-                (b'}', _) => return Err("a `}` that closes nothing: write `}}` for a literal brace".into()),
+                (b'}', _) => return Err(TemplateError::StrayClose),
                 _ => {
-                    let end = after.find('}').ok_or_else(|| {
-                        format!(
-                            "the `{{` before `{}` is never closed: write `{{{{` for a literal brace",
-                            preview(after)
-                        )
-                    })?;
+                    let end = after.find('}').ok_or_else(|| TemplateError::Unclosed { after: preview(after) })?;
                     let var = resolve(&after[..end], regex)?;
                     if !text.is_empty() {
                         parts.push(Part::Text(std::mem::take(&mut text)));
@@ -94,12 +107,10 @@ impl Template {
     }
 }
 
-fn resolve(name: &str, regex: Option<&Regex>) -> Result<Var, String> {
+fn resolve(name: &str, regex: Option<&Regex>) -> Result<Var, TemplateError> {
     let is_name = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !is_name {
-        return Err(format!(
-            "`{{{name}}}` is not a variable: variables look like {{model}}; write `{{{{` and `}}}}` for literal braces"
-        ));
+        return Err(TemplateError::NotAVariable { name: name.to_string() });
     }
     match name {
         LAST_USER_MESSAGE => return Ok(Var::LastUserMessage),
@@ -110,17 +121,17 @@ fn resolve(name: &str, regex: Option<&Regex>) -> Result<Var, String> {
     group.map(Var::Group).ok_or_else(|| unknown(name, regex))
 }
 
-fn unknown(name: &str, regex: Option<&Regex>) -> String {
+fn unknown(name: &str, regex: Option<&Regex>) -> TemplateError {
     let groups: Vec<String> =
         regex.map_or_else(Vec::new, |r| r.capture_names().flatten().map(|n| format!("{{{n}}}")).collect());
     let mut known = groups.clone();
     known.extend([format!("{{{LAST_USER_MESSAGE}}}"), format!("{{{MODEL}}}")]);
-    let origin = match regex {
+    let hint = match regex {
         None => " (named groups need a `regex` matcher)",
         Some(_) if groups.is_empty() => " (the regex has no named groups; name one like (?P<city>\\w+))",
         Some(_) => "",
     };
-    format!("`{{{name}}}` is not a known variable; known: {}{origin}", known.join(", "))
+    TemplateError::Unknown { name: name.to_string(), known: known.join(", "), hint }
 }
 
 /// The first few characters of `s`, for messages.
@@ -156,21 +167,21 @@ mod tests {
     #[test]
     fn unknown_variables_are_errors_that_list_the_known_ones() {
         let re = Regex::new(r"(?P<city>\w+)").unwrap();
-        let e = Template::parse("{cty}", Some(&re)).unwrap_err();
+        let e = Template::parse("{cty}", Some(&re)).unwrap_err().to_string();
         assert!(e.contains("`{cty}` is not a known variable; known: {city}, {last_user_message}, {model}"), "{e}");
-        let e = Template::parse("{city}", None).unwrap_err();
+        let e = Template::parse("{city}", None).unwrap_err().to_string();
         assert!(e.contains("named groups need a `regex` matcher"), "{e}");
-        let e = Template::parse("{1}", Some(&Regex::new("(a)").unwrap())).unwrap_err();
+        let e = Template::parse("{1}", Some(&Regex::new("(a)").unwrap())).unwrap_err().to_string();
         assert!(e.contains("the regex has no named groups"), "{e}");
     }
 
     #[test]
     fn stray_braces_are_errors_that_say_how_to_write_a_literal_brace() {
-        let e = Template::parse("json: {\"a\": 1}", None).unwrap_err();
+        let e = Template::parse("json: {\"a\": 1}", None).unwrap_err().to_string();
         assert!(e.contains("is not a variable") && e.contains("`{{`"), "{e}");
-        let e = Template::parse("open { never closed", None).unwrap_err();
+        let e = Template::parse("open { never closed", None).unwrap_err().to_string();
         assert!(e.contains("never closed"), "{e}");
-        let e = Template::parse("close }", None).unwrap_err();
+        let e = Template::parse("close }", None).unwrap_err().to_string();
         assert!(e.contains("`}}`"), "{e}");
     }
 }
