@@ -2,8 +2,8 @@
 //! [`crate::sim`] and the cluster loops of [`crate::cluster`] bound a run
 //! the same way ([`RunLimits`], from [`crate::config::limits`]), report
 //! [`Progress`] the same way, stop with the same [`SimError`], delay
-//! arrivals by `latency.request_overhead_ms` with [`Delayed`] and watch
-//! requests end through [`Tap`]. It sits below both, so `sim` can hand a
+//! arrivals by `latency.request_overhead_ms` with `Delayed` and watch
+//! requests end through `Tap`. It sits below both, so `sim` can hand a
 //! `cluster:` scenario to `cluster` without a circle.
 
 use std::fmt;

@@ -1,4 +1,4 @@
-//! The checker every builder in `config/` uses ([`Check`]: a value
+//! The checker every builder in `config/` uses (`Check`: a value
 //! against its allowed range, an error naming the file and key path) and
 //! vLLM's defaults. Below the builders (`validate`, `deployment`,
 //! `architecture`, `cluster`), so none of them needs another for it.
