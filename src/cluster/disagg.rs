@@ -36,7 +36,7 @@ use crate::config::cluster::{DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool};
 use crate::config::{Cluster, Router, Scenario};
 use crate::engine::prefix::hash::request_block_hashes;
 use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
-use crate::metrics::result::{PoolOut, PoolsOut};
+use crate::metrics::result::{KvOut, PoolOut, PoolsOut};
 use crate::metrics::{Collector, CollectorOptions, RunOutput, Stats};
 use crate::sim::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
 use crate::time::SimTime;
@@ -135,13 +135,36 @@ pub fn run<O: Observer>(
     r.replicas = Some(outs.collect());
     let (pi, di) = (imbalance(&run.prefill), imbalance(&run.decode));
     r.imbalance = Some(pi.max(di));
-    r.pools = Some(PoolsOut {
+    let pools = PoolsOut {
         prefill: pool_out(&d.prefill, &per_pool.prefill, &run.prefill, pi),
         decode: pool_out(&d.decode, &per_pool.decode, &run.decode, di),
-    });
+    };
+    if pools.prefill.capacity.num_blocks != pools.decode.capacity.num_blocks {
+        r.kv = pooled_kv(r.kv.peak_blocks, [&per_pool.prefill, &per_pool.decode], [&pools.prefill, &pools.decode]);
+    }
+    r.pools = Some(pools);
     r.kv_transfer_ms = Some(Stats::from_nanos(run.transfers_ns.clone()));
     out.placement = Some(run.placement);
     Ok(out)
+}
+
+/// The aggregate KV figures of pools whose replicas differ in blocks:
+/// each step's usage is over its own replica's blocks, so `peak_usage` is
+/// the higher pool's and `mean_usage` the duration-weighted mean of every
+/// step's usage (`peak_blocks` stays the largest replica's count). Pools
+/// of equal blocks keep the single collector's figures, to the bit.
+fn pooled_kv(peak_blocks: u32, c: [&Collector; 2], p: [&PoolOut; 2]) -> KvOut {
+    let (mut usage_ns, mut busy_ns) = (0.0, 0u128);
+    for (c, p) in c.iter().zip(p) {
+        let (weighted, busy) = c.kv_time();
+        usage_ns += weighted as f64 / f64::from(p.capacity.num_blocks.max(1));
+        busy_ns += busy;
+    }
+    KvOut {
+        peak_blocks,
+        peak_usage: p[0].kv.peak_usage.max(p[1].kv.peak_usage),
+        mean_usage: if busy_ns > 0 { usage_ns / busy_ns as f64 } else { 0.0 },
+    }
 }
 
 /// A pool's engines; the decode pool's without prefix caching.

@@ -460,3 +460,81 @@ fn capacity_splits_the_gpus_between_the_pools_and_picks_the_split_with_the_most_
         .fails_with(2)
         .stderr_has(&["--gpus 4", "no cluster.prefill/cluster.decode"]);
 }
+
+/// A decode pool on smaller GPUs has fewer blocks than the prefill pool:
+/// every steps-CSV row's `kv_usage` is over its own replica's blocks, and
+/// so are the pools' and the aggregate KV figures.
+#[test]
+fn kv_usage_is_over_each_replicas_own_blocks_when_the_pools_differ() {
+    let dir = tempdir();
+    let file = write(
+        dir.path(),
+        "pools.yml",
+        "name: pools
+hardware: { name: big, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989 }
+model:
+  name: base-6.7b
+  context_length: 8192
+  weights: { parameters_billions: 6.74, bytes_per_parameter: 2 }
+  kv_cache: { bytes_per_token: 524288, block_size: 16, gpu_memory_utilization: 0.9 }
+scheduler: { max_batch_tokens: 8192, max_num_sequences: 256 }
+workload:
+  seed: 3
+  arrivals: { poisson: { rate: 30 } }
+  requests: 300
+  prompt_tokens: 1000
+  output_tokens: { uniform: [100, 300] }
+cluster:
+  prefill: { replicas: 1 }
+  decode: { replicas: 2, hardware: { name: small, hbm_gib: 40, memory_bandwidth_gbps: 3000, peak_tflops: 989 } }
+  kv_transfer: { bandwidth_gbps: 50 }
+",
+    );
+    // Blocks by hand: floor((hbm_gib x 2^30 x 0.9 - 6.74e9 x 2 bytes) / (524,288 x 16)).
+    // 80 GiB: (77,309,411,328 - 13,480,000,000) / 8,388,608 = 7,609.06;
+    // 40 GiB: (38,654,705,664 - 13,480,000,000) / 8,388,608 = 3,001.06.
+    let (prefill_blocks, decode_blocks) = (7609.0, 3001.0);
+    let (json, steps) = (dir.path().join("r.json"), dir.path().join("s.csv"));
+    let out = TestCommand::new(&["run"]).arg(&file).arg("--json").arg(&json).arg("--steps-csv").arg(&steps).ok();
+    let text = std::fs::read_to_string(&steps).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("{name}"));
+    let (used_at, usage_at, dur_at, pool_at) =
+        (col("kv_blocks_used"), col("kv_usage"), col("duration_ms"), col("pool"));
+    // Per pool: peak blocks, sum of used x ns; and both pools' usage x ns and ns.
+    let (mut peak, mut usage_ns, mut busy_ns) = ([0.0f64; 2], 0.0, 0.0);
+    for line in text.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let used: f64 = cells[used_at].parse().unwrap();
+        let (p, blocks) = match cells[pool_at] {
+            "prefill" => (0, prefill_blocks),
+            "decode" => (1, decode_blocks),
+            other => panic!("pool {other}: {line}"),
+        };
+        assert_eq!(cells[usage_at], format!("{:.6}", used / blocks), "{line}");
+        let ns = (cells[dur_at].parse::<f64>().unwrap() * 1e6).round();
+        peak[p] = peak[p].max(used);
+        usage_ns += used / blocks * ns;
+        busy_ns += ns;
+    }
+    // The test can fail: the decode pool held KV (its rows differ from the prefill pool's ratio).
+    assert!(peak[1] > 100.0, "{peak:?}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let pools = &v["pools"];
+    assert_eq!(pools["prefill"]["capacity"]["num_blocks"], 7609);
+    assert_eq!(pools["decode"]["capacity"]["num_blocks"], 3001);
+    let close = |got: &serde_json::Value, want: f64| {
+        let got = got.as_f64().unwrap();
+        assert!((got - want).abs() <= 1e-9 * want.max(1.0), "{got} vs {want}");
+    };
+    close(&pools["prefill"]["kv"]["peak_usage"], peak[0] / prefill_blocks);
+    close(&pools["decode"]["kv"]["peak_usage"], peak[1] / decode_blocks);
+    assert_eq!(v["kv"]["peak_blocks"].as_f64(), Some(peak[0].max(peak[1])));
+    close(&v["kv"]["peak_usage"], (peak[0] / prefill_blocks).max(peak[1] / decode_blocks));
+    close(&v["kv"]["mean_usage"], usage_ns / busy_ns);
+    // The summary shows each pool's capacity.
+    let stdout = out.stdout();
+    for want in ["capacity   prefill replica 7,609 blocks", "decode replica 3,001 blocks"] {
+        assert!(stdout.contains(want), "{want}\n{stdout}");
+    }
+}
