@@ -10,7 +10,7 @@ use std::path::Path;
 
 use llmsim::cluster::disagg::{DisaggSetup, PoolCollectors, PoolKind, Pools, drive_disagg};
 use llmsim::cluster::router::RouterState;
-use llmsim::config::{self, Router, Scenario};
+use llmsim::config::Router;
 use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use llmsim::metrics::{Collector, CollectorOptions};
 use llmsim::sim::{self, RunLimits};
@@ -20,12 +20,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::support::*;
-
-fn scenario(text: &str) -> Scenario {
-    let file = Path::new("disagg-test.yml");
-    let raw = config::parse_str(text, file).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    config::validate::scenario(raw, file).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
+use crate::support_cluster::{Shape, random_engine, scenario};
 
 /// Routers a decode pool may use (it does no cache lookup).
 const DECODE_ROUTERS: [Router; 5] =
@@ -40,22 +35,9 @@ fn random_scenario(rng: &mut ChaCha8Rng) -> (String, Router, Router, usize, usiz
     }
     let decode_router = DECODE_ROUTERS[rng.random_range(0..DECODE_ROUTERS.len())];
     let (p, d) = (rng.random_range(1..4usize), rng.random_range(1..5usize));
-    let blocks = [60, 200, 2000][rng.random_range(0..3)];
-    let arrivals = match rng.random_range(0..3) {
-        0 => format!("poisson: {{rate: {}}}", [5, 50, 400][rng.random_range(0..3)]),
-        1 => format!("constant: {{rate: {}}}", [10, 200][rng.random_range(0..2)]),
-        _ => format!(
-            "closed: {{concurrency: {}, think_time_s: {}}}",
-            rng.random_range(1..40),
-            [0.0, 0.01][rng.random_range(0..2)]
-        ),
-    };
-    let content = match rng.random_range(0..3) {
-        0 => String::new(),
-        // Short enough for the smallest decode cache (60 one-token blocks).
-        1 => format!("  shared_prefix: {{groups: {}, tokens: {}}}\n", rng.random_range(1..5), rng.random_range(1..50)),
-        _ => "  sessions: {turns: {uniform: [1, 4]}, think_s: 0.02}\n".to_string(),
-    };
+    // Prefixes short enough for the smallest decode cache (60 one-token blocks).
+    let shape = Shape { blocks: [60, 200, 2000], gamma: false, max_prefix: 50 };
+    let engine = random_engine(rng, &shape, caching);
     // The decode pool sometimes has its own scheduler or a smaller GPU.
     let decode_extra = match rng.random_range(0..3) {
         0 => String::new(),
@@ -64,31 +46,11 @@ fn random_scenario(rng: &mut ChaCha8Rng) -> (String, Router, Router, usize, usiz
     };
     let overlap = if prefill_router == Router::PrefixAffinity { ", overlap_weight: 2" } else { "" };
     let text = format!(
-        "hardware: {{hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}}
-model:
-  context_length: {ctx}
-  weights: {{parameters_billions: 6.74}}
-  kv_cache: {{bytes_per_token: 524288, block_size: {bs}, num_blocks: {blocks}, prefix_caching: {caching}}}
-scheduler: {{max_batch_tokens: {mbt}, max_num_sequences: {seqs}}}
-latency: {{request_overhead_ms: {overhead}}}
-workload:
-  seed: {seed}
-  arrivals: {{{arrivals}}}
-  requests: {n}
-  prompt_tokens: {{uniform: [1, 700]}}
-  output_tokens: {{uniform: [1, 80]}}
-{content}cluster:
+        "{engine}cluster:
   prefill: {{replicas: {p}, router: {pr}{overlap}}}
   decode: {{replicas: {d}, router: {dr}{decode_extra}}}
   kv_transfer: {{bandwidth_gbps: {bw}, latency_ms: {lat}}}
 ",
-        ctx = [600, 4096][rng.random_range(0..2)],
-        bs = [1, 16, 32][rng.random_range(0..3)],
-        mbt = [64, 512, 8192][rng.random_range(0..3)],
-        seqs = [2, 16, 256][rng.random_range(0..3)],
-        overhead = [0.0, 3.0][rng.random_range(0..2)],
-        seed = rng.random::<u32>(),
-        n = rng.random_range(1..150),
         pr = prefill_router.as_str(),
         dr = decode_router.as_str(),
         bw = [0.5, 50.0][rng.random_range(0..2)],
