@@ -162,7 +162,7 @@ pub(crate) fn count_step(
     if at.steps > limits.max_steps {
         return Err(SimError::TooManySteps { limit: limits.max_steps, progress: *at });
     }
-    if at.steps % PROGRESS_EVERY == 0 {
+    if at.steps.is_multiple_of(PROGRESS_EVERY) {
         progress(at);
     }
     Ok(())
