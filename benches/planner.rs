@@ -34,7 +34,8 @@
 //! robin feeds each replica every 16th request at the single engine's
 //! spacing, so both runs take about the same number of steps in total and
 //! differ in the cluster loop's work (earliest step over 16 replicas,
-//! routing every arrival).
+//! routing every arrival). And a disaggregated cluster of 4 prefill and
+//! 12 decode replicas on the same 16x rate against the same one engine.
 
 #[path = "planner/lean.rs"]
 mod lean;
@@ -128,6 +129,43 @@ fn cluster_overhead(base: &Path, rate: f64) {
         "  ratio               {:.3}x wall, {:.3}x per step",
         t_16 / t_one,
         (t_16 / r_16.steps.count as f64) / (t_one / r_one.steps.count as f64)
+    );
+}
+
+/// A disaggregated cluster (4 prefill + 12 decode replicas) against one
+/// engine on the same requests: 16 GPUs at 16 times the single rate, as
+/// [`cluster_overhead`]. The pools' steps are not the colocated engine's
+/// (prompt-only and decode-only batches), so the per-step ratio is the
+/// like-for-like figure.
+fn disagg_overhead(base: &Path, rate: f64) {
+    let common = [
+        set("workload.requests", "1000000"),
+        set("workload.prompt_tokens", "512"),
+        set("workload.output_tokens", "128"),
+    ];
+    let mut one = common.to_vec();
+    one.push(set("workload.arrivals", &format!("{{constant: {{rate: {rate}}}}}")));
+    let mut pools = common.to_vec();
+    pools.extend([
+        set("workload.arrivals", &format!("{{constant: {{rate: {}}}}}", rate * 16.0)),
+        set(
+            "cluster",
+            "{prefill: {replicas: 4, router: least_outstanding}, decode: {replicas: 12, router: least_kv}, \
+             kv_transfer: {bandwidth_gbps: 50, latency_ms: 1}}",
+        ),
+    ]);
+    let (one, pools) =
+        (load_scenario_with(base, &one).expect("scenario"), load_scenario_with(base, &pools).expect("scenario"));
+    let (t_one, r_one) = best_of_3(&one);
+    let (t_p, r_p) = best_of_3(&pools);
+    println!();
+    println!("disagg overhead       1,000,000 constant-rate requests, 512/128 tokens, 4 prefill + 12 decode");
+    println!("  one engine          {t_one:.3} s wall, {} steps, {rate:.2} req/s", r_one.steps.count);
+    println!("  4 + 12 replicas     {t_p:.3} s wall, {} steps, {:.2} req/s", r_p.steps.count, rate * 16.0);
+    println!(
+        "  ratio               {:.3}x wall, {:.3}x per step",
+        t_p / t_one,
+        (t_p / r_p.steps.count as f64) / (t_one / r_one.steps.count as f64)
     );
 }
 
@@ -305,6 +343,7 @@ fn main() {
     }
     if wanted("cluster") {
         cluster_overhead(&base, rate);
+        disagg_overhead(&base, rate);
     }
 }
 

@@ -27,17 +27,18 @@ pub use crate::metrics::Placement;
 pub use crate::metrics::result::ReplicaOut;
 pub mod disagg;
 pub mod router;
+mod submit;
 #[cfg(test)]
 mod tests;
 
 use crate::config::{Cluster, Scenario};
-use crate::engine::prefix::hash::request_block_hashes;
 use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
-use crate::run_driver::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
+use crate::run_driver::{Delayed, Progress, RunLimits, SimError, Tap};
 use crate::time::SimTime;
 use crate::workload::{AnySource, Source};
-use router::{Arrival, Load, RouterState};
+use router::{Load, RouterState};
+use submit::Content;
 
 /// What one replica did, for the result's `replicas` list.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -149,44 +150,6 @@ pub fn drive_cluster<S, O, F>(
     source: &mut S,
     obs: &mut O,
     setup: &Setup,
-    after_step: F,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<ClusterRun, SimError>
-where
-    S: Source,
-    O: Observer,
-    F: FnMut(usize, &Engine, &mut O),
-{
-    let mut tap = Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
-    match setup.delay_ns {
-        0 => cluster_loop(engines, router, source, &mut tap, setup, after_step, progress),
-        ns => {
-            let mut delayed = Delayed { inner: source, ns };
-            cluster_loop(engines, router, &mut delayed, &mut tap, setup, after_step, progress)
-        }
-    }
-}
-
-/// The earliest next step over the replicas: its start and replica, the
-/// lowest index on ties.
-fn earliest_step(engines: &[Engine]) -> Option<(SimTime, usize)> {
-    let mut best: Option<(SimTime, usize)> = None;
-    for (r, e) in engines.iter().enumerate() {
-        if let Some(t) = e.next_step_at()
-            && best.is_none_or(|(b, _)| t < b)
-        {
-            best = Some((t, r));
-        }
-    }
-    best
-}
-
-fn cluster_loop<S, O, F>(
-    engines: &mut [Engine],
-    router: &mut RouterState,
-    source: &mut S,
-    tap: &mut Tap<'_, O>,
-    setup: &Setup,
     mut after_step: F,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<ClusterRun, SimError>
@@ -195,68 +158,35 @@ where
     O: Observer,
     F: FnMut(usize, &Engine, &mut O),
 {
+    let tap = &mut Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
+    // A delay of 0 changes no time.
+    let source = &mut Delayed { inner: source, ns: setup.delay_ns };
     let limits = &setup.limits;
     let mut at = Progress::default();
     let mut run = ClusterRun { replicas: vec![ReplicaCounts::default(); engines.len()], ..ClusterRun::default() };
     let mut outstanding = vec![0u64; engines.len()];
     let mut loads = vec![Load::default(); engines.len()];
     let Some(first) = engines.first() else { return Ok(run) };
-    let (hashing, block_size) = (first.config().prefix_caching, first.config().capacity.block_size);
-    let context = u64::from(first.config().context_length);
-    let affinity = router.policy() == crate::config::Router::PrefixAffinity;
-    let mut hashes = Vec::new();
+    let context = first.config().context_length;
+    let mut content = Content::new(first);
     loop {
         let next_step = earliest_step(engines);
         if let Some(when) = source.peek()
             && next_step.is_none_or(|(t, _)| when <= t)
         {
             // An arrival no later than every replica's next step: route it.
-            at.now = when;
-            if when > limits.max_time {
-                return Err(SimError::TimeLimit { at: when, limit: limits.max_time, progress: at });
-            }
-            let Some(req) = source.pop() else { continue };
-            at.requests += 1;
-            if at.requests > limits.max_requests {
-                let (limit, rejected) = (limits.max_requests, tap.rejected);
-                return Err(SimError::TooManyRequests { limit, rejected, progress: at });
-            }
+            let Some(req) = submit::pop_arrival(source, when, &mut at, limits, tap)? else { continue };
             let placed = &mut run.placement.requests;
             if placed.len() <= req.id as usize {
                 placed.resize(req.id as usize + 1, None);
             }
-            if u64::from(req.prompt) + u64::from(req.output) > context {
-                // Rejected before routing, as the engine would on arrival.
-                tap.arrived(req.id, req.arrival, req.prompt, req.output);
-                tap.rejected(req.id, req.arrival, RejectReason::ContextLength);
-                source.rejected(req.id, when);
-            } else {
-                if hashing {
-                    // A recorded trace's named blocks replace its segments' hashes.
-                    match source.block_hashes() {
-                        Some(named) => {
-                            hashes.clear();
-                            hashes.extend_from_slice(named);
-                        }
-                        None => request_block_hashes(&req, source.segments(), block_size, &mut hashes),
-                    }
-                }
-                for (r, e) in engines.iter().enumerate() {
-                    loads[r] = Load::of(e, outstanding[r], affinity.then_some((&hashes[..], req.prompt)));
-                }
-                let arrival = Arrival {
-                    prompt_blocks: u64::from(req.prompt).div_ceil(u64::from(block_size)),
-                    session: source.session(),
-                };
-                let r = router.route(&arrival, &loads);
+            if !submit::rejected_for_context(&req, context, tap, source, when) {
+                content.read(&req, source);
+                let r = submit::route(router, engines, &outstanding, &mut loads, &content, &req, source.session());
                 placed[req.id as usize] = Some(r as u32);
                 outstanding[r] += 1;
                 let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap };
-                let submitted = match hashing {
-                    true => engines[r].submit_with_hashes(req, &hashes, &mut o),
-                    false => engines[r].submit(req, &mut o),
-                };
-                if submitted.is_err() {
+                if content.submit(&mut engines[r], req, &mut o).is_err() {
                     outstanding[r] -= 1;
                     source.rejected(req.id, when);
                 }
@@ -273,13 +203,7 @@ where
         }
         let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap };
         if engines[r].step(&mut o).is_some() {
-            at.steps += 1;
-            if at.steps > limits.max_steps {
-                return Err(SimError::TooManySteps { limit: limits.max_steps, progress: at });
-            }
-            if at.steps % PROGRESS_EVERY == 0 {
-                progress(&at);
-            }
+            submit::count_step(&mut at, limits, progress)?;
             if setup.keep_steps {
                 run.placement.steps.push(r as u32);
             }
@@ -302,6 +226,20 @@ where
         }
     }
     Ok(run)
+}
+
+/// The earliest next step over the replicas: its start and replica, the
+/// lowest index on ties.
+fn earliest_step(engines: &[Engine]) -> Option<(SimTime, usize)> {
+    let mut best: Option<(SimTime, usize)> = None;
+    for (r, e) in engines.iter().enumerate() {
+        if let Some(t) = e.next_step_at()
+            && best.is_none_or(|(b, _)| t < b)
+        {
+            best = Some((t, r));
+        }
+    }
+    best
 }
 
 /// Counts one replica's events into its [`ReplicaCounts`] and forwards them.

@@ -96,7 +96,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     if let Some(path) = &a.steps_csv {
         let (blocks, caching) = (scenario.capacity.num_blocks, scenario.model.kv_cache.prefix_caching);
         let bytes = match &out.placement {
-            Some(p) => report::cluster::steps(&out.steps, blocks, caching, p),
+            Some(p) => report::cluster::steps(&out.steps, report::cluster::replica_blocks(&scenario), caching, p),
             None => report::csv_out::steps_with(&out.steps, blocks, caching),
         }
         .map_err(|e| csv_failure(path, e))?;

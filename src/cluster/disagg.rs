@@ -31,14 +31,14 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::router::{Arrival, Load, RouterState};
+use super::submit::{self, Content};
 use super::{ReplicaCounts, imbalance};
 use crate::config::cluster::{DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool};
-use crate::config::{Cluster, Router, Scenario};
-use crate::engine::prefix::hash::request_block_hashes;
+use crate::config::{Cluster, Scenario};
 use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
-use crate::metrics::result::{PoolOut, PoolsOut};
+use crate::metrics::result::{KvOut, PoolOut, PoolsOut};
 use crate::metrics::{Collector, CollectorOptions, RunOutput, Stats};
-use crate::run_driver::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
+use crate::run_driver::{Delayed, Progress, RunLimits, SimError, Tap};
 use crate::time::SimTime;
 use crate::workload::{AnySource, Source};
 
@@ -135,13 +135,36 @@ pub fn run<O: Observer>(
     r.replicas = Some(outs.collect());
     let (pi, di) = (imbalance(&run.prefill), imbalance(&run.decode));
     r.imbalance = Some(pi.max(di));
-    r.pools = Some(PoolsOut {
+    let pools = PoolsOut {
         prefill: pool_out(&d.prefill, &per_pool.prefill, &run.prefill, pi),
         decode: pool_out(&d.decode, &per_pool.decode, &run.decode, di),
-    });
+    };
+    if pools.prefill.capacity.num_blocks != pools.decode.capacity.num_blocks {
+        r.kv = pooled_kv(r.kv.peak_blocks, [&per_pool.prefill, &per_pool.decode], [&pools.prefill, &pools.decode]);
+    }
+    r.pools = Some(pools);
     r.kv_transfer_ms = Some(Stats::from_nanos(run.transfers_ns.clone()));
     out.placement = Some(run.placement);
     Ok(out)
+}
+
+/// The aggregate KV figures of pools whose replicas differ in blocks:
+/// each step's usage is over its own replica's blocks, so `peak_usage` is
+/// the higher pool's and `mean_usage` the duration-weighted mean of every
+/// step's usage (`peak_blocks` stays the largest replica's count). Pools
+/// of equal blocks keep the single collector's figures, to the bit.
+fn pooled_kv(peak_blocks: u32, c: [&Collector; 2], p: [&PoolOut; 2]) -> KvOut {
+    let (mut usage_ns, mut busy_ns) = (0.0, 0u128);
+    for (c, p) in c.iter().zip(p) {
+        let (weighted, busy) = c.kv_time();
+        usage_ns += weighted as f64 / f64::from(p.capacity.num_blocks.max(1));
+        busy_ns += busy;
+    }
+    KvOut {
+        peak_blocks,
+        peak_usage: p[0].kv.peak_usage.max(p[1].kv.peak_usage),
+        mean_usage: if busy_ns > 0 { usage_ns / busy_ns as f64 } else { 0.0 },
+    }
 }
 
 /// A pool's engines; the decode pool's without prefix caching.
@@ -209,30 +232,6 @@ pub fn drive_disagg<S, O, F>(
     obs: &mut O,
     per_pool: &mut PoolCollectors,
     setup: &DisaggSetup,
-    after_step: F,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<DisaggRun, SimError>
-where
-    S: Source,
-    O: Observer,
-    F: FnMut(PoolKind, usize, &Engine, &mut O),
-{
-    let mut tap = Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
-    match setup.delay_ns {
-        0 => disagg_loop(pools, source, &mut tap, per_pool, setup, after_step, progress),
-        ns => {
-            let mut delayed = Delayed { inner: source, ns };
-            disagg_loop(pools, &mut delayed, &mut tap, per_pool, setup, after_step, progress)
-        }
-    }
-}
-
-fn disagg_loop<S, O, F>(
-    pools: Pools<'_>,
-    source: &mut S,
-    tap: &mut Tap<'_, O>,
-    per_pool: &mut PoolCollectors,
-    setup: &DisaggSetup,
     mut after_step: F,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<DisaggRun, SimError>
@@ -241,6 +240,9 @@ where
     O: Observer,
     F: FnMut(PoolKind, usize, &Engine, &mut O),
 {
+    let tap = &mut Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
+    // A delay of 0 changes no time.
+    let source = &mut Delayed { inner: source, ns: setup.delay_ns };
     let Pools { prefill, decode, prefill_router, decode_router } = pools;
     let limits = &setup.limits;
     let mut at = Progress::default();
@@ -251,16 +253,14 @@ where
     };
     run.placement.decode_base = Some(prefill.len() as u32);
     let (Some(first), Some(first_decode)) = (prefill.first(), decode.first()) else { return Ok(run) };
-    let (hashing, block_size) = (first.config().prefix_caching, first.config().capacity.block_size);
     let decode_block_size = u64::from(first_decode.config().capacity.block_size);
-    let context = u64::from(first.config().context_length);
-    let affinity = prefill_router.policy() == Router::PrefixAffinity;
+    let context = first.config().context_length;
+    let mut content = Content::new(first);
     let mut outstanding = [vec![0u64; prefill.len()], vec![0u64; decode.len()]];
     let mut loads = vec![Load::default(); prefill.len().max(decode.len())];
     let mut known: Vec<Known> = Vec::new();
     let mut transfers: BinaryHeap<Transfer> = BinaryHeap::new();
     let mut handed: Handed = Vec::new();
-    let mut hashes = Vec::new();
     loop {
         let next_step = earliest_step(prefill, decode);
         let next_transfer = transfers.peek().map(|Reverse((t, _, _))| *t);
@@ -272,16 +272,7 @@ where
             && next_other.is_none_or(|t| when <= t)
         {
             // An arrival: route it to a prefill replica.
-            at.now = when;
-            if when > limits.max_time {
-                return Err(SimError::TimeLimit { at: when, limit: limits.max_time, progress: at });
-            }
-            let Some(req) = source.pop() else { continue };
-            at.requests += 1;
-            if at.requests > limits.max_requests {
-                let (limit, rejected) = (limits.max_requests, tap.rejected);
-                return Err(SimError::TooManyRequests { limit, rejected, progress: at });
-            }
+            let Some(req) = submit::pop_arrival(source, when, &mut at, limits, tap)? else { continue };
             let i = req.id as usize;
             if known.len() <= i {
                 known.resize(i + 1, Known::default());
@@ -289,45 +280,22 @@ where
                 run.placement.decode.resize(i + 1, None);
             }
             known[i] = Known { prompt: req.prompt, output: req.output, session: source.session() };
-            if u64::from(req.prompt) + u64::from(req.output) > context {
-                // Rejected before routing, as the engine would on arrival.
-                tap.arrived(req.id, req.arrival, req.prompt, req.output);
-                tap.rejected(req.id, req.arrival, RejectReason::ContextLength);
-                source.rejected(req.id, when);
-            } else {
-                if hashing {
-                    match source.block_hashes() {
-                        Some(named) => {
-                            hashes.clear();
-                            hashes.extend_from_slice(named);
-                        }
-                        None => request_block_hashes(&req, source.segments(), block_size, &mut hashes),
-                    }
-                }
-                for (r, e) in prefill.iter().enumerate() {
-                    let aff = affinity.then_some((&hashes[..], req.prompt));
-                    loads[r] = Load::of(e, outstanding[0][r], aff);
-                }
-                let arrival = Arrival {
-                    prompt_blocks: u64::from(req.prompt).div_ceil(u64::from(block_size)),
-                    session: known[i].session,
-                };
-                let r = prefill_router.route(&arrival, &loads[..prefill.len()]);
+            if !submit::rejected_for_context(&req, context, tap, source, when) {
+                content.read(&req, source);
+                let r = submit::route(
+                    prefill_router,
+                    prefill,
+                    &outstanding[0],
+                    &mut loads,
+                    &content,
+                    &req,
+                    known[i].session,
+                );
                 run.placement.requests[i] = Some(r as u32);
                 outstanding[0][r] += 1;
-                let mut o = OnPool {
-                    stats: &mut run.prefill[r],
-                    pool: &mut per_pool.prefill,
-                    inner: &mut *tap,
-                    prefill: Some((&known[..], &mut handed)),
-                };
+                let mut o = on_prefill(&mut run.prefill[r], per_pool, tap, &known, &mut handed);
                 // It runs there as if its output were 1 token.
-                let one = Request { output: 1, ..req };
-                let submitted = match hashing {
-                    true => prefill[r].submit_with_hashes(one, &hashes, &mut o),
-                    false => prefill[r].submit(one, &mut o),
-                };
-                if submitted.is_err() {
+                if content.submit(&mut prefill[r], Request { output: 1, ..req }, &mut o).is_err() {
                     outstanding[0][r] -= 1;
                     source.rejected(req.id, when);
                 }
@@ -363,12 +331,7 @@ where
         }
         let (engine, stepped) = match kind {
             PoolKind::Prefill => {
-                let mut o = OnPool {
-                    stats: &mut run.prefill[r],
-                    pool: &mut per_pool.prefill,
-                    inner: &mut *tap,
-                    prefill: Some((&known[..], &mut handed)),
-                };
+                let mut o = on_prefill(&mut run.prefill[r], per_pool, tap, &known, &mut handed);
                 let stepped = prefill[r].step(&mut o).is_some();
                 (&prefill[r], stepped)
             }
@@ -380,13 +343,7 @@ where
             }
         };
         if stepped {
-            at.steps += 1;
-            if at.steps > limits.max_steps {
-                return Err(SimError::TooManySteps { limit: limits.max_steps, progress: at });
-            }
-            if at.steps % PROGRESS_EVERY == 0 {
-                progress(&at);
-            }
+            submit::count_step(&mut at, limits, progress)?;
             if setup.keep_steps {
                 let base = if kind == PoolKind::Decode { prefill.len() } else { 0 };
                 run.placement.steps.push((base + r) as u32);
@@ -417,6 +374,17 @@ where
         }
     }
     Ok(run)
+}
+
+/// The observer of a prefill replica's submission or step.
+fn on_prefill<'a, O>(
+    stats: &'a mut ReplicaCounts,
+    per_pool: &'a mut PoolCollectors,
+    inner: &'a mut O,
+    known: &'a [Known],
+    handed: &'a mut Handed,
+) -> OnPool<'a, O> {
+    OnPool { stats, pool: &mut per_pool.prefill, inner, prefill: Some((known, handed)) }
 }
 
 /// Counts one replica's events into its [`ReplicaCounts`] and its pool's

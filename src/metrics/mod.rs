@@ -303,6 +303,13 @@ impl Collector {
         RunOutput { result, requests, steps: self.steps, placement: None }
     }
 
+    /// The sum over steps of KV blocks used times the step's duration
+    /// (block-nanoseconds), and the steps' total duration (nanoseconds):
+    /// `kv.mean_usage` is their ratio over the blocks.
+    pub fn kv_time(&self) -> (u128, u128) {
+        (self.kv_weighted, self.busy_ns)
+    }
+
     /// Prefix-cache totals over every admission so far.
     pub fn prefix_cache(&self) -> PrefixCacheOut {
         let (queried, hit) = (self.prefix_queried, self.prefix_hit);

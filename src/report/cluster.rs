@@ -160,38 +160,47 @@ pub fn requests(records: &[RequestRecord], prefix_caching: bool, placement: &Pla
 }
 
 /// `--steps-csv` of a cluster run: the usual columns, then `replica`.
-/// `index` is the step's number on its replica.
+/// `index` is the step's number on its replica, and `kv_usage` is over
+/// that replica's blocks: `blocks[0]` for a colocated replica or a
+/// prefill one, `blocks[1]` for a decode one ([`replica_blocks`]).
 pub fn steps(
     steps: &[StepRecord],
-    num_blocks: u32,
+    blocks: [u32; 2],
     prefix_caching: bool,
     placement: &Placement,
 ) -> csv::Result<Vec<u8>> {
-    let plain = csv_out::steps_with(steps, num_blocks, prefix_caching)?;
-    let mut r = csv::ReaderBuilder::new().has_headers(false).from_reader(plain.as_slice());
     let mut w = csv::Writer::from_writer(Vec::new());
-    for (i, row) in r.records().enumerate() {
-        let mut row = row?;
-        let replica = placement.steps.get(i.saturating_sub(1)).copied();
-        match (i, placement.decode_base) {
-            (0, None) => row.push_field("replica"),
-            (0, Some(_)) => {
-                row.push_field("replica");
-                row.push_field("pool");
-            }
-            (_, None) => row.push_field(&replica.map_or_else(String::new, |x| x.to_string())),
+    let mut header = csv_out::step_header(prefix_caching);
+    header.push("replica");
+    if placement.decode_base.is_some() {
+        header.push("pool");
+    }
+    w.write_record(header)?;
+    for (i, s) in steps.iter().enumerate() {
+        let replica = placement.steps.get(i).copied();
+        let (index, pool) = match (replica, placement.decode_base) {
+            (None, None) => (String::new(), None),
+            (Some(x), None) => (x.to_string(), None),
             // With pools: the replica's index in its pool, then the pool.
-            (_, Some(base)) => {
-                let (index, pool) = match replica {
-                    Some(x) if x >= base => ((x - base).to_string(), "decode"),
-                    Some(x) => (x.to_string(), "prefill"),
-                    None => (String::new(), ""),
-                };
-                row.push_field(&index);
-                row.push_field(pool);
-            }
-        }
-        w.write_record(&row)?;
+            (Some(x), Some(base)) if x >= base => ((x - base).to_string(), Some("decode")),
+            (Some(x), Some(_)) => (x.to_string(), Some("prefill")),
+            (None, Some(_)) => (String::new(), Some("")),
+        };
+        let num_blocks = if pool == Some("decode") { blocks[1] } else { blocks[0] };
+        let mut row = csv_out::step_row(s, num_blocks, prefix_caching);
+        row.push(index);
+        row.extend(pool.map(str::to_string));
+        w.write_record(row)?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+}
+
+/// The KV blocks of one replica of `s`'s cluster, for [`steps`]: a
+/// colocated replica's (the scenario's) twice, or a prefill replica's and
+/// a decode replica's (each pool's own hardware, parallelism and cache).
+pub fn replica_blocks(s: &Scenario) -> [u32; 2] {
+    match s.cluster.as_ref().and_then(|c| c.disagg.as_ref()) {
+        Some(d) => [d.prefill.scenario.capacity.num_blocks, d.decode.scenario.capacity.num_blocks],
+        None => [s.capacity.num_blocks; 2],
+    }
 }

@@ -148,31 +148,40 @@ pub fn steps(steps: &[StepRecord], num_blocks: u32) -> csv::Result<Vec<u8>> {
 /// and `evictions` (cached blocks the step's allocations reused).
 pub fn steps_with(steps: &[StepRecord], num_blocks: u32, prefix_caching: bool) -> csv::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    match prefix_caching {
-        false => w.write_record(STEP_COLUMNS)?,
-        true => w.write_record(STEP_COLUMNS.iter().chain(&PREFIX_STEP_COLUMNS))?,
-    }
+    w.write_record(step_header(prefix_caching))?;
     for s in steps {
-        let cache = prefix_caching.then(|| [s.cached_blocks.to_string(), s.evictions.to_string()]);
-        w.write_record(
-            [
-                s.index.to_string(),
-                s.start.to_string(),
-                ms(Some(s.duration_nanos())),
-                s.batch_size.to_string(),
-                s.tokens.to_string(),
-                s.prefill_tokens.to_string(),
-                s.kv_blocks_used.to_string(),
-                format!("{:.6}", f64::from(s.kv_blocks_used) / f64::from(num_blocks.max(1))),
-                s.running.to_string(),
-                s.waiting.to_string(),
-                s.preempted.to_string(),
-                format!("{:.6}", s.compute_s * 1e3),
-                format!("{:.6}", s.memory_s * 1e3),
-            ]
-            .into_iter()
-            .chain(cache.into_iter().flatten()),
-        )?;
+        w.write_record(step_row(s, num_blocks, prefix_caching))?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+}
+
+/// The header of a steps table: [`STEP_COLUMNS`], then
+/// [`PREFIX_STEP_COLUMNS`] with `prefix_caching`.
+pub fn step_header(prefix_caching: bool) -> Vec<&'static str> {
+    let cache: &[&'static str] = if prefix_caching { &PREFIX_STEP_COLUMNS } else { &[] };
+    STEP_COLUMNS.iter().chain(cache).copied().collect()
+}
+
+/// The cells of step `s` of an engine with `num_blocks` KV blocks (its
+/// `kv_usage` is `kv_blocks_used / num_blocks`).
+pub fn step_row(s: &StepRecord, num_blocks: u32, prefix_caching: bool) -> Vec<String> {
+    let mut row = vec![
+        s.index.to_string(),
+        s.start.to_string(),
+        ms(Some(s.duration_nanos())),
+        s.batch_size.to_string(),
+        s.tokens.to_string(),
+        s.prefill_tokens.to_string(),
+        s.kv_blocks_used.to_string(),
+        format!("{:.6}", f64::from(s.kv_blocks_used) / f64::from(num_blocks.max(1))),
+        s.running.to_string(),
+        s.waiting.to_string(),
+        s.preempted.to_string(),
+        format!("{:.6}", s.compute_s * 1e3),
+        format!("{:.6}", s.memory_s * 1e3),
+    ];
+    if prefix_caching {
+        row.extend([s.cached_blocks.to_string(), s.evictions.to_string()]);
+    }
+    row
 }

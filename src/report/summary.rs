@@ -131,7 +131,16 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
     if m.architecture.is_some() {
         let _ = writeln!(out, "deployment {}", deployment_line(s));
     }
-    let _ = writeln!(out, "capacity   {}", capacity_line(s));
+    match s.cluster.as_ref().and_then(|c| c.disagg.as_ref()) {
+        // Each pool's replicas have their own hardware, parallelism and cache.
+        Some(d) => {
+            let _ = writeln!(out, "capacity   prefill replica {}", capacity_line(&d.prefill.scenario));
+            let _ = writeln!(out, "           decode replica {}", capacity_line(&d.decode.scenario));
+        }
+        None => {
+            let _ = writeln!(out, "capacity   {}", capacity_line(s));
+        }
+    }
     let l = &s.latency;
     let mut overheads = format!("step overhead {} ms", l.step_overhead_ms);
     for (name, v, unit) in [

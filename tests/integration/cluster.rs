@@ -4,69 +4,26 @@
 //! exactly the single engine's results; bad cluster input exits 2.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use llmsim::cluster::router::RouterState;
 use llmsim::cluster::{Setup, drive_cluster};
-use llmsim::config::{self, Router, Scenario};
+use llmsim::config::Router;
 use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
-use llmsim::metrics::CollectorOptions;
+use llmsim::metrics::{Collector, CollectorOptions};
 use llmsim::sim::{self, RunLimits};
 use llmsim::time::SimTime;
-use llmsim::workload::AnySource;
+use llmsim::workload::{AnySource, Source};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::support::*;
-
-fn scenario(text: &str) -> Scenario {
-    let file = Path::new("cluster-test.yml");
-    let raw = config::parse_str(text, file).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    config::validate::scenario(raw, file).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
+use crate::support_cluster::{Shape, random_engine, scenario};
 
 /// A random small scenario; `cluster` is appended as given.
 fn random_scenario(rng: &mut ChaCha8Rng, cluster: &str) -> String {
     let caching = rng.random_bool(0.5) || cluster.contains("prefix_affinity");
-    let blocks = [40, 120, 2000][rng.random_range(0..3)];
-    let arrivals = match rng.random_range(0..4) {
-        0 => format!("poisson: {{rate: {}}}", [5, 50, 400][rng.random_range(0..3)]),
-        1 => format!("constant: {{rate: {}}}", [10, 200][rng.random_range(0..2)]),
-        2 => format!("gamma: {{rate: 100, burstiness: {}}}", [0.2, 3.0][rng.random_range(0..2)]),
-        _ => format!(
-            "closed: {{concurrency: {}, think_time_s: {}}}",
-            rng.random_range(1..40),
-            [0.0, 0.01][rng.random_range(0..2)]
-        ),
-    };
-    let content = match rng.random_range(0..3) {
-        0 => String::new(),
-        1 => format!("  shared_prefix: {{groups: {}, tokens: {}}}\n", rng.random_range(1..5), rng.random_range(1..300)),
-        _ => "  sessions: {turns: {uniform: [1, 4]}, think_s: 0.02}\n".to_string(),
-    };
-    format!(
-        "hardware: {{hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}}
-model:
-  context_length: {ctx}
-  weights: {{parameters_billions: 6.74}}
-  kv_cache: {{bytes_per_token: 524288, block_size: {bs}, num_blocks: {blocks}, prefix_caching: {caching}}}
-scheduler: {{max_batch_tokens: {mbt}, max_num_sequences: {seqs}}}
-latency: {{request_overhead_ms: {overhead}}}
-workload:
-  seed: {seed}
-  arrivals: {{{arrivals}}}
-  requests: {n}
-  prompt_tokens: {{uniform: [1, 700]}}
-  output_tokens: {{uniform: [1, 80]}}
-{content}{cluster}",
-        ctx = [600, 4096][rng.random_range(0..2)],
-        bs = [1, 16, 32][rng.random_range(0..3)],
-        mbt = [64, 512, 8192][rng.random_range(0..3)],
-        seqs = [2, 16, 256][rng.random_range(0..3)],
-        overhead = [0.0, 3.0][rng.random_range(0..2)],
-        seed = rng.random::<u32>(),
-        n = rng.random_range(1..150),
-    )
+    let shape = Shape { blocks: [40, 120, 2000], gamma: true, max_prefix: 300 };
+    format!("{}{cluster}", random_engine(rng, &shape, caching))
 }
 
 /// Records every request's terminal events and the replica of every
@@ -344,4 +301,100 @@ fn sweep_varies_the_router_and_the_replica_count_as_axes() {
     for want in [("round_robin", "1"), ("round_robin", "3"), ("prefix_affinity", "1"), ("prefix_affinity", "3")] {
         assert!(points.contains(&(want.0.to_string(), want.1.to_string())), "{want:?} in {text}");
     }
+}
+
+/// A source that hides where each request's own content starts, so the
+/// cluster loop hashes every block (the path before it hashed only the
+/// shared ones); it counts the requests whose own content it hid.
+struct EveryBlockHashed<'a> {
+    inner: AnySource,
+    hidden: &'a std::cell::Cell<u64>,
+}
+
+impl Source for EveryBlockHashed<'_> {
+    fn peek(&self) -> Option<SimTime> {
+        self.inner.peek()
+    }
+    fn pop(&mut self) -> Option<llmsim::engine::Request> {
+        self.inner.pop()
+    }
+    fn segments(&self) -> &[llmsim::engine::prefix::hash::Segment] {
+        self.inner.segments()
+    }
+    fn own_from(&self) -> Option<usize> {
+        if self.inner.own_from().is_some() {
+            self.hidden.set(self.hidden.get() + 1);
+        }
+        None
+    }
+    fn block_hashes(&self) -> Option<&[u64]> {
+        self.inner.block_hashes()
+    }
+    fn session(&self) -> Option<u64> {
+        self.inner.session()
+    }
+    fn done(&mut self, id: RequestId, at: SimTime) {
+        self.inner.done(id, at);
+    }
+    fn stalled(&self) -> Option<String> {
+        self.inner.stalled()
+    }
+    fn rejected(&mut self, id: RequestId, at: SimTime) {
+        self.inner.rejected(id, at);
+    }
+}
+
+#[test]
+fn a_prefix_cached_cluster_gives_the_same_results_hashing_only_shared_blocks_as_hashing_every_block() {
+    let hidden = std::cell::Cell::new(0u64);
+    for seed in 0..120u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(7000 + seed);
+        let policy = Router::ALL[rng.random_range(0..Router::ALL.len())];
+        let replicas = rng.random_range(2..5usize);
+        // prefix_affinity in the text turns prefix caching on.
+        let text = random_scenario(&mut rng, "# prefix_affinity\n");
+        let s = scenario(&text);
+        let run = |every: bool| {
+            let mut engines: Vec<Engine> = (0..replicas).map(|_| Engine::new(s.engine_config())).collect();
+            let mut router = RouterState::new(policy, 1.0, s.workload.seed);
+            let mut collector = Collector::new(s.capacity.num_blocks, CollectorOptions { keep_steps: true });
+            let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
+            let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: true };
+            let placed = match every {
+                true => {
+                    let mut source = EveryBlockHashed { inner: AnySource::new(&s), hidden: &hidden };
+                    drive_cluster(
+                        &mut engines,
+                        &mut router,
+                        &mut source,
+                        &mut collector,
+                        &setup,
+                        |_, _, _| {},
+                        &mut |_| {},
+                    )
+                }
+                false => {
+                    let mut source = AnySource::new(&s);
+                    drive_cluster(
+                        &mut engines,
+                        &mut router,
+                        &mut source,
+                        &mut collector,
+                        &setup,
+                        |_, _, _| {},
+                        &mut |_| {},
+                    )
+                }
+            };
+            (placed.unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}")), collector.finish(&s))
+        };
+        let ((shared_run, shared), (every_run, every)) = (run(false), run(true));
+        let ctx = format!("seed {seed}, {} x {replicas}\n{text}", policy.as_str());
+        assert_eq!(shared_run, every_run, "{ctx}");
+        assert_eq!(shared.result, every.result, "{ctx}");
+        assert_eq!(shared.requests, every.requests, "{ctx}");
+        assert_eq!(shared.steps, every.steps, "{ctx}");
+    }
+    // The two paths differ on many requests: sessions' last turns and shared prefixes' own tokens.
+    assert!(hidden.get() > 1000, "{}", hidden.get());
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use llmsim::cluster::disagg::{DisaggSetup, PoolCollectors, PoolKind, Pools, drive_disagg};
 use llmsim::cluster::router::RouterState;
-use llmsim::config::{self, Router, Scenario};
+use llmsim::config::Router;
 use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use llmsim::metrics::{Collector, CollectorOptions};
 use llmsim::sim::{self, RunLimits};
@@ -20,12 +20,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::support::*;
-
-fn scenario(text: &str) -> Scenario {
-    let file = Path::new("disagg-test.yml");
-    let raw = config::parse_str(text, file).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    config::validate::scenario(raw, file).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
+use crate::support_cluster::{Shape, random_engine, scenario};
 
 /// Routers a decode pool may use (it does no cache lookup).
 const DECODE_ROUTERS: [Router; 5] =
@@ -40,22 +35,9 @@ fn random_scenario(rng: &mut ChaCha8Rng) -> (String, Router, Router, usize, usiz
     }
     let decode_router = DECODE_ROUTERS[rng.random_range(0..DECODE_ROUTERS.len())];
     let (p, d) = (rng.random_range(1..4usize), rng.random_range(1..5usize));
-    let blocks = [60, 200, 2000][rng.random_range(0..3)];
-    let arrivals = match rng.random_range(0..3) {
-        0 => format!("poisson: {{rate: {}}}", [5, 50, 400][rng.random_range(0..3)]),
-        1 => format!("constant: {{rate: {}}}", [10, 200][rng.random_range(0..2)]),
-        _ => format!(
-            "closed: {{concurrency: {}, think_time_s: {}}}",
-            rng.random_range(1..40),
-            [0.0, 0.01][rng.random_range(0..2)]
-        ),
-    };
-    let content = match rng.random_range(0..3) {
-        0 => String::new(),
-        // Short enough for the smallest decode cache (60 one-token blocks).
-        1 => format!("  shared_prefix: {{groups: {}, tokens: {}}}\n", rng.random_range(1..5), rng.random_range(1..50)),
-        _ => "  sessions: {turns: {uniform: [1, 4]}, think_s: 0.02}\n".to_string(),
-    };
+    // Prefixes short enough for the smallest decode cache (60 one-token blocks).
+    let shape = Shape { blocks: [60, 200, 2000], gamma: false, max_prefix: 50 };
+    let engine = random_engine(rng, &shape, caching);
     // The decode pool sometimes has its own scheduler or a smaller GPU.
     let decode_extra = match rng.random_range(0..3) {
         0 => String::new(),
@@ -64,31 +46,11 @@ fn random_scenario(rng: &mut ChaCha8Rng) -> (String, Router, Router, usize, usiz
     };
     let overlap = if prefill_router == Router::PrefixAffinity { ", overlap_weight: 2" } else { "" };
     let text = format!(
-        "hardware: {{hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}}
-model:
-  context_length: {ctx}
-  weights: {{parameters_billions: 6.74}}
-  kv_cache: {{bytes_per_token: 524288, block_size: {bs}, num_blocks: {blocks}, prefix_caching: {caching}}}
-scheduler: {{max_batch_tokens: {mbt}, max_num_sequences: {seqs}}}
-latency: {{request_overhead_ms: {overhead}}}
-workload:
-  seed: {seed}
-  arrivals: {{{arrivals}}}
-  requests: {n}
-  prompt_tokens: {{uniform: [1, 700]}}
-  output_tokens: {{uniform: [1, 80]}}
-{content}cluster:
+        "{engine}cluster:
   prefill: {{replicas: {p}, router: {pr}{overlap}}}
   decode: {{replicas: {d}, router: {dr}{decode_extra}}}
   kv_transfer: {{bandwidth_gbps: {bw}, latency_ms: {lat}}}
 ",
-        ctx = [600, 4096][rng.random_range(0..2)],
-        bs = [1, 16, 32][rng.random_range(0..3)],
-        mbt = [64, 512, 8192][rng.random_range(0..3)],
-        seqs = [2, 16, 256][rng.random_range(0..3)],
-        overhead = [0.0, 3.0][rng.random_range(0..2)],
-        seed = rng.random::<u32>(),
-        n = rng.random_range(1..150),
         pr = prefill_router.as_str(),
         dr = decode_router.as_str(),
         bw = [0.5, 50.0][rng.random_range(0..2)],
@@ -459,4 +421,82 @@ fn capacity_splits_the_gpus_between_the_pools_and_picks_the_split_with_the_most_
         .arg("4")
         .fails_with(2)
         .stderr_has(&["--gpus 4", "no cluster.prefill/cluster.decode"]);
+}
+
+/// A decode pool on smaller GPUs has fewer blocks than the prefill pool:
+/// every steps-CSV row's `kv_usage` is over its own replica's blocks, and
+/// so are the pools' and the aggregate KV figures.
+#[test]
+fn kv_usage_is_over_each_replicas_own_blocks_when_the_pools_differ() {
+    let dir = tempdir();
+    let file = write(
+        dir.path(),
+        "pools.yml",
+        "name: pools
+hardware: { name: big, hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989 }
+model:
+  name: base-6.7b
+  context_length: 8192
+  weights: { parameters_billions: 6.74, bytes_per_parameter: 2 }
+  kv_cache: { bytes_per_token: 524288, block_size: 16, gpu_memory_utilization: 0.9 }
+scheduler: { max_batch_tokens: 8192, max_num_sequences: 256 }
+workload:
+  seed: 3
+  arrivals: { poisson: { rate: 30 } }
+  requests: 300
+  prompt_tokens: 1000
+  output_tokens: { uniform: [100, 300] }
+cluster:
+  prefill: { replicas: 1 }
+  decode: { replicas: 2, hardware: { name: small, hbm_gib: 40, memory_bandwidth_gbps: 3000, peak_tflops: 989 } }
+  kv_transfer: { bandwidth_gbps: 50 }
+",
+    );
+    // Blocks by hand: floor((hbm_gib x 2^30 x 0.9 - 6.74e9 x 2 bytes) / (524,288 x 16)).
+    // 80 GiB: (77,309,411,328 - 13,480,000,000) / 8,388,608 = 7,609.06;
+    // 40 GiB: (38,654,705,664 - 13,480,000,000) / 8,388,608 = 3,001.06.
+    let (prefill_blocks, decode_blocks) = (7609.0, 3001.0);
+    let (json, steps) = (dir.path().join("r.json"), dir.path().join("s.csv"));
+    let out = TestCommand::new(&["run"]).arg(&file).arg("--json").arg(&json).arg("--steps-csv").arg(&steps).ok();
+    let text = std::fs::read_to_string(&steps).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("{name}"));
+    let (used_at, usage_at, dur_at, pool_at) =
+        (col("kv_blocks_used"), col("kv_usage"), col("duration_ms"), col("pool"));
+    // Per pool: peak blocks, sum of used x ns; and both pools' usage x ns and ns.
+    let (mut peak, mut usage_ns, mut busy_ns) = ([0.0f64; 2], 0.0, 0.0);
+    for line in text.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let used: f64 = cells[used_at].parse().unwrap();
+        let (p, blocks) = match cells[pool_at] {
+            "prefill" => (0, prefill_blocks),
+            "decode" => (1, decode_blocks),
+            other => panic!("pool {other}: {line}"),
+        };
+        assert_eq!(cells[usage_at], format!("{:.6}", used / blocks), "{line}");
+        let ns = (cells[dur_at].parse::<f64>().unwrap() * 1e6).round();
+        peak[p] = peak[p].max(used);
+        usage_ns += used / blocks * ns;
+        busy_ns += ns;
+    }
+    // The test can fail: the decode pool held KV (its rows differ from the prefill pool's ratio).
+    assert!(peak[1] > 100.0, "{peak:?}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let pools = &v["pools"];
+    assert_eq!(pools["prefill"]["capacity"]["num_blocks"], 7609);
+    assert_eq!(pools["decode"]["capacity"]["num_blocks"], 3001);
+    let close = |got: &serde_json::Value, want: f64| {
+        let got = got.as_f64().unwrap();
+        assert!((got - want).abs() <= 1e-9 * want.max(1.0), "{got} vs {want}");
+    };
+    close(&pools["prefill"]["kv"]["peak_usage"], peak[0] / prefill_blocks);
+    close(&pools["decode"]["kv"]["peak_usage"], peak[1] / decode_blocks);
+    assert_eq!(v["kv"]["peak_blocks"].as_f64(), Some(peak[0].max(peak[1])));
+    close(&v["kv"]["peak_usage"], (peak[0] / prefill_blocks).max(peak[1] / decode_blocks));
+    close(&v["kv"]["mean_usage"], usage_ns / busy_ns);
+    // The summary shows each pool's capacity.
+    let stdout = out.stdout();
+    for want in ["capacity   prefill replica 7,609 blocks", "decode replica 3,001 blocks"] {
+        assert!(stdout.contains(want), "{want}\n{stdout}");
+    }
 }

@@ -2,6 +2,7 @@
 //! as sentences. `TestCommand` runs the built `llmsim` binary.
 
 mod support;
+mod support_cluster;
 
 mod bench;
 mod calibrate;
