@@ -29,8 +29,13 @@
 //! planner's cluster loop shows it (`crate::cluster`, docs/clusters.md),
 //! and routes with the same code (`crate::cluster::router`). A request too
 //! long for the context is turned away before routing and takes no
-//! round-robin turn, as in the planner. Requests have no conversation id
-//! here, so `session_affinity` routes as `least_outstanding`.
+//! round-robin turn, as in the planner. `session_affinity` routes by the
+//! request's session key (the `x-session-id` header, else the body's
+//! `user`; see `routes::session_key`): a session's first request goes to
+//! the least outstanding replica and every later one follows it; a request
+//! without a key routes as `least_outstanding`, as the planner's do. The
+//! server cannot tell when a conversation ends, so it never forgets one
+//! (a map entry per distinct key for the server's lifetime).
 
 use std::collections::HashMap;
 
@@ -387,7 +392,7 @@ impl EngineTask {
             return self.end_rejected(live, RejectReason::ContextLength);
         }
         self.catch_up(arrival);
-        let r = self.route(&s.hashes, s.prompt);
+        let r = self.route(&s.hashes, s.prompt, s.session);
         live.replica = r;
         if let Some(rec) = &recorder {
             lock(rec).place(id, r as u32);
@@ -407,8 +412,8 @@ impl EngineTask {
     }
 
     /// The replica for a request with these block hashes (empty without
-    /// prefix caching) and prompt length.
-    fn route(&mut self, hashes: &[u64], prompt: u32) -> usize {
+    /// prefix caching), prompt length and session key.
+    fn route(&mut self, hashes: &[u64], prompt: u32, session: Option<u64>) -> usize {
         if self.replicas.len() == 1 {
             return 0;
         }
@@ -419,7 +424,7 @@ impl EngineTask {
             .map(|rep| Load::of(&rep.engine, rep.outstanding, affinity.then_some((hashes, prompt))))
             .collect();
         let block_size = u64::from(self.replicas[0].engine.config().capacity.block_size);
-        let arrival = Arrival { prompt_blocks: u64::from(prompt).div_ceil(block_size), session: None };
+        let arrival = Arrival { prompt_blocks: u64::from(prompt).div_ceil(block_size), session };
         self.router.route(&arrival, &loads)
     }
 

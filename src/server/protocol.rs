@@ -33,6 +33,9 @@ pub struct FeedRequest {
     /// With prefix caching: the hashes of the request's full blocks
     /// (`super::prefix`); empty otherwise.
     pub hashes: Vec<u64>,
+    /// The conversation the request belongs to (`x-session-id` header, else
+    /// the body's `user`), hashed: what `session_affinity` routes by.
+    pub session: Option<u64>,
 }
 
 /// What a handler asks of the engine task.

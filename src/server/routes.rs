@@ -288,6 +288,7 @@ async fn handle(
     let epoch = app.epoch.load(Ordering::SeqCst);
     let max_tokens = reply.options.max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
     let n = reply.options.n.max(1);
+    let session = session_key(headers, &value);
     let mut feeds = Vec::with_capacity(reply.choices.len());
     let mut accepted = Vec::with_capacity(reply.choices.len());
     for c in &reply.choices {
@@ -303,6 +304,7 @@ async fn handle(
             hashes: contents.get((c.index / n) as usize).map_or_else(Vec::new, |content| {
                 super::prefix::for_model(&model.spec, content, c.prompt_tokens, &c.plan)
             }),
+            session,
         };
         let (feed, acc) = Feed::start(model, app.clock, req)
             .await
@@ -312,6 +314,19 @@ async fn handle(
     }
     let ctx = Ctx { app: app.clone(), model: index, reply, stamp, accepted, epoch, fault };
     if ctx.reply.options.stream { Ok(sse::response(ctx, feeds)) } else { whole(ctx, feeds).await }
+}
+
+/// The conversation a request belongs to, for `session_affinity`: the
+/// `x-session-id` header (what session-aware gateways set), else the
+/// OpenAI body's `user` (the end user's id), hashed (FNV-1a, the same on
+/// every machine); `None` without either (or with an empty one).
+fn session_key(headers: &HeaderMap, body: &serde_json::Value) -> Option<u64> {
+    let header = headers.get("x-session-id").map(|v| v.as_bytes());
+    let key = header.or_else(|| body.get("user").and_then(|u| u.as_str()).map(str::as_bytes))?;
+    if key.is_empty() {
+        return None;
+    }
+    Some(key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)))
 }
 
 /// Picks this request's fault (`faults`), counts and logs it; the faults

@@ -3,6 +3,8 @@
 //! prefix affinity, the record that replays to the planner's cluster run,
 //! and the config errors.
 
+use std::io::{Read, Write};
+
 use super::harness::*;
 use crate::support::*;
 
@@ -109,6 +111,46 @@ fn prefix_affinity_sends_repeated_prefixes_to_the_replica_that_holds_them() {
     // The 200 shared tokens fill floor(200 / 16) = 12 blocks of 16.
     assert_eq!((b2_cached, a2_cached), (192, 192));
     drop((a1, b1));
+}
+
+/// `session_affinity` in the server: a session's requests stay on the
+/// replica of its first, whatever the load. Alice's long stream holds
+/// replica 0 (all idle: the lowest index), Bob then goes to an idle replica
+/// (1), and Alice's next request must follow her first to the busy replica
+/// 0, where least_outstanding (the fallback for a request without a key)
+/// would pick idle replica 1 again. The key is the `x-session-id` header,
+/// else the body's `user`; a header wins over the body.
+#[test]
+fn session_affinity_keeps_a_session_on_the_replica_of_its_first_request() {
+    let models = format!("models:{}", fleet_model("sa", "{replicas: 3, router: session_affinity}", ""));
+    let server = Server::start_with(&models, &[]);
+    let running = |engine: u32| format!(r#"vllm:num_requests_running{{engine="{engine}",model_name="sa"}}"#);
+    let body = chat_body("sa", "hold", r#""max_tokens":2000,"ignore_eos":true,"stream":true,"user":"alice""#);
+    let mut held = connect(server.port);
+    send(&mut held, "POST", "/v1/chat/completions", &body);
+    server.wait_for(10, "alice's first request to run on replica 0", |s| s.metric(&running(0)) == Some(1.0));
+    let replica = |extra: &str| {
+        let r = server.chat("sa", "hi", &format!(r#""max_tokens":2,{extra}"#));
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.header("x-llmsim-replica").expect("replica header").to_string()
+    };
+    assert_eq!(replica(r#""user":"bob""#), "1", "a new session goes to the least outstanding replica");
+    assert_eq!(replica(r#""user":"alice""#), "0", "alice follows her first request");
+    assert_eq!(replica(r#""user":"bob""#), "1", "bob follows his");
+    assert_eq!(replica(r#""n":1"#), "1", "no key: least outstanding, lowest index on ties");
+    // The header names the session and wins over `user`.
+    let body = chat_body("sa", "hi", r#""max_tokens":2,"user":"bob""#);
+    let mut s = connect(server.port);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nx-session-id: alice\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).expect("send");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    assert!(raw.to_ascii_lowercase().contains("x-llmsim-replica: 0\r\n"), "{raw}");
+    drop(held);
 }
 
 /// A scenario with three replicas of a small-KV engine: chunked prefills,
