@@ -130,7 +130,19 @@ struct SlotState {
     tag: u64,
     /// Leading blocks of `table` that hold their hash.
     registered: u32,
+    /// Whether it let go of its blocks since its content was set (a
+    /// preemption): then its own blocks may be held twice or sit in the
+    /// free queue, and [`PrefixPool::finish`] takes the block-by-block way.
+    released: bool,
 }
+
+/// A free-queue entry: a block (its index), or a run of anonymous blocks
+/// (their count, with one of these tags).
+type Entry = u64;
+/// A run of orphans: cached, counted, found by no one.
+const RUN_ORPHANS: Entry = 1 << 32;
+/// A run of blocks holding no hash.
+const RUN_UNCACHED: Entry = 2 << 32;
 
 /// The block pool with prefix caching.
 #[derive(Clone, Debug)]
@@ -149,10 +161,21 @@ pub struct PrefixPool {
     /// block has count 0 and that position. An array, not a linked list:
     /// taking `n` blocks reads `n` independent entries, whose cache misses
     /// overlap, instead of chasing links one miss after the other.
-    queue: VecDeque<u32>,
+    ///
+    /// A request that leaves without having been preempted puts its own
+    /// and unregistered blocks in as two runs ([`PrefixPool::finish`]):
+    /// no one can hit them, so which physical block stands for which
+    /// does not matter; the blocks go to `anon`, and taking from a run
+    /// takes the block freed last there (still in the cache) and counts
+    /// an eviction for an orphan.
+    queue: VecDeque<Entry>,
     queue_base: u32,
-    /// Live entries of `queue`; the rest are stale.
+    /// Live block entries of `queue`.
     listed: u32,
+    /// Block entries of `queue` that are not live.
+    stale: u32,
+    /// The blocks the runs of `queue` stand for (as many), last freed last.
+    anon: Vec<u32>,
     cache: HashIndex,
     /// Blocks holding a hash.
     cached: u32,
@@ -172,6 +195,8 @@ impl PrefixPool {
             queue: VecDeque::new(),
             queue_base: 0,
             listed: 0,
+            stale: 0,
+            anon: Vec::new(),
             // One entry per cached block at most: reserving up front spares
             // the rehashes (bounded, for huge pools).
             cache: HashIndex::with_capacity(total.min(1 << 20) as usize),
@@ -189,7 +214,7 @@ impl PrefixPool {
 
     /// Blocks in the free queue (count 0), cached or not.
     pub fn free(&self) -> u32 {
-        self.total - self.blocks.len() as u32 + self.listed
+        self.total - self.blocks.len() as u32 + self.listed + self.anon.len() as u32
     }
 
     /// Blocks with a reference.
@@ -243,6 +268,7 @@ impl PrefixPool {
         // could not be held in memory anyway).
         s.own.resize(own.min(ORPHAN) as usize, Holders { first: NIL, last: NIL });
         s.registered = 0;
+        s.released = false;
     }
 
     /// Rule 1: the hit of request `slot` with `known = P + g` tokens. The
@@ -372,6 +398,7 @@ impl PrefixPool {
         let Some(s) = self.slots.get_mut(slot as usize) else { return };
         let table = std::mem::take(&mut s.table);
         s.registered = 0;
+        s.released = true;
         for &b in table.iter().rev() {
             let block = &mut self.blocks[b as usize];
             debug_assert!(block.refs > 0, "freeing a free block");
@@ -396,6 +423,65 @@ impl PrefixPool {
             s.own.clear();
             s.tag = next_tag(s.tag);
             s.registered = 0;
+            s.released = false;
+        }
+    }
+
+    /// [`PrefixPool::release`] then [`PrefixPool::forget`]: request `slot`
+    /// leaves. Unless it was preempted, its blocks past its shared head
+    /// (own content, orphans from now on, then the blocks not registered)
+    /// are held by it alone, so they join the queue as two runs without
+    /// being read (the same counts, evictions and hits as one by one).
+    pub fn finish(&mut self, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot as usize) else { return };
+        if s.released {
+            self.release(slot);
+            self.forget(slot);
+            return;
+        }
+        let mut table = std::mem::take(&mut s.table);
+        let registered = s.registered as usize;
+        let shared = registered.min(s.hashes.len());
+        if cfg!(debug_assertions) {
+            for &b in &table[shared..] {
+                debug_assert!(self.blocks[b as usize].refs == 1, "an own or unregistered block held twice");
+            }
+        }
+        // Tail first: the unregistered blocks, then the own registered ones.
+        self.anon.extend_from_slice(&table[registered..]);
+        self.push_run(RUN_UNCACHED, (table.len() - registered) as u32);
+        self.anon.extend_from_slice(&table[shared..registered]);
+        self.push_run(RUN_ORPHANS, (registered - shared) as u32);
+        for &b in table[..shared].iter().rev() {
+            let block = &mut self.blocks[b as usize];
+            debug_assert!(block.refs > 0, "freeing a free block");
+            block.refs -= 1;
+            if block.refs == 0 {
+                self.push_free(b);
+            }
+        }
+        table.clear();
+        let s = &mut self.slots[slot as usize];
+        s.table = table;
+        s.hashes.clear();
+        s.own.clear();
+        s.tag = next_tag(s.tag);
+        s.registered = 0;
+    }
+
+    /// Appends `n` anonymous blocks of run kind `run` (already on `anon`).
+    fn push_run(&mut self, run: Entry, n: u32) {
+        if n == 0 {
+            return;
+        }
+        match self.queue.back_mut() {
+            Some(e) if *e & !0xffff_ffff == run => *e += Entry::from(n),
+            _ => {
+                if u64::from(self.queue_base) + self.queue.len() as u64 >= u64::from(u32::MAX) {
+                    self.compact();
+                }
+                self.queue.push_back(run | Entry::from(n));
+            }
         }
     }
 
@@ -425,13 +511,32 @@ impl PrefixPool {
             return self.blocks.len() as u32 - 1;
         }
         let b = loop {
-            let b = self.queue.pop_front().expect("taking a block from an empty free queue");
+            let e = self.queue.front_mut().expect("taking a block from an empty free queue");
+            let run = *e & !0xffff_ffff;
+            if run != 0 {
+                // One block of a run: the one freed last.
+                *e -= 1;
+                if *e & 0xffff_ffff == 0 {
+                    self.queue.pop_front();
+                    self.queue_base += 1;
+                }
+                let b = self.anon.pop().expect("a run stands for anonymous blocks");
+                if run == RUN_ORPHANS {
+                    self.cached -= 1;
+                    self.evictions += 1;
+                }
+                self.blocks[b as usize] = Block::FRESH;
+                return b;
+            }
+            let b = *e as u32;
+            self.queue.pop_front();
             let at = self.queue_base;
             self.queue_base += 1;
             let block = &self.blocks[b as usize];
             if block.refs == 0 && block.queued_at == at {
                 break b;
             }
+            self.stale -= 1;
         };
         self.listed -= 1;
         let block = &mut self.blocks[b as usize];
@@ -453,7 +558,7 @@ impl PrefixPool {
             self.compact();
         }
         self.blocks[b as usize].queued_at = self.queue_base + self.queue.len() as u32;
-        self.queue.push_back(b);
+        self.queue.push_back(Entry::from(b));
         self.listed += 1;
     }
 
@@ -464,8 +569,8 @@ impl PrefixPool {
         // No position matches it now (positions stay below u32::MAX).
         self.blocks[b as usize].queued_at = u32::MAX;
         self.listed -= 1;
-        let stale = self.queue.len() - self.listed as usize;
-        if stale > 64 && stale > self.listed as usize {
+        self.stale += 1;
+        if self.stale > 64 && self.stale > self.listed {
             self.compact();
         }
     }
@@ -477,17 +582,24 @@ impl PrefixPool {
     fn compact(&mut self) {
         let (mut at, mut kept) = (self.queue_base, 0u32);
         let blocks = &mut self.blocks;
-        self.queue.retain(|&b| {
-            let block = &mut blocks[b as usize];
-            let live = block.refs == 0 && block.queued_at == at;
+        self.queue.retain(|&e| {
+            let live = match e >> 32 {
+                0 => {
+                    let block = &mut blocks[e as usize];
+                    let live = block.refs == 0 && block.queued_at == at;
+                    if live {
+                        block.queued_at = kept;
+                    }
+                    live
+                }
+                _ => true,
+            };
             at = at.wrapping_add(1);
-            if live {
-                block.queued_at = kept;
-                kept += 1;
-            }
+            kept += u32::from(live);
             live
         });
         self.queue_base = 0;
+        self.stale = 0;
     }
 
     /// Removes block `b` (`SHARED` or own content of a request still
@@ -544,6 +656,14 @@ impl PrefixPool {
     pub fn check(&self, live: impl Fn(u32) -> bool) -> Result<(), String> {
         let n = self.blocks.len();
         let mut refs = vec![0u64; n];
+        // Blocks the runs of the queue stand for: free, each once.
+        let mut anon = vec![false; n];
+        for &b in &self.anon {
+            if anon.get(b as usize) != Some(&false) {
+                return Err(format!("block {b} stands twice for a run, or was never allocated"));
+            }
+            anon[b as usize] = true;
+        }
         for (slot, s) in self.slots.iter().enumerate() {
             if !s.table.is_empty() && !live(slot as u32) {
                 return Err(format!("slot {slot} holds {} blocks but is not running", s.table.len()));
@@ -556,6 +676,9 @@ impl PrefixPool {
                     return Err(format!("slot {slot} holds block {b}, which was never allocated"));
                 };
                 refs[b as usize] += 1;
+                if anon[b as usize] {
+                    return Err(format!("slot {slot} holds block {b}, which a run of the free queue stands for"));
+                }
                 let holds = match s.hashes.get(i) {
                     Some(h) => block.kind == SHARED && block.hash == *h,
                     None => block.hash == s.tag && block.kind as usize == i - s.hashes.len(),
@@ -566,22 +689,46 @@ impl PrefixPool {
             }
         }
         for (b, block) in self.blocks.iter().enumerate() {
-            if u64::from(block.refs) != refs[b] {
+            if !anon[b] && u64::from(block.refs) != refs[b] {
                 return Err(format!("block {b} counts {} references but {} tables hold it", block.refs, refs[b]));
             }
         }
         // The queue's live entries: a block with count 0 at the position it
         // was queued at (one at most per block: positions are distinct).
-        let mut listed = 0u32;
-        for (at, &b) in (self.queue_base..).zip(&self.queue) {
-            let block = self.blocks.get(b as usize).ok_or("the free queue holds a missing block")?;
-            if block.refs == 0 && block.queued_at == at {
-                listed += 1;
+        let (mut listed, mut stale, mut in_runs, mut orphans) = (0u32, 0u32, 0u64, 0u32);
+        for (at, &e) in (self.queue_base..).zip(&self.queue) {
+            let count = e as u32;
+            match e & !0xffff_ffff {
+                RUN_ORPHANS | RUN_UNCACHED if count == 0 => return Err("an empty run in the free queue".into()),
+                RUN_ORPHANS => orphans += count,
+                RUN_UNCACHED => {}
+                0 => {
+                    let block = self.blocks.get(count as usize).ok_or("the free queue holds a missing block")?;
+                    match block.refs == 0 && block.queued_at == at {
+                        true if anon[count as usize] => {
+                            return Err(format!("block {count} is listed free and stands for a run"));
+                        }
+                        true => listed += 1,
+                        false => stale += 1,
+                    }
+                    continue;
+                }
+                _ => return Err(format!("free queue entry {e:#x} is neither a block nor a run")),
             }
+            in_runs += u64::from(count);
         }
-        let zero = self.blocks.iter().filter(|b| b.refs == 0).count() as u32;
-        if listed != self.listed || listed != zero {
-            return Err(format!("{listed} blocks listed free, {} counted, {zero} with no reference", self.listed));
+        if in_runs != self.anon.len() as u64 {
+            return Err(format!(
+                "the runs of the free queue count {in_runs} blocks, {} stand for them",
+                self.anon.len()
+            ));
+        }
+        let zero = self.blocks.iter().zip(&anon).filter(|(b, a)| b.refs == 0 && !**a).count() as u32;
+        if listed != self.listed || listed != zero || stale != self.stale {
+            return Err(format!(
+                "{listed} blocks listed free ({stale} stale entries), {} counted ({} stale), {zero} with no reference",
+                self.listed, self.stale
+            ));
         }
         if self.used() + self.free() != self.total {
             return Err("blocks in use + free != total".into());
@@ -633,8 +780,9 @@ impl PrefixPool {
             }
         }
         let live = |b: &Block| self.slots.get((b.hash >> 32) as usize).is_some_and(|s| s.tag == b.hash);
+        in_lists += orphans;
         for (b, block) in self.blocks.iter().enumerate() {
-            if block.kind == ORPHAN {
+            if block.kind == ORPHAN && !anon[b] {
                 if live(block) {
                     return Err(format!("block {b} is an orphan, but of content still there"));
                 }
@@ -645,7 +793,7 @@ impl PrefixPool {
         if entries != self.cache.len() || (entries == 0) != self.cache.is_empty() {
             return Err(format!("the hash index counts {} entries but holds {entries}", self.cache.len()));
         }
-        let cached = self.blocks.iter().filter(|b| b.kind != UNCACHED).count() as u32;
+        let cached = orphans + self.blocks.iter().zip(&anon).filter(|(b, a)| b.kind != UNCACHED && !**a).count() as u32;
         if in_lists != cached || cached != self.cached {
             return Err(format!("{cached} blocks hold a hash, {in_lists} are listed, {} counted", self.cached));
         }
