@@ -676,9 +676,14 @@ impl Engine {
 
     /// Frees a slot and its blocks; the caller removed it from its queue.
     fn release(&mut self, slot: u32) {
-        self.free_blocks(slot);
-        if let Kv::Prefix(p) = &mut self.kv {
-            p.forget(slot);
+        match &mut self.kv {
+            // Blocks and content at once: the pool spares the work of a
+            // request's own blocks (docs/prefix-caching.md, "Speed").
+            Kv::Prefix(p) => {
+                p.finish(slot);
+                self.slots[slot as usize].blocks = 0;
+            }
+            Kv::Count(_) => self.free_blocks(slot),
         }
         let seq = &mut self.slots[slot as usize];
         seq.state = State::Free;

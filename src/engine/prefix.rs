@@ -33,6 +33,8 @@
 pub mod hash;
 mod index;
 
+use std::collections::VecDeque;
+
 use index::{HashIndex, Holders};
 
 /// No block.
@@ -51,41 +53,59 @@ pub struct Lookup {
     pub free_blocks: u32,
 }
 
-/// What every allocation and free touches of a block, apart from the rest
-/// ([`Block`]) so the free queue walks 16-byte entries (the head of the
-/// queue is the block freed longest ago: cold in the cache).
+/// [`Block::kind`] of a block holding no hash.
+const UNCACHED: u32 = u32::MAX;
+/// [`Block::kind`] of a block whose hash is in the index.
+const SHARED: u32 = u32::MAX - 1;
+/// [`Block::kind`] of a block of own content of a request that left: found
+/// by no one, only counted until evicted, and evicting it touches nothing
+/// but its own entry. A lower kind is a block of own content of a request
+/// still there: its position among that request's own blocks.
+const ORPHAN: u32 = u32::MAX - 2;
+
+/// A block, in 32 bytes aligned to 32 so it sits in one cache line:
+/// taking it from the free queue (the head of the queue is the block freed
+/// longest ago: cold in the cache), registering it, freeing it and
+/// evicting it touch that one line.
 #[derive(Copy, Clone, Debug)]
-struct Hot {
-    refs: u32,
-    cached: bool,
-    /// Free-queue neighbours (while `refs == 0`).
-    prev: u32,
-    next: u32,
-}
-
-impl Hot {
-    const FRESH: Hot = Hot { refs: 0, cached: false, prev: NIL, next: NIL };
-}
-
-/// What registration and eviction touch of a block.
-#[derive(Clone, Debug)]
+#[repr(C, align(32))]
 struct Block {
-    /// Its content hash; meaningful only while `cached`. For a block of a
-    /// request's own content (`own_pos != NIL`): the [`SlotState::tag`] of
-    /// the content it was registered under.
+    /// Its content hash, while `SHARED`. For a block of a request's own
+    /// content (and an orphan): the [`SlotState::tag`] of the content it was
+    /// registered under.
     hash: u64,
-    /// For a block holding a request's own content: its position among
-    /// that request's own blocks; `NIL` for a block in the hash index.
-    own_pos: u32,
-    /// Neighbours among the blocks holding the same hash, in registration order.
+    refs: u32,
+    /// While in the free queue (`refs == 0`): its place there
+    /// ([`PrefixPool::queue`]).
+    queued_at: u32,
+    /// What it holds: `UNCACHED`, `SHARED`, `ORPHAN`, or its position among
+    /// its request's own blocks.
+    kind: u32,
+    /// Neighbours among the blocks holding the same hash (or own position),
+    /// in registration order, while cached.
     same_prev: u32,
     same_next: u32,
+    /// When it got its hash (registration order, wrapping): only the
+    /// invariant check reads it.
+    registered_at: u32,
 }
 
 impl Block {
-    fn fresh() -> Block {
-        Block { hash: 0, own_pos: NIL, same_prev: NIL, same_next: NIL }
-    }
+    const FRESH: Block = Block {
+        hash: 0,
+        refs: 0,
+        queued_at: u32::MAX,
+        kind: UNCACHED,
+        same_prev: NIL,
+        same_next: NIL,
+        registered_at: 0,
+    };
+}
+
+/// Whether registration `a` came before `b` (counts wrap; blocks compared
+/// are registered less than 2^31 registrations apart).
+fn registered_before(a: u32, b: u32) -> bool {
+    (b.wrapping_sub(a) as i32) > 0
 }
 
 /// A request's part of the pool.
@@ -110,7 +130,19 @@ struct SlotState {
     tag: u64,
     /// Leading blocks of `table` that hold their hash.
     registered: u32,
+    /// Whether it let go of its blocks since its content was set (a
+    /// preemption): then its own blocks may be held twice or sit in the
+    /// free queue, and [`PrefixPool::finish`] takes the block-by-block way.
+    released: bool,
 }
+
+/// A free-queue entry: a block (its index), or a run of anonymous blocks
+/// (their count, with one of these tags).
+type Entry = u64;
+/// A run of orphans: cached, counted, found by no one.
+const RUN_ORPHANS: Entry = 1 << 32;
+/// A run of blocks holding no hash.
+const RUN_UNCACHED: Entry = 2 << 32;
 
 /// The block pool with prefix caching.
 #[derive(Clone, Debug)]
@@ -120,19 +152,34 @@ pub struct PrefixPool {
     /// Materialised blocks; the rest (`total - blocks.len()`) were never
     /// used and make up the head of the free queue, in index order.
     blocks: Vec<Block>,
-    /// Their counts, cached flags and free-queue links (as `blocks`).
-    hot: Vec<Hot>,
-    /// When each block last got its hash (registration order), kept apart
-    /// from the hot block data: only the invariant check reads it.
-    registered_at: Vec<u64>,
-    /// The free queue after the never-used blocks: a linked list.
-    head: u32,
-    tail: u32,
+    /// The free queue after the never-used blocks, oldest freed first: a
+    /// block taken out of its middle (a hit) is left in place and skipped
+    /// when it reaches the head (its entry is stale: the block has a
+    /// reference, or was freed again and queued further back). Entry `i`
+    /// sits at position `queue_base + i`; a block in the queue knows its
+    /// position (`Block::queued_at`), so an entry is live exactly when its
+    /// block has count 0 and that position. An array, not a linked list:
+    /// taking `n` blocks reads `n` independent entries, whose cache misses
+    /// overlap, instead of chasing links one miss after the other.
+    ///
+    /// A request that leaves without having been preempted puts its own
+    /// and unregistered blocks in as two runs ([`PrefixPool::finish`]):
+    /// no one can hit them, so which physical block stands for which
+    /// does not matter; the blocks go to `anon`, and taking from a run
+    /// takes the block freed last there (still in the cache) and counts
+    /// an eviction for an orphan.
+    queue: VecDeque<Entry>,
+    queue_base: u32,
+    /// Live block entries of `queue`.
     listed: u32,
+    /// Block entries of `queue` that are not live.
+    stale: u32,
+    /// The blocks the runs of `queue` stand for (as many), last freed last.
+    anon: Vec<u32>,
     cache: HashIndex,
     /// Blocks holding a hash.
     cached: u32,
-    registrations: u64,
+    registrations: u32,
     evictions: u64,
     slots: Vec<SlotState>,
     /// The blocks of the last lookup.
@@ -145,11 +192,11 @@ impl PrefixPool {
             block_size: block_size.max(1),
             total,
             blocks: Vec::new(),
-            hot: Vec::new(),
-            registered_at: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            queue: VecDeque::new(),
+            queue_base: 0,
             listed: 0,
+            stale: 0,
+            anon: Vec::new(),
             // One entry per cached block at most: reserving up front spares
             // the rehashes (bounded, for huge pools).
             cache: HashIndex::with_capacity(total.min(1 << 20) as usize),
@@ -167,7 +214,7 @@ impl PrefixPool {
 
     /// Blocks in the free queue (count 0), cached or not.
     pub fn free(&self) -> u32 {
-        self.total - self.blocks.len() as u32 + self.listed
+        self.total - self.blocks.len() as u32 + self.listed + self.anon.len() as u32
     }
 
     /// Blocks with a reference.
@@ -210,14 +257,18 @@ impl PrefixPool {
             let tag = (self.slots.len() as u64) << 32;
             self.slots.push(SlotState { tag, ..SlotState::default() });
         }
+        debug_assert!(self.slots[i].table.is_empty(), "content set on a slot that holds blocks");
+        self.orphan_own(slot);
         let s = &mut self.slots[i];
-        debug_assert!(s.table.is_empty(), "content set on a slot that holds blocks");
         s.tag = next_tag(s.tag);
         s.hashes.clear();
         s.hashes.extend_from_slice(hashes);
         s.own.clear();
-        s.own.resize(own as usize, Holders { first: NIL, last: NIL });
+        // Own positions are kinds below ORPHAN (a request of 2^32 blocks
+        // could not be held in memory anyway).
+        s.own.resize(own.min(ORPHAN) as usize, Holders { first: NIL, last: NIL });
         s.registered = 0;
+        s.released = false;
     }
 
     /// Rule 1: the hit of request `slot` with `known = P + g` tokens. The
@@ -230,7 +281,7 @@ impl PrefixPool {
         for h in &s.hashes[..max.min(s.hashes.len())] {
             let Some(holders) = self.cache.get(*h) else { break };
             let b = holders.first;
-            free_blocks += u32::from(self.hot[b as usize].refs == 0);
+            free_blocks += u32::from(self.blocks[b as usize].refs == 0);
             self.hits.push(b);
         }
         // Its own blocks, only if every shared one hit (a preempted
@@ -242,7 +293,7 @@ impl PrefixPool {
                 if b == NIL {
                     break;
                 }
-                free_blocks += u32::from(self.hot[b as usize].refs == 0);
+                free_blocks += u32::from(self.blocks[b as usize].refs == 0);
                 self.hits.push(b);
             }
         }
@@ -263,10 +314,10 @@ impl PrefixPool {
     pub fn admit(&mut self, slot: u32, new: u32) {
         let hits = std::mem::take(&mut self.hits);
         for &b in &hits {
-            if self.hot[b as usize].refs == 0 {
+            if self.blocks[b as usize].refs == 0 {
                 self.unlink(b);
             }
-            self.hot[b as usize].refs += 1;
+            self.blocks[b as usize].refs += 1;
         }
         let s = &mut self.slots[slot as usize];
         debug_assert!(s.table.is_empty(), "admitting a request that holds blocks");
@@ -281,7 +332,7 @@ impl PrefixPool {
     pub fn allocate(&mut self, slot: u32, n: u32) {
         for _ in 0..n {
             let b = self.pop_free();
-            self.hot[b as usize].refs = 1;
+            self.blocks[b as usize].refs = 1;
             self.slots[slot as usize].table.push(b);
         }
     }
@@ -298,35 +349,40 @@ impl PrefixPool {
         for i in s.registered as usize..full {
             let b = s.table[i];
             let block = &mut self.blocks[b as usize];
-            debug_assert!(!self.hot[b as usize].cached, "registering a block that holds a hash");
-            self.hot[b as usize].cached = true;
-            self.registered_at[b as usize] = self.registrations;
-            self.registrations += 1;
+            debug_assert!(block.kind == UNCACHED, "registering a block that holds a hash");
+            block.registered_at = self.registrations;
+            block.same_next = NIL;
+            self.registrations = self.registrations.wrapping_add(1);
             self.cached += 1;
             let holders = match s.hashes.get(i) {
                 Some(&h) => {
+                    block.kind = SHARED;
                     block.hash = h;
                     let (holders, inserted) = self.cache.get_or_insert(h, Holders { first: b, last: b });
-                    if inserted {
-                        continue;
-                    }
-                    holders
+                    (!inserted).then_some(holders)
                 }
                 None => {
                     let pos = i - s.hashes.len();
                     block.hash = s.tag;
-                    block.own_pos = pos as u32;
+                    block.kind = pos as u32;
                     let holders = &mut s.own[pos];
-                    if holders.first == NIL {
-                        *holders = Holders { first: b, last: b };
-                        continue;
+                    match holders.first {
+                        NIL => {
+                            *holders = Holders { first: b, last: b };
+                            None
+                        }
+                        _ => Some(holders),
                     }
-                    holders
                 }
             };
-            let last = std::mem::replace(&mut holders.last, b);
-            self.blocks[last as usize].same_next = b;
+            let last = match holders {
+                Some(holders) => std::mem::replace(&mut holders.last, b),
+                None => NIL,
+            };
             self.blocks[b as usize].same_prev = last;
+            if last != NIL {
+                self.blocks[last as usize].same_next = b;
+            }
         }
 
         s.registered = s.registered.max(full as u32);
@@ -342,8 +398,9 @@ impl PrefixPool {
         let Some(s) = self.slots.get_mut(slot as usize) else { return };
         let table = std::mem::take(&mut s.table);
         s.registered = 0;
+        s.released = true;
         for &b in table.iter().rev() {
-            let block = &mut self.hot[b as usize];
+            let block = &mut self.blocks[b as usize];
             debug_assert!(block.refs > 0, "freeing a free block");
             block.refs -= 1;
             if block.refs == 0 {
@@ -359,113 +416,225 @@ impl PrefixPool {
     /// blocks still cached become orphans: counted until evicted, found by
     /// no one.
     pub fn forget(&mut self, slot: u32) {
+        self.orphan_own(slot);
         if let Some(s) = self.slots.get_mut(slot as usize) {
             debug_assert!(s.table.is_empty(), "forgetting a request that holds blocks");
             s.hashes.clear();
             s.own.clear();
             s.tag = next_tag(s.tag);
             s.registered = 0;
+            s.released = false;
+        }
+    }
+
+    /// [`PrefixPool::release`] then [`PrefixPool::forget`]: request `slot`
+    /// leaves. Unless it was preempted, its blocks past its shared head
+    /// (own content, orphans from now on, then the blocks not registered)
+    /// are held by it alone, so they join the queue as two runs without
+    /// being read (the same counts, evictions and hits as one by one).
+    pub fn finish(&mut self, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot as usize) else { return };
+        if s.released {
+            self.release(slot);
+            self.forget(slot);
+            return;
+        }
+        let mut table = std::mem::take(&mut s.table);
+        let registered = s.registered as usize;
+        let shared = registered.min(s.hashes.len());
+        if cfg!(debug_assertions) {
+            for &b in &table[shared..] {
+                debug_assert!(self.blocks[b as usize].refs == 1, "an own or unregistered block held twice");
+            }
+        }
+        // Tail first: the unregistered blocks, then the own registered ones.
+        self.anon.extend_from_slice(&table[registered..]);
+        self.push_run(RUN_UNCACHED, (table.len() - registered) as u32);
+        self.anon.extend_from_slice(&table[shared..registered]);
+        self.push_run(RUN_ORPHANS, (registered - shared) as u32);
+        for &b in table[..shared].iter().rev() {
+            let block = &mut self.blocks[b as usize];
+            debug_assert!(block.refs > 0, "freeing a free block");
+            block.refs -= 1;
+            if block.refs == 0 {
+                self.push_free(b);
+            }
+        }
+        table.clear();
+        let s = &mut self.slots[slot as usize];
+        s.table = table;
+        s.hashes.clear();
+        s.own.clear();
+        s.tag = next_tag(s.tag);
+        s.registered = 0;
+    }
+
+    /// Appends `n` anonymous blocks of run kind `run` (already on `anon`).
+    fn push_run(&mut self, run: Entry, n: u32) {
+        if n == 0 {
+            return;
+        }
+        match self.queue.back_mut() {
+            Some(e) if *e & !0xffff_ffff == run => *e += Entry::from(n),
+            _ => {
+                if u64::from(self.queue_base) + self.queue.len() as u64 >= u64::from(u32::MAX) {
+                    self.compact();
+                }
+                self.queue.push_back(run | Entry::from(n));
+            }
+        }
+    }
+
+    /// Own blocks of request `slot` still cached become orphans (its
+    /// content is about to go): their entries say so, so evicting them
+    /// later reads nothing else. Called when the request has just let go
+    /// of them, while their entries are still in the cache.
+    fn orphan_own(&mut self, slot: u32) {
+        let Some(s) = self.slots.get(slot as usize) else { return };
+        for holders in &s.own {
+            let mut b = holders.first;
+            while b != NIL {
+                let block = &mut self.blocks[b as usize];
+                block.kind = ORPHAN;
+                b = match b == holders.last {
+                    true => NIL,
+                    false => block.same_next,
+                };
+            }
         }
     }
 
     /// Takes the head of the free queue, evicting its hash.
     fn pop_free(&mut self) -> u32 {
         if (self.blocks.len() as u32) < self.total {
-            self.blocks.push(Block::fresh());
-            self.hot.push(Hot::FRESH);
-            self.registered_at.push(0);
+            self.blocks.push(Block::FRESH);
             return self.blocks.len() as u32 - 1;
         }
-        let b = self.head;
-        debug_assert!(b != NIL, "taking a block from an empty free queue");
-        self.unlink(b);
-        if self.hot[b as usize].cached {
-            self.evict(b);
+        let b = loop {
+            let e = self.queue.front_mut().expect("taking a block from an empty free queue");
+            let run = *e & !0xffff_ffff;
+            if run != 0 {
+                // One block of a run: the one freed last.
+                *e -= 1;
+                if *e & 0xffff_ffff == 0 {
+                    self.queue.pop_front();
+                    self.queue_base += 1;
+                }
+                let b = self.anon.pop().expect("a run stands for anonymous blocks");
+                if run == RUN_ORPHANS {
+                    self.cached -= 1;
+                    self.evictions += 1;
+                }
+                self.blocks[b as usize] = Block::FRESH;
+                return b;
+            }
+            let b = *e as u32;
+            self.queue.pop_front();
+            let at = self.queue_base;
+            self.queue_base += 1;
+            let block = &self.blocks[b as usize];
+            if block.refs == 0 && block.queued_at == at {
+                break b;
+            }
+            self.stale -= 1;
+        };
+        self.listed -= 1;
+        let block = &mut self.blocks[b as usize];
+        block.queued_at = u32::MAX;
+        match block.kind {
+            UNCACHED => {}
+            ORPHAN => {
+                block.kind = UNCACHED;
+                self.cached -= 1;
+                self.evictions += 1;
+            }
+            _ => self.evict(b),
         }
         b
     }
 
     fn push_free(&mut self, b: u32) {
-        let tail = self.tail;
-        let block = &mut self.hot[b as usize];
-        block.prev = tail;
-        block.next = NIL;
-        match tail {
-            NIL => self.head = b,
-            t => self.hot[t as usize].next = b,
+        if u64::from(self.queue_base) + self.queue.len() as u64 >= u64::from(u32::MAX) {
+            self.compact();
         }
-        self.tail = b;
+        self.blocks[b as usize].queued_at = self.queue_base + self.queue.len() as u32;
+        self.queue.push_back(Entry::from(b));
         self.listed += 1;
     }
 
+    /// Takes block `b` out of the free queue: its entry goes stale (the
+    /// caller gives it a reference). When stale entries outnumber the
+    /// live ones, the queue drops them (keeping the order of the rest).
     fn unlink(&mut self, b: u32) {
-        let Hot { prev, next, .. } = self.hot[b as usize];
-        match prev {
-            NIL => self.head = next,
-            p => self.hot[p as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.hot[n as usize].prev = prev,
-        }
-        let block = &mut self.hot[b as usize];
-        block.prev = NIL;
-        block.next = NIL;
+        // No position matches it now (positions stay below u32::MAX).
+        self.blocks[b as usize].queued_at = u32::MAX;
         self.listed -= 1;
+        self.stale += 1;
+        if self.stale > 64 && self.stale > self.listed {
+            self.compact();
+        }
     }
 
-    /// Removes block `b` from the blocks holding its hash.
+    /// Drops the stale entries of the free queue and numbers the live ones
+    /// from 0, in order. Blocks out of the queue keep old numbers, which
+    /// nothing reads: an entry is live only if its block has count 0, and
+    /// a block reaching count 0 is queued with a new number.
+    fn compact(&mut self) {
+        let (mut at, mut kept) = (self.queue_base, 0u32);
+        let blocks = &mut self.blocks;
+        self.queue.retain(|&e| {
+            let live = match e >> 32 {
+                0 => {
+                    let block = &mut blocks[e as usize];
+                    let live = block.refs == 0 && block.queued_at == at;
+                    if live {
+                        block.queued_at = kept;
+                    }
+                    live
+                }
+                _ => true,
+            };
+            at = at.wrapping_add(1);
+            kept += u32::from(live);
+            live
+        });
+        self.queue_base = 0;
+        self.stale = 0;
+    }
+
+    /// Removes block `b` (`SHARED` or own content of a request still
+    /// there) from the blocks holding its content.
     fn evict(&mut self, b: u32) {
-        let Block { hash, own_pos, same_prev, same_next, .. } = self.blocks[b as usize];
-        if own_pos != NIL {
-            self.evict_own(b);
-            return;
-        }
+        let Block { hash, kind, same_prev, same_next, .. } = self.blocks[b as usize];
         if same_prev != NIL {
             self.blocks[same_prev as usize].same_next = same_next;
         }
         if same_next != NIL {
             self.blocks[same_next as usize].same_prev = same_prev;
         }
-        match (same_prev, same_next) {
-            (NIL, NIL) => {
-                self.cache.remove(hash);
-            }
-            (NIL, n) => {
-                if let Some(h) = self.cache.get_mut(hash) {
-                    h.first = n;
+        if kind == SHARED {
+            match (same_prev, same_next) {
+                (NIL, NIL) => {
+                    self.cache.remove(hash);
                 }
-            }
-            (p, NIL) => {
-                if let Some(h) = self.cache.get_mut(hash) {
-                    h.last = p;
+                (NIL, n) => {
+                    if let Some(h) = self.cache.get_mut(hash) {
+                        h.first = n;
+                    }
                 }
+                (p, NIL) => {
+                    if let Some(h) = self.cache.get_mut(hash) {
+                        h.last = p;
+                    }
+                }
+                _ => {}
             }
-            _ => {}
-        }
-        self.hot[b as usize].cached = false;
-        let block = &mut self.blocks[b as usize];
-        block.same_prev = NIL;
-        block.same_next = NIL;
-        self.cached -= 1;
-        self.evictions += 1;
-    }
-
-    /// [`PrefixPool::evict`] for a block of a request's own content: out of
-    /// its request's list if the request is still there, else an orphan
-    /// (its list is gone with its request, and nothing links to it that
-    /// is ever followed again).
-    fn evict_own(&mut self, b: u32) {
-        let Block { hash: tag, own_pos, same_prev, same_next, .. } = self.blocks[b as usize];
-        let slot = (tag >> 32) as usize;
-        if self.slots.get(slot).is_some_and(|s| s.tag == tag) {
-            if same_prev != NIL {
-                self.blocks[same_prev as usize].same_next = same_next;
-            }
-            if same_next != NIL {
-                self.blocks[same_next as usize].same_prev = same_prev;
-            }
-            let holders = &mut self.slots[slot].own[own_pos as usize];
+        } else {
+            // Out of its request's list (the request is still there: its
+            // blocks would be orphans otherwise).
+            let s = &mut self.slots[(hash >> 32) as usize];
+            debug_assert!(s.tag == hash, "an own block of content that is gone");
+            let holders = &mut s.own[kind as usize];
             if same_prev == NIL {
                 holders.first = same_next;
             }
@@ -473,11 +642,7 @@ impl PrefixPool {
                 holders.last = same_prev;
             }
         }
-        self.hot[b as usize].cached = false;
-        let block = &mut self.blocks[b as usize];
-        block.own_pos = NIL;
-        block.same_prev = NIL;
-        block.same_next = NIL;
+        self.blocks[b as usize].kind = UNCACHED;
         self.cached -= 1;
         self.evictions += 1;
     }
@@ -491,6 +656,14 @@ impl PrefixPool {
     pub fn check(&self, live: impl Fn(u32) -> bool) -> Result<(), String> {
         let n = self.blocks.len();
         let mut refs = vec![0u64; n];
+        // Blocks the runs of the queue stand for: free, each once.
+        let mut anon = vec![false; n];
+        for &b in &self.anon {
+            if anon.get(b as usize) != Some(&false) {
+                return Err(format!("block {b} stands twice for a run, or was never allocated"));
+            }
+            anon[b as usize] = true;
+        }
         for (slot, s) in self.slots.iter().enumerate() {
             if !s.table.is_empty() && !live(slot as u32) {
                 return Err(format!("slot {slot} holds {} blocks but is not running", s.table.len()));
@@ -503,40 +676,59 @@ impl PrefixPool {
                     return Err(format!("slot {slot} holds block {b}, which was never allocated"));
                 };
                 refs[b as usize] += 1;
+                if anon[b as usize] {
+                    return Err(format!("slot {slot} holds block {b}, which a run of the free queue stands for"));
+                }
                 let holds = match s.hashes.get(i) {
-                    Some(h) => block.hash == *h && block.own_pos == NIL,
-                    None => block.hash == s.tag && block.own_pos as usize == i - s.hashes.len(),
+                    Some(h) => block.kind == SHARED && block.hash == *h,
+                    None => block.hash == s.tag && block.kind as usize == i - s.hashes.len(),
                 };
-                if i < s.registered as usize && !(self.hot[b as usize].cached && holds) {
+                if i < s.registered as usize && !holds {
                     return Err(format!("slot {slot}: block {b} at position {i} does not hold the request's hash"));
                 }
             }
         }
-        for (b, block) in self.hot.iter().enumerate() {
-            if u64::from(block.refs) != refs[b] {
+        for (b, block) in self.blocks.iter().enumerate() {
+            if !anon[b] && u64::from(block.refs) != refs[b] {
                 return Err(format!("block {b} counts {} references but {} tables hold it", block.refs, refs[b]));
             }
         }
-        let mut listed = 0u32;
-        let (mut cur, mut prev) = (self.head, NIL);
-        while cur != NIL {
-            let block = self.hot.get(cur as usize).ok_or("the free queue links a missing block")?;
-            if block.refs != 0 {
-                return Err(format!("block {cur} is in the free queue with {} references", block.refs));
+        // The queue's live entries: a block with count 0 at the position it
+        // was queued at (one at most per block: positions are distinct).
+        let (mut listed, mut stale, mut in_runs, mut orphans) = (0u32, 0u32, 0u64, 0u32);
+        for (at, &e) in (self.queue_base..).zip(&self.queue) {
+            let count = e as u32;
+            match e & !0xffff_ffff {
+                RUN_ORPHANS | RUN_UNCACHED if count == 0 => return Err("an empty run in the free queue".into()),
+                RUN_ORPHANS => orphans += count,
+                RUN_UNCACHED => {}
+                0 => {
+                    let block = self.blocks.get(count as usize).ok_or("the free queue holds a missing block")?;
+                    match block.refs == 0 && block.queued_at == at {
+                        true if anon[count as usize] => {
+                            return Err(format!("block {count} is listed free and stands for a run"));
+                        }
+                        true => listed += 1,
+                        false => stale += 1,
+                    }
+                    continue;
+                }
+                _ => return Err(format!("free queue entry {e:#x} is neither a block nor a run")),
             }
-            if block.prev != prev {
-                return Err(format!("free queue links broken at block {cur}"));
-            }
-            listed += 1;
-            if listed > self.total {
-                return Err("the free queue has a cycle".into());
-            }
-            prev = cur;
-            cur = block.next;
+            in_runs += u64::from(count);
         }
-        let zero = self.hot.iter().filter(|b| b.refs == 0).count() as u32;
-        if listed != self.listed || listed != zero || prev != self.tail {
-            return Err(format!("{listed} blocks listed free, {} counted, {zero} with no reference", self.listed));
+        if in_runs != self.anon.len() as u64 {
+            return Err(format!(
+                "the runs of the free queue count {in_runs} blocks, {} stand for them",
+                self.anon.len()
+            ));
+        }
+        let zero = self.blocks.iter().zip(&anon).filter(|(b, a)| b.refs == 0 && !**a).count() as u32;
+        if listed != self.listed || listed != zero || stale != self.stale {
+            return Err(format!(
+                "{listed} blocks listed free ({stale} stale entries), {} counted ({} stale), {zero} with no reference",
+                self.listed, self.stale
+            ));
         }
         if self.used() + self.free() != self.total {
             return Err("blocks in use + free != total".into());
@@ -546,12 +738,11 @@ impl PrefixPool {
             let (mut cur, mut prev, mut order) = (holders.first, NIL, None);
             while cur != NIL {
                 let block = self.blocks.get(cur as usize).ok_or("a hash maps to a missing block")?;
-                let cached = self.hot[cur as usize].cached;
-                if !cached || block.hash != h || block.own_pos != NIL || block.same_prev != prev {
+                if block.kind != SHARED || block.hash != h || block.same_prev != prev {
                     return Err(format!("hash {h:016x} lists block {cur}, which does not hold it"));
                 }
-                let at = self.registered_at[cur as usize];
-                if order.is_some_and(|o| o >= at) {
+                let at = block.registered_at;
+                if order.is_some_and(|o| !registered_before(o, at)) {
                     return Err(format!("hash {h:016x}: block {cur} is listed out of registration order"));
                 }
                 order = Some(at);
@@ -569,17 +760,13 @@ impl PrefixPool {
                 let (mut cur, mut prev, mut order) = (holders.first, NIL, None);
                 while cur != NIL {
                     let block = self.blocks.get(cur as usize).ok_or("an own list holds a missing block")?;
-                    if !self.hot[cur as usize].cached
-                        || block.hash != s.tag
-                        || block.own_pos as usize != pos
-                        || block.same_prev != prev
-                    {
+                    if block.hash != s.tag || block.kind as usize != pos || block.same_prev != prev {
                         return Err(format!(
                             "slot {slot}: own position {pos} lists block {cur}, which does not hold it"
                         ));
                     }
-                    let at = self.registered_at[cur as usize];
-                    if order.is_some_and(|o| o >= at) {
+                    let at = block.registered_at;
+                    if order.is_some_and(|o| !registered_before(o, at)) {
                         return Err(format!("slot {slot}: own position {pos} is out of registration order"));
                     }
                     order = Some(at);
@@ -593,13 +780,20 @@ impl PrefixPool {
             }
         }
         let live = |b: &Block| self.slots.get((b.hash >> 32) as usize).is_some_and(|s| s.tag == b.hash);
-        let orphan = |(b, h): (&Block, &Hot)| h.cached && b.own_pos != NIL && !live(b);
-        in_lists += self.blocks.iter().zip(&self.hot).filter(|&bh| orphan(bh)).count() as u32;
+        in_lists += orphans;
+        for (b, block) in self.blocks.iter().enumerate() {
+            if block.kind == ORPHAN && !anon[b] {
+                if live(block) {
+                    return Err(format!("block {b} is an orphan, but of content still there"));
+                }
+                in_lists += 1;
+            }
+        }
         let entries = self.cache.iter().count();
         if entries != self.cache.len() || (entries == 0) != self.cache.is_empty() {
             return Err(format!("the hash index counts {} entries but holds {entries}", self.cache.len()));
         }
-        let cached = self.hot.iter().filter(|b| b.cached).count() as u32;
+        let cached = orphans + self.blocks.iter().zip(&anon).filter(|(b, a)| b.kind != UNCACHED && !**a).count() as u32;
         if in_lists != cached || cached != self.cached {
             return Err(format!("{cached} blocks hold a hash, {in_lists} are listed, {} counted", self.cached));
         }

@@ -332,3 +332,59 @@ fn own_blocks_of_a_request_that_left_are_orphans_until_evicted() {
     assert_eq!((p.evictions(), p.cached_blocks()), (3, 0));
     p.check(|s| s == 0).unwrap();
 }
+
+#[test]
+fn a_request_leaving_unpreempted_frees_its_tail_then_its_own_blocks_then_its_shared_head() {
+    // 8 blocks of 4. A request of 13 tokens: one shared block (hash 1),
+    // 2 own blocks, and a fourth block that 12 computed tokens leave unregistered.
+    let mut p = pool(8);
+    p.set_content_own(0, &[1], 2);
+    p.lookup(0, 13);
+    p.admit(0, 4);
+    p.register(0, 12);
+    p.finish(0);
+    p.check(|_| false).unwrap();
+    assert_eq!((p.used(), p.free(), p.cached_blocks()), (0, 8, 3));
+    // The queue: the 4 never-used blocks, then the unregistered block,
+    // the 2 own blocks (orphans now), the shared block.
+    p.set_content(1, &[]);
+    let mut seen = vec![];
+    for _ in 0..7 {
+        p.allocate(1, 1);
+        p.check(|s| s == 1).unwrap();
+        p.set_content(2, &[1]);
+        seen.push((p.evictions(), p.cached_blocks(), p.lookup(2, 13).blocks));
+    }
+    assert_eq!(
+        seen,
+        [(0, 3, 1), (0, 3, 1), (0, 3, 1), (0, 3, 1), (0, 3, 1), (1, 2, 1), (2, 1, 1)],
+        "never-used, never-used x3, unregistered, orphan, orphan; the shared head last"
+    );
+    p.allocate(1, 1);
+    assert_eq!((p.evictions(), p.cached_blocks(), p.lookup(2, 13).blocks), (3, 0, 0));
+    p.check(|s| s == 1).unwrap();
+}
+
+#[test]
+fn a_request_leaving_after_a_preemption_frees_every_block_it_holds() {
+    // 6 blocks of 4; a request of 9 tokens with 2 own blocks.
+    let mut p = pool(6);
+    p.set_content_own(0, &[], 2);
+    p.lookup(0, 9);
+    p.admit(0, 3); // blocks 0, 1, 2
+    p.register(0, 8); // 0 and 1 hold its content
+    p.release(0); // preempted: queue 2, 1, 0
+    assert_eq!(p.lookup(0, 9), Lookup { blocks: 2, free_blocks: 2 }, "floor(8 / 4) own blocks");
+    p.admit(0, 1); // blocks 0, 1 again, and block 3 (never used)
+    p.finish(0); // queue: 2, then 3, 1, 0
+    p.check(|_| false).unwrap();
+    assert_eq!((p.used(), p.free(), p.cached_blocks()), (0, 6, 2));
+    p.set_content(1, &[]);
+    let mut evictions = vec![];
+    for _ in 0..6 {
+        p.allocate(1, 1);
+        evictions.push(p.evictions());
+    }
+    assert_eq!(evictions, [0, 0, 0, 0, 1, 2], "blocks 4, 5, 2, 3 hold nothing; 1 and 0 are orphans");
+    p.check(|s| s == 1).unwrap();
+}
