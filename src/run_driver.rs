@@ -187,7 +187,8 @@ impl<O: Observer> Observer for Tap<'_, O> {
         self.inner.prefix_lookup(id, at, queried, hit);
     }
     fn decode_stretch(&mut self, s: &crate::engine::Stretch<'_>) {
-        // Nothing arrives or ends in a stretch: nothing to note here.
+        // Nothing arrives in a stretch, and the driver told the source of
+        // its finishes already (`Engine::decode_stretch_through`).
         self.inner.decode_stretch(s);
     }
 }

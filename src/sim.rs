@@ -187,8 +187,20 @@ where
                 // The stretch stops before a step that would start at or
                 // after the next arrival, or break a limit: the next call
                 // of `step` then meets it as the step-by-step path would.
-                let before = source.peek().unwrap_or(SimTime::from_nanos(u64::MAX));
-                engine.decode_stretch(before, limits.max_time, limits.max_steps.saturating_sub(at.steps), tap)
+                let never = SimTime::from_nanos(u64::MAX);
+                let before = source.peek().unwrap_or(never);
+                // A finish inside the stretch is told to the source at once,
+                // as after a step: a closed loop's next arrival may follow
+                // from it, and the stretch stops before that arrival.
+                let mut on_finish = |id, when| {
+                    source.done(id, when);
+                    match source.stalled() {
+                        Some(_) => SimTime::ZERO,
+                        None => source.peek().unwrap_or(never),
+                    }
+                };
+                let max_steps = limits.max_steps.saturating_sub(at.steps);
+                engine.decode_stretch_through(before, limits.max_time, max_steps, &mut on_finish, tap)
             }
             Stepping::Exact => 0,
         };

@@ -93,7 +93,8 @@ pub trait Observer {
     fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {}
     /// A decode stretch ([`crate::engine::stretch`]): several steps at
     /// once. By default replayed as the events the steps one by one send
-    /// (per step: `scheduled` for every request, `token` for every request,
+    /// (per step: `scheduled` for every request in it, `token` for every
+    /// request in it, each followed by `finished` if that was its last,
     /// then `step`), so an observer that does not override it sees exactly
     /// the step-by-step sequence.
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
@@ -105,11 +106,15 @@ pub trait Observer {
 pub fn replay_stretch<O: Observer + ?Sized>(obs: &mut O, s: &Stretch<'_>) {
     for (j, step) in s.steps.iter().enumerate() {
         let j = j as u32;
-        for &(id, c, _) in s.requests {
+        let present = s.requests.iter().zip(s.spans).filter(|&(_, &(n, _))| n > j);
+        for (&(id, c, _), _) in present.clone() {
             obs.scheduled(id, step.start, 1, c + j);
         }
-        for &(id, _, g) in s.requests {
+        for (&(id, _, g), &(n, finished)) in present {
             obs.token(id, step.end, g + j + 1);
+            if finished && n == j + 1 {
+                obs.finished(id, step.end);
+            }
         }
         obs.step(step);
     }

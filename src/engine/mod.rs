@@ -144,6 +144,10 @@ pub struct Engine {
     steps: u64,
     /// (slot, tokens) scheduled in the step being built.
     batch: Vec<(u32, u32)>,
+    /// The shape of the step being built and its prompt tokens, summed as
+    /// requests join the batch (so the batch is not walked again to price it).
+    shape: StepShape,
+    prefill: u64,
     /// Prefix-cache evictions before the step being built.
     evictions_before: u64,
     /// Sum over pending and waiting requests of `ceil((P+g)/bs)`, kept as
@@ -173,6 +177,8 @@ impl Engine {
             last_arrival: SimTime::ZERO,
             steps: 0,
             batch: Vec::new(),
+            shape: StepShape::default(),
+            prefill: 0,
             evictions_before: 0,
             queued_blocks: 0,
             stretch: stretch::Scratch::default(),
@@ -396,6 +402,8 @@ impl Engine {
         self.clock = start;
         self.join_arrivals(start);
         self.batch.clear();
+        self.shape = StepShape::default();
+        self.prefill = 0;
         if let Kv::Prefix(p) = &self.kv {
             self.evictions_before = p.evictions();
         }
@@ -530,11 +538,8 @@ impl Engine {
     /// Steps 4 and 5: the step's duration, then the counters, the tokens and
     /// the finished requests, all at the step's end.
     fn finish_step<O: Observer>(&mut self, start: SimTime, preempted: u32, obs: &mut O) -> StepRecord {
-        // Only a model with an architecture costs attention and the LM head;
-        // the docs/engine.md path does not even branch on them.
-        let (shape, prefill) =
-            if self.cfg.cost.deployment.is_some() { self.detailed_shape() } else { self.shape_of::<false>() };
-        let (tokens, sum_ctx) = (shape.tokens, shape.sum_ctx);
+        let shape = StepShape { batch: self.batch.len() as u64, ..self.shape };
+        let (tokens, sum_ctx, prefill) = (shape.tokens, shape.sum_ctx, self.prefill);
         let cost = self.cfg.cost.cost(&shape);
         let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
         let record = StepRecord {
@@ -578,41 +583,24 @@ impl Engine {
         record
     }
 
-    /// [`Engine::shape_of`] with attention pairs and samples, kept out of
-    /// line so the docs/engine.md path's code stays as it was.
-    #[inline(never)]
-    fn detailed_shape(&self) -> (StepShape, u64) {
-        self.shape_of::<true>()
-    }
-
-    /// The step's [`StepShape`] (attention pairs and samples only when
-    /// `DETAILED`) and its prompt tokens.
-    fn shape_of<const DETAILED: bool>(&self) -> (StepShape, u64) {
-        let mut shape = StepShape { batch: self.batch.len() as u64, ..StepShape::default() };
-        let mut prefill = 0u64;
-        for &(slot, n) in &self.batch {
-            let seq = &self.slots[slot as usize];
-            let (n, c) = (u64::from(n), u64::from(seq.computed));
-            shape.tokens += n;
-            shape.sum_ctx += c + n;
-            if DETAILED {
-                shape.attention_pairs += arch::attention_pairs(n, c);
-                shape.sampled += u64::from(c + n == u64::from(seq.known()));
-            }
-            if seq.remaining() > 1 || seq.generated == 0 {
-                prefill += n;
-            }
-        }
-        (shape, prefill)
-    }
-
     /// Schedules `tokens` of a request in this step; with prefix caching
     /// its full blocks among the first `c + tokens` are registered at once
     /// (rule 4), so a request scheduled later in the step can hit them.
-    #[inline]
+    #[inline(always)]
     fn add_to_batch<O: Observer>(&mut self, slot: u32, tokens: u32, at: SimTime, obs: &mut O) {
         let seq = &mut self.slots[slot as usize];
         obs.scheduled(seq.req.id, at, tokens, seq.computed);
+        let (n, c) = (u64::from(tokens), u64::from(seq.computed));
+        self.shape.tokens += n;
+        self.shape.sum_ctx += c + n;
+        // Only a model with an architecture costs attention and the LM head.
+        if self.cfg.cost.deployment.is_some() {
+            self.shape.attention_pairs += arch::attention_pairs(n, c);
+            self.shape.sampled += u64::from(c + n == u64::from(seq.known()));
+        }
+        if seq.remaining() > 1 || seq.generated == 0 {
+            self.prefill += n;
+        }
         if let Kv::Prefix(p) = &mut self.kv
             && u64::from(seq.computed + tokens) >= seq.register_at
         {

@@ -14,7 +14,15 @@
 //! the stretch as one [`Stretch`]: the default
 //! [`Observer::decode_stretch`](super::Observer::decode_stretch) replays it as the per-step events the
 //! step-by-step path sends (so any observer sees the same sequence); the
-//! metrics collector folds it in O(B + k) instead of O(B x k).
+//! metrics collector folds it in O(B log B + k) instead of O(B x k).
+//!
+//! [`Engine::decode_stretch_through`] (what `llmsim run` uses) also runs
+//! through finishes: a request whose last token a step releases finishes
+//! there, frees its blocks and leaves, and the stretch goes on with
+//! `B - 1` requests, `sum(c)` less its KV and its block crossings gone.
+//! The driver tells the source of each finish at once and gets back the
+//! next arrival, so a closed loop's next request still stops the stretch
+//! where the step-by-step path would admit it.
 
 use super::{Engine, Kv, RequestId, StepRecord, StepShape};
 use crate::time::SimTime;
@@ -29,6 +37,12 @@ pub struct Stretch<'a> {
     pub requests: &'a [(RequestId, u32, u32)],
     /// The stretch's steps, in order (at least one).
     pub steps: &'a [StepRecord],
+    /// Per request, in the same order: `(n, finished)`, the steps it takes
+    /// part in (the first `n`, at least one) and whether it released its
+    /// last token and finished at the end of its last one (then its blocks
+    /// are free and it left the running set). Without finishes every `n`
+    /// is the number of steps.
+    pub spans: &'a [(u32, bool)],
 }
 
 /// Scratch space kept between stretches, so a stretch allocates nothing.
@@ -36,6 +50,12 @@ pub struct Stretch<'a> {
 pub(super) struct Scratch {
     requests: Vec<(RequestId, u32, u32)>,
     steps: Vec<StepRecord>,
+    spans: Vec<(u32, bool)>,
+    /// Through finishes: each running request's output tokens left
+    /// (`N - g`, the step it finishes in), and the running indices in
+    /// finishing order (by that step, then running order).
+    left: Vec<u32>,
+    finishing: Vec<u32>,
     /// `crossings[r]`: running requests that need a new block in every
     /// step `j` with `(j - 1) % block_size == r`.
     crossings: Vec<u32>,
@@ -74,6 +94,41 @@ impl Engine {
         max_steps: u64,
         obs: &mut O,
     ) -> u64 {
+        self.stretch_inner(before, max_end, max_steps, None, obs)
+    }
+
+    /// [`Engine::decode_stretch`] that also runs through finishes: a
+    /// request releasing its last token finishes inside the stretch, frees
+    /// its blocks and leaves the running set, exactly as in a step, and the
+    /// stretch goes on with the others. After each step with finishes,
+    /// `on_finish` is called with each finished request (in the order the
+    /// step-by-step path finishes them) and its end time, and returns the
+    /// new `before` (a closed loop's next arrival may come from the
+    /// finish). Without prefix caching only (with it, this is
+    /// [`Engine::decode_stretch`]).
+    pub fn decode_stretch_through<O: super::Observer>(
+        &mut self,
+        before: SimTime,
+        max_end: SimTime,
+        max_steps: u64,
+        on_finish: &mut dyn FnMut(RequestId, SimTime) -> SimTime,
+        obs: &mut O,
+    ) -> u64 {
+        self.stretch_inner(before, max_end, max_steps, Some(on_finish), obs)
+    }
+
+    fn stretch_inner<O: super::Observer>(
+        &mut self,
+        mut before: SimTime,
+        max_end: SimTime,
+        max_steps: u64,
+        mut on_finish: Option<&mut dyn FnMut(RequestId, SimTime) -> SimTime>,
+        obs: &mut O,
+    ) -> u64 {
+        if matches!(self.kv, Kv::Prefix(_)) {
+            on_finish = None;
+        }
+        let through = on_finish.is_some();
         if max_steps == 0 || self.running.is_empty() || !self.waiting.is_empty() || !self.pending.is_empty() {
             return 0;
         }
@@ -84,6 +139,8 @@ impl Engine {
         let bs = self.cfg.capacity.block_size;
         let scratch = &mut self.stretch;
         scratch.requests.clear();
+        scratch.spans.clear();
+        scratch.left.clear();
         scratch.room.clear();
         scratch.crossings.clear();
         scratch.crossings.resize(bs as usize, 0);
@@ -94,8 +151,13 @@ impl Engine {
             if s.remaining() != 1 || s.generated == 0 {
                 return 0;
             }
-            // Its last token comes from a step of its own.
-            k = k.min(u64::from(s.req.output - s.generated - 1));
+            let left = s.req.output - s.generated;
+            if through {
+                scratch.left.push(left);
+            } else {
+                // Its last token comes from a step of its own.
+                k = k.min(u64::from(left - 1));
+            }
             let room = (u64::from(s.blocks) * u64::from(bs)).checked_sub(u64::from(s.computed));
             let Some(room) = room.filter(|&r| r < u64::from(bs)) else { return 0 };
             // It crosses into a new block in steps room + 1, room + 1 + bs, ...
@@ -107,6 +169,15 @@ impl Engine {
         if k == 0 {
             return 0;
         }
+        if through {
+            scratch.finishing.clear();
+            scratch.finishing.extend(0..b as u32);
+            let left = &scratch.left;
+            scratch.finishing.sort_by_key(|&i| (left[i as usize], i));
+        }
+        // Running requests still in the stretch, their KV before it, and
+        // the next request to finish (an index into `finishing`).
+        let (mut b, mut next_fin) = (b, 0usize);
         let prefix = matches!(self.kv, Kv::Prefix(_));
         if prefix {
             // Group the running requests by room, each group in running order.
@@ -129,6 +200,9 @@ impl Engine {
         let mut clock = self.clock;
         scratch.steps.clear();
         for j in 1..=k {
+            if b == 0 {
+                break;
+            }
             let new = scratch.crossings[((j - 1) % u64::from(bs)) as usize];
             if clock >= before || new > free {
                 break;
@@ -192,27 +266,60 @@ impl Engine {
                 evictions,
             });
             clock = end;
+            // Requests whose last token this step released finish: their
+            // blocks (with this step's crossings) come back.
+            while through && next_fin < scratch.finishing.len() {
+                let i = scratch.finishing[next_fin] as usize;
+                if u64::from(scratch.left[i]) != j {
+                    break;
+                }
+                next_fin += 1;
+                let (room, c) = (u64::from(scratch.room[i]), u64::from(scratch.requests[i].1));
+                let crossed = if j > room { 1 + (j - 1 - room) / u64::from(bs) } else { 0 };
+                let slot = self.running[i];
+                let held = self.slots[slot as usize].blocks + crossed as u32;
+                free += held;
+                used -= held;
+                b -= 1;
+                sum_c -= c;
+                scratch.crossings[room as usize] -= 1;
+                if let Some(f) = on_finish.as_mut() {
+                    before = f(scratch.requests[i].0, end);
+                }
+            }
         }
         let n = scratch.steps.len() as u64;
         if n == 0 {
             return 0;
         }
-        // Commit: every request is n tokens further, with the blocks it crossed into.
+        // Commit: every request is n tokens further (a finished one, its
+        // tokens left), with the blocks it crossed into.
         let mut taken = 0;
-        for (&slot, &room) in self.running.iter().zip(&scratch.room) {
+        for (i, (&slot, &room)) in self.running.iter().zip(&scratch.room).enumerate() {
             let s = &mut self.slots[slot as usize];
-            s.computed += n as u32;
-            s.generated += n as u32;
-            let crossed = if n > u64::from(room) { 1 + (n - 1 - u64::from(room)) / u64::from(bs) } else { 0 };
+            let m = if through { n.min(u64::from(scratch.left[i])) } else { n };
+            s.computed += m as u32;
+            s.generated += m as u32;
+            let crossed = if m > u64::from(room) { 1 + (m - 1 - u64::from(room)) / u64::from(bs) } else { 0 };
             s.blocks += crossed as u32;
             taken += crossed as u32;
+            scratch.spans.push((m as u32, s.generated == s.req.output));
         }
         if let Kv::Count(kv) = &mut self.kv {
             kv.take(taken);
         }
+        if through && next_fin > 0 {
+            for f in 0..next_fin {
+                let slot = self.running[self.stretch.finishing[f] as usize];
+                self.release(slot);
+            }
+            let slots = &self.slots;
+            self.running.retain(|&s| slots[s as usize].state == super::State::Running);
+        }
         self.steps += n;
         self.clock = clock;
-        obs.decode_stretch(&Stretch { requests: &self.stretch.requests, steps: &self.stretch.steps });
+        let st = &self.stretch;
+        obs.decode_stretch(&Stretch { requests: &st.requests, steps: &st.steps, spans: &st.spans });
         self.debug_check();
         n
     }

@@ -426,36 +426,51 @@ impl Observer for Collector {
         }
     }
 
-    /// The stretch's figures in O(B + k): each request's first gap is its
-    /// own, the later ones are the step durations every request shares.
+    /// The stretch's figures in O(B log B + k): each request's first gap
+    /// is its own, the later ones are the durations of the steps it takes
+    /// part in, which every request in them shares.
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
-        let (Some(first), Some(last)) = (s.steps.first(), s.steps.last()) else { return };
-        let (b, k) = (s.requests.len() as u64, s.steps.len() as u32);
-        let mut later_max = 0;
-        for step in &s.steps[1..] {
-            let d = step.duration_nanos();
-            later_max = later_max.max(d);
-        }
+        let (Some(first), k) = (s.steps.first(), s.steps.len()) else { return };
         // A request decoding without a token seen here (a collector that
         // joined late): the events one by one.
         if s.requests.iter().any(|&(id, _, _)| self.rec(id).is_some_and(|r| r.last_token.is_none())) {
             crate::engine::events::replay_stretch(self, s);
             return;
         }
-        for &(id, _, g) in s.requests {
+        // later_max[j]: the longest of steps 1..=j (0 for j = 0).
+        let mut later_max = Vec::with_capacity(k);
+        later_max.push(0);
+        for step in &s.steps[1..] {
+            let m = *later_max.last().unwrap_or(&0);
+            later_max.push(m.max(step.duration_nanos()));
+        }
+        // gone[j]: requests whose last step is step j - 1 (0-based).
+        let mut gone = vec![0u64; k + 1];
+        for (&(id, _, g), &(n, _)) in s.requests.iter().zip(s.spans) {
+            gone[n as usize] += 1;
             let Some(r) = self.rec(id) else { continue };
             let Some(prev) = r.last_token else { continue };
             let gap = first.end.nanos_since(prev);
-            r.max_gap_ns = r.max_gap_ns.max(gap).max(later_max);
-            r.last_token = Some(last.end);
-            r.tokens = g + k;
+            r.max_gap_ns = r.max_gap_ns.max(gap).max(later_max[n as usize - 1]);
+            r.last_token = Some(s.steps[n as usize - 1].end);
+            r.tokens = g + n;
             self.itl_add(gap, 1);
         }
-        for step in &s.steps[1..] {
-            self.itl_add(step.duration_nanos(), b);
+        let mut present = s.requests.len() as u64;
+        for (j, step) in s.steps.iter().enumerate().skip(1) {
+            present -= gone[j];
+            self.itl_add(step.duration_nanos(), present);
         }
         for step in s.steps {
             self.step(step);
+        }
+        // Finishes in the order the steps one by one send them: by step,
+        // then in running order.
+        let mut ended: Vec<(u32, usize)> =
+            (s.spans.iter().enumerate()).filter(|&(_, &(_, finished))| finished).map(|(i, &(n, _))| (n, i)).collect();
+        ended.sort_unstable();
+        for (_, i) in ended {
+            self.end(s.requests[i].0, Status::Finished);
         }
     }
 
