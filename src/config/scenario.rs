@@ -10,7 +10,6 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 
 pub use super::architecture::ArchitectureOrigin;
-pub use super::cluster::{Cluster, Router};
 use crate::engine::arch::Architecture;
 use crate::engine::cost::{DeploymentInput, Link};
 use crate::engine::{CostInput, CostModel, EngineConfig, KvBudget};
@@ -523,3 +522,151 @@ impl Deployment {
         })
     }
 }
+
+// The `cluster:` types live here because a pool holds the Scenario its
+// replicas run and a Scenario holds its Cluster; config/cluster.rs builds
+// them (docs/clusters.md).
+
+/// A validated `cluster:`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cluster {
+    /// Engines in the cluster: with pools, both pools' replicas.
+    pub replicas: u32,
+    /// With pools, the prefill pool's.
+    pub router: Router,
+    /// `prefix_affinity` only (shown only with it).
+    pub overlap_weight: Option<f64>,
+    /// `cluster.prefill` / `cluster.decode`: prefill/decode disaggregation.
+    pub disagg: Option<Box<Disagg>>,
+}
+
+/// Prefill/decode disaggregation (docs/clusters.md).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Disagg {
+    pub prefill: Pool,
+    pub decode: Pool,
+    pub kv_transfer: KvTransfer,
+}
+
+/// One pool of replicas: its router and what it overrides.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Pool {
+    pub replicas: u32,
+    pub router: Router,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlap_weight: Option<f64>,
+    /// The overrides, as given (resolved), so `llmsim explain` shows them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<Hardware>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<Parallelism>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<Scheduler>,
+    /// The scenario one replica of this pool runs: the base scenario with
+    /// the overrides applied (and no `cluster`).
+    #[serde(skip)]
+    pub scenario: Box<Scenario>,
+}
+
+impl Pool {
+    /// GPUs of one replica (its tensor degree).
+    pub fn gpus_per_replica(&self) -> u32 {
+        self.scenario.deployment.gpus()
+    }
+
+    /// GPUs of the whole pool.
+    pub fn gpus(&self) -> u32 {
+        self.replicas * self.gpus_per_replica()
+    }
+}
+
+/// `cluster.kv_transfer`: a prompt's KV moves in
+/// `latency_ms / 1000 + P * kv_bytes_per_token / (bandwidth_gbps * 1e9)` s.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KvTransfer {
+    /// GB/s (10^9 bytes a second) of one link.
+    pub bandwidth_gbps: f64,
+    pub latency_ms: f64,
+}
+
+impl KvTransfer {
+    /// The transfer time of `bytes`, in nanoseconds.
+    pub fn nanos(&self, bytes: u64) -> u64 {
+        crate::time::secs_to_nanos(self.latency_ms / 1e3 + bytes as f64 / (self.bandwidth_gbps * 1e9))
+    }
+}
+
+impl Cluster {
+    /// GPUs of the whole cluster (every pool, tensor degrees counted).
+    pub fn gpus(&self, s: &Scenario) -> u32 {
+        match &self.disagg {
+            Some(d) => d.prefill.gpus() + d.decode.gpus(),
+            None => self.replicas * s.deployment.gpus(),
+        }
+    }
+}
+
+impl Serialize for Cluster {
+    /// The form a user writes: `replicas`/`router`, or the pools.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Plain {
+            replicas: u32,
+            router: Router,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            overlap_weight: Option<f64>,
+        }
+        match &self.disagg {
+            Some(d) => d.serialize(s),
+            None => {
+                Plain { replicas: self.replicas, router: self.router, overlap_weight: self.overlap_weight }.serialize(s)
+            }
+        }
+    }
+}
+
+/// How a request picks its replica (docs/clusters.md).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Router {
+    RoundRobin,
+    Random,
+    LeastOutstanding,
+    LeastKv,
+    PrefixAffinity,
+    SessionAffinity,
+}
+
+impl Router {
+    pub const ALL: [Router; 6] = [
+        Router::RoundRobin,
+        Router::Random,
+        Router::LeastOutstanding,
+        Router::LeastKv,
+        Router::PrefixAffinity,
+        Router::SessionAffinity,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Router::RoundRobin => "round_robin",
+            Router::Random => "random",
+            Router::LeastOutstanding => "least_outstanding",
+            Router::LeastKv => "least_kv",
+            Router::PrefixAffinity => "prefix_affinity",
+            Router::SessionAffinity => "session_affinity",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Router> {
+        Router::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
+    /// The known names, for messages.
+    pub fn known() -> String {
+        Router::ALL.map(Router::as_str).join(", ")
+    }
+}
+
+/// The default `overlap_weight`.
+pub const DEFAULT_OVERLAP_WEIGHT: f64 = 1.0;

@@ -5,8 +5,25 @@
 //! writer, an invariant checker and the real-time server's stream router are
 //! all observers. Every method has an empty default.
 
-use super::Stretch;
 use crate::time::SimTime;
+
+/// A decode stretch, as observers see it (taken in `stretch.rs`).
+#[derive(Clone, Copy, Debug)]
+pub struct Stretch<'a> {
+    /// The running requests in running order: `(id, c, g)`, their KV and
+    /// their generated tokens before the first step. In step `j` (0-based)
+    /// each is scheduled for one token with `c + j` computed and releases
+    /// its token number `g + j + 1` at the step's end.
+    pub requests: &'a [(RequestId, u32, u32)],
+    /// The stretch's steps, in order (at least one).
+    pub steps: &'a [StepRecord],
+    /// Per request, in the same order: `(n, finished)`, the steps it takes
+    /// part in (the first `n`, at least one) and whether it released its
+    /// last token and finished at the end of its last one (then its blocks
+    /// are free and it left the running set). Without finishes every `n`
+    /// is the number of steps.
+    pub spans: &'a [(u32, bool)],
+}
 
 /// A request's identity: the order it was submitted in (0, 1, 2, ...).
 pub type RequestId = u64;

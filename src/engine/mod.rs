@@ -21,11 +21,10 @@ pub mod stretch;
 use std::collections::{HashMap, VecDeque};
 
 pub use cost::{CostInput, CostModel, StepCost, StepShape};
-pub use events::{Observer, RejectReason, RequestId, StepRecord};
+pub use events::{Observer, RejectReason, RequestId, StepRecord, Stretch};
 use kv::KvBlocks;
 pub use kv_budget::{KvBudget, KvBudgetError, KvBudgetInput};
 use prefix::PrefixPool;
-pub use stretch::Stretch;
 
 use crate::time::SimTime;
 

@@ -24,26 +24,8 @@
 //! next arrival, so a closed loop's next request still stops the stretch
 //! where the step-by-step path would admit it.
 
-use super::{Engine, Kv, RequestId, StepRecord, StepShape};
+use super::{Engine, Kv, RequestId, StepRecord, StepShape, Stretch};
 use crate::time::SimTime;
-
-/// A decode stretch, as observers see it.
-#[derive(Clone, Copy, Debug)]
-pub struct Stretch<'a> {
-    /// The running requests in running order: `(id, c, g)`, their KV and
-    /// their generated tokens before the first step. In step `j` (0-based)
-    /// each is scheduled for one token with `c + j` computed and releases
-    /// its token number `g + j + 1` at the step's end.
-    pub requests: &'a [(RequestId, u32, u32)],
-    /// The stretch's steps, in order (at least one).
-    pub steps: &'a [StepRecord],
-    /// Per request, in the same order: `(n, finished)`, the steps it takes
-    /// part in (the first `n`, at least one) and whether it released its
-    /// last token and finished at the end of its last one (then its blocks
-    /// are free and it left the running set). Without finishes every `n`
-    /// is the number of steps.
-    pub spans: &'a [(u32, bool)],
-}
 
 /// Scratch space kept between stretches, so a stretch allocates nothing.
 #[derive(Clone, Debug, Default)]

@@ -20,24 +20,7 @@ const KNOWN: &[(&str, &str, &str)] = &[];
 
 /// Edges between the submodules of one folder module that still close a
 /// circle: (folder, from, to, why). The test fails when one is gone.
-const KNOWN_INSIDE: &[(&str, &str, &str, &str)] = &[
-    (
-        "config",
-        "scenario",
-        "cluster",
-        "Scenario holds a Cluster, whose types (Cluster, Pool, Router, ...) are defined in config/cluster.rs beside \
-         the pool builder, which builds pools as Scenarios; the fix is to move those type definitions into \
-         scenario.rs (as the deployment's were), left while another branch edits config/cluster.rs",
-    ),
-    (
-        "engine",
-        "events",
-        "stretch",
-        "Observer::decode_stretch takes a Stretch (engine/stretch.rs), and the stretch names its steps with the \
-         event types (RequestId, StepRecord); the fix is to move the Stretch type below both, left while other \
-         branches edit src/engine/",
-    ),
-];
+const KNOWN_INSIDE: &[(&str, &str, &str, &str)] = &[];
 
 /// The code of a file before its tests, without `//` comments.
 pub(crate) fn code(text: &str) -> String {
