@@ -17,7 +17,7 @@ use super::check::Check;
 use super::limits;
 use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
 pub use super::scenario::{Cluster, DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool, Router};
-use super::scenario::{Arrivals, Hardware, Length, Parallelism, Scenario, Scheduler};
+use super::scenario::{Arrivals, Length, Scenario};
 
 /// What the pools are built from: the scenario's raw sections, before
 /// validation consumed them.
