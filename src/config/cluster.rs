@@ -16,8 +16,8 @@ use super::ConfigError;
 use super::check::Check;
 use super::limits;
 use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
-pub use super::scenario::{Cluster, DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool, Router};
 use super::scenario::{Arrivals, Length, Scenario};
+pub use super::scenario::{Cluster, DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool, Router};
 
 /// What the pools are built from: the scenario's raw sections, before
 /// validation consumed them.

@@ -672,6 +672,11 @@ impl Engine {
             }
             Kv::Count(_) => self.free_blocks(slot),
         }
+        self.retire(slot);
+    }
+
+    /// A request whose blocks are back leaves: its slot is free.
+    fn retire(&mut self, slot: u32) {
         let seq = &mut self.slots[slot as usize];
         seq.state = State::Free;
         self.by_id.remove(&seq.req.id);

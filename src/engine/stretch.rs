@@ -86,8 +86,8 @@ impl Engine {
     /// `on_finish` is called with each finished request (in the order the
     /// step-by-step path finishes them) and its end time, and returns the
     /// new `before` (a closed loop's next arrival may come from the
-    /// finish). Without prefix caching only (with it, this is
-    /// [`Engine::decode_stretch`]).
+    /// finish). With prefix caching a finishing request's blocks go back
+    /// to the pool in its last step, before the next step takes any.
     pub fn decode_stretch_through<O: super::Observer>(
         &mut self,
         before: SimTime,
@@ -107,9 +107,6 @@ impl Engine {
         mut on_finish: Option<&mut dyn FnMut(RequestId, SimTime) -> SimTime>,
         obs: &mut O,
     ) -> u64 {
-        if matches!(self.kv, Kv::Prefix(_)) {
-            on_finish = None;
-        }
         let through = on_finish.is_some();
         if max_steps == 0 || self.running.is_empty() || !self.waiting.is_empty() || !self.pending.is_empty() {
             return 0;
@@ -215,11 +212,18 @@ impl Engine {
                 let crossing = ((j - 1) % bs64) as usize;
                 let (lo, hi) = (scratch.start[crossing] as usize, scratch.start[crossing + 1] as usize);
                 for &i in &scratch.order[lo..hi] {
+                    // A request that finished in an earlier step is gone.
+                    if through && u64::from(scratch.left[i as usize]) < j {
+                        continue;
+                    }
                     p.allocate(self.running[i as usize], 1);
                 }
                 let filling = (j % bs64) as usize;
                 let (lo, hi) = (scratch.start[filling] as usize, scratch.start[filling + 1] as usize);
                 for &i in &scratch.order[lo..hi] {
+                    if through && u64::from(scratch.left[i as usize]) < j {
+                        continue;
+                    }
                     let slot = self.running[i as usize];
                     let seq = &mut self.slots[slot as usize];
                     let tokens = scratch.requests[i as usize].1 + j as u32;
@@ -259,9 +263,17 @@ impl Engine {
                 let (room, c) = (u64::from(scratch.room[i]), u64::from(scratch.requests[i].1));
                 let crossed = if j > room { 1 + (j - 1 - room) / u64::from(bs) } else { 0 };
                 let slot = self.running[i];
-                let held = self.slots[slot as usize].blocks + crossed as u32;
-                free += held;
-                used -= held;
+                if let Kv::Prefix(p) = &mut self.kv {
+                    // Its blocks go back now, before the next step takes
+                    // any (shared ones stay with their other holders), in
+                    // the order the step-by-step path frees them.
+                    p.finish(slot);
+                    (free, used) = (p.free(), p.used());
+                } else {
+                    let held = self.slots[slot as usize].blocks + crossed as u32;
+                    free += held;
+                    used -= held;
+                }
                 b -= 1;
                 sum_c -= c;
                 scratch.crossings[room as usize] -= 1;
@@ -291,9 +303,16 @@ impl Engine {
             kv.take(taken);
         }
         if through && next_fin > 0 {
+            let prefix = matches!(self.kv, Kv::Prefix(_));
             for f in 0..next_fin {
                 let slot = self.running[self.stretch.finishing[f] as usize];
-                self.release(slot);
+                if prefix {
+                    // The pool took its blocks back in its last step.
+                    self.slots[slot as usize].blocks = 0;
+                    self.retire(slot);
+                } else {
+                    self.release(slot);
+                }
             }
             let slots = &self.slots;
             self.running.retain(|&s| slots[s as usize].state == super::State::Running);

@@ -79,7 +79,17 @@ impl Harness {
 
 /// A plain request: stops on its own, no max_tokens, summary epoch 0.
 fn request(stamp: SimTime, prompt: u32, output: u32) -> FeedRequest {
-    FeedRequest { stamp, prompt, output, finish: Finish::Stop, max_tokens: None, n: 1, epoch: 0, hashes: Vec::new(), session: None }
+    FeedRequest {
+        stamp,
+        prompt,
+        output,
+        finish: Finish::Stop,
+        max_tokens: None,
+        n: 1,
+        epoch: 0,
+        hashes: Vec::new(),
+        session: None,
+    }
 }
 
 /// Everything a request's channel said, with the clock when each token came.
