@@ -103,7 +103,14 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         write_output(path, &bytes)?;
     }
     if let Some(dir) = &a.plot {
-        let plot = crate::plot::timeline::plot(&scenario.name, &out.steps, scenario.capacity.num_blocks)
+        // Each step's KV usage over its own replica's blocks (a cluster's
+        // pools may differ).
+        let blocks = report::cluster::replica_blocks(&scenario);
+        let blocks_of = |i: usize| match &out.placement {
+            Some(p) => report::cluster::step_blocks(p, blocks, i),
+            None => scenario.capacity.num_blocks,
+        };
+        let plot = crate::plot::timeline::plot(&scenario.name, &out.steps, &blocks_of)
             .map_err(|e| CliError::Failure(e.to_string()))?;
         super::sweep::write_plots(dir, &[plot])?;
     }

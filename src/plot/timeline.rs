@@ -26,10 +26,10 @@ struct Panel {
     series: Vec<Series>,
 }
 
-/// The timeline of a run's steps; `num_blocks` turns blocks into a fraction.
-pub fn plot(title: &str, steps: &[StepRecord], num_blocks: u32) -> Result<Plot, PlotError> {
-    let blocks = f64::from(num_blocks.max(1));
-    let metric = |f: fn(&StepRecord) -> f64| buckets(steps, f);
+/// The timeline of a run's steps; `blocks_of(i)`, the KV blocks of the
+/// replica that ran step `i`, turns its blocks into a fraction.
+pub fn plot(title: &str, steps: &[StepRecord], blocks_of: &dyn Fn(usize) -> u32) -> Result<Plot, PlotError> {
+    let metric = |f: fn(&StepRecord) -> f64| buckets(steps, |_, s| f(s));
     let panels = [
         Panel {
             title: "batch size (requests in the step)",
@@ -37,7 +37,7 @@ pub fn plot(title: &str, steps: &[StepRecord], num_blocks: u32) -> Result<Plot, 
         },
         Panel {
             title: "KV cache usage (% of blocks)",
-            series: vec![mean("KV usage %", buckets(steps, |s| 100.0 * f64::from(s.kv_blocks_used) / blocks))],
+            series: vec![mean("KV usage %", kv_usage_percent(steps, blocks_of))],
         },
         Panel { title: "waiting queue (requests)", series: vec![mean("waiting", metric(|s| f64::from(s.waiting)))] },
         Panel {
@@ -108,16 +108,25 @@ fn max(label: &'static str, b: Vec<Bucket>) -> Series {
 
 /// One bucket per step, or [`MAX_POINTS`] equal time buckets (empty ones
 /// skipped) when there are more steps.
-fn buckets(steps: &[StepRecord], f: impl Fn(&StepRecord) -> f64) -> Vec<Bucket> {
+/// Each step's KV usage in percent of its own replica's blocks, bucketed.
+fn kv_usage_percent(steps: &[StepRecord], blocks_of: &dyn Fn(usize) -> u32) -> Vec<Bucket> {
+    buckets(steps, |i, s| 100.0 * f64::from(s.kv_blocks_used) / f64::from(blocks_of(i).max(1)))
+}
+
+fn buckets(steps: &[StepRecord], f: impl Fn(usize, &StepRecord) -> f64) -> Vec<Bucket> {
     if steps.len() <= MAX_POINTS {
-        return steps.iter().map(|s| Bucket { t: s.start.as_secs_f64(), mean: f(s), max: f(s) }).collect();
+        return steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Bucket { t: s.start.as_secs_f64(), mean: f(i, s), max: f(i, s) })
+            .collect();
     }
     let end = steps.last().map_or(0, |s| s.end.as_nanos()).max(1);
     let width = end.div_ceil(MAX_POINTS as u64).max(1);
     let mut out: Vec<(u64, f64, f64, u32)> = Vec::new();
-    for s in steps {
+    for (i, s) in steps.iter().enumerate() {
         let k = s.start.as_nanos() / width;
-        let v = f(s);
+        let v = f(i, s);
         match out.last_mut() {
             Some(b) if b.0 == k => {
                 b.1 += v;
@@ -130,4 +139,50 @@ fn buckets(steps: &[StepRecord], f: impl Fn(&StepRecord) -> f64) -> Vec<Bucket> 
     out.into_iter()
         .map(|(k, sum, max, n)| Bucket { t: (k * width) as f64 / 1e9, mean: sum / f64::from(n), max })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Placement;
+    use crate::report::cluster::step_blocks;
+    use crate::time::SimTime;
+
+    fn step(start_ms: u64, used: u32) -> StepRecord {
+        StepRecord {
+            index: 0,
+            start: SimTime::from_nanos(start_ms * 1_000_000),
+            end: SimTime::from_nanos((start_ms + 1) * 1_000_000),
+            batch_size: 1,
+            tokens: 1,
+            prefill_tokens: 0,
+            sum_ctx: 1,
+            kv_blocks_used: used,
+            running: 1,
+            waiting: 0,
+            preempted: 0,
+            compute_s: 0.0,
+            memory_s: 0.0,
+            cached_blocks: 0,
+            evictions: 0,
+        }
+    }
+
+    /// A prefill replica of 100 blocks and a decode replica of 40, each
+    /// using 10: 10% and 25% (by hand), not 10% twice (the bug where every
+    /// step was divided by the top-level scenario's blocks).
+    #[test]
+    fn kv_usage_is_over_each_steps_own_replicas_blocks() {
+        let steps = [step(0, 10), step(1, 10), step(2, 30)];
+        // Steps 0 and 2 ran on prefill replica 0, step 1 on decode replica 0.
+        let placement = Placement { steps: vec![0, 1, 0], decode_base: Some(1), ..Placement::default() };
+        let blocks_of = |i: usize| step_blocks(&placement, [100, 40], i);
+        let percent: Vec<f64> = kv_usage_percent(&steps, &blocks_of).iter().map(|b| b.mean).collect();
+        assert_eq!(percent, [10.0, 25.0, 30.0]);
+        // Without pools every step is over the one replica size.
+        let colocated = Placement { steps: vec![0, 1, 0], decode_base: None, ..Placement::default() };
+        let blocks_of = |i: usize| step_blocks(&colocated, [100, 100], i);
+        let percent: Vec<f64> = kv_usage_percent(&steps, &blocks_of).iter().map(|b| b.mean).collect();
+        assert_eq!(percent, [10.0, 10.0, 30.0]);
+    }
 }

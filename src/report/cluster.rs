@@ -186,13 +186,23 @@ pub fn steps(
             (Some(x), Some(_)) => (x.to_string(), Some("prefill")),
             (None, Some(_)) => (String::new(), Some("")),
         };
-        let num_blocks = if pool == Some("decode") { blocks[1] } else { blocks[0] };
+        let num_blocks = step_blocks(placement, blocks, i);
         let mut row = csv_out::step_row(s, num_blocks, prefix_caching);
         row.push(index);
         row.extend(pool.map(str::to_string));
         w.write_record(row)?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+}
+
+/// The KV blocks of the replica that ran step `i` of a cluster run (in
+/// the order the collector kept them): `blocks[1]` for a decode replica,
+/// else `blocks[0]` ([`replica_blocks`]).
+pub fn step_blocks(placement: &Placement, blocks: [u32; 2], i: usize) -> u32 {
+    match (placement.steps.get(i), placement.decode_base) {
+        (Some(&x), Some(base)) if x >= base => blocks[1],
+        _ => blocks[0],
+    }
 }
 
 /// The KV blocks of one replica of `s`'s cluster, for [`steps`]: a
