@@ -37,39 +37,8 @@ pub(crate) fn code(text: &str) -> String {
 /// The first path segment of every name after `crate::` in `code`:
 /// `crate::a::B` gives `a`; `crate::{a, b::C}` gives `a`, `b`.
 fn crate_names(code: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for (i, _) in code.match_indices("crate::") {
-        // `$crate::` in a macro is the same crate; `llmsim_crate::` is not us.
-        let before = code[..i].chars().next_back();
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue;
-        }
-        let rest = &code[i + "crate::".len()..];
-        match rest.strip_prefix('{') {
-            Some(group) => {
-                let mut depth = 1;
-                let mut item = String::new();
-                for c in group.chars() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => depth -= 1,
-                        ',' if depth == 1 => out.push(first_ident(&std::mem::take(&mut item))),
-                        _ => {}
-                    }
-                    if depth == 0 {
-                        break;
-                    }
-                    if depth >= 1 && c != ',' {
-                        item.push(c);
-                    }
-                }
-                out.push(first_ident(&item));
-            }
-            None => out.push(first_ident(rest)),
-        }
-    }
-    out.retain(|s| !s.is_empty());
-    out
+    // `$crate::` in a macro is the same crate; `llmsim_crate::` is not us.
+    names_after(code, "crate::")
 }
 
 pub(crate) fn first_ident(s: &str) -> String {
