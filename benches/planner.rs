@@ -105,30 +105,11 @@ fn deployment_overhead(base: &Path) {
 
 /// A 16-replica cluster against one engine on the same requests.
 fn cluster_overhead(base: &Path, rate: f64) {
-    let common = [
-        set("workload.requests", "1000000"),
-        set("workload.prompt_tokens", "512"),
-        set("workload.output_tokens", "128"),
-    ];
-    let mut one = common.to_vec();
-    one.push(set("workload.arrivals", &format!("{{constant: {{rate: {rate}}}}}")));
-    let mut sixteen = common.to_vec();
-    sixteen.extend([
-        set("workload.arrivals", &format!("{{constant: {{rate: {}}}}}", rate * 16.0)),
-        set("cluster", "{replicas: 16, router: round_robin}"),
-    ]);
-    let (one, sixteen) =
-        (load_scenario_with(base, &one).expect("scenario"), load_scenario_with(base, &sixteen).expect("scenario"));
-    let (t_one, r_one) = best_of_3(&one);
-    let (t_16, r_16) = best_of_3(&sixteen);
-    println!();
-    println!("cluster overhead      1,000,000 constant-rate requests, 512/128 tokens, round robin");
-    println!("  one engine          {t_one:.3} s wall, {} steps, {rate:.2} req/s", r_one.steps.count);
-    println!("  16 replicas         {t_16:.3} s wall, {} steps, {:.2} req/s", r_16.steps.count, rate * 16.0);
-    println!(
-        "  ratio               {:.3}x wall, {:.3}x per step",
-        t_16 / t_one,
-        (t_16 / r_16.steps.count as f64) / (t_one / r_one.steps.count as f64)
+    overhead_against_one_engine(
+        base,
+        rate,
+        ("cluster overhead", "round robin", "16 replicas       "),
+        "{replicas: 16, router: round_robin}",
     );
 }
 
@@ -138,6 +119,20 @@ fn cluster_overhead(base: &Path, rate: f64) {
 /// (prompt-only and decode-only batches), so the per-step ratio is the
 /// like-for-like figure.
 fn disagg_overhead(base: &Path, rate: f64) {
+    overhead_against_one_engine(
+        base,
+        rate,
+        ("disagg overhead ", "4 prefill + 12 decode", "4 + 12 replicas   "),
+        "{prefill: {replicas: 4, router: least_outstanding}, decode: {replicas: 12, router: least_kv}, \
+         kv_transfer: {bandwidth_gbps: 50, latency_ms: 1}}",
+    );
+}
+
+/// One engine at `rate` against the 16-GPU `cluster` at 16 times it, on
+/// 1,000,000 constant-rate requests of 512/128 tokens: wall and per-step
+/// ratios. `labels`: the section's title, what the cluster is, its row.
+fn overhead_against_one_engine(base: &Path, rate: f64, labels: (&str, &str, &str), cluster: &str) {
+    let (title, what, row) = labels;
     let common = [
         set("workload.requests", "1000000"),
         set("workload.prompt_tokens", "512"),
@@ -145,27 +140,23 @@ fn disagg_overhead(base: &Path, rate: f64) {
     ];
     let mut one = common.to_vec();
     one.push(set("workload.arrivals", &format!("{{constant: {{rate: {rate}}}}}")));
-    let mut pools = common.to_vec();
-    pools.extend([
+    let mut many = common.to_vec();
+    many.extend([
         set("workload.arrivals", &format!("{{constant: {{rate: {}}}}}", rate * 16.0)),
-        set(
-            "cluster",
-            "{prefill: {replicas: 4, router: least_outstanding}, decode: {replicas: 12, router: least_kv}, \
-             kv_transfer: {bandwidth_gbps: 50, latency_ms: 1}}",
-        ),
+        set("cluster", cluster),
     ]);
-    let (one, pools) =
-        (load_scenario_with(base, &one).expect("scenario"), load_scenario_with(base, &pools).expect("scenario"));
+    let (one, many) =
+        (load_scenario_with(base, &one).expect("scenario"), load_scenario_with(base, &many).expect("scenario"));
     let (t_one, r_one) = best_of_3(&one);
-    let (t_p, r_p) = best_of_3(&pools);
+    let (t_many, r_many) = best_of_3(&many);
     println!();
-    println!("disagg overhead       1,000,000 constant-rate requests, 512/128 tokens, 4 prefill + 12 decode");
+    println!("{title}      1,000,000 constant-rate requests, 512/128 tokens, {what}");
     println!("  one engine          {t_one:.3} s wall, {} steps, {rate:.2} req/s", r_one.steps.count);
-    println!("  4 + 12 replicas     {t_p:.3} s wall, {} steps, {:.2} req/s", r_p.steps.count, rate * 16.0);
+    println!("  {row}  {t_many:.3} s wall, {} steps, {:.2} req/s", r_many.steps.count, rate * 16.0);
     println!(
         "  ratio               {:.3}x wall, {:.3}x per step",
-        t_p / t_one,
-        (t_p / r_p.steps.count as f64) / (t_one / r_one.steps.count as f64)
+        t_many / t_one,
+        (t_many / r_many.steps.count as f64) / (t_one / r_one.steps.count as f64)
     );
 }
 

@@ -29,6 +29,13 @@ pub fn splitmix(z: u64) -> u64 {
     finalise(z.wrapping_add(0x9e37_79b9_7f4a_7c15))
 }
 
+/// FNV-1a 64 over `bytes`: the one string hash of the crate (content
+/// names, token ids, session keys, call ids), spelled out so it is the same
+/// on every machine and Rust release.
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
 /// A uniform number in [0, 1) from a hash's top 53 bits.
 pub fn unit(h: u64) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64

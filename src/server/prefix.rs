@@ -29,9 +29,9 @@ use super::models::{EngineKind, ServedModel};
 use crate::content::tokenizer;
 use crate::engine::prefix::hash::token_block_hashes;
 
-/// The id space of the built-in tokenizer's hashed ids (2^17, about a
-/// Llama 3 or Qwen vocabulary).
-pub const VOCAB: u32 = 1 << 17;
+/// The id space of the built-in tokenizer's hashed ids, and a token's id
+/// in it: the tokenizer's own (`super::tokenize`).
+pub use super::tokenize::{BUILTIN_VOCAB as VOCAB, builtin_id as token_id};
 const IM_START: u32 = VOCAB;
 const IM_END: u32 = VOCAB + 1;
 /// The token an empty completions prompt still holds (the beginning of
@@ -51,12 +51,6 @@ pub enum PromptContent {
     Ids(Vec<u64>),
     #[default]
     None,
-}
-
-/// The built-in tokenizer's id of a token: FNV-1a of its bytes, folded.
-pub fn token_id(token: &str) -> u32 {
-    let h = token.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    ((h ^ (h >> 32)) % u64::from(VOCAB)) as u32
 }
 
 fn text_ids(text: &str, out: &mut Vec<u32>) {

@@ -326,7 +326,7 @@ fn session_key(headers: &HeaderMap, body: &serde_json::Value) -> Option<u64> {
     if key.is_empty() {
         return None;
     }
-    Some(key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)))
+    Some(crate::util::fnv1a(key.iter().copied()))
 }
 
 /// Picks this request's fault (`faults`), counts and logs it; the faults

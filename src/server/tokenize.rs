@@ -211,7 +211,7 @@ impl Tokenizer {
 
 /// The built-in tokenizer's id of a token: FNV-1a of its bytes, folded.
 pub fn builtin_id(token: &str) -> u32 {
-    let h = token.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    let h = crate::util::fnv1a(token.bytes());
     ((h ^ (h >> 32)) % u64::from(BUILTIN_VOCAB)) as u32
 }
 

@@ -309,6 +309,8 @@ fn sweep_varies_the_router_and_the_replica_count_as_axes() {
 struct EveryBlockHashed<'a> {
     inner: AnySource,
     hidden: &'a std::cell::Cell<u64>,
+    /// Hide `own_from` (every block is hashed); else forward it.
+    hide: bool,
 }
 
 impl Source for EveryBlockHashed<'_> {
@@ -322,7 +324,11 @@ impl Source for EveryBlockHashed<'_> {
         self.inner.segments()
     }
     fn own_from(&self) -> Option<usize> {
-        if self.inner.own_from().is_some() {
+        let own = self.inner.own_from();
+        if !self.hide {
+            return own;
+        }
+        if own.is_some() {
             self.hidden.set(self.hidden.get() + 1);
         }
         None
@@ -360,32 +366,16 @@ fn a_prefix_cached_cluster_gives_the_same_results_hashing_only_shared_blocks_as_
             let mut collector = Collector::new(s.capacity.num_blocks, CollectorOptions { keep_steps: true });
             let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
             let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: true };
-            let placed = match every {
-                true => {
-                    let mut source = EveryBlockHashed { inner: AnySource::new(&s), hidden: &hidden };
-                    drive_cluster(
-                        &mut engines,
-                        &mut router,
-                        &mut source,
-                        &mut collector,
-                        &setup,
-                        |_, _, _| {},
-                        &mut |_| {},
-                    )
-                }
-                false => {
-                    let mut source = AnySource::new(&s);
-                    drive_cluster(
-                        &mut engines,
-                        &mut router,
-                        &mut source,
-                        &mut collector,
-                        &setup,
-                        |_, _, _| {},
-                        &mut |_| {},
-                    )
-                }
-            };
+            let mut source = EveryBlockHashed { inner: AnySource::new(&s), hidden: &hidden, hide: every };
+            let placed = drive_cluster(
+                &mut engines,
+                &mut router,
+                &mut source,
+                &mut collector,
+                &setup,
+                |_, _, _| {},
+                &mut |_| {},
+            );
             (placed.unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}")), collector.finish(&s))
         };
         let ((shared_run, shared), (every_run, every)) = (run(false), run(true));

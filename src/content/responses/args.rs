@@ -170,15 +170,7 @@ fn word(rng: &mut Stream) -> String {
 /// A hash of byte strings (FNV-1a 64, a 0xFF byte after each part, then
 /// the SplitMix64 finaliser): what call ids and made-up calls are seeded by.
 pub fn hash_of(parts: &[&[u8]]) -> u64 {
-    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h = FNV_OFFSET;
-    for part in parts {
-        for &b in part.iter().chain([0xFF].iter()) {
-            h = (h ^ u64::from(b)).wrapping_mul(FNV_PRIME);
-        }
-    }
-    finalise(h)
+    finalise(crate::util::fnv1a(parts.iter().flat_map(|part| part.iter().copied().chain([0xFF]))))
 }
 
 /// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it.

@@ -13,10 +13,8 @@ use crate::util::{finalise, splitmix};
 
 /// The hash that every choice for one answer derives from.
 pub fn answer_hash(seed: u64, entry: &str, prompt: &str) -> u64 {
-    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
     let bytes = seed.to_le_bytes().into_iter().chain(entry.bytes()).chain([0xFF]).chain(prompt.bytes());
-    finalise(bytes.fold(FNV_OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)))
+    finalise(crate::util::fnv1a(bytes))
 }
 
 /// `lo + hash mod (hi - lo + 1)`: a value in `[lo, hi]`.

@@ -66,7 +66,7 @@ pub fn generated_key(id: u64) -> u64 {
 /// `llmsim trace` replays to the very same hashes).
 pub fn named_key(name: &str) -> u64 {
     // FNV-1a over the bytes, then mixed.
-    let fnv = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let fnv = crate::util::fnv1a(name.bytes());
     mix(NAMED, mix(fnv, name.len() as u64))
 }
 
