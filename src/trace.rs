@@ -179,24 +179,27 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, TraceError> {
 /// Parses trace CSV text with its optional content columns (`None` when it
 /// has none of them).
 pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
-    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
-    let headers =
+    // Names and fields are trimmed as `csv::Trim::All` trims them, but one
+    // field at a time as it is read: the reader's trim copies every row.
+    let mut reader = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let raw =
         reader.headers().map_err(|e| TraceError::new(file, "line 1", format!("unreadable CSV header: {e}")))?.clone();
+    let headers: Vec<&str> = raw.iter().map(str::trim).collect();
     let mut index = [0usize; 3];
     for (slot, name) in index.iter_mut().zip(COLUMNS) {
-        *slot = headers.iter().position(|h| h == name).ok_or_else(|| {
+        *slot = headers.iter().position(|h| *h == name).ok_or_else(|| {
             TraceError::new(
                 file,
                 "line 1",
                 format!(
                     "missing column `{name}`: the header must name arrival_s, prompt_tokens and \
                      output_tokens (found: {})",
-                    headers.iter().collect::<Vec<_>>().join(", ")
+                    headers.join(", ")
                 ),
             )
         })?;
     }
-    let optional = CONTENT_COLUMNS.map(|name| headers.iter().position(|h| h == name));
+    let optional = CONTENT_COLUMNS.map(|name| headers.iter().position(|h| *h == name));
     if optional[0].is_some() != optional[1].is_some() {
         return Err(TraceError::new(
             file,
@@ -204,7 +207,7 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
             "columns prefix_id and prefix_tokens go together: give both or neither",
         ));
     }
-    let blocks = BLOCK_COLUMNS.map(|name| headers.iter().position(|h| h == name));
+    let blocks = BLOCK_COLUMNS.map(|name| headers.iter().position(|h| *h == name));
     if blocks[0].is_some() != blocks[1].is_some() {
         return Err(TraceError::new(
             file,
@@ -216,14 +219,19 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
     let mut content = any.then(|| ContentReader::new(file));
     let mut rows = Vec::new();
     let mut last = SimTime::ZERO;
-    for record in reader.records() {
-        let record = record.map_err(|e| {
+    // One record, read into again and again: no allocation a row.
+    let mut record = csv::StringRecord::new();
+    loop {
+        let more = reader.read_record(&mut record).map_err(|e| {
             let line = e.position().map_or(0, |p| p.line());
             TraceError::new(file, format!("line {line}"), format!("unreadable CSV row: {e}"))
         })?;
+        if !more {
+            break;
+        }
         let line = record.position().map_or(0, |p| p.line());
         let at = |col: usize| format!("line {line}, column {}", COLUMNS[col]);
-        let field = |col: usize| record.get(index[col]).unwrap_or("");
+        let field = |col: usize| record.get(index[col]).map_or("", str::trim);
         let secs: f64 = field(0).parse().ok().filter(|s: &f64| !s.is_nan()).ok_or_else(|| {
             TraceError::new(file, at(0), format!("`{}` is not a number of seconds", short_text(field(0))))
         })?;
@@ -274,7 +282,7 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
         };
         let row = TraceRow { arrival, prompt: tokens(1)?, output: tokens(2)? };
         if let Some(c) = &mut content {
-            let cell = |col: Option<usize>| col.and_then(|i| record.get(i)).unwrap_or("");
+            let cell = |col: Option<usize>| col.and_then(|i| record.get(i)).map_or("", str::trim);
             c.add(line, &row, [cell(optional[0]), cell(optional[1]), cell(optional[2])], &rows)?;
             c.add_blocks(line, &row, [cell(blocks[0]), cell(blocks[1])])?;
         }
@@ -569,6 +577,21 @@ mod tests {
         let rows = parse_str("id,arrival_s,prompt_tokens,output_tokens\na,0.5,10,2\nb,1.25,3,4\n").unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[1], TraceRow { arrival: SimTime::from_nanos(1_250_000_000), prompt: 3, output: 4 });
+    }
+
+    #[test]
+    fn names_and_fields_are_trimmed_of_whitespace() {
+        // Spaces and tabs around header names and values (and a content
+        // column) read as if they were not there.
+        let text = " arrival_s ,\tprompt_tokens, output_tokens , session_id\n 0.5 , 10\t, 2 , s1 \n1.25,30,4, s1\n";
+        let (rows, content) = parse_with_content(text, Path::new("t.csv")).unwrap();
+        assert_eq!(rows[0], TraceRow { arrival: SimTime::from_nanos(500_000_000), prompt: 10, output: 2 });
+        assert_eq!(rows[1], TraceRow { arrival: SimTime::from_nanos(1_250_000_000), prompt: 30, output: 4 });
+        let content = content.expect("a session column");
+        assert_eq!(content.rows[1].session.as_deref(), Some("s1"));
+        assert_eq!(content.rows[1].parent, Some(0));
+        let e = parse_str("arrival_s,prompt_tokens,output_tokens\n0, x ,1\n").unwrap_err();
+        assert!(e.contains("line 2, column prompt_tokens") && e.contains("`x`"), "{e}");
     }
 
     #[test]
