@@ -331,8 +331,7 @@ impl PrefixPool {
     /// queue. The caller has checked that `n <= free()`.
     pub fn allocate(&mut self, slot: u32, n: u32) {
         for _ in 0..n {
-            let b = self.pop_free();
-            self.blocks[b as usize].refs = 1;
+            let b = self.take_free();
             self.slots[slot as usize].table.push(b);
         }
     }
@@ -346,7 +345,20 @@ impl PrefixPool {
         let s = &mut self.slots[slot as usize];
         let known = s.hashes.len() + s.own.len();
         let full = ((tokens / self.block_size) as usize).min(known).min(s.table.len());
-        for i in s.registered as usize..full {
+        let from = s.registered as usize;
+        // Own blocks of a request not preempted since its content was set
+        // are only counted: no one can look them up while it holds them,
+        // and it holds them until it leaves (then they join the queue as a
+        // run, unread) or is preempted ([`PrefixPool::release`] writes
+        // them then). So registering a decode block costs no block access.
+        let each_to = match s.released {
+            true => full,
+            false => full.min(s.hashes.len()).max(from),
+        };
+        if full > each_to {
+            self.cached += (full - each_to) as u32;
+        }
+        for i in from..each_to {
             let b = s.table[i];
             let block = &mut self.blocks[b as usize];
             debug_assert!(block.kind == UNCACHED, "registering a block that holds a hash");
@@ -396,6 +408,29 @@ impl PrefixPool {
     /// Its content stays (a preempted request looks itself up again).
     pub fn release(&mut self, slot: u32) {
         let Some(s) = self.slots.get_mut(slot as usize) else { return };
+        if !s.released {
+            // Its own blocks registered by count only get their entries
+            // now, in position order (the order registration would have
+            // given them), before any of them can be found or evicted.
+            let shared = s.hashes.len();
+            for i in shared..(s.registered as usize).max(shared) {
+                let b = s.table[i];
+                let pos = i - shared;
+                let block = &mut self.blocks[b as usize];
+                debug_assert!(block.kind == UNCACHED, "an own block registered by count holds a hash");
+                debug_assert!(s.own[pos].first == NIL, "an own position held twice before a preemption");
+                *block = Block {
+                    hash: s.tag,
+                    kind: pos as u32,
+                    same_prev: NIL,
+                    same_next: NIL,
+                    registered_at: self.registrations,
+                    ..*block
+                };
+                self.registrations = self.registrations.wrapping_add(1);
+                s.own[pos] = Holders { first: b, last: b };
+            }
+        }
         let table = std::mem::take(&mut s.table);
         s.registered = 0;
         s.released = true;
@@ -504,10 +539,11 @@ impl PrefixPool {
         }
     }
 
-    /// Takes the head of the free queue, evicting its hash.
-    fn pop_free(&mut self) -> u32 {
+    /// Takes the head of the free queue, evicting its hash, and gives it
+    /// its one reference.
+    fn take_free(&mut self) -> u32 {
         if (self.blocks.len() as u32) < self.total {
-            self.blocks.push(Block::FRESH);
+            self.blocks.push(Block { refs: 1, ..Block::FRESH });
             return self.blocks.len() as u32 - 1;
         }
         let b = loop {
@@ -525,7 +561,16 @@ impl PrefixPool {
                     self.cached -= 1;
                     self.evictions += 1;
                 }
-                self.blocks[b as usize] = Block::FRESH;
+                // Its entry is not even read: a block of a run still has
+                // the one reference, no hash and no place in the queue it
+                // had when its request left ([`PrefixPool::finish`]; own
+                // blocks are registered by count), which is what a block
+                // just taken has. Its other fields are rewritten before
+                // anything reads them (registration, a preemption).
+                debug_assert!({
+                    let block = &self.blocks[b as usize];
+                    block.refs == 1 && block.kind == UNCACHED && block.queued_at == u32::MAX
+                });
                 return b;
             }
             let b = *e as u32;
@@ -541,6 +586,7 @@ impl PrefixPool {
         self.listed -= 1;
         let block = &mut self.blocks[b as usize];
         block.queued_at = u32::MAX;
+        block.refs = 1;
         match block.kind {
             UNCACHED => {}
             ORPHAN => {
@@ -663,7 +709,15 @@ impl PrefixPool {
                 return Err(format!("block {b} stands twice for a run, or was never allocated"));
             }
             anon[b as usize] = true;
+            // Taking it writes nothing: it must look like a block just taken.
+            let block = &self.blocks[b as usize];
+            if block.refs != 1 || block.kind != UNCACHED || block.queued_at != u32::MAX {
+                return Err(format!("block {b} of a run is not a held block without a hash"));
+            }
         }
+        // Own blocks registered by count (requests not preempted since
+        // their content was set): cached, in no list.
+        let mut counted = 0u32;
         for (slot, s) in self.slots.iter().enumerate() {
             if !s.table.is_empty() && !live(slot as u32) {
                 return Err(format!("slot {slot} holds {} blocks but is not running", s.table.len()));
@@ -681,10 +735,17 @@ impl PrefixPool {
                 }
                 let holds = match s.hashes.get(i) {
                     Some(h) => block.kind == SHARED && block.hash == *h,
+                    None if !s.released => block.kind == UNCACHED,
                     None => block.hash == s.tag && block.kind as usize == i - s.hashes.len(),
                 };
                 if i < s.registered as usize && !holds {
                     return Err(format!("slot {slot}: block {b} at position {i} does not hold the request's hash"));
+                }
+            }
+            if !s.released {
+                counted += s.registered.saturating_sub(s.hashes.len() as u32);
+                if s.own.iter().any(|h| h.first != NIL) {
+                    return Err(format!("slot {slot} lists own blocks but was never preempted"));
                 }
             }
         }
@@ -780,7 +841,7 @@ impl PrefixPool {
             }
         }
         let live = |b: &Block| self.slots.get((b.hash >> 32) as usize).is_some_and(|s| s.tag == b.hash);
-        in_lists += orphans;
+        in_lists += orphans + counted;
         for (b, block) in self.blocks.iter().enumerate() {
             if block.kind == ORPHAN && !anon[b] {
                 if live(block) {
@@ -793,7 +854,9 @@ impl PrefixPool {
         if entries != self.cache.len() || (entries == 0) != self.cache.is_empty() {
             return Err(format!("the hash index counts {} entries but holds {entries}", self.cache.len()));
         }
-        let cached = orphans + self.blocks.iter().zip(&anon).filter(|(b, a)| b.kind != UNCACHED && !**a).count() as u32;
+        let cached = orphans
+            + counted
+            + self.blocks.iter().zip(&anon).filter(|(b, a)| b.kind != UNCACHED && !**a).count() as u32;
         if in_lists != cached || cached != self.cached {
             return Err(format!("{cached} blocks hold a hash, {in_lists} are listed, {} counted", self.cached));
         }
