@@ -330,9 +330,24 @@ impl PrefixPool {
     /// Rule 3: `n` more blocks for request `slot` from the head of the free
     /// queue. The caller has checked that `n <= free()`.
     pub fn allocate(&mut self, slot: u32, n: u32) {
-        for _ in 0..n {
+        let mut n = n;
+        while n > 0 {
+            // A run at the head gives up to `n` blocks at once, in the order
+            // one by one would: the last freed first.
+            let k = match self.queue.front() {
+                Some(&e) if e >> 32 != 0 && self.blocks.len() as u32 >= self.total => (e as u32).min(n),
+                _ => 0,
+            };
+            if k > 1 {
+                self.take_from_run(k);
+                let from = self.anon.len() - k as usize;
+                self.slots[slot as usize].table.extend(self.anon.drain(from..).rev());
+                n -= k;
+                continue;
+            }
             let b = self.take_free();
             self.slots[slot as usize].table.push(b);
+            n -= 1;
         }
     }
 
@@ -548,30 +563,10 @@ impl PrefixPool {
         }
         let b = loop {
             let e = self.queue.front_mut().expect("taking a block from an empty free queue");
-            let run = *e & !0xffff_ffff;
-            if run != 0 {
+            if *e >> 32 != 0 {
                 // One block of a run: the one freed last.
-                *e -= 1;
-                if *e & 0xffff_ffff == 0 {
-                    self.queue.pop_front();
-                    self.queue_base += 1;
-                }
-                let b = self.anon.pop().expect("a run stands for anonymous blocks");
-                if run == RUN_ORPHANS {
-                    self.cached -= 1;
-                    self.evictions += 1;
-                }
-                // Its entry is not even read: a block of a run still has
-                // the one reference, no hash and no place in the queue it
-                // had when its request left ([`PrefixPool::finish`]; own
-                // blocks are registered by count), which is what a block
-                // just taken has. Its other fields are rewritten before
-                // anything reads them (registration, a preemption).
-                debug_assert!({
-                    let block = &self.blocks[b as usize];
-                    block.refs == 1 && block.kind == UNCACHED && block.queued_at == u32::MAX
-                });
-                return b;
+                self.take_from_run(1);
+                return self.anon.pop().expect("a run stands for anonymous blocks");
             }
             let b = *e as u32;
             self.queue.pop_front();
@@ -597,6 +592,33 @@ impl PrefixPool {
             _ => self.evict(b),
         }
         b
+    }
+
+    /// Takes `k` blocks from the run at the head of the free queue (it
+    /// holds at least `k`): they are the last `k` of `anon`, which the
+    /// caller takes, last first. Their entries are not even read: a block
+    /// of a run still has the one reference, no hash and no place in the
+    /// queue it had when its request left ([`PrefixPool::finish`]; own
+    /// blocks are registered by count), which is what a block just taken
+    /// has; its other fields are rewritten before anything reads them
+    /// (registration, a preemption).
+    fn take_from_run(&mut self, k: u32) {
+        let e = self.queue.front_mut().expect("a run at the head of the free queue");
+        debug_assert!(*e >> 32 != 0 && *e as u32 >= k, "taking more blocks than the run at the head holds");
+        let run = *e & !0xffff_ffff;
+        *e -= Entry::from(k);
+        if *e as u32 == 0 {
+            self.queue.pop_front();
+            self.queue_base += 1;
+        }
+        if run == RUN_ORPHANS {
+            self.cached -= k;
+            self.evictions += u64::from(k);
+        }
+        debug_assert!(self.anon[self.anon.len() - k as usize..].iter().all(|&b| {
+            let block = &self.blocks[b as usize];
+            block.refs == 1 && block.kind == UNCACHED && block.queued_at == u32::MAX
+        }));
     }
 
     fn push_free(&mut self, b: u32) {
