@@ -108,14 +108,26 @@ fn registered_before(a: u32, b: u32) -> bool {
     (b.wrapping_sub(a) as i32) > 0
 }
 
-/// A request's part of the pool.
+/// A request's part of the pool. What registering and taking blocks read
+/// (the table, the content's length, the registered count, whether it was
+/// preempted) sits in its first cache line.
 #[derive(Clone, Debug, Default)]
+#[repr(C, align(64))]
 struct SlotState {
     /// Its blocks, by position.
     table: Vec<u32>,
     /// Its content: hashes of its leading full blocks, prompt then answer,
     /// those another request may share.
     hashes: Vec<u64>,
+    /// Leading blocks of `table` that hold their hash.
+    registered: u32,
+    /// Full blocks of content: `hashes.len() + own.len()`.
+    known: u32,
+    /// Whether it let go of its blocks since its content was set (a
+    /// preemption): then its own blocks may be held twice or sit in the
+    /// free queue, and [`PrefixPool::finish`] takes the block-by-block way.
+    /// Until then its own blocks are registered by count only.
+    released: bool,
     /// Full blocks after `hashes` whose content is the request's own:
     /// unique (their hashes chain content no other request has), so they
     /// are never hashed nor put in the index; only this request can hit
@@ -128,12 +140,6 @@ struct SlotState {
     /// block whose `hash` is not its slot's tag is an orphan: its request
     /// has left, nothing can ever hit it, and it only waits for eviction.
     tag: u64,
-    /// Leading blocks of `table` that hold their hash.
-    registered: u32,
-    /// Whether it let go of its blocks since its content was set (a
-    /// preemption): then its own blocks may be held twice or sit in the
-    /// free queue, and [`PrefixPool::finish`] takes the block-by-block way.
-    released: bool,
 }
 
 /// A free-queue entry: a block (its index), or a run of anonymous blocks
@@ -267,6 +273,7 @@ impl PrefixPool {
         // Own positions are kinds below ORPHAN (a request of 2^32 blocks
         // could not be held in memory anyway).
         s.own.resize(own.min(ORPHAN) as usize, Holders { first: NIL, last: NIL });
+        s.known = (s.hashes.len() + s.own.len()) as u32;
         s.registered = 0;
         s.released = false;
     }
@@ -358,7 +365,7 @@ impl PrefixPool {
     /// engine can skip the call on most decode steps).
     pub fn register(&mut self, slot: u32, tokens: u32) -> u64 {
         let s = &mut self.slots[slot as usize];
-        let known = s.hashes.len() + s.own.len();
+        let known = s.known as usize;
         let full = ((tokens / self.block_size) as usize).min(known).min(s.table.len());
         let from = s.registered as usize;
         // Own blocks of a request not preempted since its content was set
@@ -471,6 +478,7 @@ impl PrefixPool {
             debug_assert!(s.table.is_empty(), "forgetting a request that holds blocks");
             s.hashes.clear();
             s.own.clear();
+            s.known = 0;
             s.tag = next_tag(s.tag);
             s.registered = 0;
             s.released = false;
@@ -515,6 +523,7 @@ impl PrefixPool {
         s.table = table;
         s.hashes.clear();
         s.own.clear();
+        s.known = 0;
         s.tag = next_tag(s.tag);
         s.registered = 0;
     }
@@ -743,6 +752,13 @@ impl PrefixPool {
         for (slot, s) in self.slots.iter().enumerate() {
             if !s.table.is_empty() && !live(slot as u32) {
                 return Err(format!("slot {slot} holds {} blocks but is not running", s.table.len()));
+            }
+            if s.known as usize != s.hashes.len() + s.own.len() {
+                return Err(format!(
+                    "slot {slot} counts {} blocks of content, holds {}",
+                    s.known,
+                    s.hashes.len() + s.own.len()
+                ));
             }
             if s.registered as usize > s.table.len() {
                 return Err(format!("slot {slot} registered {} of {} blocks", s.registered, s.table.len()));
