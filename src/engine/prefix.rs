@@ -345,10 +345,16 @@ impl PrefixPool {
                 Some(&e) if e >> 32 != 0 && self.blocks.len() as u32 >= self.total => (e as u32).min(n),
                 _ => 0,
             };
-            if k > 1 {
+            if k > 0 {
                 self.take_from_run(k);
-                let from = self.anon.len() - k as usize;
-                self.slots[slot as usize].table.extend(self.anon.drain(from..).rev());
+                let table = &mut self.slots[slot as usize].table;
+                match k {
+                    1 => table.push(self.anon.pop().expect("a run stands for anonymous blocks")),
+                    _ => {
+                        let from = self.anon.len() - k as usize;
+                        table.extend(self.anon.drain(from..).rev());
+                    }
+                }
                 n -= k;
                 continue;
             }
