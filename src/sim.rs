@@ -14,7 +14,7 @@
 //! reporting a wrong number.
 
 use crate::config::Scenario;
-use crate::engine::prefix::hash::{request_block_hashes, request_shared_hashes};
+use crate::engine::prefix::hash::{BlockHashes, request_block_hashes, request_shared_hashes};
 use crate::engine::{Engine, Observer};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
 // The run's bounds, progress and stop error live below `sim` and `cluster`
@@ -134,7 +134,7 @@ where
     let mut at = Progress::default();
     let hashing = engine.config().prefix_caching;
     let block_size = engine.config().capacity.block_size;
-    let mut hashes = Vec::new();
+    let mut hashes = BlockHashes::default();
     loop {
         // An idle engine's next step starts at the next arrival, but never
         // before the engine's clock: requests that arrived while the last

@@ -15,7 +15,7 @@
 //! are on no replica, so only the hashed leading blocks can hit.
 
 use super::router::{Arrival, Load, RouterState};
-use crate::engine::prefix::hash::{request_block_hashes, request_shared_hashes};
+use crate::engine::prefix::hash::{BlockHashes, request_block_hashes, request_shared_hashes};
 use crate::engine::{Engine, Observer, RejectReason, Request};
 use crate::run_driver::{PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
 use crate::time::SimTime;
@@ -27,7 +27,7 @@ pub(crate) struct Content {
     /// Prefix caching is on (else no hash is made).
     hashing: bool,
     block_size: u32,
-    hashes: Vec<u64>,
+    hashes: BlockHashes,
     /// `hashes` are only the blocks another request may share; the rest
     /// of the request's blocks are its own.
     own_tail: bool,
@@ -40,7 +40,7 @@ impl Content {
         Content {
             hashing: cfg.prefix_caching,
             block_size: cfg.capacity.block_size,
-            hashes: Vec::new(),
+            hashes: BlockHashes::default(),
             own_tail: false,
         }
     }

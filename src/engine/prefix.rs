@@ -108,14 +108,26 @@ fn registered_before(a: u32, b: u32) -> bool {
     (b.wrapping_sub(a) as i32) > 0
 }
 
-/// A request's part of the pool.
+/// A request's part of the pool. What registering and taking blocks read
+/// (the table, the content's length, the registered count, whether it was
+/// preempted) sits in its first cache line.
 #[derive(Clone, Debug, Default)]
+#[repr(C, align(64))]
 struct SlotState {
     /// Its blocks, by position.
     table: Vec<u32>,
     /// Its content: hashes of its leading full blocks, prompt then answer,
     /// those another request may share.
     hashes: Vec<u64>,
+    /// Leading blocks of `table` that hold their hash.
+    registered: u32,
+    /// Full blocks of content: `hashes.len() + own.len()`.
+    known: u32,
+    /// Whether it let go of its blocks since its content was set (a
+    /// preemption): then its own blocks may be held twice or sit in the
+    /// free queue, and [`PrefixPool::finish`] takes the block-by-block way.
+    /// Until then its own blocks are registered by count only.
+    released: bool,
     /// Full blocks after `hashes` whose content is the request's own:
     /// unique (their hashes chain content no other request has), so they
     /// are never hashed nor put in the index; only this request can hit
@@ -128,12 +140,6 @@ struct SlotState {
     /// block whose `hash` is not its slot's tag is an orphan: its request
     /// has left, nothing can ever hit it, and it only waits for eviction.
     tag: u64,
-    /// Leading blocks of `table` that hold their hash.
-    registered: u32,
-    /// Whether it let go of its blocks since its content was set (a
-    /// preemption): then its own blocks may be held twice or sit in the
-    /// free queue, and [`PrefixPool::finish`] takes the block-by-block way.
-    released: bool,
 }
 
 /// A free-queue entry: a block (its index), or a run of anonymous blocks
@@ -267,6 +273,7 @@ impl PrefixPool {
         // Own positions are kinds below ORPHAN (a request of 2^32 blocks
         // could not be held in memory anyway).
         s.own.resize(own.min(ORPHAN) as usize, Holders { first: NIL, last: NIL });
+        s.known = (s.hashes.len() + s.own.len()) as u32;
         s.registered = 0;
         s.released = false;
     }
@@ -330,10 +337,30 @@ impl PrefixPool {
     /// Rule 3: `n` more blocks for request `slot` from the head of the free
     /// queue. The caller has checked that `n <= free()`.
     pub fn allocate(&mut self, slot: u32, n: u32) {
-        for _ in 0..n {
-            let b = self.pop_free();
-            self.blocks[b as usize].refs = 1;
+        let mut n = n;
+        while n > 0 {
+            // A run at the head gives up to `n` blocks at once, in the order
+            // one by one would: the last freed first.
+            let k = match self.queue.front() {
+                Some(&e) if e >> 32 != 0 && self.blocks.len() as u32 >= self.total => (e as u32).min(n),
+                _ => 0,
+            };
+            if k > 0 {
+                self.take_from_run(k);
+                let table = &mut self.slots[slot as usize].table;
+                match k {
+                    1 => table.push(self.anon.pop().expect("a run stands for anonymous blocks")),
+                    _ => {
+                        let from = self.anon.len() - k as usize;
+                        table.extend(self.anon.drain(from..).rev());
+                    }
+                }
+                n -= k;
+                continue;
+            }
+            let b = self.take_free();
             self.slots[slot as usize].table.push(b);
+            n -= 1;
         }
     }
 
@@ -344,9 +371,22 @@ impl PrefixPool {
     /// engine can skip the call on most decode steps).
     pub fn register(&mut self, slot: u32, tokens: u32) -> u64 {
         let s = &mut self.slots[slot as usize];
-        let known = s.hashes.len() + s.own.len();
+        let known = s.known as usize;
         let full = ((tokens / self.block_size) as usize).min(known).min(s.table.len());
-        for i in s.registered as usize..full {
+        let from = s.registered as usize;
+        // Own blocks of a request not preempted since its content was set
+        // are only counted: no one can look them up while it holds them,
+        // and it holds them until it leaves (then they join the queue as a
+        // run, unread) or is preempted ([`PrefixPool::release`] writes
+        // them then). So registering a decode block costs no block access.
+        let each_to = match s.released {
+            true => full,
+            false => full.min(s.hashes.len()).max(from),
+        };
+        if full > each_to {
+            self.cached += (full - each_to) as u32;
+        }
+        for i in from..each_to {
             let b = s.table[i];
             let block = &mut self.blocks[b as usize];
             debug_assert!(block.kind == UNCACHED, "registering a block that holds a hash");
@@ -396,6 +436,29 @@ impl PrefixPool {
     /// Its content stays (a preempted request looks itself up again).
     pub fn release(&mut self, slot: u32) {
         let Some(s) = self.slots.get_mut(slot as usize) else { return };
+        if !s.released {
+            // Its own blocks registered by count only get their entries
+            // now, in position order (the order registration would have
+            // given them), before any of them can be found or evicted.
+            let shared = s.hashes.len();
+            for i in shared..(s.registered as usize).max(shared) {
+                let b = s.table[i];
+                let pos = i - shared;
+                let block = &mut self.blocks[b as usize];
+                debug_assert!(block.kind == UNCACHED, "an own block registered by count holds a hash");
+                debug_assert!(s.own[pos].first == NIL, "an own position held twice before a preemption");
+                *block = Block {
+                    hash: s.tag,
+                    kind: pos as u32,
+                    same_prev: NIL,
+                    same_next: NIL,
+                    registered_at: self.registrations,
+                    ..*block
+                };
+                self.registrations = self.registrations.wrapping_add(1);
+                s.own[pos] = Holders { first: b, last: b };
+            }
+        }
         let table = std::mem::take(&mut s.table);
         s.registered = 0;
         s.released = true;
@@ -421,6 +484,7 @@ impl PrefixPool {
             debug_assert!(s.table.is_empty(), "forgetting a request that holds blocks");
             s.hashes.clear();
             s.own.clear();
+            s.known = 0;
             s.tag = next_tag(s.tag);
             s.registered = 0;
             s.released = false;
@@ -465,6 +529,7 @@ impl PrefixPool {
         s.table = table;
         s.hashes.clear();
         s.own.clear();
+        s.known = 0;
         s.tag = next_tag(s.tag);
         s.registered = 0;
     }
@@ -504,29 +569,19 @@ impl PrefixPool {
         }
     }
 
-    /// Takes the head of the free queue, evicting its hash.
-    fn pop_free(&mut self) -> u32 {
+    /// Takes the head of the free queue, evicting its hash, and gives it
+    /// its one reference.
+    fn take_free(&mut self) -> u32 {
         if (self.blocks.len() as u32) < self.total {
-            self.blocks.push(Block::FRESH);
+            self.blocks.push(Block { refs: 1, ..Block::FRESH });
             return self.blocks.len() as u32 - 1;
         }
         let b = loop {
             let e = self.queue.front_mut().expect("taking a block from an empty free queue");
-            let run = *e & !0xffff_ffff;
-            if run != 0 {
+            if *e >> 32 != 0 {
                 // One block of a run: the one freed last.
-                *e -= 1;
-                if *e & 0xffff_ffff == 0 {
-                    self.queue.pop_front();
-                    self.queue_base += 1;
-                }
-                let b = self.anon.pop().expect("a run stands for anonymous blocks");
-                if run == RUN_ORPHANS {
-                    self.cached -= 1;
-                    self.evictions += 1;
-                }
-                self.blocks[b as usize] = Block::FRESH;
-                return b;
+                self.take_from_run(1);
+                return self.anon.pop().expect("a run stands for anonymous blocks");
             }
             let b = *e as u32;
             self.queue.pop_front();
@@ -541,6 +596,7 @@ impl PrefixPool {
         self.listed -= 1;
         let block = &mut self.blocks[b as usize];
         block.queued_at = u32::MAX;
+        block.refs = 1;
         match block.kind {
             UNCACHED => {}
             ORPHAN => {
@@ -551,6 +607,33 @@ impl PrefixPool {
             _ => self.evict(b),
         }
         b
+    }
+
+    /// Takes `k` blocks from the run at the head of the free queue (it
+    /// holds at least `k`): they are the last `k` of `anon`, which the
+    /// caller takes, last first. Their entries are not even read: a block
+    /// of a run still has the one reference, no hash and no place in the
+    /// queue it had when its request left ([`PrefixPool::finish`]; own
+    /// blocks are registered by count), which is what a block just taken
+    /// has; its other fields are rewritten before anything reads them
+    /// (registration, a preemption).
+    fn take_from_run(&mut self, k: u32) {
+        let e = self.queue.front_mut().expect("a run at the head of the free queue");
+        debug_assert!(*e >> 32 != 0 && *e as u32 >= k, "taking more blocks than the run at the head holds");
+        let run = *e & !0xffff_ffff;
+        *e -= Entry::from(k);
+        if *e as u32 == 0 {
+            self.queue.pop_front();
+            self.queue_base += 1;
+        }
+        if run == RUN_ORPHANS {
+            self.cached -= k;
+            self.evictions += u64::from(k);
+        }
+        debug_assert!(self.anon[self.anon.len() - k as usize..].iter().all(|&b| {
+            let block = &self.blocks[b as usize];
+            block.refs == 1 && block.kind == UNCACHED && block.queued_at == u32::MAX
+        }));
     }
 
     fn push_free(&mut self, b: u32) {
@@ -663,10 +746,25 @@ impl PrefixPool {
                 return Err(format!("block {b} stands twice for a run, or was never allocated"));
             }
             anon[b as usize] = true;
+            // Taking it writes nothing: it must look like a block just taken.
+            let block = &self.blocks[b as usize];
+            if block.refs != 1 || block.kind != UNCACHED || block.queued_at != u32::MAX {
+                return Err(format!("block {b} of a run is not a held block without a hash"));
+            }
         }
+        // Own blocks registered by count (requests not preempted since
+        // their content was set): cached, in no list.
+        let mut counted = 0u32;
         for (slot, s) in self.slots.iter().enumerate() {
             if !s.table.is_empty() && !live(slot as u32) {
                 return Err(format!("slot {slot} holds {} blocks but is not running", s.table.len()));
+            }
+            if s.known as usize != s.hashes.len() + s.own.len() {
+                return Err(format!(
+                    "slot {slot} counts {} blocks of content, holds {}",
+                    s.known,
+                    s.hashes.len() + s.own.len()
+                ));
             }
             if s.registered as usize > s.table.len() {
                 return Err(format!("slot {slot} registered {} of {} blocks", s.registered, s.table.len()));
@@ -681,10 +779,17 @@ impl PrefixPool {
                 }
                 let holds = match s.hashes.get(i) {
                     Some(h) => block.kind == SHARED && block.hash == *h,
+                    None if !s.released => block.kind == UNCACHED,
                     None => block.hash == s.tag && block.kind as usize == i - s.hashes.len(),
                 };
                 if i < s.registered as usize && !holds {
                     return Err(format!("slot {slot}: block {b} at position {i} does not hold the request's hash"));
+                }
+            }
+            if !s.released {
+                counted += s.registered.saturating_sub(s.hashes.len() as u32);
+                if s.own.iter().any(|h| h.first != NIL) {
+                    return Err(format!("slot {slot} lists own blocks but was never preempted"));
                 }
             }
         }
@@ -780,7 +885,7 @@ impl PrefixPool {
             }
         }
         let live = |b: &Block| self.slots.get((b.hash >> 32) as usize).is_some_and(|s| s.tag == b.hash);
-        in_lists += orphans;
+        in_lists += orphans + counted;
         for (b, block) in self.blocks.iter().enumerate() {
             if block.kind == ORPHAN && !anon[b] {
                 if live(block) {
@@ -793,7 +898,9 @@ impl PrefixPool {
         if entries != self.cache.len() || (entries == 0) != self.cache.is_empty() {
             return Err(format!("the hash index counts {} entries but holds {entries}", self.cache.len()));
         }
-        let cached = orphans + self.blocks.iter().zip(&anon).filter(|(b, a)| b.kind != UNCACHED && !**a).count() as u32;
+        let cached = orphans
+            + counted
+            + self.blocks.iter().zip(&anon).filter(|(b, a)| b.kind != UNCACHED && !**a).count() as u32;
         if in_lists != cached || cached != self.cached {
             return Err(format!("{cached} blocks hold a hash, {in_lists} are listed, {} counted", self.cached));
         }

@@ -79,18 +79,108 @@ pub fn hash_id_key(id: u64) -> u64 {
 /// tokens of `segments` (fewer if the segments hold fewer tokens):
 /// `min(limit, total) / block_size` hashes. Zero-length segments are skipped.
 pub fn segment_block_hashes(segments: &[Segment], limit: u64, block_size: u32, out: &mut Vec<u64>) {
-    hash_blocks(segments, None, limit, block_size, out);
+    hash_blocks(segments, None, limit, block_size, out, None);
 }
 
-/// [`segment_block_hashes`] over `segments` followed by `tail`.
-fn hash_blocks(segments: &[Segment], tail: Option<Segment>, limit: u64, block_size: u32, out: &mut Vec<u64>) {
+/// A buffer of block hashes (a `Vec<u64>`) that remembers the hashes of
+/// the blocks inside the first segment of the last few requests it was
+/// filled for: requests of the same system prompt (`workload.shared_prefix`,
+/// a trace's `prefix_id`) or of the same session start with the same
+/// segment, and a block inside it hashes the same whatever follows (its
+/// pieces are the segment's key and offsets). Only speed: the hashes are
+/// those [`segment_block_hashes`] gives.
+#[derive(Clone, Debug, Default)]
+pub struct BlockHashes {
+    hashes: Vec<u64>,
+    /// `(first segment's key, block size, hashes of its full blocks)`,
+    /// replaced round robin.
+    memo: Vec<(u64, u32, Vec<u64>)>,
+    next: usize,
+}
+
+/// How many first segments a [`BlockHashes`] remembers.
+const MEMO: usize = 16;
+
+impl std::ops::Deref for BlockHashes {
+    type Target = Vec<u64>;
+    fn deref(&self) -> &Vec<u64> {
+        &self.hashes
+    }
+}
+
+impl std::ops::DerefMut for BlockHashes {
+    fn deref_mut(&mut self) -> &mut Vec<u64> {
+        &mut self.hashes
+    }
+}
+
+impl BlockHashes {
+    /// [`hash_blocks`] into the buffer (cleared first), its first
+    /// segment's blocks from the memo when it has them.
+    fn fill(&mut self, segments: &[Segment], tail: Segment, limit: u64, block_size: u32) {
+        self.hashes.clear();
+        let Some(first) = segments.first() else {
+            return hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, None);
+        };
+        let inside = (first.len / block_size.max(1)) as usize;
+        if inside == 0 {
+            return hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, None);
+        }
+        let known = self.memo.iter().find(|(k, bs, h)| *k == first.key && *bs == block_size && h.len() >= inside);
+        if let Some((_, _, head)) = known {
+            return hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, Some(&head[..inside]));
+        }
+        hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, None);
+        if self.hashes.len() >= inside {
+            let entry = match self.memo.len() < MEMO {
+                true => {
+                    self.memo.push((first.key, block_size, Vec::new()));
+                    self.memo.len() - 1
+                }
+                false => {
+                    self.next = (self.next + 1) % MEMO;
+                    self.next
+                }
+            };
+            let (k, bs, h) = &mut self.memo[entry];
+            (*k, *bs) = (first.key, block_size);
+            h.clear();
+            h.extend_from_slice(&self.hashes[..inside]);
+        }
+    }
+}
+
+/// [`segment_block_hashes`] over `segments` followed by `tail`. `head`:
+/// the hashes of the full blocks inside `segments[0]` (or a prefix of
+/// them), already known.
+fn hash_blocks(
+    segments: &[Segment],
+    tail: Option<Segment>,
+    limit: u64,
+    block_size: u32,
+    out: &mut Vec<u64>,
+    head: Option<&[u64]>,
+) {
     let at = |i: usize| if i < segments.len() { segments[i] } else { tail.unwrap_or(Segment::new(0, 0)) };
     let count = segments.len() + usize::from(tail.is_some());
     let total: u64 = segments.iter().chain(&tail).map(|s| u64::from(s.len)).sum();
     let blocks = limit.min(total) / u64::from(block_size.max(1));
     out.reserve(blocks as usize);
     let (mut seg, mut off, mut prev) = (0usize, 0u32, 0u64);
-    for _ in 0..blocks {
+    if let Some(head) = head {
+        // The chain's state after those blocks: inside the first segment,
+        // or at the start of the second when they fill it.
+        let head = &head[..head.len().min(blocks as usize)];
+        out.extend_from_slice(head);
+        if let Some(&last) = head.last() {
+            prev = last;
+            off = head.len() as u32 * block_size;
+            if off == segments[0].len {
+                (seg, off) = (1, 0);
+            }
+        }
+    }
+    for _ in out.len() as u64..blocks {
         let mut h = mix(prev, BLOCK);
         let mut left = block_size;
         while left > 0 && seg < count {
@@ -116,17 +206,21 @@ fn hash_blocks(segments: &[Segment], tail: Option<Segment>, limit: u64, block_si
 /// by its id when empty), then its answer as a segment keyed by its id;
 /// only the blocks that can ever be computed (the first `P + N - 1` tokens:
 /// the last token is sampled, never fed back).
-pub fn request_block_hashes(req: &crate::engine::Request, prompt: &[Segment], block_size: u32, out: &mut Vec<u64>) {
-    let unique = [Segment::new(prompt_key(req.id), req.prompt)];
-    let prompt = if prompt.is_empty() { &unique[..] } else { prompt };
+pub fn request_block_hashes(req: &crate::engine::Request, prompt: &[Segment], block_size: u32, out: &mut BlockHashes) {
+    let tail = Segment::new(generated_key(req.id), req.output);
+    let limit = u64::from(req.prompt) + u64::from(req.output) - 1;
+    if prompt.is_empty() {
+        // Unique tokens: nothing to remember.
+        out.clear();
+        let unique = [Segment::new(prompt_key(req.id), req.prompt)];
+        return hash_blocks(&unique, Some(tail), limit, block_size, out, None);
+    }
     debug_assert_eq!(
         prompt.iter().map(|s| u64::from(s.len)).sum::<u64>().min(u64::from(u32::MAX)),
         u64::from(req.prompt),
         "segments must add up to the prompt"
     );
-    let limit = u64::from(req.prompt) + u64::from(req.output) - 1;
-    out.clear();
-    hash_blocks(prompt, Some(Segment::new(generated_key(req.id), req.output)), limit, block_size, out);
+    out.fill(prompt, tail, limit, block_size);
 }
 
 /// [`request_block_hashes`] for a request whose content from segment
@@ -141,7 +235,7 @@ pub fn request_shared_hashes(
     prompt: &[Segment],
     own_from: usize,
     block_size: u32,
-    out: &mut Vec<u64>,
+    out: &mut BlockHashes,
 ) {
     out.clear();
     if prompt.is_empty() {
@@ -149,7 +243,7 @@ pub fn request_shared_hashes(
     }
     let own_start: u64 = prompt[..own_from.min(prompt.len())].iter().map(|s| u64::from(s.len)).sum();
     let limit = (u64::from(req.prompt) + u64::from(req.output) - 1).min(own_start);
-    hash_blocks(prompt, Some(Segment::new(generated_key(req.id), req.output)), limit, block_size, out);
+    out.fill(prompt, Segment::new(generated_key(req.id), req.output), limit, block_size);
 }
 
 /// The hashes of the full blocks of a token-id sequence (the server's
@@ -206,6 +300,37 @@ mod tests {
         assert_eq!(a[..2], b[..2]);
         assert_ne!(a[2], b[2]);
         assert_ne!(a[3], b[3], "a chain: everything after a difference differs");
+    }
+
+    #[test]
+    fn a_reused_buffer_remembers_first_segments_without_changing_a_hash() {
+        // One buffer across many requests (its memo hits and misses, and
+        // replaces entries once more than 16 first segments are seen)
+        // against the segments hashed from scratch: prompt, then answer,
+        // within P + N - 1 tokens (request_block_hashes), and the same up
+        // to where the own content starts (request_shared_hashes).
+        let mut buf = BlockHashes::default();
+        let mut hits = 0;
+        for i in 0..400u64 {
+            let (key, first, rest) = (i % 7, 3 + (i * 7) % 40, (i * 11) % 19);
+            let bs = [4, 16, 5][(i / 100 % 3) as usize];
+            let output = 1 + (i % 9) as u32;
+            let prompt = [Segment::new(key, first as u32), Segment::new(1000 + i, rest as u32)];
+            let req = crate::engine::Request {
+                id: i,
+                arrival: crate::time::SimTime::ZERO,
+                prompt: (first + rest) as u32,
+                output,
+            };
+            let whole = [prompt[0], prompt[1], Segment::new(generated_key(i), output)];
+            let limit = first + rest + u64::from(output) - 1;
+            hits += usize::from(buf.memo.iter().any(|(k, b, h)| *k == key && *b == bs && !h.is_empty()));
+            request_block_hashes(&req, &prompt, bs, &mut buf);
+            assert_eq!(*buf, hashes(&whole, limit, bs), "request {i}");
+            request_shared_hashes(&req, &prompt, 1, bs, &mut buf);
+            assert_eq!(*buf, hashes(&whole, limit.min(first), bs), "request {i}, shared part");
+        }
+        assert!(hits > 100, "the memo served {hits} requests");
     }
 
     #[test]
