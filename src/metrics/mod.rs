@@ -190,6 +190,42 @@ pub struct Collector {
     /// Prefix-cache lookups: tokens queried and found, over every admission.
     prefix_queried: u64,
     prefix_hit: u64,
+    /// Scratch space of the stretch fold.
+    stretch_buf: StretchBuf,
+}
+
+/// Scratch space of [`Collector`]'s decode-stretch fold, kept between stretches.
+#[derive(Clone, Debug, Default)]
+struct StretchBuf {
+    later_max: Vec<u64>,
+    present: Vec<i64>,
+    ended: Vec<(u32, usize)>,
+    /// `max[l][i]`: the longest of steps `i .. i + 2^l` (a sparse table).
+    max: Vec<Vec<u64>>,
+}
+
+impl StretchBuf {
+    /// The range-maximum table of the steps' durations.
+    fn build_max(&mut self, steps: &[StepRecord]) {
+        let k = steps.len();
+        let levels = (usize::BITS - k.leading_zeros()) as usize;
+        self.max.resize_with(levels.max(1), Vec::new);
+        self.max[0].clear();
+        self.max[0].extend(steps.iter().map(StepRecord::duration_nanos));
+        for l in 1..levels {
+            let (lower, upper) = self.max.split_at_mut(l);
+            let (prev, cur) = (&lower[l - 1], &mut upper[0]);
+            let half = 1 << (l - 1);
+            cur.clear();
+            cur.extend((0..=k - (1 << l)).map(|i| prev[i].max(prev[i + half])));
+        }
+    }
+
+    /// The longest of steps `lo..=hi` (`lo <= hi < k`).
+    fn max_in(&self, lo: usize, hi: usize) -> u64 {
+        let l = (usize::BITS - 1 - (hi - lo + 1).leading_zeros()) as usize;
+        self.max[l][lo].max(self.max[l][hi + 1 - (1 << l)])
+    }
 }
 
 impl Collector {
@@ -216,6 +252,7 @@ impl Collector {
             preemptions: 0,
             prefix_queried: 0,
             prefix_hit: 0,
+            stretch_buf: StretchBuf::default(),
         }
     }
 
@@ -426,9 +463,10 @@ impl Observer for Collector {
         }
     }
 
-    /// The stretch's figures in O(B log B + k): each request's first gap
-    /// is its own, the later ones are the durations of the steps it takes
-    /// part in, which every request in them shares.
+    /// The stretch's figures in O(B log B + k log k): each request's first
+    /// gap is its own (a joiner's first token gives its TTFT), the later
+    /// ones are the durations of the steps it takes part in, which every
+    /// request in them shares.
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         let (Some(first), k) = (s.steps.first(), s.steps.len()) else { return };
         // A request decoding without a token seen here (a collector that
@@ -437,41 +475,74 @@ impl Observer for Collector {
             crate::engine::events::replay_stretch(self, s);
             return;
         }
+        let mut buf = std::mem::take(&mut self.stretch_buf);
+        let running = s.requests.len();
         // later_max[j]: the longest of steps 1..=j (0 for j = 0).
-        let mut later_max = Vec::with_capacity(k);
-        later_max.push(0);
+        buf.later_max.clear();
+        buf.later_max.push(0);
         for step in &s.steps[1..] {
-            let m = *later_max.last().unwrap_or(&0);
-            later_max.push(m.max(step.duration_nanos()));
+            let m = *buf.later_max.last().unwrap_or(&0);
+            buf.later_max.push(m.max(step.duration_nanos()));
         }
-        // gone[j]: requests whose last step is step j - 1 (0-based).
-        let mut gone = vec![0u64; k + 1];
+        // present[j]: requests with a gap ending in step j (j >= 1), as
+        // differences from step to step.
+        buf.present.clear();
+        buf.present.resize(k + 1, 0);
         for (&(id, _, g), &(n, _)) in s.requests.iter().zip(s.spans) {
-            gone[n as usize] += 1;
+            buf.present[1] += 1;
+            buf.present[n as usize] -= 1;
             let Some(r) = self.rec(id) else { continue };
             let Some(prev) = r.last_token else { continue };
             let gap = first.end.nanos_since(prev);
-            r.max_gap_ns = r.max_gap_ns.max(gap).max(later_max[n as usize - 1]);
+            r.max_gap_ns = r.max_gap_ns.max(gap).max(buf.later_max[n as usize - 1]);
             r.last_token = Some(s.steps[n as usize - 1].end);
             r.tokens = g + n;
             self.itl_add(gap, 1);
         }
-        let mut present = s.requests.len() as u64;
+        if !s.joins.is_empty() {
+            buf.build_max(s.steps);
+        }
+        for (j, &(n, _)) in s.joins.iter().zip(&s.spans[running..]) {
+            let (a, n) = (j.step as usize, n as usize);
+            self.arrived(j.id, j.arrival, j.prompt, j.output);
+            let Some(r) = self.rec(j.id) else { continue };
+            r.first_scheduled = Some(s.steps[a].start);
+            r.add_token(s.steps[a].end, 1);
+            if n >= 2 {
+                // Its later gaps: steps a + 1 ..= a + n - 1.
+                r.max_gap_ns = buf.max_in(a + 1, a + n - 1);
+                r.last_token = Some(s.steps[a + n - 1].end);
+                r.tokens = n as u32;
+                buf.present[a + 1] += 1;
+                buf.present[a + n] -= 1;
+            }
+        }
+        let mut present = 0i64;
         for (j, step) in s.steps.iter().enumerate().skip(1) {
-            present -= gone[j];
-            self.itl_add(step.duration_nanos(), present);
+            present += buf.present[j];
+            self.itl_add(step.duration_nanos(), present as u64);
         }
         for step in s.steps {
             self.step(step);
         }
         // Finishes in the order the steps one by one send them: by step,
-        // then in running order.
-        let mut ended: Vec<(u32, usize)> =
-            (s.spans.iter().enumerate()).filter(|&(_, &(_, finished))| finished).map(|(i, &(n, _))| (n, i)).collect();
-        ended.sort_unstable();
-        for (_, i) in ended {
-            self.end(s.requests[i].0, Status::Finished);
+        // then in running order (the joiners after the running requests).
+        buf.ended.clear();
+        let last = |i: usize, n: u32| match i.checked_sub(running) {
+            None => n,
+            Some(q) => s.joins[q].step + n,
+        };
+        let ended = (s.spans.iter().enumerate()).filter(|&(_, &(_, finished))| finished);
+        buf.ended.extend(ended.map(|(i, &(n, _))| (last(i, n), i)));
+        buf.ended.sort_unstable();
+        for &(_, i) in &buf.ended {
+            let id = match i.checked_sub(running) {
+                None => s.requests[i].0,
+                Some(q) => s.joins[q].id,
+            };
+            self.end(id, Status::Finished);
         }
+        self.stretch_buf = buf;
     }
 
     fn finished(&mut self, id: RequestId, _at: SimTime) {
