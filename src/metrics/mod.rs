@@ -175,8 +175,10 @@ pub struct Collector {
     itl: Histogram,
     /// ITL gaps not yet in `itl`: `(gap, count)`. The tokens of a step
     /// mostly share one gap, so equal gaps in a row are recorded at once.
-    itl_run: (u64, u64),
+    itl_run: histogram::Run,
     step_ns: Histogram,
+    /// Step durations not yet in `step_ns`.
+    step_run: histogram::Run,
     steps: Vec<StepRecord>,
     step_count: u64,
     batch_sum: u64,
@@ -200,31 +202,41 @@ struct StretchBuf {
     later_max: Vec<u64>,
     present: Vec<i64>,
     ended: Vec<(u32, usize)>,
-    /// `max[l][i]`: the longest of steps `i .. i + 2^l` (a sparse table).
-    max: Vec<Vec<u64>>,
+    /// Joiners' later gaps as step ranges: `(last, first, joiner)`, and
+    /// the longest step of each range, by joiner.
+    ranges: Vec<(usize, usize, usize)>,
+    longest: Vec<u64>,
+    /// Steps `(index, duration)` with no longer step after them so far.
+    stack: Vec<(usize, u64)>,
 }
 
 impl StretchBuf {
-    /// The range-maximum table of the steps' durations.
-    fn build_max(&mut self, steps: &[StepRecord]) {
-        let k = steps.len();
-        let levels = (usize::BITS - k.leading_zeros()) as usize;
-        self.max.resize_with(levels.max(1), Vec::new);
-        self.max[0].clear();
-        self.max[0].extend(steps.iter().map(StepRecord::duration_nanos));
-        for l in 1..levels {
-            let (lower, upper) = self.max.split_at_mut(l);
-            let (prev, cur) = (&lower[l - 1], &mut upper[0]);
-            let half = 1 << (l - 1);
-            cur.clear();
-            cur.extend((0..=k - (1 << l)).map(|i| prev[i].max(prev[i + half])));
+    /// The longest of the steps in each of `ranges`, into `longest`, in
+    /// O(k + q log k): a sweep keeps the steps not outlasted by a later one
+    /// (their durations decrease), and a range ending at the sweep's step
+    /// takes the first of them at or after its start.
+    fn range_maxima(&mut self, steps: &[StepRecord], joins: usize) {
+        self.longest.clear();
+        self.longest.resize(joins, 0);
+        self.ranges.sort_unstable();
+        self.stack.clear();
+        let mut next = 0;
+        for (e, step) in steps.iter().enumerate() {
+            if next == self.ranges.len() {
+                break;
+            }
+            let d = step.duration_nanos();
+            while self.stack.last().is_some_and(|&(_, top)| top <= d) {
+                self.stack.pop();
+            }
+            self.stack.push((e, d));
+            while let Some(&(last, first, q)) = self.ranges.get(next).filter(|r| r.0 == e) {
+                debug_assert!(first <= last);
+                let at = self.stack.partition_point(|&(i, _)| i < first);
+                self.longest[q] = self.stack[at].1;
+                next += 1;
+            }
         }
-    }
-
-    /// The longest of steps `lo..=hi` (`lo <= hi < k`).
-    fn max_in(&self, lo: usize, hi: usize) -> u64 {
-        let l = (usize::BITS - 1 - (hi - lo + 1).leading_zeros()) as usize;
-        self.max[l][lo].max(self.max[l][hi + 1 - (1 << l)])
     }
 }
 
@@ -239,8 +251,9 @@ impl Collector {
             ended_prefix: 0,
             totals: fold::Totals::default(),
             itl: Histogram::new(),
-            itl_run: (0, 0),
+            itl_run: histogram::Run::default(),
             step_ns: Histogram::new(),
+            step_run: histogram::Run::default(),
             steps: Vec::new(),
             step_count: 0,
             batch_sum: 0,
@@ -305,25 +318,12 @@ impl Collector {
     /// `n` ITL gaps of `gap_ns` each.
     #[inline]
     fn itl_add(&mut self, gap_ns: u64, n: u64) {
-        match self.itl_run {
-            (gap, ref mut count) if gap == gap_ns => *count += n,
-            (gap, count) => {
-                self.itl.record_n(gap, count);
-                self.itl_run = (gap_ns, n);
-            }
-        }
+        self.itl_run.add(&mut self.itl, gap_ns, n);
     }
 
-    /// ITL so far, the pending run of equal gaps included.
+    /// ITL so far, the pending run of gaps included.
     fn itl(&self) -> std::borrow::Cow<'_, Histogram> {
-        match self.itl_run {
-            (_, 0) => std::borrow::Cow::Borrowed(&self.itl),
-            (gap, n) => {
-                let mut h = self.itl.clone();
-                h.record_n(gap, n);
-                std::borrow::Cow::Owned(h)
-            }
-        }
+        self.itl_run.with(&self.itl)
     }
 
     /// The summary over everything seen so far.
@@ -413,7 +413,7 @@ impl Collector {
                 mean_batch_size: self.batch_sum as f64 / steps,
                 max_batch_size: self.batch_max,
                 mean_tokens: self.token_sum as f64 / steps,
-                duration_ms: Stats::from_histogram(&self.step_ns),
+                duration_ms: Stats::from_histogram(&self.step_run.with(&self.step_ns)),
             },
             kv: KvOut {
                 peak_blocks: self.kv_peak,
@@ -500,9 +500,13 @@ impl Observer for Collector {
             self.itl_add(gap, 1);
         }
         if !s.joins.is_empty() {
-            buf.build_max(s.steps);
+            buf.ranges.clear();
+            let spans = s.joins.iter().zip(&s.spans[running..]).enumerate();
+            let later = spans.filter(|&(_, (_, &(n, _)))| n >= 2);
+            buf.ranges.extend(later.map(|(q, (j, &(n, _)))| ((j.step + n - 1) as usize, j.step as usize + 1, q)));
+            buf.range_maxima(s.steps, s.joins.len());
         }
-        for (j, &(n, _)) in s.joins.iter().zip(&s.spans[running..]) {
+        for (q, (j, &(n, _))) in s.joins.iter().zip(&s.spans[running..]).enumerate() {
             let (a, n) = (j.step as usize, n as usize);
             self.arrived(j.id, j.arrival, j.prompt, j.output);
             let Some(r) = self.rec(j.id) else { continue };
@@ -510,7 +514,7 @@ impl Observer for Collector {
             r.add_token(s.steps[a].end, 1);
             if n >= 2 {
                 // Its later gaps: steps a + 1 ..= a + n - 1.
-                r.max_gap_ns = buf.max_in(a + 1, a + n - 1);
+                r.max_gap_ns = buf.longest[q];
                 r.last_token = Some(s.steps[a + n - 1].end);
                 r.tokens = n as u32;
                 buf.present[a + 1] += 1;
@@ -568,7 +572,7 @@ impl Observer for Collector {
     fn step(&mut self, step: &StepRecord) {
         let d = step.duration_nanos();
         self.step_count += 1;
-        self.step_ns.record(d);
+        self.step_run.add(&mut self.step_ns, d, 1);
         self.batch_sum += u64::from(step.batch_size);
         self.batch_max = self.batch_max.max(step.batch_size);
         self.token_sum += u64::from(step.tokens);
