@@ -190,16 +190,16 @@ impl<O: Observer> Observer for Tap<'_, O> {
         // The driver told the source of its finishes already
         // (`Engine::decode_stretch_through`); its joiners arrived at the
         // client's time, before the delay.
-        if self.delay_ns == 0 || s.joins.is_empty() {
+        if self.delay_ns == 0 || s.arrivals.is_empty() {
             return self.inner.decode_stretch(s);
         }
         let ns = self.delay_ns;
-        let joins: Vec<crate::engine::Joined> = (s.joins.iter())
-            .map(|j| crate::engine::Joined {
-                arrival: SimTime::from_nanos(j.arrival.as_nanos().saturating_sub(ns)),
-                ..*j
+        let arrivals: Vec<crate::engine::Arrived> = (s.arrivals.iter())
+            .map(|a| crate::engine::Arrived {
+                arrival: SimTime::from_nanos(a.arrival.as_nanos().saturating_sub(ns)),
+                ..*a
             })
             .collect();
-        self.inner.decode_stretch(&crate::engine::Stretch { joins: &joins, ..*s });
+        self.inner.decode_stretch(&crate::engine::Stretch { arrivals: &arrivals, ..*s });
     }
 }

@@ -37,7 +37,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{Engine, Joined, Kv, Request, RequestId, Seq, State, StepRecord, StepShape, Stretch};
+use super::{Arrived, Engine, Joined, Kv, Request, RequestId, Seq, State, StepRecord, StepShape, Stretch};
 use crate::time::SimTime;
 
 /// What a stretch that runs through finishes and arrivals asks its driver
@@ -129,6 +129,7 @@ pub(super) struct Scratch {
     members: Vec<Member>,
     requests: Vec<(RequestId, u32, u32)>,
     joins: Vec<Joined>,
+    arrivals: Vec<Arrived>,
     /// The requests joining the step being priced.
     incoming: Vec<Request>,
     steps: Vec<StepRecord>,
@@ -221,7 +222,21 @@ impl Engine {
         arrivals: &mut dyn Arrivals,
         obs: &mut O,
     ) -> u64 {
-        if max_steps == 0 || self.running.is_empty() || !self.waiting.is_empty() || !self.pending.is_empty() {
+        if max_steps == 0 || self.running.is_empty() || !self.pending.is_empty() {
+            return 0;
+        }
+        // Waiting requests are admitted inside a stretch only if they are
+        // new (no recompute after a preemption, no transferred KV), and
+        // only without prefix caching (no lookups here).
+        let prefix = matches!(self.kv, Kv::Prefix(_));
+        if !self.waiting.is_empty()
+            && (!through
+                || prefix
+                || self.waiting.iter().any(|&s| {
+                    let s = &self.slots[s as usize];
+                    s.generated > 0 || s.arriving_kv > 0
+                }))
+        {
             return 0;
         }
         let b0 = self.running.len() as u64;
@@ -234,6 +249,7 @@ impl Engine {
         scratch.members.clear();
         scratch.requests.clear();
         scratch.joins.clear();
+        scratch.arrivals.clear();
         scratch.spans.clear();
         scratch.finished.clear();
         scratch.crossings.clear();
@@ -272,7 +288,6 @@ impl Engine {
         }
         // Members decoding in the next step.
         let mut b = b0;
-        let prefix = matches!(self.kv, Kv::Prefix(_));
         if prefix {
             // Group the running requests by room, each group in running order.
             let bs = bs as usize;
@@ -318,47 +333,68 @@ impl Engine {
                 sampled: if detailed { b } else { 0 },
                 batch: b,
             };
-            // The requests due by the step's start join it whole, or the
-            // stretch ends here.
-            let (mut admitted, mut prompts, mut free_after) = (0usize, 0u64, i64::from(free - new));
+            // The requests due by the step's start join the waiting queue;
+            // from its head, those that fit are admitted whole, as in a
+            // step. A prompt to chunk, a request to reject or a due one the
+            // driver keeps ends the stretch here.
             scratch.incoming.clear();
             if clock >= before {
+                let mut refused = false;
                 loop {
-                    let req = match arrivals.due(clock, admitted) {
+                    let req = match arrivals.due(clock, scratch.incoming.len()) {
                         Due::Request(req) => req,
                         Due::None => break,
                         Due::Refused => {
-                            admitted = usize::MAX;
+                            refused = true;
                             break;
                         }
                     };
                     let (p, n) = (u64::from(req.prompt), u64::from(req.output));
-                    let need = cap.blocks_for(p) as i64;
-                    let fits = p + n <= context
-                        && total - need >= watermark
-                        && running + (admitted as u64) < max_seqs
-                        && p <= budget - b - prompts
-                        && free_after - need >= watermark;
-                    if !fits {
-                        admitted = usize::MAX;
+                    if p + n > context || total - (cap.blocks_for(p) as i64) < watermark {
+                        refused = true;
                         break;
                     }
-                    free_after -= need;
-                    prompts += p;
                     scratch.incoming.push(req);
-                    shape.tokens += p;
-                    shape.sum_ctx += p;
-                    if detailed {
-                        shape.attention_pairs += super::arch::attention_pairs(p, 0);
-                        shape.sampled += 1;
-                    }
-                    shape.batch += 1;
-                    admitted += 1;
                 }
-                // Something due stays out.
-                if admitted == usize::MAX {
+                if refused {
                     break;
                 }
+            }
+            let (mut admitted, mut prompts, mut free_after) = (0usize, 0u64, i64::from(free - new));
+            let queued = self.waiting.len() + scratch.incoming.len();
+            let mut chunk = false;
+            while admitted < queued {
+                let p = match self.waiting.get(admitted) {
+                    Some(&slot) => self.slots[slot as usize].req.prompt,
+                    None => scratch.incoming[admitted - self.waiting.len()].prompt,
+                };
+                let p = u64::from(p);
+                let need = cap.blocks_for(p) as i64;
+                let left = budget - b - prompts;
+                if total - need < watermark {
+                    chunk = true; // rejected at the head: a step of its own
+                    break;
+                }
+                if left == 0 || running + (admitted as u64) >= max_seqs || free_after - need < watermark {
+                    break;
+                }
+                if p > left {
+                    chunk = true;
+                    break;
+                }
+                free_after -= need;
+                prompts += p;
+                shape.tokens += p;
+                shape.sum_ctx += p;
+                if detailed {
+                    shape.attention_pairs += super::arch::attention_pairs(p, 0);
+                    shape.sampled += 1;
+                }
+                shape.batch += 1;
+                admitted += 1;
+            }
+            if chunk {
+                break;
             }
             let cost = self.cfg.cost.cost(&shape);
             let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
@@ -398,20 +434,16 @@ impl Engine {
                 cached_blocks = p.cached_blocks();
                 evictions = (p.evictions() - before) as u32;
             }
-            // The joiners come in: blocks for their prompt, a slot each.
-            if admitted > 0 {
-                for a in 0..admitted {
-                    let req = scratch.incoming[a];
-                    let need = cap.blocks_for(u64::from(req.prompt)) as u32;
-                    free -= need;
-                    used += need;
-                    taken += need;
+            // The arrivals join the waiting queue (a slot each), and its
+            // first `admitted` come in with blocks for their prompt.
+            if !scratch.incoming.is_empty() {
+                for &req in &scratch.incoming {
                     let seq = Seq {
                         req,
                         generated: 0,
                         computed: 0,
-                        blocks: need,
-                        state: State::Running,
+                        blocks: 0,
+                        state: State::Waiting,
                         register_at: 0,
                         arriving_kv: 0,
                     };
@@ -427,29 +459,36 @@ impl Engine {
                     };
                     self.by_id.insert(req.id, slot);
                     self.last_arrival = req.arrival;
-                    self.running.push(slot);
-                    let room = need * bs - req.prompt;
-                    let key = ((j + u64::from(room)) % bs64) as u32;
-                    let fin = j + u64::from(req.output) - 1;
-                    let i = scratch.members.len() as u32;
-                    scratch.members.push(Member {
-                        slot,
-                        first: j + 1,
-                        fin,
-                        c: req.prompt,
-                        g: 1,
-                        blocks: need,
-                        room,
-                        key,
-                    });
+                    self.waiting.push_back(slot);
+                    self.queued_blocks += cap.blocks_for(u64::from(req.prompt));
                     let (id, arrival, prompt, output) = (req.id, req.arrival, req.prompt, req.output);
-                    scratch.joins.push(Joined { id, arrival, prompt, output, step: (j - 1) as u32 });
-                    scratch.finishing.push(Reverse((fin, i)));
+                    scratch.arrivals.push(Arrived { id, arrival, prompt, output, step: (j - 1) as u32 });
                 }
-                arrivals.take(admitted);
+                arrivals.take(scratch.incoming.len());
                 before = arrivals.next_at().unwrap_or(SimTime::from_nanos(u64::MAX));
-                running += admitted as u64;
             }
+            for _ in 0..admitted {
+                let Some(slot) = self.waiting.pop_front() else { break };
+                let seq = &mut self.slots[slot as usize];
+                let req = seq.req;
+                let need = cap.blocks_for(u64::from(req.prompt)) as u32;
+                seq.state = State::Running;
+                seq.blocks = need;
+                self.queued_blocks -= u64::from(need);
+                free -= need;
+                used += need;
+                taken += need;
+                self.running.push(slot);
+                let room = need * bs - req.prompt;
+                let key = ((j + u64::from(room)) % bs64) as u32;
+                let fin = j + u64::from(req.output) - 1;
+                let i = scratch.members.len() as u32;
+                let (c, blocks) = (req.prompt, need);
+                scratch.members.push(Member { slot, first: j + 1, fin, c, g: 1, blocks, room, key });
+                scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step: (j - 1) as u32 });
+                scratch.finishing.push(Reverse((fin, i)));
+            }
+            running += admitted as u64;
             scratch.steps.push(StepRecord {
                 index: self.steps + j - 1,
                 start: clock,
@@ -460,7 +499,7 @@ impl Engine {
                 sum_ctx: shape.sum_ctx,
                 kv_blocks_used: used,
                 running: running as u32,
-                waiting: 0,
+                waiting: self.waiting.len() as u32,
                 preempted: 0,
                 compute_s: cost.compute_s,
                 memory_s: cost.memory_s,
@@ -550,7 +589,13 @@ impl Engine {
         self.steps += n;
         self.clock = clock;
         let st = &self.stretch;
-        obs.decode_stretch(&Stretch { requests: &st.requests, steps: &st.steps, spans: &st.spans, joins: &st.joins });
+        obs.decode_stretch(&Stretch {
+            requests: &st.requests,
+            steps: &st.steps,
+            spans: &st.spans,
+            joins: &st.joins,
+            arrivals: &st.arrivals,
+        });
         self.debug_check();
         n
     }

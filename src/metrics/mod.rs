@@ -499,6 +499,9 @@ impl Observer for Collector {
             r.tokens = g + n;
             self.itl_add(gap, 1);
         }
+        for a in s.arrivals {
+            self.arrived(a.id, a.arrival, a.prompt, a.output);
+        }
         if !s.joins.is_empty() {
             buf.ranges.clear();
             let spans = s.joins.iter().zip(&s.spans[running..]).enumerate();
@@ -508,9 +511,9 @@ impl Observer for Collector {
         }
         for (q, (j, &(n, _))) in s.joins.iter().zip(&s.spans[running..]).enumerate() {
             let (a, n) = (j.step as usize, n as usize);
-            self.arrived(j.id, j.arrival, j.prompt, j.output);
             let Some(r) = self.rec(j.id) else { continue };
-            r.first_scheduled = Some(s.steps[a].start);
+            // (A request preempted in its prefill was scheduled before.)
+            r.first_scheduled.get_or_insert(s.steps[a].start);
             r.add_token(s.steps[a].end, 1);
             if n >= 2 {
                 // Its later gaps: steps a + 1 ..= a + n - 1.
