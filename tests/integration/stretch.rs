@@ -162,7 +162,7 @@ fn decode_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     assert!(steps > 200_000, "only {steps} steps over the generated scenarios");
     assert!(runs_with_long_outputs > 100, "{runs_with_long_outputs} runs with a TPOT");
     // Arrivals must join stretches too (with and without a request
-    // overhead): 868 requests joined 119 stretches of 103,968 steps in all
+    // overhead): 1,764 requests joined 226 stretches of 124,512 steps in all
     // when this was written.
     println!(
         "{steps} steps; {} of them in {} stretches that admitted {} requests",
