@@ -518,9 +518,9 @@ impl Engine {
                 }
             }
             // Requests whose last token this step released finish: their
-            // blocks (with this step's crossings) come back.
-            while through {
-                let Some(&Reverse((fin, i))) = scratch.finishing.peek() else { break };
+            // blocks (with this step's crossings) come back. (Only through
+            // finishes is the finish order filled.)
+            while let Some(&Reverse((fin, i))) = scratch.finishing.peek() {
                 if fin != j {
                     break;
                 }
