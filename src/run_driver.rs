@@ -187,8 +187,19 @@ impl<O: Observer> Observer for Tap<'_, O> {
         self.inner.prefix_lookup(id, at, queried, hit);
     }
     fn decode_stretch(&mut self, s: &crate::engine::Stretch<'_>) {
-        // Nothing arrives in a stretch, and the driver told the source of
-        // its finishes already (`Engine::decode_stretch_through`).
-        self.inner.decode_stretch(s);
+        // The driver told the source of its finishes already
+        // (`Engine::decode_stretch_through`); its joiners arrived at the
+        // client's time, before the delay.
+        if self.delay_ns == 0 || s.arrivals.is_empty() {
+            return self.inner.decode_stretch(s);
+        }
+        let ns = self.delay_ns;
+        let arrivals: Vec<crate::engine::Arrived> = (s.arrivals.iter())
+            .map(|a| crate::engine::Arrived {
+                arrival: SimTime::from_nanos(a.arrival.as_nanos().saturating_sub(ns)),
+                ..*a
+            })
+            .collect();
+        self.inner.decode_stretch(&crate::engine::Stretch { arrivals: &arrivals, ..*s });
     }
 }

@@ -15,7 +15,10 @@
 
 use crate::config::Scenario;
 use crate::engine::prefix::hash::{BlockHashes, request_block_hashes, request_shared_hashes};
-use crate::engine::{Engine, Observer};
+use std::collections::VecDeque;
+
+use crate::engine::stretch::{Arrivals, Due};
+use crate::engine::{Engine, Observer, Request};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
 // The run's bounds, progress and stop error live below `sim` and `cluster`
 // (both drive engines); the old paths stay.
@@ -135,6 +138,8 @@ where
     let hashing = engine.config().prefix_caching;
     let block_size = engine.config().capacity.block_size;
     let mut hashes = BlockHashes::default();
+    // Requests a stretch took from the source but did not admit (in order).
+    let mut held = VecDeque::new();
     loop {
         // An idle engine's next step starts at the next arrival, but never
         // before the engine's clock: requests that arrived while the last
@@ -150,14 +155,25 @@ where
         if start > limits.max_time {
             return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
         }
-        // Every request that has arrived by the step's start joins it.
-        while let Some(when) = source.peek().filter(|&when| when <= start) {
-            let Some(req) = source.pop() else { break };
-            at.requests += 1;
-            if at.requests > limits.max_requests {
-                let (limit, rejected) = (limits.max_requests, tap.rejected);
-                return Err(SimError::TooManyRequests { limit, rejected, progress: at });
-            }
+        // Every request that has arrived by the step's start joins it
+        // (first those a stretch took from the source but left out).
+        loop {
+            let req = match held.pop_front() {
+                Some(req) => req,
+                None => {
+                    if source.peek().is_none_or(|when| when > start) {
+                        break;
+                    }
+                    let Some(req) = source.pop() else { break };
+                    at.requests += 1;
+                    if at.requests > limits.max_requests {
+                        let (limit, rejected) = (limits.max_requests, tap.rejected);
+                        return Err(SimError::TooManyRequests { limit, rejected, progress: at });
+                    }
+                    req
+                }
+            };
+            let when = req.arrival;
             let submitted = match hashing {
                 // Content hashes only matter, and are only made, with prefix caching.
                 true => match (source.block_hashes(), source.own_from()) {
@@ -192,18 +208,32 @@ where
                 // A finish inside the stretch is told to the source at once,
                 // as after a step: a closed loop's next arrival may follow
                 // from it, and the stretch stops before that arrival.
-                let mut on_finish = |id, when| {
-                    source.done(id, when);
-                    match source.stalled() {
-                        Some(_) => SimTime::ZERO,
-                        None => source.peek().unwrap_or(never),
-                    }
-                };
-                let max_steps = limits.max_steps.saturating_sub(at.steps);
-                engine.decode_stretch_through(before, limits.max_time, max_steps, &mut on_finish, tap)
+                let max_steps = limits.max_steps.saturating_sub(at.steps).min(STRETCH_STEPS);
+                if hashing {
+                    let mut on_finish = |id, when| {
+                        source.done(id, when);
+                        match source.stalled() {
+                            Some(_) => SimTime::ZERO,
+                            None => source.peek().unwrap_or(never),
+                        }
+                    };
+                    engine.decode_stretch_through(before, limits.max_time, max_steps, &mut on_finish, tap)
+                } else {
+                    // Without prefix caching, arrivals the step-by-step
+                    // path would admit whole join the stretch.
+                    let max_requests = limits.max_requests;
+                    let mut feed =
+                        Feed { source: &mut *source, held: &mut held, requests: &mut at.requests, max_requests };
+                    engine.decode_stretch_admitting(limits.max_time, max_steps, &mut feed, tap)
+                }
             }
             Stepping::Exact => 0,
         };
+        if stretch == 0 && !held.is_empty() {
+            // The first step of the stretch left arrivals out: they join
+            // the queue now and that step goes through `Engine::step`.
+            continue;
+        }
         if stretch > 0 {
             at.steps += stretch;
             if at.steps / PROGRESS_EVERY != (at.steps - stretch) / PROGRESS_EVERY {
@@ -233,6 +263,60 @@ where
         }
     }
     Ok(())
+}
+
+/// Steps one stretch takes at most, so its scratch space stays small.
+const STRETCH_STEPS: u64 = 4096;
+
+/// The source as a stretch sees it ([`Arrivals`]): requests due by a
+/// step's start are taken from the source (counted as issued, as the
+/// driver counts them) and held until the engine admits them; those it
+/// leaves out stay in `held`, and the driver submits them first.
+struct Feed<'a, S> {
+    source: &'a mut S,
+    held: &'a mut VecDeque<Request>,
+    requests: &'a mut u64,
+    max_requests: u64,
+}
+
+impl<S: Source> Arrivals for Feed<'_, S> {
+    fn next_at(&mut self) -> Option<SimTime> {
+        if self.source.stalled().is_some() {
+            return Some(SimTime::ZERO);
+        }
+        match self.held.front() {
+            Some(req) => Some(req.arrival),
+            None => self.source.peek(),
+        }
+    }
+
+    fn due(&mut self, at: SimTime, k: usize) -> Due {
+        while self.held.len() <= k {
+            match self.source.peek() {
+                Some(when) if when <= at => {}
+                _ => return Due::None,
+            }
+            // The driver reports these (the request limit, a stall).
+            if *self.requests >= self.max_requests || self.source.stalled().is_some() {
+                return Due::Refused;
+            }
+            let Some(req) = self.source.pop() else { return Due::None };
+            *self.requests += 1;
+            self.held.push_back(req);
+        }
+        if self.source.stalled().is_some() {
+            return Due::Refused;
+        }
+        Due::Request(self.held[k])
+    }
+
+    fn take(&mut self, k: usize) {
+        self.held.drain(..k);
+    }
+
+    fn finished(&mut self, id: crate::engine::RequestId, at: SimTime) {
+        self.source.done(id, at);
+    }
 }
 
 /// Runs a scenario and collects its metrics.

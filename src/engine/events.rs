@@ -23,6 +23,38 @@ pub struct Stretch<'a> {
     /// are free and it left the running set). Without finishes every `n`
     /// is the number of steps.
     pub spans: &'a [(u32, bool)],
+    /// Requests admitted inside the stretch (from the waiting queue, which
+    /// arrivals join as they come), in admission order: they follow
+    /// `requests` in `spans` (and in running order). In its admission step
+    /// a joiner is scheduled for its whole prompt (`c = 0`) after the
+    /// running requests and releases its first token at the step's end;
+    /// then it decodes one token a step. Its span counts the steps from its
+    /// admission step.
+    pub joins: &'a [Joined],
+    /// Requests that arrived inside the stretch, in arrival order: each
+    /// one's `arrived` event comes just before the events of its step.
+    pub arrivals: &'a [Arrived],
+}
+
+/// A request admitted inside a decode stretch (see [`Stretch::joins`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Joined {
+    pub id: RequestId,
+    pub prompt: u32,
+    /// The stretch step (0-based) that admits it and computes its prompt.
+    pub step: u32,
+}
+
+/// A request that arrived inside a decode stretch (see [`Stretch::arrivals`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Arrived {
+    pub id: RequestId,
+    /// As submitted (a driver that delays requests reports its own time).
+    pub arrival: SimTime,
+    pub prompt: u32,
+    pub output: u32,
+    /// The stretch step (0-based) at whose start it had arrived.
+    pub step: u32,
 }
 
 /// A request's identity: the order it was submitted in (0, 1, 2, ...).
@@ -121,16 +153,42 @@ pub trait Observer {
 
 /// The step-by-step events of a decode stretch, sent to `obs`.
 pub fn replay_stretch<O: Observer + ?Sized>(obs: &mut O, s: &Stretch<'_>) {
+    let running = s.requests.len();
+    let (join_spans, spans) = (&s.spans[running..], &s.spans[..running]);
+    // Joiners present in step j: those admitted by j whose span reaches it.
+    let (mut first_join, mut next_arrival) = (0, 0);
     for (j, step) in s.steps.iter().enumerate() {
         let j = j as u32;
-        let present = s.requests.iter().zip(s.spans).filter(|&(_, &(n, _))| n > j);
+        let present = s.requests.iter().zip(spans).filter(|&(_, &(n, _))| n > j);
+        while first_join < s.joins.len() && join_spans[first_join].0 + s.joins[first_join].step <= j {
+            first_join += 1;
+        }
+        let joined = s.joins.iter().zip(join_spans).skip(first_join);
+        let joined = joined.filter(|&(r, &(n, _))| r.step <= j && r.step + n > j);
+        while next_arrival < s.arrivals.len() && s.arrivals[next_arrival].step == j {
+            let r = &s.arrivals[next_arrival];
+            obs.arrived(r.id, r.arrival, r.prompt, r.output);
+            next_arrival += 1;
+        }
         for (&(id, c, _), _) in present.clone() {
             obs.scheduled(id, step.start, 1, c + j);
+        }
+        for (r, _) in joined.clone() {
+            match j - r.step {
+                0 => obs.scheduled(r.id, step.start, r.prompt, 0),
+                k => obs.scheduled(r.id, step.start, 1, r.prompt + k - 1),
+            }
         }
         for (&(id, _, g), &(n, finished)) in present {
             obs.token(id, step.end, g + j + 1);
             if finished && n == j + 1 {
                 obs.finished(id, step.end);
+            }
+        }
+        for (r, &(n, finished)) in joined {
+            obs.token(r.id, step.end, j - r.step + 1);
+            if finished && r.step + n == j + 1 {
+                obs.finished(r.id, step.end);
             }
         }
         obs.step(step);

@@ -21,7 +21,7 @@ pub mod stretch;
 use std::collections::{HashMap, VecDeque};
 
 pub use cost::{CostInput, CostModel, StepCost, StepShape};
-pub use events::{Observer, RejectReason, RequestId, StepRecord, Stretch};
+pub use events::{Arrived, Joined, Observer, RejectReason, RequestId, StepRecord, Stretch};
 use kv::KvBlocks;
 pub use kv_budget::{KvBudget, KvBudgetError, KvBudgetInput};
 use prefix::PrefixPool;

@@ -23,26 +23,124 @@
 //! The driver tells the source of each finish at once and gets back the
 //! next arrival, so a closed loop's next request still stops the stretch
 //! where the step-by-step path would admit it.
+//!
+//! [`Engine::decode_stretch_admitting`] also runs through arrivals: when a
+//! request is due by a step's start and the step-by-step path would admit
+//! it whole into that step (a free sequence, its blocks beside the
+//! watermark, its whole prompt within the budget the decodes leave), the
+//! step is priced as `B` decodes plus its prompt, still in O(1), the
+//! request releases its first token at the step's end and decodes with the
+//! others from the next step on. Anything else (a prompt to chunk, blocks
+//! or sequences short, several due requests of which one does not fit)
+//! ends the stretch before that step, and [`Engine::step`] takes it.
 
-use super::{Engine, Kv, RequestId, StepRecord, StepShape, Stretch};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::{Arrived, Engine, Joined, Kv, Request, RequestId, Seq, State, StepRecord, StepShape, Stretch};
 use crate::time::SimTime;
+
+/// What a stretch that runs through finishes and arrivals asks its driver
+/// ([`Engine::decode_stretch_admitting`]). The driver holds the requests
+/// not handed over yet, in arrival order.
+pub trait Arrivals {
+    /// When the next request not handed over yet arrives, if known now
+    /// (the stretch stops before a step starting at or after it unless it
+    /// can take the request in).
+    fn next_at(&mut self) -> Option<SimTime>;
+    /// The `k`-th (0-based) request not handed over yet, if it has arrived
+    /// by `at`: [`Due::Refused`] if it may not be handed over now (then
+    /// the stretch ends before the step starting at `at`).
+    fn due(&mut self, at: SimTime, k: usize) -> Due;
+    /// The first `k` requests are handed over: the engine admitted them.
+    fn take(&mut self, k: usize);
+    /// Request `id` released its last token and finished at `at`.
+    fn finished(&mut self, id: RequestId, at: SimTime);
+}
+
+/// What [`Arrivals::due`] found.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Due {
+    /// This request has arrived by then.
+    Request(Request),
+    /// No more requests have arrived by then.
+    None,
+    /// One has, but it cannot be handed over inside a stretch.
+    Refused,
+}
+
+/// No arrivals are taken in; finishes are told to `on_finish`, which
+/// returns the next arrival.
+struct Closure<'a> {
+    before: SimTime,
+    on_finish: Option<&'a mut dyn FnMut(RequestId, SimTime) -> SimTime>,
+}
+
+impl Arrivals for Closure<'_> {
+    fn next_at(&mut self) -> Option<SimTime> {
+        Some(self.before)
+    }
+    fn due(&mut self, _: SimTime, _: usize) -> Due {
+        Due::Refused
+    }
+    fn take(&mut self, _: usize) {}
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        if let Some(f) = self.on_finish.as_mut() {
+            self.before = f(id, at);
+        }
+    }
+}
+
+/// One request of a stretch: running at its start, or admitted in it.
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    slot: u32,
+    /// The stretch step (1-based) of its first decode: 1 for a request
+    /// running at the start, its admission step + 1 for a joiner.
+    first: u64,
+    /// The step (1-based) at whose end it releases its last token.
+    fin: u64,
+    /// Its KV and generated tokens before its first decode step.
+    c: u32,
+    g: u32,
+    /// Blocks held then, and the free token slots in the last one.
+    blocks: u32,
+    room: u32,
+    /// It crosses into a new block in the steps `j` with
+    /// `(j - 1) % block_size == key`.
+    key: u32,
+}
+
+impl Member {
+    /// Decode steps it has taken by the end of step `j`.
+    fn decoded(&self, j: u64) -> u64 {
+        (j.min(self.fin) + 1).saturating_sub(self.first)
+    }
+}
+
+/// Blocks crossed into in `d` decode steps from `room` free slots.
+fn crossed(d: u64, room: u32, bs: u64) -> u64 {
+    if d > u64::from(room) { 1 + (d - 1 - u64::from(room)) / bs } else { 0 }
+}
 
 /// Scratch space kept between stretches, so a stretch allocates nothing.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Scratch {
+    members: Vec<Member>,
     requests: Vec<(RequestId, u32, u32)>,
+    joins: Vec<Joined>,
+    arrivals: Vec<Arrived>,
+    /// The requests joining the step being priced.
+    incoming: Vec<Request>,
     steps: Vec<StepRecord>,
     spans: Vec<(u32, bool)>,
-    /// Through finishes: each running request's output tokens left
-    /// (`N - g`, the step it finishes in), and the running indices in
-    /// finishing order (by that step, then running order).
-    left: Vec<u32>,
-    finishing: Vec<u32>,
-    /// `crossings[r]`: running requests that need a new block in every
-    /// step `j` with `(j - 1) % block_size == r`.
+    /// Members by the step they finish in, then member order.
+    finishing: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Members that finished, in the order the step-by-step path finishes them.
+    finished: Vec<u32>,
+    /// `crossings[r]`: members that need a new block in every step `j`
+    /// with `(j - 1) % block_size == r`.
     crossings: Vec<u32>,
-    /// Per running request: the free token slots in its last block.
-    room: Vec<u32>,
     /// With prefix caching: indices into the running set grouped by
     /// `room` (running order within a group), group `r` at
     /// `order[start[r]..start[r + 1]]`.
@@ -76,7 +174,7 @@ impl Engine {
         max_steps: u64,
         obs: &mut O,
     ) -> u64 {
-        self.stretch_inner(before, max_end, max_steps, None, obs)
+        self.stretch_inner(max_end, max_steps, false, &mut Closure { before, on_finish: None }, obs)
     }
 
     /// [`Engine::decode_stretch`] that also runs through finishes: a
@@ -96,68 +194,100 @@ impl Engine {
         on_finish: &mut dyn FnMut(RequestId, SimTime) -> SimTime,
         obs: &mut O,
     ) -> u64 {
-        self.stretch_inner(before, max_end, max_steps, Some(on_finish), obs)
+        self.stretch_inner(max_end, max_steps, true, &mut Closure { before, on_finish: Some(on_finish) }, obs)
+    }
+
+    /// [`Engine::decode_stretch_through`] that also runs through arrivals:
+    /// the requests due by a step's start that the step-by-step path would
+    /// admit whole into it are taken from `arrivals` and admitted there
+    /// (without prefix caching; with it, or when they would not all fit,
+    /// the stretch ends before the step). Their `arrived` events reach
+    /// observers inside the [`Stretch`] ([`Stretch::joins`]), in the
+    /// step-by-step order; a request over the context is never taken.
+    pub fn decode_stretch_admitting<O: super::Observer>(
+        &mut self,
+        max_end: SimTime,
+        max_steps: u64,
+        arrivals: &mut dyn Arrivals,
+        obs: &mut O,
+    ) -> u64 {
+        self.stretch_inner(max_end, max_steps, true, arrivals, obs)
     }
 
     fn stretch_inner<O: super::Observer>(
         &mut self,
-        mut before: SimTime,
         max_end: SimTime,
         max_steps: u64,
-        mut on_finish: Option<&mut dyn FnMut(RequestId, SimTime) -> SimTime>,
+        through: bool,
+        arrivals: &mut dyn Arrivals,
         obs: &mut O,
     ) -> u64 {
-        let through = on_finish.is_some();
-        if max_steps == 0 || self.running.is_empty() || !self.waiting.is_empty() || !self.pending.is_empty() {
+        if max_steps == 0 || self.running.is_empty() || !self.pending.is_empty() {
             return 0;
         }
-        let b = self.running.len() as u64;
-        if b > u64::from(self.cfg.max_batch_tokens) {
+        // Waiting requests are admitted inside a stretch only if they are
+        // new (no recompute after a preemption, no transferred KV), and
+        // only without prefix caching (no lookups here).
+        let prefix = matches!(self.kv, Kv::Prefix(_));
+        if !self.waiting.is_empty()
+            && (!through
+                || prefix
+                || self.waiting.iter().any(|&s| {
+                    let s = &self.slots[s as usize];
+                    s.generated > 0 || s.arriving_kv > 0
+                }))
+        {
+            return 0;
+        }
+        let b0 = self.running.len() as u64;
+        if b0 > u64::from(self.cfg.max_batch_tokens) {
             return 0;
         }
         let bs = self.cfg.capacity.block_size;
+        let bs64 = u64::from(bs);
         let scratch = &mut self.stretch;
+        scratch.members.clear();
         scratch.requests.clear();
+        scratch.joins.clear();
+        scratch.arrivals.clear();
         scratch.spans.clear();
-        scratch.left.clear();
-        scratch.room.clear();
+        scratch.finished.clear();
         scratch.crossings.clear();
         scratch.crossings.resize(bs as usize, 0);
         let mut k = max_steps;
-        let mut sum_c = 0u64;
+        // Sum over the decoding members of their KV before the next step.
+        let mut s_ctx = 0u64;
         for &slot in &self.running {
             let s = &self.slots[slot as usize];
             if s.remaining() != 1 || s.generated == 0 {
                 return 0;
             }
             let left = s.req.output - s.generated;
-            if through {
-                scratch.left.push(left);
-            } else {
+            if !through {
                 // Its last token comes from a step of its own.
                 k = k.min(u64::from(left - 1));
             }
-            let room = (u64::from(s.blocks) * u64::from(bs)).checked_sub(u64::from(s.computed));
-            let Some(room) = room.filter(|&r| r < u64::from(bs)) else { return 0 };
+            let room = (u64::from(s.blocks) * bs64).checked_sub(u64::from(s.computed));
+            let Some(room) = room.filter(|&r| r < bs64) else { return 0 };
             // It crosses into a new block in steps room + 1, room + 1 + bs, ...
             scratch.crossings[room as usize] += 1;
-            scratch.room.push(room as u32);
-            scratch.requests.push((s.req.id, s.computed, s.generated));
-            sum_c += u64::from(s.computed);
+            let room = room as u32;
+            let (c, g) = (s.computed, s.generated);
+            let fin = u64::from(left);
+            scratch.members.push(Member { slot, first: 1, fin, c, g, blocks: s.blocks, room, key: room });
+            scratch.requests.push((s.req.id, c, g));
+            s_ctx += u64::from(c);
         }
         if k == 0 {
             return 0;
         }
+        scratch.finishing.clear();
         if through {
-            scratch.finishing.clear();
-            scratch.finishing.extend(0..b as u32);
-            let left = &scratch.left;
-            scratch.finishing.sort_by_key(|&i| (left[i as usize], i));
+            let fins = scratch.members.iter().enumerate().map(|(i, m)| Reverse((m.fin, i as u32)));
+            scratch.finishing.extend(fins);
         }
-        // Running requests still in the stretch, their KV before it, and
-        // the next request to finish (an index into `finishing`).
-        let (mut b, mut next_fin) = (b, 0usize);
-        let prefix = matches!(self.kv, Kv::Prefix(_));
+        // Members decoding in the next step.
+        let mut b = b0;
         if prefix {
             // Group the running requests by room, each group in running order.
             let bs = bs as usize;
@@ -169,33 +299,103 @@ impl Engine {
             scratch.order.clear();
             scratch.order.resize(self.running.len(), 0);
             let mut next = scratch.start.clone();
-            for (i, &room) in scratch.room.iter().enumerate() {
-                scratch.order[next[room as usize] as usize] = i as u32;
-                next[room as usize] += 1;
+            for (i, m) in scratch.members.iter().enumerate() {
+                scratch.order[next[m.room as usize] as usize] = i as u32;
+                next[m.room as usize] += 1;
             }
         }
         let detailed = self.cfg.cost.deployment.is_some();
+        let cap = &self.cfg.capacity;
+        let (total, watermark) = (i64::from(cap.num_blocks), i64::from(cap.watermark_blocks));
+        let (budget, max_seqs) = (u64::from(self.cfg.max_batch_tokens), u64::from(self.cfg.max_num_sequences));
+        let context = u64::from(self.cfg.context_length);
         let (mut free, mut used) = (self.kv.free(), self.kv.used());
+        let mut taken = 0u32;
+        // Requests running during the step (decoding, or admitted in it).
+        let mut running = b0;
         let mut clock = self.clock;
+        let mut before = arrivals.next_at().unwrap_or(SimTime::from_nanos(u64::MAX));
         scratch.steps.clear();
         for j in 1..=k {
-            if b == 0 {
+            if b == 0 || b > budget {
                 break;
             }
-            let new = scratch.crossings[((j - 1) % u64::from(bs)) as usize];
-            if clock >= before || new > free {
+            let new = scratch.crossings[((j - 1) % bs64) as usize];
+            if new > free {
                 break;
             }
-            // Step j: every request computes its token j on c + j - 1 cached.
-            let sum_ctx = sum_c + j * b;
-            let shape = StepShape {
+            // Step j: every decoding member computes one token on its KV.
+            let mut shape = StepShape {
                 tokens: b,
-                sum_ctx,
-                // sum over requests of attention_pairs(1, c + j - 1) = c + j
-                attention_pairs: if detailed { u128::from(sum_ctx) } else { 0 },
+                sum_ctx: s_ctx + b,
+                // sum over requests of attention_pairs(1, c) = c + 1
+                attention_pairs: if detailed { u128::from(s_ctx + b) } else { 0 },
                 sampled: if detailed { b } else { 0 },
                 batch: b,
             };
+            // The requests due by the step's start join the waiting queue;
+            // from its head, those that fit are admitted whole, as in a
+            // step. A prompt to chunk, a request to reject or a due one the
+            // driver keeps ends the stretch here.
+            scratch.incoming.clear();
+            if clock >= before {
+                let mut refused = false;
+                loop {
+                    let req = match arrivals.due(clock, scratch.incoming.len()) {
+                        Due::Request(req) => req,
+                        Due::None => break,
+                        Due::Refused => {
+                            refused = true;
+                            break;
+                        }
+                    };
+                    let (p, n) = (u64::from(req.prompt), u64::from(req.output));
+                    if p + n > context || total - (cap.blocks_for(p) as i64) < watermark {
+                        refused = true;
+                        break;
+                    }
+                    scratch.incoming.push(req);
+                }
+                if refused {
+                    break;
+                }
+            }
+            let (mut admitted, mut prompts, mut free_after) = (0usize, 0u64, i64::from(free - new));
+            let queued = self.waiting.len() + scratch.incoming.len();
+            let mut chunk = false;
+            while admitted < queued {
+                let p = match self.waiting.get(admitted) {
+                    Some(&slot) => self.slots[slot as usize].req.prompt,
+                    None => scratch.incoming[admitted - self.waiting.len()].prompt,
+                };
+                let p = u64::from(p);
+                let need = cap.blocks_for(p) as i64;
+                let left = budget - b - prompts;
+                if total - need < watermark {
+                    chunk = true; // rejected at the head: a step of its own
+                    break;
+                }
+                if left == 0 || running + (admitted as u64) >= max_seqs || free_after - need < watermark {
+                    break;
+                }
+                if p > left {
+                    chunk = true;
+                    break;
+                }
+                free_after -= need;
+                prompts += p;
+                shape.tokens += p;
+                shape.sum_ctx += p;
+                if detailed {
+                    shape.attention_pairs += super::arch::attention_pairs(p, 0);
+                    shape.sampled += 1;
+                }
+                shape.batch += 1;
+                admitted += 1;
+            }
+            if chunk {
+                break;
+            }
             let cost = self.cfg.cost.cost(&shape);
             let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
             if end > max_end {
@@ -206,45 +406,100 @@ impl Engine {
             let (mut cached_blocks, mut evictions) = (0, 0);
             if let Kv::Prefix(p) = &mut self.kv {
                 let before = p.evictions();
-                let bs64 = u64::from(bs);
                 // Requests with room r cross into a new block in steps
                 // j = r + 1 (mod bs), and fill their last one in steps j = r.
                 let crossing = ((j - 1) % bs64) as usize;
                 let (lo, hi) = (scratch.start[crossing] as usize, scratch.start[crossing + 1] as usize);
                 for &i in &scratch.order[lo..hi] {
                     // A request that finished in an earlier step is gone.
-                    if through && u64::from(scratch.left[i as usize]) < j {
+                    let m = &scratch.members[i as usize];
+                    if through && m.fin < j {
                         continue;
                     }
-                    p.allocate(self.running[i as usize], 1);
+                    p.allocate(m.slot, 1);
                 }
                 let filling = (j % bs64) as usize;
                 let (lo, hi) = (scratch.start[filling] as usize, scratch.start[filling + 1] as usize);
                 for &i in &scratch.order[lo..hi] {
-                    if through && u64::from(scratch.left[i as usize]) < j {
+                    let m = &scratch.members[i as usize];
+                    if through && m.fin < j {
                         continue;
                     }
-                    let slot = self.running[i as usize];
-                    let seq = &mut self.slots[slot as usize];
-                    let tokens = scratch.requests[i as usize].1 + j as u32;
+                    let seq = &mut self.slots[m.slot as usize];
+                    let tokens = m.c + j as u32;
                     if u64::from(tokens) >= seq.register_at {
-                        seq.register_at = p.register(slot, tokens);
+                        seq.register_at = p.register(m.slot, tokens);
                     }
                 }
                 cached_blocks = p.cached_blocks();
                 evictions = (p.evictions() - before) as u32;
             }
+            // The arrivals join the waiting queue (a slot each), and its
+            // first `admitted` come in with blocks for their prompt.
+            if !scratch.incoming.is_empty() {
+                for &req in &scratch.incoming {
+                    let seq = Seq {
+                        req,
+                        generated: 0,
+                        computed: 0,
+                        blocks: 0,
+                        state: State::Waiting,
+                        register_at: 0,
+                        arriving_kv: 0,
+                    };
+                    let slot = match self.free_slots.pop() {
+                        Some(slot) => {
+                            self.slots[slot as usize] = seq;
+                            slot
+                        }
+                        None => {
+                            self.slots.push(seq);
+                            (self.slots.len() - 1) as u32
+                        }
+                    };
+                    self.by_id.insert(req.id, slot);
+                    self.last_arrival = req.arrival;
+                    self.waiting.push_back(slot);
+                    self.queued_blocks += cap.blocks_for(u64::from(req.prompt));
+                    let (id, arrival, prompt, output) = (req.id, req.arrival, req.prompt, req.output);
+                    scratch.arrivals.push(Arrived { id, arrival, prompt, output, step: (j - 1) as u32 });
+                }
+                arrivals.take(scratch.incoming.len());
+                before = arrivals.next_at().unwrap_or(SimTime::from_nanos(u64::MAX));
+            }
+            for _ in 0..admitted {
+                let Some(slot) = self.waiting.pop_front() else { break };
+                let seq = &mut self.slots[slot as usize];
+                let req = seq.req;
+                let need = cap.blocks_for(u64::from(req.prompt)) as u32;
+                seq.state = State::Running;
+                seq.blocks = need;
+                self.queued_blocks -= u64::from(need);
+                free -= need;
+                used += need;
+                taken += need;
+                self.running.push(slot);
+                let room = need * bs - req.prompt;
+                let key = ((j + u64::from(room)) % bs64) as u32;
+                let fin = j + u64::from(req.output) - 1;
+                let i = scratch.members.len() as u32;
+                let (c, blocks) = (req.prompt, need);
+                scratch.members.push(Member { slot, first: j + 1, fin, c, g: 1, blocks, room, key });
+                scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step: (j - 1) as u32 });
+                scratch.finishing.push(Reverse((fin, i)));
+            }
+            running += admitted as u64;
             scratch.steps.push(StepRecord {
                 index: self.steps + j - 1,
                 start: clock,
                 end,
-                batch_size: b as u32,
-                tokens: b as u32,
-                prefill_tokens: 0,
-                sum_ctx,
+                batch_size: shape.batch as u32,
+                tokens: shape.tokens as u32,
+                prefill_tokens: prompts as u32,
+                sum_ctx: shape.sum_ctx,
                 kv_blocks_used: used,
-                running: b as u32,
-                waiting: 0,
+                running: running as u32,
+                waiting: self.waiting.len() as u32,
                 preempted: 0,
                 compute_s: cost.compute_s,
                 memory_s: cost.memory_s,
@@ -252,60 +507,74 @@ impl Engine {
                 evictions,
             });
             clock = end;
+            // The decoders' KV grew by one; the joiners decode from the
+            // next step on (unless this was their last token).
+            s_ctx += b;
+            for m in &scratch.members[scratch.members.len() - admitted..] {
+                if m.fin > j {
+                    b += 1;
+                    s_ctx += u64::from(m.c);
+                    scratch.crossings[m.key as usize] += 1;
+                }
+            }
             // Requests whose last token this step released finish: their
-            // blocks (with this step's crossings) come back.
-            while through && next_fin < scratch.finishing.len() {
-                let i = scratch.finishing[next_fin] as usize;
-                if u64::from(scratch.left[i]) != j {
+            // blocks (with this step's crossings) come back. (Only through
+            // finishes is the finish order filled.)
+            while let Some(&Reverse((fin, i))) = scratch.finishing.peek() {
+                if fin != j {
                     break;
                 }
-                next_fin += 1;
-                let (room, c) = (u64::from(scratch.room[i]), u64::from(scratch.requests[i].1));
-                let crossed = if j > room { 1 + (j - 1 - room) / u64::from(bs) } else { 0 };
-                let slot = self.running[i];
+                scratch.finishing.pop();
+                scratch.finished.push(i);
+                let m = scratch.members[i as usize];
+                let d = m.decoded(j);
                 if let Kv::Prefix(p) = &mut self.kv {
                     // Its blocks go back now, before the next step takes
                     // any (shared ones stay with their other holders), in
                     // the order the step-by-step path frees them.
-                    p.finish(slot);
+                    p.finish(m.slot);
                     (free, used) = (p.free(), p.used());
                 } else {
-                    let held = self.slots[slot as usize].blocks + crossed as u32;
+                    let held = m.blocks + crossed(d, m.room, bs64) as u32;
                     free += held;
                     used -= held;
                 }
-                b -= 1;
-                sum_c -= c;
-                scratch.crossings[room as usize] -= 1;
-                if let Some(f) = on_finish.as_mut() {
-                    before = f(scratch.requests[i].0, end);
+                running -= 1;
+                if d > 0 {
+                    b -= 1;
+                    s_ctx -= u64::from(m.c) + d;
+                    scratch.crossings[m.key as usize] -= 1;
                 }
+                arrivals.finished(self.slots[m.slot as usize].req.id, end);
+                before = arrivals.next_at().unwrap_or(SimTime::from_nanos(u64::MAX));
             }
         }
         let n = scratch.steps.len() as u64;
         if n == 0 {
             return 0;
         }
-        // Commit: every request is n tokens further (a finished one, its
-        // tokens left), with the blocks it crossed into.
-        let mut taken = 0;
-        for (i, (&slot, &room)) in self.running.iter().zip(&scratch.room).enumerate() {
-            let s = &mut self.slots[slot as usize];
-            let m = if through { n.min(u64::from(scratch.left[i])) } else { n };
-            s.computed += m as u32;
-            s.generated += m as u32;
-            let crossed = if m > u64::from(room) { 1 + (m - 1 - u64::from(room)) / u64::from(bs) } else { 0 };
-            s.blocks += crossed as u32;
-            taken += crossed as u32;
-            scratch.spans.push((m as u32, s.generated == s.req.output));
+        // Commit: every member is its decode steps further, with the
+        // blocks it crossed into.
+        for (i, m) in scratch.members.iter().enumerate() {
+            let s = &mut self.slots[m.slot as usize];
+            let d = m.decoded(n);
+            s.computed = m.c + d as u32;
+            s.generated = m.g + d as u32;
+            let crossed = crossed(d, m.room, bs64) as u32;
+            s.blocks = m.blocks + crossed;
+            taken += crossed;
+            let span = match i < b0 as usize {
+                true => n.min(m.fin),
+                false => n.min(m.fin) + 2 - m.first,
+            };
+            scratch.spans.push((span as u32, m.fin <= n));
         }
         if let Kv::Count(kv) = &mut self.kv {
             kv.take(taken);
         }
-        if through && next_fin > 0 {
-            let prefix = matches!(self.kv, Kv::Prefix(_));
-            for f in 0..next_fin {
-                let slot = self.running[self.stretch.finishing[f] as usize];
+        if !self.stretch.finished.is_empty() {
+            for f in 0..self.stretch.finished.len() {
+                let slot = self.stretch.members[self.stretch.finished[f] as usize].slot;
                 if prefix {
                     // The pool took its blocks back in its last step.
                     self.slots[slot as usize].blocks = 0;
@@ -315,12 +584,18 @@ impl Engine {
                 }
             }
             let slots = &self.slots;
-            self.running.retain(|&s| slots[s as usize].state == super::State::Running);
+            self.running.retain(|&s| slots[s as usize].state == State::Running);
         }
         self.steps += n;
         self.clock = clock;
         let st = &self.stretch;
-        obs.decode_stretch(&Stretch { requests: &st.requests, steps: &st.steps, spans: &st.spans });
+        obs.decode_stretch(&Stretch {
+            requests: &st.requests,
+            steps: &st.steps,
+            spans: &st.spans,
+            joins: &st.joins,
+            arrivals: &st.arrivals,
+        });
         self.debug_check();
         n
     }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::engine::kv_budget::KvBudget;
+use std::collections::VecDeque;
 
 /// Records every event as a short string, in order.
 #[derive(Default)]
@@ -328,5 +329,87 @@ fn a_512_token_prompt_among_64_decodes_hides_under_memory_but_three_do_not() {
         assert!((s.compute_s * 1e3 - 7.85 * (64.0 + 512.0 * prompts as f64) / 576.0).abs() < 0.01);
         assert_eq!(s.compute_s > s.memory_s, compute_bound);
         assert!((ms(&s) - want).abs() < 0.06, "{prompts} prompts: {} ms", ms(&s));
+    }
+}
+
+/// The driver side of a stretch that admits: requests in arrival order.
+#[derive(Default)]
+struct Queue {
+    reqs: VecDeque<Request>,
+    finished: Vec<(RequestId, SimTime)>,
+}
+
+impl stretch::Arrivals for Queue {
+    fn next_at(&mut self) -> Option<SimTime> {
+        self.reqs.front().map(|r| r.arrival)
+    }
+    fn due(&mut self, at: SimTime, k: usize) -> stretch::Due {
+        match self.reqs.get(k) {
+            Some(r) if r.arrival <= at => stretch::Due::Request(*r),
+            _ => stretch::Due::None,
+        }
+    }
+    fn take(&mut self, k: usize) {
+        self.reqs.drain(..k);
+    }
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.finished.push((id, at));
+    }
+}
+
+#[test]
+fn a_request_arriving_mid_stretch_joins_it_with_its_whole_prompt() {
+    // Base model (13.48 GB of weights, 3000 GB/s, 512 KiB of KV a token):
+    // every step below is memory bound, (13.48e9 + sum_ctx * 524,288) /
+    // 3e12 s, rounded to the nanosecond.
+    let mut e = engine(limits());
+    let mut log = Log::default();
+    e.submit(req(0, 0, 6, 5), &mut log).unwrap();
+    // Prefill: sum_ctx 6, 13,483,145,728 / 3e12 s = 4,494,381.9 ns.
+    let prefill = e.step(&mut log).unwrap();
+    assert_eq!(prefill.end, SimTime::from_nanos(4_494_382));
+    log.take();
+    // Request 1 (10 + 3 tokens) arrives as the stretch's first step ends:
+    // that step is request 0 decoding on 6 tokens, sum_ctx 7,
+    // 13,483,670,016 / 3e12 s = 4,494,556.7 ns.
+    let first_end = 4_494_382 + 4_494_557;
+    let mut queue = Queue::default();
+    queue.reqs.push_back(req(1, first_end, 10, 3));
+    let never = SimTime::from_nanos(u64::MAX);
+    let mut steps = Vec::new();
+    let ran = e.decode_stretch_admitting(never, 100, &mut queue, &mut (&mut log, StepLog(&mut steps)));
+    assert_eq!(ran, 4, "two decode steps of request 0, then both finish in the fourth");
+    // Joining step: 1 decode (c 7 -> 8) + a 10-token prompt: 11 tokens,
+    // sum_ctx 8 + 10 = 18, 13,489,437,184 / 3e12 s = 4,496,479.1 ns;
+    // blocks 2 (request 0, 8 tokens in blocks of 4) + ceil(10 / 4) = 5.
+    let join = &steps[1];
+    assert_eq!(join.start, SimTime::from_nanos(first_end));
+    assert_eq!(join.end, SimTime::from_nanos(first_end + 4_496_479));
+    assert_eq!((join.batch_size, join.tokens, join.prefill_tokens, join.sum_ctx), (2, 11, 10, 18));
+    assert_eq!((join.kv_blocks_used, join.running, join.waiting), (5, 2, 0));
+    // Then both decode: sum_ctx 9 + 11 = 20 (request 0 crosses into a
+    // third block: 6 used), then 10 + 12 = 22, each finishing there.
+    assert_eq!(steps[2].duration_nanos(), 4_496_829);
+    assert_eq!((steps[2].tokens, steps[2].sum_ctx, steps[2].kv_blocks_used), (2, 20, 6));
+    assert_eq!(steps[3].duration_nanos(), 4_497_178);
+    assert_eq!((steps[3].sum_ctx, steps[3].kv_blocks_used, steps[3].index), (22, 6, 4));
+    let end = SimTime::from_nanos(first_end + 4_496_479 + 4_496_829 + 4_497_178);
+    assert_eq!(queue.finished, vec![(0, end), (1, end)]);
+    assert!(e.is_idle() && e.kv_blocks_used() == 0);
+    #[rustfmt::skip]
+    assert_eq!(log.take(), [
+        "sched 0 1@6", "token 0#2",
+        "sched 0 1@7", "sched 1 10@0", "token 0#3", "token 1#1",
+        "sched 0 1@8", "sched 1 1@10", "token 0#4", "token 1#2",
+        "sched 0 1@9", "sched 1 1@11", "token 0#5", "finish 0", "token 1#3", "finish 1",
+    ]);
+}
+
+/// Keeps the step records a stretch replays.
+struct StepLog<'a>(&'a mut Vec<StepRecord>);
+
+impl Observer for StepLog<'_> {
+    fn step(&mut self, step: &StepRecord) {
+        self.0.push(step.clone());
     }
 }

@@ -175,8 +175,10 @@ pub struct Collector {
     itl: Histogram,
     /// ITL gaps not yet in `itl`: `(gap, count)`. The tokens of a step
     /// mostly share one gap, so equal gaps in a row are recorded at once.
-    itl_run: (u64, u64),
+    itl_run: histogram::Run,
     step_ns: Histogram,
+    /// Step durations not yet in `step_ns`.
+    step_run: histogram::Run,
     steps: Vec<StepRecord>,
     step_count: u64,
     batch_sum: u64,
@@ -190,6 +192,52 @@ pub struct Collector {
     /// Prefix-cache lookups: tokens queried and found, over every admission.
     prefix_queried: u64,
     prefix_hit: u64,
+    /// Scratch space of the stretch fold.
+    stretch_buf: StretchBuf,
+}
+
+/// Scratch space of [`Collector`]'s decode-stretch fold, kept between stretches.
+#[derive(Clone, Debug, Default)]
+struct StretchBuf {
+    later_max: Vec<u64>,
+    present: Vec<i64>,
+    ended: Vec<(u32, usize)>,
+    /// Joiners' later gaps as step ranges: `(last, first, joiner)`, and
+    /// the longest step of each range, by joiner.
+    ranges: Vec<(usize, usize, usize)>,
+    longest: Vec<u64>,
+    /// Steps `(index, duration)` with no longer step after them so far.
+    stack: Vec<(usize, u64)>,
+}
+
+impl StretchBuf {
+    /// The longest of the steps in each of `ranges`, into `longest`, in
+    /// O(k + q log k): a sweep keeps the steps not outlasted by a later one
+    /// (their durations decrease), and a range ending at the sweep's step
+    /// takes the first of them at or after its start.
+    fn range_maxima(&mut self, steps: &[StepRecord], joins: usize) {
+        self.longest.clear();
+        self.longest.resize(joins, 0);
+        self.ranges.sort_unstable();
+        self.stack.clear();
+        let mut next = 0;
+        for (e, step) in steps.iter().enumerate() {
+            if next == self.ranges.len() {
+                break;
+            }
+            let d = step.duration_nanos();
+            while self.stack.last().is_some_and(|&(_, top)| top <= d) {
+                self.stack.pop();
+            }
+            self.stack.push((e, d));
+            while let Some(&(last, first, q)) = self.ranges.get(next).filter(|r| r.0 == e) {
+                debug_assert!(first <= last);
+                let at = self.stack.partition_point(|&(i, _)| i < first);
+                self.longest[q] = self.stack[at].1;
+                next += 1;
+            }
+        }
+    }
 }
 
 impl Collector {
@@ -203,8 +251,9 @@ impl Collector {
             ended_prefix: 0,
             totals: fold::Totals::default(),
             itl: Histogram::new(),
-            itl_run: (0, 0),
+            itl_run: histogram::Run::default(),
             step_ns: Histogram::new(),
+            step_run: histogram::Run::default(),
             steps: Vec::new(),
             step_count: 0,
             batch_sum: 0,
@@ -216,6 +265,7 @@ impl Collector {
             preemptions: 0,
             prefix_queried: 0,
             prefix_hit: 0,
+            stretch_buf: StretchBuf::default(),
         }
     }
 
@@ -268,25 +318,12 @@ impl Collector {
     /// `n` ITL gaps of `gap_ns` each.
     #[inline]
     fn itl_add(&mut self, gap_ns: u64, n: u64) {
-        match self.itl_run {
-            (gap, ref mut count) if gap == gap_ns => *count += n,
-            (gap, count) => {
-                self.itl.record_n(gap, count);
-                self.itl_run = (gap_ns, n);
-            }
-        }
+        self.itl_run.add(&mut self.itl, gap_ns, n);
     }
 
-    /// ITL so far, the pending run of equal gaps included.
+    /// ITL so far, the pending run of gaps included.
     fn itl(&self) -> std::borrow::Cow<'_, Histogram> {
-        match self.itl_run {
-            (_, 0) => std::borrow::Cow::Borrowed(&self.itl),
-            (gap, n) => {
-                let mut h = self.itl.clone();
-                h.record_n(gap, n);
-                std::borrow::Cow::Owned(h)
-            }
-        }
+        self.itl_run.with(&self.itl)
     }
 
     /// The summary over everything seen so far.
@@ -376,7 +413,7 @@ impl Collector {
                 mean_batch_size: self.batch_sum as f64 / steps,
                 max_batch_size: self.batch_max,
                 mean_tokens: self.token_sum as f64 / steps,
-                duration_ms: Stats::from_histogram(&self.step_ns),
+                duration_ms: Stats::from_histogram(&self.step_run.with(&self.step_ns)),
             },
             kv: KvOut {
                 peak_blocks: self.kv_peak,
@@ -426,9 +463,10 @@ impl Observer for Collector {
         }
     }
 
-    /// The stretch's figures in O(B log B + k): each request's first gap
-    /// is its own, the later ones are the durations of the steps it takes
-    /// part in, which every request in them shares.
+    /// The stretch's figures in O(B log B + k log k): each request's first
+    /// gap is its own (a joiner's first token gives its TTFT), the later
+    /// ones are the durations of the steps it takes part in, which every
+    /// request in them shares.
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         let (Some(first), k) = (s.steps.first(), s.steps.len()) else { return };
         // A request decoding without a token seen here (a collector that
@@ -437,41 +475,81 @@ impl Observer for Collector {
             crate::engine::events::replay_stretch(self, s);
             return;
         }
+        let mut buf = std::mem::take(&mut self.stretch_buf);
+        let running = s.requests.len();
         // later_max[j]: the longest of steps 1..=j (0 for j = 0).
-        let mut later_max = Vec::with_capacity(k);
-        later_max.push(0);
+        buf.later_max.clear();
+        buf.later_max.push(0);
         for step in &s.steps[1..] {
-            let m = *later_max.last().unwrap_or(&0);
-            later_max.push(m.max(step.duration_nanos()));
+            let m = *buf.later_max.last().unwrap_or(&0);
+            buf.later_max.push(m.max(step.duration_nanos()));
         }
-        // gone[j]: requests whose last step is step j - 1 (0-based).
-        let mut gone = vec![0u64; k + 1];
+        // present[j]: requests with a gap ending in step j (j >= 1), as
+        // differences from step to step.
+        buf.present.clear();
+        buf.present.resize(k + 1, 0);
         for (&(id, _, g), &(n, _)) in s.requests.iter().zip(s.spans) {
-            gone[n as usize] += 1;
+            buf.present[1] += 1;
+            buf.present[n as usize] -= 1;
             let Some(r) = self.rec(id) else { continue };
             let Some(prev) = r.last_token else { continue };
             let gap = first.end.nanos_since(prev);
-            r.max_gap_ns = r.max_gap_ns.max(gap).max(later_max[n as usize - 1]);
+            r.max_gap_ns = r.max_gap_ns.max(gap).max(buf.later_max[n as usize - 1]);
             r.last_token = Some(s.steps[n as usize - 1].end);
             r.tokens = g + n;
             self.itl_add(gap, 1);
         }
-        let mut present = s.requests.len() as u64;
+        for a in s.arrivals {
+            self.arrived(a.id, a.arrival, a.prompt, a.output);
+        }
+        if !s.joins.is_empty() {
+            buf.ranges.clear();
+            let spans = s.joins.iter().zip(&s.spans[running..]).enumerate();
+            let later = spans.filter(|&(_, (_, &(n, _)))| n >= 2);
+            buf.ranges.extend(later.map(|(q, (j, &(n, _)))| ((j.step + n - 1) as usize, j.step as usize + 1, q)));
+            buf.range_maxima(s.steps, s.joins.len());
+        }
+        for (q, (j, &(n, _))) in s.joins.iter().zip(&s.spans[running..]).enumerate() {
+            let (a, n) = (j.step as usize, n as usize);
+            let Some(r) = self.rec(j.id) else { continue };
+            // (A request preempted in its prefill was scheduled before.)
+            r.first_scheduled.get_or_insert(s.steps[a].start);
+            r.add_token(s.steps[a].end, 1);
+            if n >= 2 {
+                // Its later gaps: steps a + 1 ..= a + n - 1.
+                r.max_gap_ns = buf.longest[q];
+                r.last_token = Some(s.steps[a + n - 1].end);
+                r.tokens = n as u32;
+                buf.present[a + 1] += 1;
+                buf.present[a + n] -= 1;
+            }
+        }
+        let mut present = 0i64;
         for (j, step) in s.steps.iter().enumerate().skip(1) {
-            present -= gone[j];
-            self.itl_add(step.duration_nanos(), present);
+            present += buf.present[j];
+            self.itl_add(step.duration_nanos(), present as u64);
         }
         for step in s.steps {
             self.step(step);
         }
         // Finishes in the order the steps one by one send them: by step,
-        // then in running order.
-        let mut ended: Vec<(u32, usize)> =
-            (s.spans.iter().enumerate()).filter(|&(_, &(_, finished))| finished).map(|(i, &(n, _))| (n, i)).collect();
-        ended.sort_unstable();
-        for (_, i) in ended {
-            self.end(s.requests[i].0, Status::Finished);
+        // then in running order (the joiners after the running requests).
+        buf.ended.clear();
+        let last = |i: usize, n: u32| match i.checked_sub(running) {
+            None => n,
+            Some(q) => s.joins[q].step + n,
+        };
+        let ended = (s.spans.iter().enumerate()).filter(|&(_, &(_, finished))| finished);
+        buf.ended.extend(ended.map(|(i, &(n, _))| (last(i, n), i)));
+        buf.ended.sort_unstable();
+        for &(_, i) in &buf.ended {
+            let id = match i.checked_sub(running) {
+                None => s.requests[i].0,
+                Some(q) => s.joins[q].id,
+            };
+            self.end(id, Status::Finished);
         }
+        self.stretch_buf = buf;
     }
 
     fn finished(&mut self, id: RequestId, _at: SimTime) {
@@ -497,7 +575,7 @@ impl Observer for Collector {
     fn step(&mut self, step: &StepRecord) {
         let d = step.duration_nanos();
         self.step_count += 1;
-        self.step_ns.record(d);
+        self.step_run.add(&mut self.step_ns, d, 1);
         self.batch_sum += u64::from(step.batch_size);
         self.batch_max = self.batch_max.max(step.batch_size);
         self.token_sum += u64::from(step.tokens);

@@ -108,21 +108,43 @@ workload:
     )
 }
 
-fn run(s: &Scenario, stepping: Stepping) -> (Result<RunOutput, String>, Events) {
+/// Counts the stretches that admitted requests, their steps and joiners.
+#[derive(Default)]
+struct Joins {
+    stretches: u64,
+    steps: u64,
+    joined: u64,
+}
+
+impl Observer for Joins {
+    fn decode_stretch(&mut self, s: &llmsim::engine::Stretch<'_>) {
+        if !s.joins.is_empty() {
+            self.stretches += 1;
+            self.steps += s.steps.len() as u64;
+            self.joined += s.joins.len() as u64;
+        }
+    }
+}
+
+fn run(s: &Scenario, stepping: Stepping) -> (Result<RunOutput, String>, Events, Joins) {
     let collector = Collector::new(s.capacity.num_blocks, CollectorOptions { keep_steps: true });
-    let mut events = Events::default();
-    let out = run_collecting(s, collector, &mut events, &mut |_| {}, stepping).map_err(|e| e.to_string());
-    (out, events)
+    let mut extra = (Events::default(), Joins::default());
+    let out = run_collecting(s, collector, &mut extra, &mut |_| {}, stepping).map_err(|e| e.to_string());
+    (out, extra.0, extra.1)
 }
 
 #[test]
 fn decode_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     let (mut steps, mut runs_with_long_outputs) = (0u64, 0u64);
+    let mut joins = Joins::default();
     for i in 0..160 {
         let text = generate(i);
         let s = scenario(&text);
-        let (exact, exact_events) = run(&s, Stepping::Exact);
-        let (fast, fast_events) = run(&s, Stepping::MacroSteps);
+        let (exact, exact_events, _) = run(&s, Stepping::Exact);
+        let (fast, fast_events, fast_joins) = run(&s, Stepping::MacroSteps);
+        joins.stretches += fast_joins.stretches;
+        joins.steps += fast_joins.steps;
+        joins.joined += fast_joins.joined;
         match (exact, fast) {
             (Ok(a), Ok(b)) => {
                 assert_eq!(to_json(&a.result), to_json(&b.result), "result JSON, scenario {i}:\n{text}");
@@ -139,6 +161,18 @@ fn decode_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     // The generator must exercise the stretches, not only short runs.
     assert!(steps > 200_000, "only {steps} steps over the generated scenarios");
     assert!(runs_with_long_outputs > 100, "{runs_with_long_outputs} runs with a TPOT");
+    // Arrivals must join stretches too (with and without a request
+    // overhead): 1,764 requests joined 226 stretches of 124,512 steps in all
+    // when this was written.
+    println!(
+        "{steps} steps; {} of them in {} stretches that admitted {} requests",
+        joins.steps, joins.stretches, joins.joined
+    );
+    assert!(
+        joins.joined > 500 && joins.steps > 50_000,
+        "too few stretches with joiners: {steps} steps, {}",
+        joins.steps
+    );
 }
 
 /// The stretches must actually be taken, or the test above compares the
