@@ -351,22 +351,29 @@ impl Engine {
     fn enqueue(&mut self, seq: Seq, hashes: &[u64], own: u32) {
         let req = seq.req;
         let known = u64::from(seq.known());
-        let slot = match self.free_slots.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = seq;
-                slot
-            }
-            None => {
-                self.slots.push(seq);
-                (self.slots.len() - 1) as u32
-            }
-        };
+        let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
         if let Kv::Prefix(p) = &mut self.kv {
             p.set_content_own(slot, hashes, own);
         }
         self.by_id.insert(req.id, slot);
         self.pending.push_back(slot);
         self.queued_blocks += self.cfg.capacity.blocks_for(known);
+    }
+
+    /// Puts a sequence in a free slot (reusing one if any) and returns it.
+    /// Takes the two fields, not `self`, so a stretch holding its scratch
+    /// space can call it.
+    fn take_slot(slots: &mut Vec<Seq>, free_slots: &mut Vec<u32>, seq: Seq) -> u32 {
+        match free_slots.pop() {
+            Some(slot) => {
+                slots[slot as usize] = seq;
+                slot
+            }
+            None => {
+                slots.push(seq);
+                (slots.len() - 1) as u32
+            }
+        }
     }
 
     /// Withdraws a request wherever it is and frees its blocks at once.

@@ -447,16 +447,7 @@ impl Engine {
                         register_at: 0,
                         arriving_kv: 0,
                     };
-                    let slot = match self.free_slots.pop() {
-                        Some(slot) => {
-                            self.slots[slot as usize] = seq;
-                            slot
-                        }
-                        None => {
-                            self.slots.push(seq);
-                            (self.slots.len() - 1) as u32
-                        }
-                    };
+                    let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
                     self.by_id.insert(req.id, slot);
                     self.last_arrival = req.arrival;
                     self.waiting.push_back(slot);
