@@ -13,10 +13,10 @@
 //! than running for hours, exhausting memory, or saturating the clock and
 //! reporting a wrong number.
 
-use crate::config::Scenario;
-use crate::engine::prefix::hash::{BlockHashes, request_block_hashes, request_shared_hashes};
 use std::collections::VecDeque;
 
+use crate::config::Scenario;
+use crate::engine::prefix::hash::{BlockHashes, request_block_hashes, request_shared_hashes};
 use crate::engine::stretch::{Arrivals, Due};
 use crate::engine::{Engine, Observer, Request};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};

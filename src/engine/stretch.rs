@@ -118,6 +118,11 @@ impl Member {
     }
 }
 
+/// When the next request not handed over arrives, or never.
+fn next_arrival(arrivals: &mut dyn Arrivals) -> SimTime {
+    arrivals.next_at().unwrap_or(SimTime::from_nanos(u64::MAX))
+}
+
 /// Blocks crossed into in `d` decode steps from `room` free slots.
 fn crossed(d: u64, room: u32, bs: u64) -> u64 {
     if d > u64::from(room) { 1 + (d - 1 - u64::from(room)) / bs } else { 0 }
@@ -314,7 +319,7 @@ impl Engine {
         // Requests running during the step (decoding, or admitted in it).
         let mut running = b0;
         let mut clock = self.clock;
-        let mut before = arrivals.next_at().unwrap_or(SimTime::from_nanos(u64::MAX));
+        let mut before = next_arrival(arrivals);
         scratch.steps.clear();
         for j in 1..=k {
             if b == 0 || b > budget {
@@ -456,7 +461,7 @@ impl Engine {
                     scratch.arrivals.push(Arrived { id, arrival, prompt, output, step: (j - 1) as u32 });
                 }
                 arrivals.take(scratch.incoming.len());
-                before = arrivals.next_at().unwrap_or(SimTime::from_nanos(u64::MAX));
+                before = next_arrival(arrivals);
             }
             for _ in 0..admitted {
                 let Some(slot) = self.waiting.pop_front() else { break };
@@ -537,7 +542,7 @@ impl Engine {
                     scratch.crossings[m.key as usize] -= 1;
                 }
                 arrivals.finished(self.slots[m.slot as usize].req.id, end);
-                before = arrivals.next_at().unwrap_or(SimTime::from_nanos(u64::MAX));
+                before = next_arrival(arrivals);
             }
         }
         let n = scratch.steps.len() as u64;
