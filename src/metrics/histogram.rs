@@ -42,21 +42,7 @@ impl Histogram {
 
     /// Records `v` `n` times: the same as `n` calls of [`Histogram::record`].
     pub fn record_n(&mut self, v: u64, n: u64) {
-        if n == 0 {
-            return;
-        }
-        let i = index(v);
-        if i >= self.counts.len() {
-            self.counts.resize(i + 1, 0);
-            self.sums.resize(i + 1, 0);
-        }
-        let total = u128::from(v) * u128::from(n);
-        self.counts[i] += n;
-        self.sums[i] += total;
-        self.min = if self.n == 0 { v } else { self.min.min(v) };
-        self.max = self.max.max(v);
-        self.n += n;
-        self.sum += total;
+        self.record_bucket(index(v), n, u128::from(v) * u128::from(n), v, v);
     }
 
     /// Records `n` values adding up to `sum`, between `min` and `max`,

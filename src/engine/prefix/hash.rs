@@ -119,22 +119,20 @@ impl BlockHashes {
     /// segment's blocks from the memo when it has them.
     fn fill(&mut self, segments: &[Segment], tail: Segment, limit: u64, block_size: u32) {
         self.hashes.clear();
-        let Some(first) = segments.first() else {
-            return hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, None);
-        };
-        let inside = (first.len / block_size.max(1)) as usize;
-        if inside == 0 {
-            return hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, None);
+        // Full blocks inside the first segment (0: nothing to remember).
+        let inside = segments.first().map_or(0, |first| (first.len / block_size.max(1)) as usize);
+        let key = segments.first().map_or(0, |first| first.key);
+        let known = (self.memo.iter())
+            .find(|(k, bs, h)| inside > 0 && *k == key && *bs == block_size && h.len() >= inside)
+            .map(|(_, _, head)| &head[..inside]);
+        hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, known);
+        if inside == 0 || known.is_some() {
+            return;
         }
-        let known = self.memo.iter().find(|(k, bs, h)| *k == first.key && *bs == block_size && h.len() >= inside);
-        if let Some((_, _, head)) = known {
-            return hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, Some(&head[..inside]));
-        }
-        hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, None);
         if self.hashes.len() >= inside {
             let entry = match self.memo.len() < MEMO {
                 true => {
-                    self.memo.push((first.key, block_size, Vec::new()));
+                    self.memo.push((key, block_size, Vec::new()));
                     self.memo.len() - 1
                 }
                 false => {
@@ -143,7 +141,7 @@ impl BlockHashes {
                 }
             };
             let (k, bs, h) = &mut self.memo[entry];
-            (*k, *bs) = (first.key, block_size);
+            (*k, *bs) = (key, block_size);
             h.clear();
             h.extend_from_slice(&self.hashes[..inside]);
         }
