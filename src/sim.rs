@@ -138,8 +138,10 @@ where
     let hashing = engine.config().prefix_caching;
     let block_size = engine.config().capacity.block_size;
     let mut hashes = BlockHashes::default();
-    // Requests a stretch took from the source but did not admit (in order).
-    let mut held = VecDeque::new();
+    // Requests a stretch took from the source but did not admit (in
+    // order), with their content; spare content buffers.
+    let mut held: VecDeque<Held> = VecDeque::new();
+    let mut spare: Vec<Vec<u64>> = Vec::new();
     loop {
         // An idle engine's next step starts at the next arrival, but never
         // before the engine's clock: requests that arrived while the last
@@ -159,7 +161,22 @@ where
         // (first those a stretch took from the source but left out).
         loop {
             let req = match held.pop_front() {
-                Some(req) => req,
+                Some(h) => {
+                    // Its content was taken when the stretch popped it.
+                    let submitted = match (hashing, h.own_tail) {
+                        (true, true) => engine.submit_with_content(h.req, &h.hashes, tap),
+                        (true, false) => engine.submit_with_hashes(h.req, &h.hashes, tap),
+                        (false, _) => engine.submit(h.req, tap),
+                    };
+                    spare.push(h.hashes);
+                    if submitted.is_err() {
+                        source.rejected(h.req.id, h.req.arrival);
+                    }
+                    if let Some(why) = source.stalled() {
+                        return Err(SimError::Stalled { why, progress: at });
+                    }
+                    continue;
+                }
                 None => {
                     if source.peek().is_none_or(|when| when > start) {
                         break;
@@ -200,32 +217,25 @@ where
         }
         let stretch = match stepping {
             Stepping::MacroSteps => {
-                // The stretch stops before a step that would start at or
-                // after the next arrival, or break a limit: the next call
-                // of `step` then meets it as the step-by-step path would.
-                let never = SimTime::from_nanos(u64::MAX);
-                let before = source.peek().unwrap_or(never);
-                // A finish inside the stretch is told to the source at once,
-                // as after a step: a closed loop's next arrival may follow
-                // from it, and the stretch stops before that arrival.
+                // Arrivals the step-by-step path would admit whole join
+                // the stretch (with prefix caching, with their content);
+                // any other stops it before its step, or one that would
+                // break a limit: the next call of `step` then meets it as
+                // the step-by-step path would. A finish inside the stretch
+                // is told to the source at once, as after a step: a closed
+                // loop's next arrival may follow from it.
                 let max_steps = limits.max_steps.saturating_sub(at.steps).min(STRETCH_STEPS);
-                if hashing {
-                    let mut on_finish = |id, when| {
-                        source.done(id, when);
-                        match source.stalled() {
-                            Some(_) => SimTime::ZERO,
-                            None => source.peek().unwrap_or(never),
-                        }
-                    };
-                    engine.decode_stretch_through(before, limits.max_time, max_steps, &mut on_finish, tap)
-                } else {
-                    // Without prefix caching, arrivals the step-by-step
-                    // path would admit whole join the stretch.
-                    let max_requests = limits.max_requests;
-                    let mut feed =
-                        Feed { source: &mut *source, held: &mut held, requests: &mut at.requests, max_requests };
-                    engine.decode_stretch_admitting(limits.max_time, max_steps, &mut feed, tap)
-                }
+                let mut feed = Feed {
+                    source: &mut *source,
+                    held: &mut held,
+                    spare: &mut spare,
+                    requests: &mut at.requests,
+                    max_requests: limits.max_requests,
+                    hashing,
+                    block_size,
+                    hashes: &mut hashes,
+                };
+                engine.decode_stretch_admitting(limits.max_time, max_steps, &mut feed, tap)
             }
             Stepping::Exact => 0,
         };
@@ -268,15 +278,32 @@ where
 /// Steps one stretch takes at most, so its scratch space stays small.
 const STRETCH_STEPS: u64 = 4096;
 
+/// A request a stretch took from the source and did not hand to the
+/// engine, with its content as the driver would submit it (taken when it
+/// was popped: a source's content is that of the request popped last).
+struct Held {
+    req: Request,
+    /// Its block hashes (empty without prefix caching) and whether the
+    /// blocks past them are its own ([`Engine::submit_with_content`]).
+    hashes: Vec<u64>,
+    own_tail: bool,
+}
+
 /// The source as a stretch sees it ([`Arrivals`]): requests due by a
 /// step's start are taken from the source (counted as issued, as the
 /// driver counts them) and held until the engine admits them; those it
 /// leaves out stay in `held`, and the driver submits them first.
 struct Feed<'a, S> {
     source: &'a mut S,
-    held: &'a mut VecDeque<Request>,
+    held: &'a mut VecDeque<Held>,
+    /// Content buffers to reuse.
+    spare: &'a mut Vec<Vec<u64>>,
     requests: &'a mut u64,
     max_requests: u64,
+    /// Prefix caching: each request's content is taken as it is popped.
+    hashing: bool,
+    block_size: u32,
+    hashes: &'a mut BlockHashes,
 }
 
 impl<S: Source> Arrivals for Feed<'_, S> {
@@ -285,7 +312,7 @@ impl<S: Source> Arrivals for Feed<'_, S> {
             return Some(SimTime::ZERO);
         }
         match self.held.front() {
-            Some(req) => Some(req.arrival),
+            Some(h) => Some(h.req.arrival),
             None => self.source.peek(),
         }
     }
@@ -302,16 +329,42 @@ impl<S: Source> Arrivals for Feed<'_, S> {
             }
             let Some(req) = self.source.pop() else { return Due::None };
             *self.requests += 1;
-            self.held.push_back(req);
+            let mut hashes = self.spare.pop().unwrap_or_default();
+            hashes.clear();
+            let mut own_tail = false;
+            if self.hashing {
+                // As the driver submits it (see `drive_loop`).
+                let (source, bs, memo) = (&*self.source, self.block_size, &mut *self.hashes);
+                match (source.block_hashes(), source.own_from()) {
+                    (Some(named), _) => hashes.extend_from_slice(named),
+                    (None, Some(own_from)) => {
+                        request_shared_hashes(&req, source.segments(), own_from, bs, memo);
+                        hashes.extend_from_slice(memo);
+                        own_tail = true;
+                    }
+                    (None, None) => {
+                        request_block_hashes(&req, source.segments(), bs, memo);
+                        hashes.extend_from_slice(memo);
+                    }
+                }
+            }
+            self.held.push_back(Held { req, hashes, own_tail });
         }
         if self.source.stalled().is_some() {
             return Due::Refused;
         }
-        Due::Request(self.held[k])
+        Due::Request(self.held[k].req)
     }
 
     fn take(&mut self, k: usize) {
-        self.held.drain(..k);
+        for h in self.held.drain(..k) {
+            self.spare.push(h.hashes);
+        }
+    }
+
+    fn content(&self, k: usize) -> (&[u64], bool) {
+        let h = &self.held[k];
+        (&h.hashes, h.own_tail)
     }
 
     fn finished(&mut self, id: crate::engine::RequestId, at: SimTime) {

@@ -29,7 +29,9 @@ pub struct Stretch<'a> {
     /// a joiner is scheduled for its whole prompt (`c = 0`) after the
     /// running requests and releases its first token at the step's end;
     /// then it decodes one token a step. Its span counts the steps from its
-    /// admission step.
+    /// admission step. With prefix caching its admission first reports its
+    /// lookup ([`Joined::prefix_hit`]) and it is scheduled for the prompt
+    /// tokens past the hit.
     pub joins: &'a [Joined],
     /// Requests that arrived inside the stretch, in arrival order: each
     /// one's `arrived` event comes just before the events of its step.
@@ -43,6 +45,11 @@ pub struct Joined {
     pub prompt: u32,
     /// The stretch step (0-based) that admits it and computes its prompt.
     pub step: u32,
+    /// With prefix caching: the prompt tokens its lookup found cached
+    /// (its `c` at admission; it computes the rest), reported as a
+    /// `prefix_lookup` event just before its admission step's `scheduled`.
+    /// `None` without prefix caching (no lookup, no event).
+    pub prefix_hit: Option<u32>,
 }
 
 /// A request that arrived inside a decode stretch (see [`Stretch::arrivals`]).
@@ -175,7 +182,13 @@ pub fn replay_stretch<O: Observer + ?Sized>(obs: &mut O, s: &Stretch<'_>) {
         }
         for (r, _) in joined.clone() {
             match j - r.step {
-                0 => obs.scheduled(r.id, step.start, r.prompt, 0),
+                0 => {
+                    let hit = r.prefix_hit.unwrap_or(0);
+                    if let Some(hit) = r.prefix_hit {
+                        obs.prefix_lookup(r.id, step.start, r.prompt, hit);
+                    }
+                    obs.scheduled(r.id, step.start, r.prompt - hit, hit)
+                }
                 k => obs.scheduled(r.id, step.start, 1, r.prompt + k - 1),
             }
         }

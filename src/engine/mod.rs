@@ -90,6 +90,15 @@ impl Seq {
     }
 }
 
+/// The full blocks of a request's content past its `shared` hashed ones,
+/// up to `floor((P+N-1)/block_size)`: its own content
+/// ([`Engine::submit_with_content`]).
+fn own_blocks(req: &Request, shared: usize, block_size: u32) -> u32 {
+    // `P + N >= 2`: the prompt and the output are at least one token each.
+    let total = u64::from(req.prompt) + u64::from(req.output);
+    ((total - 1) / u64::from(block_size.max(1))).saturating_sub(shared as u64) as u32
+}
+
 /// The KV pool: a plain count, or blocks with identities when prefix
 /// caching is on (so the common case pays nothing for identity).
 #[derive(Clone, Debug)]
@@ -310,13 +319,12 @@ impl Engine {
             return Err(RejectReason::ContextLength);
         }
         let own = match own_tail {
-            // `total >= 2` here: the prompt and the output are at least one token each.
-            true => ((total - 1) / u64::from(self.cfg.capacity.block_size.max(1))).saturating_sub(hashes.len() as u64),
+            true => own_blocks(&req, hashes.len(), self.cfg.capacity.block_size),
             false => 0,
         };
         let seq =
             Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending, register_at: 0, arriving_kv: 0 };
-        self.enqueue(seq, hashes, own as u32);
+        self.enqueue(seq, hashes, own);
         Ok(())
     }
 

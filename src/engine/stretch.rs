@@ -54,6 +54,15 @@ pub trait Arrivals {
     fn due(&mut self, at: SimTime, k: usize) -> Due;
     /// The first `k` requests are handed over: the engine admitted them.
     fn take(&mut self, k: usize);
+    /// With prefix caching, the content of the `k`-th request not handed
+    /// over yet (one [`Arrivals::due`] returned): the hashes of its full
+    /// blocks and whether the blocks past them are its own, as
+    /// [`Engine::submit_with_hashes`] (`false`) or
+    /// [`Engine::submit_with_content`] (`true`) take them. By default its
+    /// content is unique, as [`Engine::submit`] takes it.
+    fn content(&self, _k: usize) -> (&[u64], bool) {
+        (&[], false)
+    }
     /// Request `id` released its last token and finished at `at`.
     fn finished(&mut self, id: RequestId, at: SimTime);
 }
@@ -146,11 +155,12 @@ pub(super) struct Scratch {
     /// `crossings[r]`: members that need a new block in every step `j`
     /// with `(j - 1) % block_size == r`.
     crossings: Vec<u32>,
-    /// With prefix caching: indices into the running set grouped by
-    /// `room` (running order within a group), group `r` at
-    /// `order[start[r]..start[r + 1]]`.
-    order: Vec<u32>,
-    start: Vec<u32>,
+    /// With prefix caching: the members by `key` (group `r`: those that
+    /// cross into a new block in steps `j` with `(j - 1) % block_size == r`
+    /// and fill their last one in steps with `j % block_size == r`), each
+    /// group in running order (joiners go to its end); a member that
+    /// finished leaves its group the next time the group is read.
+    groups: Vec<Vec<u32>>,
 }
 
 impl Engine {
@@ -231,12 +241,10 @@ impl Engine {
             return 0;
         }
         // Waiting requests are admitted inside a stretch only if they are
-        // new (no recompute after a preemption, no transferred KV), and
-        // only without prefix caching (no lookups here).
+        // new (no recompute after a preemption, no transferred KV).
         let prefix = matches!(self.kv, Kv::Prefix(_));
         if !self.waiting.is_empty()
             && (!through
-                || prefix
                 || self.waiting.iter().any(|&s| {
                     let s = &self.slots[s as usize];
                     s.generated > 0 || s.arriving_kv > 0
@@ -294,19 +302,16 @@ impl Engine {
         // Members decoding in the next step.
         let mut b = b0;
         if prefix {
-            // Group the running requests by room, each group in running order.
-            let bs = bs as usize;
-            scratch.start.clear();
-            scratch.start.resize(bs + 1, 0);
-            for r in 0..bs {
-                scratch.start[r + 1] = scratch.start[r] + scratch.crossings[r];
+            // Group the running requests by key (their room), each group
+            // in running order.
+            for g in scratch.groups.iter_mut() {
+                g.clear();
             }
-            scratch.order.clear();
-            scratch.order.resize(self.running.len(), 0);
-            let mut next = scratch.start.clone();
+            if scratch.groups.len() < bs as usize {
+                scratch.groups.resize_with(bs as usize, Vec::new);
+            }
             for (i, m) in scratch.members.iter().enumerate() {
-                scratch.order[next[m.room as usize] as usize] = i as u32;
-                next[m.room as usize] += 1;
+                scratch.groups[m.key as usize].push(i as u32);
             }
         }
         let detailed = self.cfg.cost.deployment.is_some();
@@ -365,125 +370,261 @@ impl Engine {
                     break;
                 }
             }
-            let (mut admitted, mut prompts, mut free_after) = (0usize, 0u64, i64::from(free - new));
+            let (mut admitted, mut prompts) = (0usize, 0u64);
             let queued = self.waiting.len() + scratch.incoming.len();
-            let mut chunk = false;
-            while admitted < queued {
-                let p = match self.waiting.get(admitted) {
-                    Some(&slot) => self.slots[slot as usize].req.prompt,
-                    None => scratch.incoming[admitted - self.waiting.len()].prompt,
-                };
-                let p = u64::from(p);
-                let need = cap.blocks_for(p) as i64;
-                let left = budget - b - prompts;
-                if total - need < watermark {
-                    chunk = true; // rejected at the head: a step of its own
+            // Without prefix caching: the step's cost, known before it is taken.
+            let mut priced = None;
+            if prefix {
+                // A joiner's lookup comes after this step's allocations
+                // (which may evict what it would hit), so the step is taken
+                // before its joiners are known; it is taken only if none
+                // of the requests the admission can reach is a prompt to
+                // chunk or to reject, and if it ends by `max_end` even with
+                // each of them admitted whole with no hit (a hit only
+                // lowers every term of the step's cost).
+                let reach = (queued as u64).min(max_seqs.saturating_sub(running)) as usize;
+                let (mut upper, mut refused) = (shape, false);
+                for q in 0..queued.min(reach + 1) {
+                    let p = match self.waiting.get(q) {
+                        Some(&slot) => self.slots[slot as usize].req.prompt,
+                        None => scratch.incoming[q - self.waiting.len()].prompt,
+                    };
+                    let p = u64::from(p);
+                    if total - (cap.blocks_for(p) as i64) < watermark {
+                        refused = true; // rejected at the head: a step of its own
+                        break;
+                    }
+                    if q == reach {
+                        break;
+                    }
+                    upper.tokens += p;
+                    if upper.tokens > budget {
+                        refused = true; // it could be a prompt to chunk
+                        break;
+                    }
+                    upper.sum_ctx += p;
+                    if detailed {
+                        upper.attention_pairs += super::arch::attention_pairs(p, 0);
+                        upper.sampled += 1;
+                    }
+                    upper.batch += 1;
+                }
+                if refused {
                     break;
                 }
-                if left == 0 || running + (admitted as u64) >= max_seqs || free_after - need < watermark {
+                let cost = self.cfg.cost.cost(&upper);
+                let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
+                if end > max_end {
                     break;
                 }
-                if p > left {
-                    chunk = true;
+                if reach == 0 {
+                    priced = Some((cost, end));
+                }
+            } else {
+                let mut free_after = i64::from(free - new);
+                let mut chunk = false;
+                while admitted < queued {
+                    let p = match self.waiting.get(admitted) {
+                        Some(&slot) => self.slots[slot as usize].req.prompt,
+                        None => scratch.incoming[admitted - self.waiting.len()].prompt,
+                    };
+                    let p = u64::from(p);
+                    let need = cap.blocks_for(p) as i64;
+                    let left = budget - b - prompts;
+                    if total - need < watermark {
+                        chunk = true; // rejected at the head: a step of its own
+                        break;
+                    }
+                    if left == 0 || running + (admitted as u64) >= max_seqs || free_after - need < watermark {
+                        break;
+                    }
+                    if p > left {
+                        chunk = true;
+                        break;
+                    }
+                    free_after -= need;
+                    prompts += p;
+                    shape.tokens += p;
+                    shape.sum_ctx += p;
+                    if detailed {
+                        shape.attention_pairs += super::arch::attention_pairs(p, 0);
+                        shape.sampled += 1;
+                    }
+                    shape.batch += 1;
+                    admitted += 1;
+                }
+                if chunk {
                     break;
                 }
-                free_after -= need;
-                prompts += p;
-                shape.tokens += p;
-                shape.sum_ctx += p;
-                if detailed {
-                    shape.attention_pairs += super::arch::attention_pairs(p, 0);
-                    shape.sampled += 1;
+                let cost = self.cfg.cost.cost(&shape);
+                let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
+                if end > max_end {
+                    break;
                 }
-                shape.batch += 1;
-                admitted += 1;
-            }
-            if chunk {
-                break;
-            }
-            let cost = self.cfg.cost.cost(&shape);
-            let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
-            if end > max_end {
-                break;
+                priced = Some((cost, end));
             }
             free -= new;
             used += new;
             let (mut cached_blocks, mut evictions) = (0, 0);
             if let Kv::Prefix(p) = &mut self.kv {
-                let before = p.evictions();
-                // Requests with room r cross into a new block in steps
+                let evicted = p.evictions();
+                // Requests with key r cross into a new block in steps
                 // j = r + 1 (mod bs), and fill their last one in steps j = r.
-                let crossing = ((j - 1) % bs64) as usize;
-                let (lo, hi) = (scratch.start[crossing] as usize, scratch.start[crossing + 1] as usize);
-                for &i in &scratch.order[lo..hi] {
-                    // A request that finished in an earlier step is gone.
-                    let m = &scratch.members[i as usize];
-                    if through && m.fin < j {
-                        continue;
-                    }
-                    p.allocate(m.slot, 1);
+                let members = &scratch.members;
+                let group = &mut scratch.groups[((j - 1) % bs64) as usize];
+                // A request that finished in an earlier step is gone.
+                group.retain(|&i| members[i as usize].fin >= j);
+                for &i in group.iter() {
+                    p.allocate(members[i as usize].slot, 1);
                 }
-                let filling = (j % bs64) as usize;
-                let (lo, hi) = (scratch.start[filling] as usize, scratch.start[filling + 1] as usize);
-                for &i in &scratch.order[lo..hi] {
-                    let m = &scratch.members[i as usize];
-                    if through && m.fin < j {
+                for &i in &scratch.groups[(j % bs64) as usize] {
+                    let m = &members[i as usize];
+                    if m.fin < j {
                         continue;
                     }
                     let seq = &mut self.slots[m.slot as usize];
-                    let tokens = m.c + j as u32;
+                    let tokens = m.c + (j + 1 - m.first) as u32;
                     if u64::from(tokens) >= seq.register_at {
                         seq.register_at = p.register(m.slot, tokens);
                     }
                 }
-                cached_blocks = p.cached_blocks();
-                evictions = (p.evictions() - before) as u32;
-            }
-            // The arrivals join the waiting queue (a slot each), and its
-            // first `admitted` come in with blocks for their prompt.
-            if !scratch.incoming.is_empty() {
-                for &req in &scratch.incoming {
-                    let seq = Seq {
-                        req,
-                        generated: 0,
-                        computed: 0,
-                        blocks: 0,
-                        state: State::Waiting,
-                        register_at: 0,
-                        arriving_kv: 0,
-                    };
-                    let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
-                    self.by_id.insert(req.id, slot);
-                    self.last_arrival = req.arrival;
-                    self.waiting.push_back(slot);
-                    self.queued_blocks += cap.blocks_for(u64::from(req.prompt));
-                    let (id, arrival, prompt, output) = (req.id, req.arrival, req.prompt, req.output);
-                    scratch.arrivals.push(Arrived { id, arrival, prompt, output, step: (j - 1) as u32 });
+                // The arrivals join the waiting queue (a slot and their
+                // content each), then from its head those that fit are
+                // admitted as in a step: the lookup (after this step's
+                // allocations and registrations, and the joiners' before),
+                // the test counting the hit blocks that leave the free
+                // queue, their blocks, their prompt's registration.
+                if !scratch.incoming.is_empty() {
+                    for (q, &req) in scratch.incoming.iter().enumerate() {
+                        let seq = Seq {
+                            req,
+                            generated: 0,
+                            computed: 0,
+                            blocks: 0,
+                            state: State::Waiting,
+                            register_at: 0,
+                            arriving_kv: 0,
+                        };
+                        let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
+                        let (hashes, own_tail) = arrivals.content(q);
+                        let own = match own_tail {
+                            true => super::own_blocks(&req, hashes.len(), bs),
+                            false => 0,
+                        };
+                        p.set_content_own(slot, hashes, own);
+                        self.by_id.insert(req.id, slot);
+                        self.last_arrival = req.arrival;
+                        self.waiting.push_back(slot);
+                        self.queued_blocks += cap.blocks_for(u64::from(req.prompt));
+                        let (id, arrival, prompt, output) = (req.id, req.arrival, req.prompt, req.output);
+                        scratch.arrivals.push(Arrived { id, arrival, prompt, output, step: (j - 1) as u32 });
+                    }
+                    arrivals.take(scratch.incoming.len());
+                    before = next_arrival(arrivals);
                 }
-                arrivals.take(scratch.incoming.len());
-                before = next_arrival(arrivals);
+                while let Some(&slot) = self.waiting.front() {
+                    let req = self.slots[slot as usize].req;
+                    let need = cap.blocks_for(u64::from(req.prompt)) as u32;
+                    let left = budget - b - prompts;
+                    if left == 0 || running + (admitted as u64) >= max_seqs {
+                        break;
+                    }
+                    let hit = p.lookup(slot, req.prompt);
+                    let fresh = need - hit.blocks;
+                    if i64::from(p.free()) - i64::from(hit.free_blocks) - i64::from(fresh) < watermark {
+                        break;
+                    }
+                    p.admit(slot, fresh);
+                    let c = hit.blocks * bs;
+                    let n = u64::from(req.prompt - c);
+                    debug_assert!(n <= left, "a joiner's prompt past its hit must fit the budget");
+                    let seq = &mut self.slots[slot as usize];
+                    seq.register_at = p.register(slot, req.prompt);
+                    seq.state = State::Running;
+                    seq.blocks = need;
+                    self.waiting.pop_front();
+                    self.queued_blocks -= u64::from(need);
+                    self.running.push(slot);
+                    prompts += n;
+                    shape.tokens += n;
+                    shape.sum_ctx += u64::from(req.prompt);
+                    if detailed {
+                        shape.attention_pairs += super::arch::attention_pairs(n, u64::from(c));
+                        shape.sampled += 1;
+                    }
+                    shape.batch += 1;
+                    admitted += 1;
+                    let room = need * bs - req.prompt;
+                    let key = ((j + u64::from(room)) % bs64) as u32;
+                    let fin = j + u64::from(req.output) - 1;
+                    let i = scratch.members.len() as u32;
+                    let (c0, blocks) = (req.prompt, need);
+                    scratch.members.push(Member { slot, first: j + 1, fin, c: c0, g: 1, blocks, room, key });
+                    let step = (j - 1) as u32;
+                    scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step, prefix_hit: Some(c) });
+                    scratch.finishing.push(Reverse((fin, i)));
+                }
+                (free, used) = (p.free(), p.used());
+                cached_blocks = p.cached_blocks();
+                evictions = (p.evictions() - evicted) as u32;
+            } else {
+                // The arrivals join the waiting queue (a slot each), and its
+                // first `admitted` come in with blocks for their prompt.
+                if !scratch.incoming.is_empty() {
+                    for &req in &scratch.incoming {
+                        let seq = Seq {
+                            req,
+                            generated: 0,
+                            computed: 0,
+                            blocks: 0,
+                            state: State::Waiting,
+                            register_at: 0,
+                            arriving_kv: 0,
+                        };
+                        let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
+                        self.by_id.insert(req.id, slot);
+                        self.last_arrival = req.arrival;
+                        self.waiting.push_back(slot);
+                        self.queued_blocks += cap.blocks_for(u64::from(req.prompt));
+                        let (id, arrival, prompt, output) = (req.id, req.arrival, req.prompt, req.output);
+                        scratch.arrivals.push(Arrived { id, arrival, prompt, output, step: (j - 1) as u32 });
+                    }
+                    arrivals.take(scratch.incoming.len());
+                    before = next_arrival(arrivals);
+                }
+                for _ in 0..admitted {
+                    let Some(slot) = self.waiting.pop_front() else { break };
+                    let seq = &mut self.slots[slot as usize];
+                    let req = seq.req;
+                    let need = cap.blocks_for(u64::from(req.prompt)) as u32;
+                    seq.state = State::Running;
+                    seq.blocks = need;
+                    self.queued_blocks -= u64::from(need);
+                    free -= need;
+                    used += need;
+                    taken += need;
+                    self.running.push(slot);
+                    let room = need * bs - req.prompt;
+                    let key = ((j + u64::from(room)) % bs64) as u32;
+                    let fin = j + u64::from(req.output) - 1;
+                    let i = scratch.members.len() as u32;
+                    let (c, blocks) = (req.prompt, need);
+                    scratch.members.push(Member { slot, first: j + 1, fin, c, g: 1, blocks, room, key });
+                    let step = (j - 1) as u32;
+                    scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step, prefix_hit: None });
+                    scratch.finishing.push(Reverse((fin, i)));
+                }
             }
-            for _ in 0..admitted {
-                let Some(slot) = self.waiting.pop_front() else { break };
-                let seq = &mut self.slots[slot as usize];
-                let req = seq.req;
-                let need = cap.blocks_for(u64::from(req.prompt)) as u32;
-                seq.state = State::Running;
-                seq.blocks = need;
-                self.queued_blocks -= u64::from(need);
-                free -= need;
-                used += need;
-                taken += need;
-                self.running.push(slot);
-                let room = need * bs - req.prompt;
-                let key = ((j + u64::from(room)) % bs64) as u32;
-                let fin = j + u64::from(req.output) - 1;
-                let i = scratch.members.len() as u32;
-                let (c, blocks) = (req.prompt, need);
-                scratch.members.push(Member { slot, first: j + 1, fin, c, g: 1, blocks, room, key });
-                scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step: (j - 1) as u32 });
-                scratch.finishing.push(Reverse((fin, i)));
-            }
+            let (cost, end) = match priced {
+                Some(priced) => priced,
+                None => {
+                    // With prefix caching and joiners: within the bound checked above.
+                    let cost = self.cfg.cost.cost(&shape);
+                    let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
+                    debug_assert!(end <= max_end, "a step with joiners past the bound on its cost");
+                    (cost, end)
+                }
+            };
             running += admitted as u64;
             scratch.steps.push(StepRecord {
                 index: self.steps + j - 1,
@@ -506,11 +647,15 @@ impl Engine {
             // The decoders' KV grew by one; the joiners decode from the
             // next step on (unless this was their last token).
             s_ctx += b;
-            for m in &scratch.members[scratch.members.len() - admitted..] {
+            let first_joiner = scratch.members.len() - admitted;
+            for (i, m) in scratch.members.iter().enumerate().skip(first_joiner) {
                 if m.fin > j {
                     b += 1;
                     s_ctx += u64::from(m.c);
                     scratch.crossings[m.key as usize] += 1;
+                    if prefix {
+                        scratch.groups[m.key as usize].push(i as u32);
+                    }
                 }
             }
             // Requests whose last token this step released finish: their

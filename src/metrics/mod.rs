@@ -511,6 +511,9 @@ impl Observer for Collector {
         }
         for (q, (j, &(n, _))) in s.joins.iter().zip(&s.spans[running..]).enumerate() {
             let (a, n) = (j.step as usize, n as usize);
+            if let Some(hit) = j.prefix_hit {
+                self.prefix_lookup(j.id, s.steps[a].start, j.prompt, hit);
+            }
             let Some(r) = self.rec(j.id) else { continue };
             // (A request preempted in its prefill was scheduled before.)
             r.first_scheduled.get_or_insert(s.steps[a].start);
