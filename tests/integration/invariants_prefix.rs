@@ -719,9 +719,10 @@ impl Source for HashEverything {
     }
 }
 
-/// Every event, as text, in order.
+/// Every event, as text, in order, and the requests admitted inside
+/// decode stretches.
 #[derive(Default)]
-struct EventLog(Vec<String>);
+struct EventLog(Vec<String>, u64);
 
 impl Observer for EventLog {
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
@@ -747,6 +748,10 @@ impl Observer for EventLog {
     }
     fn step(&mut self, s: &StepRecord) {
         self.0.push(format!("step {s:?}"));
+    }
+    fn decode_stretch(&mut self, s: &llmsim::engine::Stretch<'_>) {
+        self.1 += s.joins.len() as u64;
+        llmsim::engine::events::replay_stretch(self, s);
     }
 }
 
@@ -798,7 +803,7 @@ fn requests_own_blocks_unhashed_give_the_very_events_of_hashing_every_block() {
 
 /// Every event of `s` driven with `stepping`, checking the engine after
 /// every step (or stretch).
-fn stepped_log(s: &Scenario, stepping: sim::Stepping, text: &str) -> (Vec<String>, u64) {
+fn stepped_log(s: &Scenario, stepping: sim::Stepping, text: &str) -> (Vec<String>, u64, u64) {
     let mut engine = Engine::new(s.engine_config());
     let mut log = EventLog::default();
     let mut calls = 0u64;
@@ -811,7 +816,7 @@ fn stepped_log(s: &Scenario, stepping: sim::Stepping, text: &str) -> (Vec<String
     };
     sim::drive_stepping(&mut engine, &mut AnySource::new(s), &mut log, &limits, 0, stepping, check, &mut |_| {})
         .expect("within the run limits");
-    (log.0, calls)
+    (log.0, calls, log.1)
 }
 
 #[test]
@@ -821,12 +826,13 @@ fn decode_stretches_with_prefix_caching_give_the_events_of_step_by_step() {
     // (cached blocks and evictions in every step record included) must be
     // those of Engine::step.
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let (mut fewer, mut events) = (0, 0);
+    let (mut fewer, mut events, mut joined) = (0, 0, 0);
     for i in 0..SCENARIOS {
         let text = generate(i, dir.path());
         let s = scenario(&text);
-        let (exact, steps) = stepped_log(&s, sim::Stepping::Exact, &text);
-        let (stretched, calls) = stepped_log(&s, sim::Stepping::MacroSteps, &text);
+        let (exact, steps, _) = stepped_log(&s, sim::Stepping::Exact, &text);
+        let (stretched, calls, joiners) = stepped_log(&s, sim::Stepping::MacroSteps, &text);
+        joined += joiners;
         if let Some(k) = (0..exact.len().max(stretched.len())).find(|&k| exact.get(k) != stretched.get(k)) {
             panic!(
                 "event {k} differs: {:?} (step by step) against {:?} (stretches)\n{text}",
@@ -838,5 +844,7 @@ fn decode_stretches_with_prefix_caching_give_the_events_of_step_by_step() {
         events += exact.len();
     }
     assert!(fewer > SCENARIOS / 4, "stretches were taken in only {fewer} scenarios");
-    eprintln!("{events} events equal over {SCENARIOS} scenarios, stretches taken in {fewer}");
+    // Arrivals must join stretches (looked up inside them) too.
+    assert!(joined > 200, "only {joined} requests admitted inside stretches");
+    eprintln!("{events} events equal over {SCENARIOS} scenarios, stretches taken in {fewer}, {joined} joiners");
 }

@@ -42,6 +42,9 @@ impl Observer for Events {
     fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
         self.0.push(format!("rejected {id} {at} {reason:?}"));
     }
+    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
+        self.0.push(format!("lookup {id} {at} {queried} {hit}"));
+    }
     fn step(&mut self, s: &StepRecord) {
         self.0.push(format!("step {s:?}"));
     }
@@ -108,12 +111,15 @@ workload:
     )
 }
 
-/// Counts the stretches that admitted requests, their steps and joiners.
+/// Counts the stretches that admitted requests, their steps and joiners
+/// (with prefix caching: those looked up, and those that hit).
 #[derive(Default)]
 struct Joins {
     stretches: u64,
     steps: u64,
     joined: u64,
+    looked_up: u64,
+    hit: u64,
 }
 
 impl Observer for Joins {
@@ -122,6 +128,8 @@ impl Observer for Joins {
             self.stretches += 1;
             self.steps += s.steps.len() as u64;
             self.joined += s.joins.len() as u64;
+            self.looked_up += s.joins.iter().filter(|j| j.prefix_hit.is_some()).count() as u64;
+            self.hit += s.joins.iter().filter(|j| j.prefix_hit.is_some_and(|c| c > 0)).count() as u64;
         }
     }
 }
@@ -210,4 +218,72 @@ workload:
     assert_eq!(engine.decode_stretch(never, never, u64::MAX, &mut ()), 0, "the next step finishes requests");
     assert!(engine.step(&mut ()).is_some());
     assert!(engine.is_idle());
+}
+
+/// [`generate`] with prefix caching: unique prompts, shared prefixes or
+/// multi-turn sessions, over the same small caches (evictions are common).
+fn generate_prefix(i: u64) -> String {
+    let text = generate(1000 + i).replacen("num_blocks: ", "prefix_caching: true, num_blocks: ", 1);
+    let mut rng = ChaCha8Rng::seed_from_u64(0x9F_E71C + i);
+    let extra = match rng.random_range(0..4) {
+        0 => String::new(),
+        1 => format!(
+            "  shared_prefix: {{groups: {}, tokens: {}}}\n",
+            pick(&mut rng, &[1, 2, 8]),
+            pick(&mut rng, &[16, 100, 384])
+        ),
+        2 => format!("  sessions: {{turns: {}, think_s: 0.01}}\n", pick(&mut rng, &[2, 4])),
+        _ => format!(
+            "  shared_prefix: {{groups: 2, tokens: {}}}\n  sessions: {{turns: 3, think_s: 0}}\n",
+            pick(&mut rng, &[8, 200])
+        ),
+    };
+    text + &extra
+}
+
+#[test]
+fn decode_stretches_with_prefix_caching_give_the_same_bytes_as_the_step_by_step_path() {
+    // Joiners are looked up inside the stretch, after the step's block
+    // crossings and fills: the same hits, evictions, cached-block counts,
+    // lookup events and figures as Engine::step.
+    let mut steps = 0u64;
+    let mut joins = Joins::default();
+    for i in 0..120 {
+        let text = generate_prefix(i);
+        let s = scenario(&text);
+        let (exact, exact_events, _) = run(&s, Stepping::Exact);
+        let (fast, fast_events, fast_joins) = run(&s, Stepping::MacroSteps);
+        joins.stretches += fast_joins.stretches;
+        joins.steps += fast_joins.steps;
+        joins.joined += fast_joins.joined;
+        joins.looked_up += fast_joins.looked_up;
+        joins.hit += fast_joins.hit;
+        match (exact, fast) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(to_json(&a.result), to_json(&b.result), "result JSON, scenario {i}:\n{text}");
+                assert_eq!(a.requests, b.requests, "request records, scenario {i}:\n{text}");
+                assert_eq!(a.steps, b.steps, "step records, scenario {i}:\n{text}");
+                steps += a.result.steps.count;
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b, "the same error, scenario {i}:\n{text}"),
+            (a, b) => panic!("scenario {i}: exact {:?}, stretches {:?}\n{text}", a.err(), b.err()),
+        }
+        if let Some(k) =
+            (0..exact_events.0.len().max(fast_events.0.len())).find(|&k| exact_events.0.get(k) != fast_events.0.get(k))
+        {
+            panic!(
+                "event {k} differs: {:?} (step by step) against {:?} (stretches), scenario {i}:\n{text}",
+                exact_events.0.get(k),
+                fast_events.0.get(k)
+            );
+        }
+    }
+    println!(
+        "{steps} steps; {} of them in {} stretches that admitted {} requests ({} looked up, {} hit)",
+        joins.steps, joins.stretches, joins.joined, joins.looked_up, joins.hit
+    );
+    // The prefix-caching joiners must be taken, or this compares the
+    // step-by-step path with itself.
+    assert!(joins.looked_up == joins.joined, "a joiner without a lookup");
+    assert!(joins.looked_up > 500 && joins.hit > 100, "too few prefix-cache joiners: {}", joins.looked_up);
 }
