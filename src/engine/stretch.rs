@@ -304,7 +304,7 @@ impl Engine {
         if prefix {
             // Group the running requests by key (their room), each group
             // in running order.
-            for g in scratch.groups.iter_mut() {
+            for g in &mut scratch.groups {
                 g.clear();
             }
             if scratch.groups.len() < bs as usize {
