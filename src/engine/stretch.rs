@@ -32,7 +32,11 @@
 //! request releases its first token at the step's end and decodes with the
 //! others from the next step on. Anything else (a prompt to chunk, blocks
 //! or sequences short, several due requests of which one does not fit)
-//! ends the stretch before that step, and [`Engine::step`] takes it.
+//! ends the stretch before that step, and [`Engine::step`] takes it. With
+//! prefix caching the joiners are looked up inside the stretch, after the
+//! step's block crossings and fills, as [`Engine::step`] admits them (the
+//! hit, the test counting hit blocks that leave the free queue, the
+//! prompt's registration), and a joiner computes its prompt past its hit.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -215,8 +219,12 @@ impl Engine {
     /// [`Engine::decode_stretch_through`] that also runs through arrivals:
     /// the requests due by a step's start that the step-by-step path would
     /// admit whole into it are taken from `arrivals` and admitted there
-    /// (without prefix caching; with it, or when they would not all fit,
-    /// the stretch ends before the step). Their `arrived` events reach
+    /// (when one could not be, the stretch ends before the step). With
+    /// prefix caching each is looked up after the step's block crossings
+    /// and fills, with its content from [`Arrivals::content`], and the
+    /// step is taken only if every request the admission can reach fits
+    /// the budget with its whole prompt and the step ends by `max_end`
+    /// with all of them admitted with no hit. Their `arrived` events reach
     /// observers inside the [`Stretch`] ([`Stretch::joins`]), in the
     /// step-by-step order; a request over the context is never taken.
     pub fn decode_stretch_admitting<O: super::Observer>(
