@@ -86,7 +86,7 @@ fn generate(i: u64) -> String {
     let replicas = [1, 2, 3, 5, 16][rng.random_range(0..5)];
     let shape = Shape { blocks: [40, 120, 2000], gamma: true, max_prefix: 300 };
     let mut engine = random_engine(&mut rng, &shape, caching);
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         // Open loop, longer outputs, more requests.
         let rate = [20, 200, 2000][rng.random_range(0..3)];
         let start = engine.find("  arrivals:").expect("arrivals");
