@@ -20,6 +20,11 @@
 //! the same (a test checks it). The work per event is one pass over the
 //! replicas: finding the earliest step and, at an arrival, the router's
 //! view of every replica.
+//!
+//! That is the step-by-step loop (`--exact`). By default, when arrivals
+//! are fixed in advance, [`lanes`] runs the same rules in decode
+//! stretches, replica by replica up to the next arrival, with the same
+//! results (docs/clusters.md, "Speed").
 
 // Plain data the results carry; they live with the metrics so metrics
 // need not import the cluster.
