@@ -22,7 +22,7 @@
 //! view of every replica.
 //!
 //! That is the step-by-step loop (`--exact`). By default, when arrivals
-//! are fixed in advance, [`lanes`] runs the same rules in decode
+//! are fixed in advance, `lanes.rs` runs the same rules in decode
 //! stretches, replica by replica up to the next arrival, with the same
 //! results (docs/clusters.md, "Speed").
 
