@@ -196,8 +196,11 @@ where
     let Some(first) = engines.first() else { return Ok(run) };
     let context = first.config().context_length;
     let mut content = Content::new(first);
+    // Each replica's next step start (`u64::MAX` for none), updated when
+    // it steps or is handed a request (nothing else changes it).
+    let mut next: Vec<u64> = engines.iter().map(next_nanos).collect();
     loop {
-        let next_step = earliest_step(engines);
+        let next_step = earliest_step(&next);
         if let Some(when) = source.peek()
             && next_step.is_none_or(|(t, _)| when <= t)
         {
@@ -217,6 +220,7 @@ where
                     outstanding[r] -= 1;
                     source.rejected(req.id, when);
                 }
+                next[r] = next_nanos(&engines[r]);
             }
             if let Some(why) = source.stalled() {
                 return Err(SimError::Stalled { why, progress: at });
@@ -229,7 +233,9 @@ where
             return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
         }
         let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap, told: false };
-        if engines[r].step(&mut o).is_some() {
+        let stepped = engines[r].step(&mut o).is_some();
+        next[r] = next_nanos(&engines[r]);
+        if stepped {
             submit::count_step(&mut at, limits, progress)?;
             if setup.keep_steps {
                 run.placement.steps.push(r as u32);
@@ -255,18 +261,21 @@ where
     Ok(run)
 }
 
-/// The earliest next step over the replicas: its start and replica, the
-/// lowest index on ties.
-fn earliest_step(engines: &[Engine]) -> Option<(SimTime, usize)> {
-    let mut best: Option<(SimTime, usize)> = None;
-    for (r, e) in engines.iter().enumerate() {
-        if let Some(t) = e.next_step_at()
-            && best.is_none_or(|(b, _)| t < b)
-        {
-            best = Some((t, r));
+/// When `engine`'s next step starts, in nanoseconds (`u64::MAX` for none).
+fn next_nanos(engine: &Engine) -> u64 {
+    engine.next_step_at().map_or(u64::MAX, SimTime::as_nanos)
+}
+
+/// The earliest next step over the replicas' next step starts: its start
+/// and replica, the lowest index on ties.
+fn earliest_step(next: &[u64]) -> Option<(SimTime, usize)> {
+    let mut best = (u64::MAX, 0);
+    for (r, &t) in next.iter().enumerate() {
+        if t < best.0 {
+            best = (t, r);
         }
     }
-    best
+    (best.0 != u64::MAX).then(|| (SimTime::from_nanos(best.0), best.1))
 }
 
 /// Counts one replica's events into its [`ReplicaCounts`] and forwards them.
