@@ -20,21 +20,28 @@
 //! the same (a test checks it). The work per event is one pass over the
 //! replicas: finding the earliest step and, at an arrival, the router's
 //! view of every replica.
+//!
+//! That is the step-by-step loop (`--exact`). By default, when arrivals
+//! are fixed in advance, `lanes.rs` runs the same rules in decode
+//! stretches, replica by replica up to the next arrival, with the same
+//! results (docs/clusters.md, "Speed").
 
 // Plain data the results carry; they live with the metrics so metrics
 // need not import the cluster.
 pub use crate::metrics::Placement;
 pub use crate::metrics::result::ReplicaOut;
 pub mod disagg;
+mod lanes;
 pub mod router;
 mod submit;
 #[cfg(test)]
 mod tests;
 
 use crate::config::{Cluster, Scenario};
-use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
+use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord, Stretch};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
 use crate::run_driver::{Delayed, Progress, RunLimits, SimError, Tap};
+use crate::sim::Stepping;
 use crate::time::SimTime;
 use crate::workload::{AnySource, Source};
 use router::{Load, RouterState};
@@ -99,6 +106,7 @@ pub fn run<O: Observer>(
     options: CollectorOptions,
     extra: &mut O,
     progress: &mut dyn FnMut(&Progress),
+    stepping: Stepping,
 ) -> Result<RunOutput, SimError> {
     if let Some(d) = &cluster.disagg {
         return disagg::run(scenario, cluster, d, options, extra, progress);
@@ -110,7 +118,8 @@ pub fn run<O: Observer>(
     let weight = cluster.overlap_weight.unwrap_or(crate::config::cluster::DEFAULT_OVERLAP_WEIGHT);
     let mut router = RouterState::new(cluster.router, weight, scenario.workload.seed);
     let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
-    let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: options.keep_steps };
+    let stretches = stepping == Stepping::MacroSteps && !options.keep_steps && arrivals_are_fixed(scenario);
+    let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: options.keep_steps, stretches };
     let run = drive_cluster(
         &mut engines,
         &mut router,
@@ -140,6 +149,21 @@ pub struct Setup {
     pub delay_ns: u64,
     /// Record the replica of every step (for `--steps-csv`).
     pub keep_steps: bool,
+    /// Take decode stretches, each replica up to the next arrival in
+    /// turn (docs/clusters.md, "Speed"): the same results, but the
+    /// replicas' events reach the observer replica by replica, not in
+    /// time order. Only for a source whose arrivals do not follow from
+    /// finishes ([`arrivals_are_fixed`]) and without `keep_steps` (the
+    /// kept steps would be in that order); ignored otherwise.
+    pub stretches: bool,
+}
+
+/// Whether the scenario's arrivals are fixed in advance (an open loop or
+/// a trace, without sessions): no finish brings a request forward, so
+/// replicas may run ahead of each other up to the next arrival.
+pub fn arrivals_are_fixed(scenario: &Scenario) -> bool {
+    let w = &scenario.workload;
+    w.sessions.is_none() && !matches!(w.arrivals, crate::config::scenario::Arrivals::Closed { .. })
 }
 
 /// The global loop over `engines` (the replicas) and `source`.
@@ -158,6 +182,9 @@ where
     O: Observer,
     F: FnMut(usize, &Engine, &mut O),
 {
+    if setup.stretches && !setup.keep_steps {
+        return lanes::drive_lanes(engines, router, source, obs, setup, after_step, progress);
+    }
     let tap = &mut Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
     // A delay of 0 changes no time.
     let source = &mut Delayed { inner: source, ns: setup.delay_ns };
@@ -169,8 +196,11 @@ where
     let Some(first) = engines.first() else { return Ok(run) };
     let context = first.config().context_length;
     let mut content = Content::new(first);
+    // Each replica's next step start (`u64::MAX` for none), updated when
+    // it steps or is handed a request (nothing else changes it).
+    let mut next: Vec<u64> = engines.iter().map(next_nanos).collect();
     loop {
-        let next_step = earliest_step(engines);
+        let next_step = earliest_step(&next);
         if let Some(when) = source.peek()
             && next_step.is_none_or(|(t, _)| when <= t)
         {
@@ -185,11 +215,12 @@ where
                 let r = submit::route(router, engines, &outstanding, &mut loads, &content, &req, source.session());
                 placed[req.id as usize] = Some(r as u32);
                 outstanding[r] += 1;
-                let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap };
+                let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap, told: false };
                 if content.submit(&mut engines[r], req, &mut o).is_err() {
                     outstanding[r] -= 1;
                     source.rejected(req.id, when);
                 }
+                next[r] = next_nanos(&engines[r]);
             }
             if let Some(why) = source.stalled() {
                 return Err(SimError::Stalled { why, progress: at });
@@ -201,8 +232,10 @@ where
         if start > limits.max_time {
             return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
         }
-        let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap };
-        if engines[r].step(&mut o).is_some() {
+        let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap, told: false };
+        let stepped = engines[r].step(&mut o).is_some();
+        next[r] = next_nanos(&engines[r]);
+        if stepped {
             submit::count_step(&mut at, limits, progress)?;
             if setup.keep_steps {
                 run.placement.steps.push(r as u32);
@@ -228,33 +261,56 @@ where
     Ok(run)
 }
 
-/// The earliest next step over the replicas: its start and replica, the
-/// lowest index on ties.
-fn earliest_step(engines: &[Engine]) -> Option<(SimTime, usize)> {
-    let mut best: Option<(SimTime, usize)> = None;
-    for (r, e) in engines.iter().enumerate() {
-        if let Some(t) = e.next_step_at()
-            && best.is_none_or(|(b, _)| t < b)
-        {
-            best = Some((t, r));
+/// When `engine`'s next step starts, in nanoseconds (`u64::MAX` for none).
+fn next_nanos(engine: &Engine) -> u64 {
+    engine.next_step_at().map_or(u64::MAX, SimTime::as_nanos)
+}
+
+/// The earliest next step over the replicas' next step starts: its start
+/// and replica, the lowest index on ties.
+fn earliest_step(next: &[u64]) -> Option<(SimTime, usize)> {
+    let mut best = (u64::MAX, 0);
+    for (r, &t) in next.iter().enumerate() {
+        if t < best.0 {
+            best = (t, r);
         }
     }
-    best
+    (best.0 != u64::MAX).then(|| (SimTime::from_nanos(best.0), best.1))
 }
 
 /// Counts one replica's events into its [`ReplicaCounts`] and forwards them.
 pub(crate) struct OnReplica<'a, O> {
     stats: &'a mut ReplicaCounts,
     inner: &'a mut O,
+    /// The request's arrival was told (and counted) when it was routed
+    /// ahead ([`lanes`]): the engine's `arrived` events are dropped.
+    told: bool,
 }
 
 impl<O: Observer> Observer for OnReplica<'_, O> {
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
+        if self.told {
+            return;
+        }
         self.stats.requests += 1;
         self.inner.arrived(id, at, prompt, output);
     }
     fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
         self.inner.scheduled(id, at, tokens, computed);
+    }
+    fn decode_stretch(&mut self, s: &Stretch<'_>) {
+        // What the steps one by one would count: a token per step a
+        // request takes part in, every step and its blocks.
+        self.stats.steps += s.steps.len() as u64;
+        let peak = s.steps.iter().map(|st| st.kv_blocks_used).max().unwrap_or(0);
+        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(peak);
+        self.stats.output_tokens += s.spans.iter().map(|&(n, _)| u64::from(n)).sum::<u64>();
+        if self.told {
+            self.inner.decode_stretch(&Stretch { arrivals: &[], ..*s });
+        } else {
+            self.stats.requests += s.arrivals.len() as u64;
+            self.inner.decode_stretch(s);
+        }
     }
     fn preempted(&mut self, id: RequestId, at: SimTime) {
         self.stats.preemptions += 1;

@@ -430,7 +430,7 @@ pub fn run_collecting<O: Observer>(
     if let Some(cluster) = &scenario.cluster {
         // The cluster's own collector, with the options the caller gave.
         let options = collector.options();
-        return crate::cluster::run(scenario, cluster, options, extra, progress);
+        return crate::cluster::run(scenario, cluster, options, extra, progress, stepping);
     }
     let mut engine = Engine::new(scenario.engine_config());
     let mut source = AnySource::new(scenario);

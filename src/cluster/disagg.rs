@@ -199,21 +199,48 @@ fn pool_out(pool: &Pool, c: &Collector, counts: &[ReplicaCounts], imbalance: f64
 /// A transfer in flight: ends at `.0.0`; `.0.1` orders equal ends by start.
 type Transfer = Reverse<(SimTime, u64, RequestId)>;
 
-/// The earliest next step over both pools: its start, pool and replica.
-fn earliest_step(prefill: &[Engine], decode: &[Engine]) -> Option<(SimTime, PoolKind, usize)> {
-    let mut best: Option<(SimTime, PoolKind, usize)> = None;
-    let all = prefill.iter().map(|e| (PoolKind::Prefill, e)).chain(decode.iter().map(|e| (PoolKind::Decode, e)));
-    let mut index = [0usize; 2];
-    for (kind, e) in all {
-        let i = &mut index[kind as usize];
-        if let Some(t) = e.next_step_at()
-            && best.is_none_or(|(b, _, _)| t < b)
-        {
-            best = Some((t, kind, *i));
-        }
-        *i += 1;
+/// Each replica's next step start (prefill replicas, then decode ones),
+/// `u64::MAX` for none: kept as the replicas change (a replica's next step
+/// changes only when it steps or is handed a request), so finding the
+/// earliest is one pass over a small array, not over the engines.
+struct NextSteps {
+    at: Vec<u64>,
+    decode_base: usize,
+}
+
+impl NextSteps {
+    fn new(prefill: &[Engine], decode: &[Engine]) -> NextSteps {
+        let mut next = NextSteps { at: vec![u64::MAX; prefill.len() + decode.len()], decode_base: prefill.len() };
+        (0..prefill.len()).for_each(|r| next.update(PoolKind::Prefill, r, &prefill[r]));
+        (0..decode.len()).for_each(|r| next.update(PoolKind::Decode, r, &decode[r]));
+        next
     }
-    best
+
+    /// Replica `r` of pool `kind`, `engine`, changed.
+    fn update(&mut self, kind: PoolKind, r: usize, engine: &Engine) {
+        let i = if kind == PoolKind::Decode { self.decode_base + r } else { r };
+        self.at[i] = engine.next_step_at().map_or(u64::MAX, SimTime::as_nanos);
+    }
+
+    /// The earliest next step over both pools: its start, pool and
+    /// replica (prefill replicas before decode ones on ties, then the
+    /// lowest index).
+    fn earliest(&self) -> Option<(SimTime, PoolKind, usize)> {
+        let mut best = (u64::MAX, 0);
+        for (i, &t) in self.at.iter().enumerate() {
+            if t < best.0 {
+                best = (t, i);
+            }
+        }
+        let (t, i) = best;
+        if t == u64::MAX {
+            return None;
+        }
+        Some(match i.checked_sub(self.decode_base) {
+            None => (SimTime::from_nanos(t), PoolKind::Prefill, i),
+            Some(r) => (SimTime::from_nanos(t), PoolKind::Decode, r),
+        })
+    }
 }
 
 /// What the loop remembers of a request between its pools.
@@ -261,8 +288,9 @@ where
     let mut known: Vec<Known> = Vec::new();
     let mut transfers: BinaryHeap<Transfer> = BinaryHeap::new();
     let mut handed: Handed = Vec::new();
+    let mut next = NextSteps::new(prefill, decode);
     loop {
-        let next_step = earliest_step(prefill, decode);
+        let next_step = next.earliest();
         let next_transfer = transfers.peek().map(|Reverse((t, _, _))| *t);
         let next_other = match (next_step, next_transfer) {
             (Some((s, _, _)), Some(t)) => Some(s.min(t)),
@@ -299,6 +327,7 @@ where
                     outstanding[0][r] -= 1;
                     source.rejected(req.id, when);
                 }
+                next.update(PoolKind::Prefill, r, &prefill[r]);
             }
             if let Some(why) = source.stalled() {
                 return Err(SimError::Stalled { why, progress: at });
@@ -322,6 +351,7 @@ where
             outstanding[1][r] += 1;
             run.decode[r].requests += 1;
             decode[r].submit_transferred(Request { id, arrival: end, prompt: k.prompt, output: k.output });
+            next.update(PoolKind::Decode, r, &decode[r]);
             continue;
         }
         let Some((start, kind, r)) = next_step else { break };
@@ -342,6 +372,7 @@ where
                 (&decode[r], stepped)
             }
         };
+        next.update(kind, r, engine);
         if stepped {
             submit::count_step(&mut at, limits, progress)?;
             if setup.keep_steps {

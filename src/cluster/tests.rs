@@ -145,7 +145,7 @@ fn run_fixed(
     let mut engines: Vec<Engine> = (0..replicas).map(|_| Engine::new(s.engine_config())).collect();
     let mut router = RouterState::new(policy, 1.0, 0);
     let mut collector = Collector::new(s.capacity.num_blocks, CollectorOptions { keep_steps: true });
-    let setup = Setup { limits: RunLimits::default(), delay_ns: 0, keep_steps: true };
+    let setup = Setup { limits: RunLimits::default(), delay_ns: 0, keep_steps: true, stretches: false };
     let run = drive_cluster(
         &mut engines,
         &mut router,

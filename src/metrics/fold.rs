@@ -60,16 +60,30 @@ impl Samples {
 pub struct MsSamples {
     exact: Vec<f64>,
     hist: Option<Histogram>,
-    /// Sum and max of the millisecond values once in the histogram.
-    sum: f64,
+    /// Sum of the millisecond values once in the histogram, in units of
+    /// 2^-[`SUM_FRACTION_BITS`] ms: an integer sum is the same in any
+    /// order (a cluster's replicas finish requests in a different order
+    /// with decode stretches than step by step, docs/clusters.md "Speed");
+    /// each value is truncated to a multiple of 2^-56 ms (1.4e-17 ms), far
+    /// below the rounding of an f64 sum.
+    sum: i128,
     max: f64,
+}
+
+/// Fraction bits of [`MsSamples`]'s fixed-point sum: values below 2^40
+/// ms, 2^30 of them, still fit an `i128`.
+const SUM_FRACTION_BITS: i32 = 56;
+
+/// `ms` in units of 2^-[`SUM_FRACTION_BITS`] ms (truncated below that).
+fn fixed(ms: f64) -> i128 {
+    (ms * 2f64.powi(SUM_FRACTION_BITS)) as i128
 }
 
 impl MsSamples {
     pub fn push(&mut self, ms: f64) {
         if let Some(h) = &mut self.hist {
             h.record((ms * 1e6).round() as u64);
-            self.sum += ms;
+            self.sum += fixed(ms);
             self.max = self.max.max(ms);
             return;
         }
@@ -78,7 +92,7 @@ impl MsSamples {
             let mut h = Histogram::new();
             for &x in &self.exact {
                 h.record((x * 1e6).round() as u64);
-                self.sum += x;
+                self.sum += fixed(x);
                 self.max = self.max.max(x);
             }
             self.exact = Vec::new();
@@ -97,7 +111,7 @@ impl MsSamples {
         let ms = |x: Option<f64>| x.map(|v| v / 1e6);
         Stats {
             count: h.count(),
-            mean: Some(self.sum / h.count() as f64),
+            mean: Some(self.sum as f64 / 2f64.powi(SUM_FRACTION_BITS) / h.count() as f64),
             p50: ms(h.percentile(50.0)),
             p90: ms(h.percentile(90.0)),
             p99: ms(h.percentile(99.0)),
@@ -210,6 +224,10 @@ mod tests {
         assert_eq!((got.count, got.max), (want.count, want.max));
         let (gm, wm) = (got.mean.unwrap(), want.mean.unwrap());
         assert!((gm - wm).abs() / wm < 1e-9, "{gm} vs {wm}");
+        // The same samples in another order give the same mean, to the bit.
+        let mut reversed = MsSamples::default();
+        xs.iter().rev().for_each(|&x| reversed.push(x));
+        assert_eq!(reversed.stats().mean, got.mean, "the mean does not depend on the order");
         for (g, w) in [(got.p50, want.p50), (got.p90, want.p90), (got.p99, want.p99)] {
             let (g, w) = (g.unwrap(), w.unwrap());
             assert!((g - w).abs() / w < 0.001, "{g} vs {w}");

@@ -85,7 +85,7 @@ fn every_request_ends_once_on_one_replica_and_every_replica_keeps_its_invariants
         let mut source = AnySource::new(&s);
         let mut obs = Ends::default();
         let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
-        let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: false };
+        let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: false, stretches: false };
         let run = drive_cluster(
             &mut engines,
             &mut router,
@@ -365,7 +365,7 @@ fn a_prefix_cached_cluster_gives_the_same_results_hashing_only_shared_blocks_as_
             let mut router = RouterState::new(policy, 1.0, s.workload.seed);
             let mut collector = Collector::new(s.capacity.num_blocks, CollectorOptions { keep_steps: true });
             let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
-            let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: true };
+            let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: true, stretches: false };
             let mut source = EveryBlockHashed { inner: AnySource::new(&s), hidden: &hidden, hide: every };
             let placed = drive_cluster(
                 &mut engines,

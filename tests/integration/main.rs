@@ -10,6 +10,7 @@ mod capacity;
 mod cli_errors;
 mod cli_run;
 mod cluster;
+mod cluster_exact;
 mod deployment;
 mod diff;
 mod disagg;

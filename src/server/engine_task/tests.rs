@@ -270,7 +270,12 @@ fn offline_fleet(
     let limit = crate::workload::Limit { requests: None, until: None };
     let mut source = TraceSource::new(Arc::new(rows), limit);
     let mut tokens = Tokens(BTreeMap::new());
-    let setup = crate::cluster::Setup { limits: crate::sim::RunLimits::default(), delay_ns: 0, keep_steps: false };
+    let setup = crate::cluster::Setup {
+        limits: crate::sim::RunLimits::default(),
+        delay_ns: 0,
+        keep_steps: false,
+        stretches: false,
+    };
     let run = crate::cluster::drive_cluster(
         &mut engines,
         &mut router,
