@@ -334,6 +334,31 @@ impl PrefixPool {
         self.allocate(slot, new);
     }
 
+    /// [`PrefixPool::allocate`] of one block for each of `slots`, in that
+    /// order: the same blocks, evictions and queue as one call each. A run
+    /// at the head of the free queue gives as many as it holds in one take
+    /// (the decode stretch's crossings of a step come here).
+    pub fn allocate_one_each(&mut self, mut slots: impl ExactSizeIterator<Item = u32>) {
+        while slots.len() > 0 {
+            let k = match self.queue.front() {
+                Some(&e) if e >> 32 != 0 && self.blocks.len() as u32 >= self.total => {
+                    (e as u32).min(slots.len() as u32)
+                }
+                _ => 0,
+            };
+            if k == 0 {
+                let slot = slots.next().expect("a slot left");
+                self.allocate(slot, 1);
+                continue;
+            }
+            self.take_from_run(k);
+            for slot in slots.by_ref().take(k as usize) {
+                let b = self.anon.pop().expect("a run stands for anonymous blocks");
+                self.slots[slot as usize].table.push(b);
+            }
+        }
+    }
+
     /// Rule 3: `n` more blocks for request `slot` from the head of the free
     /// queue. The caller has checked that `n <= free()`.
     pub fn allocate(&mut self, slot: u32, n: u32) {

@@ -482,9 +482,7 @@ impl Engine {
                 let group = &mut scratch.groups[((j - 1) % bs64) as usize];
                 // A request that finished in an earlier step is gone.
                 group.retain(|&i| members[i as usize].fin >= j);
-                for &i in group.iter() {
-                    p.allocate(members[i as usize].slot, 1);
-                }
+                p.allocate_one_each(group.iter().map(|&i| members[i as usize].slot));
                 for &i in &scratch.groups[(j % bs64) as usize] {
                     let m = &members[i as usize];
                     if m.fin < j {
