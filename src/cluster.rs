@@ -40,8 +40,7 @@ mod tests;
 use crate::config::{Cluster, Scenario};
 use crate::engine::{Engine, Observer, RejectReason, RequestId, StepRecord, Stretch};
 use crate::metrics::{Collector, CollectorOptions, RunOutput};
-use crate::run_driver::{Delayed, Progress, RunLimits, SimError, Tap};
-use crate::sim::Stepping;
+use crate::run_driver::{Delayed, Progress, RunLimits, SimError, Stepping, Tap};
 use crate::time::SimTime;
 use crate::workload::{AnySource, Source};
 use router::{Load, RouterState};
@@ -305,6 +304,14 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
         let peak = s.steps.iter().map(|st| st.kv_blocks_used).max().unwrap_or(0);
         self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(peak);
         self.stats.output_tokens += s.spans.iter().map(|&(n, _)| u64::from(n)).sum::<u64>();
+        // The joiners' prefix-cache lookups (the replay's `prefix_lookup`
+        // events): the whole prompt queried, `hit` tokens found.
+        for j in s.joins {
+            if let Some(hit) = j.prefix_hit {
+                self.stats.prefix_queried += u64::from(j.prompt);
+                self.stats.prefix_hit += u64::from(hit);
+            }
+        }
         if self.told {
             self.inner.decode_stretch(&Stretch { arrivals: &[], ..*s });
         } else {

@@ -203,3 +203,16 @@ impl<O: Observer> Observer for Tap<'_, O> {
         self.inner.decode_stretch(&crate::engine::Stretch { arrivals: &arrivals, ..*s });
     }
 }
+
+/// How the driver advances the engine.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Stepping {
+    /// Decode stretches in one call each ([`Engine::decode_stretch`](crate::engine::Engine::decode_stretch)):
+    /// the same step records, token times and figures as [`Stepping::Exact`],
+    /// to the nanosecond, with less work per step. `after_step` runs once
+    /// per stretch.
+    #[default]
+    MacroSteps,
+    /// Every step through [`Engine::step`](crate::engine::Engine::step) (`llmsim run --exact`).
+    Exact,
+}

@@ -81,18 +81,9 @@ where
     drive_stepping(engine, source, obs, limits, delay_ns, Stepping::Exact, after_step, progress)
 }
 
-/// How the driver advances the engine.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum Stepping {
-    /// Decode stretches in one call each ([`Engine::decode_stretch`]):
-    /// the same step records, token times and figures as [`Stepping::Exact`],
-    /// to the nanosecond, with less work per step. `after_step` runs once
-    /// per stretch.
-    #[default]
-    MacroSteps,
-    /// Every step through [`Engine::step`] (`llmsim run --exact`).
-    Exact,
-}
+/// How the driver advances the engine (kept in `run_driver`, which the
+/// cluster loops share, so `cluster` need not import `sim`).
+pub use crate::run_driver::Stepping;
 
 /// [`drive_limited`], choosing how the engine advances.
 #[allow(clippy::too_many_arguments)]
