@@ -80,6 +80,12 @@ struct Seq {
 }
 
 impl Seq {
+    /// A request just submitted, in `state` (pending, or waiting when a
+    /// stretch takes it in): nothing generated, computed or allocated.
+    fn new(req: Request, state: State) -> Seq {
+        Seq { req, generated: 0, computed: 0, blocks: 0, state, register_at: 0, arriving_kv: 0 }
+    }
+
     /// `P + g`: the tokens the engine knows.
     fn known(&self) -> u32 {
         self.req.prompt + self.generated
@@ -322,8 +328,7 @@ impl Engine {
             true => own_blocks(&req, hashes.len(), self.cfg.capacity.block_size),
             false => 0,
         };
-        let seq =
-            Seq { req, generated: 0, computed: 0, blocks: 0, state: State::Pending, register_at: 0, arriving_kv: 0 };
+        let seq = Seq::new(req, State::Pending);
         self.enqueue(seq, hashes, own);
         Ok(())
     }

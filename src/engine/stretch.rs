@@ -502,15 +502,7 @@ impl Engine {
                 // queue, their blocks, their prompt's registration.
                 if !scratch.incoming.is_empty() {
                     for (q, &req) in scratch.incoming.iter().enumerate() {
-                        let seq = Seq {
-                            req,
-                            generated: 0,
-                            computed: 0,
-                            blocks: 0,
-                            state: State::Waiting,
-                            register_at: 0,
-                            arriving_kv: 0,
-                        };
+                        let seq = Seq::new(req, State::Waiting);
                         let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
                         let (hashes, own_tail) = arrivals.content(q);
                         let own = match own_tail {
@@ -578,15 +570,7 @@ impl Engine {
                 // first `admitted` come in with blocks for their prompt.
                 if !scratch.incoming.is_empty() {
                     for &req in &scratch.incoming {
-                        let seq = Seq {
-                            req,
-                            generated: 0,
-                            computed: 0,
-                            blocks: 0,
-                            state: State::Waiting,
-                            register_at: 0,
-                            arriving_kv: 0,
-                        };
+                        let seq = Seq::new(req, State::Waiting);
                         let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
                         self.by_id.insert(req.id, slot);
                         self.last_arrival = req.arrival;

@@ -141,30 +141,61 @@ fn run(s: &Scenario, stepping: Stepping) -> (Result<RunOutput, String>, Events, 
     (out, extra.0, extra.1)
 }
 
+/// Runs scenario `i` (`text`) step by step and with stretches and asserts
+/// the same result JSON, request and step records, error and observer
+/// events. Returns the step-by-step result (if the run succeeded) and what
+/// the stretches admitted.
+fn same_both_ways(i: u64, text: &str) -> (Option<RunOutput>, Joins) {
+    let s = scenario(text);
+    let (exact, exact_events, _) = run(&s, Stepping::Exact);
+    let (fast, fast_events, fast_joins) = run(&s, Stepping::MacroSteps);
+    let out = match (exact, fast) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(to_json(&a.result), to_json(&b.result), "result JSON, scenario {i}:\n{text}");
+            assert_eq!(a.requests, b.requests, "request records, scenario {i}:\n{text}");
+            assert_eq!(a.steps, b.steps, "step records, scenario {i}:\n{text}");
+            Some(a)
+        }
+        (Err(a), Err(b)) => {
+            assert_eq!(a, b, "the same error, scenario {i}:\n{text}");
+            None
+        }
+        (a, b) => panic!("scenario {i}: exact {:?}, stretches {:?}\n{text}", a.err(), b.err()),
+    };
+    if let Some(k) =
+        (0..exact_events.0.len().max(fast_events.0.len())).find(|&k| exact_events.0.get(k) != fast_events.0.get(k))
+    {
+        panic!(
+            "event {k} differs: {:?} (step by step) against {:?} (stretches), scenario {i}:\n{text}",
+            exact_events.0.get(k),
+            fast_events.0.get(k)
+        );
+    }
+    (out, fast_joins)
+}
+
+impl Joins {
+    fn add(&mut self, o: &Joins) {
+        self.stretches += o.stretches;
+        self.steps += o.steps;
+        self.joined += o.joined;
+        self.looked_up += o.looked_up;
+        self.hit += o.hit;
+    }
+}
+
 #[test]
 fn decode_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     let (mut steps, mut runs_with_long_outputs) = (0u64, 0u64);
     let mut joins = Joins::default();
     for i in 0..160 {
         let text = generate(i);
-        let s = scenario(&text);
-        let (exact, exact_events, _) = run(&s, Stepping::Exact);
-        let (fast, fast_events, fast_joins) = run(&s, Stepping::MacroSteps);
-        joins.stretches += fast_joins.stretches;
-        joins.steps += fast_joins.steps;
-        joins.joined += fast_joins.joined;
-        match (exact, fast) {
-            (Ok(a), Ok(b)) => {
-                assert_eq!(to_json(&a.result), to_json(&b.result), "result JSON, scenario {i}:\n{text}");
-                assert_eq!(a.requests, b.requests, "request records, scenario {i}:\n{text}");
-                assert_eq!(a.steps, b.steps, "step records, scenario {i}:\n{text}");
-                steps += a.result.steps.count;
-                runs_with_long_outputs += u64::from(a.result.tpot_ms.count > 0);
-            }
-            (Err(a), Err(b)) => assert_eq!(a, b, "the same error, scenario {i}:\n{text}"),
-            (a, b) => panic!("scenario {i}: exact {:?}, stretches {:?}\n{text}", a.err(), b.err()),
+        let (out, fast_joins) = same_both_ways(i, &text);
+        joins.add(&fast_joins);
+        if let Some(a) = out {
+            steps += a.result.steps.count;
+            runs_with_long_outputs += u64::from(a.result.tpot_ms.count > 0);
         }
-        assert!(exact_events.0 == fast_events.0, "observer events differ, scenario {i}:\n{text}");
     }
     // The generator must exercise the stretches, not only short runs.
     assert!(steps > 200_000, "only {steps} steps over the generated scenarios");
@@ -250,33 +281,9 @@ fn decode_stretches_with_prefix_caching_give_the_same_bytes_as_the_step_by_step_
     let mut joins = Joins::default();
     for i in 0..120 {
         let text = generate_prefix(i);
-        let s = scenario(&text);
-        let (exact, exact_events, _) = run(&s, Stepping::Exact);
-        let (fast, fast_events, fast_joins) = run(&s, Stepping::MacroSteps);
-        joins.stretches += fast_joins.stretches;
-        joins.steps += fast_joins.steps;
-        joins.joined += fast_joins.joined;
-        joins.looked_up += fast_joins.looked_up;
-        joins.hit += fast_joins.hit;
-        match (exact, fast) {
-            (Ok(a), Ok(b)) => {
-                assert_eq!(to_json(&a.result), to_json(&b.result), "result JSON, scenario {i}:\n{text}");
-                assert_eq!(a.requests, b.requests, "request records, scenario {i}:\n{text}");
-                assert_eq!(a.steps, b.steps, "step records, scenario {i}:\n{text}");
-                steps += a.result.steps.count;
-            }
-            (Err(a), Err(b)) => assert_eq!(a, b, "the same error, scenario {i}:\n{text}"),
-            (a, b) => panic!("scenario {i}: exact {:?}, stretches {:?}\n{text}", a.err(), b.err()),
-        }
-        if let Some(k) =
-            (0..exact_events.0.len().max(fast_events.0.len())).find(|&k| exact_events.0.get(k) != fast_events.0.get(k))
-        {
-            panic!(
-                "event {k} differs: {:?} (step by step) against {:?} (stretches), scenario {i}:\n{text}",
-                exact_events.0.get(k),
-                fast_events.0.get(k)
-            );
-        }
+        let (out, fast_joins) = same_both_ways(i, &text);
+        joins.add(&fast_joins);
+        steps += out.map_or(0, |a| a.result.steps.count);
     }
     println!(
         "{steps} steps; {} of them in {} stretches that admitted {} requests ({} looked up, {} hit)",
