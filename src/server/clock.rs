@@ -34,15 +34,24 @@ impl Clock {
         if self.precise { SimTime::from_nanos(t.as_nanos().saturating_sub(1_000_000)) } else { t }
     }
 
-    /// Sleeps out the rest of a wait for `t` on the blocking pool (OS
-    /// timers have microsecond resolution); a no-op on a plain clock.
+    /// Sleeps out the rest of a wait for `t` (less than a millisecond) on
+    /// the calling thread: OS timers have microsecond resolution. A no-op
+    /// on a plain clock.
+    ///
+    /// A precise clock is only handed to drivers that run on a thread of
+    /// their own (`cli::serve` starts one per model), so blocking that
+    /// thread for the rest of the wait holds up nothing else. Sleeping
+    /// here rather than on tokio's blocking pool saves a hand-over per
+    /// step: the pool's thread would wake first and then have to wake
+    /// the driver's, and on a busy machine each wake-up can queue behind
+    /// the handlers' threads (docs/performance.md, "The server").
     pub async fn finish_wait(&self, t: SimTime) {
         if !self.precise {
             return;
         }
         let rest = self.instant(t).saturating_duration_since(tokio::time::Instant::now());
         if !rest.is_zero() {
-            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
+            std::thread::sleep(rest);
         }
     }
 
