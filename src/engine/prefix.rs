@@ -340,14 +340,9 @@ impl PrefixPool {
     /// (the decode stretch's crossings of a step come here).
     pub fn allocate_one_each(&mut self, mut slots: impl ExactSizeIterator<Item = u32>) {
         while slots.len() > 0 {
-            let k = match self.queue.front() {
-                Some(&e) if e >> 32 != 0 && self.blocks.len() as u32 >= self.total => {
-                    (e as u32).min(slots.len() as u32)
-                }
-                _ => 0,
-            };
+            let k = self.head_run(slots.len() as u32);
             if k == 0 {
-                let slot = slots.next().expect("a slot left");
+                let Some(slot) = slots.next() else { break };
                 self.allocate(slot, 1);
                 continue;
             }
@@ -359,6 +354,16 @@ impl PrefixPool {
         }
     }
 
+    /// How many of at most `n` blocks the run at the head of the free queue
+    /// gives in one take (0 when the head is a single block, or while
+    /// blocks are still handed out for the first time).
+    fn head_run(&self, n: u32) -> u32 {
+        match self.queue.front() {
+            Some(&e) if e >> 32 != 0 && self.blocks.len() as u32 >= self.total => (e as u32).min(n),
+            _ => 0,
+        }
+    }
+
     /// Rule 3: `n` more blocks for request `slot` from the head of the free
     /// queue. The caller has checked that `n <= free()`.
     pub fn allocate(&mut self, slot: u32, n: u32) {
@@ -366,10 +371,7 @@ impl PrefixPool {
         while n > 0 {
             // A run at the head gives up to `n` blocks at once, in the order
             // one by one would: the last freed first.
-            let k = match self.queue.front() {
-                Some(&e) if e >> 32 != 0 && self.blocks.len() as u32 >= self.total => (e as u32).min(n),
-                _ => 0,
-            };
+            let k = self.head_run(n);
             if k > 0 {
                 self.take_from_run(k);
                 let table = &mut self.slots[slot as usize].table;
