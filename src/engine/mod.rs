@@ -151,7 +151,7 @@ pub struct Engine {
     /// In admission order.
     running: Vec<u32>,
     /// Request id to slot, for aborts (looked up, never iterated).
-    by_id: HashMap<RequestId, u32>,
+    by_id: HashMap<RequestId, u32, IdHasher>,
     /// End of the last step (the earliest the next one can start).
     clock: SimTime,
     last_arrival: SimTime,
@@ -171,6 +171,41 @@ pub struct Engine {
     stretch: stretch::Scratch,
 }
 
+/// The hasher of [`Engine::by_id`]: one multiply and a rotation per id,
+/// where the default SipHash took about 4% of a plain run (8% with prefix
+/// caching, whose run leaves the map colder). Request ids are not chosen by
+/// an adversary (the driver and the server number them), so flooding is
+/// not a concern, and the map is never iterated, so its order reaches no
+/// output.
+#[derive(Clone, Copy, Debug, Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing (2^64 / golden ratio): the product's high
+        // bits mix every bit of the id; `finish` rotates them down to the
+        // low bits, which pick the bucket.
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+}
+
+impl std::hash::BuildHasher for IdHasher {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
         let (blocks, block_size) = (cfg.capacity.num_blocks, cfg.capacity.block_size);
@@ -186,7 +221,7 @@ impl Engine {
             pending: VecDeque::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
-            by_id: HashMap::new(),
+            by_id: HashMap::default(),
             clock: SimTime::ZERO,
             last_arrival: SimTime::ZERO,
             steps: 0,
