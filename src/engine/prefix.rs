@@ -114,14 +114,22 @@ fn registered_before(a: u32, b: u32) -> bool {
 #[derive(Clone, Debug, Default)]
 #[repr(C, align(64))]
 struct SlotState {
-    /// Its blocks, by position.
+    /// Its blocks by position, as far as they have labels: the shared
+    /// positions (those of `hashes`), and every position once it was
+    /// preempted (`released`). Until then its blocks past `hashes` are
+    /// only counted (`anon`).
     table: Vec<u32>,
+    /// Blocks it holds past `table` (own content or not yet registered,
+    /// never preempted): nothing reads them, so they have no label; their
+    /// labels are among [`PrefixPool::spare`]. Non-zero only when `table`
+    /// covers all of `hashes` and the slot was never released.
+    anon: u32,
     /// Its content: hashes of its leading full blocks, prompt then answer,
     /// those another request may share.
     hashes: Vec<u64>,
     /// Leading blocks of `table` that hold their hash.
     registered: u32,
-    /// Full blocks of content: `hashes.len() + own.len()`.
+    /// Full blocks of content: `hashes` and then the own ones.
     known: u32,
     /// Whether it let go of its blocks since its content was set (a
     /// preemption): then its own blocks may be held twice or sit in the
@@ -133,13 +141,23 @@ struct SlotState {
     /// are never hashed nor put in the index; only this request can hit
     /// them again, after a preemption. Each position lists the blocks
     /// holding it, earliest-registered first (several after a preemption
-    /// whose hit run broke before a position still cached).
+    /// whose hit run broke before a position still cached). Empty until
+    /// the request is preempted ([`PrefixPool::release`] sizes it to
+    /// `known - hashes.len()`): before, none of its own blocks is listed.
     own: Vec<Holders>,
     /// Names the current content of the slot: `slot << 32 | generation`,
     /// the generation counting the contents the slot has held. An own
     /// block whose `hash` is not its slot's tag is an orphan: its request
     /// has left, nothing can ever hit it, and it only waits for eviction.
     tag: u64,
+}
+
+impl SlotState {
+    /// Whether the next block it takes needs a label: a shared position,
+    /// or any once it was preempted.
+    fn labels_next(&self) -> bool {
+        self.released || self.table.len() < self.hashes.len()
+    }
 }
 
 /// A free-queue entry: a block (its index), or a run of anonymous blocks
@@ -171,17 +189,22 @@ pub struct PrefixPool {
     /// A request that leaves without having been preempted puts its own
     /// and unregistered blocks in as two runs ([`PrefixPool::finish`]):
     /// no one can hit them, so which physical block stands for which
-    /// does not matter; the blocks go to `anon`, and taking from a run
-    /// takes the block freed last there (still in the cache) and counts
-    /// an eviction for an orphan.
+    /// does not matter; taking from a run only counts (an eviction for an
+    /// orphan), and a label from `spare` is drawn only for a position that
+    /// needs one.
     queue: VecDeque<Entry>,
     queue_base: u32,
     /// Live block entries of `queue`.
     listed: u32,
     /// Block entries of `queue` that are not live.
     stale: u32,
-    /// The blocks the runs of `queue` stand for (as many), last freed last.
-    anon: Vec<u32>,
+    /// Blocks the runs of `queue` stand for.
+    in_runs: u32,
+    /// Labels of the blocks without one: those the runs of `queue` stand
+    /// for and those held anonymously ([`SlotState::anon`]), as many as
+    /// both, in any order (they all look like a block just taken: one
+    /// reference, no hash, no place in the queue).
+    spare: Vec<u32>,
     cache: HashIndex,
     /// Blocks holding a hash.
     cached: u32,
@@ -202,7 +225,8 @@ impl PrefixPool {
             queue_base: 0,
             listed: 0,
             stale: 0,
-            anon: Vec::new(),
+            in_runs: 0,
+            spare: Vec::new(),
             // One entry per cached block at most: reserving up front spares
             // the rehashes (bounded, for huge pools).
             cache: HashIndex::with_capacity(total.min(1 << 20) as usize),
@@ -220,7 +244,7 @@ impl PrefixPool {
 
     /// Blocks in the free queue (count 0), cached or not.
     pub fn free(&self) -> u32 {
-        self.total - self.blocks.len() as u32 + self.listed + self.anon.len() as u32
+        self.total - self.blocks.len() as u32 + self.listed + self.in_runs
     }
 
     /// Blocks with a reference.
@@ -240,7 +264,7 @@ impl PrefixPool {
 
     /// Blocks request `slot` holds.
     pub fn held(&self, slot: u32) -> u32 {
-        self.slots.get(slot as usize).map_or(0, |s| s.table.len() as u32)
+        self.slots.get(slot as usize).map_or(0, |s| s.table.len() as u32 + s.anon)
     }
 
     /// Gives request `slot` its content (the hashes of its full blocks,
@@ -264,6 +288,7 @@ impl PrefixPool {
             self.slots.push(SlotState { tag, ..SlotState::default() });
         }
         debug_assert!(self.slots[i].table.is_empty(), "content set on a slot that holds blocks");
+        debug_assert!(self.slots[i].anon == 0, "content set on a slot that holds blocks");
         self.orphan_own(slot);
         let s = &mut self.slots[i];
         s.tag = next_tag(s.tag);
@@ -272,8 +297,7 @@ impl PrefixPool {
         s.own.clear();
         // Own positions are kinds below ORPHAN (a request of 2^32 blocks
         // could not be held in memory anyway).
-        s.own.resize(own.min(ORPHAN) as usize, Holders { first: NIL, last: NIL });
-        s.known = (s.hashes.len() + s.own.len()) as u32;
+        s.known = (s.hashes.len() as u64 + u64::from(own.min(ORPHAN))).min(u64::from(u32::MAX)) as u32;
         s.registered = 0;
         s.released = false;
     }
@@ -327,7 +351,7 @@ impl PrefixPool {
             self.blocks[b as usize].refs += 1;
         }
         let s = &mut self.slots[slot as usize];
-        debug_assert!(s.table.is_empty(), "admitting a request that holds blocks");
+        debug_assert!(s.table.is_empty() && s.anon == 0, "admitting a request that holds blocks");
         s.table.extend_from_slice(&hits);
         s.registered = hits.len() as u32;
         self.hits = hits;
@@ -348,8 +372,11 @@ impl PrefixPool {
             }
             self.take_from_run(k);
             for slot in slots.by_ref().take(k as usize) {
-                let b = self.anon.pop().expect("a run stands for anonymous blocks");
-                self.slots[slot as usize].table.push(b);
+                let s = &mut self.slots[slot as usize];
+                match s.labels_next() {
+                    false => s.anon += 1,
+                    true => s.table.push(self.spare.pop().expect("a run stands for blocks without labels")),
+                }
             }
         }
     }
@@ -367,26 +394,30 @@ impl PrefixPool {
     /// Rule 3: `n` more blocks for request `slot` from the head of the free
     /// queue. The caller has checked that `n <= free()`.
     pub fn allocate(&mut self, slot: u32, n: u32) {
-        let mut n = n;
+        // Positions that need a label first (shared ones, or all once
+        // preempted), then the anonymous ones.
+        let s = &self.slots[slot as usize];
+        let labelled = match s.released {
+            true => n,
+            false => n.min((s.hashes.len() as u32).saturating_sub(s.table.len() as u32)),
+        };
+        let mut n = n - labelled;
+        for _ in 0..labelled {
+            let b = self.take_free();
+            self.slots[slot as usize].table.push(b);
+        }
         while n > 0 {
-            // A run at the head gives up to `n` blocks at once, in the order
-            // one by one would: the last freed first.
+            // A run at the head gives up to `n` blocks at once.
             let k = self.head_run(n);
             if k > 0 {
                 self.take_from_run(k);
-                let table = &mut self.slots[slot as usize].table;
-                match k {
-                    1 => table.push(self.anon.pop().expect("a run stands for anonymous blocks")),
-                    _ => {
-                        let from = self.anon.len() - k as usize;
-                        table.extend(self.anon.drain(from..).rev());
-                    }
-                }
+                self.slots[slot as usize].anon += k;
                 n -= k;
                 continue;
             }
             let b = self.take_free();
-            self.slots[slot as usize].table.push(b);
+            self.spare.push(b);
+            self.slots[slot as usize].anon += 1;
             n -= 1;
         }
     }
@@ -399,7 +430,7 @@ impl PrefixPool {
     pub fn register(&mut self, slot: u32, tokens: u32) -> u64 {
         let s = &mut self.slots[slot as usize];
         let known = s.known as usize;
-        let full = ((tokens / self.block_size) as usize).min(known).min(s.table.len());
+        let full = ((tokens / self.block_size) as usize).min(known).min(s.table.len() + s.anon as usize);
         let from = s.registered as usize;
         // Own blocks of a request not preempted since its content was set
         // are only counted: no one can look them up while it holds them,
@@ -464,10 +495,16 @@ impl PrefixPool {
     pub fn release(&mut self, slot: u32) {
         let Some(s) = self.slots.get_mut(slot as usize) else { return };
         if !s.released {
-            // Its own blocks registered by count only get their entries
-            // now, in position order (the order registration would have
-            // given them), before any of them can be found or evicted.
+            // Its own blocks registered by count only get their labels
+            // and entries now, in position order (the order registration
+            // would have given them), before any of them can be found or
+            // evicted.
             let shared = s.hashes.len();
+            s.own.clear();
+            s.own.resize(s.known as usize - shared, Holders { first: NIL, last: NIL });
+            let from = self.spare.len() - s.anon as usize;
+            s.table.extend(self.spare.drain(from..));
+            s.anon = 0;
             for i in shared..(s.registered as usize).max(shared) {
                 let b = s.table[i];
                 let pos = i - shared;
@@ -508,7 +545,7 @@ impl PrefixPool {
     pub fn forget(&mut self, slot: u32) {
         self.orphan_own(slot);
         if let Some(s) = self.slots.get_mut(slot as usize) {
-            debug_assert!(s.table.is_empty(), "forgetting a request that holds blocks");
+            debug_assert!(s.table.is_empty() && s.anon == 0, "forgetting a request that holds blocks");
             s.hashes.clear();
             s.own.clear();
             s.known = 0;
@@ -531,17 +568,20 @@ impl PrefixPool {
             return;
         }
         let mut table = std::mem::take(&mut s.table);
+        let held = table.len() + s.anon as usize;
         let registered = s.registered as usize;
         let shared = registered.min(s.hashes.len());
+        s.anon = 0;
         if cfg!(debug_assertions) {
             for &b in &table[shared..] {
                 debug_assert!(self.blocks[b as usize].refs == 1, "an own or unregistered block held twice");
             }
         }
-        // Tail first: the unregistered blocks, then the own registered ones.
-        self.anon.extend_from_slice(&table[registered..]);
-        self.push_run(RUN_UNCACHED, (table.len() - registered) as u32);
-        self.anon.extend_from_slice(&table[shared..registered]);
+        // Tail first: the unregistered blocks, then the own registered ones
+        // (those past `shared` with a label give it up).
+        self.spare.extend_from_slice(&table[shared..]);
+        self.in_runs += (held - shared) as u32;
+        self.push_run(RUN_UNCACHED, (held - registered) as u32);
         self.push_run(RUN_ORPHANS, (registered - shared) as u32);
         for &b in table[..shared].iter().rev() {
             let block = &mut self.blocks[b as usize];
@@ -561,7 +601,7 @@ impl PrefixPool {
         s.registered = 0;
     }
 
-    /// Appends `n` anonymous blocks of run kind `run` (already on `anon`).
+    /// Appends `n` anonymous blocks of run kind `run` (counted in `in_runs`).
     fn push_run(&mut self, run: Entry, n: u32) {
         if n == 0 {
             return;
@@ -606,9 +646,9 @@ impl PrefixPool {
         let b = loop {
             let e = self.queue.front_mut().expect("taking a block from an empty free queue");
             if *e >> 32 != 0 {
-                // One block of a run: the one freed last.
+                // One block of a run: any label of one.
                 self.take_from_run(1);
-                return self.anon.pop().expect("a run stands for anonymous blocks");
+                return self.spare.pop().expect("a run stands for blocks without labels");
             }
             let b = *e as u32;
             self.queue.pop_front();
@@ -637,13 +677,11 @@ impl PrefixPool {
     }
 
     /// Takes `k` blocks from the run at the head of the free queue (it
-    /// holds at least `k`): they are the last `k` of `anon`, which the
-    /// caller takes, last first. Their entries are not even read: a block
-    /// of a run still has the one reference, no hash and no place in the
-    /// queue it had when its request left ([`PrefixPool::finish`]; own
-    /// blocks are registered by count), which is what a block just taken
-    /// has; its other fields are rewritten before anything reads them
-    /// (registration, a preemption).
+    /// holds at least `k`): only counts. The caller draws a label from
+    /// `spare` for each that needs one. A label there has the one
+    /// reference, no hash and no place in the queue (what a block just
+    /// taken has); its other fields are rewritten before anything reads
+    /// them (registration, a preemption).
     fn take_from_run(&mut self, k: u32) {
         let e = self.queue.front_mut().expect("a run at the head of the free queue");
         debug_assert!(*e >> 32 != 0 && *e as u32 >= k, "taking more blocks than the run at the head holds");
@@ -653,14 +691,11 @@ impl PrefixPool {
             self.queue.pop_front();
             self.queue_base += 1;
         }
+        self.in_runs -= k;
         if run == RUN_ORPHANS {
             self.cached -= k;
             self.evictions += u64::from(k);
         }
-        debug_assert!(self.anon[self.anon.len() - k as usize..].iter().all(|&b| {
-            let block = &self.blocks[b as usize];
-            block.refs == 1 && block.kind == UNCACHED && block.queued_at == u32::MAX
-        }));
     }
 
     fn push_free(&mut self, b: u32) {
@@ -766,19 +801,21 @@ impl PrefixPool {
     pub fn check(&self, live: impl Fn(u32) -> bool) -> Result<(), String> {
         let n = self.blocks.len();
         let mut refs = vec![0u64; n];
-        // Blocks the runs of the queue stand for: free, each once.
+        // Labels of the blocks without one (in runs or held anonymously):
+        // each once.
         let mut anon = vec![false; n];
-        for &b in &self.anon {
+        for &b in &self.spare {
             if anon.get(b as usize) != Some(&false) {
-                return Err(format!("block {b} stands twice for a run, or was never allocated"));
+                return Err(format!("block {b} is spare twice, or was never allocated"));
             }
             anon[b as usize] = true;
             // Taking it writes nothing: it must look like a block just taken.
             let block = &self.blocks[b as usize];
             if block.refs != 1 || block.kind != UNCACHED || block.queued_at != u32::MAX {
-                return Err(format!("block {b} of a run is not a held block without a hash"));
+                return Err(format!("spare block {b} is not a held block without a hash"));
             }
         }
+        let mut held_anon = 0u64;
         // Own blocks registered by count (requests not preempted since
         // their content was set): cached, in no list.
         let mut counted = 0u32;
@@ -786,15 +823,38 @@ impl PrefixPool {
             if !s.table.is_empty() && !live(slot as u32) {
                 return Err(format!("slot {slot} holds {} blocks but is not running", s.table.len()));
             }
-            if s.known as usize != s.hashes.len() + s.own.len() {
+            if (s.known as usize) < s.hashes.len()
+                || (!s.own.is_empty() && s.known as usize != s.hashes.len() + s.own.len())
+            {
                 return Err(format!(
-                    "slot {slot} counts {} blocks of content, holds {}",
+                    "slot {slot} counts {} blocks of content, has {} shared and {} own",
                     s.known,
-                    s.hashes.len() + s.own.len()
+                    s.hashes.len(),
+                    s.own.len()
                 ));
             }
-            if s.registered as usize > s.table.len() {
-                return Err(format!("slot {slot} registered {} of {} blocks", s.registered, s.table.len()));
+            if s.released && !s.table.is_empty() && s.own.len() + s.hashes.len() != s.known as usize {
+                return Err(format!("slot {slot} was preempted but lists no own positions"));
+            }
+            if s.anon > 0 && (s.released || s.table.len() != s.hashes.len()) {
+                return Err(format!(
+                    "slot {slot} holds {} blocks without labels past {} of {} shared positions (preempted: {})",
+                    s.anon,
+                    s.table.len(),
+                    s.hashes.len(),
+                    s.released
+                ));
+            }
+            held_anon += u64::from(s.anon);
+            if s.registered as usize > s.table.len() + s.anon as usize {
+                return Err(format!(
+                    "slot {slot} registered {} of {} blocks",
+                    s.registered,
+                    s.table.len() + s.anon as usize
+                ));
+            }
+            if s.anon > 0 && !live(slot as u32) {
+                return Err(format!("slot {slot} holds {} blocks but is not running", s.anon));
             }
             for (i, &b) in s.table.iter().enumerate() {
                 let Some(block) = self.blocks.get(b as usize) else {
@@ -849,10 +909,12 @@ impl PrefixPool {
             }
             in_runs += u64::from(count);
         }
-        if in_runs != self.anon.len() as u64 {
+        if in_runs != u64::from(self.in_runs) || in_runs + held_anon != self.spare.len() as u64 {
             return Err(format!(
-                "the runs of the free queue count {in_runs} blocks, {} stand for them",
-                self.anon.len()
+                "the runs of the free queue count {in_runs} blocks ({} counted), slots hold {held_anon} \
+                 without labels, {} labels are spare",
+                self.in_runs,
+                self.spare.len()
             ));
         }
         let zero = self.blocks.iter().zip(&anon).filter(|(b, a)| b.refs == 0 && !**a).count() as u32;
