@@ -205,6 +205,11 @@ pub struct PrefixPool {
     /// both, in any order (they all look like a block just taken: one
     /// reference, no hash, no place in the queue).
     spare: Vec<u32>,
+    /// Blocks taken by [`PrefixPool::take_for_counted`] and own blocks
+    /// registered by [`PrefixPool::fill_counted`] that no slot counts yet
+    /// ([`PrefixPool::settle`] gives them to theirs).
+    unsettled_blocks: u32,
+    unsettled_fills: u32,
     cache: HashIndex,
     /// Blocks holding a hash.
     cached: u32,
@@ -227,6 +232,8 @@ impl PrefixPool {
             stale: 0,
             in_runs: 0,
             spare: Vec::new(),
+            unsettled_blocks: 0,
+            unsettled_fills: 0,
             // One entry per cached block at most: reserving up front spares
             // the rehashes (bounded, for huge pools).
             cache: HashIndex::with_capacity(total.min(1 << 20) as usize),
@@ -378,6 +385,67 @@ impl PrefixPool {
                     true => s.table.push(self.spare.pop().expect("a run stands for blocks without labels")),
                 }
             }
+        }
+    }
+
+    /// Whether request `slot`, having computed `c` tokens, decodes up to
+    /// `last` tokens by count: never preempted since its content was set,
+    /// every shared position registered and every full block among the `c`
+    /// registered, and its own content reaching the `last` tokens. Then each
+    /// block it crosses into is anonymous and each one it fills is an own
+    /// block registered by count, so a decode stretch takes and registers
+    /// them as counts ([`PrefixPool::take_for_counted`],
+    /// [`PrefixPool::fill_counted`]) and tells the slot at the end
+    /// ([`PrefixPool::settle`]).
+    pub fn decodes_by_count(&self, slot: u32, c: u32, last: u32) -> bool {
+        let Some(s) = self.slots.get(slot as usize) else { return false };
+        !s.released
+            && s.table.len() == s.hashes.len()
+            && s.registered as usize >= s.hashes.len()
+            && s.registered == c / self.block_size
+            && last / self.block_size <= s.known
+    }
+
+    /// `n` blocks for requests decoding by count, from the head of the free
+    /// queue: the same blocks and evictions as [`PrefixPool::allocate`]
+    /// of one each, none of them given to a slot yet.
+    pub fn take_for_counted(&mut self, n: u32) {
+        let mut left = n;
+        while left > 0 {
+            let k = self.head_run(left);
+            if k > 0 {
+                self.take_from_run(k);
+                left -= k;
+                continue;
+            }
+            let b = self.take_free();
+            self.spare.push(b);
+            left -= 1;
+        }
+        self.unsettled_blocks += n;
+    }
+
+    /// `n` requests decoding by count fill a block: each is registered
+    /// (an own block, by count), as [`PrefixPool::register`] would.
+    pub fn fill_counted(&mut self, n: u32) {
+        self.cached += n;
+        self.unsettled_fills += n;
+    }
+
+    /// Request `slot`, decoding by count, now holds `held` blocks and has
+    /// computed `tokens`: it takes its blocks and fills counted since.
+    /// Returns what [`PrefixPool::register`] would have.
+    pub fn settle(&mut self, slot: u32, held: u32, tokens: u32) -> u64 {
+        let s = &mut self.slots[slot as usize];
+        let anon = held - s.table.len() as u32;
+        self.unsettled_blocks -= anon - s.anon;
+        s.anon = anon;
+        let registered = (tokens / self.block_size).min(s.known).min(held);
+        self.unsettled_fills -= registered - s.registered;
+        s.registered = registered;
+        match registered < s.known {
+            true => (u64::from(registered) + 1) * u64::from(self.block_size),
+            false => u64::MAX,
         }
     }
 
@@ -908,6 +976,12 @@ impl PrefixPool {
                 _ => return Err(format!("free queue entry {e:#x} is neither a block nor a run")),
             }
             in_runs += u64::from(count);
+        }
+        if self.unsettled_blocks != 0 || self.unsettled_fills != 0 {
+            return Err(format!(
+                "{} blocks taken and {} filled by count are not settled with their slots",
+                self.unsettled_blocks, self.unsettled_fills
+            ));
         }
         if in_runs != u64::from(self.in_runs) || in_runs + held_anon != self.spare.len() as u64 {
             return Err(format!(
