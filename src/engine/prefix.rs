@@ -218,6 +218,34 @@ pub struct PrefixPool {
     slots: Vec<SlotState>,
     /// The blocks of the last lookup.
     hits: Vec<u32>,
+    /// Hit runs of recent lookups, by their first hash (`CHAINS` of them):
+    /// a lookup of content starting the same way takes the blocks of the
+    /// common part from here instead of the index. Valid while `epoch`
+    /// is theirs.
+    chains: Vec<Chain>,
+    /// Counts the changes of a hash's first holder (the block lookups
+    /// use): an eviction of a first holder. A registration never changes
+    /// one (a new holder goes last), and a hash newly in the index only
+    /// lengthens what a lookup finds past a memoised run, which it probes.
+    epoch: u64,
+}
+
+/// A memoised hit run: `hashes[i]`'s first holder is `blocks[i]`, as long
+/// as the pool's epoch is `epoch`.
+#[derive(Clone, Debug, Default)]
+struct Chain {
+    epoch: u64,
+    hashes: Vec<u64>,
+    blocks: Vec<u32>,
+}
+
+/// Memoised hit runs (a power of two).
+const CHAINS: usize = 16;
+
+/// The memo entry of content starting with hash `h` (bits the index does
+/// not use first).
+fn chain_of(h: u64) -> usize {
+    (h >> 56) as usize & (CHAINS - 1)
 }
 
 impl PrefixPool {
@@ -242,6 +270,8 @@ impl PrefixPool {
             evictions: 0,
             slots: Vec::new(),
             hits: Vec::new(),
+            chains: vec![Chain { epoch: u64::MAX, ..Chain::default() }; CHAINS],
+            epoch: 0,
         }
     }
 
@@ -315,13 +345,31 @@ impl PrefixPool {
         self.hits.clear();
         let Some(s) = self.slots.get(slot as usize) else { return Lookup::default() };
         let max = (known.saturating_sub(1) / self.block_size) as usize;
-        let mut free_blocks = 0;
-        for h in &s.hashes[..max.min(s.hashes.len())] {
-            let Some(holders) = self.cache.get(*h) else { break };
-            let b = holders.first;
-            free_blocks += u32::from(self.blocks[b as usize].refs == 0);
-            self.hits.push(b);
+        let want = &s.hashes[..max.min(s.hashes.len())];
+        // The part a recent lookup found (same leading hashes: the same
+        // first holders while no first holder changed), then the index.
+        let mut memo = 0;
+        if let Some(&h0) = want.first() {
+            let chain = &self.chains[chain_of(h0)];
+            if chain.epoch == self.epoch {
+                memo = want.iter().zip(&chain.hashes).take_while(|(a, b)| a == b).count();
+                self.hits.extend_from_slice(&chain.blocks[..memo]);
+            }
         }
+        for h in &want[memo..] {
+            let Some(holders) = self.cache.get(*h) else { break };
+            self.hits.push(holders.first);
+        }
+        if self.hits.len() > memo {
+            let chain = &mut self.chains[chain_of(want[0])];
+            chain.epoch = self.epoch;
+            chain.hashes.clear();
+            chain.hashes.extend_from_slice(&want[..self.hits.len()]);
+            chain.blocks.clear();
+            chain.blocks.extend_from_slice(&self.hits);
+        }
+        let blocks = &self.blocks;
+        let mut free_blocks = self.hits.iter().map(|&b| u32::from(blocks[b as usize].refs == 0)).sum::<u32>();
         // Its own blocks, only if every shared one hit (a preempted
         // request coming back finds what is left of its own).
         if self.hits.len() == s.hashes.len() {
@@ -351,11 +399,20 @@ impl PrefixPool {
     /// blocks. The caller has checked that they fit.
     pub fn admit(&mut self, slot: u32, new: u32) {
         let hits = std::mem::take(&mut self.hits);
+        // Those in the free queue leave it: their entries go stale.
+        let mut unlinked = 0;
         for &b in &hits {
-            if self.blocks[b as usize].refs == 0 {
-                self.unlink(b);
+            let block = &mut self.blocks[b as usize];
+            if block.refs == 0 {
+                block.queued_at = u32::MAX;
+                unlinked += 1;
             }
-            self.blocks[b as usize].refs += 1;
+            block.refs += 1;
+        }
+        if unlinked > 0 {
+            self.listed -= unlinked;
+            self.stale += unlinked;
+            self.compact_if_stale();
         }
         let s = &mut self.slots[slot as usize];
         debug_assert!(s.table.is_empty() && s.anon == 0, "admitting a request that holds blocks");
@@ -775,14 +832,11 @@ impl PrefixPool {
         self.listed += 1;
     }
 
-    /// Takes block `b` out of the free queue: its entry goes stale (the
-    /// caller gives it a reference). When stale entries outnumber the
-    /// live ones, the queue drops them (keeping the order of the rest).
-    fn unlink(&mut self, b: u32) {
-        // No position matches it now (positions stay below u32::MAX).
-        self.blocks[b as usize].queued_at = u32::MAX;
-        self.listed -= 1;
-        self.stale += 1;
+    /// Once stale entries outnumber the live ones, the free queue drops
+    /// them (keeping the order of the rest). A block hit while free is
+    /// taken out by setting its position to none (positions stay below
+    /// `u32::MAX`): its entry goes stale.
+    fn compact_if_stale(&mut self) {
         if self.stale > 64 && self.stale > self.listed {
             self.compact();
         }
@@ -826,6 +880,10 @@ impl PrefixPool {
             self.blocks[same_next as usize].same_prev = same_prev;
         }
         if kind == SHARED {
+            if same_prev == NIL {
+                // Its hash's first holder changes: memoised runs may be stale.
+                self.epoch += 1;
+            }
             match (same_prev, same_next) {
                 (NIL, NIL) => {
                     self.cache.remove(hash);
@@ -1055,6 +1113,14 @@ impl PrefixPool {
                     return Err(format!("block {b} is an orphan, but of content still there"));
                 }
                 in_lists += 1;
+            }
+        }
+        // Memoised runs of the current epoch: each hash's first holder.
+        for chain in self.chains.iter().filter(|c| c.epoch == self.epoch) {
+            for (&h, &b) in chain.hashes.iter().zip(&chain.blocks) {
+                if self.cache.get(h).map(|holders| holders.first) != Some(b) {
+                    return Err(format!("a memoised hit run says block {b} serves hash {h:016x}, it does not"));
+                }
             }
         }
         let entries = self.cache.iter().count();
