@@ -114,14 +114,22 @@ fn registered_before(a: u32, b: u32) -> bool {
 #[derive(Clone, Debug, Default)]
 #[repr(C, align(64))]
 struct SlotState {
-    /// Its blocks, by position.
+    /// Its blocks by position, as far as they have labels: the shared
+    /// positions (those of `hashes`), and every position once it was
+    /// preempted (`released`). Until then its blocks past `hashes` are
+    /// only counted (`anon`).
     table: Vec<u32>,
+    /// Blocks it holds past `table` (own content or not yet registered,
+    /// never preempted): nothing reads them, so they have no label; their
+    /// labels are among [`PrefixPool::spare`]. Non-zero only when `table`
+    /// covers all of `hashes` and the slot was never released.
+    anon: u32,
     /// Its content: hashes of its leading full blocks, prompt then answer,
     /// those another request may share.
     hashes: Vec<u64>,
     /// Leading blocks of `table` that hold their hash.
     registered: u32,
-    /// Full blocks of content: `hashes.len() + own.len()`.
+    /// Full blocks of content: `hashes` and then the own ones.
     known: u32,
     /// Whether it let go of its blocks since its content was set (a
     /// preemption): then its own blocks may be held twice or sit in the
@@ -133,13 +141,23 @@ struct SlotState {
     /// are never hashed nor put in the index; only this request can hit
     /// them again, after a preemption. Each position lists the blocks
     /// holding it, earliest-registered first (several after a preemption
-    /// whose hit run broke before a position still cached).
+    /// whose hit run broke before a position still cached). Empty until
+    /// the request is preempted ([`PrefixPool::release`] sizes it to
+    /// `known - hashes.len()`): before, none of its own blocks is listed.
     own: Vec<Holders>,
     /// Names the current content of the slot: `slot << 32 | generation`,
     /// the generation counting the contents the slot has held. An own
     /// block whose `hash` is not its slot's tag is an orphan: its request
     /// has left, nothing can ever hit it, and it only waits for eviction.
     tag: u64,
+}
+
+impl SlotState {
+    /// Whether the next block it takes needs a label: a shared position,
+    /// or any once it was preempted.
+    fn labels_next(&self) -> bool {
+        self.released || self.table.len() < self.hashes.len()
+    }
 }
 
 /// A free-queue entry: a block (its index), or a run of anonymous blocks
@@ -171,17 +189,27 @@ pub struct PrefixPool {
     /// A request that leaves without having been preempted puts its own
     /// and unregistered blocks in as two runs ([`PrefixPool::finish`]):
     /// no one can hit them, so which physical block stands for which
-    /// does not matter; the blocks go to `anon`, and taking from a run
-    /// takes the block freed last there (still in the cache) and counts
-    /// an eviction for an orphan.
+    /// does not matter; taking from a run only counts (an eviction for an
+    /// orphan), and a label from `spare` is drawn only for a position that
+    /// needs one.
     queue: VecDeque<Entry>,
     queue_base: u32,
     /// Live block entries of `queue`.
     listed: u32,
     /// Block entries of `queue` that are not live.
     stale: u32,
-    /// The blocks the runs of `queue` stand for (as many), last freed last.
-    anon: Vec<u32>,
+    /// Blocks the runs of `queue` stand for.
+    in_runs: u32,
+    /// Labels of the blocks without one: those the runs of `queue` stand
+    /// for and those held anonymously ([`SlotState::anon`]), as many as
+    /// both, in any order (they all look like a block just taken: one
+    /// reference, no hash, no place in the queue).
+    spare: Vec<u32>,
+    /// Blocks taken by [`PrefixPool::take_for_counted`] and own blocks
+    /// registered by [`PrefixPool::fill_counted`] that no slot counts yet
+    /// ([`PrefixPool::settle`] gives them to theirs).
+    unsettled_blocks: u32,
+    unsettled_fills: u32,
     cache: HashIndex,
     /// Blocks holding a hash.
     cached: u32,
@@ -190,6 +218,34 @@ pub struct PrefixPool {
     slots: Vec<SlotState>,
     /// The blocks of the last lookup.
     hits: Vec<u32>,
+    /// Hit runs of recent lookups, by their first hash (`CHAINS` of them):
+    /// a lookup of content starting the same way takes the blocks of the
+    /// common part from here instead of the index. Valid while `epoch`
+    /// is theirs.
+    chains: Vec<Chain>,
+    /// Counts the changes of a hash's first holder (the block lookups
+    /// use): an eviction of a first holder. A registration never changes
+    /// one (a new holder goes last), and a hash newly in the index only
+    /// lengthens what a lookup finds past a memoised run, which it probes.
+    epoch: u64,
+}
+
+/// A memoised hit run: `hashes[i]`'s first holder is `blocks[i]`, as long
+/// as the pool's epoch is `epoch`.
+#[derive(Clone, Debug, Default)]
+struct Chain {
+    epoch: u64,
+    hashes: Vec<u64>,
+    blocks: Vec<u32>,
+}
+
+/// Memoised hit runs (a power of two).
+const CHAINS: usize = 16;
+
+/// The memo entry of content starting with hash `h` (bits the index does
+/// not use first).
+fn chain_of(h: u64) -> usize {
+    (h >> 56) as usize & (CHAINS - 1)
 }
 
 impl PrefixPool {
@@ -202,7 +258,10 @@ impl PrefixPool {
             queue_base: 0,
             listed: 0,
             stale: 0,
-            anon: Vec::new(),
+            in_runs: 0,
+            spare: Vec::new(),
+            unsettled_blocks: 0,
+            unsettled_fills: 0,
             // One entry per cached block at most: reserving up front spares
             // the rehashes (bounded, for huge pools).
             cache: HashIndex::with_capacity(total.min(1 << 20) as usize),
@@ -211,6 +270,8 @@ impl PrefixPool {
             evictions: 0,
             slots: Vec::new(),
             hits: Vec::new(),
+            chains: vec![Chain { epoch: u64::MAX, ..Chain::default() }; CHAINS],
+            epoch: 0,
         }
     }
 
@@ -220,7 +281,7 @@ impl PrefixPool {
 
     /// Blocks in the free queue (count 0), cached or not.
     pub fn free(&self) -> u32 {
-        self.total - self.blocks.len() as u32 + self.listed + self.anon.len() as u32
+        self.total - self.blocks.len() as u32 + self.listed + self.in_runs
     }
 
     /// Blocks with a reference.
@@ -240,7 +301,7 @@ impl PrefixPool {
 
     /// Blocks request `slot` holds.
     pub fn held(&self, slot: u32) -> u32 {
-        self.slots.get(slot as usize).map_or(0, |s| s.table.len() as u32)
+        self.slots.get(slot as usize).map_or(0, |s| s.table.len() as u32 + s.anon)
     }
 
     /// Gives request `slot` its content (the hashes of its full blocks,
@@ -264,6 +325,7 @@ impl PrefixPool {
             self.slots.push(SlotState { tag, ..SlotState::default() });
         }
         debug_assert!(self.slots[i].table.is_empty(), "content set on a slot that holds blocks");
+        debug_assert!(self.slots[i].anon == 0, "content set on a slot that holds blocks");
         self.orphan_own(slot);
         let s = &mut self.slots[i];
         s.tag = next_tag(s.tag);
@@ -272,8 +334,7 @@ impl PrefixPool {
         s.own.clear();
         // Own positions are kinds below ORPHAN (a request of 2^32 blocks
         // could not be held in memory anyway).
-        s.own.resize(own.min(ORPHAN) as usize, Holders { first: NIL, last: NIL });
-        s.known = (s.hashes.len() + s.own.len()) as u32;
+        s.known = (s.hashes.len() as u64 + u64::from(own.min(ORPHAN))).min(u64::from(u32::MAX)) as u32;
         s.registered = 0;
         s.released = false;
     }
@@ -284,13 +345,31 @@ impl PrefixPool {
         self.hits.clear();
         let Some(s) = self.slots.get(slot as usize) else { return Lookup::default() };
         let max = (known.saturating_sub(1) / self.block_size) as usize;
-        let mut free_blocks = 0;
-        for h in &s.hashes[..max.min(s.hashes.len())] {
-            let Some(holders) = self.cache.get(*h) else { break };
-            let b = holders.first;
-            free_blocks += u32::from(self.blocks[b as usize].refs == 0);
-            self.hits.push(b);
+        let want = &s.hashes[..max.min(s.hashes.len())];
+        // The part a recent lookup found (same leading hashes: the same
+        // first holders while no first holder changed), then the index.
+        let mut memo = 0;
+        if let Some(&h0) = want.first() {
+            let chain = &self.chains[chain_of(h0)];
+            if chain.epoch == self.epoch {
+                memo = want.iter().zip(&chain.hashes).take_while(|(a, b)| a == b).count();
+                self.hits.extend_from_slice(&chain.blocks[..memo]);
+            }
         }
+        for h in &want[memo..] {
+            let Some(holders) = self.cache.get(*h) else { break };
+            self.hits.push(holders.first);
+        }
+        if self.hits.len() > memo {
+            let chain = &mut self.chains[chain_of(want[0])];
+            chain.epoch = self.epoch;
+            chain.hashes.clear();
+            chain.hashes.extend_from_slice(&want[..self.hits.len()]);
+            chain.blocks.clear();
+            chain.blocks.extend_from_slice(&self.hits);
+        }
+        let blocks = &self.blocks;
+        let mut free_blocks = self.hits.iter().map(|&b| u32::from(blocks[b as usize].refs == 0)).sum::<u32>();
         // Its own blocks, only if every shared one hit (a preempted
         // request coming back finds what is left of its own).
         if self.hits.len() == s.hashes.len() {
@@ -320,14 +399,23 @@ impl PrefixPool {
     /// blocks. The caller has checked that they fit.
     pub fn admit(&mut self, slot: u32, new: u32) {
         let hits = std::mem::take(&mut self.hits);
+        // Those in the free queue leave it: their entries go stale.
+        let mut unlinked = 0;
         for &b in &hits {
-            if self.blocks[b as usize].refs == 0 {
-                self.unlink(b);
+            let block = &mut self.blocks[b as usize];
+            if block.refs == 0 {
+                block.queued_at = u32::MAX;
+                unlinked += 1;
             }
-            self.blocks[b as usize].refs += 1;
+            block.refs += 1;
+        }
+        if unlinked > 0 {
+            self.listed -= unlinked;
+            self.stale += unlinked;
+            self.compact_if_stale();
         }
         let s = &mut self.slots[slot as usize];
-        debug_assert!(s.table.is_empty(), "admitting a request that holds blocks");
+        debug_assert!(s.table.is_empty() && s.anon == 0, "admitting a request that holds blocks");
         s.table.extend_from_slice(&hits);
         s.registered = hits.len() as u32;
         self.hits = hits;
@@ -348,9 +436,73 @@ impl PrefixPool {
             }
             self.take_from_run(k);
             for slot in slots.by_ref().take(k as usize) {
-                let b = self.anon.pop().expect("a run stands for anonymous blocks");
-                self.slots[slot as usize].table.push(b);
+                let s = &mut self.slots[slot as usize];
+                match s.labels_next() {
+                    false => s.anon += 1,
+                    true => s.table.push(self.spare.pop().expect("a run stands for blocks without labels")),
+                }
             }
+        }
+    }
+
+    /// Whether request `slot`, having computed `c` tokens, decodes up to
+    /// `last` tokens by count: never preempted since its content was set,
+    /// every shared position registered and every full block among the `c`
+    /// registered, and its own content reaching the `last` tokens. Then each
+    /// block it crosses into is anonymous and each one it fills is an own
+    /// block registered by count, so a decode stretch takes and registers
+    /// them as counts ([`PrefixPool::take_for_counted`],
+    /// [`PrefixPool::fill_counted`]) and tells the slot at the end
+    /// ([`PrefixPool::settle`]).
+    pub fn decodes_by_count(&self, slot: u32, c: u32, last: u32) -> bool {
+        let Some(s) = self.slots.get(slot as usize) else { return false };
+        !s.released
+            && s.table.len() == s.hashes.len()
+            && s.registered as usize >= s.hashes.len()
+            && s.registered == c / self.block_size
+            && last / self.block_size <= s.known
+    }
+
+    /// `n` blocks for requests decoding by count, from the head of the free
+    /// queue: the same blocks and evictions as [`PrefixPool::allocate`]
+    /// of one each, none of them given to a slot yet.
+    pub fn take_for_counted(&mut self, n: u32) {
+        let mut left = n;
+        while left > 0 {
+            let k = self.head_run(left);
+            if k > 0 {
+                self.take_from_run(k);
+                left -= k;
+                continue;
+            }
+            let b = self.take_free();
+            self.spare.push(b);
+            left -= 1;
+        }
+        self.unsettled_blocks += n;
+    }
+
+    /// `n` requests decoding by count fill a block: each is registered
+    /// (an own block, by count), as [`PrefixPool::register`] would.
+    pub fn fill_counted(&mut self, n: u32) {
+        self.cached += n;
+        self.unsettled_fills += n;
+    }
+
+    /// Request `slot`, decoding by count, now holds `held` blocks and has
+    /// computed `tokens`: it takes its blocks and fills counted since.
+    /// Returns what [`PrefixPool::register`] would have.
+    pub fn settle(&mut self, slot: u32, held: u32, tokens: u32) -> u64 {
+        let s = &mut self.slots[slot as usize];
+        let anon = held - s.table.len() as u32;
+        self.unsettled_blocks -= anon - s.anon;
+        s.anon = anon;
+        let registered = (tokens / self.block_size).min(s.known).min(held);
+        self.unsettled_fills -= registered - s.registered;
+        s.registered = registered;
+        match registered < s.known {
+            true => (u64::from(registered) + 1) * u64::from(self.block_size),
+            false => u64::MAX,
         }
     }
 
@@ -367,26 +519,30 @@ impl PrefixPool {
     /// Rule 3: `n` more blocks for request `slot` from the head of the free
     /// queue. The caller has checked that `n <= free()`.
     pub fn allocate(&mut self, slot: u32, n: u32) {
-        let mut n = n;
+        // Positions that need a label first (shared ones, or all once
+        // preempted), then the anonymous ones.
+        let s = &self.slots[slot as usize];
+        let labelled = match s.released {
+            true => n,
+            false => n.min((s.hashes.len() as u32).saturating_sub(s.table.len() as u32)),
+        };
+        let mut n = n - labelled;
+        for _ in 0..labelled {
+            let b = self.take_free();
+            self.slots[slot as usize].table.push(b);
+        }
         while n > 0 {
-            // A run at the head gives up to `n` blocks at once, in the order
-            // one by one would: the last freed first.
+            // A run at the head gives up to `n` blocks at once.
             let k = self.head_run(n);
             if k > 0 {
                 self.take_from_run(k);
-                let table = &mut self.slots[slot as usize].table;
-                match k {
-                    1 => table.push(self.anon.pop().expect("a run stands for anonymous blocks")),
-                    _ => {
-                        let from = self.anon.len() - k as usize;
-                        table.extend(self.anon.drain(from..).rev());
-                    }
-                }
+                self.slots[slot as usize].anon += k;
                 n -= k;
                 continue;
             }
             let b = self.take_free();
-            self.slots[slot as usize].table.push(b);
+            self.spare.push(b);
+            self.slots[slot as usize].anon += 1;
             n -= 1;
         }
     }
@@ -399,7 +555,7 @@ impl PrefixPool {
     pub fn register(&mut self, slot: u32, tokens: u32) -> u64 {
         let s = &mut self.slots[slot as usize];
         let known = s.known as usize;
-        let full = ((tokens / self.block_size) as usize).min(known).min(s.table.len());
+        let full = ((tokens / self.block_size) as usize).min(known).min(s.table.len() + s.anon as usize);
         let from = s.registered as usize;
         // Own blocks of a request not preempted since its content was set
         // are only counted: no one can look them up while it holds them,
@@ -464,10 +620,16 @@ impl PrefixPool {
     pub fn release(&mut self, slot: u32) {
         let Some(s) = self.slots.get_mut(slot as usize) else { return };
         if !s.released {
-            // Its own blocks registered by count only get their entries
-            // now, in position order (the order registration would have
-            // given them), before any of them can be found or evicted.
+            // Its own blocks registered by count only get their labels
+            // and entries now, in position order (the order registration
+            // would have given them), before any of them can be found or
+            // evicted.
             let shared = s.hashes.len();
+            s.own.clear();
+            s.own.resize(s.known as usize - shared, Holders { first: NIL, last: NIL });
+            let from = self.spare.len() - s.anon as usize;
+            s.table.extend(self.spare.drain(from..));
+            s.anon = 0;
             for i in shared..(s.registered as usize).max(shared) {
                 let b = s.table[i];
                 let pos = i - shared;
@@ -508,7 +670,7 @@ impl PrefixPool {
     pub fn forget(&mut self, slot: u32) {
         self.orphan_own(slot);
         if let Some(s) = self.slots.get_mut(slot as usize) {
-            debug_assert!(s.table.is_empty(), "forgetting a request that holds blocks");
+            debug_assert!(s.table.is_empty() && s.anon == 0, "forgetting a request that holds blocks");
             s.hashes.clear();
             s.own.clear();
             s.known = 0;
@@ -531,17 +693,20 @@ impl PrefixPool {
             return;
         }
         let mut table = std::mem::take(&mut s.table);
+        let held = table.len() + s.anon as usize;
         let registered = s.registered as usize;
         let shared = registered.min(s.hashes.len());
+        s.anon = 0;
         if cfg!(debug_assertions) {
             for &b in &table[shared..] {
                 debug_assert!(self.blocks[b as usize].refs == 1, "an own or unregistered block held twice");
             }
         }
-        // Tail first: the unregistered blocks, then the own registered ones.
-        self.anon.extend_from_slice(&table[registered..]);
-        self.push_run(RUN_UNCACHED, (table.len() - registered) as u32);
-        self.anon.extend_from_slice(&table[shared..registered]);
+        // Tail first: the unregistered blocks, then the own registered ones
+        // (those past `shared` with a label give it up).
+        self.spare.extend_from_slice(&table[shared..]);
+        self.in_runs += (held - shared) as u32;
+        self.push_run(RUN_UNCACHED, (held - registered) as u32);
         self.push_run(RUN_ORPHANS, (registered - shared) as u32);
         for &b in table[..shared].iter().rev() {
             let block = &mut self.blocks[b as usize];
@@ -561,7 +726,7 @@ impl PrefixPool {
         s.registered = 0;
     }
 
-    /// Appends `n` anonymous blocks of run kind `run` (already on `anon`).
+    /// Appends `n` anonymous blocks of run kind `run` (counted in `in_runs`).
     fn push_run(&mut self, run: Entry, n: u32) {
         if n == 0 {
             return;
@@ -606,9 +771,9 @@ impl PrefixPool {
         let b = loop {
             let e = self.queue.front_mut().expect("taking a block from an empty free queue");
             if *e >> 32 != 0 {
-                // One block of a run: the one freed last.
+                // One block of a run: any label of one.
                 self.take_from_run(1);
-                return self.anon.pop().expect("a run stands for anonymous blocks");
+                return self.spare.pop().expect("a run stands for blocks without labels");
             }
             let b = *e as u32;
             self.queue.pop_front();
@@ -637,13 +802,11 @@ impl PrefixPool {
     }
 
     /// Takes `k` blocks from the run at the head of the free queue (it
-    /// holds at least `k`): they are the last `k` of `anon`, which the
-    /// caller takes, last first. Their entries are not even read: a block
-    /// of a run still has the one reference, no hash and no place in the
-    /// queue it had when its request left ([`PrefixPool::finish`]; own
-    /// blocks are registered by count), which is what a block just taken
-    /// has; its other fields are rewritten before anything reads them
-    /// (registration, a preemption).
+    /// holds at least `k`): only counts. The caller draws a label from
+    /// `spare` for each that needs one. A label there has the one
+    /// reference, no hash and no place in the queue (what a block just
+    /// taken has); its other fields are rewritten before anything reads
+    /// them (registration, a preemption).
     fn take_from_run(&mut self, k: u32) {
         let e = self.queue.front_mut().expect("a run at the head of the free queue");
         debug_assert!(*e >> 32 != 0 && *e as u32 >= k, "taking more blocks than the run at the head holds");
@@ -653,14 +816,11 @@ impl PrefixPool {
             self.queue.pop_front();
             self.queue_base += 1;
         }
+        self.in_runs -= k;
         if run == RUN_ORPHANS {
             self.cached -= k;
             self.evictions += u64::from(k);
         }
-        debug_assert!(self.anon[self.anon.len() - k as usize..].iter().all(|&b| {
-            let block = &self.blocks[b as usize];
-            block.refs == 1 && block.kind == UNCACHED && block.queued_at == u32::MAX
-        }));
     }
 
     fn push_free(&mut self, b: u32) {
@@ -672,14 +832,11 @@ impl PrefixPool {
         self.listed += 1;
     }
 
-    /// Takes block `b` out of the free queue: its entry goes stale (the
-    /// caller gives it a reference). When stale entries outnumber the
-    /// live ones, the queue drops them (keeping the order of the rest).
-    fn unlink(&mut self, b: u32) {
-        // No position matches it now (positions stay below u32::MAX).
-        self.blocks[b as usize].queued_at = u32::MAX;
-        self.listed -= 1;
-        self.stale += 1;
+    /// Once stale entries outnumber the live ones, the free queue drops
+    /// them (keeping the order of the rest). A block hit while free is
+    /// taken out by setting its position to none (positions stay below
+    /// `u32::MAX`): its entry goes stale.
+    fn compact_if_stale(&mut self) {
         if self.stale > 64 && self.stale > self.listed {
             self.compact();
         }
@@ -723,6 +880,10 @@ impl PrefixPool {
             self.blocks[same_next as usize].same_prev = same_prev;
         }
         if kind == SHARED {
+            if same_prev == NIL {
+                // Its hash's first holder changes: memoised runs may be stale.
+                self.epoch += 1;
+            }
             match (same_prev, same_next) {
                 (NIL, NIL) => {
                     self.cache.remove(hash);
@@ -766,19 +927,21 @@ impl PrefixPool {
     pub fn check(&self, live: impl Fn(u32) -> bool) -> Result<(), String> {
         let n = self.blocks.len();
         let mut refs = vec![0u64; n];
-        // Blocks the runs of the queue stand for: free, each once.
+        // Labels of the blocks without one (in runs or held anonymously):
+        // each once.
         let mut anon = vec![false; n];
-        for &b in &self.anon {
+        for &b in &self.spare {
             if anon.get(b as usize) != Some(&false) {
-                return Err(format!("block {b} stands twice for a run, or was never allocated"));
+                return Err(format!("block {b} is spare twice, or was never allocated"));
             }
             anon[b as usize] = true;
             // Taking it writes nothing: it must look like a block just taken.
             let block = &self.blocks[b as usize];
             if block.refs != 1 || block.kind != UNCACHED || block.queued_at != u32::MAX {
-                return Err(format!("block {b} of a run is not a held block without a hash"));
+                return Err(format!("spare block {b} is not a held block without a hash"));
             }
         }
+        let mut held_anon = 0u64;
         // Own blocks registered by count (requests not preempted since
         // their content was set): cached, in no list.
         let mut counted = 0u32;
@@ -786,15 +949,38 @@ impl PrefixPool {
             if !s.table.is_empty() && !live(slot as u32) {
                 return Err(format!("slot {slot} holds {} blocks but is not running", s.table.len()));
             }
-            if s.known as usize != s.hashes.len() + s.own.len() {
+            if (s.known as usize) < s.hashes.len()
+                || (!s.own.is_empty() && s.known as usize != s.hashes.len() + s.own.len())
+            {
                 return Err(format!(
-                    "slot {slot} counts {} blocks of content, holds {}",
+                    "slot {slot} counts {} blocks of content, has {} shared and {} own",
                     s.known,
-                    s.hashes.len() + s.own.len()
+                    s.hashes.len(),
+                    s.own.len()
                 ));
             }
-            if s.registered as usize > s.table.len() {
-                return Err(format!("slot {slot} registered {} of {} blocks", s.registered, s.table.len()));
+            if s.released && !s.table.is_empty() && s.own.len() + s.hashes.len() != s.known as usize {
+                return Err(format!("slot {slot} was preempted but lists no own positions"));
+            }
+            if s.anon > 0 && (s.released || s.table.len() != s.hashes.len()) {
+                return Err(format!(
+                    "slot {slot} holds {} blocks without labels past {} of {} shared positions (preempted: {})",
+                    s.anon,
+                    s.table.len(),
+                    s.hashes.len(),
+                    s.released
+                ));
+            }
+            held_anon += u64::from(s.anon);
+            if s.registered as usize > s.table.len() + s.anon as usize {
+                return Err(format!(
+                    "slot {slot} registered {} of {} blocks",
+                    s.registered,
+                    s.table.len() + s.anon as usize
+                ));
+            }
+            if s.anon > 0 && !live(slot as u32) {
+                return Err(format!("slot {slot} holds {} blocks but is not running", s.anon));
             }
             for (i, &b) in s.table.iter().enumerate() {
                 let Some(block) = self.blocks.get(b as usize) else {
@@ -849,10 +1035,18 @@ impl PrefixPool {
             }
             in_runs += u64::from(count);
         }
-        if in_runs != self.anon.len() as u64 {
+        if self.unsettled_blocks != 0 || self.unsettled_fills != 0 {
             return Err(format!(
-                "the runs of the free queue count {in_runs} blocks, {} stand for them",
-                self.anon.len()
+                "{} blocks taken and {} filled by count are not settled with their slots",
+                self.unsettled_blocks, self.unsettled_fills
+            ));
+        }
+        if in_runs != u64::from(self.in_runs) || in_runs + held_anon != self.spare.len() as u64 {
+            return Err(format!(
+                "the runs of the free queue count {in_runs} blocks ({} counted), slots hold {held_anon} \
+                 without labels, {} labels are spare",
+                self.in_runs,
+                self.spare.len()
             ));
         }
         let zero = self.blocks.iter().zip(&anon).filter(|(b, a)| b.refs == 0 && !**a).count() as u32;
@@ -919,6 +1113,14 @@ impl PrefixPool {
                     return Err(format!("block {b} is an orphan, but of content still there"));
                 }
                 in_lists += 1;
+            }
+        }
+        // Memoised runs of the current epoch: each hash's first holder.
+        for chain in self.chains.iter().filter(|c| c.epoch == self.epoch) {
+            for (&h, &b) in chain.hashes.iter().zip(&chain.blocks) {
+                if self.cache.get(h).map(|holders| holders.first) != Some(b) {
+                    return Err(format!("a memoised hit run says block {b} serves hash {h:016x}, it does not"));
+                }
             }
         }
         let entries = self.cache.iter().count();

@@ -122,6 +122,10 @@ struct Member {
     /// It crosses into a new block in the steps `j` with
     /// `(j - 1) % block_size == key`.
     key: u32,
+    /// With prefix caching: it decodes by count
+    /// ([`super::prefix::PrefixPool::decodes_by_count`]): the blocks it
+    /// crosses into and fills are only counted, in `Scratch::counted`.
+    counted: bool,
 }
 
 impl Member {
@@ -163,8 +167,11 @@ pub(super) struct Scratch {
     /// cross into a new block in steps `j` with `(j - 1) % block_size == r`
     /// and fill their last one in steps with `j % block_size == r`), each
     /// group in running order (joiners go to its end); a member that
-    /// finished leaves its group the next time the group is read.
+    /// finished leaves its group the next time the group is read. Members
+    /// decoding by count are only counted, in `counted`.
     groups: Vec<Vec<u32>>,
+    /// `counted[r]`: the members of group `r` (not finished) decoding by count.
+    counted: Vec<u32>,
 }
 
 impl Engine {
@@ -295,7 +302,11 @@ impl Engine {
             let room = room as u32;
             let (c, g) = (s.computed, s.generated);
             let fin = u64::from(left);
-            scratch.members.push(Member { slot, first: 1, fin, c, g, blocks: s.blocks, room, key: room });
+            let counted = match &self.kv {
+                Kv::Prefix(p) => p.decodes_by_count(slot, c, c + fin as u32),
+                Kv::Count(_) => false,
+            };
+            scratch.members.push(Member { slot, first: 1, fin, c, g, blocks: s.blocks, room, key: room, counted });
             scratch.requests.push((s.req.id, c, g));
             s_ctx += u64::from(c);
         }
@@ -318,8 +329,13 @@ impl Engine {
             if scratch.groups.len() < bs as usize {
                 scratch.groups.resize_with(bs as usize, Vec::new);
             }
+            scratch.counted.clear();
+            scratch.counted.resize(bs as usize, 0);
             for (i, m) in scratch.members.iter().enumerate() {
-                scratch.groups[m.key as usize].push(i as u32);
+                match m.counted {
+                    true => scratch.counted[m.key as usize] += 1,
+                    false => scratch.groups[m.key as usize].push(i as u32),
+                }
             }
         }
         let detailed = self.cfg.cost.deployment.is_some();
@@ -478,12 +494,20 @@ impl Engine {
                 let evicted = p.evictions();
                 // Requests with key r cross into a new block in steps
                 // j = r + 1 (mod bs), and fill their last one in steps j = r.
+                // Members decoding by count take and fill blocks as counts
+                // (which member takes which of the step's blocks changes
+                // nothing: the blocks taken and evicted are the same).
+                let (cross, fill) = (((j - 1) % bs64) as usize, (j % bs64) as usize);
+                p.take_for_counted(scratch.counted[cross]);
+                p.fill_counted(scratch.counted[fill]);
                 let members = &scratch.members;
-                let group = &mut scratch.groups[((j - 1) % bs64) as usize];
+                let group = &mut scratch.groups[cross];
                 // A request that finished in an earlier step is gone.
-                group.retain(|&i| members[i as usize].fin >= j);
-                p.allocate_one_each(group.iter().map(|&i| members[i as usize].slot));
-                for &i in &scratch.groups[(j % bs64) as usize] {
+                if !group.is_empty() {
+                    group.retain(|&i| members[i as usize].fin >= j);
+                    p.allocate_one_each(group.iter().map(|&i| members[i as usize].slot));
+                }
+                for &i in &scratch.groups[fill] {
                     let m = &members[i as usize];
                     if m.fin < j {
                         continue;
@@ -538,6 +562,7 @@ impl Engine {
                     debug_assert!(n <= left, "a joiner's prompt past its hit must fit the budget");
                     let seq = &mut self.slots[slot as usize];
                     seq.register_at = p.register(slot, req.prompt);
+                    let counted = p.decodes_by_count(slot, req.prompt, req.prompt + req.output - 1);
                     seq.state = State::Running;
                     seq.blocks = need;
                     self.waiting.pop_front();
@@ -557,7 +582,8 @@ impl Engine {
                     let fin = j + u64::from(req.output) - 1;
                     let i = scratch.members.len() as u32;
                     let (c0, blocks) = (req.prompt, need);
-                    scratch.members.push(Member { slot, first: j + 1, fin, c: c0, g: 1, blocks, room, key });
+                    let m = Member { slot, first: j + 1, fin, c: c0, g: 1, blocks, room, key, counted };
+                    scratch.members.push(m);
                     let step = (j - 1) as u32;
                     scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step, prefix_hit: Some(c) });
                     scratch.finishing.push(Reverse((fin, i)));
@@ -599,7 +625,8 @@ impl Engine {
                     let fin = j + u64::from(req.output) - 1;
                     let i = scratch.members.len() as u32;
                     let (c, blocks) = (req.prompt, need);
-                    scratch.members.push(Member { slot, first: j + 1, fin, c, g: 1, blocks, room, key });
+                    let counted = false;
+                    scratch.members.push(Member { slot, first: j + 1, fin, c, g: 1, blocks, room, key, counted });
                     let step = (j - 1) as u32;
                     scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step, prefix_hit: None });
                     scratch.finishing.push(Reverse((fin, i)));
@@ -643,7 +670,9 @@ impl Engine {
                     b += 1;
                     s_ctx += u64::from(m.c);
                     scratch.crossings[m.key as usize] += 1;
-                    if prefix {
+                    if m.counted {
+                        scratch.counted[m.key as usize] += 1;
+                    } else if prefix {
                         scratch.groups[m.key as usize].push(i as u32);
                     }
                 }
@@ -663,6 +692,10 @@ impl Engine {
                     // Its blocks go back now, before the next step takes
                     // any (shared ones stay with their other holders), in
                     // the order the step-by-step path frees them.
+                    if m.counted {
+                        let held = m.blocks + crossed(d, m.room, bs64) as u32;
+                        p.settle(m.slot, held, m.c + d as u32);
+                    }
                     p.finish(m.slot);
                     (free, used) = (p.free(), p.used());
                 } else {
@@ -675,6 +708,9 @@ impl Engine {
                     b -= 1;
                     s_ctx -= u64::from(m.c) + d;
                     scratch.crossings[m.key as usize] -= 1;
+                    if m.counted {
+                        scratch.counted[m.key as usize] -= 1;
+                    }
                 }
                 arrivals.finished(self.slots[m.slot as usize].req.id, end);
                 before = next_arrival(arrivals);
@@ -694,6 +730,13 @@ impl Engine {
             let crossed = crossed(d, m.room, bs64) as u32;
             s.blocks = m.blocks + crossed;
             taken += crossed;
+            if m.counted
+                && m.fin > n
+                && let Kv::Prefix(p) = &mut self.kv
+            {
+                // Its blocks and fills counted in the stretch go to its slot.
+                s.register_at = p.settle(m.slot, s.blocks, s.computed);
+            }
             let span = match i < b0 as usize {
                 true => n.min(m.fin),
                 false => n.min(m.fin) + 2 - m.first,
