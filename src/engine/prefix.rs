@@ -370,7 +370,11 @@ impl PrefixPool {
         if let Some(&h0) = want.first() {
             let chain = &self.chains[chain_of(h0)];
             if chain.epoch == self.epoch {
-                memo = want.iter().zip(&chain.hashes).take_while(|(a, b)| a == b).count();
+                let n = want.len().min(chain.hashes.len());
+                memo = match want[..n] == chain.hashes[..n] {
+                    true => n,
+                    false => want.iter().zip(&chain.hashes).take_while(|(a, b)| a == b).count(),
+                };
                 self.hits.extend_from_slice(&chain.blocks[..memo]);
             }
         }
@@ -512,7 +516,11 @@ impl PrefixPool {
     /// `n` blocks for requests decoding by count, from the head of the free
     /// queue: the same blocks and evictions as [`PrefixPool::allocate`]
     /// of one each, none of them given to a slot yet.
+    #[inline]
     pub fn take_for_counted(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
         let mut left = n;
         while left > 0 {
             let k = self.head_run(left);
