@@ -136,6 +136,9 @@ struct SlotState {
     /// free queue, and [`PrefixPool::finish`] takes the block-by-block way.
     /// Until then its own blocks are registered by count only.
     released: bool,
+    /// The pinned hit run ([`PrefixPool::pinned`]) standing for the
+    /// references of its leading blocks, or `NIL` (each block counts it).
+    pin: u32,
     /// Full blocks after `hashes` whose content is the request's own:
     /// unique (their hashes chain content no other request has), so they
     /// are never hashed nor put in the index; only this request can hit
@@ -228,6 +231,20 @@ pub struct PrefixPool {
     /// one (a new holder goes last), and a hash newly in the index only
     /// lengthens what a lookup finds past a memoised run, which it probes.
     epoch: u64,
+    /// Hit runs held as one (`CHAINS` of them, by first hash): requests
+    /// admitted with exactly a pinned run's blocks as their hit count one
+    /// pin each, and the run holds one reference on each of its blocks
+    /// while it has pins. Its blocks are freed, in reverse order, when its
+    /// last pin goes: the moment and order the last of those requests
+    /// would have freed them (its shared head, last position first).
+    pinned: Vec<Pinned>,
+}
+
+/// A pinned hit run ([`PrefixPool::pinned`]).
+#[derive(Clone, Debug, Default)]
+struct Pinned {
+    blocks: Vec<u32>,
+    pins: u32,
 }
 
 /// A memoised hit run: `hashes[i]`'s first holder is `blocks[i]`, as long
@@ -272,6 +289,7 @@ impl PrefixPool {
             hits: Vec::new(),
             chains: vec![Chain { epoch: u64::MAX, ..Chain::default() }; CHAINS],
             epoch: 0,
+            pinned: vec![Pinned::default(); CHAINS],
         }
     }
 
@@ -322,7 +340,7 @@ impl PrefixPool {
         let i = slot as usize;
         while self.slots.len() <= i {
             let tag = (self.slots.len() as u64) << 32;
-            self.slots.push(SlotState { tag, ..SlotState::default() });
+            self.slots.push(SlotState { tag, pin: NIL, ..SlotState::default() });
         }
         debug_assert!(self.slots[i].table.is_empty(), "content set on a slot that holds blocks");
         debug_assert!(self.slots[i].anon == 0, "content set on a slot that holds blocks");
@@ -352,7 +370,11 @@ impl PrefixPool {
         if let Some(&h0) = want.first() {
             let chain = &self.chains[chain_of(h0)];
             if chain.epoch == self.epoch {
-                memo = want.iter().zip(&chain.hashes).take_while(|(a, b)| a == b).count();
+                let n = want.len().min(chain.hashes.len());
+                memo = match want[..n] == chain.hashes[..n] {
+                    true => n,
+                    false => want.iter().zip(&chain.hashes).take_while(|(a, b)| a == b).count(),
+                };
                 self.hits.extend_from_slice(&chain.blocks[..memo]);
             }
         }
@@ -368,8 +390,13 @@ impl PrefixPool {
             chain.blocks.clear();
             chain.blocks.extend_from_slice(&self.hits);
         }
+        // A pinned run's blocks are all in use.
         let blocks = &self.blocks;
-        let mut free_blocks = self.hits.iter().map(|&b| u32::from(blocks[b as usize].refs == 0)).sum::<u32>();
+        let pinned = want.first().map(|&h0| &self.pinned[chain_of(h0)]);
+        let mut free_blocks = match pinned {
+            Some(p) if p.pins > 0 && p.blocks == self.hits => 0,
+            _ => self.hits.iter().map(|&b| u32::from(blocks[b as usize].refs == 0)).sum::<u32>(),
+        };
         // Its own blocks, only if every shared one hit (a preempted
         // request coming back finds what is left of its own).
         if self.hits.len() == s.hashes.len() {
@@ -399,23 +426,46 @@ impl PrefixPool {
     /// blocks. The caller has checked that they fit.
     pub fn admit(&mut self, slot: u32, new: u32) {
         let hits = std::mem::take(&mut self.hits);
-        // Those in the free queue leave it: their entries go stale.
-        let mut unlinked = 0;
-        for &b in &hits {
-            let block = &mut self.blocks[b as usize];
-            if block.refs == 0 {
-                block.queued_at = u32::MAX;
-                unlinked += 1;
+        // A hit of exactly the pinned run of its first hash takes a pin;
+        // if that run has no pins, these blocks become it.
+        let s = &self.slots[slot as usize];
+        let mut pin = NIL;
+        let mut each = true;
+        if !s.released
+            && !hits.is_empty()
+            && let Some(&h0) = s.hashes.first()
+        {
+            let p = &mut self.pinned[chain_of(h0)];
+            if p.pins == 0 {
+                p.blocks.clear();
+                p.blocks.extend_from_slice(&hits);
             }
-            block.refs += 1;
+            if p.blocks == hits {
+                each = p.pins == 0;
+                p.pins += 1;
+                pin = chain_of(h0) as u32;
+            }
         }
-        if unlinked > 0 {
-            self.listed -= unlinked;
-            self.stale += unlinked;
-            self.compact_if_stale();
+        if each {
+            // Those in the free queue leave it: their entries go stale.
+            let mut unlinked = 0;
+            for &b in &hits {
+                let block = &mut self.blocks[b as usize];
+                if block.refs == 0 {
+                    block.queued_at = u32::MAX;
+                    unlinked += 1;
+                }
+                block.refs += 1;
+            }
+            if unlinked > 0 {
+                self.listed -= unlinked;
+                self.stale += unlinked;
+                self.compact_if_stale();
+            }
         }
         let s = &mut self.slots[slot as usize];
         debug_assert!(s.table.is_empty() && s.anon == 0, "admitting a request that holds blocks");
+        s.pin = pin;
         s.table.extend_from_slice(&hits);
         s.registered = hits.len() as u32;
         self.hits = hits;
@@ -466,7 +516,11 @@ impl PrefixPool {
     /// `n` blocks for requests decoding by count, from the head of the free
     /// queue: the same blocks and evictions as [`PrefixPool::allocate`]
     /// of one each, none of them given to a slot yet.
+    #[inline]
     pub fn take_for_counted(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
         let mut left = n;
         while left > 0 {
             let k = self.head_run(left);
@@ -651,14 +705,10 @@ impl PrefixPool {
         let table = std::mem::take(&mut s.table);
         s.registered = 0;
         s.released = true;
-        for &b in table.iter().rev() {
-            let block = &mut self.blocks[b as usize];
-            debug_assert!(block.refs > 0, "freeing a free block");
-            block.refs -= 1;
-            if block.refs == 0 {
-                self.push_free(b);
-            }
-        }
+        let pin = std::mem::replace(&mut s.pin, NIL);
+        let by_pin = self.pinned.get(pin as usize).map_or(0, |p| p.blocks.len());
+        self.free_each(&table[by_pin..]);
+        self.unpin(pin);
         let mut table = table;
         table.clear();
         self.slots[slot as usize].table = table;
@@ -708,14 +758,10 @@ impl PrefixPool {
         self.in_runs += (held - shared) as u32;
         self.push_run(RUN_UNCACHED, (held - registered) as u32);
         self.push_run(RUN_ORPHANS, (registered - shared) as u32);
-        for &b in table[..shared].iter().rev() {
-            let block = &mut self.blocks[b as usize];
-            debug_assert!(block.refs > 0, "freeing a free block");
-            block.refs -= 1;
-            if block.refs == 0 {
-                self.push_free(b);
-            }
-        }
+        let pin = std::mem::replace(&mut self.slots[slot as usize].pin, NIL);
+        let by_pin = self.pinned.get(pin as usize).map_or(0, |p| p.blocks.len());
+        self.free_each(&table[by_pin..shared]);
+        self.unpin(pin);
         table.clear();
         let s = &mut self.slots[slot as usize];
         s.table = table;
@@ -724,6 +770,31 @@ impl PrefixPool {
         s.known = 0;
         s.tag = next_tag(s.tag);
         s.registered = 0;
+    }
+
+    /// Drops one reference of each of `blocks`, last first; those reaching
+    /// 0 join the free queue.
+    fn free_each(&mut self, blocks: &[u32]) {
+        for &b in blocks.iter().rev() {
+            let block = &mut self.blocks[b as usize];
+            debug_assert!(block.refs > 0, "freeing a free block");
+            block.refs -= 1;
+            if block.refs == 0 {
+                self.push_free(b);
+            }
+        }
+    }
+
+    /// A request lets go of its pin on pinned run `pin` (`NIL`: none);
+    /// the last pin frees the run's blocks.
+    fn unpin(&mut self, pin: u32) {
+        let Some(p) = self.pinned.get_mut(pin as usize) else { return };
+        p.pins -= 1;
+        if p.pins == 0 {
+            let blocks = std::mem::take(&mut p.blocks);
+            self.free_each(&blocks);
+            self.pinned[pin as usize].blocks = blocks;
+        }
     }
 
     /// Appends `n` anonymous blocks of run kind `run` (counted in `in_runs`).
@@ -942,6 +1013,7 @@ impl PrefixPool {
             }
         }
         let mut held_anon = 0u64;
+        let mut pins = vec![0u32; self.pinned.len()];
         // Own blocks registered by count (requests not preempted since
         // their content was set): cached, in no list.
         let mut counted = 0u32;
@@ -982,11 +1054,23 @@ impl PrefixPool {
             if s.anon > 0 && !live(slot as u32) {
                 return Err(format!("slot {slot} holds {} blocks but is not running", s.anon));
             }
+            // Its leading blocks held by a pin count once, for the run.
+            let by_pin = match s.pin {
+                NIL => 0,
+                pin => {
+                    let p = self.pinned.get(pin as usize).ok_or(format!("slot {slot} pins run {pin}, not one"))?;
+                    if s.released || !s.table.starts_with(&p.blocks) {
+                        return Err(format!("slot {slot} pins run {pin}, whose blocks do not lead its table"));
+                    }
+                    pins[pin as usize] += 1;
+                    p.blocks.len()
+                }
+            };
             for (i, &b) in s.table.iter().enumerate() {
                 let Some(block) = self.blocks.get(b as usize) else {
                     return Err(format!("slot {slot} holds block {b}, which was never allocated"));
                 };
-                refs[b as usize] += 1;
+                refs[b as usize] += u64::from(i >= by_pin);
                 if anon[b as usize] {
                     return Err(format!("slot {slot} holds block {b}, which a run of the free queue stands for"));
                 }
@@ -1003,6 +1087,16 @@ impl PrefixPool {
                 counted += s.registered.saturating_sub(s.hashes.len() as u32);
                 if s.own.iter().any(|h| h.first != NIL) {
                     return Err(format!("slot {slot} lists own blocks but was never preempted"));
+                }
+            }
+        }
+        for (i, p) in self.pinned.iter().enumerate() {
+            if p.pins != pins[i] {
+                return Err(format!("pinned run {i} counts {} pins, {} slots hold it", p.pins, pins[i]));
+            }
+            if p.pins > 0 {
+                for &b in &p.blocks {
+                    *refs.get_mut(b as usize).ok_or("a pinned run holds a missing block")? += 1;
                 }
             }
         }
