@@ -466,9 +466,9 @@ impl PrefixPool {
         let s = &mut self.slots[slot as usize];
         debug_assert!(s.table.is_empty() && s.anon == 0, "admitting a request that holds blocks");
         s.pin = pin;
-        s.table.extend_from_slice(&hits);
         s.registered = hits.len() as u32;
-        self.hits = hits;
+        // The hits become its table (its empty one the next hits buffer).
+        self.hits = std::mem::replace(&mut s.table, hits);
         self.allocate(slot, new);
     }
 
