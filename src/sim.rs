@@ -328,14 +328,16 @@ impl<S: Source> Arrivals for Feed<'_, S> {
                 let (source, bs, memo) = (&*self.source, self.block_size, &mut *self.hashes);
                 match (source.block_hashes(), source.own_from()) {
                     (Some(named), _) => hashes.extend_from_slice(named),
+                    // The hashes made go with the request, and the memo
+                    // takes its empty buffer (no copy).
                     (None, Some(own_from)) => {
                         request_shared_hashes(&req, source.segments(), own_from, bs, memo);
-                        hashes.extend_from_slice(memo);
+                        std::mem::swap(&mut hashes, &mut **memo);
                         own_tail = true;
                     }
                     (None, None) => {
                         request_block_hashes(&req, source.segments(), bs, memo);
-                        hashes.extend_from_slice(memo);
+                        std::mem::swap(&mut hashes, &mut **memo);
                     }
                 }
             }
