@@ -218,6 +218,61 @@ pub(crate) mod tests {
         assert!((ms(three.total_s) - 21.8).abs() < 0.05, "{}", ms(three.total_s));
     }
 
+    /// The decode stretch with prefix caching skips pricing a step before
+    /// its joiners are known while a step of `budget` tokens, `max_seqs`
+    /// requests and `max_seqs * context` KV tokens would still end in time
+    /// (stretch.rs, `worst_ns`): that rests on the cost without a
+    /// deployment never exceeding that step's. Checked here on random
+    /// hardware and shapes within those bounds, against the formula of
+    /// docs/engine.md written out (not through `step`).
+    #[test]
+    fn no_step_within_the_bounds_costs_more_than_the_largest_one() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(16);
+        for _ in 0..2000 {
+            let input = CostInput {
+                parameters_billions: rng.random_range(0.1..500.0),
+                kv_bytes_per_token: rng.random_range(1_000..2_000_000),
+                peak_tflops: rng.random_range(10.0..2000.0),
+                memory_bandwidth_gbps: rng.random_range(100.0..8000.0),
+                compute_efficiency: rng.random_range(0.05..1.0),
+                memory_efficiency: rng.random_range(0.05..1.0),
+                step_overhead_ms: rng.random_range(0.0..5.0),
+                per_sequence_overhead_us: if rng.random_bool(0.5) { rng.random_range(0.0..50.0) } else { 0.0 },
+                ..base_input()
+            };
+            let model = CostModel::new(&input);
+            let (budget, max_seqs, context) =
+                (rng.random_range(1..16_384u64), rng.random_range(1..1024u64), rng.random_range(1..131_072u64));
+            let worst =
+                StepShape { tokens: budget, sum_ctx: max_seqs * context, batch: max_seqs, ..StepShape::default() };
+            let by_hand = |s: &StepShape| {
+                let compute = 2.0 * input.parameters_billions * 1e9 * s.tokens as f64
+                    / (input.peak_tflops * 1e12 * input.compute_efficiency);
+                let bytes = input.parameters_billions * 1e9 * input.bytes_per_parameter
+                    + s.sum_ctx as f64 * input.kv_bytes_per_token as f64;
+                let memory = bytes / (input.memory_bandwidth_gbps * 1e9 * input.memory_efficiency);
+                compute.max(memory)
+                    + input.step_overhead_ms / 1e3
+                    + s.batch as f64 * input.per_sequence_overhead_us / 1e6
+            };
+            let top = model.cost(&worst).total_s;
+            assert!((top - by_hand(&worst)).abs() <= 1e-9 * top, "{top} against {}", by_hand(&worst));
+            for _ in 0..20 {
+                let batch = rng.random_range(1..=max_seqs);
+                let shape = StepShape {
+                    tokens: rng.random_range(1..=budget),
+                    sum_ctx: rng.random_range(0..=batch * context),
+                    batch,
+                    ..StepShape::default()
+                };
+                let c = model.cost(&shape).total_s;
+                assert!(c <= top, "{shape:?} costs {c} s, more than the largest step's {top} s");
+                assert!((c - by_hand(&shape)).abs() <= 1e-9 * c.max(1e-12), "{c} against {}", by_hand(&shape));
+            }
+        }
+    }
+
     #[test]
     fn overhead_and_efficiency_apply_as_documented() {
         let mut input = CostInput { memory_efficiency: 0.5, step_overhead_ms: 2.0, ..base_input() };

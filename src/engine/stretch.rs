@@ -349,6 +349,26 @@ impl Engine {
         let mut running = b0;
         let mut clock = self.clock;
         let mut before = next_arrival(arrivals);
+        // With prefix caching, a step whose joiners are not known yet is
+        // priced on a bound first (below). Without a deployment the cost is
+        // the roofline of the step's tokens, summed context and batch, and
+        // grows with each, so no step here costs more than one of `budget`
+        // tokens and `max_seqs` requests at the full context each: while
+        // even that step would end by `max_end`, the bound is not priced
+        // and a step with joiners is priced once, when they are known.
+        let worst_ns = match prefix && !detailed {
+            true => {
+                let worst = StepShape {
+                    tokens: budget,
+                    sum_ctx: max_seqs.saturating_mul(context),
+                    attention_pairs: 0,
+                    sampled: 0,
+                    batch: max_seqs,
+                };
+                Some(crate::time::secs_to_nanos(self.cfg.cost.cost(&worst).total_s).max(1))
+            }
+            false => None,
+        };
         scratch.steps.clear();
         for j in 1..=k {
             if b == 0 || b > budget {
@@ -436,13 +456,18 @@ impl Engine {
                 if refused {
                     break;
                 }
-                let cost = self.cfg.cost.cost(&upper);
-                let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
-                if end > max_end {
-                    break;
-                }
-                if reach == 0 {
-                    priced = Some((cost, end));
+                // Far from `max_end`, a step with joiners is priced once they
+                // are known (`priced` stays None).
+                let far = worst_ns.is_some_and(|ns| clock.plus_nanos(ns) <= max_end);
+                if reach == 0 || !far {
+                    let cost = self.cfg.cost.cost(&upper);
+                    let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
+                    if end > max_end {
+                        break;
+                    }
+                    if reach == 0 {
+                        priced = Some((cost, end));
+                    }
                 }
             } else {
                 let mut free_after = i64::from(free - new);
