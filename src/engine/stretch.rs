@@ -133,6 +133,11 @@ impl Member {
     fn decoded(&self, j: u64) -> u64 {
         (j.min(self.fin) + 1).saturating_sub(self.first)
     }
+
+    /// Blocks it holds after `d` decode steps (block size `bs`).
+    fn held(&self, d: u64, bs: u64) -> u32 {
+        self.blocks + crossed(d, self.room, bs) as u32
+    }
 }
 
 /// When the next request not handed over arrives, or never.
@@ -713,18 +718,17 @@ impl Engine {
                 scratch.finished.push(i);
                 let m = scratch.members[i as usize];
                 let d = m.decoded(j);
+                let held = m.held(d, bs64);
                 if let Kv::Prefix(p) = &mut self.kv {
                     // Its blocks go back now, before the next step takes
                     // any (shared ones stay with their other holders), in
                     // the order the step-by-step path frees them.
                     if m.counted {
-                        let held = m.blocks + crossed(d, m.room, bs64) as u32;
                         p.settle(m.slot, held, m.c + d as u32);
                     }
                     p.finish(m.slot);
                     (free, used) = (p.free(), p.used());
                 } else {
-                    let held = m.blocks + crossed(d, m.room, bs64) as u32;
                     free += held;
                     used -= held;
                 }
