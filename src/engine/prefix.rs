@@ -521,19 +521,25 @@ impl PrefixPool {
         if n == 0 {
             return;
         }
-        let mut left = n;
-        while left > 0 {
-            let k = self.head_run(left);
+        self.take_anonymous(n);
+        self.unsettled_blocks += n;
+    }
+
+    /// Takes `n` blocks from the head of the free queue to be held without
+    /// labels: a run gives several at once, by count; a single block's
+    /// label joins `spare`.
+    fn take_anonymous(&mut self, mut n: u32) {
+        while n > 0 {
+            let k = self.head_run(n);
             if k > 0 {
                 self.take_from_run(k);
-                left -= k;
+                n -= k;
                 continue;
             }
             let b = self.take_free();
             self.spare.push(b);
-            left -= 1;
+            n -= 1;
         }
-        self.unsettled_blocks += n;
     }
 
     /// `n` requests decoding by count fill a block: each is registered
@@ -580,25 +586,12 @@ impl PrefixPool {
             true => n,
             false => n.min((s.hashes.len() as u32).saturating_sub(s.table.len() as u32)),
         };
-        let mut n = n - labelled;
         for _ in 0..labelled {
             let b = self.take_free();
             self.slots[slot as usize].table.push(b);
         }
-        while n > 0 {
-            // A run at the head gives up to `n` blocks at once.
-            let k = self.head_run(n);
-            if k > 0 {
-                self.take_from_run(k);
-                self.slots[slot as usize].anon += k;
-                n -= k;
-                continue;
-            }
-            let b = self.take_free();
-            self.spare.push(b);
-            self.slots[slot as usize].anon += 1;
-            n -= 1;
-        }
+        self.take_anonymous(n - labelled);
+        self.slots[slot as usize].anon += n - labelled;
     }
 
     /// Rule 4: request `slot` is scheduled up to `tokens = c + n`: its full
