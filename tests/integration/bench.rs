@@ -220,7 +220,10 @@ fn an_open_loop_bench_writes_vllms_schema_with_every_request() {
         assert_eq!(j[key].as_array().map(Vec::len), Some(20), "{key}");
     }
     let (ttfts, lat) = (floats(&j["ttfts"]), floats(&j["latencies"]));
-    assert!(ttfts.iter().zip(&lat).all(|(t, l)| *t > 0.0 && l > t), "TTFT before E2E");
+    // Chunks that reach the client in one read share its time stamp (as
+    // they arrived together), so on a loaded machine all of a reply's
+    // chunks can come at once: E2E is then its TTFT, never below it.
+    assert!(ttfts.iter().zip(&lat).all(|(t, l)| *t > 0.0 && l >= t), "TTFT by E2E");
     for stat in ["mean", "median", "std", "p50", "p90", "p99"] {
         for metric in ["ttft", "tpot", "itl", "e2el"] {
             assert!(j[format!("{stat}_{metric}_ms")].is_f64(), "{stat}_{metric}_ms");
