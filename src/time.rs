@@ -46,9 +46,38 @@ impl SimTime {
     }
 }
 
-/// Seconds to whole nanoseconds, rounded to nearest; negative and NaN give 0.
+/// Seconds to whole nanoseconds, rounded to nearest (halves away from
+/// zero, as `f64::round`); negative and NaN give 0, and past `u64::MAX`
+/// (infinity included) `u64::MAX`.
+///
+/// Every step's duration goes through here, so it rounds inline instead
+/// of calling libm's `round`: for `0 < x < 2^53` the truncation `t` is
+/// exact and so is `x - t` (at most as many significant bits as `x`), and
+/// from 2^53 on `x` is a whole number and `x - t` is 0, so `t + (x - t >=
+/// 0.5)` is `x.round()` exactly; from 2^64 on the cast saturates as
+/// `x.round() as u64` does.
+#[inline]
 pub fn secs_to_nanos(secs: f64) -> u64 {
-    if secs.is_nan() || secs <= 0.0 { 0 } else { (secs * 1e9).round() as u64 }
+    if secs.is_nan() || secs <= 0.0 { 0 } else { round_positive(secs * 1e9) }
+}
+
+/// `x.round() as u64` for `x > 0` (see [`secs_to_nanos`]).
+#[inline]
+fn round_positive(x: f64) -> u64 {
+    // Below 2^63 ns (292 years: every step) the signed casts are single
+    // instructions; the unsigned ones are not.
+    if x < 9_223_372_036_854_775_808.0 {
+        let t = x as i64;
+        (t + i64::from(x - t as f64 >= 0.5)) as u64
+    } else {
+        round_huge(x)
+    }
+}
+
+#[cold]
+fn round_huge(x: f64) -> u64 {
+    let t = x as u64;
+    if x - t as f64 >= 0.5 { t.saturating_add(1) } else { t }
 }
 
 impl fmt::Display for SimTime {
@@ -81,5 +110,54 @@ mod tests {
     fn negative_and_nan_seconds_clamp_to_zero() {
         assert_eq!(secs_to_nanos(-1.0), 0);
         assert_eq!(secs_to_nanos(f64::NAN), 0);
+    }
+
+    /// `secs * 1e9` rounded by libm, written out here independently.
+    fn by_libm(secs: f64) -> u64 {
+        if secs.is_nan() || secs <= 0.0 { 0 } else { (secs * 1e9).round() as u64 }
+    }
+
+    #[test]
+    fn nanos_round_halves_away_from_zero() {
+        assert_eq!(round_positive(2.5), 3);
+        assert_eq!(round_positive(0.5), 1);
+        assert_eq!(round_positive(1.5), 2);
+        assert_eq!(round_positive(0.499_999_999_999_999_94), 0); // the f64 just below 0.5
+        assert_eq!(round_positive(2.499_999_999_999_999_6), 2);
+        assert_eq!(round_positive(4_503_599_627_370_495.5), 4_503_599_627_370_496); // 2^52 - 0.5
+        assert_eq!(round_positive(9_007_199_254_740_993.0), 9_007_199_254_740_992); // 2^53 + 1 is 2^53 as f64
+        assert_eq!(round_positive(1.4), 1);
+        assert_eq!(round_positive(9_223_372_036_854_775_808.0), 1 << 63); // 2^63, past the signed cast
+        assert_eq!(round_positive(9_223_372_036_854_774_784.0), (1 << 63) - 1024); // the f64 just below 2^63
+        assert_eq!(secs_to_nanos(0.004_493_333_333), 4_493_333);
+        assert_eq!(secs_to_nanos(f64::INFINITY), u64::MAX);
+        assert_eq!(secs_to_nanos(1e300), u64::MAX);
+        assert_eq!(secs_to_nanos(f64::MIN_POSITIVE), 0);
+    }
+
+    #[test]
+    fn nanos_round_as_libm_does_on_random_and_edge_values() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut xs: Vec<f64> = Vec::new();
+        // Halves, their neighbours and values around the powers of two up to 2^70 ns.
+        for e in 0..71 {
+            let p = (2f64).powi(e);
+            for x in [p - 1.0, p - 0.5, p, p + 0.5, p + 1.0] {
+                for y in [x, f64::from_bits(x.to_bits() + 1), f64::from_bits(x.to_bits().saturating_sub(1))] {
+                    xs.push(y / 1e9);
+                }
+            }
+        }
+        // Random bit patterns of positive finite values, and random spans of a step.
+        for _ in 0..200_000 {
+            let bits = rng.random_range(0..0x7ff0_0000_0000_0000u64);
+            xs.push(f64::from_bits(bits));
+            xs.push(rng.random_range(1e-9..100.0));
+            xs.push(rng.random_range(0u64..1 << 40) as f64 / 1e9 + 0.5e-9);
+        }
+        for x in xs {
+            assert_eq!(secs_to_nanos(x), by_libm(x), "{x:e} s");
+        }
     }
 }

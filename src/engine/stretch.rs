@@ -375,11 +375,15 @@ impl Engine {
             false => None,
         };
         scratch.steps.clear();
+        // (j - 1) % block_size, kept by counting (a division per step is
+        // a noticeable share of a decode step's cost).
+        let mut cross = 0usize;
         for j in 1..=k {
             if b == 0 || b > budget {
                 break;
             }
-            let new = scratch.crossings[((j - 1) % bs64) as usize];
+            debug_assert_eq!(cross as u64, (j - 1) % bs64);
+            let new = scratch.crossings[cross];
             if new > free {
                 break;
             }
@@ -527,7 +531,7 @@ impl Engine {
                 // Members decoding by count take and fill blocks as counts
                 // (which member takes which of the step's blocks changes
                 // nothing: the blocks taken and evicted are the same).
-                let (cross, fill) = (((j - 1) % bs64) as usize, (j % bs64) as usize);
+                let fill = if cross + 1 == bs as usize { 0 } else { cross + 1 };
                 p.take_for_counted(scratch.counted[cross]);
                 p.fill_counted(scratch.counted[fill]);
                 let members = &scratch.members;
@@ -744,6 +748,7 @@ impl Engine {
                 arrivals.finished(self.slots[m.slot as usize].req.id, end);
                 before = next_arrival(arrivals);
             }
+            cross = if cross + 1 == bs as usize { 0 } else { cross + 1 };
         }
         let n = scratch.steps.len() as u64;
         if n == 0 {

@@ -21,7 +21,9 @@ pub struct Histogram {
     max: u64,
 }
 
-fn index(v: u64) -> usize {
+/// The bucket of `v` (for [`Run::add_at`], when one value goes to several histograms).
+#[inline]
+pub fn index(v: u64) -> usize {
     if v < EXACT {
         return v as usize;
     }
@@ -45,9 +47,17 @@ impl Histogram {
         self.record_bucket(index(v), n, u128::from(v) * u128::from(n), v, v);
     }
 
+    /// [`Histogram::record_n`] with `i` = `index(v)`, computed once by the caller.
+    #[inline]
+    pub fn record_at(&mut self, i: usize, v: u64, n: u64) {
+        debug_assert_eq!(i, index(v));
+        self.record_bucket(i, n, u128::from(v) * u128::from(n), v, v);
+    }
+
     /// Records `n` values adding up to `sum`, between `min` and `max`,
     /// all in the bucket of `min` (see [`Run`]): the same as recording
     /// them one by one.
+    #[inline]
     fn record_bucket(&mut self, i: usize, n: u64, sum: u128, min: u64, max: u64) {
         if n == 0 {
             return;
@@ -244,6 +254,7 @@ impl Run {
     }
 
     /// Everything gathered goes into `h`.
+    #[inline]
     pub fn flush(&mut self, h: &mut Histogram) {
         h.record_bucket(self.bucket, self.n, self.sum, self.min, self.max);
         self.n = 0;

@@ -527,13 +527,24 @@ impl Observer for Collector {
                 buf.present[a + n] -= 1;
             }
         }
+        // Each step's duration is the gap of every request with a gap
+        // ending in it (from the second step on), and a step duration:
+        // its bucket is found once for both histograms. A stretch's steps
+        // grow longer from one to the next (their KV grows), so they
+        // seldom share a bucket: they go straight into the histograms,
+        // not through the runs (the same counts and sums either way).
+        self.itl_run.flush(&mut self.itl);
+        self.step_run.flush(&mut self.step_ns);
         let mut present = 0i64;
-        for (j, step) in s.steps.iter().enumerate().skip(1) {
-            present += buf.present[j];
-            self.itl_add(step.duration_nanos(), present as u64);
-        }
-        for step in s.steps {
-            self.step(step);
+        for (j, step) in s.steps.iter().enumerate() {
+            let d = step.duration_nanos();
+            let i = histogram::index(d);
+            if j > 0 {
+                present += buf.present[j];
+                self.itl.record_at(i, d, present as u64);
+            }
+            self.step_ns.record_at(i, d, 1);
+            self.step_sums(step, d);
         }
         // Finishes in the order the steps one by one send them: by step,
         // then in running order (the joiners after the running requests).
@@ -577,8 +588,17 @@ impl Observer for Collector {
 
     fn step(&mut self, step: &StepRecord) {
         let d = step.duration_nanos();
-        self.step_count += 1;
         self.step_run.add(&mut self.step_ns, d, 1);
+        self.step_sums(step, d);
+    }
+}
+
+impl Collector {
+    /// [`Observer::step`] but for the step-duration histogram (`d` is the
+    /// step's duration).
+    #[inline]
+    fn step_sums(&mut self, step: &StepRecord, d: u64) {
+        self.step_count += 1;
         self.batch_sum += u64::from(step.batch_size);
         self.batch_max = self.batch_max.max(step.batch_size);
         self.token_sum += u64::from(step.tokens);
