@@ -480,10 +480,11 @@ impl Observer for Collector {
         // later_max[j]: the longest of steps 1..=j (0 for j = 0).
         buf.later_max.clear();
         buf.later_max.push(0);
-        for step in &s.steps[1..] {
-            let m = *buf.later_max.last().unwrap_or(&0);
-            buf.later_max.push(m.max(step.duration_nanos()));
-        }
+        let mut longest = 0;
+        buf.later_max.extend(s.steps[1..].iter().map(|step| {
+            longest = longest.max(step.duration_nanos());
+            longest
+        }));
         // present[j]: requests with a gap ending in step j (j >= 1), as
         // differences from step to step.
         buf.present.clear();
