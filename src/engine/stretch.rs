@@ -581,18 +581,13 @@ impl Engine {
                     if left == 0 || running + (admitted as u64) >= max_seqs {
                         break;
                     }
-                    let hit = p.lookup(slot, req.prompt);
-                    let fresh = need - hit.blocks;
-                    if i64::from(p.free()) - i64::from(hit.free_blocks) - i64::from(fresh) < watermark {
-                        break;
-                    }
-                    p.admit(slot, fresh);
-                    let c = hit.blocks * bs;
+                    let last = req.prompt + req.output - 1;
+                    let Some(join) = p.join(slot, req.prompt, need, watermark, last) else { break };
+                    let (c, counted) = (join.hit_blocks * bs, join.counted);
                     let n = u64::from(req.prompt - c);
                     debug_assert!(n <= left, "a joiner's prompt past its hit must fit the budget");
                     let seq = &mut self.slots[slot as usize];
-                    seq.register_at = p.register(slot, req.prompt);
-                    let counted = p.decodes_by_count(slot, req.prompt, req.prompt + req.output - 1);
+                    seq.register_at = join.register_at;
                     seq.state = State::Running;
                     seq.blocks = need;
                     self.waiting.pop_front();
