@@ -167,6 +167,13 @@ struct SlotState {
 }
 
 impl SlotState {
+    /// Its content is `hashes`, then `own` full blocks of its own.
+    fn count_known(&mut self, own: u32) {
+        // Own positions are kinds below ORPHAN (a request of 2^32 blocks
+        // could not be held in memory anyway).
+        self.known = (self.hashes.len() as u64 + u64::from(own.min(ORPHAN))).min(u64::from(u32::MAX)) as u32;
+    }
+
     /// Its content goes (it finished or left): the next content of the
     /// slot has the next tag.
     fn drop_content(&mut self) {
@@ -384,6 +391,22 @@ impl PrefixPool {
     /// again. The same hits, registrations and evictions as giving every
     /// block a hash no other request has.
     pub fn set_content_own(&mut self, slot: u32, hashes: &[u64], own: u32) {
+        let s = self.new_content(slot);
+        s.hashes.extend_from_slice(hashes);
+        s.count_known(own);
+    }
+
+    /// [`PrefixPool::set_content_own`] taking the buffer `hashes` as is:
+    /// it leaves with the slot's old (empty) buffer, nothing copied.
+    pub fn set_content_moved(&mut self, slot: u32, hashes: &mut Vec<u64>, own: u32) {
+        let s = self.new_content(slot);
+        std::mem::swap(&mut s.hashes, hashes);
+        s.count_known(own);
+    }
+
+    /// Request `slot`'s slot (made if new), holding no blocks, ready for
+    /// new content: none yet, the next tag.
+    fn new_content(&mut self, slot: u32) -> &mut SlotState {
         let i = slot as usize;
         while self.slots.len() <= i {
             let tag = (self.slots.len() as u64) << 32;
@@ -395,13 +418,10 @@ impl PrefixPool {
         let s = &mut self.slots[i];
         s.tag = next_tag(s.tag);
         s.hashes.clear();
-        s.hashes.extend_from_slice(hashes);
         s.own.clear();
-        // Own positions are kinds below ORPHAN (a request of 2^32 blocks
-        // could not be held in memory anyway).
-        s.known = (s.hashes.len() as u64 + u64::from(own.min(ORPHAN))).min(u64::from(u32::MAX)) as u32;
         s.registered = 0;
         s.released = false;
+        s
     }
 
     /// Rule 1: the hit of request `slot` with `known = P + g` tokens. The
@@ -824,28 +844,31 @@ impl PrefixPool {
             self.forget(slot);
             return;
         }
-        let mut table = std::mem::take(&mut s.table);
-        let held = table.len() + s.anon as usize;
+        let held = s.table.len() + s.anon as usize;
         let registered = s.registered as usize;
         let shared = registered.min(s.hashes.len());
         s.anon = 0;
+        let pin = std::mem::replace(&mut s.pin, NIL);
         if cfg!(debug_assertions) {
-            for &b in &table[shared..] {
+            for &b in &s.table[shared..] {
                 debug_assert!(self.blocks[b as usize].refs == 1, "an own or unregistered block held twice");
             }
         }
         // Tail first: the unregistered blocks, then the own registered ones
         // (those past `shared` with a label give it up).
-        self.spare.extend_from_slice(&table[shared..]);
+        self.spare.extend_from_slice(&s.table[shared..]);
         self.in_runs += (held - shared) as u32;
         self.push_run((held - registered) as u32, (registered - shared) as u32);
-        let pin = std::mem::replace(&mut self.slots[slot as usize].pin, NIL);
+        // Then its shared blocks a pin does not hold (none, mostly).
         let by_pin = self.pinned.get(pin as usize).map_or(0, |p| p.blocks.len());
-        self.free_each(&table[by_pin..shared]);
+        if by_pin < shared {
+            let table = std::mem::take(&mut self.slots[slot as usize].table);
+            self.free_each(&table[by_pin..shared]);
+            self.slots[slot as usize].table = table;
+        }
         self.unpin(pin);
-        table.clear();
         let s = &mut self.slots[slot as usize];
-        s.table = table;
+        s.table.clear();
         s.drop_content();
     }
 
