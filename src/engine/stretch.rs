@@ -481,7 +481,7 @@ impl Engine {
                 }
                 // Far from `max_end`, a step with joiners is priced once they
                 // are known (`priced` stays None).
-                if reach == 0 || !worst_ns.is_some_and(|ns| clock.plus_nanos(ns) <= max_end) {
+                if reach == 0 || worst_ns.is_none_or(|ns| clock.plus_nanos(ns) > max_end) {
                     let cost = self.cfg.cost.cost(&upper);
                     let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
                     if end > max_end {
