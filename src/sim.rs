@@ -360,6 +360,12 @@ impl<S: Source> Arrivals for Feed<'_, S> {
         (&h.hashes, h.own_tail)
     }
 
+    fn move_content(&mut self, k: usize, buf: &mut Vec<u64>) -> bool {
+        let h = &mut self.held[k];
+        std::mem::swap(buf, &mut h.hashes);
+        h.own_tail
+    }
+
     fn finished(&mut self, id: crate::engine::RequestId, at: SimTime) {
         self.source.done(id, at);
     }

@@ -53,6 +53,17 @@ pub struct Lookup {
     pub free_blocks: u32,
 }
 
+/// What [`PrefixPool::join`] did for a request that fitted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Join {
+    /// The hit run's length.
+    pub hit_blocks: u32,
+    /// What [`PrefixPool::register`] returned.
+    pub register_at: u64,
+    /// What [`PrefixPool::decodes_by_count`] said.
+    pub counted: bool,
+}
+
 /// [`Block::kind`] of a block holding no hash.
 const UNCACHED: u32 = u32::MAX;
 /// [`Block::kind`] of a block whose hash is in the index.
@@ -156,6 +167,24 @@ struct SlotState {
 }
 
 impl SlotState {
+    /// Its content is `hashes`, then `own` full blocks of its own.
+    fn count_known(&mut self, own: u32) {
+        // Own positions are kinds below ORPHAN (a request of 2^32 blocks
+        // could not be held in memory anyway).
+        self.known = (self.hashes.len() as u64 + u64::from(own.min(ORPHAN))).min(u64::from(u32::MAX)) as u32;
+    }
+
+    /// Its content goes (it finished or left): the next content of the
+    /// slot has the next tag.
+    fn drop_content(&mut self) {
+        self.hashes.clear();
+        self.own.clear();
+        self.known = 0;
+        self.tag = next_tag(self.tag);
+        self.registered = 0;
+        self.released = false;
+    }
+
     /// Whether the next block it takes needs a label: a shared position,
     /// or any once it was preempted.
     fn labels_next(&self) -> bool {
@@ -163,13 +192,28 @@ impl SlotState {
     }
 }
 
-/// A free-queue entry: a block (its index), or a run of anonymous blocks
-/// (their count, with one of these tags).
+/// A free-queue entry: a block (its index, below 2^32), or a run of
+/// anonymous blocks ([`run`]): `u` blocks holding no hash, then `o`
+/// orphans (cached, counted, found by no one), in this order. A request
+/// that leaves puts both kinds in as one run.
 type Entry = u64;
-/// A run of orphans: cached, counted, found by no one.
-const RUN_ORPHANS: Entry = 1 << 32;
-/// A run of blocks holding no hash.
-const RUN_UNCACHED: Entry = 2 << 32;
+/// The tag of a run.
+const RUN: Entry = 1 << 63;
+/// The most blocks holding no hash one run counts (31 bits; the orphans
+/// take the low 32).
+const RUN_MAX_UNCACHED: u32 = (1 << 31) - 1;
+
+/// A run of `u` blocks holding no hash, then `o` orphans.
+fn run(u: u32, o: u32) -> Entry {
+    debug_assert!(u <= RUN_MAX_UNCACHED, "a run of too many blocks holding no hash");
+    RUN | (u64::from(u) << 32) | u64::from(o)
+}
+
+/// The blocks holding no hash and the orphans of run `e`.
+#[inline]
+fn run_parts(e: Entry) -> (u32, u32) {
+    ((e >> 32) as u32 & RUN_MAX_UNCACHED, e as u32)
+}
 
 /// The block pool with prefix caching.
 #[derive(Clone, Debug)]
@@ -190,7 +234,7 @@ pub struct PrefixPool {
     /// overlap, instead of chasing links one miss after the other.
     ///
     /// A request that leaves without having been preempted puts its own
-    /// and unregistered blocks in as two runs ([`PrefixPool::finish`]):
+    /// and unregistered blocks in as one run ([`PrefixPool::finish`]):
     /// no one can hit them, so which physical block stands for which
     /// does not matter; taking from a run only counts (an eviction for an
     /// orphan), and a label from `spare` is drawn only for a position that
@@ -221,6 +265,10 @@ pub struct PrefixPool {
     slots: Vec<SlotState>,
     /// The blocks of the last lookup.
     hits: Vec<u32>,
+    /// Whether the last lookup's shared hits are exactly the pinned run
+    /// of their first hash, and it has pins ([`PrefixPool::admit`] then
+    /// takes a pin without comparing them again).
+    hits_pinned: bool,
     /// Hit runs of recent lookups, by their first hash (`CHAINS` of them):
     /// a lookup of content starting the same way takes the blocks of the
     /// common part from here instead of the index. Valid while `epoch`
@@ -254,6 +302,10 @@ struct Chain {
     epoch: u64,
     hashes: Vec<u64>,
     blocks: Vec<u32>,
+    /// Whether `blocks` equals the blocks of the pinned run of the same
+    /// index (kept as either changes): a lookup that finds exactly this
+    /// run knows whether it is the pinned one without comparing.
+    pinned_eq: bool,
 }
 
 /// Memoised hit runs (a power of two).
@@ -287,7 +339,9 @@ impl PrefixPool {
             evictions: 0,
             slots: Vec::new(),
             hits: Vec::new(),
-            chains: vec![Chain { epoch: u64::MAX, ..Chain::default() }; CHAINS],
+            hits_pinned: false,
+            // Both empty: equal.
+            chains: vec![Chain { epoch: u64::MAX, pinned_eq: true, ..Chain::default() }; CHAINS],
             epoch: 0,
             pinned: vec![Pinned::default(); CHAINS],
         }
@@ -337,6 +391,22 @@ impl PrefixPool {
     /// again. The same hits, registrations and evictions as giving every
     /// block a hash no other request has.
     pub fn set_content_own(&mut self, slot: u32, hashes: &[u64], own: u32) {
+        let s = self.new_content(slot);
+        s.hashes.extend_from_slice(hashes);
+        s.count_known(own);
+    }
+
+    /// [`PrefixPool::set_content_own`] taking the buffer `hashes` as is:
+    /// it leaves with the slot's old (empty) buffer, nothing copied.
+    pub fn set_content_moved(&mut self, slot: u32, hashes: &mut Vec<u64>, own: u32) {
+        let s = self.new_content(slot);
+        std::mem::swap(&mut s.hashes, hashes);
+        s.count_known(own);
+    }
+
+    /// Request `slot`'s slot (made if new), holding no blocks, ready for
+    /// new content: none yet, the next tag.
+    fn new_content(&mut self, slot: u32) -> &mut SlotState {
         let i = slot as usize;
         while self.slots.len() <= i {
             let tag = (self.slots.len() as u64) << 32;
@@ -348,25 +418,26 @@ impl PrefixPool {
         let s = &mut self.slots[i];
         s.tag = next_tag(s.tag);
         s.hashes.clear();
-        s.hashes.extend_from_slice(hashes);
         s.own.clear();
-        // Own positions are kinds below ORPHAN (a request of 2^32 blocks
-        // could not be held in memory anyway).
-        s.known = (s.hashes.len() as u64 + u64::from(own.min(ORPHAN))).min(u64::from(u32::MAX)) as u32;
         s.registered = 0;
         s.released = false;
+        s
     }
 
     /// Rule 1: the hit of request `slot` with `known = P + g` tokens. The
     /// blocks found are kept for [`PrefixPool::admit`].
+    #[inline]
     pub fn lookup(&mut self, slot: u32, known: u32) -> Lookup {
         self.hits.clear();
+        self.hits_pinned = false;
         let Some(s) = self.slots.get(slot as usize) else { return Lookup::default() };
         let max = (known.saturating_sub(1) / self.block_size) as usize;
         let want = &s.hashes[..max.min(s.hashes.len())];
         // The part a recent lookup found (same leading hashes: the same
         // first holders while no first holder changed), then the index.
         let mut memo = 0;
+        // Whether the hits are exactly the memo entry's blocks.
+        let mut whole = false;
         if let Some(&h0) = want.first() {
             let chain = &self.chains[chain_of(h0)];
             if chain.epoch == self.epoch {
@@ -376,6 +447,7 @@ impl PrefixPool {
                     false => want.iter().zip(&chain.hashes).take_while(|(a, b)| a == b).count(),
                 };
                 self.hits.extend_from_slice(&chain.blocks[..memo]);
+                whole = memo == chain.blocks.len();
             }
         }
         for h in &want[memo..] {
@@ -383,19 +455,26 @@ impl PrefixPool {
             self.hits.push(holders.first);
         }
         if self.hits.len() > memo {
-            let chain = &mut self.chains[chain_of(want[0])];
+            let i = chain_of(want[0]);
+            let chain = &mut self.chains[i];
             chain.epoch = self.epoch;
             chain.hashes.clear();
             chain.hashes.extend_from_slice(&want[..self.hits.len()]);
             chain.blocks.clear();
             chain.blocks.extend_from_slice(&self.hits);
+            chain.pinned_eq = chain.blocks == self.pinned[i].blocks;
+            whole = true;
         }
         // A pinned run's blocks are all in use.
         let blocks = &self.blocks;
-        let pinned = want.first().map(|&h0| &self.pinned[chain_of(h0)]);
-        let mut free_blocks = match pinned {
-            Some(p) if p.pins > 0 && p.blocks == self.hits => 0,
-            _ => self.hits.iter().map(|&b| u32::from(blocks[b as usize].refs == 0)).sum::<u32>(),
+        let pinned = want.first().map(|&h0| chain_of(h0)).filter(|&i| self.pinned[i].pins > 0);
+        self.hits_pinned = pinned.is_some_and(|i| match whole {
+            true => self.chains[i].pinned_eq,
+            false => self.pinned[i].blocks == self.hits,
+        });
+        let mut free_blocks = match self.hits_pinned {
+            true => 0,
+            false => self.hits.iter().map(|&b| u32::from(blocks[b as usize].refs == 0)).sum::<u32>(),
         };
         // Its own blocks, only if every shared one hit (a preempted
         // request coming back finds what is left of its own).
@@ -413,6 +492,25 @@ impl PrefixPool {
         Lookup { blocks: self.hits.len() as u32, free_blocks }
     }
 
+    /// Rules 1 to 4 for request `slot` joining whole with `known` tokens
+    /// (its prompt) and `need` blocks for them: the lookup, the test that
+    /// at least `watermark` blocks stay free (counting the hit blocks that
+    /// leave the free queue), then [`PrefixPool::admit`],
+    /// [`PrefixPool::register`] up to `known` and
+    /// [`PrefixPool::decodes_by_count`] up to `last`. `None`, after the
+    /// lookup only, if it does not fit.
+    pub fn join(&mut self, slot: u32, known: u32, need: u32, watermark: i64, last: u32) -> Option<Join> {
+        let hit = self.lookup(slot, known);
+        let fresh = need - hit.blocks;
+        if i64::from(self.free()) - i64::from(hit.free_blocks) - i64::from(fresh) < watermark {
+            return None;
+        }
+        self.admit(slot, fresh);
+        let register_at = self.register(slot, known);
+        let counted = self.decodes_by_count(slot, known, last);
+        Some(Join { hit_blocks: hit.blocks, register_at, counted })
+    }
+
     /// Rule 1 for content not (yet) in the pool: how many leading blocks
     /// of `hashes` a request with `known = P + g` tokens would hit now.
     /// Changes nothing (the cluster router asks every replica this).
@@ -424,10 +522,13 @@ impl PrefixPool {
     /// Rules 2 and 3: request `slot` takes the blocks of the lookup just
     /// made (they leave the free queue if they were in it), then `new` fresh
     /// blocks. The caller has checked that they fit.
+    #[inline]
     pub fn admit(&mut self, slot: u32, new: u32) {
         let hits = std::mem::take(&mut self.hits);
-        // A hit of exactly the pinned run of its first hash takes a pin;
-        // if that run has no pins, these blocks become it.
+        let hits_pinned = std::mem::replace(&mut self.hits_pinned, false);
+        // A hit of exactly the pinned run of its first hash takes a pin
+        // (the lookup compared them); if that run has no pins, these
+        // blocks become it.
         let s = &self.slots[slot as usize];
         let mut pin = NIL;
         let mut each = true;
@@ -435,15 +536,19 @@ impl PrefixPool {
             && !hits.is_empty()
             && let Some(&h0) = s.hashes.first()
         {
-            let p = &mut self.pinned[chain_of(h0)];
+            let i = chain_of(h0);
+            let p = &mut self.pinned[i];
             if p.pins == 0 {
                 p.blocks.clear();
                 p.blocks.extend_from_slice(&hits);
-            }
-            if p.blocks == hits {
-                each = p.pins == 0;
+                self.chains[i].pinned_eq = self.chains[i].blocks == p.blocks;
+                p.pins = 1;
+                pin = i as u32;
+            } else if hits_pinned {
+                debug_assert!(p.blocks == hits, "a pin taken for other blocks than the pinned run's");
+                each = false;
                 p.pins += 1;
-                pin = chain_of(h0) as u32;
+                pin = i as u32;
             }
         }
         if each {
@@ -521,8 +626,12 @@ impl PrefixPool {
         if n == 0 {
             return;
         }
-        self.take_anonymous(n);
         self.unsettled_blocks += n;
+        // Mostly the run at the head holds them all: only counts.
+        match self.head_run(n) == n {
+            true => self.take_from_run(n),
+            false => self.take_anonymous(n),
+        }
     }
 
     /// Takes `n` blocks from the head of the free queue to be held without
@@ -569,9 +678,13 @@ impl PrefixPool {
     /// How many of at most `n` blocks the run at the head of the free queue
     /// gives in one take (0 when the head is a single block, or while
     /// blocks are still handed out for the first time).
+    #[inline]
     fn head_run(&self, n: u32) -> u32 {
         match self.queue.front() {
-            Some(&e) if e >> 32 != 0 && self.blocks.len() as u32 >= self.total => (e as u32).min(n),
+            Some(&e) if e >= RUN && self.blocks.len() as u32 >= self.total => {
+                let (u, o) = run_parts(e);
+                (u64::from(u) + u64::from(o)).min(u64::from(n)) as u32
+            }
             _ => 0,
         }
     }
@@ -599,6 +712,7 @@ impl PrefixPool {
     /// already holds the hash, that one stays the one lookups use. Returns
     /// the token count below which a later call registers nothing (so the
     /// engine can skip the call on most decode steps).
+    #[inline]
     pub fn register(&mut self, slot: u32, tokens: u32) -> u64 {
         let s = &mut self.slots[slot as usize];
         let known = s.known as usize;
@@ -714,19 +828,14 @@ impl PrefixPool {
         self.orphan_own(slot);
         if let Some(s) = self.slots.get_mut(slot as usize) {
             debug_assert!(s.table.is_empty() && s.anon == 0, "forgetting a request that holds blocks");
-            s.hashes.clear();
-            s.own.clear();
-            s.known = 0;
-            s.tag = next_tag(s.tag);
-            s.registered = 0;
-            s.released = false;
+            s.drop_content();
         }
     }
 
     /// [`PrefixPool::release`] then [`PrefixPool::forget`]: request `slot`
     /// leaves. Unless it was preempted, its blocks past its shared head
     /// (own content, orphans from now on, then the blocks not registered)
-    /// are held by it alone, so they join the queue as two runs without
+    /// are held by it alone, so they join the queue as one run without
     /// being read (the same counts, evictions and hits as one by one).
     pub fn finish(&mut self, slot: u32) {
         let Some(s) = self.slots.get_mut(slot as usize) else { return };
@@ -735,34 +844,32 @@ impl PrefixPool {
             self.forget(slot);
             return;
         }
-        let mut table = std::mem::take(&mut s.table);
-        let held = table.len() + s.anon as usize;
+        let held = s.table.len() + s.anon as usize;
         let registered = s.registered as usize;
         let shared = registered.min(s.hashes.len());
         s.anon = 0;
+        let pin = std::mem::replace(&mut s.pin, NIL);
         if cfg!(debug_assertions) {
-            for &b in &table[shared..] {
+            for &b in &s.table[shared..] {
                 debug_assert!(self.blocks[b as usize].refs == 1, "an own or unregistered block held twice");
             }
         }
         // Tail first: the unregistered blocks, then the own registered ones
         // (those past `shared` with a label give it up).
-        self.spare.extend_from_slice(&table[shared..]);
+        self.spare.extend_from_slice(&s.table[shared..]);
         self.in_runs += (held - shared) as u32;
-        self.push_run(RUN_UNCACHED, (held - registered) as u32);
-        self.push_run(RUN_ORPHANS, (registered - shared) as u32);
-        let pin = std::mem::replace(&mut self.slots[slot as usize].pin, NIL);
+        self.push_run((held - registered) as u32, (registered - shared) as u32);
+        // Then its shared blocks a pin does not hold (none, mostly).
         let by_pin = self.pinned.get(pin as usize).map_or(0, |p| p.blocks.len());
-        self.free_each(&table[by_pin..shared]);
+        if by_pin < shared {
+            let table = std::mem::take(&mut self.slots[slot as usize].table);
+            self.free_each(&table[by_pin..shared]);
+            self.slots[slot as usize].table = table;
+        }
         self.unpin(pin);
-        table.clear();
         let s = &mut self.slots[slot as usize];
-        s.table = table;
-        s.hashes.clear();
-        s.own.clear();
-        s.known = 0;
-        s.tag = next_tag(s.tag);
-        s.registered = 0;
+        s.table.clear();
+        s.drop_content();
     }
 
     /// Drops one reference of each of `blocks`, last first; those reaching
@@ -790,19 +897,33 @@ impl PrefixPool {
         }
     }
 
-    /// Appends `n` anonymous blocks of run kind `run` (counted in `in_runs`).
-    fn push_run(&mut self, run: Entry, n: u32) {
-        if n == 0 {
+    /// Appends `u` anonymous blocks holding no hash, then `o` orphans
+    /// (counted in `in_runs`): onto the run at the tail if the order
+    /// stays (it ends with blocks holding no hash, or only orphans come).
+    fn push_run(&mut self, mut u: u32, o: u32) {
+        if u == 0 && o == 0 {
             return;
         }
-        match self.queue.back_mut() {
-            Some(e) if *e & !0xffff_ffff == run => *e += Entry::from(n),
-            _ => {
-                if u64::from(self.queue_base) + self.queue.len() as u64 >= u64::from(u32::MAX) {
-                    self.compact();
-                }
-                self.queue.push_back(run | Entry::from(n));
+        if let Some(e) = self.queue.back_mut()
+            && *e >= RUN
+        {
+            let (bu, bo) = run_parts(*e);
+            if u == 0 || (bo == 0 && u64::from(bu) + u64::from(u) <= u64::from(RUN_MAX_UNCACHED)) {
+                // Blocks in runs are fewer than 2^32: the orphans fit.
+                *e = run(bu + u, bo + o);
+                return;
             }
+        }
+        loop {
+            if u64::from(self.queue_base) + self.queue.len() as u64 >= u64::from(u32::MAX) {
+                self.compact();
+            }
+            if u <= RUN_MAX_UNCACHED {
+                self.queue.push_back(run(u, o));
+                return;
+            }
+            self.queue.push_back(run(RUN_MAX_UNCACHED, 0));
+            u -= RUN_MAX_UNCACHED;
         }
     }
 
@@ -834,7 +955,7 @@ impl PrefixPool {
         }
         let b = loop {
             let e = self.queue.front_mut().expect("taking a block from an empty free queue");
-            if *e >> 32 != 0 {
+            if *e >= RUN {
                 // One block of a run: any label of one.
                 self.take_from_run(1);
                 return self.spare.pop().expect("a run stands for blocks without labels");
@@ -871,20 +992,22 @@ impl PrefixPool {
     /// reference, no hash and no place in the queue (what a block just
     /// taken has); its other fields are rewritten before anything reads
     /// them (registration, a preemption).
+    #[inline]
     fn take_from_run(&mut self, k: u32) {
         let e = self.queue.front_mut().expect("a run at the head of the free queue");
-        debug_assert!(*e >> 32 != 0 && *e as u32 >= k, "taking more blocks than the run at the head holds");
-        let run = *e & !0xffff_ffff;
-        *e -= Entry::from(k);
-        if *e as u32 == 0 {
+        let (u, o) = run_parts(*e);
+        debug_assert!(*e >= RUN && u64::from(u) + u64::from(o) >= u64::from(k), "taking more than the head run holds");
+        // Those holding no hash first, then orphans (evicted).
+        let from_u = k.min(u);
+        let orphans = k - from_u;
+        *e -= (u64::from(from_u) << 32) + u64::from(orphans);
+        if *e == RUN {
             self.queue.pop_front();
             self.queue_base += 1;
         }
         self.in_runs -= k;
-        if run == RUN_ORPHANS {
-            self.cached -= k;
-            self.evictions += u64::from(k);
-        }
+        self.cached -= orphans;
+        self.evictions += u64::from(orphans);
     }
 
     fn push_free(&mut self, b: u32) {
@@ -1103,10 +1226,16 @@ impl PrefixPool {
         let (mut listed, mut stale, mut in_runs, mut orphans) = (0u32, 0u32, 0u64, 0u32);
         for (at, &e) in (self.queue_base..).zip(&self.queue) {
             let count = e as u32;
-            match e & !0xffff_ffff {
-                RUN_ORPHANS | RUN_UNCACHED if count == 0 => return Err("an empty run in the free queue".into()),
-                RUN_ORPHANS => orphans += count,
-                RUN_UNCACHED => {}
+            if e >= RUN {
+                let (u, o) = run_parts(e);
+                if u == 0 && o == 0 {
+                    return Err("an empty run in the free queue".into());
+                }
+                orphans += o;
+                in_runs += u64::from(u) + u64::from(o);
+                continue;
+            }
+            match e >> 32 {
                 0 => {
                     let block = self.blocks.get(count as usize).ok_or("the free queue holds a missing block")?;
                     match block.refs == 0 && block.queued_at == at {
@@ -1120,7 +1249,6 @@ impl PrefixPool {
                 }
                 _ => return Err(format!("free queue entry {e:#x} is neither a block nor a run")),
             }
-            in_runs += u64::from(count);
         }
         if self.unsettled_blocks != 0 || self.unsettled_fills != 0 {
             return Err(format!(
@@ -1200,6 +1328,11 @@ impl PrefixPool {
                     return Err(format!("block {b} is an orphan, but of content still there"));
                 }
                 in_lists += 1;
+            }
+        }
+        for (i, chain) in self.chains.iter().enumerate() {
+            if chain.pinned_eq != (chain.blocks == self.pinned[i].blocks) {
+                return Err(format!("memo entry {i} says its blocks are the pinned run's: {}", chain.pinned_eq));
             }
         }
         // Memoised runs of the current epoch: each hash's first holder.

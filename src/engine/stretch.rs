@@ -67,6 +67,14 @@ pub trait Arrivals {
     fn content(&self, _k: usize) -> (&[u64], bool) {
         (&[], false)
     }
+    /// [`Arrivals::content`] put in `buf` (which may leave its old buffer
+    /// in the request's place: the request is handed over next).
+    fn move_content(&mut self, k: usize, buf: &mut Vec<u64>) -> bool {
+        let (hashes, own_tail) = self.content(k);
+        buf.clear();
+        buf.extend_from_slice(hashes);
+        own_tail
+    }
     /// Request `id` released its last token and finished at `at`.
     fn finished(&mut self, id: RequestId, at: SimTime);
 }
@@ -177,6 +185,8 @@ pub(super) struct Scratch {
     groups: Vec<Vec<u32>>,
     /// `counted[r]`: the members of group `r` (not finished) decoding by count.
     counted: Vec<u32>,
+    /// With prefix caching: a joiner's content on its way to its slot.
+    content: Vec<u64>,
 }
 
 impl Engine {
@@ -427,7 +437,15 @@ impl Engine {
             let queued = self.waiting.len() + scratch.incoming.len();
             // Without prefix caching: the step's cost, known before it is taken.
             let mut priced = None;
-            if prefix {
+            if prefix && queued == 0 {
+                // No joiners: the step's cost, known now.
+                let cost = self.cfg.cost.cost(&shape);
+                let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
+                if end > max_end {
+                    break;
+                }
+                priced = Some((cost, end));
+            } else if prefix {
                 // A joiner's lookup comes after this step's allocations
                 // (which may evict what it would hit), so the step is taken
                 // before its joiners are known; it is taken only if none
@@ -467,8 +485,7 @@ impl Engine {
                 }
                 // Far from `max_end`, a step with joiners is priced once they
                 // are known (`priced` stays None).
-                let far = worst_ns.is_some_and(|ns| clock.plus_nanos(ns) <= max_end);
-                if reach == 0 || !far {
+                if reach == 0 || worst_ns.is_none_or(|ns| clock.plus_nanos(ns) > max_end) {
                     let cost = self.cfg.cost.cost(&upper);
                     let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
                     if end > max_end {
@@ -562,12 +579,12 @@ impl Engine {
                     for (q, &req) in scratch.incoming.iter().enumerate() {
                         let seq = Seq::new(req, State::Waiting);
                         let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
-                        let (hashes, own_tail) = arrivals.content(q);
+                        let own_tail = arrivals.move_content(q, &mut scratch.content);
                         let own = match own_tail {
-                            true => super::own_blocks(&req, hashes.len(), bs),
+                            true => super::own_blocks(&req, scratch.content.len(), bs),
                             false => 0,
                         };
-                        p.set_content_own(slot, hashes, own);
+                        p.set_content_moved(slot, &mut scratch.content, own);
                         self.by_id.insert(req.id, slot);
                         self.last_arrival = req.arrival;
                         self.waiting.push_back(slot);
@@ -585,18 +602,13 @@ impl Engine {
                     if left == 0 || running + (admitted as u64) >= max_seqs {
                         break;
                     }
-                    let hit = p.lookup(slot, req.prompt);
-                    let fresh = need - hit.blocks;
-                    if i64::from(p.free()) - i64::from(hit.free_blocks) - i64::from(fresh) < watermark {
-                        break;
-                    }
-                    p.admit(slot, fresh);
-                    let c = hit.blocks * bs;
+                    let last = req.prompt + req.output - 1;
+                    let Some(join) = p.join(slot, req.prompt, need, watermark, last) else { break };
+                    let (c, counted) = (join.hit_blocks * bs, join.counted);
                     let n = u64::from(req.prompt - c);
                     debug_assert!(n <= left, "a joiner's prompt past its hit must fit the budget");
                     let seq = &mut self.slots[slot as usize];
-                    seq.register_at = p.register(slot, req.prompt);
-                    let counted = p.decodes_by_count(slot, req.prompt, req.prompt + req.output - 1);
+                    seq.register_at = join.register_at;
                     seq.state = State::Running;
                     seq.blocks = need;
                     self.waiting.pop_front();

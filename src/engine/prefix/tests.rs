@@ -366,6 +366,42 @@ fn a_request_leaving_unpreempted_frees_its_tail_then_its_own_blocks_then_its_sha
 }
 
 #[test]
+fn leaving_requests_free_their_unregistered_then_own_blocks_in_order() {
+    // 8 blocks of 4, three requests leaving unpreempted, with no shared
+    // content. A: 4 blocks, 2 own ones registered: unregistered 2, then
+    // orphans 2. B: 2 blocks, nothing registered: unregistered 2. C: 2
+    // blocks, 1 own registered: unregistered 1, then orphan 1.
+    let mut p = pool(8);
+    p.set_content_own(0, &[], 2);
+    p.lookup(0, 16);
+    p.admit(0, 4);
+    p.register(0, 12);
+    p.finish(0);
+    p.set_content(1, &[]);
+    p.lookup(1, 8);
+    p.admit(1, 2);
+    p.finish(1);
+    p.set_content_own(2, &[], 1);
+    p.lookup(2, 8);
+    p.admit(2, 2);
+    p.register(2, 4);
+    p.finish(2);
+    p.check(|_| false).unwrap();
+    assert_eq!((p.used(), p.free(), p.cached_blocks(), p.evictions()), (0, 8, 3, 0));
+    // The queue, block by block: A's U U O O, B's U U, C's U O. Only
+    // taking an orphan evicts.
+    p.set_content(3, &[]);
+    let mut evictions = vec![];
+    for _ in 0..8 {
+        p.allocate(3, 1);
+        p.check(|s| s == 3).unwrap();
+        evictions.push(p.evictions());
+    }
+    assert_eq!(evictions, [0, 0, 1, 2, 2, 2, 2, 3]);
+    assert_eq!(p.cached_blocks(), 0);
+}
+
+#[test]
 fn a_request_leaving_after_a_preemption_frees_every_block_it_holds() {
     // 6 blocks of 4; a request of 9 tokens with 2 own blocks.
     let mut p = pool(6);
