@@ -21,7 +21,7 @@ pub struct Histogram {
     max: u64,
 }
 
-/// The bucket of `v` (for [`Run::add_at`], when one value goes to several histograms).
+/// The bucket of `v` (for [`Histogram::record_at`], when one value goes to several histograms).
 #[inline]
 pub fn index(v: u64) -> usize {
     if v < EXACT {
