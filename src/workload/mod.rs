@@ -132,55 +132,51 @@ impl AnySource {
             AnySource::Sessions(s) => Some(s.row_content()),
         }
     }
+}
 
-    fn inner(&self) -> &dyn Source {
-        match self {
-            AnySource::Open(s) => s.as_ref(),
-            AnySource::Closed(s) => s.as_ref(),
-            AnySource::Trace(s) => s,
-            AnySource::Prefixed(s) => s.as_ref(),
-            AnySource::Sessions(s) => s.as_ref(),
+/// `$e` with `$s` bound to the variant's source, called statically: a
+/// `&dyn Source` taken after the match would add an indirect call, and a
+/// shared prefix's source wraps another `AnySource`, so one such call site
+/// would alternate between two targets for every request.
+macro_rules! each_source {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            AnySource::Open($s) => $e,
+            AnySource::Closed($s) => $e,
+            AnySource::Trace($s) => $e,
+            AnySource::Prefixed($s) => $e,
+            AnySource::Sessions($s) => $e,
         }
-    }
-
-    fn inner_mut(&mut self) -> &mut dyn Source {
-        match self {
-            AnySource::Open(s) => s.as_mut(),
-            AnySource::Closed(s) => s.as_mut(),
-            AnySource::Trace(s) => s,
-            AnySource::Prefixed(s) => s.as_mut(),
-            AnySource::Sessions(s) => s.as_mut(),
-        }
-    }
+    };
 }
 
 impl Source for AnySource {
     fn peek(&self) -> Option<SimTime> {
-        self.inner().peek()
+        each_source!(self, s => s.peek())
     }
     fn pop(&mut self) -> Option<Request> {
-        self.inner_mut().pop()
+        each_source!(self, s => s.pop())
     }
     fn segments(&self) -> &[Segment] {
-        self.inner().segments()
+        each_source!(self, s => s.segments())
     }
     fn block_hashes(&self) -> Option<&[u64]> {
-        self.inner().block_hashes()
+        each_source!(self, s => s.block_hashes())
     }
     fn own_from(&self) -> Option<usize> {
-        self.inner().own_from()
+        each_source!(self, s => s.own_from())
     }
     fn session(&self) -> Option<u64> {
-        self.inner().session()
+        each_source!(self, s => s.session())
     }
     fn done(&mut self, id: RequestId, at: SimTime) {
-        self.inner_mut().done(id, at);
+        each_source!(self, s => s.done(id, at));
     }
     fn stalled(&self) -> Option<String> {
-        self.inner().stalled()
+        each_source!(self, s => s.stalled())
     }
     fn rejected(&mut self, id: RequestId, at: SimTime) {
-        self.inner_mut().rejected(id, at);
+        each_source!(self, s => s.rejected(id, at));
     }
 }
 
