@@ -393,6 +393,8 @@ impl Engine {
                 break;
             }
             debug_assert_eq!(cross as u64, (j - 1) % bs64);
+            // j % block_size: the key of the members filling a block this step.
+            let fill = if cross + 1 == bs as usize { 0 } else { cross + 1 };
             let new = scratch.crossings[cross];
             if new > free {
                 break;
@@ -548,7 +550,6 @@ impl Engine {
                 // Members decoding by count take and fill blocks as counts
                 // (which member takes which of the step's blocks changes
                 // nothing: the blocks taken and evicted are the same).
-                let fill = if cross + 1 == bs as usize { 0 } else { cross + 1 };
                 p.take_for_counted(scratch.counted[cross]);
                 p.fill_counted(scratch.counted[fill]);
                 let members = &scratch.members;
@@ -760,7 +761,7 @@ impl Engine {
                 arrivals.finished(self.slots[m.slot as usize].req.id, end);
                 before = next_arrival(arrivals);
             }
-            cross = if cross + 1 == bs as usize { 0 } else { cross + 1 };
+            cross = fill;
         }
         let n = scratch.steps.len() as u64;
         if n == 0 {

@@ -44,7 +44,7 @@ impl Histogram {
 
     /// Records `v` `n` times: the same as `n` calls of [`Histogram::record`].
     pub fn record_n(&mut self, v: u64, n: u64) {
-        self.record_bucket(index(v), n, u128::from(v) * u128::from(n), v, v);
+        self.record_at(index(v), v, n);
     }
 
     /// [`Histogram::record_n`] with `i` = `index(v)`, computed once by the caller.
