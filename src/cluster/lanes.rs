@@ -49,8 +49,9 @@ use crate::workload::Source;
 /// Requests routed ahead per replica in one round.
 const AHEAD: usize = 64;
 
-/// Steps one stretch takes at most (as the single-engine driver).
-const STRETCH_STEPS: u64 = 4096;
+/// Steps one stretch takes at most (as the single-engine driver; a
+/// lane's stretches are mostly shorter, ended by routing rounds).
+const STRETCH_STEPS: u64 = 1024;
 
 const NEVER: SimTime = SimTime::from_nanos(u64::MAX);
 
