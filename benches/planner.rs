@@ -350,12 +350,8 @@ fn plain_and_prefix(base: &Path, load: &[Override], saturation: f64, rate: f64) 
     // The shared-prefix requests run twice, with the cache and without: the
     // same requests (the goal's comparison), where the 512-token run
     // without `shared_prefix` leaves out the cost of making their content.
-    let configs: [Vec<Override>; 4] = [
-        vec![],
-        vec![caching.clone()],
-        [&[caching.clone()], &shared[..]].concat(),
-        shared.to_vec(),
-    ];
+    let configs: [Vec<Override>; 4] =
+        [vec![], vec![caching.clone()], [&[caching.clone()], &shared[..]].concat(), shared.to_vec()];
     let scenarios: Vec<_> = configs
         .iter()
         .map(|extra| {
