@@ -351,7 +351,7 @@ fn plain_and_prefix(base: &Path, load: &[Override], saturation: f64, rate: f64) 
     // same requests (the goal's comparison), where the 512-token run
     // without `shared_prefix` leaves out the cost of making their content.
     let configs: [Vec<Override>; 4] =
-        [vec![], vec![caching.clone()], [&[caching.clone()], &shared[..]].concat(), shared.to_vec()];
+        [vec![], vec![caching.clone()], [std::slice::from_ref(&caching), &shared[..]].concat(), shared.to_vec()];
     let scenarios: Vec<_> = configs
         .iter()
         .map(|extra| {
