@@ -53,6 +53,7 @@ fn generate_with_progress(
     let mut rows = Recorded::default();
     let mut engine = Engine::new(scenario.engine_config());
     let mut source = AnySource::new(scenario);
+    source.keep_rows();
     let limits = crate::sim::RunLimits::default();
     let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
     crate::sim::drive_limited(&mut engine, &mut source, &mut rows, &limits, delay_ns, |_, _| {}, progress)?;

@@ -16,7 +16,7 @@
 //! (below), so turning these on changes no other draw.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use rand::RngExt;
@@ -85,24 +85,36 @@ impl GroupDraw {
     }
 }
 
+/// [`SessionSource::conversation_of`] of a request that has ended.
+const ENDED: u32 = u32::MAX;
+
 /// An open or closed loop whose requests each start with one of
 /// `groups` system prompts; `prompt_tokens` is the unique rest.
 pub struct Prefixed {
     inner: AnySource,
     draw: GroupDraw,
     current: Vec<Segment>,
-    /// The group of every request issued, for `llmsim trace`.
-    drawn: Vec<u32>,
+    /// The group of every request issued, for `llmsim trace`: kept only
+    /// when asked ([`AnySource::keep_rows`]), so a run's memory stays flat
+    /// in requests.
+    drawn: Option<Vec<u32>>,
 }
 
 impl Prefixed {
     pub fn new(inner: AnySource, sp: &SharedPrefix, seed: u64) -> Prefixed {
-        Prefixed { inner, draw: GroupDraw::new(sp, seed), current: Vec::new(), drawn: Vec::new() }
+        Prefixed { inner, draw: GroupDraw::new(sp, seed), current: Vec::new(), drawn: None }
     }
 
-    pub fn row_content(&self) -> Vec<RowContent> {
+    /// Keeps each request's group from now on, for [`Prefixed::row_content`].
+    pub fn keep_rows(&mut self) {
+        self.drawn.get_or_insert_with(Vec::new);
+    }
+
+    /// Each request's `prefix_id`, if [`Prefixed::keep_rows`] was called
+    /// before the first was issued.
+    pub fn row_content(&self) -> Option<Vec<RowContent>> {
         let prefix = |&g: &u32| RowContent { prefix: Some(self.draw.label(g)), ..RowContent::default() };
-        self.drawn.iter().map(prefix).collect()
+        self.drawn.as_ref().map(|drawn| drawn.iter().map(prefix).collect())
     }
 }
 
@@ -119,7 +131,9 @@ impl Source for Prefixed {
         self.current.extend([Segment::new(self.draw.key(group), tokens), Segment::new(prompt_key(req.id), req.prompt)]);
         // An absurd sum saturates; the context check rejects it on arrival.
         req.prompt = tokens.saturating_add(req.prompt);
-        self.drawn.push(group);
+        if let Some(drawn) = &mut self.drawn {
+            drawn.push(group);
+        }
         Some(req)
     }
 
@@ -192,15 +206,22 @@ pub struct SessionSource {
     ready: BinaryHeap<Reverse<(SimTime, u64, Next)>>,
     conversations: Vec<Conversation>,
     free: Vec<u32>,
-    /// The conversation of every request issued.
-    conversation_of: Vec<u32>,
+    /// The conversation of each request issued from `first_open` on
+    /// (`ENDED` once it finished or was rejected): the front is dropped
+    /// as it ends, so this holds the span of requests in flight, not
+    /// every request issued.
+    conversation_of: VecDeque<u32>,
+    first_open: u64,
     current: Vec<Segment>,
     /// Whether the request issued last is the last turn of its
     /// conversation: no later turn resends it, so its new tokens and its
     /// answer are its own.
     last_turn: bool,
-    /// (group, session) of every request issued, for `llmsim trace`.
-    log: Vec<(Option<u32>, u64)>,
+    /// The session of the request issued last.
+    last_session: Option<u64>,
+    /// (group, session) of every request issued, for `llmsim trace`: kept
+    /// only when asked ([`AnySource::keep_rows`]).
+    log: Option<Vec<(Option<u32>, u64)>>,
     sessions: u64,
 }
 
@@ -222,10 +243,12 @@ impl SessionSource {
             ready: BinaryHeap::new(),
             conversations: Vec::new(),
             free: Vec::new(),
-            conversation_of: Vec::new(),
+            conversation_of: VecDeque::new(),
+            first_open: 0,
             current: Vec::new(),
             last_turn: false,
-            log: Vec::new(),
+            last_session: None,
+            log: None,
             sessions: 0,
         };
         match (&w.arrivals, Gaps::of(&w.arrivals)) {
@@ -245,13 +268,33 @@ impl SessionSource {
         source
     }
 
-    pub fn row_content(&self) -> Vec<RowContent> {
+    /// Keeps each request's group and session from now on, for
+    /// [`SessionSource::row_content`].
+    pub fn keep_rows(&mut self) {
+        self.log.get_or_insert_with(Vec::new);
+    }
+
+    /// Each request's `prefix_id` and `session_id`, if
+    /// [`SessionSource::keep_rows`] was called before the first was issued.
+    pub fn row_content(&self) -> Option<Vec<RowContent>> {
         let row = |&(group, session): &(Option<u32>, u64)| RowContent {
             prefix: group.zip(self.prefix.as_ref()).map(|(g, d)| d.label(g)),
             session: Some(session.to_string()),
             ..RowContent::default()
         };
-        self.log.iter().map(row).collect()
+        self.log.as_ref().map(|log| log.iter().map(row).collect())
+    }
+
+    /// The conversation of request `id` while it is in flight; it ends
+    /// (later calls for it find nothing).
+    fn end_request(&mut self, id: RequestId) -> Option<u32> {
+        let i = usize::try_from(id.checked_sub(self.first_open)?).ok()?;
+        let conv = std::mem::replace(self.conversation_of.get_mut(i)?, ENDED);
+        while self.conversation_of.front() == Some(&ENDED) {
+            self.conversation_of.pop_front();
+            self.first_open += 1;
+        }
+        (conv != ENDED).then_some(conv)
     }
 
     fn push(&mut self, at: SimTime, next: Next) {
@@ -335,8 +378,11 @@ impl Source for SessionSource {
         let prompt: u64 = c.history.iter().map(|s| u64::from(s.len)).sum();
         self.current.clone_from(&c.history);
         self.last_turn = c.turns_left == 0;
-        self.log.push((c.group, c.session));
-        self.conversation_of.push(conv);
+        if let Some(log) = &mut self.log {
+            log.push((c.group, c.session));
+        }
+        self.last_session = Some(c.session);
+        self.conversation_of.push_back(conv);
         self.issued += 1;
         // An absurd history saturates; the context check rejects it on arrival.
         Some(Request { id, arrival, prompt: prompt.min(u64::from(u32::MAX)) as u32, output })
@@ -352,11 +398,11 @@ impl Source for SessionSource {
     }
 
     fn session(&self) -> Option<u64> {
-        self.log.last().map(|&(_, session)| session)
+        self.last_session
     }
 
     fn done(&mut self, id: RequestId, at: SimTime) {
-        let Some(&conv) = self.conversation_of.get(id as usize) else { return };
+        let Some(conv) = self.end_request(id) else { return };
         if self.conversations[conv as usize].turns_left > 0 {
             let think = self.think_nanos();
             self.push(at.plus_nanos(think), Next::Turn { conv });
@@ -366,7 +412,7 @@ impl Source for SessionSource {
     }
 
     fn rejected(&mut self, id: RequestId, at: SimTime) {
-        if let Some(&conv) = self.conversation_of.get(id as usize) {
+        if let Some(conv) = self.end_request(id) {
             self.end(conv, at);
         }
     }

@@ -121,15 +121,27 @@ impl AnySource {
         }
     }
 
+    /// Keeps what [`AnySource::row_content`] returns for each request
+    /// issued from now on. Without it a shared prefix or sessions keep
+    /// nothing per request, so a run's memory stays flat in requests.
+    pub fn keep_rows(&mut self) {
+        match self {
+            AnySource::Open(_) | AnySource::Closed(_) | AnySource::Trace(_) => {}
+            AnySource::Prefixed(p) => p.keep_rows(),
+            AnySource::Sessions(s) => s.keep_rows(),
+        }
+    }
+
     /// What `llmsim trace` writes in the content columns for each request
     /// issued so far, if the workload has shared content: the drawn
-    /// `prefix_id` and `session_id`, or a trace's own columns.
+    /// `prefix_id` and `session_id` (kept since [`AnySource::keep_rows`];
+    /// `None` without it), or a trace's own columns.
     pub fn row_content(&self) -> Option<Vec<RowContent>> {
         match self {
             AnySource::Open(_) | AnySource::Closed(_) => None,
             AnySource::Trace(t) => t.content.as_ref().map(|c| c.rows().to_vec()),
-            AnySource::Prefixed(p) => Some(p.row_content()),
-            AnySource::Sessions(s) => Some(s.row_content()),
+            AnySource::Prefixed(p) => p.row_content(),
+            AnySource::Sessions(s) => s.row_content(),
         }
     }
 }

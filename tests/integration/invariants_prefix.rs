@@ -669,6 +669,7 @@ workload:
     let s = scenario(text);
     let mut engine = Engine::new(s.engine_config());
     let mut source = AnySource::new(&s);
+    source.keep_rows();
     let mut collector = llmsim::metrics::Collector::new(s.capacity.num_blocks, CollectorOptions::default());
     sim::drive(&mut engine, &mut source, &mut collector).expect("within the run limits");
     let rows = source.row_content().expect("sessions have content");

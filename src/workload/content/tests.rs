@@ -56,6 +56,7 @@ fn a_session_turn_repeats_the_previous_prompt_and_answer() {
 ",
     );
     let mut src = AnySource::new(&s);
+    src.keep_rows();
     let t0 = src.pop().unwrap();
     assert_eq!((t0.arrival, t0.prompt), (SimTime::ZERO, 10));
     assert_eq!(src.segments(), [Segment::new(prompt_key(0), 10)]);
@@ -95,6 +96,7 @@ fn a_rejected_turn_ends_its_session() {
 ",
     );
     let mut src = AnySource::new(&s);
+    src.keep_rows();
     src.pop().unwrap();
     src.rejected(0, secs(1.0));
     let next = src.pop().unwrap();
@@ -167,4 +169,65 @@ fn hash_ids_become_one_segment_per_block() {
     segs.build(0, &rows);
     let want = [Segment::new(hash_id_key(4), 512), Segment::new(hash_id_key(5), 512), Segment::new(hash_id_key(6), 76)];
     assert_eq!(segs.current(), want);
+}
+
+#[test]
+fn without_keep_rows_a_source_keeps_nothing_per_request() {
+    // A shared prefix: no group per request unless asked.
+    let w = "  arrivals: {poisson: {rate: 5}}\n  requests: 20\n  prompt_tokens: 10\n  output_tokens: 3\n";
+    let shared = scenario(&format!("{w}  shared_prefix: {{groups: 2, tokens: 16}}\n"));
+    let (mut quiet, mut kept) = (AnySource::new(&shared), AnySource::new(&shared));
+    kept.keep_rows();
+    let mut groups = Vec::new();
+    while let Some(r) = quiet.pop() {
+        kept.pop().expect("the same requests");
+        assert_eq!(kept.segments(), quiet.segments(), "keeping rows changes no draw");
+        groups
+            .push(format!("sys:{}", (0..2).find(|&g| quiet.segments()[0] == Segment::new(group_key(g), 16)).unwrap()));
+        quiet.done(r.id, secs(1.0));
+        kept.done(r.id, secs(1.0));
+    }
+    assert!(quiet.row_content().is_none(), "nothing kept");
+    let AnySource::Prefixed(p) = &quiet else { panic!("a shared prefix") };
+    assert!(p.drawn.is_none());
+    let rows = kept.row_content().expect("kept");
+    let ids: Vec<_> = rows.iter().map(|r| r.prefix.as_ref().unwrap().id.clone()).collect();
+    assert_eq!(ids, groups, "each request's group, in order");
+}
+
+#[test]
+fn sessions_hold_only_the_span_of_requests_in_flight() {
+    let s = scenario(
+        "  arrivals: {closed: {concurrency: 2}}
+  requests: 6
+  prompt_tokens: 10
+  output_tokens: 5
+  sessions: {turns: 2}
+",
+    );
+    let mut src = AnySource::new(&s);
+    let span = |src: &AnySource| match src {
+        AnySource::Sessions(s) => (s.first_open, s.conversation_of.len(), s.log.is_some()),
+        _ => panic!("sessions"),
+    };
+    let (a, b) = (src.pop().unwrap(), src.pop().unwrap());
+    assert_eq!((a.id, b.id), (0, 1));
+    assert_eq!(span(&src), (0, 2, false), "two in flight, no rows kept");
+    // The second ends first: the front (request 0) is still in flight.
+    src.done(1, secs(1.0));
+    assert_eq!(span(&src), (0, 2, false));
+    src.done(0, secs(2.0));
+    assert_eq!(span(&src), (2, 0, false), "both ended: nothing held");
+    // A second call for an ended request finds nothing (no turn pushed
+    // twice): the two next turns are requests 2 and 3, then none is due
+    // until they end.
+    src.done(0, secs(3.0));
+    let (c, d) = (src.pop().unwrap(), src.pop().unwrap());
+    assert_eq!((c.id, d.id, c.prompt, d.prompt), (2, 3, 25, 25), "each conversation's second turn");
+    assert!(src.pop().is_none(), "both users wait for their answers");
+    assert_eq!(span(&src), (2, 2, false));
+    // A rejected turn ends its request too.
+    src.rejected(3, secs(4.0));
+    src.done(2, secs(4.0));
+    assert_eq!(span(&src), (4, 0, false));
 }
