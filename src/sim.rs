@@ -414,8 +414,7 @@ pub fn run_with_progress<O: Observer>(
 /// per-request record is kept once a request has ended
 /// ([`Collector::summary_only`]), so memory stays flat in requests. The
 /// result is the same; [`RunOutput::requests`] holds only requests still
-/// in flight. (A `cluster:` run keeps its records: its collector is the
-/// cluster's.)
+/// in flight (a `cluster:` run's collectors too).
 pub fn run_summary<O: Observer>(
     scenario: &Scenario,
     options: CollectorOptions,
@@ -436,9 +435,10 @@ pub fn run_collecting<O: Observer>(
     stepping: Stepping,
 ) -> Result<RunOutput, SimError> {
     if let Some(cluster) = &scenario.cluster {
-        // The cluster's own collector, with the options the caller gave.
-        let options = collector.options();
-        return crate::cluster::run(scenario, cluster, options, extra, progress, stepping);
+        // The cluster's own collectors, with the options the caller gave,
+        // keeping records only if it does.
+        let (options, summary) = (collector.options(), collector.is_summary_only());
+        return crate::cluster::run(scenario, cluster, options, summary, extra, progress, stepping);
     }
     let mut engine = Engine::new(scenario.engine_config());
     let mut source = AnySource::new(scenario);

@@ -95,7 +95,7 @@ pub fn run<O: Observer>(
     scenario: &Scenario,
     cluster: &Cluster,
     d: &Disagg,
-    options: CollectorOptions,
+    (options, summary): (CollectorOptions, bool),
     extra: &mut O,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunOutput, SimError> {
@@ -106,10 +106,11 @@ pub fn run<O: Observer>(
     let mut decode_router = router(&d.decode, seed, 1);
     let mut source = AnySource::new(scenario);
     let first = &d.prefill.scenario;
-    let mut collector = Collector::new(first.capacity.num_blocks, options);
+    let mut collector = Collector::new(first.capacity.num_blocks, options).summary_only_if(summary);
     let mut per_pool = PoolCollectors {
-        prefill: Collector::new(first.capacity.num_blocks, CollectorOptions::default()),
-        decode: Collector::new(d.decode.scenario.capacity.num_blocks, CollectorOptions::default()),
+        prefill: Collector::new(first.capacity.num_blocks, CollectorOptions::default()).summary_only_if(summary),
+        decode: Collector::new(d.decode.scenario.capacity.num_blocks, CollectorOptions::default())
+            .summary_only_if(summary),
     };
     let setup = DisaggSetup {
         limits: RunLimits::default(),

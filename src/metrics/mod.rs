@@ -280,6 +280,19 @@ impl Collector {
         self.options
     }
 
+    /// Whether it drops a request's record when the request ends.
+    pub fn is_summary_only(&self) -> bool {
+        self.summary_only
+    }
+
+    /// [`Collector::summary_only`] if `summary`.
+    pub fn summary_only_if(self, summary: bool) -> Collector {
+        match summary {
+            true => self.summary_only(),
+            false => self,
+        }
+    }
+
     /// The record of request `id`, which ids index directly (from `base`).
     #[inline]
     fn rec(&mut self, id: RequestId) -> Option<&mut RequestRecord> {
