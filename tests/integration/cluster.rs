@@ -388,3 +388,30 @@ fn a_prefix_cached_cluster_gives_the_same_results_hashing_only_shared_blocks_as_
     // The two paths differ on many requests: sessions' last turns and shared prefixes' own tokens.
     assert!(hidden.get() > 1000, "{}", hidden.get());
 }
+
+/// `sim::run_summary` (what `llmsim run` uses without `--requests-csv`)
+/// keeps no record of a request that ended, in a cluster as on one
+/// engine, and gives the same result as a run keeping every record.
+#[test]
+fn a_summary_cluster_run_keeps_no_ended_request_and_gives_the_same_result() {
+    let pools = "cluster: {prefill: {replicas: 2, router: least_outstanding}, decode: {replicas: 3, \
+                 router: round_robin}, kv_transfer: {bandwidth_gbps: 50, latency_ms: 1}}\n";
+    for seed in 0..12u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(7000 + seed);
+        let cluster = match seed % 2 {
+            0 => "cluster: {replicas: 3, router: least_outstanding}\n",
+            _ => pools,
+        };
+        let text = random_scenario(&mut rng, cluster);
+        let s = scenario(&text);
+        let kept = sim::run(&s, CollectorOptions::default()).unwrap();
+        let summary = sim::run_summary(&s, CollectorOptions::default(), &mut (), &mut |_| {}).unwrap();
+        let ctx = format!("seed {seed}\n{text}");
+        assert_eq!(summary.result, kept.result, "{ctx}");
+        // Every request ended (finished or rejected): none is held.
+        let ended = kept.result.requests.completed + kept.result.requests.rejected;
+        assert_eq!(ended, kept.result.requests.total, "{ctx}");
+        assert_eq!(kept.requests.len() as u64, kept.result.requests.total, "{ctx}");
+        assert!(summary.requests.is_empty(), "{} records kept: {ctx}", summary.requests.len());
+    }
+}
