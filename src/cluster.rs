@@ -109,7 +109,7 @@ pub fn run<O: Observer>(
     stepping: Stepping,
 ) -> Result<RunOutput, SimError> {
     if let Some(d) = &cluster.disagg {
-        return disagg::run(scenario, cluster, d, (options, summary), extra, progress);
+        return disagg::run(scenario, cluster, d, options, summary, extra, progress);
     }
     let cfg = scenario.engine_config();
     let mut engines: Vec<Engine> = (0..cluster.replicas).map(|_| Engine::new(cfg.clone())).collect();

@@ -95,7 +95,8 @@ pub fn run<O: Observer>(
     scenario: &Scenario,
     cluster: &Cluster,
     d: &Disagg,
-    (options, summary): (CollectorOptions, bool),
+    options: CollectorOptions,
+    summary: bool,
     extra: &mut O,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunOutput, SimError> {

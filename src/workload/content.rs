@@ -206,12 +206,11 @@ pub struct SessionSource {
     ready: BinaryHeap<Reverse<(SimTime, u64, Next)>>,
     conversations: Vec<Conversation>,
     free: Vec<u32>,
-    /// The conversation of each request issued from `first_open` on
-    /// (`ENDED` once it finished or was rejected): the front is dropped
-    /// as it ends, so this holds the span of requests in flight, not
-    /// every request issued.
+    /// The conversation of each request issued from
+    /// [`SessionSource::first_open`] on (`ENDED` once it finished or was
+    /// rejected): the front is dropped as it ends, so this holds the span
+    /// of requests in flight, not every request issued.
     conversation_of: VecDeque<u32>,
-    first_open: u64,
     current: Vec<Segment>,
     /// Whether the request issued last is the last turn of its
     /// conversation: no later turn resends it, so its new tokens and its
@@ -244,7 +243,6 @@ impl SessionSource {
             conversations: Vec::new(),
             free: Vec::new(),
             conversation_of: VecDeque::new(),
-            first_open: 0,
             current: Vec::new(),
             last_turn: false,
             last_session: None,
@@ -288,13 +286,18 @@ impl SessionSource {
     /// The conversation of request `id` while it is in flight; it ends
     /// (later calls for it find nothing).
     fn end_request(&mut self, id: RequestId) -> Option<u32> {
-        let i = usize::try_from(id.checked_sub(self.first_open)?).ok()?;
+        let i = usize::try_from(id.checked_sub(self.first_open())?).ok()?;
         let conv = std::mem::replace(self.conversation_of.get_mut(i)?, ENDED);
         while self.conversation_of.front() == Some(&ENDED) {
             self.conversation_of.pop_front();
-            self.first_open += 1;
         }
         (conv != ENDED).then_some(conv)
+    }
+
+    /// The first request not known to have ended: `conversation_of`
+    /// holds it and every request issued after it, up to `issued`.
+    fn first_open(&self) -> u64 {
+        self.issued - self.conversation_of.len() as u64
     }
 
     fn push(&mut self, at: SimTime, next: Next) {

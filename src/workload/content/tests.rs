@@ -207,7 +207,7 @@ fn sessions_hold_only_the_span_of_requests_in_flight() {
     );
     let mut src = AnySource::new(&s);
     let span = |src: &AnySource| match src {
-        AnySource::Sessions(s) => (s.first_open, s.conversation_of.len(), s.log.is_some()),
+        AnySource::Sessions(s) => (s.first_open(), s.conversation_of.len(), s.log.is_some()),
         _ => panic!("sessions"),
     };
     let (a, b) = (src.pop().unwrap(), src.pop().unwrap());
