@@ -17,6 +17,7 @@
 //! `group`), which says how well the fit carries to runs it has not seen.
 
 pub mod fidelity;
+pub mod identify;
 pub mod keys;
 pub mod optim;
 pub mod profile;
@@ -113,6 +114,25 @@ pub enum Loss {
 }
 
 impl Loss {
+    /// `squared` or `cauchy:PCT` (PCT a percentage in (0, 1000]).
+    pub fn parse(text: &str) -> Result<Loss, String> {
+        let t = text.trim();
+        if t == "squared" {
+            return Ok(Loss::Squared);
+        }
+        let bad = || {
+            format!(
+                "--loss `{t}` is not allowed: give `squared` or `cauchy:PCT` with PCT a percentage in (0, 1000], e.g. cauchy:25"
+            )
+        };
+        let pct: f64 =
+            t.strip_prefix("cauchy:").ok_or_else(bad)?.trim().trim_end_matches('%').parse().map_err(|_| bad())?;
+        if !(pct.is_finite() && pct > 0.0 && pct <= 1000.0) {
+            return Err(bad());
+        }
+        Ok(Loss::Cauchy((1.0 + pct / 100.0).ln()))
+    }
+
     /// The least-squares residual whose square is this loss of `e`.
     pub fn residual(self, e: f64) -> f64 {
         match self {
@@ -129,6 +149,45 @@ impl Loss {
     }
 }
 
+/// What leave-one-out leaves out together.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LeaveOut {
+    /// A run's group: an experiment's load stages, a table's `group`.
+    Experiment,
+    /// Every run of one model.
+    Model,
+    /// Every run of one measured source.
+    Source,
+}
+
+impl LeaveOut {
+    pub fn parse(text: &str) -> Result<LeaveOut, String> {
+        match text.trim() {
+            "experiment" => Ok(LeaveOut::Experiment),
+            "model" => Ok(LeaveOut::Model),
+            "source" => Ok(LeaveOut::Source),
+            other => Err(format!("--leave-out `{other}` is not allowed: give experiment, model or source")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LeaveOut::Experiment => "experiment",
+            LeaveOut::Model => "model",
+            LeaveOut::Source => "source",
+        }
+    }
+
+    /// The group `run` is left out with.
+    pub fn group(self, run: &Run) -> &str {
+        match self {
+            LeaveOut::Experiment => &run.group,
+            LeaveOut::Model => &run.model,
+            LeaveOut::Source => &run.origin,
+        }
+    }
+}
+
 /// How to calibrate.
 #[derive(Clone, Debug)]
 pub struct Setup {
@@ -139,6 +198,11 @@ pub struct Setup {
     pub include_saturated: bool,
     /// Predict each group from a fit on the others.
     pub leave_one_out: bool,
+    /// What a group is, for each leave-one-out pass (the first is the
+    /// one reports show by default).
+    pub leave_out: Vec<LeaveOut>,
+    /// A prior for each key (by position; empty: none).
+    pub priors: Vec<Option<keys::Prior>>,
     pub optim: optim::Settings,
 }
 
@@ -150,6 +214,8 @@ impl Setup {
             loss: Loss::Squared,
             include_saturated: false,
             leave_one_out: true,
+            leave_out: vec![LeaveOut::Experiment],
+            priors: Vec::new(),
             optim: optim::Settings::default(),
         }
     }
@@ -299,11 +365,21 @@ pub fn fit(memo: &Memo, runs: &[&Run], setup: &Setup, start: &[f64], settings: &
     let keys = &setup.keys;
     let to_x = |u: &[f64]| -> Vec<f64> { keys.iter().zip(u).map(|(k, u)| k.from_unit(*u)).collect() };
     let u0: Vec<f64> = keys.iter().zip(start).map(|(k, x)| k.to_unit(*x)).collect();
-    let objective = |u: &[f64]| residuals_with(memo, runs, &setup.metrics, setup.loss, keys, &to_x(u));
+    let objective = |u: &[f64]| objective_residuals(memo, runs, setup, &to_x(u));
     let m = optim::minimize(objective, &u0, settings)?;
     let x: Vec<f64> = to_x(&m.x).into_iter().zip(keys).map(|(v, k)| round_sig(v, k)).collect();
-    let r = residuals_with(memo, runs, &setup.metrics, setup.loss, keys, &x)?;
+    let r = objective_residuals(memo, runs, setup, &x)?;
     Ok(Fit { x, loss: r.iter().map(|r| r * r).sum(), evals: m.evals })
+}
+
+/// What the fit minimises: the runs' residuals, then a row for each key's
+/// prior ([`identify::prior_rows`]).
+pub fn objective_residuals(memo: &Memo, runs: &[&Run], setup: &Setup, x: &[f64]) -> Result<Vec<f64>, Error> {
+    let mut r = residuals_with(memo, runs, &setup.metrics, setup.loss, &setup.keys, x)?;
+    if setup.priors.iter().any(Option::is_some) {
+        r.extend(identify::prior_rows(setup, identify::row_scale(runs, setup), x));
+    }
+    Ok(r)
 }
 
 /// `v` to 5 significant digits (whole numbers for an integer key), kept in bounds.
@@ -325,8 +401,29 @@ pub struct RunOutcome {
     pub loss_metrics: Vec<Metric>,
     pub uncalibrated: Figures,
     pub calibrated: Figures,
-    /// Predicted by a fit on the other groups, and that fit's values.
+    /// Predicted by a fit on the other groups, and that fit's values
+    /// (the first leave-one-out pass).
     pub loo: Option<(Figures, Vec<f64>)>,
+    /// Predicted by each pass's fit without the run's group, by pass.
+    pub loo_by: Vec<Option<Figures>>,
+}
+
+/// One leave-one-out pass: what it leaves out, and each fold's group and
+/// fitted values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FoldSet {
+    pub leave_out: LeaveOut,
+    pub folds: Vec<(String, Vec<f64>)>,
+}
+
+/// A fit found before (`llmsim fidelity` keeps them in
+/// results/fidelity-fits.yml): replaying it predicts every run at the same
+/// values without fitting again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    pub fit: Fit,
+    pub start_loss: f64,
+    pub folds: Vec<FoldSet>,
 }
 
 /// Everything a calibration found.
@@ -340,12 +437,16 @@ pub struct Outcome {
     pub start: Vec<f64>,
     pub start_loss: f64,
     pub fit: Fit,
+    /// Whether the runs identify each key.
+    pub identified: Vec<identify::Identification>,
     pub outcomes: Vec<RunOutcome>,
     /// Measured runs the engine cannot represent: listed, never simulated
     /// ([`calibrate`] leaves this empty; the caller adds what it loaded).
     pub excluded: Vec<runs::Excluded>,
     /// Simulations run and reused ([`Memo::counts`]).
     pub simulations: (usize, usize),
+    /// Each leave-one-out pass's folds.
+    pub folds: Vec<FoldSet>,
 }
 
 impl Outcome {
@@ -357,6 +458,17 @@ impl Outcome {
 /// Checks the inputs, fits, predicts every run each way and leaves each
 /// group out in turn. `runs` come first, then `holdout`.
 pub fn calibrate(runs: Vec<Run>, holdout: Vec<Run>, setup: &Setup) -> Result<Outcome, Error> {
+    calibrate_or_replay(runs, holdout, setup, None)
+}
+
+/// [`calibrate`], or with `recorded`, the same outcome from values found
+/// before: every run predicted at them, no fit.
+pub fn calibrate_or_replay(
+    runs: Vec<Run>,
+    holdout: Vec<Run>,
+    setup: &Setup,
+    recorded: Option<&Recorded>,
+) -> Result<Outcome, Error> {
     let fitted_inputs = runs.len();
     let in_fit: Vec<bool> = runs.iter().map(|r| setup.include_saturated || r.saturated.is_none()).collect();
     let all: Vec<Run> = runs.into_iter().chain(holdout).collect();
@@ -390,13 +502,24 @@ pub fn calibrate(runs: Vec<Run>, holdout: Vec<Run>, setup: &Setup) -> Result<Out
     let start = start_values(&fit_runs, &setup.keys)?;
     check_bounds_are_valid(fit_runs[0], &setup.keys, &start)?;
     let memo = Memo::default();
-    let start_loss: f64 =
-        residuals_with(&memo, &fit_runs, &setup.metrics, setup.loss, &setup.keys, &start)?.iter().map(|r| r * r).sum();
-    let fit = fit(&memo, &fit_runs, setup, &start, &setup.optim)?;
+    let (start_loss, fit) = match recorded {
+        Some(r) => (r.start_loss, r.fit.clone()),
+        None => (
+            objective_residuals(&memo, &fit_runs, setup, &start)?.iter().map(|r| r * r).sum(),
+            fit(&memo, &fit_runs, setup, &start, &setup.optim)?,
+        ),
+    };
+    let identified = identify::identify(&memo, &fit_runs, setup, &fit.x)?;
     let refs: Vec<&Run> = all.iter().collect();
     let uncalibrated = predict_all_with(&memo, &refs, &[], &[])?;
     let calibrated = predict_all_with(&memo, &refs, &setup.keys, &fit.x)?;
-    let loo = if setup.leave_one_out { leave_one_out(&memo, &all, &in_fit, setup, &fit)? } else { BTreeMap::new() };
+    let mut passes: Vec<(FoldSet, BTreeMap<usize, (Figures, Vec<f64>)>)> = Vec::new();
+    if setup.leave_one_out {
+        for (p, mode) in setup.leave_out.iter().enumerate() {
+            let given = recorded.and_then(|r| r.folds.get(p)).filter(|f| f.leave_out == *mode);
+            passes.push(leave_one_out(&memo, &all, &in_fit, setup, *mode, &fit, given)?);
+        }
+    }
     let outcomes = (0..all.len())
         .map(|i| RunOutcome {
             index: i,
@@ -405,9 +528,11 @@ pub fn calibrate(runs: Vec<Run>, holdout: Vec<Run>, setup: &Setup) -> Result<Out
             loss_metrics: setup.metrics.for_run(&all[i]),
             uncalibrated: uncalibrated[i].clone(),
             calibrated: calibrated[i].clone(),
-            loo: loo.get(&i).cloned(),
+            loo: passes.first().and_then(|(_, m)| m.get(&i).cloned()),
+            loo_by: passes.iter().map(|(_, m)| m.get(&i).map(|(f, _)| f.clone())).collect(),
         })
         .collect();
+    let folds = passes.into_iter().map(|(f, _)| f).collect();
     Ok(Outcome {
         setup: setup.clone(),
         runs: all,
@@ -415,9 +540,11 @@ pub fn calibrate(runs: Vec<Run>, holdout: Vec<Run>, setup: &Setup) -> Result<Out
         start,
         start_loss,
         fit,
+        identified,
         outcomes,
         excluded: Vec::new(),
         simulations: memo.counts(),
+        folds,
     })
 }
 
@@ -472,46 +599,59 @@ fn check_bounds_are_valid(run: &Run, keys: &[FitKey], start: &[f64]) -> Result<(
     Ok(())
 }
 
-/// For every group of fitted runs, the others' fit and its predictions of
-/// the group's runs; by run index. Needs two groups or more. Each fold
-/// starts at the full fit with half the evaluation budget.
+/// For every group of fitted runs (grouped by `mode`), the others' fit
+/// and its predictions of the group's runs, by run index; with `given`,
+/// each fold's values as found before (no fit). Needs two groups or more.
+/// Each fold starts at the full fit with half the evaluation budget.
 fn leave_one_out(
     memo: &Memo,
     all: &[Run],
     in_fit: &[bool],
     setup: &Setup,
+    mode: LeaveOut,
     full: &Fit,
-) -> Result<BTreeMap<usize, (Figures, Vec<f64>)>, Error> {
-    let mut groups: Vec<&str> = Vec::new();
+    given: Option<&FoldSet>,
+) -> Result<(FoldSet, BTreeMap<usize, (Figures, Vec<f64>)>), Error> {
+    let mut groups: Vec<String> = Vec::new();
     for (r, _) in all.iter().zip(in_fit).filter(|(_, b)| **b) {
-        if !groups.contains(&r.group.as_str()) {
-            groups.push(&r.group);
+        let g = mode.group(r);
+        if !groups.iter().any(|x| x == g) {
+            groups.push(g.to_string());
         }
     }
+    let empty = FoldSet { leave_out: mode, folds: Vec::new() };
     if groups.len() < 2 {
-        return Ok(BTreeMap::new());
+        return Ok((empty, BTreeMap::new()));
     }
     // Each fold starts at the full fit, a few steps from its own minimum:
     // half the budget is plenty.
     let settings = optim::Settings { max_evals: (setup.optim.max_evals / 2).max(10), ..setup.optim.clone() };
-    type Fold = Vec<(usize, (Figures, Vec<f64>))>;
+    type Fold = (Vec<f64>, Vec<(usize, (Figures, Vec<f64>))>);
     let folds: Vec<Result<Fold, Error>> = groups
         .par_iter()
         .map(|g| {
-            let train: Vec<&Run> =
-                all.iter().zip(in_fit).filter(|(r, b)| **b && r.group != *g).map(|(r, _)| r).collect();
-            let f = fit(memo, &train, setup, &full.x, &settings)?;
-            let members: Vec<usize> = (0..in_fit.len()).filter(|&i| in_fit[i] && all[i].group == *g).collect();
+            let x = match given.and_then(|f| f.folds.iter().find(|(name, _)| name == g)) {
+                Some((_, x)) => x.clone(),
+                None => {
+                    let train: Vec<&Run> =
+                        all.iter().zip(in_fit).filter(|(r, b)| **b && mode.group(r) != g).map(|(r, _)| r).collect();
+                    fit(memo, &train, setup, &full.x, &settings)?.x
+                }
+            };
+            let members: Vec<usize> = (0..in_fit.len()).filter(|&i| in_fit[i] && mode.group(&all[i]) == g).collect();
             let refs: Vec<&Run> = members.iter().map(|&i| &all[i]).collect();
-            let figures = predict_all_with(memo, &refs, &setup.keys, &f.x)?;
-            Ok(members.into_iter().zip(figures).map(|(i, fig)| (i, (fig, f.x.clone()))).collect())
+            let figures = predict_all_with(memo, &refs, &setup.keys, &x)?;
+            Ok((x.clone(), members.into_iter().zip(figures).map(|(i, fig)| (i, (fig, x.clone()))).collect()))
         })
         .collect();
     let mut out = BTreeMap::new();
-    for fold in folds {
-        out.extend(fold?);
+    let mut set = empty;
+    for (g, fold) in groups.into_iter().zip(folds) {
+        let (x, members) = fold?;
+        set.folds.push((g, x));
+        out.extend(members);
     }
-    Ok(out)
+    Ok((set, out))
 }
 
 /// `(predicted - measured) / measured` in percent.

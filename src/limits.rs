@@ -125,6 +125,12 @@ pub const REQUEST_OVERHEAD_MS: Range = Range::closed(0.0, 3_600_000.0);
 /// `latency.per_layer_overhead_us` and `per_sequence_overhead_us`.
 pub const FINE_OVERHEAD_US: Range = Range::closed(0.0, 1_000_000.0);
 pub const EFFICIENCY: Range = Range::closed(0.001, 1.0);
+/// `efficiency.gemm_half_tokens`: 0 (off) to far beyond any step.
+pub const GEMM_HALF_TOKENS: Range = Range::closed(0.0, 1e6);
+/// `efficiency.allreduce`: the engine's all-reduce may beat NCCL's bus bandwidth.
+pub const ALLREDUCE_EFFICIENCY: Range = Range::closed(0.01, 100.0);
+/// `scheduler.cuda_graph_max_tokens`: 0 (no graphs) to vLLM's largest.
+pub const CUDA_GRAPH_MAX_TOKENS: Range = Range::whole(0, 1_000_000);
 pub const SEED: Range = Range::whole(0, u64::MAX);
 pub const REQUESTS: Range = Range::whole(1, MAX_REQUESTS);
 pub const DURATION_S: Range = Range::closed(1e-9, MAX_SIM_SECONDS);
@@ -260,9 +266,26 @@ pub const TABLE: &[Limit] = &[
         why: "a second a layer or a sequence",
     },
     Limit {
-        key: "efficiency.compute, efficiency.memory",
+        key: "efficiency.compute, efficiency.memory, efficiency.attention_compute, efficiency.attention_memory",
         range: EFFICIENCY,
         why: "a share of the datasheet peak; below 0.1% is a typo",
+    },
+    Limit {
+        key: "efficiency.gemm_half_tokens",
+        range: GEMM_HALF_TOKENS,
+        why: "a GEMM's half-efficiency point, in tokens; 0 is off",
+    },
+    Limit {
+        key: "efficiency.allreduce",
+        range: ALLREDUCE_EFFICIENCY,
+        why: "the engine's all-reduce against the link's NCCL bandwidth",
+    },
+    Limit { key: "latency.allreduce_us", range: INTERCONNECT_LATENCY_US, why: "as interconnect.latency_us" },
+    Limit { key: "latency.eager_layer_us, latency.per_expert_us", range: FINE_OVERHEAD_US, why: "a second a layer" },
+    Limit {
+        key: "scheduler.cuda_graph_max_tokens",
+        range: CUDA_GRAPH_MAX_TOKENS,
+        why: "vLLM captures up to 512 by default",
     },
     Limit { key: "workload.seed", range: SEED, why: "any 64-bit seed" },
     Limit {
@@ -287,6 +310,7 @@ pub const TABLE: &[Limit] = &[
         why: "users are kept in memory; 1000x a large benchmark",
     },
     Limit { key: "workload.arrivals.closed.think_time_s", range: THINK_TIME_S, why: "up to the simulated-time limit" },
+    Limit { key: "workload.arrivals.closed.ramp_s", range: THINK_TIME_S, why: "up to the simulated-time limit" },
     Limit { key: "workload.hash_block_size", range: BLOCK_SIZE, why: "as model.kv_cache.block_size" },
     Limit {
         key: "workload.shared_prefix.groups",

@@ -16,6 +16,8 @@
 //! `benchmarks.json`. Other tools' files are recognised and refused with a
 //! message naming the tool.
 
+pub mod aic;
+pub mod aic_kernels;
 pub mod guidellm;
 pub mod inference_perf;
 pub mod json;

@@ -14,14 +14,84 @@ pub const DEFAULT_KEYS: [&str; 4] =
     ["efficiency.compute", "efficiency.memory", "latency.step_overhead_ms", "latency.request_overhead_ms"];
 
 /// Default bounds, inclusive, for the keys a calibration profile holds.
-pub const DEFAULT_BOUNDS: [(&str, f64, f64); 6] = [
+pub const DEFAULT_BOUNDS: [(&str, f64, f64); 13] = [
     ("efficiency.compute", 0.05, 1.0),
     ("efficiency.memory", 0.05, 1.0),
     ("latency.step_overhead_ms", 0.0, 50.0),
     ("latency.request_overhead_ms", 0.0, 500.0),
     ("latency.per_layer_overhead_us", 0.0, 500.0),
     ("latency.per_sequence_overhead_us", 0.0, 500.0),
+    ("efficiency.gemm_half_tokens", 0.0, 1024.0),
+    ("efficiency.attention_compute", 0.05, 1.0),
+    ("efficiency.attention_memory", 0.05, 1.0),
+    ("efficiency.allreduce", 0.1, 10.0),
+    ("latency.allreduce_us", 0.5, 100.0),
+    ("latency.eager_layer_us", 0.0, 500.0),
+    ("latency.per_expert_us", 0.0, 100.0),
 ];
+
+/// A belief about a key before any run is seen: a typical value and how
+/// far from it the key plausibly lies (one standard deviation). It weighs
+/// in the fit as much as one more measured figure off by
+/// [`PRIOR_WEIGHT_LOG_ERROR`] would when the key sits one `sigma` away.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Prior {
+    pub mean: f64,
+    pub sigma: f64,
+}
+
+/// The log error a prior's `sigma` is worth: a key one `sigma` from its
+/// prior costs the loss what one more figure per run off by 10% would.
+pub const PRIOR_WEIGHT_LOG_ERROR: f64 = 0.1;
+
+/// Priors of the keys a profile holds, from what the kernels and engines
+/// are known to reach (docs/calibration.md, "Priors"): GEMMs 50-75% of the
+/// dense peak, streaming reads 75-90% of the bandwidth, FlashAttention
+/// 40-75% of the 16-bit peak, paged KV reads 50-90%, a few ms of host work
+/// a step, a few microseconds a kernel launch or a small all-reduce.
+pub const DEFAULT_PRIORS: [(&str, Prior); 13] = [
+    ("efficiency.compute", Prior { mean: 0.6, sigma: 0.2 }),
+    ("efficiency.memory", Prior { mean: 0.8, sigma: 0.1 }),
+    ("latency.step_overhead_ms", Prior { mean: 2.0, sigma: 2.0 }),
+    ("latency.request_overhead_ms", Prior { mean: 5.0, sigma: 10.0 }),
+    ("latency.per_layer_overhead_us", Prior { mean: 10.0, sigma: 10.0 }),
+    ("latency.per_sequence_overhead_us", Prior { mean: 10.0, sigma: 20.0 }),
+    ("efficiency.gemm_half_tokens", Prior { mean: 32.0, sigma: 64.0 }),
+    ("efficiency.attention_compute", Prior { mean: 0.5, sigma: 0.2 }),
+    ("efficiency.attention_memory", Prior { mean: 0.7, sigma: 0.2 }),
+    ("efficiency.allreduce", Prior { mean: 1.0, sigma: 0.5 }),
+    ("latency.allreduce_us", Prior { mean: 8.0, sigma: 5.0 }),
+    ("latency.eager_layer_us", Prior { mean: 30.0, sigma: 30.0 }),
+    ("latency.per_expert_us", Prior { mean: 3.0, sigma: 3.0 }),
+];
+
+/// The default prior of `key`, if it has one.
+pub fn default_prior(key: &str) -> Option<Prior> {
+    DEFAULT_PRIORS.iter().find(|(k, _)| *k == key).map(|(_, p)| *p)
+}
+
+/// Parses `--prior KEY=MEAN:SIGMA` entries for the fitted `keys`.
+pub fn parse_priors(specs: &[String], keys: &[FitKey]) -> Result<Vec<(String, Prior)>, String> {
+    let mut out: Vec<(String, Prior)> = Vec::new();
+    for item in specs.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
+        let bad = || format!("--prior `{item}`: give KEY=MEAN:SIGMA with a finite MEAN and SIGMA > 0, e.g. efficiency.compute=0.6:0.2");
+        let (key, v) = item.split_once('=').ok_or_else(bad)?;
+        let key = key.trim();
+        if !keys.iter().any(|k| k.key == key) {
+            return Err(format!("--prior `{key}` is not a fitted key: fit it with --fit, or drop the prior"));
+        }
+        let (m, s) = v.split_once(':').ok_or_else(bad)?;
+        let (mean, sigma): (f64, f64) = (m.trim().parse().map_err(|_| bad())?, s.trim().parse().map_err(|_| bad())?);
+        if !(mean.is_finite() && sigma.is_finite() && sigma > 0.0) {
+            return Err(bad());
+        }
+        if out.iter().any(|(k, _)| k == key) {
+            return Err(format!("--prior names `{key}` twice"));
+        }
+        out.push((key.to_string(), Prior { mean, sigma }));
+    }
+    Ok(out)
+}
 
 /// One fitted key and its bounds.
 #[derive(Clone, Debug, PartialEq)]

@@ -53,6 +53,15 @@ struct KeyRecord {
     start: f64,
     fitted: f64,
     bounds: [f64; 2],
+    /// `[mean, sigma]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prior: Option<[f64; 2]>,
+    /// The 95% interval the runs and the prior leave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interval: Option<[f64; 2]>,
+    /// identified, at a bound, or not identified (held by its prior).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identified: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -158,11 +167,17 @@ pub fn render(o: &Outcome, name: &str, scenario: &str) -> String {
                 .keys
                 .iter()
                 .enumerate()
-                .map(|(i, k)| KeyRecord {
-                    key: k.key.clone(),
-                    start: o.start[i],
-                    fitted: o.fit.x[i],
-                    bounds: [k.lo, k.hi],
+                .map(|(i, k)| {
+                    let id = o.identified.get(i);
+                    KeyRecord {
+                        key: k.key.clone(),
+                        start: o.start[i],
+                        fitted: o.fit.x[i],
+                        bounds: [k.lo, k.hi],
+                        prior: id.and_then(|d| d.prior).map(|p| [p.mean, p.sigma]),
+                        interval: id.and_then(|d| d.interval(k)).map(|(a, b)| [round5(a), round5(b)]),
+                        identified: id.map(|d| d.verdict().to_string()),
+                    }
                 })
                 .collect(),
             loss_metrics: o.setup.metrics.describe(),
@@ -180,4 +195,9 @@ pub fn render(o: &Outcome, name: &str, scenario: &str) -> String {
          itself win. Scenarios read only `efficiency` and `latency`; `fit` records how they were found.\n{body}",
         env!("CARGO_PKG_VERSION")
     )
+}
+
+/// `v` to 5 significant digits.
+fn round5(v: f64) -> f64 {
+    format!("{v:.4e}").parse().unwrap_or(v)
 }

@@ -21,6 +21,8 @@ pub enum Model {
     Uncalibrated,
     Calibrated,
     LeaveOneOut,
+    /// The leave-one-out pass at this index of `Setup::leave_out`.
+    Pass(usize),
 }
 
 /// Median absolute error (percent) of `metric` over the runs in the fit
@@ -37,6 +39,27 @@ pub fn median_error(o: &Outcome, metric: Metric, model: Model, holdout: bool) ->
                 Model::Uncalibrated => oc.uncalibrated.get(&metric).copied(),
                 Model::Calibrated => oc.calibrated.get(&metric).copied(),
                 Model::LeaveOneOut => oc.loo.as_ref()?.0.get(&metric).copied(),
+                Model::Pass(p) => oc.loo_by.get(p)?.as_ref()?.get(&metric).copied(),
+            };
+            error_pct(predicted, measured)
+        })
+        .collect();
+    median_abs(&errors)
+}
+
+/// Median absolute error of `metric` under `model` over the runs in the
+/// fit for which `keep` holds.
+pub fn median_error_where(o: &Outcome, metric: Metric, model: Model, keep: &dyn Fn(&super::Run) -> bool) -> Option<f64> {
+    let errors: Vec<f64> = o
+        .fit_runs()
+        .filter(|(r, _)| keep(r))
+        .filter_map(|(r, oc)| {
+            let measured = *r.measured.get(&metric)?;
+            let predicted = match model {
+                Model::Uncalibrated => oc.uncalibrated.get(&metric).copied(),
+                Model::Calibrated => oc.calibrated.get(&metric).copied(),
+                Model::LeaveOneOut => oc.loo.as_ref()?.0.get(&metric).copied(),
+                Model::Pass(p) => oc.loo_by.get(p)?.as_ref()?.get(&metric).copied(),
             };
             error_pct(predicted, measured)
         })
@@ -74,15 +97,35 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
         "optimiser  Levenberg-Marquardt in the bounds, then coordinate search: {} evaluations, loss {:.6} -> {:.6}\n\n",
         o.fit.evals, o.start_loss, o.fit.loss
     ));
-    out.push_str(&format!("  {:<34} {:>12} {:>12}   bounds\n", "fitted key", "start", "fitted"));
+    out.push_str(&format!(
+        "  {:<34} {:>12} {:>12}   {:<16} {:<22} {}\n",
+        "fitted key", "start", "fitted", "bounds", "prior (mean +- sd)", "95% interval: verdict"
+    ));
     for (i, k) in s.keys.iter().enumerate() {
+        let id = o.identified.get(i);
+        let prior = id.and_then(|d| d.prior).map_or_else(|| "none".into(), |p| format!("{} +- {}", num(p.mean), num(p.sigma)));
+        let verdict = match id {
+            Some(d) => match d.interval(k) {
+                Some((lo, hi)) => format!("[{}, {}]: {}", num(lo), num(hi), d.verdict()),
+                None => d.verdict().to_string(),
+            },
+            None => String::new(),
+        };
         out.push_str(&format!(
-            "  {:<34} {:>12} {:>12}   [{}, {}]\n",
+            "  {:<34} {:>12} {:>12}   {:<16} {:<22} {}\n",
             k.key,
             num(o.start[i]),
             num(o.fit.x[i]),
-            k.lo,
-            k.hi
+            format!("[{}, {}]", k.lo, k.hi),
+            prior,
+            verdict
+        ));
+    }
+    let weak: Vec<&str> = o.identified.iter().filter(|d| !d.identified || d.at_bound).map(|d| d.key.as_str()).collect();
+    if !weak.is_empty() {
+        out.push_str(&format!(
+            "  not identified by these runs (their value is the prior's or a bound's, not a measurement): {}\n",
+            weak.join(", ")
         ));
     }
     if !excluded.is_empty() {
@@ -149,6 +192,19 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
     }
     if !o.outcomes.iter().any(|x| x.loo.is_some()) {
         out.push_str("  (leave-one-out needs runs of two groups or more)\n");
+    }
+    for (p, mode) in s.leave_out.iter().enumerate() {
+        if o.folds.get(p).is_none_or(|f| f.folds.is_empty()) {
+            continue;
+        }
+        let cells: Vec<String> = metrics_seen(o)
+            .into_iter()
+            .map(|m| {
+                let e = median_error(o, m, Model::Pass(p), false).map_or("-".into(), |e| format!("{e:.1}%"));
+                format!("{} {e}", m.name())
+            })
+            .collect();
+        out.push_str(&format!("  leave-one-{}-out ({} folds): {}\n", mode.name(), o.folds[p].folds.len(), cells.join(", ")));
     }
     if holdout > 0 {
         out.push_str(&format!("\nmedian absolute error over the {holdout} held-out runs (not in the fit)\n"));

@@ -39,7 +39,7 @@ use crate::yaml::Value;
 use super::keys::FitKey;
 use crate::config::{Arrivals, ConfigError, Override, Scenario, Trace};
 use crate::measured::inference_perf::{self, InferencePerfRun, LoadType};
-use crate::measured::{LoadLevel, MetricKind, Tool, table};
+use crate::measured::{LoadLevel, MetricKind, Tool, aic, table};
 use crate::metrics::percentile::percentile_sorted;
 use crate::sweep::metric::{Family, Metric, Stat};
 use crate::trace::TraceRow;
@@ -58,6 +58,7 @@ pub enum InputKind {
     TraceCsv,
     InferencePerf,
     Table,
+    Aic,
 }
 
 impl InputKind {
@@ -67,6 +68,7 @@ impl InputKind {
             InputKind::TraceCsv => "trace CSV",
             InputKind::InferencePerf => "inference-perf",
             InputKind::Table => "measured table",
+            InputKind::Aic => "AIConfigurator silicon CSV",
         }
     }
 }
@@ -99,6 +101,12 @@ pub struct Run {
     pub saturated: Option<String>,
     /// What a reader should know about how it is modelled.
     pub notes: Vec<String>,
+    /// The model it served (the scenario's model name): runs of one model
+    /// are left out together by `--leave-out model`.
+    pub model: String,
+    /// The measured source it came from (a file, or a file and the part of
+    /// it one source measured): `--leave-out source` groups by it.
+    pub origin: String,
 }
 
 /// A measured run the engine cannot represent (a measured table's
@@ -138,6 +146,10 @@ pub struct LoadOptions {
     /// Simulate at most this many seconds of an inference-perf stage or a
     /// table row that sets `workload.duration_s` (a steady-state sample).
     pub sample_s: Option<f64>,
+    /// Rows of an AIConfigurator silicon CSV to keep.
+    pub aic_filters: Vec<aic::Filter>,
+    /// Requests of an AIConfigurator run per user (0: [`aic::DEFAULT_ROUNDS`]).
+    pub aic_rounds: u32,
 }
 
 /// The scenario a run is simulated on, with `--set` overrides applied.
@@ -236,8 +248,19 @@ impl Base {
     }
 }
 
-/// Loads every run of one measured input, and the runs it excludes.
+/// Loads every run of one measured input, and the runs it excludes; each
+/// run's model is its scenario's model name.
 pub fn load(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
+    let mut loaded = load_any(src, measured, opts)?;
+    for r in &mut loaded.runs {
+        if r.model.is_empty() {
+            r.model = r.base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").into();
+        }
+    }
+    Ok(loaded)
+}
+
+fn load_any(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
     if measured.is_dir() {
         if inference_perf::is_run_dir(measured) {
             return from_inference_perf(src, &inference_perf::load(measured)?, opts).map(Loaded::runs);
@@ -253,6 +276,9 @@ pub fn load(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result
     let headers: Vec<&str> = first.split(',').map(str::trim).collect();
     if headers.contains(&"arrival_s") {
         return from_trace_csv(src, &text, measured).map(Loaded::runs);
+    }
+    if aic::looks_like_aic(&headers) {
+        return from_aic(src, &aic::parse(&text, measured, &opts.aic_filters)?, opts);
     }
     if table::looks_like_table(&headers) {
         return from_table(src, &table::parse(&text, measured)?, opts);
@@ -295,6 +321,8 @@ fn from_json(src: &ScenarioSource, text: &str, file: &Path) -> Result<Vec<Run>, 
             measured: measured_figures,
             saturated,
             notes,
+            model: String::new(),
+            origin: file.display().to_string(),
         });
     }
     Ok(runs)
@@ -461,6 +489,8 @@ fn from_trace_csv(src: &ScenarioSource, text: &str, file: &Path) -> Result<Vec<R
         measured,
         saturated,
         notes: Vec::new(),
+        model: String::new(),
+        origin: file.display().to_string(),
     }])
 }
 
@@ -559,6 +589,8 @@ fn from_inference_perf(
             measured,
             saturated: stage.saturated(),
             notes,
+            model: String::new(),
+            origin: dir_name.clone(),
         });
     }
     Ok(runs)
@@ -612,9 +644,136 @@ fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions
             measured: row.measured.clone(),
             saturated: row.saturation(),
             notes,
+            model: String::new(),
+            origin: t.file.display().to_string(),
         });
     }
     Ok(Loaded { runs, excluded })
+}
+
+// ---- AIConfigurator silicon CSV -------------------------------------------------
+
+/// The engine settings the runs were served with, by backend: the
+/// benchmark configuration AIConfigurator generates for them (its
+/// `rule_plugin/benchmark` rules): a step budget of `concurrency + isl +
+/// 1,500` tokens, a context of `isl + osl + 1,500`, CUDA graphs captured
+/// for every batch up to the concurrency; vLLM's 0.9 memory utilisation
+/// and its 1,024 sequences (or the concurrency, if more).
+fn aic_settings(r: &aic::AicRow, c: u32, rounds: u32) -> Vec<(String, String)> {
+    let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
+    let budget = u64::from(c) + isl + 1500;
+    let budget = if r.backend == "trtllm" { budget.div_ceil(32) * 32 } else { budget };
+    vec![
+        ("hardware".into(), r.hardware().unwrap_or("").into()),
+        ("model.preset".into(), r.preset().unwrap_or("").into()),
+        ("model.context_length".into(), (isl + osl + 1500).to_string()),
+        ("model.weights.bytes_per_parameter".into(), r.bytes_per_parameter().to_string()),
+        ("model.kv_cache.gpu_memory_utilization".into(), "0.9".into()),
+        ("parallelism.tensor".into(), r.tp.unwrap_or(1).to_string()),
+        ("scheduler.max_batch_tokens".into(), budget.to_string()),
+        ("scheduler.max_num_sequences".into(), c.max(1024).to_string()),
+        ("scheduler.cuda_graph_max_tokens".into(), c.to_string()),
+        (
+            "workload".into(),
+            format!(
+                "{{arrivals: {{closed: {{concurrency: {c}}}}}, requests: {}, prompt_tokens: {isl}, output_tokens: {osl}}}",
+                u64::from(c) * u64::from(rounds)
+            ),
+        ),
+    ]
+}
+
+fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
+    let rounds = if opts.aic_rounds == 0 { aic::DEFAULT_ROUNDS } else { opts.aic_rounds };
+    let mut out = Loaded::default();
+    for r in &f.rows {
+        let source = format!("{} line {}", f.file.display(), r.line);
+        let mut measured = BTreeMap::new();
+        measured.insert(Metric::Latency(Family::Ttft, Stat::Mean), r.ttft_ms);
+        measured.insert(Metric::Latency(Family::Tpot, Stat::Mean), r.tpot_ms);
+        if let Some(reason) = r.unsupported() {
+            out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });
+            continue;
+        }
+        let c = r.batch_size.unwrap_or(1);
+        let mut settings = Vec::new();
+        for (key, value) in aic_settings(r, c, rounds) {
+            let value = Override::parse_value(&value).map_err(|m| ConfigError::new(&f.file, &key, m))?;
+            settings.push(Override { path: key.split('.').map(str::to_string).collect(), value });
+        }
+        settings.push(seed_override(&src.value));
+        let label = format!("{} ({} line {})", r.id, file_name(&f.file), r.line);
+        let base = src.base(&settings, None, &label)?;
+        let model = base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
+        let notes = vec![format!(
+            "{} {} on {} x{}: {c} users, {} / {} tokens, {} requests",
+            r.backend,
+            r.backend_version,
+            r.system,
+            r.tp.unwrap_or(1),
+            r.isl,
+            r.osl,
+            u64::from(c) * u64::from(rounds)
+        )];
+        out.runs.push(Run {
+            name: r.id.clone(),
+            group: format!("{} {} {} {} tp{}", r.backend, r.system, r.model_path, r.gemm_quant_mode, r.tp.unwrap_or(1)),
+            source,
+            kind: InputKind::Aic,
+            saturated: implausible_prefill(r, &base),
+            base,
+            measured,
+            notes,
+            model,
+            origin: format!("{}: {}", file_name(&f.file), r.family()),
+        });
+    }
+    // A source some of whose runs must have hit a prefix cache ran its
+    // other runs with the same client: what their prefill cost is unknown
+    // too, so none of them is fitted.
+    let suspect: Vec<(String, usize)> = {
+        let mut by: Vec<(String, usize)> = Vec::new();
+        for r in out.runs.iter().filter(|r| r.saturated.is_some()) {
+            match by.iter_mut().find(|(o, _)| *o == r.origin) {
+                Some(e) => e.1 += 1,
+                None => by.push((r.origin.clone(), 1)),
+            }
+        }
+        by
+    };
+    for r in out.runs.iter_mut().filter(|r| r.saturated.is_none()) {
+        if let Some((origin, n)) = suspect.iter().find(|(o, _)| *o == r.origin) {
+            r.saturated = Some(format!(
+                "from the same source ({origin}) as {n} runs that must have hit a prefix cache: its client's prompts \
+                 are not known to be unique"
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// A run whose measured cycle would need the prompts' prefill alone to
+/// run above 60% of the weights' dense peak (fitted GEMM efficiencies on
+/// Hopper are near 50%): its prompts must have hit a prefix cache the
+/// file does not record, so it cannot tell what a prefill costs. Kept out
+/// of fits, still predicted.
+fn implausible_prefill(r: &aic::AicRow, base: &Base) -> Option<String> {
+    let get = |path: &[&str]| path.iter().try_fold(&base.value, |v, k| v.get(*k)).and_then(Value::as_f64);
+    let peak = get(&["hardware", "peak_tflops_fp8"])
+        .filter(|_| r.bytes_per_parameter() == 1.0)
+        .or_else(|| get(&["hardware", "peak_tflops"]))?;
+    let scenario = base.scenario(&[], &[]).ok()?;
+    let active = scenario.model.architecture.as_ref()?.active_parameters() as f64;
+    let c = f64::from(r.batch_size?);
+    let cycle_s = (r.ttft_ms + f64::from(r.osl.saturating_sub(1)) * r.tpot_ms) / 1e3;
+    let share = c / cycle_s * f64::from(r.isl) * 2.0 * active / (f64::from(r.tp.unwrap_or(1)) * peak * 1e12);
+    (share > 0.6).then(|| {
+        format!(
+            "implausible without prefix-cache hits: the measured cycle needs the prefill alone at {:.0}% of the \
+             weights' dense peak",
+            share * 100.0
+        )
+    })
 }
 
 #[cfg(test)]

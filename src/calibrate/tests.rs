@@ -216,7 +216,7 @@ fn the_cauchy_loss_matches_squared_for_small_errors_and_grows_slowly_beyond() {
 #[test]
 fn the_shipped_fidelity_table_is_read_as_twenty_fitted_runs_of_twelve_experiments() {
     let src = ScenarioSource::load(&repo("scenarios/fidelity/h100-vllm.yml"), &[]).unwrap();
-    let opts = LoadOptions { sample_s: Some(30.0) };
+    let opts = LoadOptions { sample_s: Some(30.0), ..LoadOptions::default() };
     let runs = runs::load(&src, &repo("scenarios/fidelity/h100-inference-perf.csv"), &opts).unwrap().runs;
     assert_eq!(runs.len(), 24);
     let fitted: Vec<&Run> = runs.iter().filter(|r| r.saturated.is_none()).collect();
@@ -236,4 +236,89 @@ fn the_shipped_fidelity_table_is_read_as_twenty_fitted_runs_of_twelve_experiment
     // TPOT mean as the header says: (5577.488 - 121.275) / 247.
     assert!((r.measured[&Metric::Latency(Family::Tpot, Stat::Mean)] - 22.090).abs() < 1e-9);
     assert!(((5577.488 - 121.275) / 247.0 - 22.090f64).abs() < 5e-4);
+}
+
+/// Runs whose prompts are 16 tokens never let compute bind: every step is
+/// bound by reading the weights, so `efficiency.compute` moves no figure.
+/// The report must say so, and the prior must hold the key at its mean
+/// instead of letting it drift; `efficiency.memory` stays identified.
+#[test]
+fn an_unidentified_key_is_reported_and_held_at_its_prior() {
+    let dir = tempfile::tempdir().unwrap();
+    let shapes = [(4.0, 16u32, 128u32), (2.0, 16, 256), (8.0, 16, 64)];
+    let files: Vec<PathBuf> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, (rate, prompt, output))| {
+            let mut o: Vec<(&str, String)> = HIDDEN.iter().map(|(k, v)| (*k, v.to_string())).collect();
+            o.push(("workload.requests", "400".into()));
+            o.push(("workload.arrivals.poisson.rate", rate.to_string()));
+            o.push(("workload.prompt_tokens", prompt.to_string()));
+            o.push(("workload.output_tokens", output.to_string()));
+            let s = crate::config::load_scenario_with(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
+            let out = crate::sim::run(&s, CollectorOptions { keep_steps: false }).unwrap();
+            let path = dir.path().join(format!("short-{i}.csv"));
+            std::fs::write(&path, crate::report::csv_out::requests(&out.requests).unwrap()).unwrap();
+            path
+        })
+        .collect();
+    // Start away from the prior and the truth: compute at 0.9.
+    let runs = runs_from(&[0.9, 0.6, 3.0, 12.0], &files);
+    let keys = keys::parse(&["efficiency.compute=0.2:1,efficiency.memory=0.3:1".into()]).unwrap();
+    let priors = keys.iter().map(|k| keys::default_prior(&k.key)).collect();
+    let setup = Setup { leave_one_out: false, priors, ..Setup::new(keys) };
+    let o = calibrate(runs.clone(), Vec::new(), &setup).unwrap();
+    let (compute, memory) = (&o.identified[0], &o.identified[1]);
+    assert_eq!(compute.key, "efficiency.compute");
+    assert!(!compute.identified && !compute.at_bound, "{compute:?}");
+    assert_eq!(compute.verdict(), "not identified: held by its prior");
+    // The runs do not narrow the prior: its 0.2 stays about 0.2.
+    let sd = compute.std.unwrap();
+    assert!(sd > 0.15 && sd <= 0.2 + 1e-9, "{sd}");
+    // Held at the prior's 0.6, not at the start (0.9) nor a bound.
+    assert!((o.fit.x[0] - 0.6).abs() < 0.03, "compute fitted {}", o.fit.x[0]);
+    assert!(memory.identified, "{memory:?}");
+    assert!((o.fit.x[1] - 0.8).abs() / 0.8 < 0.03, "memory fitted {}", o.fit.x[1]);
+    assert!(render::render(&o, "base.yml").contains("not identified by these runs (their value is the prior's"));
+    // Without priors the key is still reported, and nothing holds it.
+    let bare = Setup { leave_one_out: false, ..Setup::new(setup.keys.clone()) };
+    let o = calibrate(runs, Vec::new(), &bare).unwrap();
+    assert!(!o.identified[0].identified, "{:?}", o.identified[0]);
+    assert_eq!(o.identified[0].prior, None);
+}
+
+/// The AIConfigurator transcription reads as runs of the engine: a row's
+/// closed loop, lengths, TP, budget and request count, the rows it cannot
+/// express listed with their reason.
+#[test]
+fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
+    let src = ScenarioSource::load(&repo("scenarios/fidelity/hopper-vllm.yml"), &[]).unwrap();
+    let filters = vec![crate::measured::aic::Filter::parse("backend=vllm").unwrap()];
+    let opts = LoadOptions { aic_filters: filters, ..LoadOptions::default() };
+    let loaded = runs::load(&src, &repo("scenarios/fidelity/aic-hopper.csv"), &opts).unwrap();
+    let run = loaded.runs.iter().find(|r| r.name == "2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_860");
+    let run = run.expect("the H200 Llama-3.1-70B row at 16 users, TP 4");
+    let s = run.base.scenario(&[], &[]).unwrap();
+    assert_eq!(s.hardware.name, "h200");
+    assert_eq!(s.model.name, "llama-3.1-70b");
+    assert_eq!(s.model.weights.bytes_per_parameter, 1.0);
+    assert_eq!(s.deployment.tensor_parallel, 4);
+    // 16 users + 1,024 prompt tokens + 1,500
+    assert_eq!(s.scheduler.max_batch_tokens, 2540);
+    assert_eq!(s.scheduler.cuda_graph_max_tokens, Some(16));
+    assert_eq!(s.model.context_length, 1024 + 1024 + 1500);
+    assert!(matches!(s.workload.arrivals, crate::config::Arrivals::Closed { concurrency: 16, .. }));
+    assert_eq!(s.workload.requests, Some(320));
+    assert_eq!(run.measured[&Metric::Latency(Family::Ttft, Stat::Mean)], 126.21115);
+    assert_eq!(run.model, "llama-3.1-70b");
+    assert!(run.saturated.is_none());
+    // every vLLM row is either a run or excluded with a reason
+    let rows = std::fs::read_to_string(repo("scenarios/fidelity/aic-hopper.csv")).unwrap();
+    let vllm = rows.lines().filter(|l| l.contains(",vllm,")).count();
+    assert_eq!(loaded.runs.len() + loaded.excluded.len(), vllm);
+    assert!(loaded.excluded.iter().any(|e| e.reason.contains("sliding-window")), "gpt-oss is listed");
+    // the vLLM 0.12 Llama-3.1-8B rows that need more than 60% of the FP8
+    // peak for their prefill alone are predicted, not fitted
+    let odd = loaded.runs.iter().filter(|r| r.saturated.as_deref().is_some_and(|s| s.contains("prefix-cache"))).count();
+    assert!(odd >= 3, "{odd}");
 }

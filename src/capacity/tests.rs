@@ -179,7 +179,7 @@ fn an_slo_below_one_step_is_unreachable_and_reports_the_best_achieved() {
 #[test]
 fn a_closed_loop_has_no_rate_to_search() {
     let mut s = scenario();
-    s.workload.arrivals = crate::config::Arrivals::Closed { concurrency: 4, think_time_s: 0.0 };
+    s.workload.arrivals = crate::config::Arrivals::Closed { concurrency: 4, think_time_s: 0.0, ramp_s: 0.0 };
     let err = search(&s, &options(10.0)).unwrap_err();
     assert!(err.to_string().contains("workload.arrivals is a closed loop"), "{err}");
 }

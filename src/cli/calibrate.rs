@@ -58,6 +58,29 @@ pub struct CalibrateArgs {
     /// Output bytes do not depend on it.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
+    /// Keep only the rows of an AIConfigurator silicon CSV whose COLUMN
+    /// holds one of the values (repeatable; every one must hold), e.g.
+    /// --where system=h200_sxm --where backend=vllm.
+    #[arg(long = "where", value_name = "COLUMN=V1|V2")]
+    pub filters: Vec<String>,
+    /// Requests each user of an AIConfigurator run sends (the benchmark
+    /// AIConfigurator generates sends 20).
+    #[arg(long, value_name = "N", default_value_t = crate::measured::aic::DEFAULT_ROUNDS,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub aic_rounds: u32,
+    /// A prior for a fitted key: its typical value and one standard
+    /// deviation (repeatable). Keys a profile holds have default priors
+    /// (docs/calibration.md); this replaces one.
+    #[arg(long, value_name = "KEY=MEAN:SIGMA")]
+    pub prior: Vec<String>,
+    /// Fit without priors, on the runs alone.
+    #[arg(long)]
+    pub no_priors: bool,
+    /// What leave-one-out leaves out together: an experiment (a load test's
+    /// stages, a table's group), a model, or a measured source; several,
+    /// comma-separated, run one pass each (the first is the one shown).
+    #[arg(long, value_name = "experiment|model|source", default_value = "experiment")]
+    pub leave_out: String,
 }
 
 /// The loss metrics `--metrics` names.
@@ -84,21 +107,7 @@ pub fn parse_metrics(names: &[String]) -> Result<MetricChoice, String> {
 
 /// `--loss squared` or `--loss cauchy:PCT` (PCT in (0, 1000]).
 pub fn parse_loss(text: &str) -> Result<calibrate::Loss, String> {
-    let t = text.trim();
-    if t == "squared" {
-        return Ok(calibrate::Loss::Squared);
-    }
-    let bad = || {
-        format!(
-            "--loss `{t}` is not allowed: give `squared` or `cauchy:PCT` with PCT a percentage in (0, 1000], e.g. cauchy:25"
-        )
-    };
-    let pct: f64 =
-        t.strip_prefix("cauchy:").ok_or_else(bad)?.trim().trim_end_matches('%').parse().map_err(|_| bad())?;
-    if !(pct.is_finite() && pct > 0.0 && pct <= 1000.0) {
-        return Err(bad());
-    }
-    Ok(calibrate::Loss::Cauchy((1.0 + pct / 100.0).ln()))
+    calibrate::Loss::parse(text)
 }
 
 impl From<Error> for CliError {
@@ -154,17 +163,39 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
         return Err(CliError::Usage(format!("--max-evals {} is too few: give 10 or more", a.max_evals)));
     }
     let src = ScenarioSource::load(&a.scenario.scenario, &a.scenario.overrides()?)?;
-    let opts = LoadOptions { sample_s: a.sample_s };
+    let aic_filters = a
+        .filters
+        .iter()
+        .map(|f| crate::measured::aic::Filter::parse(f))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CliError::Usage)?;
+    let leave_out =
+        a.leave_out.split(',').map(calibrate::LeaveOut::parse).collect::<Result<Vec<_>, _>>().map_err(CliError::Usage)?;
+    let opts = LoadOptions { sample_s: a.sample_s, aic_filters, aic_rounds: a.aic_rounds };
     let fit_runs = load_runs(&src, &a.measured, &opts)?;
     check_not_all_excluded(&fit_runs)?;
     let holdout = load_runs(&src, &a.holdout, &opts)?;
     let excluded: Vec<Excluded> = fit_runs.excluded.into_iter().chain(holdout.excluded).collect();
+    let given = keys::parse_priors(&a.prior, &keys).map_err(CliError::Usage)?;
+    if a.no_priors && !given.is_empty() {
+        return Err(CliError::Usage("--prior and --no-priors contradict each other: give one".into()));
+    }
+    let priors = keys
+        .iter()
+        .map(|k| match given.iter().find(|(g, _)| *g == k.key) {
+            Some((_, p)) => Some(*p),
+            None if a.no_priors => None,
+            None => keys::default_prior(&k.key),
+        })
+        .collect();
     let setup = Setup {
+        priors,
         keys,
         metrics,
         loss,
         include_saturated: a.include_saturated,
         leave_one_out: !a.no_leave_one_out,
+        leave_out,
         optim: optim::Settings { max_evals: a.max_evals, ..optim::Settings::default() },
     };
     let pool = super::runtime::pool(Some(a.threads))?;

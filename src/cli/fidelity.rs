@@ -14,10 +14,14 @@ pub struct FidelityArgs {
     /// The repository root the suites' files are read from and written to.
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub root: PathBuf,
-    /// Write nothing; fail, naming the first differing line, if a committed
-    /// file differs from a fresh run.
+    /// Write nothing; predict every run at the recorded fits and fail,
+    /// naming the first differing line, if a committed file differs.
     #[arg(long)]
     pub check: bool,
+    /// Fit only these suites (comma-separated ids), predicting the others at
+    /// the values results/fidelity-fits.yml records (default: fit every suite).
+    #[arg(long, value_name = "ID,...", value_delimiter = ',')]
+    pub refit: Vec<String>,
     /// Worker threads (default: one per core). The output is the same at
     /// any count.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
@@ -30,9 +34,10 @@ pub fn execute(a: FidelityArgs) -> Result<(), CliError> {
     // reuses can vary with the thread count, the files cannot.
     let mut done = |suite: &fidelity::Suite, o: &crate::calibrate::Outcome| {
         let (ran, reused) = o.simulations;
-        eprintln!("{}: {ran} simulations run, {reused} reused", suite.measured);
+        eprintln!("{}: {ran} simulations run, {reused} reused", suite.id);
     };
-    let files = pool.install(|| fidelity::generate_with(&a.root, &mut done))?;
+    let mode = if a.check { fidelity::Mode::Check } else { fidelity::Mode::Fit { refit: a.refit.clone() } };
+    let files = pool.install(|| fidelity::generate_with(&a.root, &mode, &mut done))?;
     let mut out = String::new();
     for f in &files {
         let path = a.root.join(&f.path);

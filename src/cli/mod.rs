@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod calibrate;
+pub mod kernels;
 pub mod capacity;
 pub mod diff;
 pub mod experiments;
@@ -66,6 +67,9 @@ pub enum Command {
     /// Predict real measured runs before and after calibration: write
     /// results/fidelity.md and the shipped calibration profile.
     Fidelity(fidelity::FidelityArgs),
+    /// Turn NVIDIA AIConfigurator's measured kernel tables (CSV) into a
+    /// hardware profile's `kernels:`.
+    Kernels(kernels::KernelsArgs),
 }
 
 /// Why a command failed, and so which exit code `main` uses.
@@ -117,6 +121,7 @@ pub fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Diff(a) => diff::execute(a),
         Command::Calibrate(a) => calibrate::execute(a),
         Command::Fidelity(a) => fidelity::execute(a),
+        Command::Kernels(a) => kernels::execute(a),
     }
 }
 

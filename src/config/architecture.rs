@@ -48,6 +48,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("mixtral-8x7b", include_str!("../../scenarios/models/mixtral-8x7b.yml")),
     ("qwen2.5-72b", include_str!("../../scenarios/models/qwen2.5-72b.yml")),
     ("qwen2.5-7b", include_str!("../../scenarios/models/qwen2.5-7b.yml")),
+    ("qwen3-235b-a22b", include_str!("../../scenarios/models/qwen3-235b-a22b.yml")),
     ("qwen3-32b", include_str!("../../scenarios/models/qwen3-32b.yml")),
 ];
 

@@ -25,13 +25,20 @@ use super::raw::{RawEfficiency, RawLatency, RawScenario};
 pub const BUILTIN: &[(&str, &str)] = &[("h100-vllm", include_str!("../../hardware/calibrations/h100-vllm.yml"))];
 
 /// Every key a profile may set, in the order `explain` lists them.
-pub const KEYS: [&str; 6] = [
+pub const KEYS: [&str; 13] = [
     "efficiency.compute",
     "efficiency.memory",
     "latency.step_overhead_ms",
     "latency.request_overhead_ms",
     "latency.per_layer_overhead_us",
     "latency.per_sequence_overhead_us",
+    "efficiency.gemm_half_tokens",
+    "efficiency.attention_compute",
+    "efficiency.attention_memory",
+    "efficiency.allreduce",
+    "latency.allreduce_us",
+    "latency.eager_layer_us",
+    "latency.per_expert_us",
 ];
 
 /// Top-level keys of a profile that describe the fit and are not read.
@@ -83,6 +90,13 @@ impl RawCalibration {
             l.request_overhead_ms,
             l.per_layer_overhead_us,
             l.per_sequence_overhead_us,
+            e.gemm_half_tokens,
+            e.attention_compute,
+            e.attention_memory,
+            e.allreduce,
+            l.allreduce_us,
+            l.eager_layer_us,
+            l.per_expert_us,
         ];
         KEYS.iter().zip(all).filter_map(|(k, v)| v.map(|v| (*k, v))).collect()
     }
@@ -199,6 +213,13 @@ fn slot<'a>(raw: &'a mut RawScenario, key: &str) -> &'a mut Option<f64> {
         "latency.step_overhead_ms" => &mut l.step_overhead_ms,
         "latency.request_overhead_ms" => &mut l.request_overhead_ms,
         "latency.per_layer_overhead_us" => &mut l.per_layer_overhead_us,
+        "efficiency.gemm_half_tokens" => &mut e.gemm_half_tokens,
+        "efficiency.attention_compute" => &mut e.attention_compute,
+        "efficiency.attention_memory" => &mut e.attention_memory,
+        "efficiency.allreduce" => &mut e.allreduce,
+        "latency.allreduce_us" => &mut l.allreduce_us,
+        "latency.eager_layer_us" => &mut l.eager_layer_us,
+        "latency.per_expert_us" => &mut l.per_expert_us,
         _ => &mut l.per_sequence_overhead_us,
     }
 }

@@ -173,7 +173,10 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
         Some(v) => Some(super::sections::hardware_of(v, ck.file).map_err(under_pool)?),
         None => None,
     };
-    let hw = hardware.clone().unwrap_or_else(|| base.hardware.clone());
+    let mut hw = hardware.clone().unwrap_or_else(|| base.hardware.clone());
+    if base.per_operator().is_none() {
+        hw.kernels = None; // the roofline form reads none (as validate.rs does for the scenario's)
+    }
     let par = raw.parallelism.clone().unwrap_or_else(|| b.parallelism.clone());
     let built = super::deployment::build(ck, b.model.clone(), par, &hw).map_err(under_pool)?;
     let scheduler = match &raw.scheduler {
@@ -181,6 +184,7 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
             let merged = RawScheduler {
                 max_batch_tokens: s.max_batch_tokens.or(b.scheduler.max_batch_tokens),
                 max_num_sequences: s.max_num_sequences.or(b.scheduler.max_num_sequences),
+                cuda_graph_max_tokens: s.cuda_graph_max_tokens.or(b.scheduler.cuda_graph_max_tokens),
             };
             Some(super::sections::scheduler(ck, &merged).map_err(under_pool)?)
         }

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod deployment;
 pub mod error;
 pub mod hardware;
+pub mod kernels;
 pub mod keys;
 pub mod num;
 pub mod onekey;

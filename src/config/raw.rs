@@ -102,6 +102,9 @@ pub struct RawHardware {
     /// Price of one GPU-hour, for cost per million tokens.
     #[serde(default, deserialize_with = "num::opt_real")]
     pub cost_per_hour: Option<f64>,
+    /// Measured kernel times (all-reduce, GEMM) the per-operator cost form
+    /// reads; checked row by row in `config/kernels.rs`.
+    pub kernels: Option<crate::yaml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -255,6 +258,9 @@ pub struct RawScheduler {
     pub max_batch_tokens: Option<i64>,
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub max_num_sequences: Option<i64>,
+    /// The largest step run as a CUDA graph (per-operator form only).
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub cuda_graph_max_tokens: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -268,6 +274,15 @@ pub struct RawLatency {
     pub per_layer_overhead_us: Option<f64>,
     #[serde(default, deserialize_with = "num::opt_real")]
     pub per_sequence_overhead_us: Option<f64>,
+    /// Per-operator form: the fixed cost of the engine's own all-reduce.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub allreduce_us: Option<f64>,
+    /// Per-operator form: host time per layer of a step without a CUDA graph.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub eager_layer_us: Option<f64>,
+    /// Per-operator form: the least time of one expert's GEMMs in a layer.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub per_expert_us: Option<f64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -287,6 +302,18 @@ pub struct RawEfficiency {
     pub compute: Option<f64>,
     #[serde(default, deserialize_with = "num::opt_real")]
     pub memory: Option<f64>,
+    /// Per-operator form: tokens at which a GEMM reaches half of `compute`.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub gemm_half_tokens: Option<f64>,
+    /// Per-operator form: attention's FLOPs, of the 16-bit peak.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub attention_compute: Option<f64>,
+    /// Per-operator form: attention's KV reads, of the bandwidth.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub attention_memory: Option<f64>,
+    /// Per-operator form: the engine's all-reduce bandwidth over the link's.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub allreduce: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -393,13 +420,15 @@ pub enum RawArrivals {
         concurrency: i64,
         #[serde(default, deserialize_with = "num::opt_real")]
         think_time_s: Option<f64>,
+        #[serde(default, deserialize_with = "num::opt_real")]
+        ramp_s: Option<f64>,
     },
     Trace(String),
 }
 
 impl OneKey for RawArrivals {
     const FORMS: &'static str = "poisson: {rate}, gamma: {rate, burstiness}, constant: {rate}, \
-        closed: {concurrency, think_time_s}, trace: FILE.csv";
+        closed: {concurrency, think_time_s, ramp_s}, trace: FILE.csv";
 }
 
 /// A length: a plain integer, or one of the distributions.

@@ -58,6 +58,10 @@ pub struct Hardware {
     pub interconnect: Option<Interconnect>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_per_hour: Option<f64>,
+    /// Measured kernel times; kept only when the per-operator form reads
+    /// them (validation drops them otherwise, so `explain` shows what is used).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::engine::cost::operators::serialize_tables")]
+    pub kernels: Option<std::sync::Arc<crate::engine::cost::KernelTables>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -102,6 +106,20 @@ pub struct KvCache {
 pub struct Scheduler {
     pub max_batch_tokens: u32,
     pub max_num_sequences: u32,
+    /// Per-operator form: the largest step run as a CUDA graph (vLLM's
+    /// default when unset: `min(2 * max_num_sequences, 512, max_batch_tokens)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_graph_max_tokens: Option<u32>,
+}
+
+impl Scheduler {
+    /// The largest step run as a CUDA graph: as given, else vLLM's default
+    /// (`max_cudagraph_capture_size = min(2 * max_num_seqs, 512)`, capped by
+    /// `max_num_batched_tokens`).
+    pub fn graph_max_tokens(&self) -> u32 {
+        self.cuda_graph_max_tokens
+            .unwrap_or_else(|| self.max_num_sequences.saturating_mul(2).min(512).min(self.max_batch_tokens))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -116,6 +134,15 @@ pub struct Latency {
     /// Per step, times the requests scheduled in it.
     #[serde(skip_serializing_if = "is_zero")]
     pub per_sequence_overhead_us: f64,
+    /// Per-operator form: the fixed cost of one of the engine's own all-reduces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allreduce_us: Option<f64>,
+    /// Per-operator form: host time per layer of a step without a CUDA graph.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eager_layer_us: Option<f64>,
+    /// Per-operator form: the fixed cost of each expert a layer's tokens touch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_expert_us: Option<f64>,
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -126,6 +153,18 @@ fn is_zero(x: &f64) -> bool {
 pub struct Efficiency {
     pub compute: f64,
     pub memory: f64,
+    /// Per-operator form: tokens at which a GEMM reaches half of `compute`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gemm_half_tokens: Option<f64>,
+    /// Per-operator form: attention's FLOPs, of the 16-bit peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_compute: Option<f64>,
+    /// Per-operator form: attention's KV reads, of the bandwidth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_memory: Option<f64>,
+    /// Per-operator form: the engine's all-reduce bandwidth over the link's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allreduce: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -211,7 +250,14 @@ pub enum Arrivals {
     Poisson { rate: f64 },
     Gamma { rate: f64, burstiness: f64 },
     Constant { rate: f64 },
-    Closed { concurrency: u32, think_time_s: f64 },
+    Closed {
+        concurrency: u32,
+        think_time_s: f64,
+        /// Users start evenly over this many seconds (0: all at t = 0, as
+        /// `vllm bench serve`, AIPerf and genai-perf start them).
+        #[serde(skip_serializing_if = "is_zero")]
+        ramp_s: f64,
+    },
     Trace(Trace),
 }
 
@@ -309,7 +355,40 @@ impl Serialize for Length {
     }
 }
 
+/// The keys that switch the per-operator cost form on (docs/engine.md).
+pub const PER_OPERATOR_KEYS: [&str; 7] = [
+    "efficiency.gemm_half_tokens",
+    "efficiency.attention_compute",
+    "efficiency.attention_memory",
+    "efficiency.allreduce",
+    "latency.allreduce_us",
+    "latency.eager_layer_us",
+    "latency.per_expert_us",
+];
+
+impl Efficiency {
+    /// The first per-operator key set, if any (`latency` holds the others).
+    pub fn per_operator_key(&self, latency: &Latency) -> Option<&'static str> {
+        let set = [
+            self.gemm_half_tokens.is_some(),
+            self.attention_compute.is_some(),
+            self.attention_memory.is_some(),
+            self.allreduce.is_some(),
+            latency.allreduce_us.is_some(),
+            latency.eager_layer_us.is_some(),
+            latency.per_expert_us.is_some(),
+        ];
+        PER_OPERATOR_KEYS.iter().zip(set).find(|(_, s)| *s).map(|(k, _)| *k)
+    }
+}
+
 impl Scenario {
+    /// Whether steps are priced per operator (docs/engine.md): some
+    /// per-operator key is set. The key that did it, for messages.
+    pub fn per_operator(&self) -> Option<&'static str> {
+        self.efficiency.per_operator_key(&self.latency)
+    }
+
     /// The engine's limits and costs.
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
@@ -519,6 +598,29 @@ impl Deployment {
             peak_tflops: self.peak_tflops,
             link: self.link,
             per_layer_overhead_us: s.latency.per_layer_overhead_us,
+            operators: s.per_operator().map(|_| {
+                let e = &s.efficiency;
+                let bpp = s.model.weights.bytes_per_parameter;
+                crate::engine::cost::OperatorInput {
+                    gemm_half_tokens: e.gemm_half_tokens.unwrap_or(0.0),
+                    attention_compute: e.attention_compute.unwrap_or(e.compute),
+                    attention_memory: e.attention_memory.unwrap_or(e.memory),
+                    allreduce_us: s.latency.allreduce_us,
+                    allreduce_efficiency: e.allreduce.unwrap_or(1.0),
+                    per_expert_us: s.latency.per_expert_us.unwrap_or(0.0),
+                    eager_layer_us: s.latency.eager_layer_us.unwrap_or(0.0),
+                    cuda_graph_max_tokens: u64::from(s.scheduler.graph_max_tokens()),
+                    peak16_tflops: s.hardware.peak_tflops,
+                    dtype: if bpp <= 0.5 {
+                        "int4"
+                    } else if bpp <= 1.0 {
+                        "fp8"
+                    } else {
+                        "bf16"
+                    },
+                    kernels: s.hardware.kernels.clone(),
+                }
+            }),
         })
     }
 }

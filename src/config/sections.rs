@@ -25,6 +25,10 @@ pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, Con
             Some(v) => ck.whole32("scheduler.max_num_sequences", v, &limits::MAX_NUM_SEQUENCES)?,
             None => DEFAULT_MAX_NUM_SEQUENCES,
         },
+        cuda_graph_max_tokens: raw
+            .cuda_graph_max_tokens
+            .map(|v| ck.whole32("scheduler.cuda_graph_max_tokens", v, &limits::CUDA_GRAPH_MAX_TOKENS))
+            .transpose()?,
     })
 }
 
@@ -115,6 +119,11 @@ fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) 
         cost_per_hour: raw
             .cost_per_hour
             .map(|c| ck.real(&p("cost_per_hour"), c, &limits::COST_PER_HOUR))
+            .transpose()?,
+        kernels: raw
+            .kernels
+            .as_ref()
+            .map(|k| super::kernels::parse(&ck, k, &p("kernels")).map(std::sync::Arc::new))
             .transpose()?,
     })
 }

@@ -39,10 +39,30 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
              model.architecture or model.hf_config, or use step_overhead_ms",
         ));
     }
+    let e = &raw.efficiency;
+    let opt = |key: &str, v: Option<f64>, range: &Range| v.map(|v| ck.real(key, v, range)).transpose();
     let efficiency = Efficiency {
-        compute: ck.real("efficiency.compute", raw.efficiency.compute.unwrap_or(1.0), &limits::EFFICIENCY)?,
-        memory: ck.real("efficiency.memory", raw.efficiency.memory.unwrap_or(1.0), &limits::EFFICIENCY)?,
+        compute: ck.real("efficiency.compute", e.compute.unwrap_or(1.0), &limits::EFFICIENCY)?,
+        memory: ck.real("efficiency.memory", e.memory.unwrap_or(1.0), &limits::EFFICIENCY)?,
+        gemm_half_tokens: opt("efficiency.gemm_half_tokens", e.gemm_half_tokens, &limits::GEMM_HALF_TOKENS)?,
+        attention_compute: opt("efficiency.attention_compute", e.attention_compute, &limits::EFFICIENCY)?,
+        attention_memory: opt("efficiency.attention_memory", e.attention_memory, &limits::EFFICIENCY)?,
+        allreduce: opt("efficiency.allreduce", e.allreduce, &limits::ALLREDUCE_EFFICIENCY)?,
     };
+    let mut hardware = hardware;
+    match efficiency.per_operator_key(&latency) {
+        Some(key) if built.model.architecture.is_none() => {
+            return Err(ck.err(
+                key,
+                "prices each operator of a step (the per-operator form), which needs a model architecture: \
+                 describe the model with model: NAME, model.architecture or model.hf_config",
+            ));
+        }
+        // The roofline form reads no kernel table: drop it, so `explain`
+        // shows only what is used.
+        None => hardware.kernels = None,
+        Some(_) => {}
+    }
     let workload = workload(&ck, raw.workload)?;
     let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware)?;
     let name = raw
@@ -101,6 +121,18 @@ fn latency(ck: &Check, raw: &RawLatency) -> Result<Latency, ConfigError> {
             raw.per_sequence_overhead_us,
             &limits::FINE_OVERHEAD_US,
         )?,
+        allreduce_us: raw
+            .allreduce_us
+            .map(|v| ck.real("latency.allreduce_us", v, &limits::INTERCONNECT_LATENCY_US))
+            .transpose()?,
+        eager_layer_us: raw
+            .eager_layer_us
+            .map(|v| ck.real("latency.eager_layer_us", v, &limits::FINE_OVERHEAD_US))
+            .transpose()?,
+        per_expert_us: raw
+            .per_expert_us
+            .map(|v| ck.real("latency.per_expert_us", v, &limits::FINE_OVERHEAD_US))
+            .transpose()?,
     })
 }
 
@@ -216,13 +248,14 @@ fn arrivals(ck: &Check, raw: RawArrivals, hash_block_size: Option<u32>) -> Resul
         RawArrivals::Constant { rate } => {
             Arrivals::Constant { rate: ck.real(&format!("{p}.constant.rate"), rate, &limits::RATE)? }
         }
-        RawArrivals::Closed { concurrency, think_time_s } => Arrivals::Closed {
+        RawArrivals::Closed { concurrency, think_time_s, ramp_s } => Arrivals::Closed {
             concurrency: ck.whole32(&format!("{p}.closed.concurrency"), concurrency, &limits::CONCURRENCY)?,
             think_time_s: ck.real(
                 &format!("{p}.closed.think_time_s"),
                 think_time_s.unwrap_or(0.0),
                 &limits::THINK_TIME_S,
             )?,
+            ramp_s: ck.real(&format!("{p}.closed.ramp_s"), ramp_s.unwrap_or(0.0), &limits::THINK_TIME_S)?,
         },
         RawArrivals::Trace(path) => {
             let resolved = ck.file.parent().unwrap_or(Path::new("")).join(&path);

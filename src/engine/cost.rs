@@ -9,8 +9,10 @@
 //! its all-reduces are costed too.
 
 pub mod deployment;
+pub mod operators;
 
 pub use deployment::{DeploymentCost, DeploymentInput, Link};
+pub use operators::{Curve, GemmTable, KernelTables, OperatorInput, Operators};
 
 /// Hardware and model figures folded into the roofline rates.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -104,7 +106,19 @@ impl CostModel {
                 bytes_per_s,
                 overhead_s,
                 per_sequence_s,
-                deployment: Some(DeploymentCost::new(d, i.bytes_per_parameter)),
+                deployment: Some(DeploymentCost::new(
+                    d,
+                    i.bytes_per_parameter,
+                    &operators::Rates {
+                        peak_tflops: d.peak_tflops,
+                        compute_efficiency: i.compute_efficiency,
+                        bandwidth: i.memory_bandwidth_gbps * 1e9,
+                        memory_efficiency: i.memory_efficiency,
+                        bytes_per_parameter: i.bytes_per_parameter,
+                        kv_bytes_per_token,
+                        per_layer_overhead_us: d.per_layer_overhead_us,
+                    },
+                )),
             };
         }
         let parameters = i.parameters_billions * 1e9;

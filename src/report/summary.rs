@@ -58,8 +58,9 @@ pub fn workload_line(s: &Scenario) -> String {
         Arrivals::Poisson { rate } => format!("poisson {rate} req/s"),
         Arrivals::Gamma { rate, burstiness } => format!("gamma {rate} req/s, burstiness {burstiness}"),
         Arrivals::Constant { rate } => format!("constant {rate} req/s"),
-        Arrivals::Closed { concurrency, think_time_s } => {
-            format!("closed loop, {concurrency} users, think {think_time_s} s")
+        Arrivals::Closed { concurrency, think_time_s, ramp_s } => {
+            let ramp = if *ramp_s > 0.0 { format!(", started over {ramp_s} s") } else { String::new() };
+            format!("closed loop, {concurrency} users, think {think_time_s} s{ramp}")
         }
         Arrivals::Trace(t) => format!("trace {} ({} rows)", t.path, t.rows.len()),
     };

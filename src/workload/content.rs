@@ -254,10 +254,10 @@ impl SessionSource {
                 source.starts = Starts::Open { gaps, rng: Box::new(stream(w.seed, 0)) };
                 source.push(SimTime::ZERO, Next::Start { user: 0 });
             }
-            (Arrivals::Closed { concurrency, think_time_s }, None) => {
+            (Arrivals::Closed { concurrency, think_time_s, ramp_s }, None) => {
                 source.starts = Starts::Closed { think_ns: secs_to_nanos(*think_time_s) };
                 for user in 0..*concurrency {
-                    source.push(SimTime::ZERO, Next::Start { user });
+                    source.push(super::ramp_start(user, *concurrency, *ramp_s), Next::Start { user });
                 }
             }
             // Validation refuses sessions with a trace.

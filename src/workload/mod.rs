@@ -108,10 +108,10 @@ impl AnySource {
             Arrivals::Poisson { rate } => open(Gaps::Poisson { rate: *rate }),
             Arrivals::Gamma { rate, burstiness } => open(Gaps::Gamma { rate: *rate, burstiness: *burstiness }),
             Arrivals::Constant { rate } => open(Gaps::Constant { rate: *rate }),
-            Arrivals::Closed { concurrency, think_time_s } => {
+            Arrivals::Closed { concurrency, think_time_s, ramp_s } => {
                 let think = secs_to_nanos(*think_time_s);
                 let lengths = Lengths::new(w.seed, w.prompt_tokens.clone(), w.output_tokens.clone());
-                AnySource::Closed(Box::new(ClosedLoop::new(*concurrency, think, lengths, limit)))
+                AnySource::Closed(Box::new(ClosedLoop::new(*concurrency, think, *ramp_s, lengths, limit)))
             }
             Arrivals::Trace(t) => {
                 let mut source = TraceSource::new(t.rows.clone(), limit);
@@ -335,9 +335,19 @@ pub struct ClosedLoop {
     instant: (SimTime, u64),
 }
 
+/// When closed-loop user `user` of `users` sends its first request: user
+/// `u` at `u * ramp_s / users` (all at 0 without a ramp), as AIPerf's
+/// `--concurrency-ramp-duration` adds users evenly.
+pub fn ramp_start(user: u32, users: u32, ramp_s: f64) -> SimTime {
+    if ramp_s <= 0.0 || users == 0 {
+        return SimTime::ZERO;
+    }
+    SimTime::from_nanos(secs_to_nanos(ramp_s) / u64::from(users) * u64::from(user))
+}
+
 impl ClosedLoop {
-    pub fn new(concurrency: u32, think_ns: u64, lengths: Lengths, limit: Limit) -> ClosedLoop {
-        let ready = (0..concurrency).map(|u| Reverse((SimTime::ZERO, u))).collect();
+    pub fn new(concurrency: u32, think_ns: u64, ramp_s: f64, lengths: Lengths, limit: Limit) -> ClosedLoop {
+        let ready = (0..concurrency).map(|u| Reverse((ramp_start(u, concurrency, ramp_s), u))).collect();
         ClosedLoop {
             think_ns,
             lengths,
@@ -447,5 +457,52 @@ impl Source for TraceSource {
 
     fn session(&self) -> Option<u64> {
         self.content.as_ref()?.session()
+    }
+}
+
+#[cfg(test)]
+mod closed_loop_tests {
+    use super::*;
+    use crate::config::Override;
+
+    /// The base scenario as a closed loop of `users`, with `extra` closed-loop keys.
+    fn source(users: u32, extra: &str, shared: bool) -> AnySource {
+        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/base.yml");
+        let mut sets = vec![format!("workload.arrivals={{closed: {{concurrency: {users}{extra}}}}}")];
+        sets.push("workload.requests=40".into());
+        if shared {
+            sets.push("workload.shared_prefix={groups: 2, tokens: 32}".into());
+        }
+        let sets: Vec<Override> = sets.iter().map(|s| Override::parse(s).unwrap()).collect();
+        AnySource::new(&crate::config::load_scenario_with(&base, &sets).unwrap())
+    }
+
+    /// What `vllm bench serve --max-concurrency`, AIPerf and genai-perf do
+    /// (docs/engine.md, "Closed loop"): every user's first request at the
+    /// start, the next one the instant the previous one ends.
+    #[test]
+    fn users_start_together_and_send_again_the_instant_an_answer_ends() {
+        for shared in [false, true] {
+            let mut s = source(4, "", shared);
+            let firsts: Vec<Request> = (0..4).map(|_| s.pop().unwrap()).collect();
+            assert!(firsts.iter().all(|r| r.arrival == SimTime::ZERO), "{firsts:?}");
+            assert_eq!(s.peek(), None, "no fifth request before an answer ends");
+            let end = SimTime::from_nanos(123_456_789);
+            s.done(firsts[2].id, end);
+            assert_eq!(s.peek(), Some(end), "the next request leaves the instant the answer ends");
+            assert_eq!(s.pop().unwrap().arrival, end);
+        }
+    }
+
+    /// `ramp_s` starts user `u` of `N` at `u * ramp_s / N`, as AIPerf's
+    /// `--concurrency-ramp-duration` adds users evenly.
+    #[test]
+    fn a_ramp_spreads_the_first_requests_evenly() {
+        for shared in [false, true] {
+            let mut s = source(4, ", ramp_s: 2", shared);
+            let starts: Vec<u64> = (0..4).map(|_| s.pop().unwrap().arrival.as_nanos()).collect();
+            assert_eq!(starts, vec![0, 500_000_000, 1_000_000_000, 1_500_000_000]);
+        }
+        assert_eq!(ramp_start(3, 4, 0.0), SimTime::ZERO);
     }
 }

@@ -128,7 +128,7 @@ fn a_table_row_is_a_run_with_its_settings() {
          low,a,2,600,20,400\nhigh,a,10,600,40,700\n",
     )
     .unwrap();
-    let opts = LoadOptions { sample_s: Some(60.0) };
+    let opts = LoadOptions { sample_s: Some(60.0), ..LoadOptions::default() };
     let runs = load(&source("scenarios/base.yml"), &file, &opts).unwrap().runs;
     assert_eq!(runs.len(), 2);
     assert_eq!((runs[1].name.as_str(), runs[1].group.as_str()), ("high", "a"));
@@ -183,7 +183,7 @@ fn an_inference_perf_stage_is_a_constant_rate_run_with_nominal_output_and_derive
     let dir = tempfile::tempdir().unwrap();
     inference_perf_dir(dir.path());
     let src = source("scenarios/deployments/llama-3.1-8b-h100.yml");
-    let runs = load(&src, dir.path(), &LoadOptions { sample_s: Some(30.0) }).unwrap().runs;
+    let runs = load(&src, dir.path(), &LoadOptions { sample_s: Some(30.0), ..LoadOptions::default() }).unwrap().runs;
     assert_eq!(runs.len(), 2);
     let r = &runs[0];
     assert!(r.name.ends_with("stage 0 (5 req/s)"), "{}", r.name);

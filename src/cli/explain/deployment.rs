@@ -209,6 +209,30 @@ fn steps(s: &Scenario, out: &mut String) {
             p.comm_s * 1e3
         );
     }
+    if let (Some(key), Some(ops)) = (s.per_operator(), cost.deployment.as_ref().and_then(|d| d.operators.as_ref())) {
+        let split = |shape: &StepShape| {
+            let t = ops.times(shape);
+            format!(
+                "GEMMs {:.3} ({:.3} of it reading weights) / attention {:.3} compute + {:.3} KV / all-reduce {:.3} / \
+                 fixed {:.3}",
+                t.gemm_s * 1e3,
+                t.gemm_memory_bound_s * 1e3,
+                t.attention_compute_s * 1e3,
+                t.attention_memory_s * 1e3,
+                t.comm_s * 1e3,
+                t.fixed_s * 1e3
+            )
+        };
+        let _ = writeln!(
+            out,
+            "#   per operator  costs are per operator, added up ({key} is set; docs/deployments.md); largest CUDA \
+             graph {} tokens{}",
+            s.scheduler.graph_max_tokens(),
+            if s.hardware.kernels.is_some() { "; measured kernel tables of the hardware where they have a shape" } else { "" }
+        );
+        let _ = writeln!(out, "#                 decode of {b} at context {ctx} (ms): {}", split(&decode(b, ctx)));
+        let _ = writeln!(out, "#                 prefill of {budget} tokens (ms): {}", split(&prefill));
+    }
 }
 
 /// The latency terms, each with its per-step or per-request figure.

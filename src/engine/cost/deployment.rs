@@ -43,6 +43,8 @@ pub struct DeploymentInput {
     /// Required when `tensor_parallel > 1`; unused at 1.
     pub link: Option<Link>,
     pub per_layer_overhead_us: f64,
+    /// The per-operator form's inputs, when the scenario uses it.
+    pub operators: Option<super::operators::OperatorInput>,
 }
 
 /// The architecture's terms of the step cost, folded into rates.
@@ -68,10 +70,14 @@ pub struct DeploymentCost {
     pub comm_s_per_token: f64,
     /// `layers * per_layer_overhead`.
     pub layers_overhead_s: f64,
+    /// The per-operator form, when the scenario uses it (it then prices
+    /// every step).
+    pub operators: Option<super::operators::Operators>,
 }
 
 impl DeploymentCost {
-    pub fn new(d: &DeploymentInput, bytes_per_parameter: f64) -> DeploymentCost {
+    /// `rates` are the common inputs the per-operator form needs.
+    pub fn new(d: &DeploymentInput, bytes_per_parameter: f64, rates: &super::operators::Rates) -> DeploymentCost {
         let a = &d.architecture;
         let t = f64::from(d.tensor_parallel);
         let layers = a.layers as f64;
@@ -96,6 +102,10 @@ impl DeploymentCost {
             comm_fixed_s,
             comm_s_per_token,
             layers_overhead_s: layers * d.per_layer_overhead_us / 1e6,
+            operators: d
+                .operators
+                .as_ref()
+                .map(|o| super::operators::Operators::new(a, d.tensor_parallel, d.link, rates, o)),
         }
     }
 
@@ -115,6 +125,9 @@ impl DeploymentCost {
     /// Out of line: the docs/engine.md path never calls it.
     #[inline(never)]
     pub fn cost(&self, m: &CostModel, s: &StepShape) -> StepCost {
+        if let Some(ops) = &self.operators {
+            return ops.cost(m, s);
+        }
         let flops = self.linear_flops_per_token * s.tokens as f64
             + self.attention_flops_per_pair * s.attention_pairs as f64
             + self.head_flops_per_sample * s.sampled as f64;

@@ -30,6 +30,7 @@ fn with_layer_overhead(arch: Architecture, t: u32, kv: u64, link: Option<Link>, 
             peak_tflops: 989.0,
             link,
             per_layer_overhead_us: per_layer_us,
+            operators: None,
         }),
     })
 }
@@ -179,6 +180,7 @@ fn overheads_add_step_layer_and_sequence_terms() {
             peak_tflops: 989.0,
             link: None,
             per_layer_overhead_us: 10.0,
+            operators: None,
         }),
     };
     let c = CostModel::new(&input).cost(&decode(16, 100));
@@ -216,6 +218,7 @@ fn an_explicit_parameter_count_sets_the_bytes_read_but_not_the_flops() {
             peak_tflops: 989.0,
             link: None,
             per_layer_overhead_us: 0.0,
+            operators: None,
         }),
     };
     let c = CostModel::new(&input).cost(&decode(1, 1024));

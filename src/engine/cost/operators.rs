@@ -1,0 +1,384 @@
+//! The per-operator step cost (docs/engine.md, "The per-operator form").
+//!
+//! The roofline form prices a step as one kernel: the larger of all its
+//! FLOPs and all its bytes. A GPU runs a step as a sequence of kernels,
+//! each bound by its own resource: a decode step's GEMMs stream weights
+//! while its attention streams KV, and a prefill chunk's GEMMs are
+//! compute-bound while the decodes beside it still read their KV. This
+//! form adds the kernels' times up:
+//!
+//! ```text
+//! M        = tokens in the step (T); per expert, M_e = T * k / touched
+//! gemm(M, n, k) = table(M)                       if the hardware measured this shape
+//!               = max(2*M*n*k / (peak_w * compute * M / (M + half)),
+//!                     (n*k*bytes_per_parameter + 2*M*(n + k)) / (bandwidth * memory))
+//! linear   = layers * sum over the layer's GEMMs (per GPU shapes) + the LM head at M = S
+//!            + layers * touched * per_expert_us          (a fixed cost for each expert a layer's tokens touch)
+//! attention = 4*layers*q_dim/t * pairs / (peak_16 * attention_compute)
+//!           + sum_ctx * kv_bytes_per_token_per_gpu / (bandwidth * attention_memory)
+//! comm     = 2 * layers * allreduce(M * hidden * 2 bytes)          (t > 1)
+//! allreduce(b) = min(nccl(b), allreduce_us + 2(t-1)/t * b / (link bandwidth * efficiency.allreduce))
+//! nccl(b)  = the measured table at t GPUs, else link latency + 2(t-1)/t * b / link bandwidth
+//! gpu      = linear + attention + comm + layers * per_layer_overhead
+//! gpu      = max(gpu, layers * eager_layer_us)    when T > cuda_graph_max_tokens (no CUDA graph)
+//! step     = gpu + step_overhead + batch * per_sequence_overhead
+//! ```
+//!
+//! Every term grows with the step's tokens, context, pairs, samples and
+//! batch, so a larger step never costs less (the stretch's bounds rely on
+//! it). Everything that does not depend on the step is folded in once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::{CostModel, StepCost, StepShape};
+use crate::engine::arch::{Architecture, touched_experts};
+
+/// A measured curve: `(x, microseconds)` points with strictly increasing
+/// `x`, interpolated linearly; below the first point the first time, above
+/// the last the last segment's slope carried on (never below the last
+/// time).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Curve {
+    pub points: Vec<(f64, f64)>,
+}
+
+impl Curve {
+    /// The time at `x`, in microseconds. The points are checked when the
+    /// profile is read: at least one, `x` strictly increasing, times
+    /// positive and finite.
+    pub fn at(&self, x: f64) -> f64 {
+        let p = &self.points;
+        let Some(&(x0, y0)) = p.first() else { return 0.0 };
+        if x <= x0 || p.len() == 1 {
+            return y0;
+        }
+        // The first point at or past x.
+        let i = p.partition_point(|&(px, _)| px < x);
+        let (a, b) = if i >= p.len() { (p[p.len() - 2], p[p.len() - 1]) } else { (p[i - 1], p[i]) };
+        let y = a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0);
+        if i >= p.len() { y.max(b.1) } else { y }
+    }
+}
+
+/// Measured GEMM times of one weight shape: `n` outputs, `k` inputs (per
+/// GPU), at the weights' precision; `us` by token count.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GemmTable {
+    pub n: u64,
+    pub k: u64,
+    /// `bf16`, `fp8` or `int4`: the weights' precision it was measured at.
+    pub dtype: String,
+    pub us: Curve,
+}
+
+/// A hardware profile's measured kernel times (`kernels:`), read only in
+/// the per-operator form.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KernelTables {
+    /// Where the figures were measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// NCCL all-reduce time by message bytes, by GPU count.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub allreduce: BTreeMap<u32, Curve>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gemm: Vec<GemmTable>,
+}
+
+/// Serialises shared tables as the YAML a profile gives them in.
+pub fn serialize_tables<S: serde::Serializer>(t: &Option<Arc<KernelTables>>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => KernelTables::serialize(t, s),
+        None => s.serialize_none(),
+    }
+}
+
+impl KernelTables {
+    pub fn gemm(&self, n: u64, k: u64, dtype: &str) -> Option<&Curve> {
+        self.gemm.iter().find(|g| g.n == n && g.k == k && g.dtype == dtype).map(|g| &g.us)
+    }
+}
+
+/// The per-operator form's own inputs (efficiency and latency keys).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperatorInput {
+    /// `efficiency.gemm_half_tokens`: tokens at which a GEMM reaches half
+    /// of `efficiency.compute` (0: every GEMM at `efficiency.compute`).
+    pub gemm_half_tokens: f64,
+    /// `efficiency.attention_compute`, of the 16-bit peak.
+    pub attention_compute: f64,
+    /// `efficiency.attention_memory`: of the bandwidth, for KV reads.
+    pub attention_memory: f64,
+    /// `latency.allreduce_us`: the engine's own all-reduce (vLLM's custom
+    /// all-reduce), when given.
+    pub allreduce_us: Option<f64>,
+    /// `efficiency.allreduce`: the engine's all-reduce bandwidth over the link's.
+    pub allreduce_efficiency: f64,
+    /// `latency.per_expert_us`: a fixed cost for each expert a layer's tokens touch.
+    pub per_expert_us: f64,
+    /// `latency.eager_layer_us`: host time per layer of a step run without a CUDA graph.
+    pub eager_layer_us: f64,
+    /// `scheduler.cuda_graph_max_tokens`: the largest step run as a CUDA graph.
+    pub cuda_graph_max_tokens: u64,
+    /// The 16-bit peak, TFLOPS (attention runs at it).
+    pub peak16_tflops: f64,
+    /// The weights' precision, to find measured GEMMs.
+    pub dtype: &'static str,
+    pub kernels: Option<Arc<KernelTables>>,
+}
+
+/// One GEMM of a layer on one GPU.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Gemm {
+    pub name: &'static str,
+    pub n: f64,
+    pub k: f64,
+    /// Measured times for this shape, when the hardware has them.
+    #[serde(skip)]
+    pub table: Option<Curve>,
+}
+
+/// The all-reduce of tensor parallelism, at the engine's degree.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AllReduce {
+    /// `2 (t-1)/t`: bytes each GPU sends per byte reduced.
+    pub factor: f64,
+    /// The link's fixed cost and bus bandwidth (B/s).
+    pub latency_s: f64,
+    pub bandwidth: f64,
+    /// Measured NCCL times at this degree.
+    #[serde(skip)]
+    pub table: Option<Curve>,
+    /// The engine's own path: fixed cost (s) and bandwidth (B/s).
+    pub custom: Option<(f64, f64)>,
+}
+
+impl AllReduce {
+    /// NCCL's time for `bytes`: the measured table, else the link's line.
+    pub fn nccl_s(&self, bytes: f64) -> f64 {
+        match &self.table {
+            Some(c) => c.at(bytes) * 1e-6,
+            None => self.latency_s + self.factor * bytes / self.bandwidth,
+        }
+    }
+
+    /// One all-reduce of `bytes`: the faster of NCCL and the engine's own.
+    pub fn seconds(&self, bytes: f64) -> f64 {
+        let nccl = self.nccl_s(bytes);
+        match self.custom {
+            Some((fixed, bw)) => nccl.min(fixed + self.factor * bytes / bw),
+            None => nccl,
+        }
+    }
+}
+
+/// The per-operator terms, folded into rates.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Operators {
+    pub layers: f64,
+    /// The GEMMs every token runs in one layer (attention projections,
+    /// a dense MLP or a MoE layer's router and shared expert).
+    pub dense: Vec<Gemm>,
+    /// One expert's GEMMs (MoE only).
+    pub expert: Vec<Gemm>,
+    pub experts: u64,
+    pub experts_per_token: u64,
+    pub head: Gemm,
+    /// `peak_w * 1e12 * efficiency.compute`, one GPU.
+    pub gemm_flops_per_s: f64,
+    pub gemm_half_tokens: f64,
+    /// `bandwidth * efficiency.memory`, one GPU.
+    pub weight_bytes_per_s: f64,
+    /// `latency.per_expert_us` in seconds: each touched expert's fixed cost in a layer.
+    pub per_expert_s: f64,
+    pub bytes_per_parameter: f64,
+    /// `4 * layers * q_dim / t`.
+    pub attention_flops_per_pair: f64,
+    /// `peak_16 * 1e12 * attention_compute`.
+    pub attention_flops_per_s: f64,
+    /// KV bytes a token on one GPU.
+    pub kv_bytes_per_token: f64,
+    /// `bandwidth * attention_memory`.
+    pub kv_bytes_per_s: f64,
+    /// `2 * layers` all-reduces of `hidden * 2` bytes a token (none at t = 1).
+    pub allreduce: Option<AllReduce>,
+    pub hidden_bytes: f64,
+    /// `layers * per_layer_overhead`, s.
+    pub layers_overhead_s: f64,
+    /// `layers * eager_layer_us`, s: the least a step without a graph takes.
+    pub eager_floor_s: f64,
+    pub cuda_graph_max_tokens: u64,
+}
+
+/// A step's time by operator, seconds (what `explain` shows).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct OperatorTimes {
+    /// Every GEMM (linear layers, experts, LM head).
+    pub gemm_s: f64,
+    /// Of `gemm_s`: GEMMs bound by their weight reads.
+    pub gemm_memory_bound_s: f64,
+    pub attention_compute_s: f64,
+    pub attention_memory_s: f64,
+    pub comm_s: f64,
+    /// `layers * per_layer_overhead`, plus what the eager floor adds.
+    pub fixed_s: f64,
+}
+
+impl OperatorTimes {
+    /// The GPU's time: every kernel one after the other.
+    pub fn gpu_s(&self) -> f64 {
+        self.gemm_s + self.attention_compute_s + self.attention_memory_s + self.comm_s + self.fixed_s
+    }
+}
+
+/// What [`Operators::new`] needs of the common cost inputs.
+pub struct Rates {
+    /// The weights' peak (TFLOPS) and `efficiency.compute`.
+    pub peak_tflops: f64,
+    pub compute_efficiency: f64,
+    /// Bandwidth of one GPU, B/s, and `efficiency.memory`.
+    pub bandwidth: f64,
+    pub memory_efficiency: f64,
+    pub bytes_per_parameter: f64,
+    pub kv_bytes_per_token: f64,
+    pub per_layer_overhead_us: f64,
+}
+
+impl Operators {
+    pub fn new(a: &Architecture, t: u32, link: Option<super::Link>, r: &Rates, o: &OperatorInput) -> Operators {
+        let tf = f64::from(t);
+        let h = a.hidden_size as f64;
+        let q_heads = a.attention_heads as f64 / tf;
+        let kv_heads = a.kv_heads_per_gpu(u64::from(t)) as f64;
+        let hd = a.head_dim as f64;
+        let tables = o.kernels.as_deref();
+        let gemm = |name: &'static str, n: f64, k: f64| {
+            // A measured shape matches whole numbers of outputs and inputs.
+            let whole = n.fract() == 0.0 && k.fract() == 0.0;
+            let table = tables.filter(|_| whole).and_then(|kt| kt.gemm(n as u64, k as u64, o.dtype).cloned());
+            Gemm { name, n, k, table }
+        };
+        let mut dense = vec![gemm("qkv", (q_heads + 2.0 * kv_heads) * hd, h), gemm("o", h, q_heads * hd)];
+        let mut expert = Vec::new();
+        if a.is_moe() {
+            dense.push(gemm("router", a.experts as f64, h));
+            if a.shared_expert_intermediate_size > 0 {
+                let i = a.shared_expert_intermediate_size as f64 / tf;
+                dense.push(gemm("shared_gate_up", 2.0 * i, h));
+                dense.push(gemm("shared_down", h, i));
+            }
+            let i = a.expert_intermediate_size as f64 / tf;
+            expert.push(gemm("expert_gate_up", 2.0 * i, h));
+            expert.push(gemm("expert_down", h, i));
+        } else {
+            let i = a.intermediate_size.unwrap_or(0) as f64 / tf;
+            dense.push(gemm("gate_up", 2.0 * i, h));
+            dense.push(gemm("down", h, i));
+        }
+        let allreduce = match link {
+            Some(link) if t > 1 => {
+                let bandwidth = link.bandwidth_gbps * 1e9;
+                Some(AllReduce {
+                    factor: 2.0 * (tf - 1.0) / tf,
+                    latency_s: link.latency_us * 1e-6,
+                    bandwidth,
+                    table: tables.and_then(|kt| kt.allreduce.get(&t).cloned()),
+                    custom: o.allreduce_us.map(|us| (us * 1e-6, bandwidth * o.allreduce_efficiency)),
+                })
+            }
+            _ => None,
+        };
+        let layers = a.layers as f64;
+        Operators {
+            layers,
+            dense,
+            expert,
+            experts: a.experts,
+            experts_per_token: a.experts_per_token,
+            head: gemm("lm_head", a.vocab_size as f64 / tf, h),
+            gemm_flops_per_s: r.peak_tflops * 1e12 * r.compute_efficiency,
+            gemm_half_tokens: o.gemm_half_tokens,
+            weight_bytes_per_s: r.bandwidth * r.memory_efficiency,
+            per_expert_s: o.per_expert_us * 1e-6,
+            bytes_per_parameter: r.bytes_per_parameter,
+            attention_flops_per_pair: a.attention_flops_per_pair() as f64 / tf,
+            attention_flops_per_s: o.peak16_tflops * 1e12 * o.attention_compute,
+            kv_bytes_per_token: r.kv_bytes_per_token,
+            kv_bytes_per_s: r.bandwidth * o.attention_memory,
+            allreduce,
+            hidden_bytes: h * 2.0,
+            layers_overhead_s: layers * r.per_layer_overhead_us * 1e-6,
+            eager_floor_s: layers * o.eager_layer_us * 1e-6,
+            cuda_graph_max_tokens: o.cuda_graph_max_tokens,
+        }
+    }
+
+    /// One GEMM at `m` tokens: (seconds, whether bound by its weight reads).
+    pub fn gemm_s(&self, g: &Gemm, m: f64) -> (f64, bool) {
+        if let Some(c) = &g.table {
+            return (c.at(m) * 1e-6, false);
+        }
+        // 2*m*n*k / (flops * m / (m + half)) = 2*n*k*(m + half) / flops
+        let compute = 2.0 * g.n * g.k * (m + self.gemm_half_tokens) / self.gemm_flops_per_s;
+        let bytes = g.n * g.k * self.bytes_per_parameter + 2.0 * m * (g.n + g.k);
+        let memory = bytes / self.weight_bytes_per_s;
+        if memory >= compute { (memory, true) } else { (compute, false) }
+    }
+
+    /// The step's time by operator.
+    pub fn times(&self, s: &StepShape) -> OperatorTimes {
+        let m = s.tokens as f64;
+        let mut out = OperatorTimes::default();
+        let mut add = |(secs, memory_bound): (f64, bool), times: f64| {
+            out.gemm_s += secs * times;
+            if memory_bound {
+                out.gemm_memory_bound_s += secs * times;
+            }
+        };
+        if s.tokens > 0 {
+            for g in &self.dense {
+                add(self.gemm_s(g, m), self.layers);
+            }
+            if self.experts > 0 {
+                let touched = touched_experts(self.experts, self.experts_per_token, s.tokens);
+                let per_expert = (m * self.experts_per_token as f64 / touched).max(1.0);
+                for g in &self.expert {
+                    add(self.gemm_s(g, per_expert), self.layers * touched);
+                }
+                out.fixed_s += self.layers * touched * self.per_expert_s;
+            }
+        }
+        if s.sampled > 0 {
+            add(self.gemm_s(&self.head, s.sampled as f64), 1.0);
+        }
+        if let Some(ar) = self.allreduce.as_ref().filter(|_| s.tokens > 0) {
+            out.comm_s = 2.0 * self.layers * ar.seconds(m * self.hidden_bytes);
+        }
+        out.attention_compute_s = self.attention_flops_per_pair * s.attention_pairs as f64 / self.attention_flops_per_s;
+        out.attention_memory_s = s.sum_ctx as f64 * self.kv_bytes_per_token / self.kv_bytes_per_s;
+        out.fixed_s += self.layers_overhead_s;
+        let busy = out.gpu_s();
+        if s.tokens > self.cuda_graph_max_tokens && busy < self.eager_floor_s {
+            out.fixed_s += self.eager_floor_s - busy;
+        }
+        out
+    }
+
+    /// The step's cost: the kernels one after the other, then the host's
+    /// per-step work. `compute_s` and `memory_s` are the time of the
+    /// kernels bound by each; `overhead_s` the fixed terms.
+    pub fn cost(&self, m: &CostModel, s: &StepShape) -> StepCost {
+        let t = self.times(s);
+        let compute_s = t.gemm_s - t.gemm_memory_bound_s + t.attention_compute_s;
+        let memory_s = t.gemm_memory_bound_s + t.attention_memory_s;
+        let overhead_s = t.fixed_s + m.overhead_s + s.batch as f64 * m.per_sequence_s;
+        StepCost { compute_s, memory_s, comm_s: t.comm_s, overhead_s, total_s: t.gpu_s() + m.overhead_s + s.batch as f64 * m.per_sequence_s }
+    }
+}
+
+#[cfg(test)]
+mod tests;
