@@ -408,6 +408,9 @@ pub struct RunOutcome {
     pub loo_by: Vec<Option<Figures>>,
 }
 
+/// Each left-out run's figures and the values of the fold that predicted it, by run index.
+type FoldFigures = BTreeMap<usize, (Figures, Vec<f64>)>;
+
 /// One leave-one-out pass: what it leaves out, and each fold's group and
 /// fitted values.
 #[derive(Clone, Debug, PartialEq)]
@@ -513,7 +516,7 @@ pub fn calibrate_or_replay(
     let refs: Vec<&Run> = all.iter().collect();
     let uncalibrated = predict_all_with(&memo, &refs, &[], &[])?;
     let calibrated = predict_all_with(&memo, &refs, &setup.keys, &fit.x)?;
-    let mut passes: Vec<(FoldSet, BTreeMap<usize, (Figures, Vec<f64>)>)> = Vec::new();
+    let mut passes: Vec<(FoldSet, FoldFigures)> = Vec::new();
     if setup.leave_one_out {
         for (p, mode) in setup.leave_out.iter().enumerate() {
             let given = recorded.and_then(|r| r.folds.get(p)).filter(|f| f.leave_out == *mode);
@@ -611,7 +614,7 @@ fn leave_one_out(
     mode: LeaveOut,
     full: &Fit,
     given: Option<&FoldSet>,
-) -> Result<(FoldSet, BTreeMap<usize, (Figures, Vec<f64>)>), Error> {
+) -> Result<(FoldSet, FoldFigures), Error> {
     let mut groups: Vec<String> = Vec::new();
     for (r, _) in all.iter().zip(in_fit).filter(|(_, b)| **b) {
         let g = mode.group(r);

@@ -259,7 +259,11 @@ pub const TABLE: &[Limit] = &[
         why: "1000x vLLM's default of 256 (or 1024)",
     },
     Limit { key: "latency.step_overhead_ms", range: STEP_OVERHEAD_MS, why: "a minute a step" },
-    Limit { key: "latency.request_overhead_ms", range: REQUEST_OVERHEAD_MS, why: "an hour a request" },
+    Limit {
+        key: "latency.request_overhead_ms, latency.resend_jitter_ms",
+        range: REQUEST_OVERHEAD_MS,
+        why: "an hour a request",
+    },
     Limit {
         key: "latency.per_layer_overhead_us, latency.per_sequence_overhead_us",
         range: FINE_OVERHEAD_US,

@@ -28,7 +28,7 @@ use crate::yaml::Value;
 
 use super::render::{Model, median_error, median_error_where};
 use super::runs::{LoadOptions, Run, ScenarioSource};
-use super::{Error, FoldSet, Fit, LeaveOut, Outcome, Recorded, Setup, error_pct, keys, profile};
+use super::{Error, Fit, FoldSet, LeaveOut, Outcome, Recorded, Setup, error_pct, keys, profile};
 use crate::measured::aic;
 use crate::sweep::metric::{Family, Metric, Stat};
 
@@ -71,26 +71,14 @@ pub struct Suite {
     pub leave_out: &'static [LeaveOut],
     /// Whether the keys' default priors apply.
     pub priors: bool,
+    /// Most loss evaluations of the fit (each fold gets half).
+    pub max_evals: usize,
     /// What the reader should know: provenance and what is not modelled.
     pub about: &'static str,
 }
 
-/// The keys of the per-operator form a profile holds.
-pub const OPERATOR_KEYS: [&str; 13] = [
-    "efficiency.compute",
-    "efficiency.memory",
-    "efficiency.gemm_half_tokens",
-    "efficiency.attention_compute",
-    "efficiency.attention_memory",
-    "efficiency.allreduce",
-    "latency.step_overhead_ms",
-    "latency.request_overhead_ms",
-    "latency.per_layer_overhead_us",
-    "latency.per_sequence_overhead_us",
-    "latency.allreduce_us",
-    "latency.eager_layer_us",
-    "latency.per_expert_us",
-];
+/// The keys of the per-operator suites: every key a profile holds.
+pub const OPERATOR_KEYS: [&str; 14] = crate::config::calibration::KEYS;
 
 /// The suites `llmsim fidelity` runs.
 pub const SUITES: [Suite; 5] = [
@@ -106,6 +94,7 @@ pub const SUITES: [Suite; 5] = [
         loss: "squared",
         leave_out: &[LeaveOut::Experiment],
         priors: false,
+        max_evals: 400,
         about: "16 inference-perf load tests of vLLM (early 2026) on 1, 2 and 4 H100 SXM GPUs, one row per load \
             stage, transcribed from github.com/inference-sim/training (commit ed5c1d2, `default_args/`; the \
             measured file's header says how each figure was read). Constant arrivals, fixed prompt and output \
@@ -136,6 +125,7 @@ pub const SUITES: [Suite; 5] = [
         loss: "squared",
         leave_out: &[LeaveOut::Experiment],
         priors: false,
+        max_evals: 400,
         about: "4 runs of vLLM 0.19.0's offline driver, 300 ShareGPT requests each at about 10.3 req/s, \
             transcribed from github.com/casys-kaist/LLMServingSim (commit 5daddb2, `bench/examples/`; the \
             measured file's header says how each figure was read). Each run is replayed request by request \
@@ -167,6 +157,7 @@ pub const SUITES: [Suite; 5] = [
         loss: "cauchy:25",
         leave_out: &[LeaveOut::Model, LeaveOut::Source],
         priors: true,
+        max_evals: 250,
         about: HOPPER_VLLM,
     },
     Suite {
@@ -181,6 +172,7 @@ pub const SUITES: [Suite; 5] = [
         loss: "cauchy:25",
         leave_out: &[LeaveOut::Model, LeaveOut::Source],
         priors: true,
+        max_evals: 250,
         about: HOPPER_TRTLLM,
     },
     Suite {
@@ -195,6 +187,7 @@ pub const SUITES: [Suite; 5] = [
         loss: "cauchy:25",
         leave_out: &[LeaveOut::Model, LeaveOut::Source],
         priors: true,
+        max_evals: 250,
         about: HOPPER_SGLANG,
     },
 ];
@@ -304,7 +297,10 @@ impl SuiteRecord {
         let mut folds = Vec::new();
         for p in &self.passes {
             let leave_out = LeaveOut::parse(&p.leave_out).ok()?;
-            folds.push(FoldSet { leave_out, folds: p.folds.iter().map(|f| (f.group.clone(), f.values.clone())).collect() });
+            folds.push(FoldSet {
+                leave_out,
+                folds: p.folds.iter().map(|f| (f.group.clone(), f.values.clone())).collect(),
+            });
         }
         Some(Recorded {
             fit: Fit { x: self.fitted.clone(), loss: self.loss, evals: self.evaluations },
@@ -340,7 +336,11 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
 }
 
 /// [`generate`] in `mode`, telling `done` each suite's outcome as it finishes.
-pub fn generate_with(root: &Path, mode: &Mode, done: &mut dyn FnMut(&Suite, &Outcome)) -> Result<Vec<Generated>, Error> {
+pub fn generate_with(
+    root: &Path,
+    mode: &Mode,
+    done: &mut dyn FnMut(&Suite, &Outcome),
+) -> Result<Vec<Generated>, Error> {
     let record = read_record(root)?;
     if let Mode::Fit { refit } = mode
         && let Some(unknown) = refit.iter().find(|r| !SUITES.iter().any(|s| s.id == r.as_str()))
@@ -407,7 +407,8 @@ pub fn setup(suite: &Suite) -> Result<Setup, Error> {
     let keys = keys::parse(&specs).map_err(|e| Error::Input(e.to_string()))?;
     let loss = super::Loss::parse(suite.loss).map_err(Error::Input)?;
     let priors = keys.iter().map(|k| if suite.priors { keys::default_prior(&k.key) } else { None }).collect();
-    Ok(Setup { loss, leave_out: suite.leave_out.to_vec(), priors, ..Setup::new(keys) })
+    let optim = super::optim::Settings { max_evals: suite.max_evals, ..super::optim::Settings::default() };
+    Ok(Setup { loss, leave_out: suite.leave_out.to_vec(), priors, optim, ..Setup::new(keys) })
 }
 
 /// Loads, then fits (or, with `replay`, takes the recorded fit) and
@@ -416,12 +417,8 @@ pub fn run_suite(root: &Path, suite: &Suite, replay: Option<&SuiteRecord>) -> Re
     let src = ScenarioSource::load(&root.join(suite.scenario), &[]).map_err(|e| Error::Input(e.to_string()))?;
     let mut loaded = super::runs::Loaded::default();
     for input in suite.inputs {
-        let aic_filters = input
-            .filters
-            .iter()
-            .map(|f| aic::Filter::parse(f))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(Error::Input)?;
+        let aic_filters =
+            input.filters.iter().map(|f| aic::Filter::parse(f)).collect::<Result<Vec<_>, _>>().map_err(Error::Input)?;
         let opts = LoadOptions { sample_s: suite.sample_s, aic_filters, aic_rounds: 0 };
         loaded.extend(super::runs::load(&src, &root.join(input.path), &opts).map_err(|e| Error::Input(e.to_string()))?);
     }
@@ -548,20 +545,7 @@ fn pass_names(o: &Outcome) -> Vec<String> {
 /// Signed median error (percent) of `m` under `model` over the fitted runs
 /// `keep` holds: the bias of a band.
 fn bias(o: &Outcome, m: Metric, model: Model, keep: &dyn Fn(&Run) -> bool) -> Option<f64> {
-    let mut errors: Vec<f64> = o
-        .fit_runs()
-        .filter(|(r, _)| keep(r))
-        .filter_map(|(r, oc)| {
-            let q = *r.measured.get(&m)?;
-            let p = match model {
-                Model::Uncalibrated => oc.uncalibrated.get(&m).copied(),
-                Model::Calibrated => oc.calibrated.get(&m).copied(),
-                Model::LeaveOneOut => oc.loo.as_ref()?.0.get(&m).copied(),
-                Model::Pass(i) => oc.loo_by.get(i)?.as_ref()?.get(&m).copied(),
-            };
-            error_pct(p, q)
-        })
-        .collect();
+    let mut errors = super::render::errors_where(o, m, model, &|r, oc| oc.in_fit && keep(r));
     errors.sort_by(f64::total_cmp);
     crate::metrics::percentile::percentile_sorted(&errors, 50.0)
 }

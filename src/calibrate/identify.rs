@@ -118,7 +118,7 @@ pub fn invert(m: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
     let norm = m.iter().flatten().fold(0.0f64, |acc, v| acc.max(v.abs()));
     for col in 0..n {
         let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
-        if !(a[pivot][col].abs() > 1e-13 * norm) {
+        if a[pivot][col].abs().partial_cmp(&(1e-13 * norm)) != Some(std::cmp::Ordering::Greater) {
             return None;
         }
         a.swap(col, pivot);
@@ -151,7 +151,9 @@ mod tests {
         let m = vec![vec![4.0, 2.0], vec![2.0, 3.0]];
         let inv = invert(&m).unwrap();
         // det 8: [[3, -2], [-2, 4]] / 8
-        assert!((inv[0][0] - 0.375).abs() < 1e-12 && (inv[0][1] + 0.25).abs() < 1e-12 && (inv[1][1] - 0.5).abs() < 1e-12);
+        assert!(
+            (inv[0][0] - 0.375).abs() < 1e-12 && (inv[0][1] + 0.25).abs() < 1e-12 && (inv[1][1] - 0.5).abs() < 1e-12
+        );
         assert!(invert(&[vec![1.0, 2.0], vec![2.0, 4.0]]).is_none());
     }
 }

@@ -14,7 +14,7 @@ pub const DEFAULT_KEYS: [&str; 4] =
     ["efficiency.compute", "efficiency.memory", "latency.step_overhead_ms", "latency.request_overhead_ms"];
 
 /// Default bounds, inclusive, for the keys a calibration profile holds.
-pub const DEFAULT_BOUNDS: [(&str, f64, f64); 13] = [
+pub const DEFAULT_BOUNDS: [(&str, f64, f64); 14] = [
     ("efficiency.compute", 0.05, 1.0),
     ("efficiency.memory", 0.05, 1.0),
     ("latency.step_overhead_ms", 0.0, 50.0),
@@ -22,12 +22,13 @@ pub const DEFAULT_BOUNDS: [(&str, f64, f64); 13] = [
     ("latency.per_layer_overhead_us", 0.0, 500.0),
     ("latency.per_sequence_overhead_us", 0.0, 500.0),
     ("efficiency.gemm_half_tokens", 0.0, 1024.0),
-    ("efficiency.attention_compute", 0.05, 1.0),
+    ("efficiency.attention_compute", 0.2, 1.0),
     ("efficiency.attention_memory", 0.05, 1.0),
     ("efficiency.allreduce", 0.1, 10.0),
     ("latency.allreduce_us", 0.5, 100.0),
     ("latency.eager_layer_us", 0.0, 500.0),
     ("latency.per_expert_us", 0.0, 100.0),
+    ("latency.resend_jitter_ms", 0.0, 200.0),
 ];
 
 /// A belief about a key before any run is seen: a typical value and how
@@ -49,7 +50,7 @@ pub const PRIOR_WEIGHT_LOG_ERROR: f64 = 0.1;
 /// dense peak, streaming reads 75-90% of the bandwidth, FlashAttention
 /// 40-75% of the 16-bit peak, paged KV reads 50-90%, a few ms of host work
 /// a step, a few microseconds a kernel launch or a small all-reduce.
-pub const DEFAULT_PRIORS: [(&str, Prior); 13] = [
+pub const DEFAULT_PRIORS: [(&str, Prior); 14] = [
     ("efficiency.compute", Prior { mean: 0.6, sigma: 0.2 }),
     ("efficiency.memory", Prior { mean: 0.8, sigma: 0.1 }),
     ("latency.step_overhead_ms", Prior { mean: 2.0, sigma: 2.0 }),
@@ -63,6 +64,7 @@ pub const DEFAULT_PRIORS: [(&str, Prior); 13] = [
     ("latency.allreduce_us", Prior { mean: 8.0, sigma: 5.0 }),
     ("latency.eager_layer_us", Prior { mean: 30.0, sigma: 30.0 }),
     ("latency.per_expert_us", Prior { mean: 3.0, sigma: 3.0 }),
+    ("latency.resend_jitter_ms", Prior { mean: 5.0, sigma: 10.0 }),
 ];
 
 /// The default prior of `key`, if it has one.
@@ -74,7 +76,11 @@ pub fn default_prior(key: &str) -> Option<Prior> {
 pub fn parse_priors(specs: &[String], keys: &[FitKey]) -> Result<Vec<(String, Prior)>, String> {
     let mut out: Vec<(String, Prior)> = Vec::new();
     for item in specs.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
-        let bad = || format!("--prior `{item}`: give KEY=MEAN:SIGMA with a finite MEAN and SIGMA > 0, e.g. efficiency.compute=0.6:0.2");
+        let bad = || {
+            format!(
+                "--prior `{item}`: give KEY=MEAN:SIGMA with a finite MEAN and SIGMA > 0, e.g. efficiency.compute=0.6:0.2"
+            )
+        };
         let (key, v) = item.split_once('=').ok_or_else(bad)?;
         let key = key.trim();
         if !keys.iter().any(|k| k.key == key) {

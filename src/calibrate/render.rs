@@ -25,46 +25,47 @@ pub enum Model {
     Pass(usize),
 }
 
+/// What `model` predicted of `metric` for a run.
+pub fn prediction(oc: &super::RunOutcome, metric: Metric, model: Model) -> Option<f64> {
+    match model {
+        Model::Uncalibrated => oc.uncalibrated.get(&metric).copied(),
+        Model::Calibrated => oc.calibrated.get(&metric).copied(),
+        Model::LeaveOneOut => oc.loo.as_ref()?.0.get(&metric).copied(),
+        Model::Pass(p) => oc.loo_by.get(p)?.as_ref()?.get(&metric).copied(),
+    }
+}
+
+/// The errors (percent) of `metric` under `model` over the runs that
+/// `keep` holds for and that measured it.
+pub fn errors_where(
+    o: &Outcome,
+    metric: Metric,
+    model: Model,
+    keep: &dyn Fn(&super::Run, &super::RunOutcome) -> bool,
+) -> Vec<f64> {
+    o.runs
+        .iter()
+        .zip(&o.outcomes)
+        .filter(|(r, oc)| keep(r, oc))
+        .filter_map(|(r, oc)| error_pct(prediction(oc, metric, model), *r.measured.get(&metric)?))
+        .collect()
+}
+
 /// Median absolute error (percent) of `metric` over the runs in the fit
 /// (or, with `holdout`, the held-out runs) that have it, under `model`.
 pub fn median_error(o: &Outcome, metric: Metric, model: Model, holdout: bool) -> Option<f64> {
-    let errors: Vec<f64> = o
-        .runs
-        .iter()
-        .zip(&o.outcomes)
-        .filter(|(_, oc)| if holdout { oc.holdout } else { oc.in_fit })
-        .filter_map(|(r, oc)| {
-            let measured = *r.measured.get(&metric)?;
-            let predicted = match model {
-                Model::Uncalibrated => oc.uncalibrated.get(&metric).copied(),
-                Model::Calibrated => oc.calibrated.get(&metric).copied(),
-                Model::LeaveOneOut => oc.loo.as_ref()?.0.get(&metric).copied(),
-                Model::Pass(p) => oc.loo_by.get(p)?.as_ref()?.get(&metric).copied(),
-            };
-            error_pct(predicted, measured)
-        })
-        .collect();
-    median_abs(&errors)
+    median_abs(&errors_where(o, metric, model, &|_, oc| if holdout { oc.holdout } else { oc.in_fit }))
 }
 
 /// Median absolute error of `metric` under `model` over the runs in the
 /// fit for which `keep` holds.
-pub fn median_error_where(o: &Outcome, metric: Metric, model: Model, keep: &dyn Fn(&super::Run) -> bool) -> Option<f64> {
-    let errors: Vec<f64> = o
-        .fit_runs()
-        .filter(|(r, _)| keep(r))
-        .filter_map(|(r, oc)| {
-            let measured = *r.measured.get(&metric)?;
-            let predicted = match model {
-                Model::Uncalibrated => oc.uncalibrated.get(&metric).copied(),
-                Model::Calibrated => oc.calibrated.get(&metric).copied(),
-                Model::LeaveOneOut => oc.loo.as_ref()?.0.get(&metric).copied(),
-                Model::Pass(p) => oc.loo_by.get(p)?.as_ref()?.get(&metric).copied(),
-            };
-            error_pct(predicted, measured)
-        })
-        .collect();
-    median_abs(&errors)
+pub fn median_error_where(
+    o: &Outcome,
+    metric: Metric,
+    model: Model,
+    keep: &dyn Fn(&super::Run) -> bool,
+) -> Option<f64> {
+    median_abs(&errors_where(o, metric, model, &|r, oc| oc.in_fit && keep(r)))
 }
 
 /// The loss metrics that appear in any run, in first-seen order.
@@ -103,7 +104,8 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
     ));
     for (i, k) in s.keys.iter().enumerate() {
         let id = o.identified.get(i);
-        let prior = id.and_then(|d| d.prior).map_or_else(|| "none".into(), |p| format!("{} +- {}", num(p.mean), num(p.sigma)));
+        let prior =
+            id.and_then(|d| d.prior).map_or_else(|| "none".into(), |p| format!("{} +- {}", num(p.mean), num(p.sigma)));
         let verdict = match id {
             Some(d) => match d.interval(k) {
                 Some((lo, hi)) => format!("[{}, {}]: {}", num(lo), num(hi), d.verdict()),
@@ -204,7 +206,12 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
                 format!("{} {e}", m.name())
             })
             .collect();
-        out.push_str(&format!("  leave-one-{}-out ({} folds): {}\n", mode.name(), o.folds[p].folds.len(), cells.join(", ")));
+        out.push_str(&format!(
+            "  leave-one-{}-out ({} folds): {}\n",
+            mode.name(),
+            o.folds[p].folds.len(),
+            cells.join(", ")
+        ));
     }
     if holdout > 0 {
         out.push_str(&format!("\nmedian absolute error over the {holdout} held-out runs (not in the fit)\n"));

@@ -254,7 +254,8 @@ pub fn load(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result
     let mut loaded = load_any(src, measured, opts)?;
     for r in &mut loaded.runs {
         if r.model.is_empty() {
-            r.model = r.base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").into();
+            r.model =
+                r.base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").into();
         }
     }
     Ok(loaded)
@@ -704,7 +705,8 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         settings.push(seed_override(&src.value));
         let label = format!("{} ({} line {})", r.id, file_name(&f.file), r.line);
         let base = src.base(&settings, None, &label)?;
-        let model = base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
+        let model =
+            base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
         let notes = vec![format!(
             "{} {} on {} x{}: {c} users, {} / {} tokens, {} requests",
             r.backend,

@@ -296,7 +296,10 @@ fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
     let filters = vec![crate::measured::aic::Filter::parse("backend=vllm").unwrap()];
     let opts = LoadOptions { aic_filters: filters, ..LoadOptions::default() };
     let loaded = runs::load(&src, &repo("scenarios/fidelity/aic-hopper.csv"), &opts).unwrap();
-    let run = loaded.runs.iter().find(|r| r.name == "2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_860");
+    let run = loaded
+        .runs
+        .iter()
+        .find(|r| r.name == "2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_860");
     let run = run.expect("the H200 Llama-3.1-70B row at 16 users, TP 4");
     let s = run.base.scenario(&[], &[]).unwrap();
     assert_eq!(s.hardware.name, "h200");
@@ -321,4 +324,26 @@ fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
     // peak for their prefill alone are predicted, not fitted
     let odd = loaded.runs.iter().filter(|r| r.saturated.as_deref().is_some_and(|s| s.contains("prefix-cache"))).count();
     assert!(odd >= 3, "{odd}");
+}
+
+/// `llmsim fidelity --check` predicts at a recorded fit instead of fitting
+/// again: replaying a calibration's own fit and folds gives the same
+/// predictions, every fold's included.
+#[test]
+fn replaying_a_recorded_fit_gives_the_same_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..3]);
+    let keys = keys::parse(&["efficiency.memory,latency.step_overhead_ms".into()]).unwrap();
+    let priors = keys.iter().map(|k| keys::default_prior(&k.key)).collect();
+    let setup = Setup { leave_out: vec![LeaveOut::Experiment, LeaveOut::Source], priors, ..Setup::new(keys) };
+    let fitted = calibrate(runs.clone(), Vec::new(), &setup).unwrap();
+    let recorded = Recorded { fit: fitted.fit.clone(), start_loss: fitted.start_loss, folds: fitted.folds.clone() };
+    let replayed = calibrate_or_replay(runs, Vec::new(), &setup, Some(&recorded)).unwrap();
+    assert_eq!(replayed.outcomes, fitted.outcomes);
+    assert_eq!(replayed.identified, fitted.identified);
+    assert_eq!(replayed.folds, fitted.folds);
+    assert_eq!(fitted.folds.len(), 2, "one pass per leave-out");
+    // a replay simulates each run a handful of times, a fit hundreds
+    assert!(replayed.simulations.0 * 10 < fitted.simulations.0, "{:?} {:?}", replayed.simulations, fitted.simulations);
 }

@@ -169,8 +169,12 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
         .map(|f| crate::measured::aic::Filter::parse(f))
         .collect::<Result<Vec<_>, _>>()
         .map_err(CliError::Usage)?;
-    let leave_out =
-        a.leave_out.split(',').map(calibrate::LeaveOut::parse).collect::<Result<Vec<_>, _>>().map_err(CliError::Usage)?;
+    let leave_out = a
+        .leave_out
+        .split(',')
+        .map(calibrate::LeaveOut::parse)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CliError::Usage)?;
     let opts = LoadOptions { sample_s: a.sample_s, aic_filters, aic_rounds: a.aic_rounds };
     let fit_runs = load_runs(&src, &a.measured, &opts)?;
     check_not_all_excluded(&fit_runs)?;

@@ -51,7 +51,7 @@ pub fn execute(a: KernelsArgs) -> Result<(), CliError> {
     match &a.output {
         Some(path) => {
             write_output(path, yaml.as_bytes())?;
-            eprint!("{note}wrote {}\n", path.display());
+            eprintln!("{note}wrote {}", path.display());
         }
         None => super::print(&yaml)?,
     }

@@ -3,12 +3,12 @@
 
 pub mod bench;
 pub mod calibrate;
-pub mod kernels;
 pub mod capacity;
 pub mod diff;
 pub mod experiments;
 pub mod explain;
 pub mod fidelity;
+pub mod kernels;
 pub mod merge;
 pub mod progress;
 pub mod run;

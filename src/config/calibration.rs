@@ -22,23 +22,30 @@ use super::ConfigError;
 use super::raw::{RawEfficiency, RawLatency, RawScenario};
 
 /// The shipped profiles, by name (copies of `hardware/calibrations/`).
-pub const BUILTIN: &[(&str, &str)] = &[("h100-vllm", include_str!("../../hardware/calibrations/h100-vllm.yml"))];
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("h100-trtllm", include_str!("../../hardware/calibrations/h100-trtllm.yml")),
+    ("h100-vllm", include_str!("../../hardware/calibrations/h100-vllm.yml")),
+    ("h200-sglang", include_str!("../../hardware/calibrations/h200-sglang.yml")),
+    ("h200-trtllm", include_str!("../../hardware/calibrations/h200-trtllm.yml")),
+    ("h200-vllm", include_str!("../../hardware/calibrations/h200-vllm.yml")),
+];
 
 /// Every key a profile may set, in the order `explain` lists them.
-pub const KEYS: [&str; 13] = [
+pub const KEYS: [&str; 14] = [
     "efficiency.compute",
     "efficiency.memory",
-    "latency.step_overhead_ms",
-    "latency.request_overhead_ms",
-    "latency.per_layer_overhead_us",
-    "latency.per_sequence_overhead_us",
     "efficiency.gemm_half_tokens",
     "efficiency.attention_compute",
     "efficiency.attention_memory",
     "efficiency.allreduce",
+    "latency.step_overhead_ms",
+    "latency.request_overhead_ms",
+    "latency.per_layer_overhead_us",
+    "latency.per_sequence_overhead_us",
     "latency.allreduce_us",
     "latency.eager_layer_us",
     "latency.per_expert_us",
+    "latency.resend_jitter_ms",
 ];
 
 /// Top-level keys of a profile that describe the fit and are not read.
@@ -67,6 +74,9 @@ pub struct CalibrationUse {
     /// The file read (`<built-in ...>` for a compiled-in profile).
     pub file: PathBuf,
     pub keys: Vec<CalibratedKey>,
+    /// Keys of the profile left out: its per-operator keys, for a model
+    /// without an architecture (they price shapes it does not have).
+    pub unused: Vec<&'static str>,
 }
 
 /// One key the profile sets.
@@ -86,17 +96,18 @@ impl RawCalibration {
         let all = [
             e.compute,
             e.memory,
-            l.step_overhead_ms,
-            l.request_overhead_ms,
-            l.per_layer_overhead_us,
-            l.per_sequence_overhead_us,
             e.gemm_half_tokens,
             e.attention_compute,
             e.attention_memory,
             e.allreduce,
+            l.step_overhead_ms,
+            l.request_overhead_ms,
+            l.per_layer_overhead_us,
+            l.per_sequence_overhead_us,
             l.allreduce_us,
             l.eager_layer_us,
             l.per_expert_us,
+            l.resend_jitter_ms,
         ];
         KEYS.iter().zip(all).filter_map(|(k, v)| v.map(|v| (*k, v))).collect()
     }
@@ -201,7 +212,7 @@ pub fn apply(raw: &mut RawScenario, file: &Path) -> Result<Option<CalibrationUse
         }
         keys.push(CalibratedKey { key, calibrated, scenario });
     }
-    Ok(Some(CalibrationUse { reference, file: found.file, keys }))
+    Ok(Some(CalibrationUse { reference, file: found.file, keys, unused: Vec::new() }))
 }
 
 /// The scenario's field for a calibration key.
@@ -220,6 +231,7 @@ fn slot<'a>(raw: &'a mut RawScenario, key: &str) -> &'a mut Option<f64> {
         "latency.allreduce_us" => &mut l.allreduce_us,
         "latency.eager_layer_us" => &mut l.eager_layer_us,
         "latency.per_expert_us" => &mut l.per_expert_us,
+        "latency.resend_jitter_ms" => &mut l.resend_jitter_ms,
         _ => &mut l.per_sequence_overhead_us,
     }
 }
@@ -236,6 +248,12 @@ pub fn explain(c: &CalibrationUse) -> String {
             ),
         };
         out.push_str(&line);
+    }
+    if !c.unused.is_empty() {
+        out.push_str(&format!(
+            "#   not used: {} (they need a model architecture; this model has none)\n",
+            c.unused.join(", ")
+        ));
     }
     out
 }

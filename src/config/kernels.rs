@@ -27,7 +27,9 @@ pub const DTYPES: [&str; 3] = ["bf16", "fp8", "int4"];
 /// Reads `kernels:` at key path `path` (e.g. `kernels` or `hardware.kernels`).
 pub(crate) fn parse(ck: &Check, value: &Value, path: &str) -> Result<KernelTables, ConfigError> {
     let Value::Mapping(map) = value else {
-        return Err(ck.err(path, format!("expected a mapping with allreduce and/or gemm; got {}", describe_value(value))));
+        return Err(
+            ck.err(path, format!("expected a mapping with allreduce and/or gemm; got {}", describe_value(value)))
+        );
     };
     let mut out = KernelTables::default();
     for (k, v) in map {
@@ -36,7 +38,9 @@ pub(crate) fn parse(ck: &Check, value: &Value, path: &str) -> Result<KernelTable
         match name {
             "source" => {
                 out.source = Some(
-                    v.as_str().ok_or_else(|| ck.err(&here, format!("expected text; got {}", describe_value(v))))?.into(),
+                    v.as_str()
+                        .ok_or_else(|| ck.err(&here, format!("expected text; got {}", describe_value(v))))?
+                        .into(),
                 );
             }
             "allreduce" => out.allreduce = allreduce(ck, v, &here)?,
@@ -85,7 +89,7 @@ fn gemms(ck: &Check, v: &Value, path: &str) -> Result<Vec<GemmTable>, ConfigErro
         }
         let whole = |key: &str| -> Result<u64, ConfigError> {
             let v = m.get(key).ok_or_else(|| ck.err(&format!("{here}.{key}"), "missing: the GEMM's shape needs it"))?;
-            v.as_u64().filter(|x| *x >= 1 && *x <= u64::from(u32::MAX)).ok_or_else(|| {
+            v.as_u64().filter(|x| *x >= 1 && u32::try_from(*x).is_ok()).ok_or_else(|| {
                 ck.err(
                     &format!("{here}.{key}"),
                     format!("expected a whole number from 1 to 4,294,967,295; got {}", describe_value(v)),
@@ -206,7 +210,10 @@ mod tests {
             ("{gemm: [{n: 10, k: 2, dtype: fp16, us: [[1, 5]]}]}", "expected one of bf16, fp8, int4"),
             ("{gemm: [{n: 10, k: 2, dtype: fp8}]}", "kernels.gemm[0].us: missing"),
             ("{gemm: [{n: 10, k: 2, dtype: fp8, us: [[0, 5]]}]}", "tokens 0 is outside"),
-            ("{gemm: [{n: 1, k: 2, dtype: fp8, us: [[1, 5]]}, {n: 1, k: 2, dtype: fp8, us: [[1, 5]]}]}", "a second table"),
+            (
+                "{gemm: [{n: 1, k: 2, dtype: fp8, us: [[1, 5]]}, {n: 1, k: 2, dtype: fp8, us: [[1, 5]]}]}",
+                "a second table",
+            ),
             ("{gemm: [{n: 1, k: 2, dtype: fp8, us: [[1, 5]], m: 3}]}", "unknown key"),
             ("{gemms: []}", "unknown key"),
             ("[1, 2]", "expected a mapping"),

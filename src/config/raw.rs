@@ -283,6 +283,9 @@ pub struct RawLatency {
     /// Per-operator form: the least time of one expert's GEMMs in a layer.
     #[serde(default, deserialize_with = "num::opt_real")]
     pub per_expert_us: Option<f64>,
+    /// Closed loops: each request leaves up to this much later, uniformly.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub resend_jitter_ms: Option<f64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

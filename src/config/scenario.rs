@@ -60,7 +60,10 @@ pub struct Hardware {
     pub cost_per_hour: Option<f64>,
     /// Measured kernel times; kept only when the per-operator form reads
     /// them (validation drops them otherwise, so `explain` shows what is used).
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "crate::engine::cost::operators::serialize_tables")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::engine::cost::operators::serialize_tables"
+    )]
     pub kernels: Option<std::sync::Arc<crate::engine::cost::KernelTables>>,
 }
 
@@ -143,6 +146,12 @@ pub struct Latency {
     /// Per-operator form: the fixed cost of each expert a layer's tokens touch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_expert_us: Option<f64>,
+    /// Closed loops: a user's every request leaves up to this much later
+    /// than its think time says, uniformly (the turnaround of the client
+    /// and the server's front end varies, which keeps users from staying
+    /// in lockstep).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resend_jitter_ms: Option<f64>,
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -247,9 +256,16 @@ impl Serialize for Seconds {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Arrivals {
-    Poisson { rate: f64 },
-    Gamma { rate: f64, burstiness: f64 },
-    Constant { rate: f64 },
+    Poisson {
+        rate: f64,
+    },
+    Gamma {
+        rate: f64,
+        burstiness: f64,
+    },
+    Constant {
+        rate: f64,
+    },
     Closed {
         concurrency: u32,
         think_time_s: f64,
@@ -367,6 +383,17 @@ pub const PER_OPERATOR_KEYS: [&str; 7] = [
 ];
 
 impl Efficiency {
+    /// Unsets every per-operator key (here and in `latency`).
+    pub fn clear_per_operator(&mut self, latency: &mut Latency) {
+        self.gemm_half_tokens = None;
+        self.attention_compute = None;
+        self.attention_memory = None;
+        self.allreduce = None;
+        latency.allreduce_us = None;
+        latency.eager_layer_us = None;
+        latency.per_expert_us = None;
+    }
+
     /// The first per-operator key set, if any (`latency` holds the others).
     pub fn per_operator_key(&self, latency: &Latency) -> Option<&'static str> {
         let set = [

@@ -32,16 +32,9 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     let built = deployment::build(&ck, raw.model, raw.parallelism, &hardware)?;
     let scheduler = scheduler(&ck, &raw.scheduler)?;
     let latency = latency(&ck, &raw.latency)?;
-    if latency.per_layer_overhead_us > 0.0 && built.model.architecture.is_none() {
-        return Err(ck.err(
-            "latency.per_layer_overhead_us",
-            "needs a model architecture (its layer count): describe the model with model: NAME, \
-             model.architecture or model.hf_config, or use step_overhead_ms",
-        ));
-    }
     let e = &raw.efficiency;
     let opt = |key: &str, v: Option<f64>, range: &Range| v.map(|v| ck.real(key, v, range)).transpose();
-    let efficiency = Efficiency {
+    let mut efficiency = Efficiency {
         compute: ck.real("efficiency.compute", e.compute.unwrap_or(1.0), &limits::EFFICIENCY)?,
         memory: ck.real("efficiency.memory", e.memory.unwrap_or(1.0), &limits::EFFICIENCY)?,
         gemm_half_tokens: opt("efficiency.gemm_half_tokens", e.gemm_half_tokens, &limits::GEMM_HALF_TOKENS)?,
@@ -50,6 +43,37 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         allreduce: opt("efficiency.allreduce", e.allreduce, &limits::ALLREDUCE_EFFICIENCY)?,
     };
     let mut hardware = hardware;
+    let (mut latency, mut calibration) = (latency, calibration);
+    // A calibration's per-operator keys need the layers and shapes of an
+    // architecture; a model given as two numbers keeps the roofline form
+    // and the calibration's other keys (explain says which were left out).
+    if built.model.architecture.is_none()
+        && let Some(used) = calibration.as_mut()
+    {
+        let from_profile = |k: &str| used.keys.iter().any(|c| c.key == k && c.scenario.is_none());
+        let needs: Vec<&'static str> = crate::config::scenario::PER_OPERATOR_KEYS
+            .iter()
+            .copied()
+            .chain(["latency.per_layer_overhead_us"])
+            .collect();
+        if needs.iter().all(|k| !is_set(&efficiency, &latency, k) || from_profile(k)) {
+            for k in &needs {
+                if used.keys.iter().any(|c| c.key == *k) {
+                    used.unused.push(k);
+                }
+            }
+            used.keys.retain(|c| !needs.contains(&c.key));
+            efficiency.clear_per_operator(&mut latency);
+            latency.per_layer_overhead_us = 0.0;
+        }
+    }
+    if latency.per_layer_overhead_us > 0.0 && built.model.architecture.is_none() {
+        return Err(ck.err(
+            "latency.per_layer_overhead_us",
+            "needs a model architecture (its layer count): describe the model with model: NAME, \
+             model.architecture or model.hf_config, or use step_overhead_ms",
+        ));
+    }
     match efficiency.per_operator_key(&latency) {
         Some(key) if built.model.architecture.is_none() => {
             return Err(ck.err(
@@ -88,6 +112,20 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     run_limits(&ck, &scenario)?;
     block_ids_fit(&ck, &scenario)?;
     Ok(scenario)
+}
+
+/// Whether per-operator key `k` is set.
+fn is_set(e: &Efficiency, l: &Latency, k: &str) -> bool {
+    match k {
+        "efficiency.gemm_half_tokens" => e.gemm_half_tokens.is_some(),
+        "efficiency.attention_compute" => e.attention_compute.is_some(),
+        "efficiency.attention_memory" => e.attention_memory.is_some(),
+        "efficiency.allreduce" => e.allreduce.is_some(),
+        "latency.allreduce_us" => l.allreduce_us.is_some(),
+        "latency.eager_layer_us" => l.eager_layer_us.is_some(),
+        "latency.per_layer_overhead_us" => l.per_layer_overhead_us > 0.0,
+        _ => l.per_expert_us.is_some(),
+    }
 }
 
 /// A trace with `block_ids` (a `llmsim serve --record` file) names blocks
@@ -132,6 +170,10 @@ fn latency(ck: &Check, raw: &RawLatency) -> Result<Latency, ConfigError> {
         per_expert_us: raw
             .per_expert_us
             .map(|v| ck.real("latency.per_expert_us", v, &limits::FINE_OVERHEAD_US))
+            .transpose()?,
+        resend_jitter_ms: raw
+            .resend_jitter_ms
+            .map(|v| ck.real("latency.resend_jitter_ms", v, &limits::REQUEST_OVERHEAD_MS))
             .transpose()?,
     })
 }

@@ -36,6 +36,9 @@ pub enum Table {
     Nccl,
 }
 
+/// A GEMM's outputs, inputs and precision.
+type Shape = (u64, u64, &'static str);
+
 /// The precision names of a GEMM table and llmsim's.
 const GEMM_DTYPES: [(&str, &str); 3] = [("bfloat16", "bf16"), ("fp8", "fp8"), ("int4_wo", "int4")];
 
@@ -72,10 +75,9 @@ fn read<'a>(text: &str, file: &'a Path) -> Result<Csv<'a>, ConfigError> {
 
 fn number(c: &Csv<'_>, line: usize, r: &csv::StringRecord, col: usize, name: &str) -> Result<f64, ConfigError> {
     let v = r.get(col).unwrap_or("");
-    v.parse::<f64>()
-        .ok()
-        .filter(|x| x.is_finite() && *x >= 0.0)
-        .ok_or_else(|| ConfigError::new(c.file, format!("line {line}, column {name}"), format!("`{v}` is not a number >= 0")))
+    v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0).ok_or_else(|| {
+        ConfigError::new(c.file, format!("line {line}, column {name}"), format!("`{v}` is not a number >= 0"))
+    })
 }
 
 /// Adds the rows of one AIConfigurator CSV to `out`.
@@ -86,13 +88,17 @@ pub fn import(text: &str, file: &Path, table: Table, out: &mut KernelTables) -> 
     match table {
         Table::Gemm => {
             let (dt, m, n, k) = (c.col("gemm_dtype")?, c.col("m")?, c.col("n")?, c.col("k")?);
-            let mut curves: BTreeMap<(u64, u64, &str), Vec<(f64, f64)>> = BTreeMap::new();
+            let mut curves: BTreeMap<Shape, Vec<(f64, f64)>> = BTreeMap::new();
             for (line, r) in &c.rows {
                 let Some(&(_, dtype)) = GEMM_DTYPES.iter().find(|(a, _)| Some(*a) == r.get(dt)) else { continue };
                 let whole = |col, name| -> Result<u64, ConfigError> {
                     let x = number(&c, *line, r, col, name)?;
                     (x.fract() == 0.0 && x >= 1.0 && x <= f64::from(u32::MAX)).then_some(x as u64).ok_or_else(|| {
-                        ConfigError::new(c.file, format!("line {line}, column {name}"), format!("{x} is not a whole count"))
+                        ConfigError::new(
+                            c.file,
+                            format!("line {line}, column {name}"),
+                            format!("{x} is not a whole count"),
+                        )
                     })
                 };
                 let (mm, nn, kk) = (whole(m, "m")?, whole(n, "n")?, whole(k, "k")?);
@@ -248,11 +254,13 @@ mod tests {
         let e = import("gemm_dtype,m,n,k,latency\nbfloat16,1.5,2,3,0.1\n", Path::new("g.csv"), Table::Gemm, &mut t)
             .unwrap_err();
         assert!(e.to_string().contains("g.csv") && e.to_string().contains("line 2, column m"), "{e}");
-        let e = import("num_gpus,message_size,latency\n8,128,NaN\n", Path::new("a.csv"), Table::CustomAllreduce, &mut t)
-            .unwrap_err();
+        let e =
+            import("num_gpus,message_size,latency\n8,128,NaN\n", Path::new("a.csv"), Table::CustomAllreduce, &mut t)
+                .unwrap_err();
         assert!(e.to_string().contains("column latency"), "{e}");
-        let e = import("num_gpus,message_size,latency\n1,128,0.1\n", Path::new("a.csv"), Table::CustomAllreduce, &mut t)
-            .unwrap_err();
+        let e =
+            import("num_gpus,message_size,latency\n1,128,0.1\n", Path::new("a.csv"), Table::CustomAllreduce, &mut t)
+                .unwrap_err();
         assert!(e.to_string().contains("GPU count"), "{e}");
     }
 }

@@ -159,9 +159,9 @@ impl Source for Prefixed {
 enum Starts {
     /// Open loop: one conversation per arrival of the process.
     Open { gaps: Gaps, rng: Box<ChaCha8Rng> },
-    /// Closed loop: each user starts a new conversation `think_ns` after
-    /// its previous one ends.
-    Closed { think_ns: u64 },
+    /// Closed loop: each user starts a new conversation its resend wait
+    /// after its previous one ends.
+    Closed(super::Resend),
 }
 
 /// What a queued event is.
@@ -229,7 +229,7 @@ impl SessionSource {
         let w = &s.workload;
         let limit = Limit { requests: w.requests, until: w.duration_s.map(SimTime::from_secs_f64) };
         let mut source = SessionSource {
-            starts: Starts::Closed { think_ns: 0 },
+            starts: Starts::Closed(super::Resend::new(s, 0.0)),
             lengths: Lengths::new(w.seed, w.prompt_tokens.clone(), w.output_tokens.clone()),
             turns: sessions.turns.clone(),
             turns_rng: stream(w.seed, TURNS_STREAM),
@@ -255,10 +255,12 @@ impl SessionSource {
                 source.push(SimTime::ZERO, Next::Start { user: 0 });
             }
             (Arrivals::Closed { concurrency, think_time_s, ramp_s }, None) => {
-                source.starts = Starts::Closed { think_ns: secs_to_nanos(*think_time_s) };
+                let mut resend = super::Resend::new(s, *think_time_s);
                 for user in 0..*concurrency {
-                    source.push(super::ramp_start(user, *concurrency, *ramp_s), Next::Start { user });
+                    let at = super::ramp_start(user, *concurrency, *ramp_s).plus_nanos(resend.jitter());
+                    source.push(at, Next::Start { user });
                 }
+                source.starts = Starts::Closed(resend);
             }
             // Validation refuses sessions with a trace.
             (_, None) => {}
@@ -344,8 +346,9 @@ impl SessionSource {
         let user = self.conversations[conv as usize].user;
         self.conversations[conv as usize] = Conversation::default();
         self.free.push(conv);
-        if let Starts::Closed { think_ns } = self.starts {
-            self.push(at.plus_nanos(think_ns), Next::Start { user });
+        if let Starts::Closed(resend) = &mut self.starts {
+            let wait = resend.wait();
+            self.push(at.plus_nanos(wait), Next::Start { user });
         }
     }
 }

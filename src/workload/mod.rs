@@ -109,9 +109,9 @@ impl AnySource {
             Arrivals::Gamma { rate, burstiness } => open(Gaps::Gamma { rate: *rate, burstiness: *burstiness }),
             Arrivals::Constant { rate } => open(Gaps::Constant { rate: *rate }),
             Arrivals::Closed { concurrency, think_time_s, ramp_s } => {
-                let think = secs_to_nanos(*think_time_s);
+                let resend = Resend::new(s, *think_time_s);
                 let lengths = Lengths::new(w.seed, w.prompt_tokens.clone(), w.output_tokens.clone());
-                AnySource::Closed(Box::new(ClosedLoop::new(*concurrency, think, *ramp_s, lengths, limit)))
+                AnySource::Closed(Box::new(ClosedLoop::new(*concurrency, resend, *ramp_s, lengths, limit)))
             }
             Arrivals::Trace(t) => {
                 let mut source = TraceSource::new(t.rows.clone(), limit);
@@ -225,6 +225,48 @@ impl Lengths {
     }
 }
 
+/// How long a closed-loop user waits before each request: its think time
+/// plus a uniform draw from `[0, latency.resend_jitter_ms)` from the
+/// workload's own stream (nothing drawn without a jitter, so such runs are
+/// as before).
+#[derive(Clone, Debug)]
+pub struct Resend {
+    think_ns: u64,
+    jitter_ns: u64,
+    rng: ChaCha8Rng,
+}
+
+/// The stream of resend jitter.
+const JITTER_STREAM: u64 = 0x6a69_7474_6572; // "jitter"
+
+impl Resend {
+    pub fn new(s: &Scenario, think_s: f64) -> Resend {
+        let jitter_ms = s.latency.resend_jitter_ms.unwrap_or(0.0);
+        Resend {
+            think_ns: secs_to_nanos(think_s),
+            jitter_ns: secs_to_nanos(jitter_ms / 1e3),
+            rng: stream(s.workload.seed, JITTER_STREAM),
+        }
+    }
+
+    /// The jitter before one request.
+    pub fn jitter(&mut self) -> u64 {
+        if self.jitter_ns == 0 {
+            return 0;
+        }
+        (dist::unit(&mut self.rng) * self.jitter_ns as f64) as u64
+    }
+
+    /// The wait before a user's next request: think time and jitter.
+    pub fn wait(&mut self) -> u64 {
+        self.think_ns + self.jitter()
+    }
+
+    pub fn think_ns(&self) -> u64 {
+        self.think_ns
+    }
+}
+
 /// The `k`-th independent ChaCha8 stream of a seed.
 pub fn stream(seed: u64, k: u64) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -322,7 +364,7 @@ impl Source for OpenLoop {
 /// requests per user at one instant it reports itself stalled and the run
 /// stops with an error. (With `workload.requests` the count ends the run.)
 pub struct ClosedLoop {
-    think_ns: u64,
+    resend: Resend,
     lengths: Lengths,
     limit: Limit,
     issued: u64,
@@ -346,10 +388,12 @@ pub fn ramp_start(user: u32, users: u32, ramp_s: f64) -> SimTime {
 }
 
 impl ClosedLoop {
-    pub fn new(concurrency: u32, think_ns: u64, ramp_s: f64, lengths: Lengths, limit: Limit) -> ClosedLoop {
-        let ready = (0..concurrency).map(|u| Reverse((ramp_start(u, concurrency, ramp_s), u))).collect();
+    pub fn new(concurrency: u32, mut resend: Resend, ramp_s: f64, lengths: Lengths, limit: Limit) -> ClosedLoop {
+        let ready = (0..concurrency)
+            .map(|u| Reverse((ramp_start(u, concurrency, ramp_s).plus_nanos(resend.jitter()), u)))
+            .collect();
         ClosedLoop {
-            think_ns,
+            resend,
             lengths,
             limit,
             issued: 0,
@@ -385,7 +429,8 @@ impl Source for ClosedLoop {
 
     fn done(&mut self, id: RequestId, at: SimTime) {
         if let Some(&user) = self.user_of.get(id as usize) {
-            self.ready.push(Reverse((at.plus_nanos(self.think_ns), user)));
+            let wait = self.resend.wait();
+            self.ready.push(Reverse((at.plus_nanos(wait), user)));
         }
     }
 
@@ -403,7 +448,7 @@ impl Source for ClosedLoop {
                  think_time_s {}, every user sends the next one at the same instant, so simulated time \
                  cannot advance; make the requests fit, or set workload.requests",
                 limits::SAME_INSTANT_ROUNDS,
-                crate::config::num::short_float(self.think_ns as f64 / 1e9)
+                crate::config::num::short_float(self.resend.think_ns() as f64 / 1e9)
             )
         })
     }
@@ -504,5 +549,45 @@ mod closed_loop_tests {
             assert_eq!(starts, vec![0, 500_000_000, 1_000_000_000, 1_500_000_000]);
         }
         assert_eq!(ramp_start(3, 4, 0.0), SimTime::ZERO);
+    }
+}
+
+#[cfg(test)]
+mod resend_tests {
+    use super::*;
+    use crate::config::Override;
+
+    fn closed(extra: &[&str]) -> AnySource {
+        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/base.yml");
+        let mut sets = vec!["workload.arrivals={closed: {concurrency: 3}}", "workload.requests=30"];
+        sets.extend_from_slice(extra);
+        let sets: Vec<Override> = sets.iter().map(|s| Override::parse(s).unwrap()).collect();
+        AnySource::new(&crate::config::load_scenario_with(&base, &sets).unwrap())
+    }
+
+    /// `latency.resend_jitter_ms` delays each request by a seeded uniform
+    /// draw below it: the first ones too, each answer's next one on top of
+    /// the instant the answer ended; the same seed, the same draws.
+    #[test]
+    fn resend_jitter_delays_each_request_by_less_than_it_and_repeats_with_the_seed() {
+        let run = |extra: &[&str]| {
+            let mut s = closed(extra);
+            let first: Vec<Request> = (0..3).map(|_| s.pop().unwrap()).collect();
+            let end = SimTime::from_nanos(1_000_000_000);
+            s.done(first[0].id, end);
+            let next = s.pop().unwrap();
+            (first.iter().map(|r| r.arrival.as_nanos()).collect::<Vec<_>>(), next.arrival.as_nanos() - end.as_nanos())
+        };
+        let (firsts, wait) = run(&["latency.resend_jitter_ms=20"]);
+        assert!(firsts.iter().all(|&t| t < 20_000_000), "{firsts:?}");
+        assert!(firsts.iter().any(|&t| t > 0), "a jitter spreads the first requests: {firsts:?}");
+        assert!(wait < 20_000_000, "{wait}");
+        assert_eq!(run(&["latency.resend_jitter_ms=20"]), (firsts.clone(), wait), "same seed, same draws");
+        assert_ne!(run(&["latency.resend_jitter_ms=20", "workload.seed=9"]).0, firsts);
+        // without it nothing is drawn: every request at its instant
+        assert_eq!(run(&[]), (vec![0, 0, 0], 0));
+        // with shared prefixes (another source) the same rule holds
+        let (firsts, wait) = run(&["latency.resend_jitter_ms=20", "workload.shared_prefix={groups: 2, tokens: 16}"]);
+        assert!(firsts.iter().all(|&t| t < 20_000_000) && firsts.iter().any(|&t| t > 0) && wait < 20_000_000);
     }
 }

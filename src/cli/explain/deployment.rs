@@ -228,7 +228,11 @@ fn steps(s: &Scenario, out: &mut String) {
             "#   per operator  costs are per operator, added up ({key} is set; docs/deployments.md); largest CUDA \
              graph {} tokens{}",
             s.scheduler.graph_max_tokens(),
-            if s.hardware.kernels.is_some() { "; measured kernel tables of the hardware where they have a shape" } else { "" }
+            if s.hardware.kernels.is_some() {
+                "; measured kernel tables of the hardware where they have a shape"
+            } else {
+                ""
+            }
         );
         let _ = writeln!(out, "#                 decode of {b} at context {ctx} (ms): {}", split(&decode(b, ctx)));
         let _ = writeln!(out, "#                 prefill of {budget} tokens (ms): {}", split(&prefill));

@@ -60,11 +60,42 @@ fn the_shipped_profile_is_built_in() {
     let dir = tempfile::tempdir().unwrap();
     let file = write(dir.path(), "x.yml", &format!("calibration: h100-vllm\n{SCENARIO}"));
     let s = load_scenario(&file).unwrap();
-    let used = s.calibration.unwrap();
+    let used = s.calibration.clone().unwrap();
     assert!(used.file.display().to_string().contains("built-in"), "{}", used.file.display());
-    let (_, text) = BUILTIN[0];
+    let (_, text) = BUILTIN.iter().find(|(n, _)| *n == "h100-vllm").unwrap();
     let profile = parse(text, Path::new("h100-vllm.yml")).unwrap();
-    assert_eq!(used.keys.len(), profile.values().len());
+    // This model is two numbers, no architecture: the profile's
+    // per-operator keys are left out (and named), the others used.
+    let per_operator = profile
+        .values()
+        .iter()
+        .filter(|(k, _)| {
+            crate::config::scenario::PER_OPERATOR_KEYS.contains(k) || *k == "latency.per_layer_overhead_us"
+        })
+        .count();
+    assert!(per_operator > 0, "the shipped profile is per-operator");
+    assert_eq!(used.keys.len() + used.unused.len(), profile.values().len());
+    assert_eq!(used.unused.len(), per_operator);
+    assert!(s.per_operator().is_none());
+    assert!(explain(&used).contains("not used: efficiency.gemm_half_tokens"), "{}", explain(&used));
+    // With an architecture every key is used and steps are priced per operator.
+    let file = write(
+        dir.path(),
+        "y.yml",
+        "calibration: h100-vllm\nhardware: h100-80gb\nmodel: llama-3.1-8b\n\
+        workload: { arrivals: { poisson: { rate: 1 } }, requests: 10, prompt_tokens: 100, output_tokens: 10 }\n",
+    );
+    let s = load_scenario(&file).unwrap();
+    assert_eq!(s.calibration.as_ref().unwrap().keys.len(), profile.values().len());
+    assert!(s.per_operator().is_some());
+}
+
+#[test]
+fn per_operator_keys_a_scenario_sets_itself_without_an_architecture_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "x.yml", &format!("efficiency: {{ attention_compute: 0.5 }}\n{SCENARIO}"));
+    let e = load_scenario(&file).unwrap_err().to_string();
+    assert!(e.contains("efficiency.attention_compute") && e.contains("needs a model architecture"), "{e}");
 }
 
 #[test]

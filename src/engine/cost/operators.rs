@@ -376,7 +376,13 @@ impl Operators {
         let compute_s = t.gemm_s - t.gemm_memory_bound_s + t.attention_compute_s;
         let memory_s = t.gemm_memory_bound_s + t.attention_memory_s;
         let overhead_s = t.fixed_s + m.overhead_s + s.batch as f64 * m.per_sequence_s;
-        StepCost { compute_s, memory_s, comm_s: t.comm_s, overhead_s, total_s: t.gpu_s() + m.overhead_s + s.batch as f64 * m.per_sequence_s }
+        StepCost {
+            compute_s,
+            memory_s,
+            comm_s: t.comm_s,
+            overhead_s,
+            total_s: t.gpu_s() + m.overhead_s + s.batch as f64 * m.per_sequence_s,
+        }
     }
 }
 

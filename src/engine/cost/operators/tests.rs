@@ -121,7 +121,8 @@ fn a_mixture_of_experts_reads_only_the_experts_its_tokens_touch() {
     let bytes = 32.0 * (attn + router + 2.0 * expert) + head + 1025.0 * 131_072.0;
     close(ms(c.memory_s), ms(bytes / 3.35e12), 9);
     // 5 us for each touched expert: 2 a layer, 32 layers
-    let fixed = model(mixtral_8x7b(), 1, 131_072, None, OperatorInput { per_expert_us: 5.0, ..ops() }).cost(&decode(1, 1024));
+    let fixed =
+        model(mixtral_8x7b(), 1, 131_072, None, OperatorInput { per_expert_us: 5.0, ..ops() }).cost(&decode(1, 1024));
     close(ms(fixed.total_s - c.total_s), 32.0 * 2.0 * 5e-3, 9);
 }
 
@@ -156,12 +157,17 @@ fn a_step_past_the_largest_graph_takes_at_least_its_launches() {
     // 32 layers * 2 ms = 64 ms of launches, more than the 30.4 ms of kernels
     close(ms(m.cost(&fresh).total_s), 64.0, 9);
     // a decode step of 16 runs as a graph: no floor
-    close(ms(m.cost(&decode(16, 100)).total_s), ms(model(llama_3_1_8b(), 1, 131_072, None, ops()).cost(&decode(16, 100)).total_s), 12);
+    close(
+        ms(m.cost(&decode(16, 100)).total_s),
+        ms(model(llama_3_1_8b(), 1, 131_072, None, ops()).cost(&decode(16, 100)).total_s),
+        12,
+    );
 }
 
 #[test]
 fn a_measured_gemm_replaces_its_formula() {
-    let g = GemmTable { n: 4096, k: 4096, dtype: "bf16".into(), us: Curve { points: vec![(1.0, 100.0), (3.0, 300.0)] } };
+    let g =
+        GemmTable { n: 4096, k: 4096, dtype: "bf16".into(), us: Curve { points: vec![(1.0, 100.0), (3.0, 300.0)] } };
     let tables = Arc::new(KernelTables { source: None, allreduce: BTreeMap::new(), gemm: vec![g] });
     let with = model(llama_3_1_8b(), 1, 131_072, None, OperatorInput { kernels: Some(tables), ..ops() });
     let without = model(llama_3_1_8b(), 1, 131_072, None, ops());
