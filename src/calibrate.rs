@@ -506,6 +506,11 @@ pub fn calibrate_or_replay(
     check_bounds_are_valid(fit_runs[0], &setup.keys, &start)?;
     let memo = Memo::default();
     let (start_loss, fit) = match recorded {
+        // Nothing fitted: the loss is the scenario's own.
+        Some(_) if setup.keys.is_empty() => {
+            let loss = objective_residuals(&memo, &fit_runs, setup, &[])?.iter().map(|r| r * r).sum();
+            (loss, Fit { x: Vec::new(), loss, evals: 0 })
+        }
         Some(r) => (r.start_loss, r.fit.clone()),
         None => (
             objective_residuals(&memo, &fit_runs, setup, &start)?.iter().map(|r| r * r).sum(),

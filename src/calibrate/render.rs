@@ -94,10 +94,14 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
         excluded.len()
     );
     out.push_str(&format!("loss       mean over runs of the mean {} of {}\n", s.loss.describe(), s.metrics.describe()));
-    out.push_str(&format!(
-        "optimiser  Levenberg-Marquardt in the bounds, then coordinate search: {} evaluations, loss {:.6} -> {:.6}\n\n",
-        o.fit.evals, o.start_loss, o.fit.loss
-    ));
+    if s.keys.is_empty() {
+        out.push_str(&format!("optimiser  nothing fitted: the scenario as it is, loss {:.6}\n\n", o.fit.loss));
+    } else {
+        out.push_str(&format!(
+            "optimiser  Levenberg-Marquardt in the bounds, then coordinate search: {} evaluations, loss {:.6} -> {:.6}\n\n",
+            o.fit.evals, o.start_loss, o.fit.loss
+        ));
+    }
     out.push_str(&format!(
         "  {:<34} {:>12} {:>12}   {:<16} {:<22} {}\n",
         "fitted key", "start", "fitted", "bounds", "prior (mean +- sd)", "95% interval: verdict"
@@ -192,7 +196,7 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
             cell(Model::LeaveOneOut)
         ));
     }
-    if !o.outcomes.iter().any(|x| x.loo.is_some()) {
+    if !s.keys.is_empty() && !o.outcomes.iter().any(|x| x.loo.is_some()) {
         out.push_str("  (leave-one-out needs runs of two groups or more)\n");
     }
     for (p, mode) in s.leave_out.iter().enumerate() {

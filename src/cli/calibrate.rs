@@ -47,6 +47,11 @@ pub struct CalibrateArgs {
     /// Skip the leave-one-out fits.
     #[arg(long)]
     pub no_leave_one_out: bool,
+    /// Fit nothing: predict every run with the scenario as it is (its
+    /// calibration profile applied) and report the errors, e.g. to check a
+    /// shipped profile against your own measured runs.
+    #[arg(long, conflicts_with_all = ["fit", "prior", "output"])]
+    pub no_fit: bool,
     /// Simulate at most this many seconds of each inference-perf stage or
     /// table row with a duration (their figures are steady-state figures).
     #[arg(long, value_name = "SECONDS")]
@@ -142,7 +147,7 @@ fn check_not_all_excluded(loaded: &Loaded) -> Result<(), CliError> {
 }
 
 pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
-    let keys = keys::parse(&a.fit).map_err(|e| CliError::Usage(e.to_string()))?;
+    let keys = if a.no_fit { Vec::new() } else { keys::parse(&a.fit).map_err(|e| CliError::Usage(e.to_string()))? };
     let metrics = parse_metrics(&a.metrics).map_err(CliError::Usage)?;
     let loss = parse_loss(&a.loss).map_err(CliError::Usage)?;
     if let Some(out) = &a.output
@@ -198,12 +203,19 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
         metrics,
         loss,
         include_saturated: a.include_saturated,
-        leave_one_out: !a.no_leave_one_out,
+        leave_one_out: !a.no_leave_one_out && !a.no_fit,
         leave_out,
         optim: optim::Settings { max_evals: a.max_evals, ..optim::Settings::default() },
     };
     let pool = super::runtime::pool(Some(a.threads))?;
-    let mut outcome = pool.install(|| calibrate::calibrate(fit_runs.runs, holdout.runs, &setup))?;
+    // With --no-fit the "fit" is the scenario as it is, recorded as found.
+    let none = a.no_fit.then(|| calibrate::Recorded {
+        fit: calibrate::Fit { x: Vec::new(), loss: 0.0, evals: 0 },
+        start_loss: 0.0,
+        folds: Vec::new(),
+    });
+    let mut outcome =
+        pool.install(|| calibrate::calibrate_or_replay(fit_runs.runs, holdout.runs, &setup, none.as_ref()))?;
     outcome.excluded = excluded;
     // On stderr: with several threads the split between simulations run
     // and reused can vary, the report cannot.

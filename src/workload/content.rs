@@ -161,7 +161,7 @@ enum Starts {
     Open { gaps: Gaps, rng: Box<ChaCha8Rng> },
     /// Closed loop: each user starts a new conversation its resend wait
     /// after its previous one ends.
-    Closed(super::Resend),
+    Closed(Box<super::Resend>),
 }
 
 /// What a queued event is.
@@ -229,7 +229,7 @@ impl SessionSource {
         let w = &s.workload;
         let limit = Limit { requests: w.requests, until: w.duration_s.map(SimTime::from_secs_f64) };
         let mut source = SessionSource {
-            starts: Starts::Closed(super::Resend::new(s, 0.0)),
+            starts: Starts::Closed(Box::new(super::Resend::new(s, 0.0))),
             lengths: Lengths::new(w.seed, w.prompt_tokens.clone(), w.output_tokens.clone()),
             turns: sessions.turns.clone(),
             turns_rng: stream(w.seed, TURNS_STREAM),
@@ -260,7 +260,7 @@ impl SessionSource {
                     let at = super::ramp_start(user, *concurrency, *ramp_s).plus_nanos(resend.jitter());
                     source.push(at, Next::Start { user });
                 }
-                source.starts = Starts::Closed(resend);
+                source.starts = Starts::Closed(Box::new(resend));
             }
             // Validation refuses sessions with a trace.
             (_, None) => {}

@@ -218,3 +218,29 @@ fn a_table_row_marked_excluded_is_listed_never_simulated() {
         "expert parallelism",
     ]);
 }
+
+#[test]
+fn no_fit_predicts_the_runs_with_the_scenario_as_it_is() {
+    let dir = tempdir();
+    let files = two_runs(dir.path());
+    // The scenario that produced the runs predicts them exactly; the base
+    // scenario, without the hidden overheads (4 ms a step, 15 ms a request),
+    // predicts every TTFT low.
+    let base = std::fs::read_to_string(repo(BASE)).unwrap();
+    assert!(base.contains("\n  step_overhead_ms: 0\n"), "base.yml changed: update this test");
+    let hidden = base.replace("\n  step_overhead_ms: 0\n", "\n  step_overhead_ms: 4\n  request_overhead_ms: 15\n");
+    let hidden = write(dir.path(), "hidden.yml", &hidden);
+    let check = |scenario: &Path| {
+        TestCommand::new(&["calibrate", "--no-fit"]).arg(scenario).arg(&files[0]).arg(&files[1]).ok().stdout()
+    };
+    let exact = check(&hidden);
+    assert!(exact.contains("nothing fitted: the scenario as it is, loss 0.000000"), "{exact}");
+    assert!(!exact.contains("leave-one-out needs"), "{exact}");
+    let off = check(&repo(BASE));
+    let line = off.lines().find(|l| l.trim_start().starts_with("ttft_mean_ms") && l.contains('%')).unwrap();
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    let err: f64 = cells[1].trim_end_matches('%').parse().unwrap();
+    assert!(err > 20.0, "the base scenario lacks 15 ms a request, so its TTFT is far off: {line}");
+    // --no-fit writes no profile and refuses to be asked for one.
+    TestCommand::new(&["calibrate", "--no-fit", "-o", "p.yml"]).arg(&hidden).arg(&files[0]).fails_with(2);
+}

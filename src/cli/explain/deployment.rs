@@ -78,11 +78,18 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
             out,
             "interconnect",
             format!(
-                "{} us + 2 x {}/{t} x bytes / {} GB/s per all-reduce at {t} GPUs (hardware {})",
+                "{} us + 2 x {}/{t} x bytes / {} GB/s per all-reduce at {t} GPUs (hardware {}){}",
                 link.latency_us,
                 t - 1,
                 link.bandwidth_gbps,
-                s.hardware.name
+                s.hardware.name,
+                match (s.per_operator(), s.hardware.kernels.as_ref().is_some_and(|k| k.allreduce.contains_key(&t))) {
+                    (Some(_), true) =>
+                        "; per operator: NCCL's measured table at this many GPUs instead, or the \
+                                        engine's own all-reduce where that is faster",
+                    (Some(_), false) => "; per operator: or the engine's own all-reduce where that is faster",
+                    (None, _) => "",
+                }
             ),
         );
     }
