@@ -189,7 +189,7 @@ fn write_trace_scenario(base: &Path, dir: &Path, reqs: &[lean::Req]) -> PathBuf 
 
 /// `sim::run_collecting` plus the JSON, summary only, in this process.
 fn run_in_process(s: &Scenario, stepping: Stepping) -> llmsim::metrics::RunResult {
-    let collector = Collector::new(s.capacity.num_blocks, CollectorOptions::default()).summary_only();
+    let collector = Collector::new(&s.capacity, CollectorOptions::default()).summary_only();
     let out = run_collecting(s, collector, &mut (), &mut |_| {}, stepping).expect("within the run limits");
     std::hint::black_box(llmsim::report::to_json(&out.result));
     out.result

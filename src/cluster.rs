@@ -114,7 +114,7 @@ pub fn run<O: Observer>(
     let cfg = scenario.engine_config();
     let mut engines: Vec<Engine> = (0..cluster.replicas).map(|_| Engine::new(cfg.clone())).collect();
     let mut source = AnySource::new(scenario);
-    let mut collector = Collector::new(scenario.capacity.num_blocks, options).summary_only_if(summary);
+    let mut collector = Collector::new(&scenario.capacity, options).summary_only_if(summary);
     let weight = cluster.overlap_weight.unwrap_or(crate::config::cluster::DEFAULT_OVERLAP_WEIGHT);
     let mut router = RouterState::new(cluster.router, weight, scenario.workload.seed);
     let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);

@@ -128,6 +128,7 @@ where
     let mut at = Progress::default();
     let hashing = engine.config().prefix_caching;
     let block_size = engine.config().capacity.block_size;
+    let context = engine.config().context_length;
     let mut hashes = BlockHashes::default();
     // Requests a stretch took from the source but did not admit (in
     // order), with their content; spare content buffers.
@@ -182,8 +183,10 @@ where
                 }
             };
             let when = req.arrival;
-            let submitted = match hashing {
-                // Content hashes only matter, and are only made, with prefix caching.
+            let submitted = match hashing && fits_context(&req, context) {
+                // Content hashes only matter, and are only made, with prefix
+                // caching, and for requests the engine does not refuse for
+                // their length (which could be billions of tokens).
                 true => match (source.block_hashes(), source.own_from()) {
                     (Some(named), _) => engine.submit_with_hashes(req, named, tap),
                     // Blocks of the request's own content are not hashed:
@@ -224,6 +227,7 @@ where
                     max_requests: limits.max_requests,
                     hashing,
                     block_size,
+                    context,
                     hashes: &mut hashes,
                 };
                 engine.decode_stretch_admitting(limits.max_time, max_steps, &mut feed, tap)
@@ -303,7 +307,15 @@ struct Feed<'a, S> {
     /// Prefix caching: each request's content is taken as it is popped.
     hashing: bool,
     block_size: u32,
+    /// Longer requests are refused for their length: no content is made.
+    context: u32,
     hashes: &'a mut BlockHashes,
+}
+
+/// Whether `req` is within `context` tokens (else the engine refuses it
+/// and its content hashes, which could be billions, are not made).
+pub(crate) fn fits_context(req: &Request, context: u32) -> bool {
+    u64::from(req.prompt) + u64::from(req.output) <= u64::from(context)
 }
 
 impl<S: Source> Arrivals for Feed<'_, S> {
@@ -332,7 +344,7 @@ impl<S: Source> Arrivals for Feed<'_, S> {
             let mut hashes = self.spare.pop().unwrap_or_default();
             hashes.clear();
             let mut own_tail = false;
-            if self.hashing {
+            if self.hashing && fits_context(&req, self.context) {
                 // As the driver submits it (see `drive_loop`).
                 let (source, bs, memo) = (&*self.source, self.block_size, &mut *self.hashes);
                 match (source.block_hashes(), source.own_from()) {
@@ -401,13 +413,7 @@ pub fn run_with_progress<O: Observer>(
     extra: &mut O,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunOutput, SimError> {
-    run_collecting(
-        scenario,
-        Collector::new(scenario.capacity.num_blocks, options),
-        extra,
-        progress,
-        Stepping::default(),
-    )
+    run_collecting(scenario, Collector::new(&scenario.capacity, options), extra, progress, Stepping::default())
 }
 
 /// [`run_with_progress`] for a caller that reads only the summary: no
@@ -421,7 +427,7 @@ pub fn run_summary<O: Observer>(
     extra: &mut O,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RunOutput, SimError> {
-    let collector = Collector::new(scenario.capacity.num_blocks, options).summary_only();
+    let collector = Collector::new(&scenario.capacity, options).summary_only();
     run_collecting(scenario, collector, extra, progress, Stepping::default())
 }
 

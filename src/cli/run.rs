@@ -72,7 +72,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     let mut report = |p: &crate::sim::Progress| progress.update(p);
     // Per-request records only when a per-request output is asked for:
     // otherwise memory stays flat in requests.
-    let collector = crate::metrics::Collector::new(scenario.capacity.num_blocks, options);
+    let collector = crate::metrics::Collector::new(&scenario.capacity, options);
     let collector = if a.requests_csv.is_some() { collector } else { collector.summary_only() };
     let stepping = if a.exact { Stepping::Exact } else { Stepping::MacroSteps };
     let out = match &mut trace {

@@ -107,11 +107,13 @@ pub fn run<O: Observer>(
     let mut decode_router = router(&d.decode, seed, 1);
     let mut source = AnySource::new(scenario);
     let first = &d.prefill.scenario;
-    let mut collector = Collector::new(first.capacity.num_blocks, options).summary_only_if(summary);
+    // A request may be rejected in either pool: the smaller one decides.
+    let fits =
+        crate::metrics::fits_tokens(&first.capacity).min(crate::metrics::fits_tokens(&d.decode.scenario.capacity));
+    let mut collector = Collector::new(&first.capacity, options).summary_only_if(summary).fits_tokens(fits);
     let mut per_pool = PoolCollectors {
-        prefill: Collector::new(first.capacity.num_blocks, CollectorOptions::default()).summary_only_if(summary),
-        decode: Collector::new(d.decode.scenario.capacity.num_blocks, CollectorOptions::default())
-            .summary_only_if(summary),
+        prefill: Collector::new(&first.capacity, CollectorOptions::default()).summary_only_if(summary),
+        decode: Collector::new(&d.decode.scenario.capacity, CollectorOptions::default()).summary_only_if(summary),
     };
     let setup = DisaggSetup {
         limits: RunLimits::default(),
@@ -390,6 +392,23 @@ where
         for (id, when) in handed.drain(..) {
             outstanding[0][r] -= 1;
             let bytes = u64::from(known[id as usize].prompt) * setup.kv_bytes_per_token;
+            // In seconds first: a link slow enough to saturate the clock
+            // must not hand the request over at the end of time.
+            let secs = setup.kv_transfer.secs(bytes);
+            // (Never NaN: the bandwidth is validated above 0 and finite.)
+            if secs >= limits.max_time.as_nanos().saturating_sub(when.as_nanos()) as f64 / 1e9 {
+                let t = &setup.kv_transfer;
+                let why = format!(
+                    "moving request {id}'s KV ({} bytes) over cluster.kv_transfer ({} GB/s + {} ms) would take {} \
+                     s and end past the limit of {} s: the link is far too slow for this workload",
+                    crate::util::thousands(bytes),
+                    crate::util::short_float(t.bandwidth_gbps),
+                    crate::util::short_float(t.latency_ms),
+                    crate::util::short_float(secs),
+                    crate::util::thousands(limits.max_time.as_nanos() / 1_000_000_000),
+                );
+                return Err(SimError::Stalled { why, progress: Progress { now: when, ..at } });
+            }
             let ns = setup.kv_transfer.nanos(bytes);
             run.transfers_ns.push(ns);
             transfers.push(Reverse((when.plus_nanos(ns), run.transfers_ns.len() as u64, id)));

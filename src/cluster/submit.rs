@@ -27,6 +27,8 @@ pub(crate) struct Content {
     /// Prefix caching is on (else no hash is made).
     hashing: bool,
     block_size: u32,
+    /// Longer requests are refused for their length: no content is made.
+    context: u32,
     hashes: BlockHashes,
     /// `hashes` are only the blocks another request may share; the rest
     /// of the request's blocks are its own.
@@ -40,6 +42,7 @@ impl Content {
         Content {
             hashing: cfg.prefix_caching,
             block_size: cfg.capacity.block_size,
+            context: cfg.context_length,
             hashes: BlockHashes::default(),
             own_tail: false,
         }
@@ -47,7 +50,10 @@ impl Content {
 
     /// Reads the content of `req`, the request `source` popped last.
     pub(crate) fn read<S: Source>(&mut self, req: &Request, source: &S) {
-        if !self.hashing {
+        if !self.hashing || !crate::sim::fits_context(req, self.context) {
+            // (Refused for its length, an empty content is never looked up.)
+            self.hashes.clear();
+            self.own_tail = false;
             return;
         }
         let (hashes, bs) = (&mut self.hashes, self.block_size);

@@ -144,7 +144,7 @@ fn run_fixed(
 ) -> (Vec<RequestRecord>, ClusterRun) {
     let mut engines: Vec<Engine> = (0..replicas).map(|_| Engine::new(s.engine_config())).collect();
     let mut router = RouterState::new(policy, 1.0, 0);
-    let mut collector = Collector::new(s.capacity.num_blocks, CollectorOptions { keep_steps: true });
+    let mut collector = Collector::new(&s.capacity, CollectorOptions { keep_steps: true });
     let setup = Setup { limits: RunLimits::default(), delay_ns: 0, keep_steps: true, stretches: false };
     let run = drive_cluster(
         &mut engines,
@@ -227,7 +227,7 @@ fn round_robin_replicas_are_single_engines_fed_every_rth_request() {
             let ids: Vec<u64> = mine.iter().map(|q| q.id).collect();
             let renumbered = mine.iter().enumerate().map(|(k, q)| Request { id: k as u64, ..*q }).collect();
             let mut engine = Engine::new(s.engine_config());
-            let mut alone = Collector::new(s.capacity.num_blocks, CollectorOptions::default());
+            let mut alone = Collector::new(&s.capacity, CollectorOptions::default());
             crate::sim::drive(&mut engine, &mut Fixed(renumbered), &mut alone).unwrap();
             for (k, &id) in ids.iter().enumerate() {
                 let (a, b) = (&alone.requests()[k], &cluster[id as usize]);

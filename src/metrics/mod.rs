@@ -9,8 +9,10 @@ pub mod result;
 pub use histogram::Histogram;
 pub use result::{RunResult, Stats};
 
+use std::collections::BTreeMap;
+
 use crate::config::Scenario;
-use crate::engine::{Observer, RejectReason, RequestId, StepRecord, Stretch};
+use crate::engine::{KvBudget, Observer, RejectReason, RequestId, StepRecord, Stretch};
 use crate::time::SimTime;
 use result::*;
 
@@ -194,6 +196,21 @@ pub struct Collector {
     prefix_hit: u64,
     /// Scratch space of the stretch fold.
     stretch_buf: StretchBuf,
+    /// Prompt + output tokens above which a request might be rejected
+    /// after its first tokens (its KV could outgrow the cache, less the
+    /// watermark, and a preemption then ends it).
+    fits_tokens: u64,
+    /// The ITL gaps of in-flight requests that might be rejected: they
+    /// join `itl` when the request finishes, never if it is rejected, so
+    /// ITL is over completed requests as TTFT and TPOT are.
+    at_risk: BTreeMap<RequestId, Vec<u64>>,
+}
+
+/// Tokens (prompt + output) a request may hold in an engine of `capacity`
+/// and never be rejected once admitted: its blocks fit beside the
+/// watermark (the engine's admission rule).
+pub fn fits_tokens(capacity: &KvBudget) -> u64 {
+    u64::from(capacity.num_blocks.saturating_sub(capacity.watermark_blocks)) * u64::from(capacity.block_size)
 }
 
 /// Scratch space of [`Collector`]'s decode-stretch fold, kept between stretches.
@@ -241,10 +258,14 @@ impl StretchBuf {
 }
 
 impl Collector {
-    pub fn new(num_blocks: u32, options: CollectorOptions) -> Collector {
+    /// A collector for an engine with `capacity` (its blocks are the
+    /// denominator of KV usage; see also [`Collector::fits_tokens`]).
+    pub fn new(capacity: &KvBudget, options: CollectorOptions) -> Collector {
         Collector {
             options,
-            num_blocks,
+            num_blocks: capacity.num_blocks,
+            fits_tokens: fits_tokens(capacity),
+            at_risk: BTreeMap::new(),
             requests: Vec::new(),
             base: 0,
             summary_only: false,
@@ -305,8 +326,23 @@ impl Collector {
         &self.requests
     }
 
+    /// Requests over `tokens` (prompt + output) might be rejected after
+    /// their first tokens: with several engines, the smallest one's
+    /// [`fits_tokens`].
+    pub fn fits_tokens(mut self, tokens: u64) -> Collector {
+        self.fits_tokens = tokens;
+        self
+    }
+
     /// Request `id` ended with `status`: its figures join the totals (once).
     fn end(&mut self, id: RequestId, status: Status) {
+        if let Some(gaps) = self.at_risk.remove(&id)
+            && status == Status::Finished
+        {
+            for gap in gaps {
+                self.itl_add(gap, 1);
+            }
+        }
         let Some(r) = self.rec(id) else { return };
         if r.status != Status::InFlight {
             r.status = status;
@@ -454,6 +490,9 @@ impl Observer for Collector {
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
         debug_assert_eq!(id, self.base + self.requests.len() as u64, "ids must be 0, 1, 2, ...");
         self.requests.push(RequestRecord::new(id, at, prompt, output));
+        if u64::from(prompt) + u64::from(output) > self.fits_tokens {
+            self.at_risk.insert(id, Vec::new());
+        }
     }
 
     fn scheduled(&mut self, id: RequestId, at: SimTime, _tokens: u32, _computed: u32) {
@@ -472,7 +511,10 @@ impl Observer for Collector {
     fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
         let Some(r) = self.rec(id) else { return };
         if let TokenGap::Next { gap_ns } = r.add_token(at, index) {
-            self.itl_add(gap_ns, 1);
+            match self.at_risk.get_mut(&id) {
+                Some(gaps) => gaps.push(gap_ns),
+                None => self.itl_add(gap_ns, 1),
+            }
         }
     }
 
@@ -484,7 +526,15 @@ impl Observer for Collector {
         let (Some(first), k) = (s.steps.first(), s.steps.len()) else { return };
         // A request decoding without a token seen here (a collector that
         // joined late): the events one by one.
-        if s.requests.iter().any(|&(id, _, _)| self.rec(id).is_some_and(|r| r.last_token.is_none())) {
+        // So does one with a request that might yet be rejected (its gaps
+        // are kept apart until it ends).
+        let risky = |c: &Collector| {
+            s.arrivals.iter().any(|a| u64::from(a.prompt) + u64::from(a.output) > c.fits_tokens)
+                || (!c.at_risk.is_empty()
+                    && (s.requests.iter().any(|(id, _, _)| c.at_risk.contains_key(id))
+                        || s.joins.iter().any(|j| c.at_risk.contains_key(&j.id))))
+        };
+        if s.requests.iter().any(|&(id, _, _)| self.rec(id).is_some_and(|r| r.last_token.is_none())) || risky(self) {
             crate::engine::events::replay_stretch(self, s);
             return;
         }

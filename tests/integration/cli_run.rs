@@ -289,3 +289,47 @@ fn requests_that_arrive_during_a_step_all_join_the_next_one() {
     assert!(duration <= 1999.0 / 400.0 + 2.0 * step_ms / 1e3 + 1e-9, "{duration}");
     assert_eq!(r["requests"]["completed"], 2000);
 }
+
+#[test]
+fn itl_counts_the_gaps_of_completed_requests_only() {
+    // 40 blocks of 16 tokens hold 640: requests of 200 + up to 800 tokens
+    // outgrow the cache, are preempted and rejected after tokens of their
+    // own. ITL, like TTFT and TPOT, is over the completed requests: its
+    // count is the sum of (output - 1) over the finished rows of the
+    // per-request CSV. It once counted the rejected requests' gaps too.
+    let dir = tempdir();
+    for seed in ["1", "2", "3"] {
+        for extra in [&[][..], &["--exact"][..], &["--set", "cluster={replicas: 2, router: round_robin}"][..]] {
+            let (json, csv) = (dir.path().join("r.json"), dir.path().join("r.csv"));
+            let mut cmd = TestCommand::new(&["run", "scenarios/base.yml", "-q"]);
+            for a in ["model.kv_cache.num_blocks=40", "workload.requests=40", "workload.prompt_tokens=200"] {
+                cmd = cmd.arg("--set").arg(a);
+            }
+            cmd = cmd.arg("--set").arg("workload.output_tokens={uniform: [100, 800]}");
+            cmd = cmd.arg("--set").arg(format!("workload.seed={seed}"));
+            for a in extra {
+                cmd = cmd.arg(a);
+            }
+            cmd.arg("--json").arg(&json).arg("--requests-csv").arg(&csv).ok();
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            let text = std::fs::read_to_string(&csv).unwrap();
+            let mut lines = text.lines();
+            let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+            let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+            let (status, output) = (col("status"), col("output_tokens"));
+            let mut gaps = 0u64;
+            for line in lines {
+                let cells: Vec<&str> = line.split(',').collect();
+                if cells[status] == "finished" {
+                    gaps += cells[output].parse::<u64>().unwrap() - 1;
+                }
+            }
+            assert!(
+                v["requests"]["rejected_kv_capacity"].as_u64().unwrap() > 0,
+                "seed {seed} {extra:?}: none rejected"
+            );
+            assert!(v["requests"]["completed"].as_u64().unwrap() > 0, "seed {seed} {extra:?}: none completed");
+            assert_eq!(v["itl_ms"]["count"].as_u64(), Some(gaps), "seed {seed} {extra:?}");
+        }
+    }
+}

@@ -363,7 +363,7 @@ fn a_prefix_cached_cluster_gives_the_same_results_hashing_only_shared_blocks_as_
         let run = |every: bool| {
             let mut engines: Vec<Engine> = (0..replicas).map(|_| Engine::new(s.engine_config())).collect();
             let mut router = RouterState::new(policy, 1.0, s.workload.seed);
-            let mut collector = Collector::new(s.capacity.num_blocks, CollectorOptions { keep_steps: true });
+            let mut collector = Collector::new(&s.capacity, CollectorOptions { keep_steps: true });
             let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
             let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: true, stretches: false };
             let mut source = EveryBlockHashed { inner: AnySource::new(&s), hidden: &hidden, hide: every };

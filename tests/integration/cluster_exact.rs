@@ -101,7 +101,7 @@ fn generate(i: u64) -> String {
 }
 
 fn run(s: &Scenario, stepping: Stepping) -> (Result<RunOutput, String>, Events) {
-    let collector = Collector::new(s.capacity.num_blocks, CollectorOptions::default());
+    let collector = Collector::new(&s.capacity, CollectorOptions::default());
     let mut events = Events::default();
     let out = run_collecting(s, collector, &mut events, &mut |_| {}, stepping).map_err(|e| e.to_string());
     (out, events)

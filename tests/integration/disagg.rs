@@ -113,10 +113,9 @@ fn every_request_runs_on_one_prefill_and_one_decode_replica_and_every_replica_ke
         let mut decode_router = RouterState::new(dr, 1.0, s.workload.seed + 1);
         let mut source = AnySource::new(&s);
         let mut obs = Seen::default();
-        let blocks = s.capacity.num_blocks;
         let mut per_pool = PoolCollectors {
-            prefill: Collector::new(blocks, CollectorOptions::default()),
-            decode: Collector::new(disagg.decode.scenario.capacity.num_blocks, CollectorOptions::default()),
+            prefill: Collector::new(&s.capacity, CollectorOptions::default()),
+            decode: Collector::new(&disagg.decode.scenario.capacity, CollectorOptions::default()),
         };
         let setup = DisaggSetup {
             limits: RunLimits::default(),
@@ -357,6 +356,19 @@ fn bad_pools_exit_2_with_a_clear_error() {
         TestCommand::new(&["run", "scenarios/clusters/disagg.yml", "-q", "--set", set])
             .fails_with(2)
             .stderr_has(fragments);
+    }
+}
+
+#[test]
+fn a_link_too_slow_to_end_a_transfer_in_time_stops_the_run_with_the_figure() {
+    // 1,000 prompt tokens x 524,288 bytes = 524,288,000 bytes; at 1e-12 GB/s
+    // that is 5.24e11 s (plus 1 ms), past the 1e9 s limit. It once ended
+    // at u64::MAX ns, never reached decode, and exited 0 with 0 completed.
+    for (bw, secs) in [("1e-12", "524288000000.001"), ("1e-10", "5242880000.001")] {
+        TestCommand::new(&["run", "scenarios/clusters/disagg.yml", "-q", "--set", "workload.requests=50", "--set"])
+            .arg(format!("cluster.kv_transfer.bandwidth_gbps={bw}"))
+            .fails_with(2)
+            .stderr_has(&["524,288,000 bytes", &format!("would take {secs} s"), "limit of 1,000,000,000 s"]);
     }
 }
 

@@ -670,7 +670,7 @@ workload:
     let mut engine = Engine::new(s.engine_config());
     let mut source = AnySource::new(&s);
     source.keep_rows();
-    let mut collector = llmsim::metrics::Collector::new(s.capacity.num_blocks, CollectorOptions::default());
+    let mut collector = llmsim::metrics::Collector::new(&s.capacity, CollectorOptions::default());
     sim::drive(&mut engine, &mut source, &mut collector).expect("within the run limits");
     let rows = source.row_content().expect("sessions have content");
     let reqs = collector.requests();

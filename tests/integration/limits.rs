@@ -361,3 +361,24 @@ fn trace_and_capacity_stop_at_the_run_limits_too() {
         .bounded(HANG_S, MEM_MIB);
     refused(&out, &["the probe at", "past the limit of 1,000,000,000 s"]);
 }
+
+#[test]
+fn a_shared_prefix_longer_than_the_context_is_refused_without_hashing_it() {
+    // 4,294,967,295 tokens (inside the documented range) are 268 million
+    // blocks: their hashes once took 2 GB and aborted or hung, though every
+    // such request is over the 8,192-token context and refused unseen.
+    let prefix = "workload.shared_prefix={tokens: 4294967295, groups: 2}";
+    for extra in [&[][..], &["--exact"][..], &["--set", "cluster={replicas: 3, router: prefix_affinity}"][..]] {
+        let mut cmd = TestCommand::new(&["run", BASE, "--json", "-", "-q"]);
+        for s in [prefix, "model.kv_cache.prefix_caching=true", "workload.requests=20"] {
+            cmd = cmd.arg("--set").arg(s);
+        }
+        for a in extra {
+            cmd = cmd.arg(a);
+        }
+        let out = cmd.bounded(HANG_S, 1024);
+        assert_eq!(out.code(), 0, "{extra:?}\n{}", out.describe());
+        let v: serde_json::Value = serde_json::from_str(&out.stdout()).unwrap();
+        assert_eq!(v["requests"]["rejected_context_length"], 20, "{extra:?}");
+    }
+}

@@ -135,7 +135,7 @@ impl Observer for Joins {
 }
 
 fn run(s: &Scenario, stepping: Stepping) -> (Result<RunOutput, String>, Events, Joins) {
-    let collector = Collector::new(s.capacity.num_blocks, CollectorOptions { keep_steps: true });
+    let collector = Collector::new(&s.capacity, CollectorOptions { keep_steps: true });
     let mut extra = (Events::default(), Joins::default());
     let out = run_collecting(s, collector, &mut extra, &mut |_| {}, stepping).map_err(|e| e.to_string());
     (out, extra.0, extra.1)

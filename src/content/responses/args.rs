@@ -133,19 +133,30 @@ fn bounds(s: &Map<String, Value>, step: f64) -> (f64, f64) {
 
 fn integer(s: &Map<String, Value>, rng: &mut Stream) -> Value {
     let (lo, hi) = bounds(s, 1.0);
+    // Saturating casts: a bound past i64 (e.g. 1e308) becomes i64's own.
     let (lo, hi) = (lo.ceil() as i64, hi.floor() as i64);
     if hi < lo {
         return Value::Number(lo.into());
     }
-    let span = (hi - lo).unsigned_abs().saturating_add(1);
-    Value::Number((lo + (rng.next() % span) as i64).into())
+    // In i128 so the widest span, i64::MIN..=i64::MAX, neither overflows
+    // nor becomes a remainder by zero.
+    let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
+    let v = i128::from(lo) + (u128::from(rng.next()) % span) as i128;
+    Value::Number(i64::try_from(v).unwrap_or(hi).into())
 }
 
 /// A number with at most two decimals (Python writes it the same way).
 fn number(s: &Map<String, Value>, rng: &mut Stream) -> Value {
     let (lo, hi) = bounds(s, 0.01);
-    let cents = ((hi - lo) * 100.0).floor().max(0.0) as u64;
-    let v = ((lo * 100.0).ceil() + (rng.next() % (cents + 1)) as f64) / 100.0;
+    let cents = ((hi - lo) * 100.0).floor().max(0.0);
+    // Two decimals while the cents are countable exactly (2^53); beyond,
+    // a point between the bounds, mixed so no sum overflows to infinity.
+    let v = if cents < 9.0e15 {
+        ((lo * 100.0).ceil() + (rng.next() % (cents as u64 + 1)) as f64) / 100.0
+    } else {
+        let f = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+        lo * (1.0 - f) + hi * f
+    };
     Number::from_f64(v.clamp(lo, hi)).map_or(Value::Null, Value::Number)
 }
 
@@ -271,6 +282,23 @@ mod tests {
         let args = arguments(Some(&schema), &given, 9);
         assert_eq!(Value::Object(args), json!({"city": "Paris", "n": 3}));
         assert_eq!(Value::Object(arguments(None, &given, 9)), json!({"city": "Paris"}));
+    }
+
+    #[test]
+    fn bounds_at_the_ends_of_f64_give_a_value_inside_them() {
+        // 1e308 once made the span overflow into a remainder by zero.
+        for seed in 0..50 {
+            let i = made(json!({"type": "integer", "minimum": -1e308, "maximum": 1e308}), seed);
+            assert!(i.is_i64(), "{i}");
+            let i = made(json!({"type": "integer", "maximum": 1e308}), seed).as_f64().unwrap();
+            assert!(i <= 1e308, "{i}");
+            let n = made(json!({"type": "number", "minimum": -1e308, "maximum": 1e308}), seed).as_f64().unwrap();
+            assert!(n.is_finite() && (-1e308..=1e308).contains(&n), "{n}");
+            let n = made(json!({"type": "number", "minimum": 1e308}), seed).as_f64().unwrap();
+            assert!(n.is_finite() && n >= 1e308, "{n}");
+            let n = made(json!({"type": "number", "exclusiveMaximum": -1e308}), seed).as_f64().unwrap();
+            assert!(n.is_finite() && n <= -1e308, "{n}");
+        }
     }
 
     #[test]
