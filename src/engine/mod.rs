@@ -86,6 +86,12 @@ impl Seq {
         Seq { req, generated: 0, computed: 0, blocks: 0, state, register_at: 0, arriving_kv: 0 }
     }
 
+    /// Not new: it resumes after tokens of its own (a preemption) or with
+    /// KV transferred in. Only new requests join a decode stretch.
+    fn resumes(&self) -> bool {
+        self.generated > 0 || self.arriving_kv > 0
+    }
+
     /// `P + g`: the tokens the engine knows.
     fn known(&self) -> u32 {
         self.req.prompt + self.generated
@@ -167,6 +173,10 @@ pub struct Engine {
     /// Sum over pending and waiting requests of `ceil((P+g)/bs)`, kept as
     /// they come and go (a cluster router reads it at every arrival).
     queued_blocks: u64,
+    /// Waiting requests that are not new ([`Seq::resumes`]: preempted
+    /// after tokens, or with transferred KV), kept as they come and go so
+    /// a decode stretch need not walk the queue to find one.
+    waiting_resumes: u64,
     /// Scratch space of [`Engine::decode_stretch`].
     stretch: stretch::Scratch,
 }
@@ -230,6 +240,7 @@ impl Engine {
             prefill: 0,
             evictions_before: 0,
             queued_blocks: 0,
+            waiting_resumes: 0,
             stretch: stretch::Scratch::default(),
         }
     }
@@ -440,6 +451,7 @@ impl Engine {
             State::Waiting => {
                 self.waiting.retain(|&s| s != slot);
                 self.queued_blocks -= queued;
+                self.waiting_resumes -= u64::from(self.slots[slot as usize].resumes());
             }
             State::Running => self.running.retain(|&s| s != slot),
             State::Free => return false,
@@ -485,6 +497,7 @@ impl Engine {
                 break;
             }
             seq.state = State::Waiting;
+            self.waiting_resumes += u64::from(seq.resumes());
             self.pending.pop_front();
             self.waiting.push_back(slot);
         }
@@ -528,6 +541,7 @@ impl Engine {
             if total - need < watermark {
                 self.waiting.pop_front();
                 self.queued_blocks -= need as u64;
+                self.waiting_resumes -= u64::from(seq.resumes());
                 obs.rejected(seq.req.id, at, RejectReason::NeverFits);
                 self.release(slot);
                 continue;
@@ -576,6 +590,7 @@ impl Engine {
             };
             self.waiting.pop_front();
             self.queued_blocks -= need as u64;
+            self.waiting_resumes -= u64::from(self.slots[slot as usize].resumes());
             let seq = &mut self.slots[slot as usize];
             seq.blocks = need as u32;
             seq.computed = computed;
@@ -713,6 +728,7 @@ impl Engine {
         seq.state = State::Waiting;
         obs.preempted(seq.req.id, at);
         self.queued_blocks += self.cfg.capacity.blocks_for(u64::from(seq.known()));
+        self.waiting_resumes += u64::from(seq.resumes());
         self.waiting.push_front(slot);
     }
 
@@ -787,6 +803,10 @@ impl Engine {
         }
         if self.kv.used() + self.kv.free() != self.kv.total() {
             return Err("used + free != total".into());
+        }
+        let resumes = self.waiting.iter().filter(|&&s| self.slots[s as usize].resumes()).count() as u64;
+        if resumes != self.waiting_resumes {
+            return Err(format!("{resumes} waiting requests resume, counted {}", self.waiting_resumes));
         }
         let mut seen = vec![0u8; self.slots.len()];
         let queues: [(&str, State, Vec<u32>); 3] = [

@@ -273,13 +273,7 @@ impl Engine {
         // Waiting requests are admitted inside a stretch only if they are
         // new (no recompute after a preemption, no transferred KV).
         let prefix = matches!(self.kv, Kv::Prefix(_));
-        if !self.waiting.is_empty()
-            && (!through
-                || self.waiting.iter().any(|&s| {
-                    let s = &self.slots[s as usize];
-                    s.generated > 0 || s.arriving_kv > 0
-                }))
-        {
+        if !self.waiting.is_empty() && (!through || self.waiting_resumes > 0) {
             return 0;
         }
         let b0 = self.running.len() as u64;

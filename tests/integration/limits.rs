@@ -382,3 +382,33 @@ fn a_shared_prefix_longer_than_the_context_is_refused_without_hashing_it() {
         assert_eq!(v["requests"]["rejected_context_length"], 20, "{extra:?}");
     }
 }
+
+#[test]
+fn many_arrivals_at_one_instant_are_not_quadratic() {
+    // 400,000 requests at t = 0 behind one sequence slot: every decode
+    // stretch once walked the whole waiting queue, 8e10 visits (over a
+    // minute); now a count kept as requests come and go answers at once
+    // (under a second). The guard is 30 s, not a speed test.
+    let dir = tempdir();
+    let mut rows = String::from("arrival_s,prompt_tokens,output_tokens\n");
+    for _ in 0..400_000 {
+        rows.push_str("0,16,4\n");
+    }
+    write(dir.path(), "t.csv", &rows);
+    let path = write(
+        dir.path(),
+        "s.yml",
+        "name: burst\nhardware: h100-80gb\nmodel: {preset: llama-3.1-8b}\nscheduler: {max_num_sequences: 1}\n\
+         workload:\n  arrivals: {trace: t.csv}\n",
+    );
+    for exact in [false, true] {
+        let mut cmd = TestCommand::new(&["run", "--json", "-", "-q"]).arg(&path);
+        if exact {
+            cmd = cmd.arg("--exact");
+        }
+        let out = cmd.bounded(30, MEM_MIB);
+        assert_eq!(out.code(), 0, "exact {exact}\n{}", out.describe());
+        let v: serde_json::Value = serde_json::from_str(&out.stdout()).unwrap();
+        assert_eq!(v["requests"]["completed"], 400_000, "exact {exact}");
+    }
+}
