@@ -108,27 +108,36 @@ pub fn run<O: Observer>(
     progress: &mut dyn FnMut(&Progress),
     stepping: Stepping,
 ) -> Result<RunOutput, SimError> {
+    let mut source = AnySource::new(scenario);
+    run_from(scenario, cluster, &mut source, options, summary, extra, progress, stepping)
+}
+
+/// [`run`] with the requests of `source` (made for `scenario`; e.g. one
+/// that keeps its rows for `llmsim trace`).
+#[allow(clippy::too_many_arguments)]
+pub fn run_from<O: Observer>(
+    scenario: &Scenario,
+    cluster: &Cluster,
+    source: &mut AnySource,
+    options: CollectorOptions,
+    summary: bool,
+    extra: &mut O,
+    progress: &mut dyn FnMut(&Progress),
+    stepping: Stepping,
+) -> Result<RunOutput, SimError> {
     if let Some(d) = &cluster.disagg {
-        return disagg::run(scenario, cluster, d, options, summary, extra, progress);
+        return disagg::run(scenario, cluster, d, source, options, summary, extra, progress);
     }
     let cfg = scenario.engine_config();
     let mut engines: Vec<Engine> = (0..cluster.replicas).map(|_| Engine::new(cfg.clone())).collect();
-    let mut source = AnySource::new(scenario);
     let mut collector = Collector::new(&scenario.capacity, options).summary_only_if(summary);
     let weight = cluster.overlap_weight.unwrap_or(crate::config::cluster::DEFAULT_OVERLAP_WEIGHT);
     let mut router = RouterState::new(cluster.router, weight, scenario.workload.seed);
     let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
     let stretches = stepping == Stepping::MacroSteps && !options.keep_steps && arrivals_are_fixed(scenario);
     let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: options.keep_steps, stretches };
-    let run = drive_cluster(
-        &mut engines,
-        &mut router,
-        &mut source,
-        &mut (&mut collector, extra),
-        &setup,
-        |_, _, _| {},
-        progress,
-    )?;
+    let run =
+        drive_cluster(&mut engines, &mut router, source, &mut (&mut collector, extra), &setup, |_, _, _| {}, progress)?;
     let mut out = collector.finish(scenario);
     let caching = scenario.model.kv_cache.prefix_caching;
     let r = &mut out.result;

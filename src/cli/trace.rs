@@ -51,9 +51,16 @@ fn generate_with_progress(
     progress: &mut dyn FnMut(&crate::sim::Progress),
 ) -> Result<Generated, crate::sim::SimError> {
     let mut rows = Recorded::default();
-    let mut engine = Engine::new(scenario.engine_config());
     let mut source = AnySource::new(scenario);
     source.keep_rows();
+    if let Some(cluster) = &scenario.cluster {
+        // The cluster decides when a closed loop's users send again.
+        let options = crate::metrics::CollectorOptions::default();
+        let stepping = crate::sim::Stepping::Exact;
+        crate::cluster::run_from(scenario, cluster, &mut source, options, true, &mut rows, progress, stepping)?;
+        return Ok((rows.0, source.row_content()));
+    }
+    let mut engine = Engine::new(scenario.engine_config());
     let limits = crate::sim::RunLimits::default();
     let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
     crate::sim::drive_limited(&mut engine, &mut source, &mut rows, &limits, delay_ns, |_, _| {}, progress)?;

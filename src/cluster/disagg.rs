@@ -91,10 +91,12 @@ pub struct PoolCollectors {
 /// `capacity` a prefill replica's, `kv.peak_blocks` the largest
 /// replica's), plus `gpus`, `replicas` (prefill ones, then decode ones),
 /// `imbalance` (the larger pool's), `pools` and `kv_transfer_ms`.
+#[allow(clippy::too_many_arguments)]
 pub fn run<O: Observer>(
     scenario: &Scenario,
     cluster: &Cluster,
     d: &Disagg,
+    source: &mut AnySource,
     options: CollectorOptions,
     summary: bool,
     extra: &mut O,
@@ -105,7 +107,6 @@ pub fn run<O: Observer>(
     let seed = scenario.workload.seed;
     let mut prefill_router = router(&d.prefill, seed, 0);
     let mut decode_router = router(&d.decode, seed, 1);
-    let mut source = AnySource::new(scenario);
     let first = &d.prefill.scenario;
     // A request may be rejected in either pool: the smaller one decides.
     let fits =
@@ -129,7 +130,7 @@ pub fn run<O: Observer>(
         decode_router: &mut decode_router,
     };
     let obs = &mut (&mut collector, extra);
-    let run = drive_disagg(pools, &mut source, obs, &mut per_pool, &setup, |_, _, _, _| {}, progress)?;
+    let run = drive_disagg(pools, source, obs, &mut per_pool, &setup, |_, _, _, _| {}, progress)?;
     // `capacity` is one replica's of the first pool.
     let mut out = collector.finish(first);
     let caching = scenario.model.kv_cache.prefix_caching;

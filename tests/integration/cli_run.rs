@@ -333,3 +333,38 @@ fn itl_counts_the_gaps_of_completed_requests_only() {
         }
     }
 }
+
+#[test]
+fn replaying_the_trace_of_a_closed_loop_on_a_cluster_reproduces_its_run() {
+    // A closed loop's arrivals follow the answers, so `llmsim trace` must
+    // simulate the cluster the scenario names, not one engine (it once
+    // did: the replay then differed).
+    let dir = tempdir();
+    let closed = "workload.arrivals={closed: {concurrency: 24, think_time_s: 0.05}}";
+    let cases: [(&str, &[&str]); 2] = [
+        ("scenarios/workloads/closed-loop.yml", &["cluster={replicas: 3, router: least_outstanding}"]),
+        ("scenarios/clusters/disagg.yml", &[closed, "workload.requests=300"]),
+    ];
+    for (s, sets) in cases {
+        let trace = dir.path().join("trace.csv");
+        let with_sets = |mut cmd: TestCommand| {
+            for set in sets {
+                cmd = cmd.arg("--set").arg(set);
+            }
+            cmd
+        };
+        with_sets(TestCommand::new(&["trace", s, "-o"]).arg(&trace)).ok();
+        let original: Value =
+            serde_json::from_str(&with_sets(TestCommand::new(&["run", s, "--json", "-"])).ok().stdout()).unwrap();
+        let set = format!("workload.arrivals={{trace: {}}}", trace.display());
+        let mut replay = with_sets(TestCommand::new(&["run", s, "--json", "-"]));
+        for unset in ["workload.prompt_tokens=null", "workload.output_tokens=null", "workload.requests=null"] {
+            replay = replay.arg("--set").arg(unset);
+        }
+        let replay: Value = serde_json::from_str(&replay.arg("--set").arg(&set).ok().stdout()).expect("json");
+        assert!(original["requests"]["completed"].as_u64().unwrap() > 100, "{s}");
+        for key in ["requests", "throughput", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms", "steps", "kv"] {
+            assert_eq!(original[key], replay[key], "{s}: {key} differs after replay");
+        }
+    }
+}
