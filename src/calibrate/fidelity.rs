@@ -328,6 +328,9 @@ pub enum Mode {
     Fit { refit: Vec<String> },
     /// Replay every suite from the record; a suite without one is an error.
     Check,
+    /// As `Check`, but the files are written (a change of presentation
+    /// only: no fit runs).
+    Replay,
 }
 
 /// Runs every suite from `root`; the table, the profiles and the record.
@@ -354,7 +357,7 @@ pub fn generate_with(
     for suite in &SUITES {
         let old = record.suites.iter().find(|r| r.id == suite.id);
         let replay = match mode {
-            Mode::Check => Some(old.ok_or_else(|| {
+            Mode::Check | Mode::Replay => Some(old.ok_or_else(|| {
                 Error::Input(format!(
                     "{RECORD} has no fit of suite `{}`: run `llmsim fidelity --refit {}` and commit the result",
                     suite.id, suite.id
@@ -370,7 +373,7 @@ pub fn generate_with(
         for name in suite.profiles {
             out.push(Generated {
                 path: PathBuf::from(format!("hardware/calibrations/{name}.yml")),
-                text: profile::render(&o, name, suite.scenario),
+                text: profile::render(&o, name, suite.scenario, &format!("llmsim fidelity --refit {}", suite.id)),
             });
         }
     }

@@ -3,7 +3,8 @@
 //!
 //! Wire format (YAML): `name`, `description`, then the fitted keys under
 //! `efficiency:` and `latency:` (the only keys a profile may set), then
-//! `fit:`, which scenarios never read: the llmsim version, the scenario,
+//! `fit:`, which scenarios never read: the llmsim version, the command
+//! that fits it again, the scenario,
 //! each key's start, fitted value and bounds, the loss metrics, function
 //! and values,
 //! every run with its source and whether it was in the fit (or why not;
@@ -37,6 +38,9 @@ struct Profile {
 #[derive(Serialize)]
 struct FitRecord {
     llmsim_version: &'static str,
+    /// The command that fits it again (same version, same files: the same
+    /// profile, byte for byte).
+    command: String,
     scenario: String,
     keys: Vec<KeyRecord>,
     loss_metrics: String,
@@ -97,7 +101,8 @@ fn round2(x: f64) -> f64 {
 }
 
 /// The profile's YAML text. `name` is its name (the file's stem).
-pub fn render(o: &Outcome, name: &str, scenario: &str) -> String {
+/// The profile `name` of outcome `o`, fitted with `scenario` by `command`.
+pub fn render(o: &Outcome, name: &str, scenario: &str, command: &str) -> String {
     let mut efficiency = BTreeMap::new();
     let mut latency = BTreeMap::new();
     for (k, x) in o.setup.keys.iter().zip(&o.fit.x) {
@@ -161,6 +166,7 @@ pub fn render(o: &Outcome, name: &str, scenario: &str) -> String {
         latency,
         fit: FitRecord {
             llmsim_version: env!("CARGO_PKG_VERSION"),
+            command: command.to_string(),
             scenario: scenario.to_string(),
             keys: o
                 .setup

@@ -14,16 +14,60 @@
 //!
 //! With prefill/decode pools ([`split`]), `--target-rate R --gpus N`
 //! tries every prefill:decode split of `N` GPUs at R instead.
+//!
+//! A fleet probe is sized to the fleet: the single engine's probe size
+//! (the capacity rule) for every replica, up to the search's most, so each
+//! replica sees as many requests as one engine's probe does and the
+//! arrivals span as long. A count passes only when every SLO holds *and*
+//! the rate is sustained: the waiting queue, over every replica, grows by
+//! at most [`saturation::GROWTH_LIMIT`] of a quarter's arrivals from the third to the
+//! fourth quarter of the arrival window (the saturation test). Without
+//! it, a probe too short to build a queue passed fleets far too small.
 
 use serde::Serialize;
 
 use super::probe::{Options, Probe, SearchError, probe};
+use super::saturation;
+use super::search::MAX_REQUESTS;
 use crate::config::{Scenario, limits};
+
+/// What [`fleet_probe`] failed on besides the SLOs.
+pub const NOT_SUSTAINED: &str = "sustained rate (the waiting queue grows)";
+
+/// A probe of a fleet of `replicas` replicas (`s` has them) at `rate`:
+/// `n` requests a replica, up to [`MAX_REQUESTS`]; when every SLO holds,
+/// the queue test too (see the module docs). Returns the probe (its
+/// `pass` false and [`NOT_SUSTAINED`] among `failed` when the queue grows)
+/// and the queue growth (`None` when the SLOs already failed).
+fn fleet_probe(
+    s: &Scenario,
+    opts: &Options,
+    seeds: &[u64],
+    rate: f64,
+    n: u64,
+    replicas: u32,
+) -> Result<(Probe, Option<f64>), SearchError> {
+    let n = n.saturating_mul(u64::from(replicas)).clamp(n, MAX_REQUESTS.max(n));
+    let mut p = probe(s, &opts.slos, seeds, rate, n)?;
+    if !p.pass {
+        return Ok((p, None));
+    }
+    let q = saturation::probe(s, seeds, rate, n)?;
+    if !q.sustained {
+        p.pass = false;
+        p.seeds_met = 0;
+        p.failed.push(NOT_SUSTAINED.into());
+    }
+    Ok((p, Some(q.queue_growth)))
+}
 
 /// One replica count tried.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FleetProbe {
     pub replicas: u32,
+    /// The waiting queue's growth over the probe (see the module docs);
+    /// `None` when an SLO already failed.
+    pub queue_growth: Option<f64>,
     #[serde(flatten)]
     pub probe: Probe,
 }
@@ -95,8 +139,9 @@ pub fn size(
     };
     let mut log = Vec::new();
     let run = |k: u32, log: &mut Vec<FleetProbe>| -> Result<Probe, FleetError> {
-        let p = probe(&with_replicas(base, k), &opts.slos, seeds, rate, n).map_err(FleetError::Search)?;
-        log.push(FleetProbe { replicas: k, probe: p.clone() });
+        let (p, queue_growth) =
+            fleet_probe(&with_replicas(base, k), opts, seeds, rate, n, k).map_err(FleetError::Search)?;
+        log.push(FleetProbe { replicas: k, queue_growth, probe: p.clone() });
         Ok(p)
     };
     // Grow from just below the estimate until a count passes.
@@ -144,6 +189,9 @@ pub struct SplitProbe {
     /// The largest SLO value over its bound, over the SLOs (at most 1
     /// when every SLO holds); `None` when no SLO has a value.
     pub worst_slo_ratio: Option<f64>,
+    /// The waiting queue's growth over the probe (see the module docs);
+    /// `None` when an SLO already failed.
+    pub queue_growth: Option<f64>,
     #[serde(flatten)]
     pub probe: Probe,
 }
@@ -260,13 +308,15 @@ pub fn split(
     }
     let mut probes = Vec::with_capacity(splits.len());
     for (p, k) in splits {
-        let probe = probe(&with_split(base, p, k), &opts.slos, seeds, rate, n).map_err(SplitError::Search)?;
+        let (probe, queue_growth) =
+            fleet_probe(&with_split(base, p, k), opts, seeds, rate, n, p + k).map_err(SplitError::Search)?;
         let gpus = p * gp + k * gd;
         probes.push(SplitProbe {
             prefill_replicas: p,
             decode_replicas: k,
             gpus,
             worst_slo_ratio: worst_ratio(opts, &probe),
+            queue_growth,
             probe,
         });
     }

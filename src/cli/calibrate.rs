@@ -224,10 +224,41 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
     print(&render::render(&outcome, &scenario))?;
     if let Some(path) = &a.output {
         let name = path.file_stem().map_or_else(|| "calibration".into(), |s| s.to_string_lossy().into_owned());
-        write_output(path, profile::render(&outcome, &name, &scenario).as_bytes())?;
+        write_output(path, profile::render(&outcome, &name, &scenario, &command_line()).as_bytes())?;
         if path != Path::new("-") {
             eprintln!("wrote {}", path.display());
         }
     }
     Ok(())
+}
+
+/// This command as a shell would take it back: `llmsim` and the arguments
+/// given, each quoted where it needs to be, but for `--threads` (the fit is
+/// the same at any count) and the directory of `-o` (its file name is the
+/// profile's name). The profile records it, so the fit can be run again as
+/// it was.
+fn command_line() -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./=,:-+@%".contains(c);
+    let quote = |a: &str| match !a.is_empty() && a.chars().all(plain) {
+        true => a.to_string(),
+        false => format!("'{}'", a.replace('\'', "'\\''")),
+    };
+    let mut out = vec!["llmsim".to_string()];
+    let mut args = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned());
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--threads" => {
+                args.next();
+            }
+            _ if a.starts_with("--threads=") => {}
+            "-o" | "--output" => {
+                let file = args.next().unwrap_or_default();
+                let name = Path::new(&file).file_name().map_or(file.clone(), |n| n.to_string_lossy().into_owned());
+                out.push(a);
+                out.push(quote(&name));
+            }
+            _ => out.push(quote(&a)),
+        }
+    }
+    out.join(" ")
 }

@@ -42,7 +42,9 @@ pub struct CapacityArgs {
     pub precision: f64,
     /// Requests per probe and seed (100 to 1,000,000), instead of 20,000
     /// for saturation probes and max(2000, 100/(1-q)) for SLO probes, q
-    /// the highest SLO quantile (and longer runs where E2E is long).
+    /// the highest SLO quantile (and longer runs where E2E is long). A
+    /// fleet probe (--target-rate on a cluster) runs this many for every
+    /// replica.
     #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
     /// Seeds every probe runs (1 to 100): the scenario's seed and the next

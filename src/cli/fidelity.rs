@@ -18,6 +18,10 @@ pub struct FidelityArgs {
     /// naming the first differing line, if a committed file differs.
     #[arg(long)]
     pub check: bool,
+    /// Fit nothing: write every file from the fits results/fidelity-fits.yml
+    /// records (after a change that moves no fitted value).
+    #[arg(long, conflicts_with_all = ["check", "refit"])]
+    pub replay: bool,
     /// Fit only these suites (comma-separated ids), predicting the others at
     /// the values results/fidelity-fits.yml records (default: fit every suite).
     #[arg(long, value_name = "ID,...", value_delimiter = ',')]
@@ -36,7 +40,11 @@ pub fn execute(a: FidelityArgs) -> Result<(), CliError> {
         let (ran, reused) = o.simulations;
         eprintln!("{}: {ran} simulations run, {reused} reused", suite.id);
     };
-    let mode = if a.check { fidelity::Mode::Check } else { fidelity::Mode::Fit { refit: a.refit.clone() } };
+    let mode = match (a.check, a.replay) {
+        (true, _) => fidelity::Mode::Check,
+        (_, true) => fidelity::Mode::Replay,
+        _ => fidelity::Mode::Fit { refit: a.refit.clone() },
+    };
     let files = pool.install(|| fidelity::generate_with(&a.root, &mode, &mut done))?;
     let mut out = String::new();
     for f in &files {

@@ -66,6 +66,14 @@ fn a_fit_finds_the_hidden_overheads_and_its_profile_is_used_by_a_scenario() {
     assert!((step - 4.0).abs() <= 0.08, "step overhead {step}, hidden 4");
     assert!((request - 15.0).abs() <= 0.3, "request overhead {request}, hidden 15");
     assert_eq!(value["fit"]["llmsim_version"].as_str(), Some(env!("CARGO_PKG_VERSION")));
+    // The command that fits it again: as given, -o by its file name.
+    let command = value["fit"]["command"].as_str().unwrap();
+    let expected = format!(
+        "llmsim calibrate {BASE} --fit {FIT} --no-priors -o lab.yml {} {}",
+        files[0].display(),
+        files[1].display()
+    );
+    assert_eq!(command, expected);
     assert_eq!(value["fit"]["runs"].as_sequence().map(Vec::len), Some(2));
     // A scenario naming the profile by file gets its values; its own win.
     let base = std::fs::read_to_string(repo(BASE)).unwrap();
