@@ -8,8 +8,9 @@
 //! every read stops at that limit plus one byte whatever the file is: a
 //! regular file is refused by its size before it is read, and a pipe, a
 //! device or a file that grows while it is read is refused at the first
-//! byte past the limit. A file that starts with a NUL byte within its
-//! first block is binary (or UTF-16) and refused before it is parsed.
+//! byte past the limit. A file with a NUL byte in its first block (64 KiB)
+//! is binary (or UTF-16) and refused before it is parsed: `/dev/zero` is
+//! refused at its first byte.
 //!
 //! Small kinds (YAML and small JSON) are read whole with [`read_text`].
 //! The large kinds (traces and measured files, up to 1 GiB) are streamed:
@@ -148,11 +149,6 @@ impl Kind {
             Kind::Measured => "measured file (`diff`, `calibrate`, `run --trace-from`)",
             Kind::KernelTable => "AIConfigurator kernel table (`llmsim kernels`)",
         }
-    }
-
-    /// Whether the readers stream files of this kind (else they are read whole).
-    pub const fn streamed(self) -> bool {
-        matches!(self, Kind::Trace | Kind::Measured)
     }
 
     /// How files of this kind are read, for the documentation.

@@ -36,7 +36,8 @@ fn every_kind_is_listed_once_with_a_limit_a_name_and_its_files() {
     }
     assert_eq!(Kind::Measured.limit(), 1 << 30, "a 200 MB benchmark file is well within");
     assert_eq!(Kind::Calibration.limit(), 4 << 20);
-    assert!(Kind::Trace.streamed() && Kind::Measured.streamed() && !Kind::Scenario.streamed());
+    assert!(Kind::Trace.reading().starts_with("streamed") && Kind::Measured.reading().starts_with("streamed"));
+    assert_eq!(Kind::Scenario.reading(), "whole");
 }
 
 #[test]
