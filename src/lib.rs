@@ -15,6 +15,7 @@ pub mod content;
 pub mod diff;
 pub mod engine;
 pub mod experiments;
+pub mod input;
 pub mod limits;
 pub mod measured;
 pub mod metrics;

@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::config::ConfigError;
+use crate::input::Kind;
 use crate::time::SimTime;
 use crate::trace::TraceRow;
 
@@ -188,27 +189,44 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// Reads and parses a measured file.
+/// Reads and parses a measured file as it is read ([`crate::input`]).
 pub fn load(file: &Path) -> Result<Measured, ConfigError> {
-    let text = crate::config::read_text(file)?;
-    parse(&text, file)
+    Ok(load_docs(file)?.0)
+}
+
+/// [`load`], with the file's top-level objects (their keys, and their
+/// per-request arrays as numbers) for readers that need more than the
+/// levels.
+pub fn load_docs(file: &Path) -> Result<(Measured, Vec<json::Doc>), ConfigError> {
+    read(crate::input::open(Kind::Measured, file)?)
+}
+
+/// [`load_docs`] of a file already open.
+pub fn read(input: crate::input::Input) -> Result<(Measured, Vec<json::Doc>), ConfigError> {
+    let (file, kind) = (input.file().to_path_buf(), input.kind());
+    let docs = json::read_docs(input, &file, kind)?;
+    Ok((from_docs(&docs, &file)?, docs))
 }
 
 /// Parses measured-file text; `file` names it in errors.
 pub fn parse(text: &str, file: &Path) -> Result<Measured, ConfigError> {
-    let docs = json::documents(text, file)?;
-    let first = sniff(&docs[0]).map_err(|m| ConfigError::new(file, "", m))?;
+    from_docs(&json::read_docs(text.as_bytes(), file, Kind::Measured)?, file)
+}
+
+/// The levels of a measured file's objects.
+fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
+    let first = sniff(&docs[0].head).map_err(|m| ConfigError::new(file, "", m))?;
     let mut levels = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         let where_ = if docs.len() > 1 { format!("object {}", i + 1) } else { String::new() };
-        let tool = sniff(doc).map_err(|m| ConfigError::new(file, &where_, m))?;
+        let tool = sniff(&doc.head).map_err(|m| ConfigError::new(file, &where_, m))?;
         if tool != first && !(matches!(tool, Tool::Llmsim | Tool::Vllm) && matches!(first, Tool::Llmsim | Tool::Vllm)) {
             let msg =
                 format!("a {} result after a {} result: one file must come from one tool", tool.name(), first.name());
             return Err(ConfigError::new(file, where_, msg));
         }
         match tool {
-            Tool::Guidellm => levels.extend(guidellm::levels(doc).map_err(|m| ConfigError::new(file, "", m))?),
+            Tool::Guidellm => levels.extend(guidellm::levels(&doc.head).map_err(|m| ConfigError::new(file, "", m))?),
             _ => levels.push(vllm::level(doc, tool, i)),
         }
     }

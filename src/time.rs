@@ -27,6 +27,43 @@ impl SimTime {
         SimTime(secs_to_nanos(secs))
     }
 
+    /// Reads decimal seconds (`12.345678901`, `1.5e3`, `+.5`) exactly,
+    /// rounded to the nearest nanosecond (halves up): the inverse of
+    /// [`SimTime`]'s `Display` for every instant, where going through `f64`
+    /// loses nanoseconds past 2^53 ns (104 days). `None` for other
+    /// spellings (negative, `inf`, `nan`, hex) and past `u64::MAX` ns.
+    pub fn from_decimal_secs(text: &str) -> Option<SimTime> {
+        let s = text.strip_prefix('+').unwrap_or(text);
+        let (mantissa, exp) = match s.find(['e', 'E']) {
+            Some(i) => (&s[..i], parse_exponent(&s[i + 1..])?),
+            None => (s, 0),
+        };
+        let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let all_digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+        if int.len() + frac.len() == 0 || !all_digits(int) || !all_digits(frac) {
+            return None;
+        }
+        // The digits, and where the point falls among them once the value
+        // is in nanoseconds: digits before `point` are whole nanoseconds.
+        let digits = int.bytes().chain(frac.bytes()).map(|b| u64::from(b - b'0'));
+        let point = int.len() as i64 + exp + 9;
+        let mut ns: u64 = 0;
+        let mut round_up = false;
+        for (i, d) in digits.enumerate() {
+            let i = i as i64;
+            if i >= point {
+                round_up = i == point && d >= 5;
+                break;
+            }
+            ns = ns.checked_mul(10)?.checked_add(d)?;
+        }
+        let pad = point - (int.len() + frac.len()) as i64;
+        if ns != 0 && pad > 0 {
+            ns = ns.checked_mul(10u64.checked_pow(u32::try_from(pad).ok()?)?)?;
+        }
+        ns.checked_add(u64::from(round_up)).map(SimTime)
+    }
+
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 / 1e9
     }
@@ -80,6 +117,21 @@ fn round_huge(x: f64) -> u64 {
     if x - t as f64 >= 0.5 { t.saturating_add(1) } else { t }
 }
 
+/// A decimal exponent's digits (`-3`, `+12`), saturated far beyond any
+/// that leaves a nanosecond count in range.
+fn parse_exponent(text: &str) -> Option<i64> {
+    let (negative, digits) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let e = digits.bytes().fold(0i64, |e, b| (e * 10 + i64::from(b - b'0')).min(1 << 40));
+    Some(if negative { -e } else { e })
+}
+
 impl fmt::Display for SimTime {
     /// Seconds with nine decimals: exact, and what the trace CSV uses.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -95,6 +147,49 @@ mod tests {
     fn display_is_exact_seconds_with_nine_decimals() {
         assert_eq!(SimTime::from_nanos(1_500_000_001).to_string(), "1.500000001");
         assert_eq!(SimTime::ZERO.to_string(), "0.000000000");
+    }
+
+    #[test]
+    fn decimal_seconds_read_back_every_displayed_instant_exactly() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        // 1.5e8 s is where f64 seconds lose nanoseconds (the trace of issue
+        // 34); 1e18 ns is the simulated-time limit; u64::MAX the end.
+        let mut all = vec![0, 1, 999_999_999, 150_000_000_123_456_789, 1_000_000_000_000_000_000, u64::MAX];
+        all.extend((0..2000).map(|_| rng.random_range(0..=1_000_000_000_000_000_000u64)));
+        for ns in all {
+            let t = SimTime::from_nanos(ns);
+            assert_eq!(SimTime::from_decimal_secs(&t.to_string()), Some(t), "{t}");
+        }
+        let lossy: f64 = "150000000.123456789".parse().unwrap();
+        assert_ne!(SimTime::from_secs_f64(lossy).as_nanos(), 150_000_000_123_456_789, "f64 loses the nanoseconds");
+    }
+
+    #[test]
+    fn decimal_seconds_take_every_spelling_f64_takes_and_round_half_up() {
+        let ns = |s: &str| SimTime::from_decimal_secs(s).map(SimTime::as_nanos);
+        assert_eq!(ns("1.5"), Some(1_500_000_000));
+        assert_eq!(ns("+.5"), Some(500_000_000));
+        assert_eq!(ns("2."), Some(2_000_000_000));
+        assert_eq!(ns("1.5e3"), Some(1_500_000_000_000));
+        assert_eq!(ns("15E-1"), Some(1_500_000_000));
+        assert_eq!(ns("1e-9"), Some(1));
+        assert_eq!(ns("0.0000000005"), Some(1), "half a nanosecond rounds up");
+        assert_eq!(ns("0.00000000049999"), Some(0));
+        assert_eq!(ns("1.0000000014999"), Some(1_000_000_001));
+        assert_eq!(ns("0000000000000000000000000001"), Some(1_000_000_000), "leading zeros are not digits");
+        assert_eq!(ns("0e999999999999999999999"), Some(0));
+        assert_eq!(ns("1e-99999999999999999999"), Some(0));
+        assert_eq!(ns("1e999999999999999999999"), None);
+        assert_eq!(ns("18446744073.709551615"), Some(u64::MAX));
+        assert_eq!(ns("18446744073.709551616"), None, "past u64::MAX ns");
+        for bad in ["", ".", "-1", "inf", "NaN", "0x10", "1e", "1e+", "1..2", "1,5", " 1", "e5"] {
+            assert_eq!(ns(bad), None, "{bad:?}");
+        }
+        // Where f64 is exact (below 2^53 ns), both agree.
+        for s in ["0.25", "12.5", "3600.000000001", "1e3", "86400.123456789"] {
+            assert_eq!(ns(s), Some(SimTime::from_secs_f64(s.parse().unwrap()).as_nanos()), "{s}");
+        }
     }
 
     #[test]

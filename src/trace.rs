@@ -19,12 +19,13 @@
 //!   happen in practice).
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
+use crate::input::{self, Input, InputError, Kind};
 use crate::limits;
 use crate::time::SimTime;
-use crate::util::{short_float, short_text};
+use crate::util::{short_float, short_text, thousands};
 
 /// A trace file that cannot be used as written: the file, where in it
 /// (`line 3, column arrival_s`, or empty), and what is wrong. Shown as a
@@ -44,6 +45,12 @@ impl TraceError {
     }
 }
 
+impl From<InputError> for TraceError {
+    fn from(e: InputError) -> Self {
+        TraceError::new(&e.file, "", e.message())
+    }
+}
+
 /// One request of a trace.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct TraceRow {
@@ -53,6 +60,10 @@ pub struct TraceRow {
 }
 
 pub const COLUMNS: [&str; 3] = ["arrival_s", "prompt_tokens", "output_tokens"];
+
+/// The latest arrival a trace may have: [`limits::ARRIVAL_S`]'s end in
+/// nanoseconds, exactly.
+const MAX_ARRIVAL_NS: u64 = limits::MAX_SIM_SECONDS as u64 * 1_000_000_000;
 
 /// The optional content columns, in the order `llmsim trace` writes them.
 pub const CONTENT_COLUMNS: [&str; 3] = ["prefix_id", "prefix_tokens", "session_id"];
@@ -157,18 +168,28 @@ pub fn read(file: &Path) -> Result<Vec<TraceRow>, TraceError> {
 }
 
 /// Reads a trace CSV or a Mooncake-style JSONL trace (`hash_block_size`
-/// tokens per hash id, default 512), with its content if it has any.
+/// tokens per hash id, default 512), with its content if it has any. The
+/// file is parsed as it is read ([`crate::input`]).
 pub fn read_with_content(
     file: &Path,
     hash_block_size: Option<u32>,
 ) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
-    let text = crate::util::read_text_limited(file, limits::MAX_TRACE_BYTES)
-        .map_err(|e| TraceError::new(file, "", e.to_string()))?;
-    if text.trim_start().starts_with('{') {
+    read_input(input::open(Kind::Trace, file)?, hash_block_size)
+}
+
+/// [`read_with_content`] of a file already open (a trace given as a
+/// measured file to `run --trace-from`).
+pub fn read_input(
+    mut input: Input,
+    hash_block_size: Option<u32>,
+) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
+    if input.first_non_space()? == Some(b'{') {
         let bs = hash_block_size.unwrap_or(MOONCAKE_BLOCK_SIZE);
-        return parse_jsonl(&text, file, bs).map(|(rows, content)| (rows, Some(content)));
+        let (file, kind) = (input.file().to_path_buf(), input.kind());
+        return parse_jsonl_from(input, &file, kind, bs).map(|(rows, content)| (rows, Some(content)));
     }
-    parse_with_content(&text, file)
+    let (file, kind) = (input.file().to_path_buf(), input.kind());
+    parse_csv_from(input, &file, kind)
 }
 
 /// Parses trace CSV text; `file` names it in errors.
@@ -179,11 +200,29 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, TraceError> {
 /// Parses trace CSV text with its optional content columns (`None` when it
 /// has none of them).
 pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
+    parse_csv_from(text.as_bytes(), file, Kind::Trace)
+}
+
+/// A CSV error: an IO error is the input's (the limit, UTF-8), any other
+/// the CSV's own at `at`.
+fn csv_error(file: &Path, kind: Kind, at: String, what: &str, e: &csv::Error) -> TraceError {
+    match e.kind() {
+        csv::ErrorKind::Io(io) => InputError::from_io(file, kind, io).into(),
+        _ => TraceError::new(file, at, format!("unreadable CSV {what}: {e}")),
+    }
+}
+
+/// Parses a trace CSV as it is read from `reader`; `kind` is the file's,
+/// for the message of a read that passes its limit.
+fn parse_csv_from<R: Read>(
+    reader: R,
+    file: &Path,
+    kind: Kind,
+) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
     // Names and fields are trimmed as `csv::Trim::All` trims them, but one
     // field at a time as it is read: the reader's trim copies every row.
-    let mut reader = csv::ReaderBuilder::new().from_reader(text.as_bytes());
-    let raw =
-        reader.headers().map_err(|e| TraceError::new(file, "line 1", format!("unreadable CSV header: {e}")))?.clone();
+    let mut reader = csv::ReaderBuilder::new().from_reader(reader);
+    let raw = reader.headers().map_err(|e| csv_error(file, kind, "line 1".into(), "header", &e))?.clone();
     let headers: Vec<&str> = raw.iter().map(str::trim).collect();
     let mut index = [0usize; 3];
     for (slot, name) in index.iter_mut().zip(COLUMNS) {
@@ -224,7 +263,7 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
     loop {
         let more = reader.read_record(&mut record).map_err(|e| {
             let line = e.position().map_or(0, |p| p.line());
-            TraceError::new(file, format!("line {line}"), format!("unreadable CSV row: {e}"))
+            csv_error(file, kind, format!("line {line}"), "row", &e)
         })?;
         if !more {
             break;
@@ -232,21 +271,26 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
         let line = record.position().map_or(0, |p| p.line());
         let at = |col: usize| format!("line {line}, column {}", COLUMNS[col]);
         let field = |col: usize| record.get(index[col]).map_or("", str::trim);
-        let secs: f64 = field(0).parse().ok().filter(|s: &f64| !s.is_nan()).ok_or_else(|| {
-            TraceError::new(file, at(0), format!("`{}` is not a number of seconds", short_text(field(0))))
+        let sent = field(0);
+        let secs: f64 = sent.parse().ok().filter(|s: &f64| !s.is_nan()).ok_or_else(|| {
+            TraceError::new(file, at(0), format!("`{}` is not a number of seconds", short_text(sent)))
         })?;
         if secs < 0.0 {
             return Err(TraceError::new(
                 file,
                 at(0),
-                format!("{} is not allowed: arrivals must be >= 0", short_float(secs)),
+                format!("{} is not allowed: arrivals must be >= 0", short_text(sent)),
             ));
         }
-        if !limits::ARRIVAL_S.contains(secs) {
+        // Decimal seconds are read exactly (`llmsim trace` writes nine
+        // decimals); other spellings (`1e400`, `inf`) through f64, whose
+        // range check refuses them.
+        let arrival = SimTime::from_decimal_secs(sent).unwrap_or_else(|| SimTime::from_secs_f64(secs));
+        if !limits::ARRIVAL_S.contains(secs) || arrival.as_nanos() > MAX_ARRIVAL_NS {
             return Err(TraceError::new(
                 file,
                 at(0),
-                format!("{} is not allowed: arrivals must be in {}", short_float(secs), limits::ARRIVAL_S),
+                format!("{} is not allowed: arrivals must be in {}", short_text(sent), limits::ARRIVAL_S),
             ));
         }
         if rows.len() as u64 >= limits::MAX_REQUESTS {
@@ -255,17 +299,16 @@ pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Opt
                 format!("line {line}"),
                 format!(
                     "more than {} rows: a run may issue at most {} requests",
-                    crate::util::thousands(limits::MAX_REQUESTS),
-                    crate::util::thousands(limits::MAX_REQUESTS)
+                    thousands(limits::MAX_REQUESTS),
+                    thousands(limits::MAX_REQUESTS)
                 ),
             ));
         }
-        let arrival = SimTime::from_secs_f64(secs);
         if arrival < last {
             return Err(TraceError::new(
                 file,
                 at(0),
-                format!("{} is earlier than the row before ({last}): arrivals must not decrease", short_float(secs)),
+                format!("{} is earlier than the row before ({last}): arrivals must not decrease", short_text(sent)),
             ));
         }
         last = arrival;
@@ -434,44 +477,101 @@ impl<'a> ContentReader<'a> {
 /// One line of a Mooncake-style trace; other keys are ignored.
 #[derive(serde::Deserialize)]
 struct JsonRow {
-    timestamp: f64,
+    /// Kept as sent: whole milliseconds convert to nanoseconds exactly.
+    timestamp: serde_json::Number,
     input_length: i64,
     output_length: i64,
     #[serde(default)]
     hash_ids: Option<Vec<i64>>,
 }
 
-/// Parses a Mooncake-style JSONL trace with `block_size` tokens per hash id.
+/// A JSONL `timestamp` (milliseconds) as an arrival, if it lies in
+/// [`limits::ARRIVAL_S`]: whole milliseconds exactly, others rounded to
+/// the nanosecond.
+fn timestamp_arrival(ms: &serde_json::Number) -> Option<SimTime> {
+    let ns = match ms.as_u64() {
+        Some(whole) => whole.checked_mul(1_000_000)?,
+        None => {
+            let x = ms.as_f64().filter(|x| *x >= 0.0 && *x <= limits::MAX_SIM_SECONDS * 1e3)?;
+            crate::time::secs_to_nanos(x / 1e3)
+        }
+    };
+    (ns <= MAX_ARRIVAL_NS).then_some(SimTime::from_nanos(ns))
+}
+
+/// A JSON number as a message shows it: whole numbers in full, others
+/// short (`1e15`, not `1000000000000000.0`).
+fn as_sent(n: &serde_json::Number) -> String {
+    match (n.as_u64(), n.as_i64()) {
+        (Some(u), _) => u.to_string(),
+        (_, Some(i)) => i.to_string(),
+        _ => short_float(n.as_f64().unwrap_or(f64::NAN)),
+    }
+}
+
+/// Parses Mooncake-style JSONL trace text with `block_size` tokens per hash id.
 pub fn parse_jsonl(text: &str, file: &Path, block_size: u32) -> Result<(Vec<TraceRow>, TraceContent), TraceError> {
+    parse_jsonl_from(text.as_bytes(), file, Kind::Trace, block_size)
+}
+
+/// Parses a Mooncake-style JSONL trace line by line as it is read.
+fn parse_jsonl_from<R: BufRead>(
+    mut reader: R,
+    file: &Path,
+    kind: Kind,
+    block_size: u32,
+) -> Result<(Vec<TraceRow>, TraceContent), TraceError> {
     let mut rows = Vec::new();
     let mut content = Vec::new();
     let mut last = SimTime::ZERO;
-    for (i, text) in text.lines().enumerate() {
-        let line = i + 1;
+    let mut text = String::new();
+    for line in 1.. {
+        text.clear();
+        let n = reader.read_line(&mut text).map_err(|e| {
+            let e = InputError::from_io(file, kind, &e);
+            TraceError::new(file, format!("line {line}"), e.message())
+        })?;
+        if n == 0 {
+            break;
+        }
         if text.trim().is_empty() {
             continue;
         }
         let at = |key: &str| format!("line {line}, {key}");
-        let r: JsonRow = serde_json::from_str(text).map_err(|e| {
+        let r: JsonRow = serde_json::from_str(&text).map_err(|e| {
             TraceError::new(
                 file,
                 format!("line {line}"),
                 format!("not a trace record ({e}); each line must be a JSON object with timestamp (ms), input_length, output_length and hash_ids"),
             )
         })?;
-        if !r.timestamp.is_finite() || r.timestamp < 0.0 {
-            return Err(TraceError::new(
+        let arrival = timestamp_arrival(&r.timestamp).ok_or_else(|| {
+            TraceError::new(
                 file,
                 at("timestamp"),
-                format!("{} is not allowed: milliseconds >= 0", r.timestamp),
+                format!(
+                    "{} is not allowed: milliseconds in [0, {}] (the simulated-time limit, {} s)",
+                    as_sent(&r.timestamp),
+                    limits::number(limits::MAX_SIM_SECONDS * 1e3),
+                    limits::number(limits::MAX_SIM_SECONDS)
+                ),
+            )
+        })?;
+        if rows.len() as u64 >= limits::MAX_REQUESTS {
+            return Err(TraceError::new(
+                file,
+                format!("line {line}"),
+                format!(
+                    "more than {} lines: a run may issue at most that many requests",
+                    thousands(limits::MAX_REQUESTS)
+                ),
             ));
         }
-        let arrival = SimTime::from_nanos((r.timestamp * 1e6).round() as u64);
         if arrival < last {
             return Err(TraceError::new(
                 file,
                 at("timestamp"),
-                format!("{} ms is earlier than the line before: timestamps must not decrease", r.timestamp),
+                format!("{} ms is earlier than the line before: timestamps must not decrease", as_sent(&r.timestamp)),
             ));
         }
         last = arrival;
@@ -603,6 +703,58 @@ mod tests {
         let mut buf = Vec::new();
         write(&mut buf, &rows).unwrap();
         assert_eq!(parse_str(std::str::from_utf8(&buf).unwrap()).unwrap(), rows);
+    }
+
+    #[test]
+    fn a_trace_at_the_edge_of_the_time_range_reads_back_to_the_nanosecond() {
+        // Issue 34: arrivals near 1.5e8 s lost nanoseconds through f64.
+        let edge = MAX_ARRIVAL_NS;
+        let rows: Vec<TraceRow> = [150_000_000_123_456_789, 150_000_000_123_456_790, edge - 1, edge]
+            .into_iter()
+            .map(|ns| TraceRow { arrival: SimTime::from_nanos(ns), prompt: 3, output: 2 })
+            .collect();
+        let mut buf = Vec::new();
+        write(&mut buf, &rows).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.contains("\n1000000000.000000000,3,2\n"), "{text}");
+        assert_eq!(parse_str(&text).unwrap(), rows);
+        // One nanosecond past the limit is refused, as written.
+        let e = parse_str("arrival_s,prompt_tokens,output_tokens\n1000000000.000000001,1,1\n").unwrap_err();
+        assert!(
+            e.contains("line 2, column arrival_s: 1000000000.000000001 is not allowed: arrivals must be in"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_trace_file_is_read_as_a_stream_up_to_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("t.csv");
+        std::fs::write(&f, "arrival_s,prompt_tokens,output_tokens\n0.5,10,2\n").unwrap();
+        assert_eq!(read(&f).unwrap().len(), 1);
+        std::fs::File::create(&f).unwrap().set_len(limits::MAX_TRACE_BYTES + 1).unwrap();
+        let e = read(&f).unwrap_err().to_string();
+        assert!(
+            e.ends_with("the file is larger than 1,073,741,824 bytes (1 GiB), the most llmsim reads for a trace"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_mooncake_timestamp_past_the_time_limit_is_refused_as_sent() {
+        // Issue 34: 1e15 ms was reported as a saturated 18,446,744,073 s.
+        let line = |ts: &str| format!("{{\"timestamp\": {ts}, \"input_length\": 10, \"output_length\": 2}}\n");
+        let e = parse_jsonl(&line("1e15"), Path::new("m.jsonl"), 512).unwrap_err().to_string();
+        assert!(e.contains("line 1, timestamp: 1e15 is not allowed: milliseconds in [0, 1,000,000,000,000]"), "{e}");
+        assert!(!e.contains("18,446,744,073"), "{e}");
+        let e = parse_jsonl(&line("-3"), Path::new("m.jsonl"), 512).unwrap_err().to_string();
+        assert!(e.contains("-3 is not allowed"), "{e}");
+        // Whole milliseconds up to the limit convert exactly.
+        let text = format!("{}{}", line("999999999999"), line("1000000000000"));
+        let (rows, _) = parse_jsonl(&text, Path::new("m.jsonl"), 512).unwrap();
+        assert_eq!(rows[0].arrival, SimTime::from_nanos(999_999_999_999_000_000));
+        assert_eq!(rows[1].arrival, SimTime::from_nanos(MAX_ARRIVAL_NS));
+        assert!(parse_jsonl(&line("1000000000000.001"), Path::new("m.jsonl"), 512).is_err());
     }
 
     #[test]

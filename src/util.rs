@@ -58,40 +58,6 @@ impl FileError {
     }
 }
 
-/// Why a file could not be read as text; the caller names the file.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum ReadError {
-    /// Missing, a directory, not UTF-8, or another IO error (the reason).
-    #[error("cannot read the file: {0}")]
-    Cannot(String),
-    /// Longer than the limit, in bytes.
-    #[error("the file is larger than {} bytes, the most llmsim reads", thousands(*.0))]
-    TooLarge(u64),
-}
-
-/// The whole file as text if it has at most `limit` bytes (a pipe is read
-/// up to that size).
-pub fn read_text_limited(file: &std::path::Path, limit: u64) -> Result<String, ReadError> {
-    use std::io::Read;
-    let cannot = |e: std::io::Error| {
-        ReadError::Cannot(match e.kind() {
-            std::io::ErrorKind::NotFound => "no such file".to_string(),
-            std::io::ErrorKind::InvalidData => "it is not UTF-8 text".to_string(),
-            _ => e.to_string(),
-        })
-    };
-    let f = std::fs::File::open(file).map_err(cannot)?;
-    if f.metadata().is_ok_and(|m| m.is_dir()) {
-        return Err(ReadError::Cannot("it is a directory".into()));
-    }
-    let mut text = String::new();
-    f.take(limit + 1).read_to_string(&mut text).map_err(cannot)?;
-    if text.len() as u64 > limit {
-        return Err(ReadError::TooLarge(limit));
-    }
-    Ok(text)
-}
-
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: u64) -> String {
     let digits = n.to_string();

@@ -313,12 +313,13 @@ impl SuiteRecord {
 /// Reads `results/fidelity-fits.yml` under `root` (empty when absent).
 pub fn read_record(root: &Path) -> Result<FitRecord, Error> {
     let path = root.join(RECORD);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => crate::yaml::from_str(&text)
-            .map_err(|e| Error::Input(format!("{}: {e}: run `llmsim fidelity` to write it again", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FitRecord::default()),
-        Err(e) => Err(Error::Input(format!("cannot read {}: {e}", path.display()))),
+    if !path.exists() {
+        return Ok(FitRecord::default());
     }
+    let text =
+        crate::input::read_text(crate::input::Kind::FitRecord, &path).map_err(|e| Error::Input(e.to_string()))?;
+    crate::yaml::from_str(&text)
+        .map_err(|e| Error::Input(format!("{}: {e}: run `llmsim fidelity` to write it again", path.display())))
 }
 
 /// What to do for each suite.

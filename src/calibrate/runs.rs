@@ -31,6 +31,7 @@
 //! behind sends; a table says so in its `failed` or `saturated` column).
 
 use std::collections::BTreeMap;
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -38,6 +39,7 @@ use crate::yaml::Value;
 
 use super::keys::FitKey;
 use crate::config::{Arrivals, ConfigError, Override, Scenario, Trace};
+use crate::input::{self, Kind};
 use crate::measured::inference_perf::{self, InferencePerfRun, LoadType};
 use crate::measured::{LoadLevel, MetricKind, Tool, aic, table};
 use crate::metrics::percentile::percentile_sorted;
@@ -163,7 +165,7 @@ impl ScenarioSource {
     /// own mistakes are reported before any measured file is read.
     pub fn load(file: &Path, overrides: &[Override]) -> Result<ScenarioSource, ConfigError> {
         crate::config::load_scenario_with(file, overrides)?;
-        let text = crate::config::read_text(file)?;
+        let text = input::read_text(Kind::Scenario, file)?;
         let mut value: Value = crate::config::parse_str(&text, file)?;
         for o in overrides {
             o.apply(&mut value, file)?;
@@ -268,16 +270,16 @@ fn load_any(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result
         }
         return Err(ConfigError::new(measured, "", format!("a directory of an unknown shape; {KNOWN_SHAPES}")));
     }
-    let text = crate::config::read_text(measured)?;
-    let head = text.trim_start();
-    if head.starts_with('{') || head.starts_with('[') {
-        return from_json(src, &text, measured).map(Loaded::runs);
+    let mut reader = input::open(Kind::Measured, measured)?;
+    if matches!(reader.first_non_space()?, Some(b'{' | b'[')) {
+        return from_json(src, reader, measured).map(Loaded::runs);
     }
-    let first = text.lines().find(|l| !l.trim_start().starts_with('#')).unwrap_or("");
+    let first = first_line(reader)?;
     let headers: Vec<&str> = first.split(',').map(str::trim).collect();
     if headers.contains(&"arrival_s") {
-        return from_trace_csv(src, &text, measured).map(Loaded::runs);
+        return from_trace_csv(src, measured).map(Loaded::runs);
     }
+    let text = input::read_text(Kind::Measured, measured)?;
     if aic::looks_like_aic(&headers) {
         return from_aic(src, &aic::parse(&text, measured, &opts.aic_filters)?, opts);
     }
@@ -287,15 +289,26 @@ fn load_any(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result
     Err(ConfigError::new(measured, "", format!("a file of an unknown shape; {KNOWN_SHAPES}")))
 }
 
+/// The first line that is not a `#` comment (a CSV's header).
+fn first_line(mut input: input::Input) -> Result<String, input::InputError> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = input.read_line(&mut line).map_err(|e| input.error(&e))?;
+        if n == 0 || !line.trim_start().starts_with('#') {
+            return Ok(line.trim_end().to_string());
+        }
+    }
+}
+
 fn file_name(p: &Path) -> String {
     p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 // ---- per-request JSON -------------------------------------------------------
 
-fn from_json(src: &ScenarioSource, text: &str, file: &Path) -> Result<Vec<Run>, ConfigError> {
-    let measured = crate::measured::parse(text, file)?;
-    let docs = crate::measured::json::documents(text, file)?;
+fn from_json(src: &ScenarioSource, input: input::Input, file: &Path) -> Result<Vec<Run>, ConfigError> {
+    let (measured, docs) = crate::measured::read(input)?;
     let several = measured.levels.len() > 1;
     let mut runs = Vec::new();
     for (i, level) in measured.levels.iter().enumerate() {
@@ -365,14 +378,14 @@ fn level_figures(level: &LoadLevel, notes: &mut Vec<String>) -> BTreeMap<Metric,
 }
 
 /// The TTFT trend of a vLLM-schema object with per-request arrays.
-fn json_trend(doc: &serde_json::Value) -> Option<String> {
-    use crate::measured::json::num_list;
-    let (sent, ttft) = (num_list(doc, "start_times")?, num_list(doc, "ttfts")?);
+fn json_trend(doc: &crate::measured::json::Doc) -> Option<String> {
+    let a = &doc.arrays;
+    let (sent, ttft) = (a.start_times.as_ref()?, a.ttfts.as_ref()?);
     if sent.len() != ttft.len() {
         return None;
     }
-    let errors = doc.get("errors").and_then(serde_json::Value::as_array);
-    let ok = |i: usize| errors.and_then(|e| e.get(i)).and_then(serde_json::Value::as_str).is_none_or(str::is_empty);
+    let errors = a.errors.flags();
+    let ok = |i: usize| errors.and_then(|e| e.get(i)).is_none_or(|ok| *ok);
     let points = (0..sent.len()).filter(|&i| ok(i)).map(|i| (sent[i], ttft[i] * 1e3)).collect();
     growing_queue(points)
 }
@@ -404,9 +417,12 @@ pub fn growing_queue(mut points: Vec<(f64, f64)>) -> Option<String> {
 /// Per-request columns a measured trace may carry.
 const LATENCY_COLUMNS: [&str; 3] = ["ttft_ms", "e2e_ms", "tpot_ms"];
 
-fn from_trace_csv(src: &ScenarioSource, text: &str, file: &Path) -> Result<Vec<Run>, ConfigError> {
-    let all = crate::trace::parse(text, file)?;
-    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
+/// A trace CSV with measured latencies, read twice as a stream: once as a
+/// trace, once for the latency columns.
+fn from_trace_csv(src: &ScenarioSource, file: &Path) -> Result<Vec<Run>, ConfigError> {
+    let (all, _) = crate::trace::read_input(input::open(Kind::Measured, file)?, None)?;
+    let second = input::open(Kind::Measured, file)?;
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(second);
     let headers = reader.headers().map_err(|e| ConfigError::new(file, "line 1", e.to_string()))?.clone();
     let col = |name: &str| headers.iter().position(|h| h == name);
     let [ttft_col, e2e_col, tpot_col] = LATENCY_COLUMNS.map(col);

@@ -46,21 +46,21 @@ pub fn execute(a: DiffArgs) -> Result<(), CliError> {
     let tolerance = diff::parse_tolerance(&a.tolerance).map_err(|e| CliError::Usage(e.to_string()))?;
     diff::check_metrics(&a.metrics).map_err(|e| CliError::Usage(e.to_string()))?;
     let predicted = read_predicted(&a.predicted)?;
-    let measured = measured::load(&a.measured)?;
+    let (measured, docs) = measured::load_docs(&a.measured)?;
     let pairs = pair(&predicted, &measured, a.level)?;
     let comparisons: Vec<Comparison> =
         pairs.iter().map(|(p, l)| diff::compare(p, l, measured.tool, tolerance, &a.metrics)).collect();
     // An `llmsim bench` file against `llmsim serve` carries the server's
     // summary: its figures go beside the client's.
-    let measured_doc = crate::config::read_text(&a.measured)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .filter(|_| comparisons.len() == 1);
+    let measured_doc = match docs.as_slice() {
+        [one] if comparisons.len() == 1 => Some(&one.head),
+        _ => None,
+    };
     let text: Vec<String> = comparisons
         .iter()
         .map(|c| {
             let mut t = diff::table::render(c, &a.predicted.display().to_string(), &a.measured.display().to_string());
-            if let Some(s) = measured_doc.as_ref().and_then(|d| diff::server::section(d, c)) {
+            if let Some(s) = measured_doc.and_then(|d| diff::server::section(d, c)) {
                 t.push('\n');
                 t.push_str(&s);
             }
@@ -87,7 +87,7 @@ pub fn execute(a: DiffArgs) -> Result<(), CliError> {
 
 /// Every run result in the file.
 fn read_predicted(file: &Path) -> Result<Vec<RunResult>, CliError> {
-    let text = crate::config::read_text(file)?;
+    let text = crate::input::read_text(crate::input::Kind::Prediction, file)?;
     let docs = measured::json::documents(&text, file)?;
     docs.into_iter()
         .map(|doc| {

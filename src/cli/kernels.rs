@@ -42,7 +42,7 @@ pub fn execute(a: KernelsArgs) -> Result<(), CliError> {
     let inputs = [(Table::Gemm, &a.gemm), (Table::CustomAllreduce, &a.custom_allreduce), (Table::Nccl, &a.nccl)];
     for (table, files) in inputs {
         for f in files {
-            let text = crate::config::read_text(f)?;
+            let text = crate::input::read_text(crate::input::Kind::KernelTable, f)?;
             let rows = aic_kernels::import(&text, f, table, &mut t)?;
             note.push_str(&format!("{}: {rows} rows\n", f.display()));
         }

@@ -87,6 +87,12 @@ impl From<ConfigError> for CliError {
     }
 }
 
+impl From<crate::input::InputError> for CliError {
+    fn from(e: crate::input::InputError) -> Self {
+        CliError::Usage(e.to_string())
+    }
+}
+
 impl From<crate::trace::TraceError> for CliError {
     fn from(e: crate::trace::TraceError) -> Self {
         CliError::Usage(e.to_string())

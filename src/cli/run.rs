@@ -132,9 +132,9 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
 /// at the send: the engine then sees what the server saw. Returns a note
 /// saying what is replayed.
 pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize>) -> Result<String, CliError> {
-    let text = crate::config::read_text(file)?;
-    if !text.trim_start().starts_with(['{', '[']) {
-        let (rows, content) = crate::trace::parse_with_content(&text, file)?;
+    let mut input = crate::input::open(crate::input::Kind::Measured, file)?;
+    if !matches!(input.first_non_space()?, Some(b'{' | b'[')) {
+        let (rows, content) = crate::trace::read_input(input, None)?;
         let note = format!("replaying {} requests of the trace {} on {}", rows.len(), file.display(), scenario.name);
         set_trace(scenario, file, rows);
         if let Arrivals::Trace(t) = &mut scenario.workload.arrivals {
@@ -142,7 +142,7 @@ pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize
         }
         return Ok(note);
     }
-    let measured = crate::measured::parse(&text, file)?;
+    let (measured, _) = crate::measured::read(input)?;
     let chosen = measured.pick(level, "--trace-level").map_err(|e| CliError::Usage(e.to_string()))?;
     let (rows, skipped) = chosen
         .trace_rows()

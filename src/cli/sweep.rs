@@ -111,7 +111,7 @@ pub fn write_plots(dir: &Path, plots: &[Plot]) -> Result<(), CliError> {
 /// The plan the arguments describe.
 fn plan(a: &SweepArgs) -> Result<Plan, CliError> {
     let usage = CliError::Usage;
-    let text = crate::config::read_text(&a.file)?;
+    let text = crate::input::read_text(crate::input::Kind::Sweep, &a.file)?;
     let mut plan = if file::is_sweep_file(&text) {
         let f = file::load(&a.file)?;
         Plan { base: f.base, fixed: f.fixed, axes: f.axes, seeds: f.seeds.unwrap_or(1) }

@@ -91,7 +91,7 @@ pub(crate) fn preset(ck: &Check, name: &str) -> Result<Resolved, ConfigError> {
 /// the KV formula does not describe acceptable.
 pub(crate) fn hf_config(ck: &Check, rel: &str, kv_given: bool) -> Result<Resolved, ConfigError> {
     let file = ck.file.parent().unwrap_or(Path::new("")).join(rel);
-    let text = super::read_text(&file)?;
+    let text = crate::input::read_text(crate::input::Kind::HfConfig, &file)?;
     let root: Json = serde_json::from_str(&text).map_err(|e| {
         ConfigError::new(&file, "", format!("not a JSON file (a Hugging Face config.json is JSON): {e}"))
     })?;
@@ -417,8 +417,8 @@ pub fn find(name: &str, scenario_file: &Path) -> Result<(PathBuf, String), Confi
     if valid_name {
         for dir in search_dirs(scenario_file) {
             let path = dir.join(format!("{name}.yml"));
-            if path.is_file() {
-                let text = super::read_text(&path)?;
+            if super::is_a_file(&path) {
+                let text = crate::input::read_text(crate::input::Kind::Model, &path)?;
                 return Ok((path, text));
             }
         }

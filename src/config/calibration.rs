@@ -20,6 +20,7 @@ use serde::Deserialize;
 
 use super::ConfigError;
 use super::raw::{RawEfficiency, RawLatency, RawScenario};
+use crate::input::{Kind, Reason};
 
 /// The shipped profiles, by name (copies of `hardware/calibrations/`).
 pub const BUILTIN: &[(&str, &str)] = &[
@@ -156,15 +157,20 @@ pub fn find(reference: &str, scenario_file: &Path) -> Result<Found, ConfigError>
     let is_file = reference.contains('/') || reference.ends_with(".yml") || reference.ends_with(".yaml");
     if is_file {
         let file = scenario_file.parent().unwrap_or(Path::new("")).join(reference);
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| err(format!("cannot read the calibration file {}: {e}", file.display())))?;
+        let text = crate::input::read_text(Kind::Calibration, &file).map_err(|e| {
+            err(match &e.reason {
+                Reason::Cannot(why) => format!("cannot read the calibration file {}: {why}", file.display()),
+                _ => format!("the calibration file {}: {}", file.display(), e.message()),
+            })
+        })?;
         return Ok(Found { file, text });
     }
     let valid = !reference.is_empty() && reference.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
     if valid {
         for dir in search_dirs(scenario_file) {
             let file = dir.join(format!("{reference}.yml"));
-            if let Ok(text) = std::fs::read_to_string(&file) {
+            if super::is_a_file(&file) {
+                let text = crate::input::read_text(Kind::Calibration, &file)?;
                 return Ok(Found { file, text });
             }
         }

@@ -42,6 +42,12 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+impl From<crate::input::InputError> for ConfigError {
+    fn from(e: crate::input::InputError) -> Self {
+        ConfigError::new(&e.file, "", e.message())
+    }
+}
+
 impl From<crate::trace::TraceError> for ConfigError {
     fn from(e: crate::trace::TraceError) -> Self {
         ConfigError::new(&e.file, e.at, e.message)

@@ -35,7 +35,8 @@ pub fn find(name: &str, scenario_file: &Path) -> Result<Found, ConfigError> {
     if valid_name {
         for dir in search_dirs(scenario_file) {
             let file = dir.join(format!("{name}.yml"));
-            if let Ok(text) = std::fs::read_to_string(&file) {
+            if super::is_a_file(&file) {
+                let text = crate::input::read_text(crate::input::Kind::Hardware, &file)?;
                 return Ok(Found { file, text });
             }
         }

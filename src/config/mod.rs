@@ -37,7 +37,7 @@ pub fn load_scenario(file: &Path) -> Result<Scenario, ConfigError> {
 
 /// Reads a scenario file, applies `--set` overrides, and validates.
 pub fn load_scenario_with(file: &Path, overrides: &[Override]) -> Result<Scenario, ConfigError> {
-    let text = read_text(file)?;
+    let text = crate::input::read_text(crate::input::Kind::Scenario, file)?;
     // Parsing the text first gives line numbers for the file's own mistakes.
     let raw: raw::RawScenario = parse_str(&text, file)?;
     if overrides.is_empty() {
@@ -55,15 +55,11 @@ pub fn load_scenario_with(file: &Path, overrides: &[Override]) -> Result<Scenari
     validate::scenario(raw, file).map_err(with_overrides)
 }
 
-/// The whole file as text, or an error naming it. YAML files are at most
-/// [`limits::MAX_YAML_BYTES`]; a pipe is read up to that size.
-pub fn read_text(file: &Path) -> Result<String, ConfigError> {
-    read_text_limited(file, limits::MAX_YAML_BYTES as u64)
-}
-
-/// The whole file as text if it has at most `limit` bytes.
-pub fn read_text_limited(file: &Path, limit: u64) -> Result<String, ConfigError> {
-    crate::util::read_text_limited(file, limit).map_err(|e| ConfigError::new(file, "", e.to_string()))
+/// Whether `path` names something to read (a file, a pipe, a device), not
+/// a folder or nothing: a profile found by name is read, and its errors
+/// shown, once it exists.
+pub(crate) fn is_a_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_dir())
 }
 
 /// Parses YAML text into a value after [`yaml::precheck`].

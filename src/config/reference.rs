@@ -1,8 +1,8 @@
 //! The generated parts of `docs/scenario.md`: every key path a scenario
 //! accepts (the list `--set` checks against, [`super::keys`]), with what it
 //! holds, its default where the code has a constant for it, and its allowed
-//! range ([`super::limits`]); the table of input limits; the run bounds; and
-//! the shipped hardware profiles.
+//! range ([`super::limits`]); the table of input limits; the run bounds;
+//! the size limit of each kind of file; and the shipped hardware profiles.
 //!
 //! The page holds these between `<!-- generated:NAME -->` and
 //! `<!-- /generated:NAME -->` markers. A test regenerates each part and
@@ -23,7 +23,13 @@ pub const PAGE: &str = "docs/scenario.md";
 
 /// Every generated part, by marker name.
 pub fn parts() -> Vec<(&'static str, String)> {
-    vec![("keys", key_table()), ("limits", limit_table()), ("bounds", bound_table()), ("hardware", hardware_table())]
+    vec![
+        ("keys", key_table()),
+        ("limits", limit_table()),
+        ("bounds", bound_table()),
+        ("files", file_table()),
+        ("hardware", hardware_table()),
+    ]
 }
 
 /// Defaults the code holds as constants (the rest are described in words
@@ -144,19 +150,29 @@ pub fn bound_table() -> String {
             "with `think_time_s: 0`, users rejected on arrival would resend at the same instant for ever",
         ),
         (
-            "YAML size, depth".into(),
-            format!(
-                "{} MiB; {} levels of `[`/`{{` nesting, checked before parsing",
-                limits::MAX_YAML_BYTES >> 20,
-                limits::MAX_YAML_DEPTH
-            ),
+            "YAML depth".into(),
+            format!("{} levels of `[`/`{{` nesting, checked before parsing", limits::MAX_YAML_DEPTH),
             "libyaml is quadratic in nesting: 100,000 levels took 19 s",
         ),
-        ("trace CSV size".into(), format!("{} GiB", limits::MAX_TRACE_BYTES >> 30), ""),
+        (
+            "file sizes".into(),
+            "one limit per kind of file, [below](#input-files)".into(),
+            "a read stops at the limit plus one byte, whatever the file is",
+        ),
     ];
     let mut s = String::from("| bound | limit | why |\n| --- | --- | --- |\n");
     for (what, limit, why) in rows {
         s.push_str(&format!("| {what} | {limit} | {why} |\n"));
+    }
+    s
+}
+
+/// Every kind of file llmsim reads, its size limit and how it is read
+/// ([`crate::input`]).
+pub fn file_table() -> String {
+    let mut s = String::from("| file | at most | read |\n| --- | --- | --- |\n");
+    for kind in crate::input::Kind::ALL {
+        s.push_str(&format!("| {} | {} | {} |\n", kind.files(), crate::input::bytes(kind.limit()), kind.reading()));
     }
     s
 }

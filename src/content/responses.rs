@@ -188,7 +188,7 @@ impl Responses {
     /// the file, the key path (e.g. `responses[3].regex`), the value and
     /// what is allowed.
     pub fn load(path: &Path) -> Result<Responses, ConfigError> {
-        Responses::from_yaml(&config::read_text(path)?, path)
+        Responses::from_yaml(&crate::input::read_text(crate::input::Kind::Responses, path)?, path)
     }
 
     /// Validates responses YAML given as text; `file` names it in errors.

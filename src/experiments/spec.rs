@@ -173,7 +173,7 @@ pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
 
 /// Reads and validates one experiment file.
 pub fn load(file: &Path) -> Result<Spec, ConfigError> {
-    let text = config::read_text(file)?;
+    let text = crate::input::read_text(crate::input::Kind::Experiment, file)?;
     if looks_like_a_scenario(&text) {
         return Err(ConfigError::new(
             file,

@@ -132,7 +132,7 @@ pub fn load(dir: &Path) -> Result<InferencePerfRun, ConfigError> {
         .ok_or_else(|| {
             ConfigError::new(&results, "", "no config.yaml or profile.yaml: the load stages and data shape are unknown")
         })?;
-    let text = crate::config::read_text(&config)?;
+    let text = crate::input::read_text(crate::input::Kind::MeasuredConfig, &config)?;
     let cfg: crate::yaml::Value = crate::config::parse_str(&text, &config)?;
     let cfg: Value = serde_json::to_value(&cfg)
         .map_err(|e| ConfigError::new(&config, "", format!("cannot read the configuration: {e}")))?;
@@ -199,7 +199,7 @@ fn shared_prefix(cfg: &Value) -> Result<SharedPrefixData, (String, String)> {
 }
 
 fn stage(index: usize, rate: f64, duration_s: f64, file: &Path) -> Result<Stage, ConfigError> {
-    let text = crate::config::read_text(file)?;
+    let text = crate::input::read_text(crate::input::Kind::Measured, file)?;
     let docs = super::json::documents(&text, file)?;
     let doc = &docs[0];
     let ms = |path: &str| -> Latency {

@@ -64,7 +64,7 @@ pub fn looks_like_table(headers: &[&str]) -> bool {
 
 /// Reads a measured table.
 pub fn load(file: &Path) -> Result<MeasuredTable, ConfigError> {
-    let text = crate::config::read_text(file)?;
+    let text = crate::input::read_text(crate::input::Kind::Measured, file)?;
     parse(&text, file)
 }
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::json::{finite_at, num, num_at, num_list};
+use super::json::{Doc, Errors, PerRequest, Ragged, finite_at, num, num_at};
 use super::{Dist, LoadLevel, MeasuredRequest, MetricKind, Strategy, Throughput, Tool};
 use crate::metrics::percentile::percentile_sorted;
 
@@ -21,9 +21,10 @@ use crate::metrics::percentile::percentile_sorted;
 pub const COMPARED: [u32; 3] = [500, 900, 990];
 
 /// One load level from one result object.
-pub fn level(doc: &Value, tool: Tool, index: usize) -> LoadLevel {
+pub fn level(d: &Doc, tool: Tool, index: usize) -> LoadLevel {
+    let doc = &d.head;
     let strategy = strategy(doc);
-    let samples = Samples::from(doc);
+    let samples = Samples::from(d);
     let mut metrics = BTreeMap::new();
     for (kind, stem) in stems(tool) {
         let from_file = summary_dist(doc, stem);
@@ -40,7 +41,7 @@ pub fn level(doc: &Value, tool: Tool, index: usize) -> LoadLevel {
         failed: num_at(doc, "failed").map(|x| x as u64),
         throughput: throughput(doc),
         metrics,
-        requests: requests(doc, tool),
+        requests: requests(&d.arrays, tool),
         health: health(doc),
     }
 }
@@ -153,48 +154,42 @@ pub fn mean_std(xs: &[f64]) -> (f64, f64) {
 }
 
 /// The per-request arrays of a result, successful requests only.
-pub struct Samples {
+pub struct Samples<'a> {
     ttft_s: Option<Vec<f64>>,
     e2e_s: Option<Vec<f64>>,
     output_lens: Option<Vec<f64>>,
-    itls_s: Option<Vec<Vec<f64>>>,
+    /// Every request's gaps and whether it succeeded (all when `None`).
+    itls_s: Option<(&'a Ragged, Option<&'a [bool]>)>,
 }
 
-impl Samples {
+impl<'a> Samples<'a> {
     /// `None` when it cannot tell which requests failed: no `errors` list
     /// and a failure count other than zero.
-    fn from(doc: &Value) -> Option<Samples> {
-        let errors: Option<Vec<bool>> = match doc.get("errors") {
-            Some(e) => Some(e.as_array()?.iter().map(|x| x.as_str().is_none_or(str::is_empty)).collect()),
-            None if num_at(doc, "failed") == Some(0.0) => None,
-            None => return None,
+    fn from(d: &'a Doc) -> Option<Samples<'a>> {
+        let a: &PerRequest = &d.arrays;
+        let errors: Option<&[bool]> = match &a.errors {
+            Errors::Ok(flags) => Some(flags),
+            Errors::NotAList => return None,
+            Errors::Absent if num_at(&d.head, "failed") == Some(0.0) => None,
+            Errors::Absent => return None,
         };
-        let ok = |xs: Vec<f64>| -> Option<Vec<f64>> {
-            match &errors {
+        // The successful requests' entries, if the errors list covers them all.
+        let ok = |xs: &Option<Vec<f64>>| -> Option<Vec<f64>> {
+            let xs = xs.as_ref()?;
+            match errors {
                 Some(e) if e.len() == xs.len() => {
-                    Some(xs.into_iter().zip(e).filter(|(_, ok)| **ok).map(|(x, _)| x).collect())
+                    Some(xs.iter().zip(e).filter(|(_, ok)| **ok).map(|(x, _)| *x).collect())
                 }
                 Some(_) => None,
-                None => Some(xs),
+                None => Some(xs.clone()),
             }
         };
-        let itls = doc.get("itls").and_then(Value::as_array).and_then(|rows| {
-            let rows: Option<Vec<Vec<f64>>> =
-                rows.iter().map(|r| r.as_array().and_then(|r| r.iter().map(num).collect())).collect();
-            let rows = rows?;
-            match &errors {
-                Some(e) if e.len() == rows.len() => {
-                    Some(rows.into_iter().zip(e).filter(|(_, ok)| **ok).map(|(r, _)| r).collect())
-                }
-                Some(_) => None,
-                None => Some(rows),
-            }
-        });
+        let itls = a.itls.as_ref().filter(|rows| errors.is_none_or(|e| e.len() == rows.len()));
         Some(Samples {
-            ttft_s: num_list(doc, "ttfts").and_then(ok),
-            e2e_s: num_list(doc, "latencies").and_then(ok),
-            output_lens: num_list(doc, "output_lens").and_then(ok),
-            itls_s: itls,
+            ttft_s: ok(&a.ttfts),
+            e2e_s: ok(&a.latencies),
+            output_lens: ok(&a.output_lens),
+            itls_s: itls.map(|rows| (rows, errors)),
         })
     }
 
@@ -203,7 +198,16 @@ impl Samples {
         let mut ms: Vec<f64> = match kind {
             MetricKind::Ttft => self.ttft_s.as_ref()?.iter().map(|s| s * 1e3).collect(),
             MetricKind::E2e => self.e2e_s.as_ref()?.iter().map(|s| s * 1e3).collect(),
-            MetricKind::ChunkGap => self.itls_s.as_ref()?.iter().flatten().map(|s| s * 1e3).collect(),
+            MetricKind::ChunkGap => {
+                let (rows, errors) = self.itls_s?;
+                let ok = |i: &usize| errors.is_none_or(|e| e[*i]);
+                let n = (0..rows.len()).filter(ok).map(|i| rows.row(i).len()).sum();
+                let mut ms = Vec::with_capacity(n);
+                for i in (0..rows.len()).filter(ok) {
+                    ms.extend(rows.row(i).iter().map(|s| s * 1e3));
+                }
+                ms
+            }
             MetricKind::DecodeMean => {
                 let (t, e, n) = (self.ttft_s.as_ref()?, self.e2e_s.as_ref()?, self.output_lens.as_ref()?);
                 t.iter().zip(e).zip(n).filter(|(_, n)| **n > 1.0).map(|((t, e), n)| (e - t) / (n - 1.0) * 1e3).collect()
@@ -215,15 +219,13 @@ impl Samples {
     }
 }
 
-fn requests(doc: &Value, tool: Tool) -> Result<Vec<MeasuredRequest>, String> {
+fn requests(a: &PerRequest, tool: Tool) -> Result<Vec<MeasuredRequest>, String> {
     if tool == Tool::Sglang {
         return Err("SGLang bench_serving does not save when each request was sent, so its requests cannot be \
                     replayed"
             .into());
     }
-    let (Some(input), Some(output), Some(start)) =
-        (num_list(doc, "input_lens"), num_list(doc, "output_lens"), num_list(doc, "start_times"))
-    else {
+    let (Some(input), Some(output), Some(start)) = (&a.input_lens, &a.output_lens, &a.start_times) else {
         return Err("the file has no per-request data (input_lens, output_lens, start_times): rerun vllm bench \
                     serve with --save-detailed"
             .into());
@@ -236,13 +238,13 @@ fn requests(doc: &Value, tool: Tool) -> Result<Vec<MeasuredRequest>, String> {
             start.len()
         ));
     }
-    let errors = doc.get("errors").and_then(Value::as_array);
+    let errors = a.errors.flags();
     Ok((0..input.len())
         .map(|i| MeasuredRequest {
             sent_s: start[i],
             prompt_tokens: input[i].max(0.0) as u32,
             output_tokens: output[i].max(0.0) as u32,
-            ok: errors.and_then(|e| e.get(i)).and_then(Value::as_str).is_none_or(str::is_empty) && output[i] > 0.0,
+            ok: errors.and_then(|e| e.get(i)).is_none_or(|ok| *ok) && output[i] > 0.0,
         })
         .collect())
 }
@@ -273,7 +275,7 @@ mod tests {
             "request_throughput": 1.0, "completed": 3, "failed": 0,
             "ttfts": [0.01, 0.02, 0.03], "latencies": [0.1, 0.2, 0.3], "errors": ["", "", ""],
         });
-        let l = level(&doc, Tool::Vllm, 0);
+        let l = level(&serde_json::from_value(doc).unwrap(), Tool::Vllm, 0);
         let ttft = &l.metrics[&MetricKind::Ttft];
         assert_eq!(ttft.percentile(990), Some(29.8), "the file's own figure wins");
         assert!((ttft.percentile(900).unwrap() - 28.0).abs() < 1e-9);
@@ -286,6 +288,7 @@ mod tests {
     #[test]
     fn without_an_error_list_nothing_is_recomputed_from_itls() {
         let doc = serde_json::json!({"mean_itl_ms": 5.0, "itls": [[0.005]]});
+        let doc: Doc = serde_json::from_value(doc).unwrap();
         assert_eq!(Samples::from(&doc).map(|s| s.of(MetricKind::ChunkGap)), None);
     }
 }

@@ -166,7 +166,7 @@ impl EngineKind {
 
 /// Reads and validates a models file.
 pub fn load_models(file: &Path) -> Result<ModelsFile, ConfigError> {
-    let text = crate::config::read_text(file)?;
+    let text = crate::input::read_text(crate::input::Kind::ServeModels, file)?;
     let raw: RawModelsFile = crate::config::parse_str(&text, file)?;
     if raw.models.is_empty() {
         return Err(ConfigError::new(file, "models", "an empty list is not allowed: serve at least one model"));

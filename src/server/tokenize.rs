@@ -62,8 +62,11 @@ pub enum Tokenizer {
 impl Tokenizer {
     /// Reads a `tokenizer.json`; the error says what is wrong with it.
     pub fn load(path: &Path) -> Result<Tokenizer, TokenizerError> {
-        let t = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| TokenizerError { file: path.to_path_buf(), reason: e.to_string() })?;
+        let text = crate::input::read_text(crate::input::Kind::Tokenizer, path)
+            .map_err(|e| TokenizerError { file: path.to_path_buf(), reason: e.message() })?;
+        let t: tokenizers::Tokenizer = text
+            .parse()
+            .map_err(|e: tokenizers::Error| TokenizerError { file: path.to_path_buf(), reason: e.to_string() })?;
         Ok(Tokenizer::Hf(HfTokenizer(Arc::new(t))))
     }
 

@@ -76,7 +76,7 @@ pub fn is_sweep_file(text: &str) -> bool {
 
 /// Reads and checks a sweep file.
 pub fn load(file: &Path) -> Result<SweepFile, ConfigError> {
-    let text = crate::config::read_text(file)?;
+    let text = crate::input::read_text(crate::input::Kind::Sweep, file)?;
     let raw: RawSweep = crate::config::parse_str(&text, file)?;
     let line_of = |needle: &str| text.lines().position(|l| l.contains(needle)).map(|i| i + 1);
     let err = |path: String, msg: String, needle: &str| ConfigError::new(file, path, msg).at_line(line_of(needle));

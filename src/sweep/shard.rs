@@ -131,22 +131,33 @@ impl ShardFile {
         }
     }
 
-    /// Reads one shard file's text; `file` names it in errors.
+    /// Reads one shard file's text; `file` names it in errors. The text is
+    /// read three times and never into a JSON tree (a shard may hold
+    /// hundreds of megabytes): for its syntax, for its format and version
+    /// (every other key skipped), and into the shard.
     pub fn parse(file: &str, text: &str) -> Result<ShardFile, ShardError> {
         let damaged = |why: String| ShardError::Damaged { file: file.to_string(), why };
-        let probe: serde_json::Value = serde_json::from_str(text)
+        serde_json::from_str::<serde::de::IgnoredAny>(text)
             .map_err(|e| ShardError::NotJson { file: file.to_string(), why: e.to_string() })?;
-        if probe.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+        let probe = serde_json::from_str::<Probe>(text).unwrap_or_default();
+        if probe.format.as_ref().and_then(|f| f.as_str()) != Some(FORMAT) {
             return Err(ShardError::NotAShard { file: file.to_string() });
         }
-        let v = probe.get("format_version").and_then(serde_json::Value::as_u64);
+        let v = probe.format_version.as_ref().and_then(serde_json::Value::as_u64);
         if v != Some(u64::from(FORMAT_VERSION)) {
             return Err(ShardError::Version { file: file.to_string(), version: v });
         }
-        let shard: ShardFile = serde_json::from_value(probe).map_err(|e| damaged(e.to_string()))?;
+        let shard: ShardFile = serde_json::from_str(text).map_err(|e| damaged(e.to_string()))?;
         shard.data.check().map_err(|e: Misshapen| damaged(e.to_string()))?;
         Ok(shard)
     }
+}
+
+/// The keys of a shard file that say what it is; the rest is skipped.
+#[derive(Default, Deserialize)]
+struct Probe {
+    format: Option<serde_json::Value>,
+    format_version: Option<serde_json::Value>,
 }
 
 /// Joins shard files into the data of the whole sweep, refusing shards of

@@ -27,11 +27,11 @@ use rand_chacha::ChaCha8Rng;
 use crate::support::*;
 
 /// Cases of the bounded slice unless `LLMSIM_FUZZ_CASES` says otherwise.
-fn cases(default: u32) -> u32 {
+pub(crate) fn cases(default: u32) -> u32 {
     std::env::var("LLMSIM_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-fn seed() -> u64 {
+pub(crate) fn seed() -> u64 {
     std::env::var("LLMSIM_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x1155_0009)
 }
 
@@ -40,7 +40,8 @@ fn config(default: u32) -> ProptestConfig {
 }
 
 /// Words a message must never show: internal type names.
-const LEAKS: [&str; 6] = ["Value::Tagged", "struct Raw", "RawScenario", "RawWorkload", "expected i64", "expected f64"];
+pub(crate) const LEAKS: [&str; 6] =
+    ["Value::Tagged", "struct Raw", "RawScenario", "RawWorkload", "expected i64", "expected f64"];
 
 fn assert_user_words(msg: &str) {
     for leak in LEAKS {
@@ -280,7 +281,7 @@ proptest! {
 }
 
 /// A text mutation of a YAML or CSV file.
-fn mutate(text: &str, rng: &mut ChaCha8Rng, csv: bool) -> (String, String) {
+pub(crate) fn mutate(text: &str, rng: &mut ChaCha8Rng, csv: bool) -> (String, String) {
     let lines: Vec<&str> = text.lines().collect();
     let pick_line = |rng: &mut ChaCha8Rng| rng.random_range(0..lines.len().max(1));
     let numbers: Vec<(usize, usize)> = {

@@ -18,6 +18,8 @@ mod docs;
 mod experiment_claims;
 mod experiments;
 mod fuzz;
+mod fuzz_inputs;
+mod inputs;
 mod invariants;
 mod invariants_models;
 mod invariants_prefix;

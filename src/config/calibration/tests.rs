@@ -129,3 +129,63 @@ fn calibrated_values_are_validated_like_the_scenario_s_own() {
     let e = load_scenario(&file).unwrap_err().to_string();
     assert!(e.contains("efficiency.compute") && e.contains("1.5"), "{e}");
 }
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_calibration_pipe_is_read_to_its_limit_plus_one_byte_and_no_further() {
+    // Issue 34: `calibration: /dev/zero` read 2 GB before failing. A FIFO
+    // whose writer offers 64 MiB shows how much is taken from it.
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("endless.yml");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            let chunk = vec![b'#'; 64 << 10];
+            let mut written = 0u64;
+            while written < 64 << 20 {
+                match f.write(&chunk) {
+                    Ok(n) => written += n as u64,
+                    Err(_) => break,
+                }
+            }
+            written
+        })
+    };
+    let file = write(dir.path(), "x.yml", &format!("calibration: endless.yml\n{SCENARIO}"));
+    let e = load_scenario(&file).unwrap_err().to_string();
+    // Should the reader never have opened it, let the writer go (O_NONBLOCK:
+    // an open for reading that does not wait for a writer).
+    drop(std::fs::OpenOptions::new().read(true).custom_flags(0o4000).open(&fifo));
+    let written = writer.join().unwrap();
+    assert!(e.contains("calibration: the calibration file"), "{e}");
+    assert!(e.contains("larger than 4,194,304 bytes (4 MiB), the most llmsim reads for a calibration profile"), "{e}");
+    assert!(written < 5 << 20, "the reader took {written} bytes, far past the limit");
+}
+
+#[test]
+fn a_calibration_file_one_byte_over_its_limit_is_refused_naming_it_and_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.yml");
+    std::fs::write(&big, vec![b'#'; (4 << 20) + 1]).unwrap();
+    let file = write(dir.path(), "x.yml", &format!("calibration: big.yml\n{SCENARIO}"));
+    let e = load_scenario(&file).unwrap_err().to_string();
+    assert!(e.contains("big.yml: the file is larger than 4,194,304 bytes (4 MiB)"), "{e}");
+    let file = write(dir.path(), "z.yml", &format!("calibration: /dev/zero\n{SCENARIO}"));
+    let e = load_scenario(&file).unwrap_err().to_string();
+    assert!(e.contains("/dev/zero: the file is not text: it has a NUL byte at byte 0"), "{e}");
+}
+
+#[test]
+fn a_named_profile_that_cannot_be_read_is_an_error_not_a_fallback_to_the_built_in_one() {
+    // hardware/calibrations/h100-vllm.yml beside the scenario shadows the
+    // built-in profile: when it is unreadable, say so.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "hardware/calibrations/h100-vllm.yml", "efficiency: {compute: \0}\n");
+    let file = write(dir.path(), "x.yml", &format!("calibration: h100-vllm\n{SCENARIO}"));
+    let e = load_scenario(&file).unwrap_err().to_string();
+    assert!(e.contains("h100-vllm.yml: the file is not text"), "{e}");
+}
