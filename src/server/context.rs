@@ -75,7 +75,7 @@ pub fn feed_error(model: &ModelHandle, prompt: u32, output: u32, ev: &FeedEvent)
             ApiError::never_fits(prompt, cap.num_blocks, cap.block_size, cap.watermark_blocks)
         }
         (FeedEvent::Rejected(RejectReason::ContextLength), _) => {
-            ApiError::max_tokens_too_large(model.spec.context_length, prompt, output.into())
+            ApiError::max_tokens_too_large(model.spec.context_length, prompt, &output.to_string())
         }
         _ => ApiError::internal("The engine stopped before the request finished (the server is shutting down)."),
     }

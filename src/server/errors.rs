@@ -85,7 +85,7 @@ impl ApiError {
 
     /// Prompt plus `max_tokens` over the context (vLLM's wording), with the
     /// value the client sent.
-    pub fn max_tokens_too_large(context: u32, prompt: u32, max_tokens: u64) -> ApiError {
+    pub fn max_tokens_too_large(context: u32, prompt: u32, max_tokens: &str) -> ApiError {
         ApiError::bad_request(format!(
             "'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context \
              length is {context} tokens and your request has {prompt} input tokens ({max_tokens} > {context} - \
@@ -103,6 +103,17 @@ impl ApiError {
             param: None,
             kind: None,
             retry_after: None,
+        }
+    }
+
+    /// A body over the limit whose length was not declared: the reading
+    /// stopped at the limit, so its length is not known.
+    pub fn too_large_unknown(limit: usize) -> ApiError {
+        ApiError {
+            message: format!(
+                "The request body is over {limit} bytes, the most this server accepts (see --max-body-bytes)."
+            ),
+            ..ApiError::too_large(0, limit)
         }
     }
 
@@ -217,7 +228,7 @@ mod tests {
 
     #[test]
     fn context_messages_use_vllm_wording() {
-        let e = ApiError::max_tokens_too_large(4096, 4000, 100);
+        let e = ApiError::max_tokens_too_large(4096, 4000, "100");
         assert_eq!(
             e.message,
             "'max_tokens' or 'max_completion_tokens' is too large: 100. This model's maximum context length is \

@@ -76,6 +76,9 @@ pub struct Fields {
     pub max_tokens: Option<i64>,
     /// Which field `max_tokens` came from (for messages).
     pub max_tokens_param: &'static str,
+    /// `max_tokens` as sent when it is past i64 (e.g. `1e300`): messages
+    /// show it, not the clamped value.
+    pub max_tokens_sent: Option<String>,
     pub min_tokens: i64,
     pub n: i64,
     pub seed: Option<i64>,
@@ -107,6 +110,8 @@ pub struct Options {
     /// number the client sent, not a clamped one.
     pub max_tokens: Option<u64>,
     pub max_tokens_param: &'static str,
+    /// See [`Fields::max_tokens_sent`].
+    pub max_tokens_sent: Option<String>,
     pub min_tokens: u32,
     pub n: u32,
     pub seed: Option<u64>,
@@ -330,6 +335,16 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The number at `k` as sent, if it is a whole number past i64 that
+    /// [`Reader::int`] clamps (`1e300`, `1e19`).
+    fn sent_if_clamped(&self, k: &str) -> Option<String> {
+        match self.get(k)? {
+            Value::Number(n) if n.as_i64().is_none() => Some(n.to_string()),
+            Value::String(t) if t.trim().parse::<i64>().is_err() => Some(t.trim().to_string()),
+            _ => None,
+        }
+    }
+
     fn float(&mut self, k: &str) -> Option<f64> {
         let v = self.get(k)?;
         match float_of(v) {
@@ -493,6 +508,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
                 Some(m) => (Some(m), "max_completion_tokens"),
                 None => (max_tokens, "max_tokens"),
             };
+            f.max_tokens_sent = r.sent_if_clamped(f.max_tokens_param);
             let logprobs = r.boolean("logprobs").unwrap_or(false);
             let top = r.int("top_logprobs").unwrap_or(0);
             f.logprobs = logprobs.then_some(top);
@@ -501,6 +517,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
         }
         Api::Completion => {
             f.max_tokens = r.int("max_tokens");
+            f.max_tokens_sent = r.sent_if_clamped("max_tokens");
             f.logprobs = r.int("logprobs");
             r.string("suffix");
             read_prompts(&mut r)
@@ -954,7 +971,8 @@ impl Fields {
         if let Some(m) = self.max_tokens
             && m < 1
         {
-            let s = format!("max_tokens must be at least 1, got {m}.");
+            let shown = self.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
+            let s = format!("max_tokens must be at least 1, got {shown}.");
             return Err(
                 sampling_error(&s, self.max_tokens_param, Some(m.to_string()), true).with_param(self.max_tokens_param)
             );
@@ -1009,6 +1027,7 @@ impl Fields {
             continuous_usage: self.continuous_usage,
             max_tokens: self.max_tokens.map(i64::unsigned_abs),
             max_tokens_param: self.max_tokens_param,
+            max_tokens_sent: self.max_tokens_sent.clone(),
             min_tokens: u32::try_from(self.min_tokens).unwrap_or(u32::MAX),
             n: u32::try_from(n).unwrap_or(u32::MAX),
             seed: self.seed.map(|s| s as u64),

@@ -216,6 +216,20 @@ fn json_response(status: StatusCode, body: String) -> Response {
     resp
 }
 
+/// A body that could not be read: over the limit (413, without a length:
+/// the reading stopped there), else malformed (a bad chunk size, a
+/// connection cut short: 400 with the reason).
+fn body_error(e: axum::Error, limit: usize) -> ApiError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return ApiError::too_large_unknown(limit);
+        }
+        source = err.source();
+    }
+    ApiError::bad_request(format!("The request body could not be read: {e}."))
+}
+
 /// Reads the body, refusing more than the limit and a body that has not
 /// arrived within `--body-timeout`.
 async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
@@ -226,7 +240,7 @@ async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, 
     }
     let timeout = app.options.body_timeout;
     match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
-        Ok(read) => read.map_err(|_| ApiError::too_large(limit as u64 + 1, limit)),
+        Ok(read) => read.map_err(|e| body_error(e, limit)),
         Err(_) => {
             app.limits.body_timeouts.hit();
             Err(ApiError::body_timeout(timeout.as_secs_f64()))
@@ -442,7 +456,8 @@ fn plan_reply(
         }
         // `m` is at most i64::MAX, so the sum cannot overflow.
         if let Some(m) = options.max_tokens.filter(|&m| u64::from(prompt_n) + m > u64::from(context)) {
-            return Err(ApiError::max_tokens_too_large(context, prompt_n, m).with_param(options.max_tokens_param));
+            let sent = options.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
+            return Err(ApiError::max_tokens_too_large(context, prompt_n, &sent).with_param(options.max_tokens_param));
         }
         total_prompt = total_prompt.saturating_add(prompt_n);
         // vLLM's default: whatever the context leaves (and a value that

@@ -158,6 +158,25 @@ fn a_huge_max_tokens_is_reported_as_sent_not_clamped() {
     let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
     assert!(msg.starts_with("'max_tokens' or 'max_completion_tokens' is too large: 1000000000000. "), "{msg}");
     assert!(msg.ends_with("(1000000000000 > 4096 - 9)."), "{msg}");
+    // Past i64 too: the number sent (in JSON's shortest form), not
+    // 9223372036854775807.
+    let cases = [
+        ("1e300", "1e+300"),
+        ("1e19", "1e+19"),
+        ("10000000000000000000", "10000000000000000000"),
+        ("\"1e300\"", "1e300"),
+    ];
+    for (sent, shown) in cases {
+        let r = server.chat("sched", "hi", &format!(r#""max_tokens":{sent}"#));
+        assert_eq!(r.status, 400);
+        let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(msg.starts_with(&format!("'max_tokens' or 'max_completion_tokens' is too large: {shown}. ")), "{msg}");
+        assert!(msg.ends_with(&format!("({shown} > 4096 - 9).")), "{msg}");
+    }
+    let r = server.chat("sched", "hi", r#""max_completion_tokens":-1e300"#);
+    assert_eq!(r.status, 400);
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("at least 1, got -1e+300."), "{msg}");
 }
 
 #[test]
@@ -198,4 +217,31 @@ fn limit_flags_out_of_range_are_usage_errors() {
     serve(&["--body-timeout", "1e300"]).stderr_has(&["--body-timeout 1e300 is not allowed"]);
     serve(&["--body-timeout", "NaN"]).stderr_has(&["--body-timeout NaN is not allowed"]);
     serve(&["--max-connections", "0"]).stderr_has(&["--max-connections 0 is not allowed: must be >= 1"]);
+}
+
+#[test]
+fn a_malformed_chunked_body_gets_400_and_an_oversized_one_413_without_a_made_up_length() {
+    let server = Server::start_with(MODELS, &["--max-body-bytes", "4096"]);
+    let raw = |body: &str| {
+        let mut s = connect(server.port);
+        let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+                    Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes()));
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        parse(&out)
+    };
+    // A chunk size that is not hex: once a 413 claiming 4,097 bytes.
+    let r = raw("zz\r\n{}\r\n0\r\n\r\n");
+    assert_eq!(r.status, 400, "{}", r.body);
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.starts_with("The request body could not be read"), "{msg}");
+    // 5,000 bytes in chunks, no Content-Length: over the limit, length unknown.
+    let chunk = "x".repeat(1000);
+    let r = raw(&format!("{}0\r\n\r\n", format!("3e8\r\n{chunk}\r\n").repeat(5)));
+    assert_eq!(r.status, 413, "{}", r.body);
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert_eq!(msg, "The request body is over 4096 bytes, the most this server accepts (see --max-body-bytes).");
+    // Still serving.
+    assert_eq!(server.chat("sched", "hi", "").status, 200);
 }

@@ -245,7 +245,7 @@ pub fn send(s: &mut TcpStream, method: &str, path: &str, body: &str) {
     s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes())).expect("send request");
 }
 
-fn parse(raw: &[u8]) -> Resp {
+pub fn parse(raw: &[u8]) -> Resp {
     let text = String::from_utf8_lossy(raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no header end in {text:?}"));
     let mut lines = head.lines();
