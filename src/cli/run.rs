@@ -58,6 +58,7 @@ pub struct RunArgs {
 }
 
 pub fn execute(a: RunArgs) -> Result<(), CliError> {
+    distinct_outputs(&a)?;
     let mut scenario = a.scenario.load()?;
     if let Some(file) = &a.trace_from {
         eprintln!("{}", replay_measured(&mut scenario, file, a.trace_level)?);
@@ -119,6 +120,32 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         .any(|p| p.as_deref() == Some(std::path::Path::new("-")));
     if !a.quiet && !to_stdout {
         print(&report::summary::render(&scenario, &out.result))?;
+    }
+    Ok(())
+}
+
+/// Refuses two outputs to one file (stdout, `-`, may take several): the
+/// streamed ones write theirs while the run goes, so one would garble the
+/// other.
+fn distinct_outputs(a: &RunArgs) -> Result<(), CliError> {
+    let named = [
+        ("--json", &a.json),
+        ("--requests-csv", &a.requests_csv),
+        ("--steps-csv", &a.steps_csv),
+        ("--trace-events", &a.trace_events),
+    ];
+    let files: Vec<(&str, &PathBuf)> = named
+        .iter()
+        .filter_map(|(flag, p)| p.as_ref().map(|p| (*flag, p)))
+        .filter(|(_, p)| *p != Path::new("-"))
+        .collect();
+    for (i, (flag, path)) in files.iter().enumerate() {
+        if let Some((other, _)) = files[..i].iter().find(|(_, p)| p == path) {
+            return Err(CliError::Usage(format!(
+                "{other} and {flag} both write {}: give each output its own file",
+                path.display()
+            )));
+        }
     }
     Ok(())
 }

@@ -451,6 +451,14 @@ fn an_unwritable_output_fails_first_and_a_failed_run_leaves_no_output() {
     for flag in ["--trace-events", "--steps-csv"] {
         TestCommand::new(&stalling).arg(flag).arg(dir.path()).fails_with(1).stderr_has(&["cannot write"]);
     }
+    let same = dir.path().join("same.csv");
+    TestCommand::new(&stalling)
+        .arg("--steps-csv")
+        .arg(&same)
+        .arg("--trace-events")
+        .arg(&same)
+        .fails_with(2)
+        .stderr_has(&["--steps-csv and --trace-events both write", "its own file"]);
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     TestCommand::new(&stalling)

@@ -193,8 +193,8 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 /// end.
 struct Sink {
     dest: PathBuf,
-    /// The file written, while it may still be removed (a regular file
-    /// this run created or truncated).
+    /// The file written, while it may still be removed (a regular file,
+    /// not a symlink, this run created or truncated).
     created: Option<PathBuf>,
     /// For `-`: the scratch file holding the bytes.
     spool: Option<Scratch>,
@@ -206,8 +206,11 @@ impl Sink {
             let (spool, file) = Scratch::create(dest)?;
             return Ok((Sink { dest: dest.to_path_buf(), created: None, spool: Some(spool) }, file));
         }
+        // A regular file (new, or truncated now) may be removed if the run
+        // fails; a device, a pipe or a symlink (`/dev/stdout`) never is.
+        let before = std::fs::symlink_metadata(dest).ok();
         let file = File::create(dest).map_err(|e| cannot_write(dest, e))?;
-        let regular = file.metadata().is_ok_and(|m| m.is_file());
+        let regular = before.map_or_else(|| file.metadata().is_ok_and(|m| m.is_file()), |m| m.is_file());
         let sink = Sink { dest: dest.to_path_buf(), created: regular.then(|| dest.to_path_buf()), spool: None };
         Ok((sink, BufWriter::new(file)))
     }
@@ -244,7 +247,7 @@ impl Drop for Sink {
 
 /// A scratch file, removed when dropped: beside the output it serves
 /// (the same disk, which will hold the output anyway), or in the system's
-/// temporary directory for stdout or a device.
+/// temporary directory for stdout, a device or a symlink.
 struct Scratch {
     path: PathBuf,
 }
@@ -253,7 +256,7 @@ impl Scratch {
     fn create(dest: &Path) -> Result<(Scratch, BufWriter<File>), CliError> {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("llmsim-{}-{n}.part", std::process::id());
-        let beside = dest != Path::new("-") && std::fs::metadata(dest).is_ok_and(|m| m.is_file());
+        let beside = dest != Path::new("-") && std::fs::symlink_metadata(dest).is_ok_and(|m| m.is_file());
         let path = match (beside, dest.file_name()) {
             (true, Some(file)) => {
                 let dir = dest.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
