@@ -156,7 +156,8 @@ pub struct Setup {
     /// `latency.request_overhead_ms` in nanoseconds: a request is routed
     /// and joins its replica that long after it arrives.
     pub delay_ns: u64,
-    /// Record the replica of every step (for `--steps-csv`).
+    /// Record the replica of every step ([`Placement::steps`], with
+    /// [`CollectorOptions::keep_steps`]).
     pub keep_steps: bool,
     /// Take decode stretches, each replica up to the next arrival in
     /// turn (docs/clusters.md, "Speed"): the same results, but the
@@ -241,6 +242,7 @@ where
         if start > limits.max_time {
             return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
         }
+        tap.inner.replica(r as u32);
         let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap, told: false };
         let stepped = engines[r].step(&mut o).is_some();
         next[r] = next_nanos(&engines[r]);
@@ -297,6 +299,9 @@ pub(crate) struct OnReplica<'a, O> {
 }
 
 impl<O: Observer> Observer for OnReplica<'_, O> {
+    fn replica(&mut self, replica: u32) {
+        self.inner.replica(replica);
+    }
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
         if self.told {
             return;

@@ -17,14 +17,29 @@
 //! instant events (`ph: "i"`) `first token`, `preempted`, `finished`,
 //! `rejected` and `aborted`.
 //!
-//! With `cluster:` ([`TraceEvents::render_placed`]), process 1 is replaced
-//! by one process per replica, `replica N` (with pools `prefill N` and
-//! `decode N`), pid 3 onwards, each with its own "steps" track and
-//! counters.
+//! With `cluster:`, process 1 is replaced by one process per replica,
+//! `replica N` (with pools `prefill N` and `decode N`), pid 3 onwards,
+//! each with its own "steps" track and counters: the cluster's driver
+//! names the replica before each of its steps ([`Observer::replica`]).
 //!
 //! Times are microseconds of simulated time (`ts`, `dur`), as the format
 //! wants. Events are written in the order the engine reports them, one per
 //! line.
+//!
+//! # Written as the run goes
+//!
+//! [`TraceEvents`] writes each event to its writer as it happens and
+//! keeps only the requests still open (a window from the oldest one not
+//! ended), so its memory does not grow with the run. The metadata events
+//! (process and track names) come first in the file but depend on the
+//! whole run (a track per request, a process per replica that stepped):
+//! [`TraceEvents::finish`] says what they are ([`TraceHead`]), and the
+//! caller writes the file as [`TraceHead::write`], then the events, then
+//! [`END`]. `llmsim run` writes the events to a scratch file beside the
+//! output and puts the three together at the end (docs/results.md).
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -35,9 +50,12 @@ use crate::time::SimTime;
 const ENGINE: u32 = 1;
 const REQUESTS: u32 = 2;
 
+/// The file's last bytes, after the events.
+pub const END: &str = "\n]}\n";
+
 #[derive(Serialize)]
 struct Event {
-    name: String,
+    name: &'static str,
     ph: &'static str,
     ts: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -71,43 +89,74 @@ struct Req {
     queued: Option<(SimTime, bool)>,
     /// An open run of decode steps: start, end, tokens.
     decode: Option<(SimTime, SimTime, u32)>,
+    /// It finished, was rejected or aborted: nothing of it is open, and
+    /// no event of it comes later.
+    ended: bool,
 }
 
-/// An [`Observer`] that records the trace.
-#[derive(Default)]
-pub struct TraceEvents {
-    events: Vec<Event>,
-    reqs: Vec<Req>,
+/// An [`Observer`] that writes the trace's events to `out` as they
+/// happen, each as `,\n` and its JSON (see the module docs for the file).
+pub struct TraceEvents<W> {
+    out: W,
+    /// The first write error; nothing is written after it.
+    error: Option<io::Error>,
+    /// Requests `base..base + reqs.len()`: from the oldest one not ended.
+    reqs: VecDeque<Req>,
+    base: u64,
+    /// Requests seen arriving (ids `0..requests`): each has a track.
+    requests: u64,
     /// (request, tokens, kind) scheduled in the step being built.
     batch: Vec<(RequestId, u32, Work)>,
     /// Requests that finished at the end of the step being built.
     finished: Vec<RequestId>,
     last_end: SimTime,
-    /// `(event index, step number)` of every event on a step track, so a
-    /// cluster's steps can be put on their replica's process at the end.
-    step_events: Vec<(usize, u64)>,
-    steps: u64,
+    /// The replica whose steps come next ([`Observer::replica`]), and the
+    /// replicas seen on a step (the highest plus one).
+    replica: Option<u32>,
+    replicas: u32,
 }
 
 /// The first replica's process id in a cluster's trace.
 const FIRST_REPLICA: u32 = 3;
 
-impl TraceEvents {
-    pub fn new() -> TraceEvents {
-        TraceEvents::default()
+/// What the metadata events at the head of the file name: a track per
+/// request and the engine's process, or a process per replica.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TraceHead {
+    /// Requests `0..requests`, a track each.
+    pub requests: u64,
+    /// Replicas `0..replicas` stepped (a cluster run): a process each;
+    /// 0 for one engine's process.
+    pub replicas: u32,
+}
+
+impl<W: Write> TraceEvents<W> {
+    pub fn new(out: W) -> TraceEvents<W> {
+        TraceEvents {
+            out,
+            error: None,
+            reqs: VecDeque::new(),
+            base: 0,
+            requests: 0,
+            batch: Vec::new(),
+            finished: Vec::new(),
+            last_end: SimTime::ZERO,
+            replica: None,
+            replicas: 0,
+        }
     }
 
     fn push(
         &mut self,
-        name: &str,
+        name: &'static str,
         ph: &'static str,
         (pid, tid): (u32, u64),
         at: SimTime,
         end: Option<SimTime>,
         args: Value,
     ) {
-        self.events.push(Event {
-            name: name.to_string(),
+        let event = Event {
+            name,
             ph,
             ts: us(at),
             dur: end.map(|e| e.nanos_since(at) as f64 / 1e3),
@@ -115,105 +164,147 @@ impl TraceEvents {
             tid,
             s: (ph == "i").then_some("t"),
             args,
-        });
+        };
+        if self.error.is_none()
+            && let Err(e) = write_event(&mut self.out, &event)
+        {
+            self.error = Some(e);
+        }
     }
 
-    fn track(id: RequestId) -> (u32, u64) {
-        (REQUESTS, id + 1)
+    fn req(&mut self, id: RequestId) -> Option<&mut Req> {
+        let i = id.checked_sub(self.base)?;
+        self.reqs.get_mut(usize::try_from(i).ok()?)
     }
 
-    fn instant(&mut self, id: RequestId, name: &str, at: SimTime, args: Value) {
-        self.push(name, "i", Self::track(id), at, None, args);
+    /// Request `id` ended: the window moves past the ended requests at its front.
+    fn end(&mut self, id: RequestId) {
+        if let Some(r) = self.req(id) {
+            r.ended = true;
+        }
+        while self.reqs.front().is_some_and(|r| r.ended) {
+            self.reqs.pop_front();
+            self.base += 1;
+        }
+    }
+
+    fn instant(&mut self, id: RequestId, name: &'static str, at: SimTime, args: Value) {
+        self.push(name, "i", track(id), at, None, args);
     }
 
     /// Closes the request's open queue slice at `at`.
     fn close_queue(&mut self, id: RequestId, at: SimTime) {
-        if let Some((since, preempted)) = self.reqs.get_mut(id as usize).and_then(|r| r.queued.take()) {
+        if let Some((since, preempted)) = self.req(id).and_then(|r| r.queued.take()) {
             let args = json!({ "after_preemption": preempted });
-            self.push("queued", "X", Self::track(id), since, Some(at), args);
+            self.push("queued", "X", track(id), since, Some(at), args);
         }
     }
 
     /// Closes the request's open decode slice.
     fn close_decode(&mut self, id: RequestId) {
-        if let Some((start, end, tokens)) = self.reqs.get_mut(id as usize).and_then(|r| r.decode.take()) {
-            self.push("decode", "X", Self::track(id), start, Some(end), json!({ "tokens": tokens }));
+        if let Some((start, end, tokens)) = self.req(id).and_then(|r| r.decode.take()) {
+            self.push("decode", "X", track(id), start, Some(end), json!({ "tokens": tokens }));
         }
     }
 
-    /// The trace file's text. Requests still open are closed at the end
-    /// of the last step.
-    pub fn render(self) -> String {
-        self.render_placed(None)
-    }
-
-    /// [`TraceEvents::render`] of a cluster run: every step on its
-    /// replica's process, by `placement.steps` (the replica of every step,
-    /// in order; the run must keep steps).
-    pub fn render_placed(mut self, placement: Option<&crate::metrics::Placement>) -> String {
-        for id in 0..self.reqs.len() as u64 {
+    /// Ends the events: slices of requests still open are closed at the
+    /// end of the last step. Gives back the writer (flushed) and what the
+    /// head names, or the first write error.
+    pub fn finish(mut self) -> io::Result<(W, TraceHead)> {
+        for id in self.base..self.base + self.reqs.len() as u64 {
             self.close_decode(id);
             self.close_queue(id, self.last_end);
         }
-        let mut head = Vec::new();
-        match placement.filter(|p| !p.steps.is_empty()) {
-            None => {
-                head.push(meta("process_name", (ENGINE, 0), json!({ "name": "engine" })));
-                head.push(meta("process_sort_index", (ENGINE, 0), json!({ "sort_index": 1 })));
-                head.push(meta("thread_name", (ENGINE, 0), json!({ "name": "steps" })));
-            }
-            Some(p) => {
-                for &(event, step) in &self.step_events {
-                    if let Some(&r) = p.steps.get(step as usize) {
-                        self.events[event].pid = FIRST_REPLICA + r;
-                    }
-                }
-                let replicas = p.steps.iter().copied().max().map_or(0, |m| m + 1);
-                for r in 0..replicas {
-                    let name = match p.decode_base {
-                        Some(b) if r >= b => format!("decode {}", r - b),
-                        Some(_) => format!("prefill {r}"),
-                        None => format!("replica {r}"),
-                    };
-                    let pid = FIRST_REPLICA + r;
-                    head.push(meta("process_name", (pid, 0), json!({ "name": name })));
-                    head.push(meta("process_sort_index", (pid, 0), json!({ "sort_index": pid })));
-                    head.push(meta("thread_name", (pid, 0), json!({ "name": "steps" })));
-                }
-            }
+        if let Some(e) = self.error.take() {
+            return Err(e);
         }
-        head.push(meta("process_name", (REQUESTS, 0), json!({ "name": "requests" })));
-        head.push(meta("process_sort_index", (REQUESTS, 0), json!({ "sort_index": 2 })));
-        for id in 0..self.reqs.len() as u64 {
-            head.push(meta("thread_name", Self::track(id), json!({ "name": format!("request {id}") })));
-            head.push(meta("thread_sort_index", Self::track(id), json!({ "sort_index": id })));
-        }
-        let mut out = String::from("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-        let lines: Vec<String> =
-            head.iter().chain(&self.events).map(|e| serde_json::to_string(e).unwrap_or_default()).collect();
-        out.push_str(&lines.join(",\n"));
-        out.push_str("\n]}\n");
-        out
+        self.out.flush()?;
+        Ok((self.out, TraceHead { requests: self.requests, replicas: self.replicas }))
     }
 }
 
-/// A metadata event naming or ordering a process or track.
-fn meta(name: &str, (pid, tid): (u32, u64), args: Value) -> Event {
-    Event { name: name.to_string(), ph: "M", ts: 0.0, dur: None, pid, tid, s: None, args }
+impl TraceEvents<Vec<u8>> {
+    /// The whole file's text, for a run small enough to hold it
+    /// (`decode_base`: a cluster's first decode replica, with pools).
+    pub fn render(self, decode_base: Option<u32>) -> String {
+        let mut out = Vec::new();
+        if let Ok((events, head)) = self.finish() {
+            let _ = head.write(&mut out, decode_base);
+            out.extend_from_slice(&events);
+            out.extend_from_slice(END.as_bytes());
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
 }
 
-impl Observer for TraceEvents {
-    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, _output: u32) {
-        let i = id as usize;
-        if self.reqs.len() <= i {
-            self.reqs.resize_with(i + 1, Req::default);
+impl TraceHead {
+    /// The file's first bytes: its opening and the metadata events, each
+    /// on its line (the events follow, each after `,\n`). With a cluster
+    /// (`replicas > 0`) each replica is a process, named `replica N`, or
+    /// with pools (`decode_base`, the first decode replica) `prefill N`
+    /// and `decode N`.
+    pub fn write(&self, out: &mut dyn Write, decode_base: Option<u32>) -> io::Result<()> {
+        out.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
+        let mut first = true;
+        let mut meta = |name: &'static str, (pid, tid): (u32, u64), args: Value| -> io::Result<()> {
+            if !std::mem::take(&mut first) {
+                out.write_all(b",\n")?;
+            }
+            let e = Event { name, ph: "M", ts: 0.0, dur: None, pid, tid, s: None, args };
+            serde_json::to_writer(&mut *out, &e).map_err(io::Error::other)
+        };
+        if self.replicas == 0 {
+            meta("process_name", (ENGINE, 0), json!({ "name": "engine" }))?;
+            meta("process_sort_index", (ENGINE, 0), json!({ "sort_index": 1 }))?;
+            meta("thread_name", (ENGINE, 0), json!({ "name": "steps" }))?;
         }
-        self.reqs[i] = Req { prompt, generated: 0, queued: Some((at, false)), decode: None };
+        for r in 0..self.replicas {
+            let name = match decode_base {
+                Some(b) if r >= b => format!("decode {}", r - b),
+                Some(_) => format!("prefill {r}"),
+                None => format!("replica {r}"),
+            };
+            let pid = FIRST_REPLICA + r;
+            meta("process_name", (pid, 0), json!({ "name": name }))?;
+            meta("process_sort_index", (pid, 0), json!({ "sort_index": pid }))?;
+            meta("thread_name", (pid, 0), json!({ "name": "steps" }))?;
+        }
+        meta("process_name", (REQUESTS, 0), json!({ "name": "requests" }))?;
+        meta("process_sort_index", (REQUESTS, 0), json!({ "sort_index": 2 }))?;
+        for id in 0..self.requests {
+            let track = track(id);
+            meta("thread_name", track, json!({ "name": format!("request {id}") }))?;
+            meta("thread_sort_index", track, json!({ "sort_index": id }))?;
+        }
+        Ok(())
+    }
+}
+
+/// A request's track: its thread id is its id plus one.
+fn track(id: RequestId) -> (u32, u64) {
+    (REQUESTS, id + 1)
+}
+
+/// `,\n` and the event's JSON.
+fn write_event(out: &mut impl Write, e: &Event) -> io::Result<()> {
+    out.write_all(b",\n")?;
+    serde_json::to_writer(&mut *out, e).map_err(io::Error::other)
+}
+
+impl<W: Write> Observer for TraceEvents<W> {
+    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, _output: u32) {
+        let Some(i) = id.checked_sub(self.base).and_then(|i| usize::try_from(i).ok()) else { return };
+        // Ids come in order; a gap (never seen) has nothing open.
+        while self.reqs.len() <= i {
+            self.reqs.push_back(Req { ended: true, ..Req::default() });
+        }
+        self.reqs[i] = Req { prompt, generated: 0, queued: Some((at, false)), decode: None, ended: false };
+        self.requests = self.requests.max(id + 1);
     }
 
     fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
         self.close_queue(id, at);
-        let Some(r) = self.reqs.get(id as usize) else { return };
+        let Some(r) = self.req(id) else { return };
         let kind = match r.generated {
             0 => Work::Prefill,
             g if computed + 1 == r.prompt + g => Work::Decode,
@@ -225,13 +316,13 @@ impl Observer for TraceEvents {
     fn preempted(&mut self, id: RequestId, at: SimTime) {
         self.close_decode(id);
         self.instant(id, "preempted", at, Value::Null);
-        if let Some(r) = self.reqs.get_mut(id as usize) {
+        if let Some(r) = self.req(id) {
             r.queued = Some((at, true));
         }
     }
 
     fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
-        if let Some(r) = self.reqs.get_mut(id as usize) {
+        if let Some(r) = self.req(id) {
             r.generated = index;
         }
         if index == 1 {
@@ -248,12 +339,18 @@ impl Observer for TraceEvents {
     fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
         self.close_queue(id, at);
         self.instant(id, "rejected", at, json!({ "reason": reason.as_str() }));
+        self.end(id);
     }
 
     fn aborted(&mut self, id: RequestId, at: SimTime) {
         self.close_decode(id);
         self.close_queue(id, at);
         self.instant(id, "aborted", at, Value::Null);
+        self.end(id);
+    }
+
+    fn replica(&mut self, replica: u32) {
+        self.replica = Some(replica);
     }
 
     fn step(&mut self, s: &StepRecord) {
@@ -261,34 +358,45 @@ impl Observer for TraceEvents {
             "batch": s.batch_size, "tokens": s.tokens, "prefill_tokens": s.prefill_tokens,
             "kv_blocks": s.kv_blocks_used, "running": s.running, "waiting": s.waiting, "preempted": s.preempted,
         });
-        let first = self.events.len();
-        self.push("step", "X", (ENGINE, 0), s.start, Some(s.end), args);
-        self.push("kv blocks used", "C", (ENGINE, 0), s.start, None, json!({ "blocks": s.kv_blocks_used }));
-        self.push("waiting requests", "C", (ENGINE, 0), s.start, None, json!({ "requests": s.waiting }));
-        let step = self.steps;
-        self.step_events.extend((first..self.events.len()).map(|e| (e, step)));
-        self.steps += 1;
-        for (id, tokens, kind) in std::mem::take(&mut self.batch) {
+        // A cluster's step goes on its replica's process.
+        let pid = match self.replica {
+            Some(r) => {
+                self.replicas = self.replicas.max(r + 1);
+                FIRST_REPLICA + r
+            }
+            None => ENGINE,
+        };
+        self.push("step", "X", (pid, 0), s.start, Some(s.end), args);
+        self.push("kv blocks used", "C", (pid, 0), s.start, None, json!({ "blocks": s.kv_blocks_used }));
+        self.push("waiting requests", "C", (pid, 0), s.start, None, json!({ "requests": s.waiting }));
+        let mut batch = std::mem::take(&mut self.batch);
+        for &(id, tokens, kind) in &batch {
             self.work(id, tokens, kind, s);
         }
-        for id in std::mem::take(&mut self.finished) {
+        batch.clear();
+        self.batch = batch;
+        let mut finished = std::mem::take(&mut self.finished);
+        for &id in &finished {
             self.close_decode(id);
             self.instant(id, "finished", s.end, Value::Null);
+            self.end(id);
         }
+        finished.clear();
+        self.finished = finished;
         self.last_end = s.end;
     }
 }
 
-impl TraceEvents {
+impl<W: Write> TraceEvents<W> {
     /// One request's part of a step.
     fn work(&mut self, id: RequestId, tokens: u32, kind: Work, s: &StepRecord) {
         if kind != Work::Decode {
             self.close_decode(id);
             let name = if kind == Work::Prefill { "prefill" } else { "recompute" };
-            self.push(name, "X", Self::track(id), s.start, Some(s.end), json!({ "tokens": tokens }));
+            self.push(name, "X", track(id), s.start, Some(s.end), json!({ "tokens": tokens }));
             return;
         }
-        let Some(r) = self.reqs.get_mut(id as usize) else { return };
+        let Some(r) = self.req(id) else { return };
         match &mut r.decode {
             Some((_, end, n)) if *end == s.start => {
                 *end = s.end;
@@ -296,7 +404,7 @@ impl TraceEvents {
             }
             _ => {
                 self.close_decode(id);
-                if let Some(r) = self.reqs.get_mut(id as usize) {
+                if let Some(r) = self.req(id) {
                     r.decode = Some((s.start, s.end, 1));
                 }
             }

@@ -153,6 +153,9 @@ pub(crate) struct Tap<'a, O> {
 }
 
 impl<O: Observer> Observer for Tap<'_, O> {
+    fn replica(&mut self, replica: u32) {
+        self.inner.replica(replica);
+    }
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
         self.inner.arrived(id, SimTime::from_nanos(at.as_nanos().saturating_sub(self.delay_ns)), prompt, output);
     }
@@ -213,6 +216,13 @@ pub enum Stepping {
     /// per stretch.
     #[default]
     MacroSteps,
+    /// [`Stepping::MacroSteps`], but every event reaches the observers in
+    /// time order: a cluster's replicas never run ahead of each other
+    /// (its decode stretches replica by replica are left out), as with
+    /// [`Stepping::Exact`]. For outputs that list steps and events as
+    /// they happen (`llmsim run --steps-csv`, `--trace-events`, `--plot`).
+    /// A single engine's events are in time order either way.
+    MacroStepsInOrder,
     /// Every step through [`Engine::step`](crate::engine::Engine::step) (`llmsim run --exact`).
     Exact,
 }

@@ -210,7 +210,7 @@ where
             }
         }
         let stretch = match stepping {
-            Stepping::MacroSteps => {
+            Stepping::MacroSteps | Stepping::MacroStepsInOrder => {
                 // Arrivals the step-by-step path would admit whole join
                 // the stretch (with prefix caching, with their content);
                 // any other stops it before its step, or one that would

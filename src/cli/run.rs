@@ -1,5 +1,7 @@
 //! `llmsim run`: predict one scenario.
 
+mod outputs;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -8,7 +10,6 @@ use clap::Args;
 use super::{CliError, ScenarioArgs, csv_failure, print, write_output};
 use crate::config::{Arrivals, Scenario, Trace};
 use crate::metrics::CollectorOptions;
-use crate::perfetto::TraceEvents;
 use crate::report;
 use crate::sim::{Stepping, run_collecting};
 
@@ -57,6 +58,7 @@ pub struct RunArgs {
 }
 
 pub fn execute(a: RunArgs) -> Result<(), CliError> {
+    distinct_outputs(&a)?;
     let mut scenario = a.scenario.load()?;
     if let Some(file) = &a.trace_from {
         eprintln!("{}", replay_measured(&mut scenario, file, a.trace_level)?);
@@ -64,20 +66,31 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     if a.explain {
         print(&super::explain::render(&scenario))?;
     }
-    // A cluster's trace puts every step on its replica: it needs the steps' placement.
-    let placed_trace = a.trace_events.is_some() && scenario.cluster.is_some();
-    let options = CollectorOptions { keep_steps: a.steps_csv.is_some() || a.plot.is_some() || placed_trace };
-    let mut trace = a.trace_events.as_ref().map(|_| TraceEvents::new());
+    // The steps CSV, the trace events and the timeline are written as the
+    // run goes (memory flat in requests and steps); their files are
+    // opened now, so one that cannot be written fails before the run.
+    let wanted = outputs::Wanted {
+        steps_csv: a.steps_csv.as_deref(),
+        plot: a.plot.is_some(),
+        trace_events: a.trace_events.as_deref(),
+    };
+    let mut streamed = outputs::Streamed::open(&scenario, wanted)?;
     let mut progress = super::progress::RunProgress::new(&scenario, !a.quiet);
     let mut report = |p: &crate::sim::Progress| progress.update(p);
     // Per-request records only when a per-request output is asked for:
     // otherwise memory stays flat in requests.
-    let collector = crate::metrics::Collector::new(&scenario.capacity, options);
+    let collector = crate::metrics::Collector::new(&scenario.capacity, CollectorOptions::default());
     let collector = if a.requests_csv.is_some() { collector } else { collector.summary_only() };
-    let stepping = if a.exact { Stepping::Exact } else { Stepping::MacroSteps };
-    let out = match &mut trace {
-        Some(t) => run_collecting(&scenario, collector, t, &mut report, stepping),
-        None => run_collecting(&scenario, collector, &mut (), &mut report, stepping),
+    let out = match &mut streamed {
+        // Listed as they happen: a cluster's replicas stay in time order.
+        Some(s) => {
+            let stepping = if a.exact { Stepping::Exact } else { Stepping::MacroStepsInOrder };
+            run_collecting(&scenario, collector, s, &mut report, stepping)
+        }
+        None => {
+            let stepping = if a.exact { Stepping::Exact } else { Stepping::MacroSteps };
+            run_collecting(&scenario, collector, &mut (), &mut report, stepping)
+        }
     };
     progress.finish();
     let out = out.map_err(|e| CliError::sim(&scenario, e))?;
@@ -93,35 +106,46 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         .map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
-    if let Some(path) = &a.steps_csv {
-        let (blocks, caching) = (scenario.capacity.num_blocks, scenario.model.kv_cache.prefix_caching);
-        let bytes = match &out.placement {
-            Some(p) => report::cluster::steps(&out.steps, report::cluster::replica_blocks(&scenario), caching, p),
-            None => report::csv_out::steps_with(&out.steps, blocks, caching),
+    if let Some(s) = &mut streamed {
+        s.finish_steps()?;
+        if let (Some(dir), Some(timeline)) = (&a.plot, s.timeline()) {
+            let plot =
+                crate::plot::timeline::plot(&scenario.name, timeline).map_err(|e| CliError::Failure(e.to_string()))?;
+            super::sweep::write_plots(dir, &[plot])?;
         }
-        .map_err(|e| csv_failure(path, e))?;
-        write_output(path, &bytes)?;
-    }
-    if let Some(dir) = &a.plot {
-        // Each step's KV usage over its own replica's blocks (a cluster's
-        // pools may differ).
-        let blocks = report::cluster::replica_blocks(&scenario);
-        let blocks_of = |i: usize| match &out.placement {
-            Some(p) => report::cluster::step_blocks(p, blocks, i),
-            None => scenario.capacity.num_blocks,
-        };
-        let plot = crate::plot::timeline::plot(&scenario.name, &out.steps, &blocks_of)
-            .map_err(|e| CliError::Failure(e.to_string()))?;
-        super::sweep::write_plots(dir, &[plot])?;
-    }
-    if let (Some(path), Some(t)) = (&a.trace_events, trace) {
-        write_output(path, t.render_placed(out.placement.as_ref()).as_bytes())?;
+        s.finish_trace(report::cluster::decode_base(&scenario))?;
     }
     let to_stdout = [&a.json, &a.requests_csv, &a.steps_csv, &a.trace_events]
         .iter()
         .any(|p| p.as_deref() == Some(std::path::Path::new("-")));
     if !a.quiet && !to_stdout {
         print(&report::summary::render(&scenario, &out.result))?;
+    }
+    Ok(())
+}
+
+/// Refuses two outputs to one file (stdout, `-`, may take several): the
+/// streamed ones write theirs while the run goes, so one would garble the
+/// other.
+fn distinct_outputs(a: &RunArgs) -> Result<(), CliError> {
+    let named = [
+        ("--json", &a.json),
+        ("--requests-csv", &a.requests_csv),
+        ("--steps-csv", &a.steps_csv),
+        ("--trace-events", &a.trace_events),
+    ];
+    let files: Vec<(&str, &PathBuf)> = named
+        .iter()
+        .filter_map(|(flag, p)| p.as_ref().map(|p| (*flag, p)))
+        .filter(|(_, p)| *p != Path::new("-"))
+        .collect();
+    for (i, (flag, path)) in files.iter().enumerate() {
+        if let Some((other, _)) = files[..i].iter().find(|(_, p)| p == path) {
+            return Err(CliError::Usage(format!(
+                "{other} and {flag} both write {}: give each output its own file",
+                path.display()
+            )));
+        }
     }
     Ok(())
 }

@@ -55,7 +55,8 @@ pub struct DisaggSetup {
     pub limits: RunLimits,
     /// `latency.request_overhead_ms` in nanoseconds (paid once, before prefill).
     pub delay_ns: u64,
-    /// Record the replica of every step (for `--steps-csv`).
+    /// Record the replica of every step (`Placement::steps`, with
+    /// `CollectorOptions::keep_steps`).
     pub keep_steps: bool,
     pub kv_transfer: KvTransfer,
     /// The whole model's KV bytes per token.
@@ -364,6 +365,8 @@ where
         if start > limits.max_time {
             return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
         }
+        let base = if kind == PoolKind::Decode { prefill.len() } else { 0 };
+        tap.inner.replica((base + r) as u32);
         let (engine, stepped) = match kind {
             PoolKind::Prefill => {
                 let mut o = on_prefill(&mut run.prefill[r], per_pool, tap, &known, &mut handed);
@@ -381,7 +384,6 @@ where
         if stepped {
             submit::count_step(&mut at, limits, progress)?;
             if setup.keep_steps {
-                let base = if kind == PoolKind::Decode { prefill.len() } else { 0 };
                 run.placement.steps.push((base + r) as u32);
             }
         }
@@ -455,6 +457,9 @@ struct OnPool<'a, O> {
 type Handed = Vec<(RequestId, SimTime)>;
 
 impl<O: Observer> Observer for OnPool<'_, O> {
+    fn replica(&mut self, replica: u32) {
+        self.inner.replica(replica);
+    }
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
         self.stats.requests += 1;
         let output = match &self.prefill {

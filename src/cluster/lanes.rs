@@ -30,9 +30,11 @@
 //! figure the collector makes is a sum of integers, a maximum or a sorted
 //! list, so the results are the same to the bit (the exactness test
 //! `cluster_exact` compares them). Arrivals reach the observer in id
-//! order, when they are routed. Where the order shows (kept steps for
-//! `--steps-csv`, a closed loop or sessions whose next arrival follows
-//! from a finish) the caller takes the step-by-step loop instead.
+//! order, when they are routed. Where the order shows (kept steps, steps
+//! and events listed as they happen for `--steps-csv`, `--plot` and
+//! `--trace-events` ([`Stepping::MacroStepsInOrder`](crate::run_driver::Stepping)),
+//! a closed loop or sessions whose next arrival follows from a finish)
+//! the caller takes the step-by-step loop instead.
 
 use std::collections::VecDeque;
 
@@ -97,6 +99,7 @@ where
                 placement: &run.placement.requests,
                 source: &mut *source,
             };
+            tap.inner.replica(r as u32);
             advance(&mut engines[r], &mut lane, &mut run.replicas[r], tap, limits, &mut at, progress)?;
             after_step(r, &engines[r], tap.inner);
         }

@@ -156,6 +156,13 @@ pub trait Observer {
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         replay_stretch(self, s);
     }
+    /// Not an engine event: a driver of several engines (a `cluster:`
+    /// run) says that the steps reported next, up to its next call, are
+    /// those of replica `replica` (with prefill and decode pools, the
+    /// prefill replicas first, then the decode ones). An output that
+    /// lists steps as they happen puts each on its replica with it. The
+    /// engine never calls it.
+    fn replica(&mut self, replica: u32) {}
 }
 
 /// The step-by-step events of a decode stretch, sent to `obs`.
@@ -255,6 +262,10 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.decode_stretch(s);
         self.1.decode_stretch(s);
     }
+    fn replica(&mut self, replica: u32) {
+        self.0.replica(replica);
+        self.1.replica(replica);
+    }
 }
 
 /// An observer seen through a mutable reference is still an observer.
@@ -288,5 +299,8 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         (**self).decode_stretch(s);
+    }
+    fn replica(&mut self, replica: u32) {
+        (**self).replica(replica);
     }
 }

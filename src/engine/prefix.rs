@@ -331,9 +331,10 @@ impl PrefixPool {
             spare: Vec::new(),
             unsettled_blocks: 0,
             unsettled_fills: 0,
-            // One entry per cached block at most: reserving up front spares
-            // the rehashes (bounded, for huge pools).
-            cache: HashIndex::with_capacity(total.min(1 << 20) as usize),
+            // Grown by use, not sized by `total`: a huge `num_blocks` (or
+            // many replicas) costs nothing until blocks are cached. The
+            // rehashes as it doubles cost about one insert per entry.
+            cache: HashIndex::new(),
             cached: 0,
             registrations: 0,
             evictions: 0,

@@ -133,7 +133,9 @@ impl RequestRecord {
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CollectorOptions {
-    /// Keep every step record (for `--steps-csv` and timeline plots).
+    /// Keep every step record until the end ([`RunOutput::steps`]), for
+    /// callers that want them whole; `llmsim run` writes its steps CSV,
+    /// trace and timeline as the steps come instead (`src/cli/run/outputs.rs`).
     pub keep_steps: bool,
 }
 

@@ -170,37 +170,54 @@ pub fn steps(
     placement: &Placement,
 ) -> csv::Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let mut header = csv_out::step_header(prefix_caching);
-    header.push("replica");
-    if placement.decode_base.is_some() {
-        header.push("pool");
-    }
-    w.write_record(header)?;
+    w.write_record(step_header(prefix_caching, placement.decode_base))?;
     for (i, s) in steps.iter().enumerate() {
         let replica = placement.steps.get(i).copied();
-        let (index, pool) = match (replica, placement.decode_base) {
-            (None, None) => (String::new(), None),
-            (Some(x), None) => (x.to_string(), None),
-            // With pools: the replica's index in its pool, then the pool.
-            (Some(x), Some(base)) if x >= base => ((x - base).to_string(), Some("decode")),
-            (Some(x), Some(_)) => (x.to_string(), Some("prefill")),
-            (None, Some(_)) => (String::new(), Some("")),
-        };
-        let num_blocks = step_blocks(placement, blocks, i);
-        let mut row = csv_out::step_row(s, num_blocks, prefix_caching);
-        row.push(index);
-        row.extend(pool.map(str::to_string));
-        w.write_record(row)?;
+        w.write_record(step_row(s, replica, blocks, prefix_caching, placement.decode_base))?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }
 
-/// The KV blocks of the replica that ran step `i` of a cluster run (in
-/// the order the collector kept them): `blocks[1]` for a decode replica,
-/// else `blocks[0]` ([`replica_blocks`]).
-pub fn step_blocks(placement: &Placement, blocks: [u32; 2], i: usize) -> u32 {
-    match (placement.steps.get(i), placement.decode_base) {
-        (Some(&x), Some(base)) if x >= base => blocks[1],
+/// The header of a cluster's steps table: the usual columns, `replica`,
+/// and with pools (`decode_base`, the first decode replica) `pool`.
+pub fn step_header(prefix_caching: bool, decode_base: Option<u32>) -> Vec<&'static str> {
+    let mut header = csv_out::step_header(prefix_caching);
+    header.push("replica");
+    if decode_base.is_some() {
+        header.push("pool");
+    }
+    header
+}
+
+/// The cells of step `s` of a cluster run, which ran on `replica` (with
+/// pools, prefill replicas first, decode ones from `decode_base`).
+pub fn step_row(
+    s: &StepRecord,
+    replica: Option<u32>,
+    blocks: [u32; 2],
+    prefix_caching: bool,
+    decode_base: Option<u32>,
+) -> Vec<String> {
+    let (index, pool) = match (replica, decode_base) {
+        (None, None) => (String::new(), None),
+        (Some(x), None) => (x.to_string(), None),
+        // With pools: the replica's index in its pool, then the pool.
+        (Some(x), Some(base)) if x >= base => ((x - base).to_string(), Some("decode")),
+        (Some(x), Some(_)) => (x.to_string(), Some("prefill")),
+        (None, Some(_)) => (String::new(), Some("")),
+    };
+    let mut row = csv_out::step_row(s, blocks_of(replica, decode_base, blocks), prefix_caching);
+    row.push(index);
+    row.extend(pool.map(str::to_string));
+    row
+}
+
+/// The KV blocks of `replica` (none: the first): `blocks[1]` for a
+/// decode replica (from `decode_base`, with pools), else `blocks[0]`
+/// ([`replica_blocks`]).
+pub fn blocks_of(replica: Option<u32>, decode_base: Option<u32>, blocks: [u32; 2]) -> u32 {
+    match (replica, decode_base) {
+        (Some(x), Some(base)) if x >= base => blocks[1],
         _ => blocks[0],
     }
 }
@@ -213,4 +230,10 @@ pub fn replica_blocks(s: &Scenario) -> [u32; 2] {
         Some(d) => [d.prefill.scenario.capacity.num_blocks, d.decode.scenario.capacity.num_blocks],
         None => [s.capacity.num_blocks; 2],
     }
+}
+
+/// With prefill and decode pools: the first decode replica (the prefill
+/// pool's replica count), as [`Placement::decode_base`] numbers them.
+pub fn decode_base(s: &Scenario) -> Option<u32> {
+    s.cluster.as_ref().and_then(|c| c.disagg.as_ref()).map(|d| d.prefill.replicas)
 }

@@ -1,8 +1,10 @@
-//! Exporters: pure functions from results to bytes. The CLI decides where
-//! the bytes go.
+//! Exporters: pure functions from results to bytes, and ([`stream`]) the
+//! steps CSV as an observer writing each row to a writer as its step
+//! ends. The CLI decides where the bytes go.
 
 pub mod cluster;
 pub mod csv_out;
+pub mod stream;
 pub mod summary;
 
 /// Pretty JSON with a trailing newline.

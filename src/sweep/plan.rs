@@ -29,6 +29,11 @@ pub enum PlanError {
     BadPoint { number: usize, total: usize, values: String, source: Box<crate::config::ConfigError> },
 }
 
+/// Most points [`Plan::points_with`] loads in one parallel batch: enough
+/// to keep every core busy, few enough that a bad point stops the loading
+/// soon after it.
+const BATCH: usize = 1024;
+
 /// One point of the sweep.
 #[derive(Clone, Debug)]
 pub struct Point {
@@ -78,25 +83,49 @@ impl Plan {
 
     /// Loads and validates every point (in parallel on the current rayon
     /// pool), so a bad value stops the sweep before anything runs. The error
-    /// is the first bad point's, whatever the thread count.
+    /// is the first bad point's, whatever the thread count, and no point
+    /// far past it is loaded: see [`Plan::points_with`].
     pub fn points(&self) -> Result<Vec<Point>, PlanError> {
+        self.points_with(&crate::config::load_scenario_with)
+    }
+
+    /// [`Plan::points`], each point's scenario made by `load` (the base
+    /// file and the point's overrides). Points are loaded in batches in
+    /// point order, the first of one point and each next one twice as
+    /// large (up to 1,024), the points of a batch in parallel: a
+    /// batch with a bad point ends the loading, and its lowest bad point
+    /// is the first of the sweep (every earlier batch was good). So a bad
+    /// first point costs one load, not one per point of the axis.
+    pub fn points_with<L>(&self, load: &L) -> Result<Vec<Point>, PlanError>
+    where
+        L: Fn(&std::path::Path, &[Override]) -> Result<Scenario, crate::config::ConfigError> + Sync,
+    {
         use rayon::prelude::*;
         let n = self.count()?;
-        let loaded: Vec<Result<Point, PlanError>> = (0..n)
-            .into_par_iter()
-            .map(|index| {
-                let coords = self.coords(index);
-                crate::config::load_scenario_with(&self.base, &self.overrides(&coords))
-                    .map(|scenario| Point { index, coords: coords.clone(), scenario })
-                    .map_err(|source| PlanError::BadPoint {
-                        number: index + 1,
-                        total: n,
-                        values: self.describe(&coords),
-                        source: Box::new(source),
-                    })
-            })
-            .collect();
-        loaded.into_iter().collect()
+        let mut points = Vec::with_capacity(n.min(BATCH));
+        let mut size = 1;
+        while points.len() < n {
+            let batch = points.len()..(points.len() + size).min(n);
+            let loaded: Vec<Result<Point, PlanError>> = batch
+                .into_par_iter()
+                .map(|index| {
+                    let coords = self.coords(index);
+                    load(&self.base, &self.overrides(&coords))
+                        .map(|scenario| Point { index, coords: coords.clone(), scenario })
+                        .map_err(|source| PlanError::BadPoint {
+                            number: index + 1,
+                            total: n,
+                            values: self.describe(&coords),
+                            source: Box::new(source),
+                        })
+                })
+                .collect();
+            for p in loaded {
+                points.push(p?);
+            }
+            size = (size * 2).min(BATCH);
+        }
+        Ok(points)
     }
 
     pub fn axes_data(&self) -> Vec<AxisData> {
@@ -225,6 +254,57 @@ mod tests {
         for _ in 0..5 {
             assert!(p.points().unwrap_err().to_string().starts_with("point 2 of 4 (scheduler.max_batch_tokens=-1)"));
         }
+    }
+
+    /// Issue 34: a 100,000-point axis whose first value is invalid loaded
+    /// every point before saying so (26 s). Now the first batch, of one
+    /// point, ends it.
+    #[test]
+    fn a_bad_first_point_stops_the_loading_at_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let p = plan(&["scheduler.max_batch_tokens=0:99999:1"]);
+        assert_eq!(p.count(), Ok(100_000));
+        let loads = AtomicUsize::new(0);
+        let counted = |file: &std::path::Path, o: &[Override]| {
+            loads.fetch_add(1, Ordering::Relaxed);
+            crate::config::load_scenario_with(file, o)
+        };
+        let e = p.points_with(&counted).unwrap_err().to_string();
+        assert!(e.starts_with("point 1 of 100000 (scheduler.max_batch_tokens=0): "), "{e}");
+        assert!(e.contains("must be a whole number from 1"), "{e}");
+        assert_eq!(loads.load(Ordering::Relaxed), 1);
+    }
+
+    /// A bad point later on: loading stops within the batch that holds
+    /// it (no later batch is loaded), and the error is still the first
+    /// bad point's.
+    #[test]
+    fn a_bad_later_point_stops_the_loading_within_its_batch() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let p = plan(&["workload.requests=1:20000:1"]);
+        let loads = AtomicUsize::new(0);
+        let bad = |file: &std::path::Path, o: &[Override]| {
+            loads.fetch_add(1, Ordering::Relaxed);
+            let s = crate::config::load_scenario_with(file, o)?;
+            // Points 10 and 11 (of values 10 and 11) fail.
+            match s.workload.requests {
+                Some(10 | 11) => {
+                    crate::config::load_scenario_with(file, &[Override::parse("scheduler.max_batch_tokens=0").unwrap()])
+                }
+                _ => Ok(s),
+            }
+        };
+        let e = p.points_with(&bad).unwrap_err().to_string();
+        assert!(e.starts_with("point 10 of 20000 (workload.requests=10): "), "{e}");
+        // Batches 1, 2, 4, 8 hold points 1 to 15.
+        assert_eq!(loads.load(Ordering::Relaxed), 15);
+        // A good sweep still gets every point, in order.
+        let q = plan(&["workload.requests=1:3000:1"]);
+        let points = q.points().unwrap();
+        assert_eq!(points.len(), 3000);
+        assert!(
+            points.iter().enumerate().all(|(i, p)| p.index == i && p.scenario.workload.requests == Some(i as u64 + 1))
+        );
     }
 
     #[test]

@@ -368,3 +368,124 @@ fn replaying_the_trace_of_a_closed_loop_on_a_cluster_reproduces_its_run() {
         }
     }
 }
+
+/// The short closed loop of the long-run tests: 64 users, 32 prompt and 4
+/// output tokens, no think time.
+const SHORT_CLOSED: [&str; 8] = [
+    "--set",
+    "workload.prompt_tokens=32",
+    "--set",
+    "workload.output_tokens=4",
+    "--set",
+    "workload.arrivals={closed: {concurrency: 64, think_time_s: 0}}",
+    "--set",
+    "workload.requests=50000",
+];
+
+/// Issue 34: `--steps-csv`, `--trace-events` and `--plot` kept every step
+/// and event in memory until the end (a 10M-request closed loop aborted
+/// allocating 5.9 GB; these 50,000 requests took about 400 MB). They are
+/// written as the run goes: the run fits in 256 MiB of address space, and
+/// every row and event is there.
+#[test]
+fn a_long_run_writes_every_streamed_output_in_bounded_memory() {
+    let dir = tempdir();
+    let p = |n: &str| dir.path().join(n);
+    let out = TestCommand::new(&["run", "scenarios/base.yml", "-q", "--json", "-"])
+        .args_from(&SHORT_CLOSED)
+        .arg("--steps-csv")
+        .arg(p("steps.csv"))
+        .arg("--trace-events")
+        .arg(p("trace.json"))
+        .arg("--plot")
+        .arg(p("plot"))
+        .bounded(300, 256);
+    assert_eq!(out.code(), 0, "{}", out.describe());
+    let result: Value = serde_json::from_str(&out.stdout()).expect("result JSON");
+    let steps = result["steps"]["count"].as_u64().expect("steps");
+    assert_eq!(result["requests"]["completed"], 50_000);
+    let csv = std::fs::read_to_string(p("steps.csv")).expect("steps csv");
+    assert_eq!(csv.lines().count() as u64, steps + 1);
+    let trace = std::fs::read_to_string(p("trace.json")).expect("trace");
+    assert!(trace.starts_with("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"));
+    assert!(trace.ends_with("}\n]}\n"));
+    let count = |name: &str| trace.lines().filter(|l| l.contains(&format!("\"name\":\"{name}\""))).count() as u64;
+    assert_eq!(count("step"), steps);
+    assert_eq!(count("finished"), 50_000);
+    assert_eq!(count("thread_name"), 50_001, "the steps track and one per request");
+    let svg = std::fs::read_to_string(p("plot/timeline.svg")).expect("timeline");
+    assert!(svg.contains("step ms (max)"));
+    // No scratch file is left beside the outputs.
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["plot", "steps.csv", "trace.json"]);
+}
+
+/// An output that cannot be written fails before the run (before, the run
+/// went to its end first, here a stall: exit 2), and a run that fails
+/// leaves no output it had started.
+#[test]
+fn an_unwritable_output_fails_first_and_a_failed_run_leaves_no_output() {
+    let dir = tempdir();
+    // Every request is too long for the context: the closed loop stalls.
+    let stalling = [
+        "run",
+        "scenarios/base.yml",
+        "-q",
+        "--set",
+        "workload.arrivals={closed: {concurrency: 2, think_time_s: 0}}",
+        "--set",
+        "workload.requests=null",
+        "--set",
+        "workload.duration_s=10",
+        "--set",
+        "workload.prompt_tokens=40000",
+    ];
+    let missing = dir.path().join("no/such/dir/steps.csv");
+    TestCommand::new(&stalling)
+        .arg("--steps-csv")
+        .arg(&missing)
+        .fails_with(1)
+        .stderr_has(&["cannot write", "no/such/dir/steps.csv"]);
+    for flag in ["--trace-events", "--steps-csv"] {
+        TestCommand::new(&stalling).arg(flag).arg(dir.path()).fails_with(1).stderr_has(&["cannot write"]);
+    }
+    let same = dir.path().join("same.csv");
+    TestCommand::new(&stalling)
+        .arg("--steps-csv")
+        .arg(&same)
+        .arg("--trace-events")
+        .arg(&same)
+        .fails_with(2)
+        .stderr_has(&["--steps-csv and --trace-events both write", "its own file"]);
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    TestCommand::new(&stalling)
+        .arg("--steps-csv")
+        .arg(out.join("s.csv"))
+        .arg("--trace-events")
+        .arg(out.join("t.json"))
+        .arg("--plot")
+        .arg(out.join("plot"))
+        .fails_with(2)
+        .stderr_has(&["the run stopped"]);
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "the failed run left files");
+}
+
+/// Outputs on stdout come in the same order as before they were streamed:
+/// the result JSON, then the steps CSV, then the trace.
+#[test]
+fn streamed_outputs_on_stdout_follow_the_result_json() {
+    let run = |flags: &[&str]| {
+        let out =
+            TestCommand::new(&["run", "scenarios/base.yml", "--set", "workload.requests=40"]).args_from(flags).ok();
+        out.stdout()
+    };
+    let json = run(&["--json", "-"]);
+    let steps = run(&["--steps-csv", "-"]);
+    let trace = run(&["--trace-events", "-"]);
+    assert!(json.starts_with('{') && steps.starts_with("index,") && trace.starts_with("{\"displayTimeUnit\""));
+    let all = run(&["--trace-events", "-", "--steps-csv", "-", "--json", "-"]);
+    assert_eq!(all, format!("{json}{steps}{trace}"));
+}

@@ -453,3 +453,58 @@ fn a_fleet_that_capacity_answers_sustains_the_target_rate_in_a_long_run() {
     let p99 = r["ttft_ms"]["p99"].as_f64().unwrap();
     assert!(p99 <= 1.25 * 2000.0, "{k} replicas: TTFT p99 {p99} ms, far over the 2,000 ms SLO");
 }
+
+/// The outputs `llmsim run` writes as the run goes put each step on the
+/// replica the driver names before it (`Observer::replica`): the streamed
+/// steps CSV is, byte for byte, the table made at the end from the kept
+/// steps and their placement, colocated and with pools; and the trace
+/// puts each step on its replica's process, as many as that replica took.
+#[test]
+fn streamed_steps_and_trace_events_put_each_step_on_its_replica() {
+    use llmsim::config::{Override, load_scenario_with};
+    use llmsim::perfetto::TraceEvents;
+    use llmsim::report::{cluster as table, csv_out, stream::StepsCsv};
+    use llmsim::sim::Stepping;
+    for file in ["scenarios/clusters/chat-fleet.yml", "scenarios/clusters/disagg.yml", "scenarios/base.yml"] {
+        let sets = [Override::parse("workload.requests=300").unwrap()];
+        let s = load_scenario_with(&repo(file), &sets).unwrap();
+        let caching = s.model.kv_cache.prefix_caching;
+        let mut csv = StepsCsv::new(Vec::new(), &s);
+        let mut trace = TraceEvents::new(Vec::new());
+        let collector = Collector::new(&s.capacity, CollectorOptions { keep_steps: true });
+        let out =
+            sim::run_collecting(&s, collector, &mut (&mut csv, &mut trace), &mut |_| {}, Stepping::MacroStepsInOrder)
+                .unwrap();
+        let whole = match &out.placement {
+            Some(p) => table::steps(&out.steps, table::replica_blocks(&s), caching, p),
+            None => csv_out::steps_with(&out.steps, s.capacity.num_blocks, caching),
+        };
+        assert_eq!(String::from_utf8(csv.finish().unwrap()), String::from_utf8(whole.unwrap()), "{file}");
+        let text = trace.render(table::decode_base(&s));
+        let events: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let events = events["traceEvents"].as_array().unwrap();
+        let mut per_pid = BTreeMap::<u64, u64>::new();
+        for e in events.iter().filter(|e| e["name"] == "step") {
+            *per_pid.entry(e["pid"].as_u64().unwrap()).or_default() += 1;
+        }
+        let names: Vec<&str> = (events.iter())
+            .filter(|e| e["name"] == "process_name")
+            .map(|e| e["args"]["name"].as_str().unwrap())
+            .collect();
+        match &out.result.replicas {
+            None => {
+                assert_eq!(per_pid.keys().copied().collect::<Vec<_>>(), [1], "{file}: one engine's process");
+                assert_eq!(names, ["engine", "requests"]);
+            }
+            Some(replicas) => {
+                // Replica r is process 3 + r and took that replica's steps.
+                let want: BTreeMap<u64, u64> =
+                    replicas.iter().enumerate().map(|(r, x)| (3 + r as u64, x.steps)).filter(|&(_, n)| n > 0).collect();
+                assert_eq!(per_pid, want, "{file}");
+                let first = if s.cluster.as_ref().unwrap().disagg.is_some() { "prefill 0" } else { "replica 0" };
+                assert_eq!(names[0], first, "{file}");
+                assert_eq!(names.len(), replicas.len() + 1, "{file}");
+            }
+        }
+    }
+}

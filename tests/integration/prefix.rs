@@ -238,3 +238,32 @@ fn content_keys_in_the_wrong_place_are_refused() {
         .fails_with(2)
         .stderr_has(&["workload.sessions.think_s", "-1 is not allowed"]);
 }
+
+/// Issue 34: prefix caching with `num_blocks` at its largest reserved a
+/// hash index of 32 MB in each replica up front, and 2,000 replicas
+/// aborted allocating 64 GB. The index grows by use now (docs/prefix-caching.md:
+/// a huge `num_blocks` costs nothing until used): the run fits in 512 MiB
+/// of address space.
+#[test]
+fn two_thousand_replicas_at_the_largest_num_blocks_run_in_little_memory() {
+    let out = TestCommand::new(&[
+        "run",
+        BASE,
+        "--json",
+        "-",
+        "-q",
+        "--set",
+        "model.kv_cache.prefix_caching=true",
+        "--set",
+        "model.kv_cache.num_blocks=4294967295",
+        "--set",
+        "cluster={replicas: 2000}",
+        "--set",
+        "workload.requests=2000",
+    ])
+    .bounded(120, 512);
+    assert_eq!(out.code(), 0, "{}", out.describe());
+    let result = json(&out);
+    assert_eq!(result["requests"]["completed"], 2000);
+    assert_eq!(result["replicas"].as_array().map(Vec::len), Some(2000));
+}

@@ -36,6 +36,11 @@ pub struct HashIndex {
 }
 
 impl HashIndex {
+    /// An empty table, of a few slots: it doubles as entries come.
+    pub fn new() -> HashIndex {
+        HashIndex::with_capacity(0)
+    }
+
     /// A table ready for about `expected` entries without growing.
     pub fn with_capacity(expected: usize) -> HashIndex {
         let size = (expected.max(8) * 2).next_power_of_two();
@@ -48,6 +53,12 @@ impl HashIndex {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Slots the table holds (its memory: 16 bytes each).
+    #[cfg(test)]
+    pub fn slots(&self) -> usize {
+        self.slots.len()
     }
 
     /// The slot of `key`, or the empty slot where it would go.

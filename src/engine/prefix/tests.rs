@@ -21,6 +21,26 @@ fn admit(p: &mut PrefixPool, slot: u32, hashes: &[u64], known: u32) -> Lookup {
     hit
 }
 
+/// Issue 34: the hash index was sized for min(`num_blocks`, 2^20) blocks
+/// up front, 32 MB a pool, so 2,000 replicas at the largest `num_blocks`
+/// aborted. It is reserved by use: a few slots, doubling as blocks are
+/// cached, and the same hits either way.
+#[test]
+fn a_huge_pool_reserves_its_index_by_use() {
+    let mut p = PrefixPool::new(u32::MAX, 4);
+    assert!(p.cache.slots() <= 16, "{} slots up front", p.cache.slots());
+    let hashes: Vec<u64> = (1..=1000u64).map(|h| h.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+    admit(&mut p, 0, &hashes, 4001);
+    p.register(0, 4000);
+    assert_eq!(p.cache.len(), 1000);
+    // At most half full, at least a quarter: grown to fit what is cached.
+    assert!((2000..=4096).contains(&p.cache.slots()), "{} slots for 1,000 hashes", p.cache.slots());
+    p.release(0);
+    p.set_content(1, &hashes);
+    assert_eq!(p.lookup(1, 4001).blocks, 1000);
+    p.check(|_| false).unwrap();
+}
+
 #[test]
 fn a_lookup_never_covers_the_last_token() {
     let mut p = pool(10);
