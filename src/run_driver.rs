@@ -226,3 +226,9 @@ pub enum Stepping {
     /// Every step through [`Engine::step`](crate::engine::Engine::step) (`llmsim run --exact`).
     Exact,
 }
+
+/// Whether `req` is within `context` tokens (else the engine refuses it
+/// and its content hashes, which could be billions, are not made).
+pub(crate) fn fits_context(req: &crate::engine::Request, context: u32) -> bool {
+    u64::from(req.prompt) + u64::from(req.output) <= u64::from(context)
+}

@@ -23,6 +23,7 @@ use crate::metrics::{Collector, CollectorOptions, RunOutput};
 // The run's bounds, progress and stop error live below `sim` and `cluster`
 // (both drive engines); the old paths stay.
 // (Also re-exported for the crate: `crate::sim::{Tap, ..}` was their path.)
+use crate::run_driver::fits_context;
 pub(crate) use crate::run_driver::{Delayed, PROGRESS_EVERY, Tap};
 pub use crate::run_driver::{Progress, RunLimits, SimError};
 use crate::time::SimTime;
@@ -310,12 +311,6 @@ struct Feed<'a, S> {
     /// Longer requests are refused for their length: no content is made.
     context: u32,
     hashes: &'a mut BlockHashes,
-}
-
-/// Whether `req` is within `context` tokens (else the engine refuses it
-/// and its content hashes, which could be billions, are not made).
-pub(crate) fn fits_context(req: &Request, context: u32) -> bool {
-    u64::from(req.prompt) + u64::from(req.output) <= u64::from(context)
 }
 
 impl<S: Source> Arrivals for Feed<'_, S> {

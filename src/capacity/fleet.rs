@@ -26,12 +26,11 @@
 
 use serde::Serialize;
 
-use super::probe::{Options, Probe, SearchError, probe};
+use super::probe::{MAX_REQUESTS, Options, Probe, SearchError, probe};
 use super::saturation;
-use super::search::MAX_REQUESTS;
 use crate::config::{Scenario, limits};
 
-/// What [`fleet_probe`] failed on besides the SLOs.
+/// What `fleet_probe` failed on besides the SLOs.
 pub const NOT_SUSTAINED: &str = "sustained rate (the waiting queue grows)";
 
 /// A probe of a fleet of `replicas` replicas (`s` has them) at `rate`:

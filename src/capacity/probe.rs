@@ -11,6 +11,10 @@ use super::slo::{RequestItl, Slo, good_requests};
 use crate::config::{Arrivals, Scenario};
 use crate::metrics::{CollectorOptions, RunResult};
 
+/// The most requests a probe runs on one seed (`--requests` included): a
+/// probe keeps a record per request, about 150 bytes each.
+pub const MAX_REQUESTS: u64 = 1_000_000;
+
 #[derive(Clone, Debug)]
 pub struct Options {
     pub slos: Vec<Slo>,

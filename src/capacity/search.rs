@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 // A probe and its error live below the searches; the old paths stay.
-pub use super::probe::{Options, Probe, SearchError, at_rate, probe, probe_seed};
+pub use super::probe::{MAX_REQUESTS, Options, Probe, SearchError, at_rate, probe, probe_seed};
 use super::saturation::{self, SaturationProbe, Sizing};
 use super::slo::Slo;
 use crate::config::{Arrivals, Scenario};
@@ -17,9 +17,6 @@ pub const SLO_STEP: f64 = 2.0;
 /// A probe's arrivals must span this many mean E2Es.
 pub const E2E_MULTIPLE: f64 = 20.0;
 pub const MIN_REQUESTS: u64 = 2000;
-/// The most requests a probe runs on one seed (`--requests` included): a
-/// probe keeps a record per request, about 150 bytes each.
-pub const MAX_REQUESTS: u64 = 1_000_000;
 /// The fewest `--requests` allows: a saturation probe needs a second half
 /// with enough arrivals to show a trend.
 pub const FEWEST_REQUESTS: u64 = 100;

@@ -7,7 +7,8 @@ use std::sync::LazyLock;
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, print, write_output};
-use crate::capacity::search::{FEWEST_REQUESTS, MAX_REQUESTS, MAX_SEEDS, SearchError};
+use crate::capacity::probe::MAX_REQUESTS;
+use crate::capacity::search::{FEWEST_REQUESTS, MAX_SEEDS, SearchError};
 use crate::capacity::{Options, Slo, render, search};
 use crate::report::thousands;
 

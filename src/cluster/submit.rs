@@ -50,7 +50,7 @@ impl Content {
 
     /// Reads the content of `req`, the request `source` popped last.
     pub(crate) fn read<S: Source>(&mut self, req: &Request, source: &S) {
-        if !self.hashing || !crate::sim::fits_context(req, self.context) {
+        if !self.hashing || !crate::run_driver::fits_context(req, self.context) {
             // (Refused for its length, an empty content is never looked up.)
             self.hashes.clear();
             self.own_tail = false;
