@@ -412,7 +412,7 @@ where
                 );
                 return Err(SimError::Stalled { why, progress: Progress { now: when, ..at } });
             }
-            let ns = setup.kv_transfer.nanos(bytes);
+            let ns = crate::time::secs_to_nanos(secs);
             run.transfers_ns.push(ns);
             transfers.push(Reverse((when.plus_nanos(ns), run.transfers_ns.len() as u64, id)));
         }

@@ -719,11 +719,6 @@ pub struct KvTransfer {
 }
 
 impl KvTransfer {
-    /// The transfer time of `bytes`, in nanoseconds.
-    pub fn nanos(&self, bytes: u64) -> u64 {
-        crate::time::secs_to_nanos(self.secs(bytes))
-    }
-
     /// The transfer time of `bytes`, in seconds (not saturated).
     pub fn secs(&self, bytes: u64) -> f64 {
         self.latency_ms / 1e3 + bytes as f64 / (self.bandwidth_gbps * 1e9)
