@@ -95,6 +95,15 @@ pub enum FleetError {
         replicas: u32,
         probe: Box<Probe>,
     },
+    /// The naive estimate alone (the target rate over one replica's max
+    /// rate) is past the most replicas a cluster may have: not simulated,
+    /// since two probes of that fleet at the largest probe size take
+    /// minutes and the search could try no count above the limit anyway.
+    OverLimit {
+        rate: f64,
+        estimate: u64,
+        max: u32,
+    },
     Search(SearchError),
 }
 
@@ -106,6 +115,11 @@ impl std::fmt::Display for FleetError {
                 "no fleet meets every SLO at {:.3} req/s: {replicas} replicas (the most tried) still miss {}",
                 probe.rate_rps,
                 probe.failed.join(", ")
+            ),
+            FleetError::OverLimit { rate, estimate, max } => write!(
+                f,
+                "no fleet meets every SLO at {rate:.3} req/s: at one replica's max rate it needs {estimate} \
+                 replicas, more than a cluster may have ({max}; cluster.replicas); the fleet search was not run"
             ),
             FleetError::Search(e) => e.fmt(f),
         }
@@ -136,6 +150,9 @@ pub fn size(
         limits::Range::Whole { hi, .. } => hi as u32,
         limits::Range::Real { hi, .. } => hi as u32,
     };
+    if estimate > u64::from(max) {
+        return Err(FleetError::OverLimit { rate, estimate, max });
+    }
     let mut log = Vec::new();
     let run = |k: u32, log: &mut Vec<FleetProbe>| -> Result<Probe, FleetError> {
         let (p, queue_growth) =

@@ -454,6 +454,27 @@ fn a_fleet_that_capacity_answers_sustains_the_target_rate_in_a_long_run() {
     assert!(p99 <= 1.25 * 2000.0, "{k} replicas: TTFT p99 {p99} ms, far over the 2,000 ms SLO");
 }
 
+#[test]
+fn a_target_rate_past_what_the_most_replicas_can_serve_is_refused_without_minutes_of_probes() {
+    // Found by the fuzz slice: `--target-rate 1e9` on a fleet simulated
+    // 10,000 replicas at a million requests a probe, twice, for minutes.
+    // One engine of base.yml serves about 95 req/s within the SLO, so 10^9
+    // req/s needs about 10^7 replicas, past cluster.replicas' 10,000.
+    let mut cmd = TestCommand::new(&["capacity", "scenarios/base.yml", "-q", "--slo", "ttft_p99_ms=2000"]);
+    for a in ["--target-rate", "1e9", "--set", "cluster={replicas: 1, router: round_robin}", "--seeds", "1"] {
+        cmd = cmd.arg(a);
+    }
+    let out = cmd.bounded(60, 2048);
+    assert_eq!(out.code(), 1, "{}", out.describe());
+    let err = out.stderr();
+    assert!(err.contains("no fleet meets every SLO at 1000000000.000 req/s"), "{err}");
+    assert!(err.contains("more than a cluster may have (10000; cluster.replicas)"), "{err}");
+    // The estimate printed is the target over one replica's max rate:
+    // between 10^9 / 200 and 10^9 / 50 for an engine near 95 req/s.
+    let n: u64 = err.split("it needs ").nth(1).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
+    assert!((5_000_000..=20_000_000).contains(&n), "{err}");
+}
+
 /// The outputs `llmsim run` writes as the run goes put each step on the
 /// replica the driver names before it (`Observer::replica`): the streamed
 /// steps CSV is, byte for byte, the table made at the end from the kept

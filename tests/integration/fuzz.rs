@@ -366,6 +366,42 @@ pub(crate) fn mutate(text: &str, rng: &mut ChaCha8Rng, csv: bool) -> (String, St
     }
 }
 
+/// A cluster key set to an edge: the shapes behind past silent wrong
+/// figures and aborts (a KV link of 1e-12 GB/s, a fleet of thousands, a
+/// shared prefix of 2^32 - 1 tokens), appended under `cluster:` or the
+/// workload as the file allows.
+pub(crate) fn mutate_cluster(text: &str, rng: &mut ChaCha8Rng) -> (String, String) {
+    let shapes = [
+        "  kv_transfer: { bandwidth_gbps: 1e-12, latency_ms: 0 }\n",
+        "  kv_transfer: { bandwidth_gbps: 1e-10, latency_ms: 1e9 }\n",
+        "  replicas: 100000\n",
+        "  replicas: 0\n",
+        "  router: prefix_affinity\n",
+        "  prefill: { replicas: 1e6, router: least_kv }\n",
+        "  decode: { replicas: 1, router: round_robin }\n",
+    ];
+    let workload = [
+        "  shared_prefix: { tokens: 4294967295, count: 3 }\n",
+        "  arrivals: {closed: {concurrency: 64, think_time_s: 0}}\n  duration_s: 3\n",
+        "  arrivals: {poisson: {rate: 1e9}}\n",
+    ];
+    let mut out = text.to_string();
+    if rng.random_range(0..2) == 0 && out.contains("\ncluster:\n") {
+        let shape = shapes[rng.random_range(0..shapes.len())];
+        let at = out.find("\ncluster:\n").unwrap() + "\ncluster:\n".len();
+        out.insert_str(at, shape);
+        (out, format!("cluster: insert {}", shape.trim()))
+    } else if out.contains("\nworkload:\n") {
+        let shape = workload[rng.random_range(0..workload.len())];
+        let at = out.find("\nworkload:\n").unwrap() + "\nworkload:\n".len();
+        out.insert_str(at, shape);
+        (out, format!("workload: insert {}", shape.trim()))
+    } else {
+        let shape = shapes[rng.random_range(0..shapes.len())];
+        (format!("{out}\ncluster:\n{shape}"), format!("append cluster: {}", shape.trim()))
+    }
+}
+
 /// How a mutated scenario would run, judged in-process within small
 /// limits: a workload that needs more than those is valid but long, and
 /// only `explain` runs it through the binary.
@@ -394,6 +430,10 @@ struct Seeds {
     scenarios: Vec<PathBuf>,
     hardware: Vec<PathBuf>,
     sweeps: Vec<PathBuf>,
+    /// Clusters (replicas, routers, disaggregation) and deployments (real
+    /// architectures, TP, overheads): the cluster, capacity and
+    /// disaggregated paths.
+    fleets: Vec<PathBuf>,
 }
 
 fn shipped() -> Seeds {
@@ -413,7 +453,9 @@ fn shipped() -> Seeds {
     scenarios.extend(yml("scenarios/experiments/bases"));
     scenarios.push(repo("scenarios/sweeps/chat-h100.yml"));
     let sweeps = vec![repo("scenarios/sweeps/rate-by-budget.yml"), repo("scenarios/sweeps/hardware.yml")];
-    Seeds { scenarios, hardware: yml("hardware"), sweeps }
+    let mut fleets = yml("scenarios/clusters");
+    fleets.extend(yml("scenarios/deployments"));
+    Seeds { scenarios, hardware: yml("hardware"), sweeps, fleets }
 }
 
 /// One mutation case: files in a temp dir and the command to run.
@@ -428,8 +470,16 @@ fn make_case(i: u64, seeds: &Seeds) -> Case {
     let mut rng = ChaCha8Rng::seed_from_u64(seed() ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let dir = tempdir();
     let d = dir.path();
-    let kind = rng.random_range(0..10);
-    let (file, what, sets): (PathBuf, String, Vec<String>) = if kind < 6 {
+    let kind = rng.random_range(0..13);
+    let (file, what, sets): (PathBuf, String, Vec<String>) = if kind >= 10 {
+        // A cluster or deployment scenario, mutated, with the cluster shapes
+        // behind past silent wrong figures made likely.
+        let src = &seeds.fleets[rng.random_range(0..seeds.fleets.len())];
+        let text = std::fs::read_to_string(src).unwrap();
+        let name = src.file_name().unwrap().to_string_lossy().to_string();
+        let (mutated, how) = if kind == 12 { mutate_cluster(&text, &mut rng) } else { mutate(&text, &mut rng, false) };
+        (write(d, &name, &mutated), format!("{name}: {how}"), Vec::new())
+    } else if kind < 6 {
         // A scenario (and the trace CSV next to it, if it has one).
         let src = &seeds.scenarios[rng.random_range(0..seeds.scenarios.len())];
         let text = std::fs::read_to_string(src).unwrap();
@@ -496,14 +546,21 @@ fn make_case(i: u64, seeds: &Seeds) -> Case {
         sweep_precheck(&file)
     } else if command == "capacity" {
         let mut small = set_refs.clone();
-        small.extend(["workload.requests=30", "workload.duration_s=null"]);
+        small.extend(["workload.requests=100", "workload.duration_s=null"]);
         precheck(&file, &small)
     } else {
         precheck(&file, &set_refs)
     };
     match command {
         "trace" => args.extend(["-o".into(), "-".into()]),
-        "capacity" => args.extend(["--slo".into(), "ttft_p99_ms=500".into(), "--requests".into(), "30".into()]),
+        "capacity" if kind >= 10 => {
+            // A fleet: the replica count for a target rate, found by the fleet
+            // or split search with its sustained-rate test.
+            let rate = ["5", "40", "1e-3", "1e9", "0"][rng.random_range(0..5)];
+            args.extend(["--slo".into(), "ttft_p99_ms=500".into(), "--requests".into(), "100".into()]);
+            args.extend(["--target-rate".into(), rate.into()]);
+        }
+        "capacity" => args.extend(["--slo".into(), "ttft_p99_ms=500".into(), "--requests".into(), "100".into()]),
         "sweep" if !is_sweep_file => {
             let v = EDGE_VALUES[rng.random_range(0..EDGE_VALUES.len())];
             args.extend(["--set".into(), format!("scheduler.max_batch_tokens=512,{v}")]);
@@ -565,7 +622,16 @@ fn judge(out: &Out, case: &Case) -> Option<String> {
     }
     // capacity exits 1 when no rate meets the SLOs: the work failed, as
     // documented, not the input.
-    let unreachable = case.args[0] == "capacity" && code == 1 && err.contains("no rate meets every SLO");
+    // Likewise a fleet or split search that no replica count meets.
+    let unreachable = case.args[0] == "capacity"
+        && code == 1
+        && [
+            "no rate meets every SLO",
+            "no fleet meets every SLO",
+            "no prefill:decode split of the GPUs meets every SLO",
+        ]
+        .iter()
+        .any(|m| err.contains(m));
     if code != 0 && code != 2 && !unreachable {
         return Some(format!("exit {code}"));
     }
@@ -592,6 +658,12 @@ fn judge(out: &Out, case: &Case) -> Option<String> {
             if s.contains(bad) {
                 return Some(format!("printed {bad:?}"));
             }
+        }
+        // A run that ends with exit 0 accounts for its requests: none
+        // completed and none rejected is a silent failure (a stalled link,
+        // a lost request), not a result.
+        if s.contains("requests   0 completed, 0 rejected") {
+            return Some("exit 0 with no request completed or rejected".into());
         }
     }
     None
@@ -628,6 +700,12 @@ fn mutations_of_the_shipped_files_end_with_exit_0_or_2_under_the_guard() {
     // The slice exercised both outcomes of several commands.
     let seen = |c: &str, code: i32| tally.get(&format!("{c} exit {code}")).copied().unwrap_or(0);
     assert!(seen("explain", 0) > 0 && seen("explain", 2) > 0 && seen("run", 2) > 0, "{tally:?}");
+    // Each command ran to an answer at least once: a slice whose every case
+    // of a command is refused (say, by a raised minimum of a flag the
+    // harness passes) tests nothing of it.
+    for c in ["run", "trace", "capacity", "sweep"] {
+        assert!(seen(c, 0) + seen(c, 1) > 0, "no `{c}` case ran to an answer: {tally:?}");
+    }
 }
 
 /// The corpus: each file in `fuzz_corpus/` once hung, aborted, printed a

@@ -8,6 +8,7 @@
 mod api;
 mod errors;
 mod fleet;
+mod fuzz;
 mod hardening;
 mod harness;
 mod layers;
