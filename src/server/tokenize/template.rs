@@ -34,7 +34,6 @@
 //! [`FUEL`] instructions, so a looping template cannot hold a worker.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind};
@@ -568,7 +567,7 @@ impl Json {
             ValueKind::Map => {
                 let mut keys: Vec<Value> = v.try_iter()?.collect();
                 if self.sort {
-                    keys.sort_by(|a, b| a.to_string().cmp(&b.to_string()));
+                    keys.sort_by_key(Value::to_string);
                 }
                 self.open_close(keys.len(), '{', '}', depth, out, |i, out| {
                     string(&keys[i].to_string(), out);
@@ -642,9 +641,6 @@ fn string(s: &str, out: &mut String) {
     }
     out.push('"');
 }
-
-/// Shared by every request of a model.
-pub type Shared = Arc<ChatTemplate>;
 
 fn read(path: &Path) -> Result<String, TemplateError> {
     std::fs::read_to_string(path).map_err(|e| TemplateError(format!("cannot read {}: {e}", path.display())))
