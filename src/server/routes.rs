@@ -123,7 +123,16 @@ async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         let want_strs = obj.get("return_token_strs").and_then(serde_json::Value::as_bool).unwrap_or(false);
         let (ids, strs) = if obj.contains_key("messages") {
             let mut parsed = request::read(Api::Chat, &value)?;
-            let templated = ChatInput::from_body(&body).and_then(|c| model.tokenizer.template_ids(&c));
+            let templated = match ChatInput::from_body(&body) {
+                // Rendered on the blocking pool, as a chat request's is.
+                Some(c) if model.tokenizer.chat_template().is_some() => {
+                    let tok = model.tokenizer.clone();
+                    tokio::task::spawn_blocking(move || tok.template_ids(&c))
+                        .await
+                        .map_err(|e| ApiError::internal(format!("rendering the chat template failed: {e}")))?
+                }
+                _ => None,
+            };
             frame_tools(&mut parsed);
             match (templated, &parsed.prompts[0]) {
                 (Some(ids), _) => (ids.map_err(template_error)?, Vec::new()),
@@ -295,7 +304,8 @@ async fn handle(
         true => parsed.prompts.iter().map(PromptContent::from).collect(),
         false => Vec::new(),
     };
-    let reply = if needs_pool(&options) {
+    // A model's chat template renders on the pool too (up to its fuel bound).
+    let reply = if needs_pool(&options) || (api == Api::Chat && model.tokenizer.chat_template().is_some()) {
         // Stop strings and long answers (`ignore_eos`, `min_tokens`) cost
         // time linear in their size: plan on the blocking pool, so
         // `/health` and other requests never wait behind them.
