@@ -52,6 +52,10 @@ pub struct RawServedModel {
     /// A Hugging Face tokenizer.json (relative to the models file); the
     /// built-in tokenizer without one (`server::tokenize`).
     pub tokenizer: Option<String>,
+    /// A Jinja chat template file (relative to the models file), vLLM's
+    /// `--chat-template`; without it, the template found next to the
+    /// tokenizer (`server::tokenize::template`). Needs `tokenizer`.
+    pub chat_template: Option<String>,
     /// Fault injection (`server::faults`).
     pub faults: Option<crate::yaml::Value>,
     /// vLLM's `--tool-call-parser`: how the model writes a tool call
@@ -192,13 +196,21 @@ fn served(raw: RawServedModel, file: &Path, at: &str) -> Result<ServedModel, Con
     if name.is_empty() {
         return Err(ConfigError::new(file, format!("{at}.name"), "an empty name is not allowed"));
     }
-    let tokenizer = match raw.tokenizer.as_deref() {
-        Some(rel) => {
-            let path = file.parent().unwrap_or(Path::new("")).join(rel);
-            crate::server::tokenize::Tokenizer::load(&path)
+    let base = file.parent().unwrap_or(Path::new(""));
+    let tokenizer = match (raw.tokenizer.as_deref(), raw.chat_template.as_deref()) {
+        (Some(rel), template) => {
+            let template = template.map(|t| base.join(t));
+            crate::server::tokenize::Tokenizer::load_with_template(&base.join(rel), template.as_deref())
                 .map_err(|e| ConfigError::new(file, format!("{at}.tokenizer"), e))?
         }
-        None => crate::server::tokenize::Tokenizer::default(),
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                file,
+                format!("{at}.chat_template"),
+                "needs `tokenizer` (a tokenizer.json): the built-in tokenizer frames chats as ChatML",
+            ));
+        }
+        (None, None) => crate::server::tokenize::Tokenizer::default(),
     };
     let faults = match raw.faults.as_ref() {
         Some(v) => Some(crate::server::faults::Faults::parse(v, file, &format!("{at}.faults"))?),

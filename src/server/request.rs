@@ -63,6 +63,9 @@ pub struct Parsed {
     pub fields: Fields,
     /// A chat's `tools` and `tool_choice` (`server::tools`), when it has tools.
     pub tools: Option<ToolsIn>,
+    /// A chat's inputs to the model's chat template (set by the routes from
+    /// the body as sent, `server::tokenize::template`).
+    pub chat: Option<crate::server::tokenize::ChatInput>,
 }
 
 /// The fields that shape the answer, as sent (checked by
@@ -526,7 +529,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
     if !r.errors.is_empty() {
         return Err(type_errors(&r.errors));
     }
-    Ok(Parsed { api, model, prompts, fields: f, tools })
+    Ok(Parsed { api, model, prompts, fields: f, tools, chat: None })
 }
 
 /// `tools` (pydantic's checks of each tool's shape) and `tool_choice`

@@ -29,6 +29,7 @@ use super::request::{self, Parsed, PromptIn};
 use super::sse;
 use super::stop::Stops;
 use super::telemetry::Observed;
+use super::tokenize::{ChatInput, TemplateError};
 use super::tools::{self, Mode};
 use crate::content::Query;
 use crate::content::responses::args;
@@ -122,9 +123,20 @@ async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         let want_strs = obj.get("return_token_strs").and_then(serde_json::Value::as_bool).unwrap_or(false);
         let (ids, strs) = if obj.contains_key("messages") {
             let mut parsed = request::read(Api::Chat, &value)?;
+            let templated = match ChatInput::from_body(&body) {
+                // Rendered on the blocking pool, as a chat request's is.
+                Some(c) if model.tokenizer.chat_template().is_some() => {
+                    let tok = model.tokenizer.clone();
+                    tokio::task::spawn_blocking(move || tok.template_ids(&c))
+                        .await
+                        .map_err(|e| ApiError::internal(format!("rendering the chat template failed: {e}")))?
+                }
+                _ => None,
+            };
             frame_tools(&mut parsed);
-            match &parsed.prompts[0] {
-                PromptIn::Chat(m) => model.tokenizer.encode_chat(m),
+            match (templated, &parsed.prompts[0]) {
+                (Some(ids), _) => (ids.map_err(template_error)?, Vec::new()),
+                (None, PromptIn::Chat(m)) => model.tokenizer.encode_chat(m),
                 _ => (Vec::new(), Vec::new()),
             }
         } else {
@@ -136,7 +148,9 @@ async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
             (model.tokenizer.encode(prompt), model.tokenizer.pieces(prompt))
         };
         let count = ids.len();
-        let strs = want_strs.then_some(strs);
+        // vLLM's `convert_ids_to_tokens`; the built-in tokenizer has no
+        // vocabulary, so its strings are the tokens' text.
+        let strs = want_strs.then(|| model.tokenizer.token_strs(&ids).unwrap_or(strs));
         let out = serde_json::json!({
             "count": count,
             "max_model_len": model.spec.context_length,
@@ -270,6 +284,9 @@ async fn handle(
     let body = read_body(app, headers, body).await?;
     let value: serde_json::Value = openai::parse(&body)?;
     let mut parsed = request::read(api, &value)?;
+    if api == Api::Chat {
+        parsed.chat = ChatInput::from_body(&body);
+    }
     let model = app.model(parsed.model.as_deref())?;
     // vLLM's refusals of a `tool_choice` the model's flags do not allow.
     let mode = tools::mode(&model.spec.tools, parsed.tools.as_ref())?;
@@ -287,7 +304,8 @@ async fn handle(
         true => parsed.prompts.iter().map(PromptContent::from).collect(),
         false => Vec::new(),
     };
-    let reply = if needs_pool(&options) {
+    // A model's chat template renders on the pool too (up to its fuel bound).
+    let reply = if needs_pool(&options) || (api == Api::Chat && model.tokenizer.chat_template().is_some()) {
         // Stop strings and long answers (`ignore_eos`, `min_tokens`) cost
         // time linear in their size: plan on the blocking pool, so
         // `/health` and other requests never wait behind them.
@@ -391,11 +409,19 @@ fn model_index(app: &App, model: &ModelHandle) -> usize {
 
 /// Counts a prompt's tokens with the model's tokenizer; returns the count
 /// and the text the responses script matches and `echo` repeats.
-fn prompt_tokens(model: &ModelHandle, p: &PromptIn) -> (usize, String, String) {
+fn prompt_tokens(
+    model: &ModelHandle,
+    p: &PromptIn,
+    chat: Option<&ChatInput>,
+) -> Result<(usize, String, String), ApiError> {
     let tok = &model.tokenizer;
-    match p {
+    Ok(match p {
         PromptIn::Chat(messages) => {
-            let n = tok.count_chat(messages.iter().map(|(r, c)| (r.as_str(), c.as_str())));
+            // The model's chat template when it has one, else ChatML.
+            let n = match chat.and_then(|c| tok.template_ids(c)) {
+                Some(ids) => ids.map_err(template_error)?.len(),
+                None => tok.count_chat(messages.iter().map(|(r, c)| (r.as_str(), c.as_str()))),
+            };
             let last_user =
                 messages.iter().rev().find(|(r, _)| r == "user").map(|(_, c)| c.clone()).unwrap_or_default();
             // Chat `echo` repeats the last message when it is the assistant's.
@@ -407,7 +433,13 @@ fn prompt_tokens(model: &ModelHandle, p: &PromptIn) -> (usize, String, String) {
             let text = tok.decode(ids).unwrap_or_default();
             (ids.len(), text.clone(), text)
         }
-    }
+    })
+}
+
+/// A chat template that failed to render: a 400 with its message, as
+/// vLLM answers a `jinja2.TemplateError`.
+fn template_error(e: TemplateError) -> ApiError {
+    ApiError::bad_request(e.0)
 }
 
 /// Puts a chat's tool definitions into its prompt, as a chat template does
@@ -444,7 +476,7 @@ fn plan_reply(
     let mut choices = Vec::new();
     let mut total_prompt = 0u32;
     for (p, prompt) in parsed.prompts.iter().enumerate() {
-        let (count, text, echo) = prompt_tokens(model, prompt);
+        let (count, text, echo) = prompt_tokens(model, prompt, parsed.chat.as_ref())?;
         let (last_role, turns) = match prompt {
             PromptIn::Chat(m) => (m.last().map(|(r, _)| r.as_str()), m.len()),
             _ => (None, 0),

@@ -9,9 +9,12 @@
 //! The crate is built without its default features: no Oniguruma (a C
 //! library) and no C++ suffix arrays; `fancy-regex` (pure Rust) runs the
 //! pre-tokenizer patterns instead, so a fresh clone builds with cargo alone.
-//! Chat prompts are framed as ChatML (5 tokens per message, 3 for the
-//! reply's priming) whichever the tokenizer: llmsim runs no Jinja chat
-//! templates.
+//! With a tokenizer.json, a chat prompt is the model's chat template
+//! rendered (the `chat_template` of the `tokenizer_config.json` next to it,
+//! or a models-file `chat_template:` file; see [`template`]) and tokenized
+//! without added special tokens, as vLLM does (the template writes the
+//! BOS). Without a template, and with the built-in tokenizer, chat prompts
+//! are framed as ChatML (5 tokens per message, 3 for the reply's priming).
 //!
 //! Everything the server does with tokens goes through here: prompt counts
 //! (chat prompts pay the chat template's framing, see
@@ -29,17 +32,22 @@ use std::sync::Arc;
 
 use crate::content::{responses, tokenizer};
 
+pub mod template;
+
+pub use template::{ChatInput, ChatTemplate, TemplateError};
+
 /// The id space of the built-in tokenizer's hashed ids (2^17, about the
 /// size of a Llama 3 or Qwen vocabulary).
 pub const BUILTIN_VOCAB: u32 = 1 << 17;
 
-/// A Hugging Face tokenizer, shared by every request of its model.
+/// A Hugging Face tokenizer and its chat template, if it has one, shared
+/// by every request of its model.
 #[derive(Clone)]
-pub struct HfTokenizer(Arc<tokenizers::Tokenizer>);
+pub struct HfTokenizer(Arc<tokenizers::Tokenizer>, Option<Arc<ChatTemplate>>);
 
 impl std::fmt::Debug for HfTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HfTokenizer(vocab {})", self.0.get_vocab_size(true))
+        write!(f, "HfTokenizer(vocab {}, template {:?})", self.0.get_vocab_size(true), self.1)
     }
 }
 
@@ -67,7 +75,51 @@ impl Tokenizer {
         let t: tokenizers::Tokenizer = text
             .parse()
             .map_err(|e: tokenizers::Error| TokenizerError { file: path.to_path_buf(), reason: e.to_string() })?;
-        Ok(Tokenizer::Hf(HfTokenizer(Arc::new(t))))
+        Ok(Tokenizer::Hf(HfTokenizer(Arc::new(t), None)))
+    }
+
+    /// Reads a `tokenizer.json` and its chat template (`chat_template`, the
+    /// models file's `chat_template:` file, else found next to the
+    /// tokenizer: see [`template`]).
+    pub fn load_with_template(path: &Path, chat_template: Option<&Path>) -> Result<Tokenizer, TokenizerError> {
+        let Tokenizer::Hf(HfTokenizer(t, _)) = Tokenizer::load(path)? else {
+            unreachable!("load reads a tokenizer.json")
+        };
+        let template = ChatTemplate::find(path, chat_template)
+            .map_err(|e| TokenizerError { file: path.to_path_buf(), reason: format!("its chat template: {e}") })?;
+        Ok(Tokenizer::Hf(HfTokenizer(t, template.map(Arc::new))))
+    }
+
+    /// The model's chat template, when it has one.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        match self {
+            Tokenizer::Hf(HfTokenizer(_, t)) => t.as_deref(),
+            Tokenizer::Builtin => None,
+        }
+    }
+
+    /// Token ids of a chat rendered by the model's chat template and
+    /// tokenized as vLLM does (special tokens only if the request asks):
+    /// None without a template (the ChatML framing of [`Tokenizer::count_chat`]
+    /// applies); the template's message when it fails to render.
+    pub fn template_ids(&self, chat: &ChatInput) -> Option<Result<Vec<u32>, TemplateError>> {
+        let Tokenizer::Hf(HfTokenizer(t, Some(template))) = self else { return None };
+        Some(template.render(chat).and_then(|text| {
+            t.encode(text, chat.add_special_tokens)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| TemplateError(format!("tokenizing the rendered chat failed: {e}")))
+        }))
+    }
+
+    /// The vocabulary strings of token ids (transformers'
+    /// `convert_ids_to_tokens`: `Ġhello` for a byte-level ` hello`); None
+    /// for the built-in tokenizer, which has no vocabulary. An id outside
+    /// the vocabulary has no string: `""`.
+    pub fn token_strs(&self, ids: &[u32]) -> Option<Vec<String>> {
+        match self {
+            Tokenizer::Builtin => None,
+            Tokenizer::Hf(t) => Some(ids.iter().map(|&i| t.0.id_to_token(i).unwrap_or_default()).collect()),
+        }
     }
 
     pub fn name(&self) -> &'static str {
@@ -206,7 +258,8 @@ impl Tokenizer {
             Tokenizer::Builtin => None,
             Tokenizer::Hf(t) => {
                 let ids: Vec<u32> = ids.iter().map(|&i| u32::try_from(i).unwrap_or(u32::MAX)).collect();
-                t.0.decode(&ids, true).ok()
+                // vLLM's /detokenize keeps special tokens (`skip_special_tokens=False`).
+                t.0.decode(&ids, false).ok()
             }
         }
     }

@@ -6,6 +6,7 @@
 //! OpenAI client.
 
 mod api;
+mod chat_template;
 mod errors;
 mod fleet;
 mod fuzz;
