@@ -15,4 +15,5 @@ mod lifecycle;
 mod parity;
 mod prefix;
 mod python;
+mod structured;
 mod tools;
