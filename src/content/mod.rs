@@ -6,6 +6,7 @@
 //! hands the engine only token counts, and the engine hands back only times.
 
 pub mod responses;
+pub mod structured;
 pub mod tokenizer;
 
 pub use responses::{Answer, Query, Responses};

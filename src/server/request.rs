@@ -32,6 +32,9 @@ use serde_json::{Map, Value};
 use super::api::Api;
 use super::errors::ApiError;
 use super::tools::{Tool, ToolChoice, ToolsIn};
+use crate::content::structured::Constraint;
+
+mod structured;
 
 /// vLLM's `max_logprobs` default: the most `logprobs` / `top_logprobs` a
 /// request may ask for.
@@ -66,6 +69,8 @@ pub struct Parsed {
     /// A chat's inputs to the model's chat template (set by the routes from
     /// the body as sent, `server::tokenize::template`).
     pub chat: Option<crate::server::tokenize::ChatInput>,
+    /// What `response_format` / `structured_outputs` constrain the answer to.
+    pub structured: Option<Constraint>,
 }
 
 /// The fields that shape the answer, as sent (checked by
@@ -526,10 +531,11 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
             read_prompts(&mut r)
         }
     };
+    let structured = structured::read(&mut r)?;
     if !r.errors.is_empty() {
         return Err(type_errors(&r.errors));
     }
-    Ok(Parsed { api, model, prompts, fields: f, tools, chat: None })
+    Ok(Parsed { api, model, prompts, fields: f, tools, chat: None, structured })
 }
 
 /// `tools` (pydantic's checks of each tool's shape) and `tool_choice`
@@ -737,6 +743,7 @@ fn before_validators(api: Api, map: &Map<String, Value>) -> Result<(), ApiError>
         Some(Value::Array(a)) => !a.is_empty(),
         Some(Value::Object(o)) => !o.is_empty(),
     };
+    structured::before(map)?;
     if truthy("stream_options") && !truthy("stream") {
         return Err(value_error("Stream options can only be defined when `stream=True`.", "stream_options"));
     }

@@ -530,7 +530,14 @@ fn plan_reply(
             ]);
             let call =
                 parsed.tools.as_ref().and_then(|t| tools::plan_call(mode, t, answer.tool_call.as_ref(), call_hash));
-            let tokens = model.tokenizer.pieces(call.as_ref().map_or(&answer.text, |c| &c.text));
+            // Structured output (`response_format`, `structured_outputs`):
+            // text that satisfies it, unless the answer is a tool call.
+            let made = match (&call, &parsed.structured) {
+                (None, Some(c)) => Some(c.text(call_hash).map_err(|e| ApiError::bad_request(e.0))?),
+                _ => None,
+            };
+            let text = call.as_ref().map(|c| c.text.as_str()).or(made.as_deref()).unwrap_or(&answer.text);
+            let tokens = model.tokenizer.pieces(text);
             let filler_seed = seed.unwrap_or(app.responses.seed()) ^ ((p as u64) << 32);
             let more = |n: usize| model.tokenizer.continuation(n, filler_seed);
             let plan = openai::plan(tokens.iter().map(String::as_str), more, stops.as_ref(), lengths);

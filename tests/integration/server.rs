@@ -17,4 +17,5 @@ mod lifecycle;
 mod parity;
 mod prefix;
 mod python;
+mod structured;
 mod tools;

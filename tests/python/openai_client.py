@@ -126,6 +126,48 @@ def tool_calls(client):
         check(type(e).__name__ == "BadRequestError" and "--enable-auto-tool-choice" in str(e), f"no tool flags: {type(e).__name__}")
 
 
+def structured_output(client):
+    """`.parse()` with a Pydantic model (a nested model, a list of them, an
+    enum, an optional field): the SDK sends the model's JSON schema as
+    `response_format` and validates the answer against the model."""
+    import enum
+    from typing import Optional
+
+    import pydantic
+
+    class Color(str, enum.Enum):
+        red = "red"
+        green = "green"
+        blue = "blue"
+
+    class Pet(pydantic.BaseModel):
+        name: str
+        age: int = pydantic.Field(ge=0, le=30)
+
+    class Person(pydantic.BaseModel):
+        name: str
+        favourite: Color
+        pets: list[Pet]
+        nickname: Optional[str]
+
+    parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
+    people = []
+    for seed in range(5):
+        done = parse(model="fixed", messages=[{"role": "user", "content": "Describe a person"}],
+                     response_format=Person, seed=seed)
+        person = done.choices[0].message.parsed
+        check(isinstance(person, Person) and all(isinstance(p, Pet) for p in person.pets),
+              f".parse() gives a Person: {person!r}")
+        check(done.usage.completion_tokens > 1 and done.choices[0].finish_reason == "stop",
+              "structured output is priced as its tokens")
+        people.append(person)
+    check(len({p.model_dump_json() for p in people}) > 1, "other seeds, other people")
+    done = client.chat.completions.create(
+        model="fixed", messages=[{"role": "user", "content": "Pick"}],
+        extra_body={"structured_outputs": {"choice": ["yes", "no"]}})
+    check(done.choices[0].message.content in ("yes", "no"), f"choice: {done.choices[0].message.content}")
+
+
 def main():
     base = sys.argv[1]
     http = DefaultHttpxClient(event_hooks={"request": [on_request]})
@@ -202,6 +244,7 @@ def main():
     )
 
     tool_calls(client)
+    structured_output(client)
 
     long_prompt = " ".join(["word"] * 1500)
     ttft_matches_engine(client, base, "sched", long_prompt)

@@ -184,45 +184,10 @@ pub fn hash_of(parts: &[&[u8]]) -> u64 {
     finalise(crate::util::fnv1a(parts.iter().flat_map(|part| part.iter().copied().chain([0xFF]))))
 }
 
-/// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it.
+/// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it
+/// (the writer structured output uses too).
 pub fn python_json(value: &Value) -> String {
-    let mut out = String::new();
-    write(value, &mut out);
-    out
-}
-
-/// Python's `repr` of a finite float: `3.0`, `2.5` (JSON has no others).
-fn py_float(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e16 { format!("{v:.1}") } else { format!("{v:?}") }
-}
-
-fn write(v: &Value, out: &mut String) {
-    match v {
-        Value::Array(items) => {
-            out.push('[');
-            for (i, x) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write(x, out);
-            }
-            out.push(']');
-        }
-        Value::Object(m) => {
-            out.push('{');
-            for (i, (k, x)) in m.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push_str(": ");
-                write(x, out);
-            }
-            out.push('}');
-        }
-        Value::Number(n) if n.is_f64() => out.push_str(&py_float(n.as_f64().unwrap_or(0.0))),
-        other => out.push_str(&other.to_string()),
-    }
+    crate::content::structured::json_text(value)
 }
 
 #[cfg(test)]
