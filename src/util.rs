@@ -29,6 +29,25 @@ pub fn splitmix(z: u64) -> u64 {
     finalise(z.wrapping_add(0x9e37_79b9_7f4a_7c15))
 }
 
+/// A SplitMix64 stream: the seeded choices of the server's made-up
+/// content (scripted variants, tool-call arguments, structured output),
+/// the same on every machine and Rust release.
+pub struct Stream(pub u64);
+
+impl Stream {
+    pub fn next(&mut self) -> u64 {
+        let z = self.0;
+        self.0 = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        splitmix(z)
+    }
+
+    /// A value in `[0, n)` (multiply-shift; the bias is below 2^-50 for
+    /// the n used); 0 when `n` is 0.
+    pub fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next()) * n as u128) >> 64) as usize
+    }
+}
+
 /// FNV-1a 64 over `bytes`: the one string hash of the crate (content
 /// names, token ids, session keys, call ids), spelled out so it is the same
 /// on every machine and Rust release.

@@ -26,7 +26,7 @@ mod tests;
 
 use serde_json::{Map, Value};
 
-use crate::util::{finalise, splitmix};
+use crate::util::finalise;
 
 /// What a request constrains its answer to.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,24 +74,12 @@ impl Limits {
     pub const TEXT: usize = 65_536;
 }
 
-/// A SplitMix64 stream: every choice a generator makes.
-pub struct Rng(u64);
+/// Every choice a generator makes comes from one seeded SplitMix64 stream.
+pub use crate::util::Stream as Rng;
 
-impl Rng {
-    pub fn new(hash: u64) -> Rng {
-        Rng(finalise(hash ^ 0x5354_5255_4354_5552))
-    }
-
-    pub fn draw(&mut self) -> u64 {
-        let z = self.0;
-        self.0 = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        splitmix(z)
-    }
-
-    /// A value in `[0, n)` (multiply-shift); 0 when `n` is 0.
-    pub fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.draw()) * n as u128) >> 64) as usize
-    }
+/// The stream of a structured answer seeded by `hash`.
+pub fn rng(hash: u64) -> Rng {
+    Rng(finalise(hash ^ 0x5354_5255_4354_5552))
 }
 
 impl Constraint {
@@ -106,7 +94,7 @@ impl Constraint {
 
     /// The answer's text for `hash`.
     pub fn text(&self, hash: u64) -> Result<String, Refused> {
-        let mut rng = Rng::new(hash);
+        let mut rng = rng(hash);
         match self {
             Constraint::Json(s) => schema::generate(s, &mut rng).map(|v| json_text(&v)),
             Constraint::JsonObject => Ok(json_text(&schema::any_object(&mut rng))),

@@ -6,176 +6,35 @@
 //! for. Values are a fixed function of the schema and a hash (the request's
 //! seed, the entry and the prompt), so the same request gets the same call.
 //!
-//! What is read of a schema: `type` (one or a list, `null` picked last),
-//! `enum` and `const`, `properties` with `required` (required properties
-//! always, others about half of the time), `items` with
-//! `minItems`/`maxItems`, `minimum`/`maximum` (and the exclusive forms),
-//! `minLength`/`maxLength`, `anyOf`/`oneOf` (one branch), `default` is not
-//! used (a made-up call shows made-up values). Anything else is ignored;
-//! a schema without a type gives a string. Past a nesting depth of 8 values
-//! are `null`, so a recursive schema cannot run away.
+//! The values come from structured output's schema generator
+//! ([`crate::content::structured::schema`]): every keyword it reads
+//! (`$ref`/`$defs`, `multipleOf`, `format`, `pattern`, combinators, ...)
+//! holds for a made-up call as for a `response_format` answer, required
+//! properties always and others about half of the time. A schema the
+//! generator refuses (impossible, or past its caps) gives the script's
+//! arguments alone, as does a schema that is not an object's.
 //!
 //! [`python_json`] writes a value as Python's `json.dumps(..., ensure_ascii=False)`
 //! does (`", "` and `": "` separators), the text vLLM puts in a call's
 //! `arguments`.
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
-use super::choice::{Stream, WORDS};
-use crate::util::finalise;
-
-/// Deepest nesting generated; deeper values are `null`.
-const MAX_DEPTH: usize = 8;
+use crate::content::structured::schema;
+use crate::util::{Stream, finalise};
 
 /// The arguments of a call to a tool with `schema` (its `parameters`):
 /// `given` (the script's) first, then every other property the schema
-/// generates. Not an object schema (or none): `given` alone.
-pub fn arguments(schema: Option<&Value>, given: &Map<String, Value>, hash: u64) -> Map<String, Value> {
-    let mut rng = Stream(finalise(hash));
+/// generates. Not an object schema (or none, or one the generator
+/// refuses): `given` alone.
+pub fn arguments(parameters: Option<&Value>, given: &Map<String, Value>, hash: u64) -> Map<String, Value> {
     let mut out = given.clone();
-    if let Some(Value::Object(made)) = schema.map(|s| value(s, &mut rng, 0)) {
+    if let Some(Ok(Value::Object(made))) = parameters.map(|s| schema::generate(s, &mut Stream(finalise(hash)))) {
         for (k, v) in made {
             out.entry(k).or_insert(v);
         }
     }
     out
-}
-
-/// A value that fits `schema`.
-pub fn value(schema: &Value, rng: &mut Stream, depth: usize) -> Value {
-    let Some(s) = schema.as_object() else { return Value::String(word(rng)) };
-    if depth >= MAX_DEPTH {
-        return Value::Null;
-    }
-    if let Some(c) = s.get("const") {
-        return c.clone();
-    }
-    if let Some(Value::Array(options)) = s.get("enum")
-        && !options.is_empty()
-    {
-        return options[rng.below(options.len())].clone();
-    }
-    for key in ["anyOf", "oneOf"] {
-        if let Some(Value::Array(branches)) = s.get(key)
-            && !branches.is_empty()
-        {
-            // Prefer a branch that is not `null`, as a model fills a field.
-            let real: Vec<&Value> = branches.iter().filter(|b| type_of(b) != Some("null")).collect();
-            let pick = if real.is_empty() { &branches[0] } else { real[rng.below(real.len())] };
-            return value(pick, rng, depth + 1);
-        }
-    }
-    let kind = type_of(schema).unwrap_or(if s.contains_key("properties") { "object" } else { "string" });
-    match kind {
-        "object" => object(s, rng, depth),
-        "array" => array(s, rng, depth),
-        "integer" => integer(s, rng),
-        "number" => number(s, rng),
-        "boolean" => Value::Bool(rng.below(2) == 1),
-        "null" => Value::Null,
-        _ => string(s, rng),
-    }
-}
-
-/// The schema's type: the first of a list that is not `null`.
-fn type_of(schema: &Value) -> Option<&str> {
-    match schema.get("type")? {
-        Value::String(t) => Some(t.as_str()),
-        Value::Array(ts) => {
-            let names: Vec<&str> = ts.iter().filter_map(Value::as_str).collect();
-            names.iter().find(|t| **t != "null").or(names.first()).copied()
-        }
-        _ => None,
-    }
-}
-
-fn object(s: &Map<String, Value>, rng: &mut Stream, depth: usize) -> Value {
-    let required: Vec<&str> = s
-        .get("required")
-        .and_then(Value::as_array)
-        .map_or_else(Vec::new, |r| r.iter().filter_map(Value::as_str).collect());
-    let mut out = Map::new();
-    if let Some(Value::Object(props)) = s.get("properties") {
-        for (name, sub) in props {
-            // Decide first, so whether a property is there does not shift
-            // the values of the ones after it.
-            let keep = required.contains(&name.as_str()) || rng.below(2) == 1;
-            let v = value(sub, rng, depth + 1);
-            if keep {
-                out.insert(name.clone(), v);
-            }
-        }
-    }
-    Value::Object(out)
-}
-
-fn array(s: &Map<String, Value>, rng: &mut Stream, depth: usize) -> Value {
-    let lo = s.get("minItems").and_then(Value::as_u64).unwrap_or(1).min(16);
-    let hi = s.get("maxItems").and_then(Value::as_u64).unwrap_or(3).clamp(lo, 16);
-    let n = lo + rng.below((hi - lo + 1) as usize) as u64;
-    let item = s.get("items").cloned().unwrap_or(Value::Null);
-    Value::Array((0..n).map(|_| value(&item, rng, depth + 1)).collect())
-}
-
-/// The bounds of a number schema: `[lo, hi]`, from `minimum`/`maximum`
-/// (or the exclusive forms, moved in by `step`), else `[0, 100]`.
-fn bounds(s: &Map<String, Value>, step: f64) -> (f64, f64) {
-    let num = |k: &str| s.get(k).and_then(Value::as_f64).filter(|v| v.is_finite());
-    let lo = num("minimum").or(num("exclusiveMinimum").map(|v| v + step));
-    let hi = num("maximum").or(num("exclusiveMaximum").map(|v| v - step));
-    match (lo, hi) {
-        (Some(lo), Some(hi)) if hi >= lo => (lo, hi),
-        (Some(lo), _) => (lo, lo + 100.0),
-        (None, Some(hi)) => (hi - 100.0, hi),
-        _ => (0.0, 100.0),
-    }
-}
-
-fn integer(s: &Map<String, Value>, rng: &mut Stream) -> Value {
-    let (lo, hi) = bounds(s, 1.0);
-    // Saturating casts: a bound past i64 (e.g. 1e308) becomes i64's own.
-    let (lo, hi) = (lo.ceil() as i64, hi.floor() as i64);
-    if hi < lo {
-        return Value::Number(lo.into());
-    }
-    // In i128 so the widest span, i64::MIN..=i64::MAX, neither overflows
-    // nor becomes a remainder by zero.
-    let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
-    let v = i128::from(lo) + (u128::from(rng.next()) % span) as i128;
-    Value::Number(i64::try_from(v).unwrap_or(hi).into())
-}
-
-/// A number with at most two decimals (Python writes it the same way).
-fn number(s: &Map<String, Value>, rng: &mut Stream) -> Value {
-    let (lo, hi) = bounds(s, 0.01);
-    let cents = ((hi - lo) * 100.0).floor().max(0.0);
-    // Two decimals while the cents are countable exactly (2^53); beyond,
-    // a point between the bounds, mixed so no sum overflows to infinity.
-    let v = if cents < 9.0e15 {
-        ((lo * 100.0).ceil() + (rng.next() % (cents as u64 + 1)) as f64) / 100.0
-    } else {
-        let f = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
-        lo * (1.0 - f) + hi * f
-    };
-    Number::from_f64(v.clamp(lo, hi)).map_or(Value::Null, Value::Number)
-}
-
-fn string(s: &Map<String, Value>, rng: &mut Stream) -> Value {
-    let min = s.get("minLength").and_then(Value::as_u64).unwrap_or(0).min(1024) as usize;
-    let max = s.get("maxLength").and_then(Value::as_u64).map(|m| m as usize);
-    let mut text = word(rng);
-    while text.chars().count() < min {
-        text.push(' ');
-        text.push_str(&word(rng));
-    }
-    if let Some(max) = max {
-        text = text.chars().take(max).collect();
-    }
-    Value::String(text)
-}
-
-fn word(rng: &mut Stream) -> String {
-    WORDS[rng.below(WORDS.len())].to_string()
 }
 
 /// A hash of byte strings (FNV-1a 64, a 0xFF byte after each part, then
@@ -197,7 +56,7 @@ mod tests {
     use super::*;
 
     fn made(schema: Value, seed: u64) -> Value {
-        value(&schema, &mut Stream(finalise(seed)), 0)
+        Value::Object(arguments(Some(&schema), &Map::new(), seed))
     }
 
     #[test]
@@ -205,25 +64,34 @@ mod tests {
         let schema = json!({
             "type": "object",
             "properties": {
-                "city": {"type": "string"},
+                "city": {"type": "string", "minLength": 1},
                 "days": {"type": "integer", "minimum": 1, "maximum": 7},
                 "unit": {"enum": ["celsius", "fahrenheit"]},
                 "temp": {"type": "number", "minimum": -10.5, "maximum": -10.0},
                 "tags": {"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 2},
                 "kind": {"const": "forecast"},
+                "step": {"type": "integer", "multipleOf": 5, "minimum": 1, "maximum": 19},
+                "place": {"$ref": "#/$defs/Place"},
             },
-            "required": ["city", "days", "unit", "temp", "tags", "kind"],
+            "$defs": {"Place": {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+                                "required": ["zip"]}},
+            "required": ["city", "days", "unit", "temp", "tags", "kind", "step", "place"],
         });
         for seed in 0..50 {
             let v = made(schema.clone(), seed);
-            assert!(v["city"].as_str().is_some_and(|c| WORDS.contains(&c)), "{v}");
+            assert!(v["city"].as_str().is_some_and(|c| !c.is_empty()), "{v}");
             assert!((1..=7).contains(&v["days"].as_i64().unwrap()), "{v}");
             assert!(["celsius", "fahrenheit"].contains(&v["unit"].as_str().unwrap()), "{v}");
             let t = v["temp"].as_f64().unwrap();
-            assert!((-10.5..=-10.0).contains(&t) && ((t * 100.0).round() - t * 100.0).abs() < 1e-9, "{v}");
+            assert!((-10.5..=-10.0).contains(&t), "{v}");
             assert_eq!(v["tags"].as_array().unwrap().len(), 2);
             assert!(v["tags"][0].is_boolean());
             assert_eq!(v["kind"], "forecast");
+            // Kept since the generator is structured output's: multipleOf and
+            // $ref were ignored before (a step of 3, a place of any shape).
+            assert!([5, 10, 15].contains(&v["step"].as_i64().unwrap()), "{v}");
+            let zip = v["place"]["zip"].as_str().unwrap();
+            assert!(zip.len() == 5 && zip.bytes().all(|b| b.is_ascii_digit()), "{v}");
             assert_eq!(made(schema.clone(), seed), v, "same seed, same value");
         }
         let days: std::collections::BTreeSet<i64> =
@@ -252,36 +120,32 @@ mod tests {
     #[test]
     fn bounds_at_the_ends_of_f64_give_a_value_inside_them() {
         // 1e308 once made the span overflow into a remainder by zero.
+        let one = |s: Value, seed| {
+            made(json!({"type": "object", "properties": {"x": s}, "required": ["x"]}), seed)["x"].clone()
+        };
         for seed in 0..50 {
-            let i = made(json!({"type": "integer", "minimum": -1e308, "maximum": 1e308}), seed);
-            assert!(i.is_i64(), "{i}");
-            let i = made(json!({"type": "integer", "maximum": 1e308}), seed).as_f64().unwrap();
-            assert!(i <= 1e308, "{i}");
-            let n = made(json!({"type": "number", "minimum": -1e308, "maximum": 1e308}), seed).as_f64().unwrap();
+            let i = one(json!({"type": "integer", "minimum": -1e308, "maximum": 1e308}), seed);
+            assert!(i.is_i64() || i.is_u64() || i.as_f64().is_some_and(f64::is_finite), "{i}");
+            let n = one(json!({"type": "number", "minimum": -1e308, "maximum": 1e308}), seed).as_f64().unwrap();
             assert!(n.is_finite() && (-1e308..=1e308).contains(&n), "{n}");
-            let n = made(json!({"type": "number", "minimum": 1e308}), seed).as_f64().unwrap();
+            let n = one(json!({"type": "number", "minimum": 1e308}), seed).as_f64().unwrap();
             assert!(n.is_finite() && n >= 1e308, "{n}");
-            let n = made(json!({"type": "number", "exclusiveMaximum": -1e308}), seed).as_f64().unwrap();
-            assert!(n.is_finite() && n <= -1e308, "{n}");
         }
     }
 
     #[test]
-    fn odd_schemas_give_a_value_and_never_run_away() {
-        assert!(made(json!({"type": ["null", "integer"]}), 1).is_i64());
-        assert!(made(json!({"anyOf": [{"type": "null"}, {"type": "boolean"}]}), 1).is_boolean());
-        assert!(made(json!(true), 1).is_string());
-        // A schema that contains itself nine deep stops at the limit with null.
-        let mut deep = json!({"type": "integer"});
-        for _ in 0..10 {
-            deep = json!({"type": "object", "properties": {"x": deep}, "required": ["x"]});
-        }
-        let v = made(deep, 1);
-        let mut at = &v;
-        for _ in 0..8 {
-            at = &at["x"];
-        }
-        assert_eq!(*at, Value::Null, "{v}");
+    fn an_impossible_or_runaway_schema_leaves_the_scripts_arguments_alone() {
+        let mut given = Map::new();
+        given.insert("city".into(), json!("Paris"));
+        let impossible = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}},
+                                "required": ["n"]});
+        assert_eq!(Value::Object(arguments(Some(&impossible), &given, 1)), json!({"city": "Paris"}));
+        // Always-required recursion has no finite value.
+        let runaway = json!({"$defs": {"N": {"type": "object", "properties": {"next": {"$ref": "#/$defs/N"}},
+                              "required": ["next"]}}, "$ref": "#/$defs/N"});
+        assert_eq!(Value::Object(arguments(Some(&runaway), &given, 1)), json!({"city": "Paris"}));
+        // Not an object schema: the script's alone.
+        assert_eq!(Value::Object(arguments(Some(&json!({"type": "integer"})), &given, 1)), json!({"city": "Paris"}));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! which spreads FNV's weak low bits over the whole word. Filler words come
 //! from a SplitMix64 stream started at that hash.
 
-use crate::util::{finalise, splitmix};
+use crate::util::finalise;
 
 /// The hash that every choice for one answer derives from.
 pub fn answer_hash(seed: u64, entry: &str, prompt: &str) -> u64 {
@@ -25,21 +25,7 @@ pub fn in_range(hash: u64, lo: u64, hi: u64) -> u64 {
     }
 }
 
-/// A SplitMix64 stream.
-pub struct Stream(pub u64);
-
-impl Stream {
-    pub fn next(&mut self) -> u64 {
-        let z = self.0;
-        self.0 = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        splitmix(z)
-    }
-
-    /// A value in `[0, n)` (multiply-shift; the bias is below 2^-50 for our n).
-    pub fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next()) * n as u128) >> 64) as usize
-    }
-}
+pub use crate::util::Stream;
 
 /// Filler words: plain ASCII letters, so that each, with its leading space,
 /// is exactly one token of the built-in tokenizer.
