@@ -5,6 +5,7 @@
 //! framing, headers, disconnects, the record/replay promise and a real
 //! OpenAI client.
 
+mod admission;
 mod api;
 mod errors;
 mod fleet;
