@@ -65,7 +65,7 @@ pub fn filler(tokens: usize, hash: u64) -> String {
     out
 }
 
-/// [`filler`] one piece at a time, from a few words of state: each piece is
+/// `filler` one piece at a time, from a few words of state: each piece is
 /// a word (with its leading space, but for the first; capitalised at a
 /// sentence's start), a `.` or a `,`, which is one token of the built-in
 /// tokenizer. Concatenated they are `filler(tokens, hash)` byte for byte,
