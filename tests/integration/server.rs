@@ -13,6 +13,7 @@ mod hardening;
 mod harness;
 mod layers;
 mod lifecycle;
+mod memory;
 mod parity;
 mod prefix;
 mod python;

@@ -158,6 +158,11 @@ impl Server {
         stderr
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn stderr(&self) -> String {
         read(&self.dir.path().join("stderr.txt"))
     }
