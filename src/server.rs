@@ -13,6 +13,7 @@
 //! tokens as they come due, and everything measured lands in `stats`, read
 //! by `/metrics` (`prom`) and `/metrics/summary` (`summary`).
 
+pub mod answer;
 pub mod api;
 pub mod app;
 pub mod clock;

@@ -285,6 +285,8 @@ impl Matcher {
 /// Filler text of exactly `tokens` tokens (built-in tokenizer), the same
 /// for the same `seed`: what `synthetic` answers are made of, for a server
 /// that must pad an answer (`ignore_eos`, `min_tokens`).
+pub use choice::FillerTokens;
+
 pub fn filler(tokens: usize, seed: u64) -> String {
     choice::filler(tokens, seed)
 }

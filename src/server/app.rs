@@ -185,7 +185,7 @@ impl App {
                         }
                         None => RouterState::new(Router::RoundRobin, DEFAULT_OVERLAP_WEIGHT, s.seed),
                     };
-                    let task = EngineTask::fleet(engines.collect(), router, rx, clock);
+                    let task = EngineTask::fleet(engines.collect(), router, rx, clock).with_queue_limits(spec.queue);
                     drivers.push(Driver::new(&spec.name, task.run()));
                     Backend::Scheduler { commands: tx }
                 }

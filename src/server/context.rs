@@ -67,6 +67,10 @@ impl Ctx {
     }
 }
 
+/// The message of vLLM's 503 for a request over `max_num_queued_reqs` or
+/// `max_num_queued_tokens`.
+pub const BUSY: &str = "The engine is currently busy";
+
 /// The error for a request the engine turned away (or a server going down).
 pub fn feed_error(model: &ModelHandle, prompt: u32, output: u32, ev: &FeedEvent) -> ApiError {
     match (ev, &model.spec.engine) {
@@ -74,6 +78,12 @@ pub fn feed_error(model: &ModelHandle, prompt: u32, output: u32, ev: &FeedEvent)
             let cap = &s.engine.capacity;
             ApiError::never_fits(prompt, cap.num_blocks, cap.block_size, cap.watermark_blocks)
         }
+        // vLLM's `check_admission` refusal: 503, no Retry-After.
+        (FeedEvent::Busy(_), _) => ApiError {
+            message: BUSY.to_string(),
+            kind: Some("ServiceUnavailableError"),
+            ..ApiError::http(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+        },
         (FeedEvent::Rejected(RejectReason::ContextLength), _) => {
             ApiError::max_tokens_too_large(model.spec.context_length, prompt, &output.to_string())
         }

@@ -36,14 +36,27 @@
 //! without a key routes as `least_outstanding`, as the planner's do. The
 //! server cannot tell when a conversation ends, so it never forgets one
 //! (a map entry per distinct key for the server's lifetime).
+//!
+//! Admission (vLLM's `--max-num-queued-reqs`, `--max-num-queued-tokens`,
+//! the models file's keys of the same names): vLLM checks a request before
+//! it enters the engine (`AsyncLLM.check_admission`), once per prompt with
+//! the prompt's `n`. It is refused (503) when the requests in flight
+//! (waiting or running, every choice counted) plus its `n` would pass
+//! `max_num_queued_reqs`, else when the prompt tokens of the requests still
+//! in prefill (no token handed out yet; the whole prompt, however much of it
+//! is computed or cached) already add up to `max_num_queued_tokens`. The
+//! counts are the model's, over all its replicas, as vLLM's are the API
+//! server's over all its data-parallel ranks. A refused request takes no
+//! engine id and never reaches the record file.
 
 use std::collections::HashMap;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::clock::Clock;
+use super::models::QueueLimits;
 use super::protocol::{Command, Event, Sinks, Submit, lock};
-use super::telemetry::{Finish, Story};
+use super::telemetry::{Busy, Finish, Story};
 use crate::cluster::router::{Arrival, Load, RouterState};
 use crate::config::Router;
 use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
@@ -60,6 +73,10 @@ struct Live {
     max_tokens: Option<u32>,
     n: u32,
     epoch: u64,
+    /// Prompt tokens, counted toward `max_num_queued_tokens` until the
+    /// first token is handed out.
+    prompt: u32,
+    prefilling: bool,
 }
 
 /// What a step produced, kept until its end time.
@@ -188,6 +205,11 @@ pub struct EngineTask {
     /// come after it.
     last_step_start: Option<SimTime>,
     in_step: Vec<RequestId>,
+    /// vLLM's admission limits (none by default).
+    queue: QueueLimits,
+    /// Prompt tokens of the live requests no token of which has been
+    /// handed out (what `max_num_queued_tokens` bounds).
+    prefill_tokens: u64,
 }
 
 impl EngineTask {
@@ -215,6 +237,35 @@ impl EngineTask {
             last_arrival: SimTime::ZERO,
             last_step_start: None,
             in_step: Vec::new(),
+            queue: QueueLimits::default(),
+            prefill_tokens: 0,
+        }
+    }
+
+    /// Turns requests away as vLLM's `--max-num-queued-reqs` and
+    /// `--max-num-queued-tokens` do (see the module docs).
+    pub fn with_queue_limits(mut self, queue: QueueLimits) -> EngineTask {
+        self.queue = queue;
+        self
+    }
+
+    /// Which limit, if any, refuses a prompt of `n` sequences now.
+    fn admission(&self, n: u32) -> Option<Busy> {
+        let in_flight = self.live.len() as u64;
+        if self.queue.max_num_queued_reqs.is_some_and(|max| in_flight + u64::from(n) > max) {
+            return Some(Busy::Requests);
+        }
+        if self.queue.max_num_queued_tokens.is_some_and(|max| self.prefill_tokens >= max) {
+            return Some(Busy::Tokens);
+        }
+        None
+    }
+
+    /// Takes a request that ends out of the prefill count.
+    fn end_prefill(prefill_tokens: &mut u64, live: &mut Live) {
+        if live.prefilling {
+            live.prefilling = false;
+            *prefill_tokens -= u64::from(live.prompt);
         }
     }
 
@@ -364,6 +415,15 @@ impl EngineTask {
     }
 
     fn submit(&mut self, Submit { ticket, req: s, events }: Submit) {
+        // The first choice of each prompt carries its `n` (the others 0):
+        // vLLM checks once per prompt, counting `n` sequences.
+        if s.n > 0
+            && let Some(busy) = self.admission(s.n)
+        {
+            lock(&self.replicas[0].sinks.stats).admission_rejected(busy);
+            let _ = events.send(Event::Busy(busy));
+            return;
+        }
         let floor = self.last_step_start.map_or(SimTime::ZERO, |t| t.plus_nanos(1));
         let arrival = s.stamp.max(floor).max(self.last_arrival);
         self.last_arrival = arrival;
@@ -385,6 +445,8 @@ impl EngineTask {
             max_tokens: s.max_tokens,
             n: s.n,
             epoch: s.epoch,
+            prompt: s.prompt,
+            prefilling: false,
         };
         let context = u64::from(self.replicas[0].engine.config().context_length);
         if self.replicas.len() > 1 && u64::from(s.prompt) + u64::from(s.output) > context {
@@ -402,6 +464,8 @@ impl EngineTask {
         match rep.engine.submit_with_hashes(request, &s.hashes, &mut ()) {
             Ok(()) => {
                 rep.outstanding += 1;
+                live.prefilling = true;
+                self.prefill_tokens += u64::from(s.prompt);
                 let _ = live.events.send(Event::Accepted { id, arrival, replica: r as u32 });
                 lock(&rep.sinks.stats).accepted(s.prompt, s.epoch);
                 self.tickets.insert(ticket, id);
@@ -433,6 +497,7 @@ impl EngineTask {
     fn abort(&mut self, ticket: u64) {
         let Some(id) = self.tickets.remove(&ticket) else { return };
         let Some(mut live) = self.live.remove(&id) else { return };
+        Self::end_prefill(&mut self.prefill_tokens, &mut live);
         let rep = &mut self.replicas[live.replica];
         let at = match &rep.in_flight {
             Some(step) => step.end,
@@ -461,6 +526,7 @@ impl EngineTask {
             match out {
                 Out::Token(id, index) => {
                     let Some(l) = self.live.get_mut(&id) else { continue };
+                    Self::end_prefill(&mut self.prefill_tokens, l);
                     let (ttft, gap) = l.story.rec.add_token(due, index).split();
                     stats.token(ttft, gap, l.epoch);
                     released += 1;
@@ -468,6 +534,7 @@ impl EngineTask {
                 }
                 Out::Finished(id) => {
                     let Some(mut l) = self.live.remove(&id) else { continue };
+                    Self::end_prefill(&mut self.prefill_tokens, &mut l);
                     self.tickets.remove(&l.ticket);
                     l.story.rec.status = Status::Finished;
                     stats.finished(&l.story, l.finish, l.max_tokens, l.n, l.epoch);
@@ -477,7 +544,8 @@ impl EngineTask {
                     let _ = l.events.send(Event::Done(Box::new(l.story)));
                 }
                 Out::Rejected(id, reason) => {
-                    let Some(l) = self.live.remove(&id) else { continue };
+                    let Some(mut l) = self.live.remove(&id) else { continue };
+                    Self::end_prefill(&mut self.prefill_tokens, &mut l);
                     self.tickets.remove(&l.ticket);
                     stats.rejected(l.epoch);
                     rejected.push((l, reason));

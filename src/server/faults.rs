@@ -38,7 +38,10 @@
 //! - `max_waiting`: a request that arrives while the model's engine has
 //!   this many requests waiting gets 429 with `retry-after: 1`, as a
 //!   rate-limiting gateway in front of vLLM would answer (vLLM itself
-//!   queues without bound). Only `scheduler` models queue.
+//!   queues without bound unless `--max-num-queued-reqs` /
+//!   `--max-num-queued-tokens` are set, and then answers 503: the models
+//!   file's keys of those names, `super::engine_task`). Only `scheduler`
+//!   models queue.
 //!
 //! Every fault is counted in `/metrics` as
 //! `llmsim:faults_injected_total{kind=...}` and, with `--record`, written

@@ -12,7 +12,7 @@ use super::app::{Backend, ModelHandle};
 use super::clock::Clock;
 use super::models::FixedTiming;
 use super::protocol::{Command, Event, FeedRequest, Schedule, Sinks, Submit, lock};
-use super::telemetry::{Finish, Story};
+use super::telemetry::{Busy, Finish, Story};
 use crate::engine::{RejectReason, RequestId};
 use crate::metrics::{RequestRecord, Status, TokenGap};
 use crate::time::SimTime;
@@ -25,6 +25,8 @@ pub enum FeedEvent {
     },
     Done(Box<Story>),
     Rejected(RejectReason),
+    /// Turned away by an admission limit (`max_num_queued_*`): a 503.
+    Busy(Busy),
     /// The engine task is gone (the server is shutting down).
     Lost,
 }
@@ -66,6 +68,7 @@ impl Feed {
                     Some(Event::Token { index, due }) => FeedEvent::Token { index, due },
                     Some(Event::Done(story)) => FeedEvent::Done(story),
                     Some(Event::Rejected(r)) => FeedEvent::Rejected(r),
+                    Some(Event::Busy(b)) => FeedEvent::Busy(b),
                     Some(Event::Accepted { .. }) | None => FeedEvent::Lost,
                 };
                 if !matches!(ev, FeedEvent::Token { .. }) {
@@ -95,6 +98,7 @@ async fn start_engine(
             Ok((Feed { kind: Kind::Engine { events: rx, guard } }, Accepted { id, arrival, replica }))
         }
         Some(Event::Rejected(r)) => Err(FeedEvent::Rejected(r)),
+        Some(Event::Busy(b)) => Err(FeedEvent::Busy(b)),
         _ => Err(FeedEvent::Lost),
     }
 }

@@ -37,34 +37,52 @@ pub struct TokenLogprob {
 /// Logprobs of `pieces` (an answer's tokens) with `top` alternatives each
 /// (the sampled token counts as one), for choice `choice` under `seed`.
 pub fn synthesize(pieces: &[String], top: u32, seed: u64, choice: u32) -> Vec<TokenLogprob> {
-    let base = splitmix(seed ^ splitmix(u64::from(choice)));
-    pieces
-        .iter()
-        .enumerate()
-        .map(|(i, token)| {
-            let h = splitmix(base ^ i as u64);
-            let p0 = 0.40 + 0.55 * unit(h);
-            let logprob = p0.ln();
-            let mut list = vec![(token.clone(), logprob)];
-            let mut rest = 1.0 - p0;
-            let mut k = 0u64;
-            while list.len() < top.max(1) as usize {
-                k += 1;
-                let word = format!(" {}", crate::content::responses::filler(1, splitmix(h ^ k)).to_lowercase());
-                if list.iter().any(|(t, _)| *t == word) {
-                    if k > 64 * u64::from(top) {
-                        // The vocabulary ran out of distinct words: number them.
-                        list.push((format!("{word}{k}"), (rest / 2.0).ln()));
-                        rest /= 2.0;
-                    }
-                    continue;
+    Synth { top, seed, choice }.all(pieces.iter().cloned())
+}
+
+/// What a choice's logprobs are made from: each token's follows from these,
+/// its position and its text, so they are made as the token is sent
+/// ([`Synth::at`]) and never held for the whole answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Synth {
+    /// Alternatives per token (the sampled token counts as one).
+    pub top: u32,
+    pub seed: u64,
+    pub choice: u32,
+}
+
+impl Synth {
+    /// The logprobs of token `i` (0-based), whose text is `token`.
+    pub fn at(&self, token: &str, i: usize) -> TokenLogprob {
+        let top = self.top;
+        let base = splitmix(self.seed ^ splitmix(u64::from(self.choice)));
+        let h = splitmix(base ^ i as u64);
+        let p0 = 0.40 + 0.55 * unit(h);
+        let logprob = p0.ln();
+        let mut list = vec![(token.to_string(), logprob)];
+        let mut rest = 1.0 - p0;
+        let mut k = 0u64;
+        while list.len() < top.max(1) as usize {
+            k += 1;
+            let word = format!(" {}", crate::content::responses::filler(1, splitmix(h ^ k)).to_lowercase());
+            if list.iter().any(|(t, _)| *t == word) {
+                if k > 64 * u64::from(top) {
+                    // The vocabulary ran out of distinct words: number them.
+                    list.push((format!("{word}{k}"), (rest / 2.0).ln()));
+                    rest /= 2.0;
                 }
-                rest /= 2.0;
-                list.push((word, rest.ln()));
+                continue;
             }
-            TokenLogprob { token: token.clone(), logprob, top: list, asked: top as usize }
-        })
-        .collect()
+            rest /= 2.0;
+            list.push((word, rest.ln()));
+        }
+        TokenLogprob { token: token.to_string(), logprob, top: list, asked: top as usize }
+    }
+
+    /// The logprobs of every token of an answer (a whole response's).
+    pub fn all(&self, pieces: impl Iterator<Item = String>) -> Vec<TokenLogprob> {
+        pieces.enumerate().map(|(i, t)| self.at(&t, i)).collect()
+    }
 }
 
 fn entry(token: &str, logprob: f64) -> Value {

@@ -65,6 +65,14 @@ pub struct RawServedModel {
     /// vLLM's `--enable-auto-tool-choice`: `tool_choice: "auto"` may call
     /// tools (needs `tool_call_parser`).
     pub enable_auto_tool_choice: Option<bool>,
+    /// vLLM's `--max-num-queued-reqs`: most requests in flight (waiting or
+    /// running) before new ones get 503 (`server::engine_task`).
+    #[serde(default, deserialize_with = "crate::config::num::opt_whole")]
+    pub max_num_queued_reqs: Option<i64>,
+    /// vLLM's `--max-num-queued-tokens`: new requests get 503 while the
+    /// prompts of requests in prefill add up to this many tokens.
+    #[serde(default, deserialize_with = "crate::config::num::opt_whole")]
+    pub max_num_queued_tokens: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -105,6 +113,18 @@ pub struct ServedModel {
     pub faults: Option<crate::server::faults::Faults>,
     /// Tool calling as vLLM's flags set it up (`server::tools`).
     pub tools: crate::server::tools::ToolCalling,
+    /// vLLM's admission limits (`max_num_queued_reqs`,
+    /// `max_num_queued_tokens`); none by default, as in vLLM.
+    pub queue: QueueLimits,
+}
+
+/// vLLM's admission control (`--max-num-queued-reqs`,
+/// `--max-num-queued-tokens`), checked by the engine task when a request
+/// arrives (`server::engine_task`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueLimits {
+    pub max_num_queued_reqs: Option<u64>,
+    pub max_num_queued_tokens: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -221,6 +241,12 @@ fn served(raw: RawServedModel, file: &Path, at: &str) -> Result<ServedModel, Con
         raw.enable_auto_tool_choice.unwrap_or(false),
     )
     .map_err(|(key, msg)| ConfigError::new(file, format!("{at}.{key}"), msg))?;
+    let ck = Check { file };
+    let limit = |key: &str, v: Option<i64>| v.map(|v| ck.whole(&format!("{at}.{key}"), v, &limits::TOKENS)).transpose();
+    let queue = QueueLimits {
+        max_num_queued_reqs: limit("max_num_queued_reqs", raw.max_num_queued_reqs)?,
+        max_num_queued_tokens: limit("max_num_queued_tokens", raw.max_num_queued_tokens)?,
+    };
     let mut model = match raw.engine.unwrap_or(RawEngineKind::Scheduler) {
         RawEngineKind::Fixed => fixed(raw, name, file, at)?,
         RawEngineKind::Scheduler => scheduler(raw, name, file, at)?,
@@ -228,6 +254,7 @@ fn served(raw: RawServedModel, file: &Path, at: &str) -> Result<ServedModel, Con
     model.tokenizer = tokenizer;
     model.faults = faults;
     model.tools = tools;
+    model.queue = queue;
     Ok(model)
 }
 
@@ -241,6 +268,8 @@ fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<Ser
         ("latency", raw.latency.is_some()),
         ("efficiency", raw.efficiency.is_some()),
         ("cluster", raw.cluster.is_some()),
+        ("max_num_queued_reqs", raw.max_num_queued_reqs.is_some()),
+        ("max_num_queued_tokens", raw.max_num_queued_tokens.is_some()),
     ];
     if let Some((key, _)) = unused.iter().find(|(_, set)| *set) {
         return Err(ConfigError::new(
@@ -276,6 +305,7 @@ fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<Ser
         tokenizer: Default::default(),
         faults: None,
         tools: Default::default(),
+        queue: QueueLimits::default(),
     })
 }
 
@@ -328,6 +358,7 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
         tokenizer: Default::default(),
         faults: None,
         tools: Default::default(),
+        queue: QueueLimits::default(),
     })
 }
 

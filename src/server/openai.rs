@@ -9,6 +9,8 @@
 
 use serde::Serialize;
 
+use super::answer::Pieces;
+pub use super::answer::{Lengths, Plan};
 pub use super::api::Api;
 use super::errors::ApiError;
 use super::stop::Stops;
@@ -49,38 +51,6 @@ fn extra_data_offset(body: &[u8]) -> usize {
     String::from_utf8_lossy(&body[..end + rest]).chars().count()
 }
 
-/// What bounds an answer's length (vLLM's sampling parameters).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Lengths {
-    /// The cap: `max_tokens` (or what the context leaves), at least 1.
-    pub max_tokens: u32,
-    /// No end of sequence and no stop string before this many tokens.
-    pub min_tokens: u32,
-    /// Never end with the end-of-sequence token: run to `max_tokens`.
-    pub ignore_eos: bool,
-    /// Keep the stop string in the text.
-    pub include_stop: bool,
-}
-
-impl Lengths {
-    pub fn cap(max_tokens: u32) -> Lengths {
-        Lengths { max_tokens, min_tokens: 0, ignore_eos: false, include_stop: false }
-    }
-}
-
-/// The answer's tokens and how they end: what the engine's `N` is.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
-    /// The text of every output token, in order; the end-of-sequence token,
-    /// when the answer ends with one, is the last and its text is empty.
-    pub pieces: Vec<String>,
-    /// The engine's output length: `pieces.len()` (at least 1).
-    pub output: u32,
-    pub finish: Finish,
-    /// The stop string that ended the answer, if any.
-    pub stop_reason: Option<String>,
-}
-
 /// Plans the answer as vLLM's engine would end it.
 ///
 /// The model's output is the scripted answer's `tokens`, then its
@@ -117,7 +87,7 @@ pub fn plan<'a>(
     } else if content.len() < want {
         content.extend(more(want - content.len()));
     }
-    let hit = stops.and_then(|s| s.find_after(content.iter().map(String::as_str), want, min));
+    let hit = stops.and_then(|s| s.find_after(&content, want, min));
     if let Some(hit) = hit {
         let cut = if lengths.include_stop { hit.end } else { hit.cut };
         let mut start = 0;
@@ -131,7 +101,7 @@ pub fn plan<'a>(
             })
             .collect();
         let output = pieces.len() as u32;
-        return Plan { pieces, output, finish: Finish::Stop, stop_reason: Some(hit.stop) };
+        return Plan { pieces: Pieces::owned(pieces), output, finish: Finish::Stop, stop_reason: Some(hit.stop) };
     }
     let finish = match natural {
         Some(c) if c < limit => {
@@ -141,7 +111,7 @@ pub fn plan<'a>(
         _ => Finish::Length,
     };
     let output = u32::try_from(content.len()).unwrap_or(u32::MAX);
-    Plan { pieces: content, output, finish, stop_reason: None }
+    Plan { pieces: Pieces::owned(content), output, finish, stop_reason: None }
 }
 
 /// One choice of a response: a sequence the engine generates.
@@ -154,8 +124,8 @@ pub struct Choice {
     /// Text put before the answer (`echo`): the completions prompt, or the
     /// chat's last message when it is the assistant's.
     pub echo: String,
-    /// Synthetic logprobs of every output token, if asked for.
-    pub logprobs: Option<Vec<super::logprobs::TokenLogprob>>,
+    /// Synthetic logprobs, if asked for: made for each token as it is sent.
+    pub logprobs: Option<super::logprobs::Synth>,
     /// The tool call the answer makes, if any (`super::tools`): its tokens
     /// are the call's text, sent as tool-call deltas.
     pub tools: Option<super::tools::ToolPlan>,
@@ -163,8 +133,8 @@ pub struct Choice {
 
 impl Choice {
     /// The text of token `index` (1-based).
-    pub fn piece(&self, index: u32) -> &str {
-        self.plan.pieces.get(index as usize - 1).map_or("", String::as_str)
+    pub fn piece(&self, index: u32) -> String {
+        self.plan.pieces.at(index as usize - 1).0
     }
 
     pub fn text(&self) -> String {
@@ -298,25 +268,28 @@ impl Reply {
         let last = index >= c.plan.output;
         let finish = last.then(|| c.plan.finish.as_str());
         let stop = if last { c.plan.stop_reason.as_deref() } else { None };
+        // The token's text and the bytes and characters before it, read
+        // from the answer's cursor (one token per call when sent in order).
+        let (piece, prev_bytes, prev_chars) = c.plan.pieces.at(index as usize - 1);
         let logprobs = c.logprobs.as_ref().map(|lp| {
-            let i = index as usize - 1;
-            let offset = self.offset(c, i);
-            super::logprobs::stream_json(self.api, &lp[i..=i], offset)
+            let echo = if self.api == Api::Completion { c.echo.chars().count() } else { 0 };
+            let one = lp.at(&piece, index as usize - 1);
+            super::logprobs::stream_json(self.api, std::slice::from_ref(&one), echo + prev_chars)
         });
         match self.api {
-            Api::Chat if c.tools.is_some() => self.tool_frame(c, index, logprobs, usage),
+            Api::Chat if c.tools.is_some() => self.tool_frame(c, index, (&piece, prev_bytes), logprobs, usage),
             Api::Chat => {
-                let delta = Delta { role: None, content: Some(c.piece(index)), tool_calls: Vec::new() };
+                let delta = Delta { role: None, content: Some(&piece), tool_calls: Vec::new() };
                 let choice = ChatChoice { index: c.index, delta, logprobs, finish_reason: finish, stop_reason: stop };
                 self.chunk(vec![choice], usage)
             }
             Api::Completion => {
                 let echoed;
                 let text = if index == 1 && !c.echo.is_empty() {
-                    echoed = format!("{}{}", c.echo, c.piece(1));
+                    echoed = format!("{}{piece}", c.echo);
                     echoed.as_str()
                 } else {
-                    c.piece(index)
+                    piece.as_str()
                 };
                 let stop_reason = stop;
                 let choice = TextChoice { index: c.index, text, logprobs, finish_reason: finish, stop_reason };
@@ -325,15 +298,22 @@ impl Reply {
         }
     }
 
-    /// The chunk of token `index` of a tool-call answer: vLLM's tool-call
-    /// delta, or nothing for a token of the call's markup (unless it is the
-    /// last, or logprobs must be sent).
-    fn tool_frame(&self, c: &Choice, index: u32, logprobs: Option<serde_json::Value>, usage: Option<Usage>) -> String {
+    /// The chunk of token `index` of a tool-call answer (text `piece`,
+    /// `prev` bytes after the answer's start): vLLM's tool-call delta, or
+    /// nothing for a token of the call's markup (unless it is the last, or
+    /// logprobs must be sent).
+    fn tool_frame(
+        &self,
+        c: &Choice,
+        index: u32,
+        (piece, prev): (&str, usize),
+        logprobs: Option<serde_json::Value>,
+        usage: Option<Usage>,
+    ) -> String {
         let Some(plan) = &c.tools else { return String::new() };
+        // A call's text is the script's (bounded), so it is read whole.
         let generated = c.text();
-        let i = index as usize;
-        let prev: usize = c.plan.pieces[..(i - 1).min(c.plan.pieces.len())].iter().map(String::len).sum();
-        let cur = prev + c.piece(index).len();
+        let cur = prev + piece.len();
         let last = index >= c.plan.output;
         let d = plan.delta(&generated, prev, cur).unwrap_or_default();
         if d.content.is_none() && d.tool_calls.is_empty() && !last && logprobs.is_none() {
@@ -344,12 +324,6 @@ impl Reply {
         let delta = Delta { role: None, content: d.content, tool_calls: d.tool_calls };
         let choice = ChatChoice { index: c.index, delta, logprobs, finish_reason: finish, stop_reason: stop };
         self.chunk(vec![choice], usage)
-    }
-
-    /// Character offset of token `i` (0-based) in the choice's text.
-    fn offset(&self, c: &Choice, i: usize) -> usize {
-        let echo = if self.api == Api::Completion { c.echo.chars().count() } else { 0 };
-        echo + c.plan.pieces[..i].iter().map(|p| p.chars().count()).sum::<usize>()
     }
 
     /// The usage chunk, if `stream_options.include_usage` asked for it.
@@ -368,8 +342,9 @@ impl Reply {
             .iter()
             .map(|c| {
                 let text = format!("{}{}", c.echo, c.text());
-                let logprobs =
-                    c.logprobs.as_ref().map(|lp| super::logprobs::full_json(self.api, lp, c.echo.chars().count()));
+                let logprobs = c.logprobs.as_ref().map(|lp| {
+                    super::logprobs::full_json(self.api, &lp.all(c.plan.pieces.iter()), c.echo.chars().count())
+                });
                 let finish = c.plan.finish.as_str();
                 match self.api {
                     Api::Chat => {
@@ -467,7 +442,7 @@ mod tests {
     fn an_answer_ends_with_its_end_of_sequence_token_when_max_tokens_allows() {
         // "a b" is 2 tokens; EOS is token 3: finish stop, 3 completion tokens.
         let p = run("a b", None, Lengths::cap(5));
-        assert_eq!(p.pieces, vec!["a ".to_string(), "b".to_string(), eos()]);
+        assert_eq!(p.pieces.to_vec(), vec!["a ".to_string(), "b".to_string(), eos()]);
         assert_eq!((p.output, p.finish), (3, Finish::Stop));
         // max_tokens 3 still allows EOS (vLLM checks EOS before length).
         assert_eq!(run("a b", None, Lengths::cap(3)).finish, Finish::Stop);
@@ -475,20 +450,23 @@ mod tests {
         let p = run("a b", None, Lengths::cap(2));
         assert_eq!((p.pieces.concat(), p.output, p.finish), ("a b".to_string(), 2, Finish::Length));
         let p = run("a b c d", None, Lengths::cap(2));
-        assert_eq!((p.pieces, p.output, p.finish), (vec!["a ".to_string(), "b ".to_string()], 2, Finish::Length));
+        assert_eq!(
+            (p.pieces.to_vec(), p.output, p.finish),
+            (vec!["a ".to_string(), "b ".to_string()], 2, Finish::Length)
+        );
     }
 
     #[test]
     fn an_empty_answer_is_one_end_of_sequence_token() {
         let p = run("", None, Lengths::cap(5));
-        assert_eq!((p.pieces, p.output, p.finish), (vec![eos()], 1, Finish::Stop));
+        assert_eq!((p.pieces.to_vec(), p.output, p.finish), (vec![eos()], 1, Finish::Stop));
     }
 
     #[test]
     fn ignore_eos_runs_to_max_tokens_with_deterministic_filler() {
         let l = Lengths { ignore_eos: true, ..Lengths::cap(5) };
         let p = run("a b", None, l);
-        assert_eq!(p.pieces, vec!["a ", "b", "+0", "+1", "+2"]);
+        assert_eq!(p.pieces.to_vec(), vec!["a ", "b", "+0", "+1", "+2"]);
         assert_eq!((p.output, p.finish), (5, Finish::Length));
         // A long answer is cut at max_tokens as usual.
         let p = run("a b c d e f g", None, l);
@@ -503,7 +481,7 @@ mod tests {
         // 2 answer tokens, min 4: filler to 4, then EOS as token 5.
         let l = Lengths { min_tokens: 4, ..Lengths::cap(10) };
         let p = run("a b", None, l);
-        assert_eq!(p.pieces, vec!["a ".to_string(), "b".to_string(), "+0".into(), "+1".into(), eos()]);
+        assert_eq!(p.pieces.to_vec(), vec!["a ".to_string(), "b".to_string(), "+0".into(), "+1".into(), eos()]);
         assert_eq!((p.output, p.finish), (5, Finish::Stop));
         // min_tokens = max_tokens: no room for EOS, finish length.
         let p = run("a b", None, Lengths { min_tokens: 4, ..Lengths::cap(4) });
@@ -522,23 +500,26 @@ mod tests {
         let p = run("one two three four", Some(&["three", "two"]), Lengths::cap(100));
         assert_eq!(p.pieces.concat(), "one ");
         // "two" completes in the second token ("two "), which is the last.
-        assert_eq!(p.pieces, vec!["one ", ""]);
+        assert_eq!(p.pieces.to_vec(), vec!["one ", ""]);
         assert_eq!((p.output, p.finish, p.stop_reason.as_deref()), (2, Finish::Stop, Some("two")));
         // include_stop_str_in_output keeps it (and cuts what follows it in the token).
         let l = Lengths { include_stop: true, ..Lengths::cap(100) };
         let p = run("one two three four", Some(&["tw"]), l);
-        assert_eq!((p.pieces, p.stop_reason.as_deref()), (vec!["one ".to_string(), "tw".to_string()], Some("tw")));
+        assert_eq!(
+            (p.pieces.to_vec(), p.stop_reason.as_deref()),
+            (vec!["one ".to_string(), "tw".to_string()], Some("tw"))
+        );
     }
 
     #[test]
     fn a_stop_across_tokens_cuts_the_earlier_token_too() {
         // "b cd" starts in token 1 ("ab ") and completes in token 2 ("cd ").
         let p = run("ab cd ef", Some(&["b cd"]), Lengths::cap(100));
-        assert_eq!(p.pieces, vec!["a", ""]);
+        assert_eq!(p.pieces.to_vec(), vec!["a", ""]);
         assert_eq!((p.output, p.stop_reason.as_deref()), (2, Some("b cd")));
         // A stop that completes after max_tokens does not count.
         let p = run("ab cd ef", Some(&["b cd"]), Lengths::cap(1));
-        assert_eq!((p.pieces, p.finish, p.stop_reason), (vec!["ab ".to_string()], Finish::Length, None));
+        assert_eq!((p.pieces.to_vec(), p.finish, p.stop_reason), (vec!["ab ".to_string()], Finish::Length, None));
     }
 
     #[test]

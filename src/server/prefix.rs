@@ -106,7 +106,7 @@ pub fn for_model(
     match &model.engine {
         EngineKind::Scheduler(s) if s.engine.prefix_caching => {
             let bs = s.engine.capacity.block_size;
-            block_hashes(prompt_ids(prompt), prompt_tokens, &plan.pieces, plan.output, bs)
+            block_hashes(prompt_ids(prompt), prompt_tokens, &plan.pieces.to_vec(), plan.output, bs)
         }
         _ => Vec::new(),
     }

@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering;
 use super::app::{App, ModelHandle};
 use super::models::EngineKind;
 use super::protocol::lock;
-use super::telemetry::{Finish, Gauges, ModelTelemetry, Prom, PromHist};
+use super::telemetry::{Busy, Finish, Gauges, ModelTelemetry, Prom, PromHist};
 
 /// One replica's values at scrape time (a model without replicas has one).
 struct Snapshot<'a> {
@@ -61,6 +61,7 @@ fn render_snapshots(snaps: &[Snapshot], legacy: bool) -> String {
     let mut out = String::new();
     gauges(&mut out, snaps, legacy);
     counters(&mut out, snaps);
+    admission(&mut out, snaps);
     histograms(&mut out, snaps, legacy);
     faults(&mut out, snaps);
     out
@@ -181,6 +182,22 @@ fn counters(out: &mut String, snaps: &[Snapshot]) {
         for (i, f) in Finish::ALL.iter().enumerate() {
             let l = labels_with(s, &[("finished_reason", f.as_str().to_string())]);
             sample(out, name, &l, s.stats.prom.success[i] as f64);
+        }
+    }
+}
+
+/// `vllm:admission_rejections_total{model_name,reason}`: requests refused
+/// with 503 by `max_num_queued_reqs` / `max_num_queued_tokens`, one per
+/// request whatever its `n`. vLLM counts them in the API server, before
+/// any engine, so the family has no `engine` label: one series a model
+/// and reason (the counts live on replica 0's telemetry).
+fn admission(out: &mut String, snaps: &[Snapshot]) {
+    let name = "vllm:admission_rejections_total";
+    head(out, name, "counter", "Number of requests rejected by admission control, by reason.");
+    for s in snaps.iter().filter(|s| s.replica == 0) {
+        for busy in Busy::ALL {
+            let l = sorted(vec![("model_name", escape(&s.model.spec.name)), ("reason", busy.reason().to_string())]);
+            sample(out, name, &l, s.stats.prom.admission_rejections[busy as usize] as f64);
         }
     }
 }

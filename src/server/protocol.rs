@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::record::Recorder;
-use super::telemetry::{Finish, Gauges, ModelTelemetry, Story};
+use super::telemetry::{Busy, Finish, Gauges, ModelTelemetry, Story};
 use crate::engine::{RejectReason, RequestId};
 use crate::time::SimTime;
 
@@ -73,6 +73,9 @@ pub enum Event {
     },
     Done(Box<Story>),
     Rejected(RejectReason),
+    /// Turned away by one of vLLM's admission limits before it reached
+    /// the engine (a 503).
+    Busy(Busy),
 }
 
 /// A `fixed` request's tokens to release: `n` of them, the first at

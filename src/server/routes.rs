@@ -17,6 +17,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use super::answer::Head;
 use super::app::{App, ModelHandle};
 use super::context::{Ctx, explain, feed_error};
 use super::errors::ApiError;
@@ -266,8 +267,10 @@ async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, 
 /// request with its own plan (vLLM allows n up to 16,384 a prompt).
 const MAX_CHOICES: u64 = 1_024;
 
-/// Most output tokens one request's plans may hold (sequences x their
-/// `max_tokens`): a plan keeps each token's text.
+/// Most output tokens one request may plan (sequences x their
+/// `max_tokens`): planning reads each answer once (its tokens are made
+/// again as they are sent, `super::answer`), so this bounds a request's
+/// planning time.
 const MAX_PLANNED_TOKENS: u64 = 2 << 20;
 
 /// vLLM's completions default `max_tokens` (the legacy OpenAI default).
@@ -537,13 +540,15 @@ fn plan_reply(
                 _ => None,
             };
             let text = call.as_ref().map(|c| c.text.as_str()).or(made.as_deref()).unwrap_or(&answer.text);
-            let tokens = model.tokenizer.pieces(text);
+            let head = Head::of(text, &model.tokenizer);
             let filler_seed = seed.unwrap_or(app.responses.seed()) ^ ((p as u64) << 32);
-            let more = |n: usize| model.tokenizer.continuation(n, filler_seed);
-            let plan = openai::plan(tokens.iter().map(String::as_str), more, stops.as_ref(), lengths);
-            let logprobs = options
-                .logprobs
-                .map(|top| super::logprobs::synthesize(&plan.pieces, top, options.seed.unwrap_or(0), choice_index));
+            // Read once to end it; its tokens are made again as they are sent.
+            let plan = super::answer::plan_lazy(head, &model.tokenizer, filler_seed, stops.as_ref(), lengths);
+            let logprobs = options.logprobs.map(|top| super::logprobs::Synth {
+                top,
+                seed: options.seed.unwrap_or(0),
+                choice: choice_index,
+            });
             let echo = if options.echo { echo.clone() } else { String::new() };
             choices.push(Choice { index: choice_index, plan, prompt_tokens: prompt_n, echo, logprobs, tools: call });
         }

@@ -90,7 +90,7 @@ impl Stops {
     /// Feeds `tokens` (the answer's, in order, concatenating to it) until a
     /// stop string completes, reading at most `limit` tokens. Returns where
     /// the answer stops, if it does.
-    pub fn find<'a>(&self, tokens: impl IntoIterator<Item = &'a str>, limit: usize) -> Option<StopHit> {
+    pub fn find<T: AsRef<str>>(&self, tokens: impl IntoIterator<Item = T>, limit: usize) -> Option<StopHit> {
         self.find_after(tokens, limit, 0)
     }
 
@@ -98,15 +98,16 @@ impl Stops {
     /// `min_tokens` tokens: vLLM checks stop strings only once the output is
     /// longer than `min_tokens` (its detokenizer's `len(output_token_ids) >
     /// min_tokens`).
-    pub fn find_after<'a>(
+    pub fn find_after<T: AsRef<str>>(
         &self,
-        tokens: impl IntoIterator<Item = &'a str>,
+        tokens: impl IntoIterator<Item = T>,
         limit: usize,
         min_tokens: usize,
     ) -> Option<StopHit> {
         let mut scan = Scan::new(self);
         let mut offset = 0;
         for (i, token) in tokens.into_iter().take(limit).enumerate() {
+            let token = token.as_ref();
             if let Some((pid, end)) = scan.feed(token.as_bytes(), offset)
                 && i >= min_tokens
             {

@@ -104,6 +104,28 @@ pub mod buckets {
     }
 }
 
+/// Which of vLLM's admission limits turned a request away (the models
+/// file's `max_num_queued_reqs`, `max_num_queued_tokens`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// In-flight requests plus the new one's `n` would pass `max_num_queued_reqs`.
+    Requests = 0,
+    /// The prompts of requests in prefill add up to `max_num_queued_tokens` or more.
+    Tokens = 1,
+}
+
+impl Busy {
+    pub const ALL: [Busy; 2] = [Busy::Requests, Busy::Tokens];
+
+    /// The `reason` label of `vllm:admission_rejections_total`: the flag that fired.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Busy::Requests => "max_num_queued_reqs",
+            Busy::Tokens => "max_num_queued_tokens",
+        }
+    }
+}
+
 /// The Prometheus side: counters and histograms since the server started.
 #[derive(Clone, Debug)]
 pub struct Prom {
@@ -129,6 +151,9 @@ pub struct Prom {
     /// Prefix-cache lookups: tokens queried and found (`prefix`).
     pub prefix_queries: u64,
     pub prefix_hits: u64,
+    /// Requests turned away with 503 by vLLM's admission limits, by
+    /// [`Busy`] (`vllm:admission_rejections_total{reason}`).
+    pub admission_rejections: [u64; 2],
 }
 
 impl Prom {
@@ -156,6 +181,7 @@ impl Prom {
             num_preemptions: h(buckets::PREEMPTIONS),
             prefix_queries: 0,
             prefix_hits: 0,
+            admission_rejections: [0; 2],
         }
     }
 }
@@ -370,6 +396,12 @@ impl ModelTelemetry {
         if let Some(w) = self.window(epoch) {
             w.aborted += 1;
         }
+    }
+
+    /// A request turned away by an admission limit (503): counted once per
+    /// request, whatever its `n`, as vLLM counts it. Not a finished request.
+    pub fn admission_rejected(&mut self, busy: Busy) {
+        self.prom.admission_rejections[busy as usize] += 1;
     }
 
     pub fn rejected(&mut self, epoch: u64) {

@@ -5,6 +5,7 @@
 //! framing, headers, disconnects, the record/replay promise and a real
 //! OpenAI client.
 
+mod admission;
 mod api;
 mod chat_template;
 mod errors;
@@ -14,6 +15,7 @@ mod hardening;
 mod harness;
 mod layers;
 mod lifecycle;
+mod memory;
 mod parity;
 mod prefix;
 mod python;

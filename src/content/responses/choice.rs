@@ -44,41 +44,83 @@ pub const WORDS: &[&str] = &[
 /// filler words, each capitalised and ending in a period, with an
 /// occasional comma. The same `hash` gives the same text.
 pub fn filler(tokens: usize, hash: u64) -> String {
-    let mut rng = Stream(hash);
     let mut out = String::with_capacity(tokens * 7);
-    let mut left = tokens;
-    let mut words = 0; // words in the current sentence
-    let mut target = 5 + rng.below(10);
-    while left > 0 {
-        // End the sentence on the last token, or when it is long enough and
-        // at least two tokens remain for a next sentence to make sense.
-        let end = words > 0 && (left == 1 || (words >= target && left >= 3));
-        if end {
-            out.push('.');
-            words = 0;
-            target = 5 + rng.below(10);
-        } else {
-            push_word(&mut out, WORDS[rng.below(WORDS.len())], words == 0);
-            words += 1;
-            if words >= 2 && words + 1 < target && left >= 4 && rng.below(8) == 0 {
-                out.push(',');
-                left -= 1;
-            }
-        }
-        left -= 1;
+    for piece in FillerTokens::new(tokens, hash) {
+        out.push_str(&piece);
     }
     out
 }
 
-fn push_word(out: &mut String, word: &str, capital: bool) {
-    if !out.is_empty() {
-        out.push(' ');
+/// `filler` one piece at a time, from a few words of state: each piece is
+/// a word (with its leading space, but for the first; capitalised at a
+/// sentence's start), a `.` or a `,`, which is one token of the built-in
+/// tokenizer. Concatenated they are `filler(tokens, hash)` byte for byte,
+/// so a long answer can be produced as it is sent instead of held whole.
+#[derive(Clone, Debug)]
+pub struct FillerTokens {
+    rng: u64,
+    left: usize,
+    /// Words in the current sentence.
+    words: usize,
+    target: usize,
+    /// Whether anything was produced yet (the first word has no space).
+    started: bool,
+    /// A comma decided after the last word, not yet produced.
+    comma: bool,
+}
+
+impl FillerTokens {
+    pub fn new(tokens: usize, hash: u64) -> FillerTokens {
+        let mut rng = Stream(hash);
+        let target = 5 + rng.below(10);
+        FillerTokens { rng: rng.0, left: tokens, words: 0, target, started: false, comma: false }
     }
-    let mut chars = word.chars();
-    if capital && let Some(first) = chars.next() {
-        out.push(first.to_ascii_uppercase());
+}
+
+impl Iterator for FillerTokens {
+    type Item = std::borrow::Cow<'static, str>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.comma {
+            self.comma = false;
+            return Some(",".into());
+        }
+        if self.left == 0 {
+            return None;
+        }
+        let mut rng = Stream(self.rng);
+        // End the sentence on the last token, or when it is long enough and
+        // at least two tokens remain for a next sentence to make sense.
+        let end = self.words > 0 && (self.left == 1 || (self.words >= self.target && self.left >= 3));
+        let piece = if end {
+            self.words = 0;
+            self.target = 5 + rng.below(10);
+            ".".into()
+        } else {
+            let word = WORDS[rng.below(WORDS.len())];
+            let mut out = String::with_capacity(word.len() + 1);
+            if self.started {
+                out.push(' ');
+            }
+            let mut chars = word.chars();
+            if self.words == 0
+                && let Some(first) = chars.next()
+            {
+                out.push(first.to_ascii_uppercase());
+            }
+            out.push_str(chars.as_str());
+            self.words += 1;
+            if self.words >= 2 && self.words + 1 < self.target && self.left >= 4 && rng.below(8) == 0 {
+                self.comma = true;
+                self.left -= 1;
+            }
+            out.into()
+        };
+        self.started = true;
+        self.left -= 1;
+        self.rng = rng.0;
+        Some(piece)
     }
-    out.push_str(chars.as_str());
 }
 
 #[cfg(test)]
@@ -112,6 +154,49 @@ mod tests {
             }
         }
         assert_eq!(count(&filler(100_000, 7)), 100_000);
+    }
+
+    #[test]
+    fn filler_pieces_are_the_old_filler_byte_for_byte_one_token_each() {
+        // The filler as it was written before it became an iterator.
+        fn old(tokens: usize, hash: u64) -> String {
+            let mut rng = Stream(hash);
+            let mut out = String::new();
+            let (mut left, mut words, mut target) = (tokens, 0, 5 + rng.below(10));
+            while left > 0 {
+                if words > 0 && (left == 1 || (words >= target && left >= 3)) {
+                    out.push('.');
+                    words = 0;
+                    target = 5 + rng.below(10);
+                } else {
+                    if !out.is_empty() {
+                        out.push(' ');
+                    }
+                    let w = WORDS[rng.below(WORDS.len())];
+                    if words == 0 {
+                        out.push_str(&w[..1].to_ascii_uppercase());
+                        out.push_str(&w[1..]);
+                    } else {
+                        out.push_str(w);
+                    }
+                    words += 1;
+                    if words >= 2 && words + 1 < target && left >= 4 && rng.below(8) == 0 {
+                        out.push(',');
+                        left -= 1;
+                    }
+                }
+                left -= 1;
+            }
+            out
+        }
+        for seed in 0..20 {
+            for n in 0..200 {
+                let pieces: Vec<_> = FillerTokens::new(n, seed).collect();
+                assert_eq!(pieces.concat(), old(n, seed), "seed {seed}, {n} tokens");
+                assert_eq!(pieces.len(), n, "one piece a token");
+                assert!(pieces.iter().all(|p| count(p) == 1), "{pieces:?}");
+            }
+        }
     }
 
     #[test]

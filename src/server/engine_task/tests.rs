@@ -11,7 +11,9 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use super::*;
 use crate::cluster::router::RouterState;
 use crate::engine::EngineConfig;
+use crate::server::models::QueueLimits;
 use crate::server::protocol::FeedRequest;
+use crate::server::telemetry::Busy;
 use crate::server::telemetry::{Gauges, ModelTelemetry};
 use crate::trace::TraceRow;
 use crate::workload::TraceSource;
@@ -118,7 +120,7 @@ async fn collect(clock: Clock, mut rx: UnboundedReceiver<Event>) -> Seen {
                 seen.story = Some(*story);
                 break;
             }
-            Event::Rejected(_) => break,
+            Event::Rejected(_) | Event::Busy(_) => break,
         }
     }
     seen
@@ -339,4 +341,73 @@ async fn round_robin_alternates_and_each_replica_has_its_own_gauges() {
     // One at a time: 0, 1, 0, 1 (the k-th routed request to k mod 2).
     assert_eq!(seen, [0, 1, 0, 1]);
     assert_eq!(lock(&h.sinks.stats).window.submitted, 2, "replica 0 counted its own two");
+}
+
+/// The first event on a request's channel.
+async fn first(rx: &mut UnboundedReceiver<Event>) -> Event {
+    rx.recv().await.expect("an event")
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_tokens_count_whole_prompts_until_the_first_token_and_aborts_give_them_back() {
+    let clock = Clock::start();
+    let sinks = Sinks {
+        stats: Arc::new(Mutex::new(ModelTelemetry::new(4096))),
+        gauges: Arc::new(Gauges::default()),
+        recorder: None,
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let limits = QueueLimits { max_num_queued_reqs: None, max_num_queued_tokens: Some(100) };
+    tokio::spawn(EngineTask::new(Engine::new(base_config()), rx, clock, sinks.clone()).with_queue_limits(limits).run());
+    let mut h = Harness { commands: tx, clock, sinks, next_ticket: 0 };
+    // 60 in prefill, then 120: the third sees 120 >= 100 and is refused
+    // (its own 10 tokens are not added: 60 + 10 < 100 would not matter).
+    let (a, mut ra) = h.submit(60, 5);
+    let (_, mut rb) = h.submit(60, 5);
+    let (_, mut rc) = h.submit(10, 5);
+    assert!(matches!(first(&mut ra).await, Event::Accepted { .. }));
+    assert!(matches!(first(&mut rb).await, Event::Accepted { .. }));
+    assert_eq!(first(&mut rc).await, Event::Busy(Busy::Tokens));
+    // A leaves before its first token: 60 left, so the next is admitted.
+    h.commands.send(Command::Abort { ticket: a }).unwrap();
+    let (_, mut rd) = h.submit(10, 5);
+    assert!(matches!(first(&mut rd).await, Event::Accepted { .. }));
+    // B's first token takes its 60 out: after it, 10 (D) are left in prefill
+    // or none at all, either way below 100.
+    assert!(matches!(first(&mut rb).await, Event::Token { index: 1, .. }));
+    let (_, mut re) = h.submit(10, 5);
+    assert!(matches!(first(&mut re).await, Event::Accepted { .. }));
+    assert_eq!(lock(&h.sinks.stats).prom.admission_rejections, [0, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_requests_count_every_choice_and_a_refused_request_takes_no_engine_id() {
+    let clock = Clock::start();
+    let sinks = Sinks {
+        stats: Arc::new(Mutex::new(ModelTelemetry::new(4096))),
+        gauges: Arc::new(Gauges::default()),
+        recorder: None,
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let limits = QueueLimits { max_num_queued_reqs: Some(3), max_num_queued_tokens: None };
+    tokio::spawn(EngineTask::new(Engine::new(base_config()), rx, clock, sinks.clone()).with_queue_limits(limits).run());
+    let send = |tx: &UnboundedSender<Command>, ticket: u64, n: u32| {
+        let (etx, erx) = mpsc::unbounded_channel();
+        let req = FeedRequest { n, ..request(clock.now(), 20, 50) };
+        tx.send(Command::Submit(Submit { ticket, req, events: etx })).unwrap();
+        erx
+    };
+    // A request with n = 2 sends its first choice with n = 2, its second with 0.
+    let mut a0 = send(&tx, 0, 2);
+    let mut a1 = send(&tx, 1, 0);
+    let mut b = send(&tx, 2, 2); // 2 + 2 > 3
+    let mut c = send(&tx, 3, 1); // 2 + 1 = 3: allowed
+    let mut d = send(&tx, 4, 1); // 3 + 1 > 3
+    let ids: Vec<Event> = vec![first(&mut a0).await, first(&mut a1).await];
+    assert!(matches!(ids[0], Event::Accepted { id: 0, .. }) && matches!(ids[1], Event::Accepted { id: 1, .. }));
+    assert_eq!(first(&mut b).await, Event::Busy(Busy::Requests));
+    assert!(matches!(first(&mut c).await, Event::Accepted { id: 2, .. }), "the refused request took no id");
+    assert_eq!(first(&mut d).await, Event::Busy(Busy::Requests));
+    assert_eq!(lock(&sinks.stats).prom.admission_rejections, [2, 0]);
+    assert_eq!(lock(&sinks.stats).prom.success, [0; 4], "a refusal is not a finished request");
 }
