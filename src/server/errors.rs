@@ -74,13 +74,30 @@ impl ApiError {
         }
     }
 
-    /// A prompt that alone fills the context (vLLM's wording).
-    pub fn prompt_too_long(context: u32, prompt: u32) -> ApiError {
+    /// A prompt longer than the whole context: vLLM 0.33's renderer
+    /// (`TokenizeParams._token_len_check`). A prompt of text (or a chat) is
+    /// tokenized with truncation at one token past the context, so vLLM
+    /// reports `at least` context + 1 tokens for it; a prompt of token ids
+    /// is counted as sent.
+    pub fn prompt_too_long(context: u32, prompt: u64, at_least: bool) -> ApiError {
+        let (qualifier, count) = if at_least { ("at least ", u64::from(context) + 1) } else { ("", prompt) };
         ApiError::bad_request(format!(
-            "This model's maximum context length is {context} tokens. However, your request has {prompt} input \
-             tokens. Please reduce the length of the input messages."
+            "This model's maximum context length is {context} tokens. However, your prompt contains \
+             {qualifier}{count} input tokens, which exceeds this limit even without any output tokens. Please \
+             reduce the length of the input prompt. (parameter=input_tokens, value={count})"
         ))
         .with_param("input_tokens")
+    }
+
+    /// `max_tokens` (or `max_completion_tokens`, named by `param`) over the
+    /// whole context, as sent: vLLM 0.33 refuses it before reading the
+    /// prompt (`TokenizeParams.__post_init__`); below that it clamps.
+    pub fn max_tokens_over_context(param: &str, sent: &str, context: u32) -> ApiError {
+        ApiError::bad_request(format!(
+            "{param}={sent} cannot be greater than max_model_len={context}. Please request fewer output tokens. \
+             (parameter={param}, value={sent})"
+        ))
+        .with_param(param)
     }
 
     /// Prompt plus `max_tokens` over the context (vLLM's wording), with the
@@ -234,7 +251,22 @@ mod tests {
             "'max_tokens' or 'max_completion_tokens' is too large: 100. This model's maximum context length is \
              4096 tokens and your request has 4000 input tokens (100 > 4096 - 4000)."
         );
-        let e = ApiError::prompt_too_long(4096, 5000);
-        assert!(e.message.starts_with("This model's maximum context length is 4096 tokens. However, your request"));
+        let e = ApiError::prompt_too_long(4096, 5000, false);
+        assert_eq!(
+            e.message,
+            "This model's maximum context length is 4096 tokens. However, your prompt contains 5000 input tokens, \
+             which exceeds this limit even without any output tokens. Please reduce the length of the input prompt. \
+             (parameter=input_tokens, value=5000)"
+        );
+        let e = ApiError::prompt_too_long(4096, 5000, true);
+        assert!(e.message.contains("your prompt contains at least 4097 input tokens, which"), "{}", e.message);
+        assert!(e.message.ends_with("(parameter=input_tokens, value=4097)"), "{}", e.message);
+        let e = ApiError::max_tokens_over_context("max_completion_tokens", "5000", 4096);
+        assert_eq!(
+            e.message,
+            "max_completion_tokens=5000 cannot be greater than max_model_len=4096. Please request fewer output \
+             tokens. (parameter=max_completion_tokens, value=5000)"
+        );
+        assert_eq!(e.param.as_deref(), Some("max_completion_tokens"));
     }
 }

@@ -151,6 +151,9 @@ pub struct Choice {
     pub plan: Plan,
     /// Tokens of the prompt this choice answers.
     pub prompt_tokens: u32,
+    /// `max_tokens` as the engine gets it: sent or defaulted, clamped to
+    /// what the context leaves after the prompt (vLLM's `get_max_tokens`).
+    pub max_tokens: u32,
     /// Text put before the answer (`echo`): the completions prompt, or the
     /// chat's last message when it is the assistant's.
     pub echo: String,

@@ -293,6 +293,21 @@ pub fn sampling_error(sentence: &str, param: &str, value: Option<String>, suffix
     ApiError::bad_request(message).with_param(param)
 }
 
+/// `SamplingParams`' refusal of a `max_tokens` below 1: vLLM names
+/// `max_tokens` whichever field the value came from (the sampling
+/// parameter is called that), and a prompt that fills the whole context
+/// leaves 0.
+pub fn max_tokens_below_one(shown: &str) -> ApiError {
+    let s = format!("max_tokens must be at least 1, got {shown}.");
+    sampling_error(&s, "max_tokens", Some(shown.to_string()), true)
+}
+
+/// `SamplingParams`' refusal of `min_tokens` over the (clamped) `max_tokens`.
+pub fn min_tokens_over_max(min_tokens: u32, max_tokens: u32) -> ApiError {
+    let s = format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.");
+    sampling_error(&s, "min_tokens", None, false)
+}
+
 /// Reads typed fields, collecting pydantic's errors.
 struct Reader<'a> {
     map: &'a Map<String, Value>,
@@ -972,10 +987,7 @@ impl Fields {
             && m < 1
         {
             let shown = self.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
-            let s = format!("max_tokens must be at least 1, got {shown}.");
-            return Err(
-                sampling_error(&s, self.max_tokens_param, Some(m.to_string()), true).with_param(self.max_tokens_param)
-            );
+            return Err(max_tokens_below_one(&shown));
         }
         if self.min_tokens < 0 {
             return Err(sampling_error(
@@ -985,16 +997,9 @@ impl Fields {
                 false,
             ));
         }
-        if let Some(m) = self.max_tokens
-            && self.min_tokens > m
-        {
-            return Err(sampling_error(
-                &format!("min_tokens must be less than or equal to max_tokens={m}, got {}.", self.min_tokens),
-                "min_tokens",
-                None,
-                false,
-            ));
-        }
+        // `min_tokens` over `max_tokens` is checked against the value vLLM
+        // clamps to the context ([`min_tokens_over_max`]), once the prompt
+        // is counted.
         if let Some(l) = self.logprobs {
             if l != -1 && l < 0 {
                 let s = format!("logprobs must be non-negative or -1, got {l}.");

@@ -300,7 +300,6 @@ async fn handle(
     };
     let fault = inject(app, model)?;
     let epoch = app.epoch.load(Ordering::SeqCst);
-    let max_tokens = reply.options.max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
     let n = reply.options.n.max(1);
     let session = session_key(headers, &value);
     let mut feeds = Vec::with_capacity(reply.choices.len());
@@ -311,8 +310,8 @@ async fn handle(
             prompt: c.prompt_tokens,
             output: c.plan.output,
             finish: c.plan.finish,
-            // Checked against the context in `plan_reply`, so it fits.
-            max_tokens,
+            // Clamped to the context in `plan_reply`, as vLLM's engine sees it.
+            max_tokens: Some(c.max_tokens),
             n: if c.index % reply.options.n == 0 { reply.options.n } else { 0 },
             epoch,
             hashes: contents.get((c.index / n) as usize).map_or_else(Vec::new, |content| {
@@ -440,6 +439,12 @@ fn plan_reply(
         ))
         .with_param("n"));
     }
+    // vLLM 0.33 refuses only a max_tokens over the whole context, before
+    // it reads the prompt; below that it clamps (per prompt, below).
+    if let Some(m) = options.max_tokens.filter(|&m| m > u64::from(context)) {
+        let sent = options.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
+        return Err(ApiError::max_tokens_over_context(options.max_tokens_param, &sent, context));
+    }
     let mut planned = 0u64;
     let mut choices = Vec::new();
     let mut total_prompt = 0u32;
@@ -450,19 +455,9 @@ fn plan_reply(
             _ => (None, 0),
         };
         let offered = tools::offered(mode, parsed.tools.as_ref(), last_role);
+        let max_tokens = clamp_to_context(context, count, matches!(prompt, PromptIn::Ids(_)), &options)?;
         let prompt_n = u32::try_from(count).unwrap_or(u32::MAX);
-        if prompt_n >= context {
-            return Err(ApiError::prompt_too_long(context, prompt_n));
-        }
-        // `m` is at most i64::MAX, so the sum cannot overflow.
-        if let Some(m) = options.max_tokens.filter(|&m| u64::from(prompt_n) + m > u64::from(context)) {
-            let sent = options.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
-            return Err(ApiError::max_tokens_too_large(context, prompt_n, &sent).with_param(options.max_tokens_param));
-        }
         total_prompt = total_prompt.saturating_add(prompt_n);
-        // vLLM's default: whatever the context leaves (and a value that
-        // passed the check above is at most that).
-        let max_tokens = options.max_tokens.map_or(context - prompt_n, |m| u32::try_from(m).unwrap_or(u32::MAX));
         let lengths = Lengths {
             max_tokens,
             min_tokens: options.min_tokens,
@@ -506,7 +501,15 @@ fn plan_reply(
                 .logprobs
                 .map(|top| super::logprobs::synthesize(&plan.pieces, top, options.seed.unwrap_or(0), choice_index));
             let echo = if options.echo { echo.clone() } else { String::new() };
-            choices.push(Choice { index: choice_index, plan, prompt_tokens: prompt_n, echo, logprobs, tools: call });
+            choices.push(Choice {
+                index: choice_index,
+                plan,
+                prompt_tokens: prompt_n,
+                max_tokens,
+                echo,
+                logprobs,
+                tools: call,
+            });
         }
     }
     let n = app.next_response.fetch_add(1, Ordering::Relaxed);
@@ -524,6 +527,28 @@ fn plan_reply(
         options,
         cached_tokens: None,
     })
+}
+
+/// vLLM 0.33's length rules for one prompt of `count` tokens (`ids`: sent
+/// as token ids, so counted whole; text is tokenized with truncation one
+/// past the context): a prompt over the context is refused, else
+/// `max_tokens` (or its default) is clamped to what the context leaves
+/// (`get_max_tokens`), and the sampling checks that depend on it run on the
+/// clamped value (a prompt that fills the context leaves 0: "at least 1").
+fn clamp_to_context(context: u32, count: usize, ids: bool, options: &request::Options) -> Result<u32, ApiError> {
+    let count = count as u64;
+    if count > u64::from(context) {
+        return Err(ApiError::prompt_too_long(context, count, !ids));
+    }
+    let room = context - count as u32;
+    let max_tokens = options.max_tokens.map_or(room, |m| room.min(u32::try_from(m).unwrap_or(u32::MAX)));
+    if max_tokens < 1 {
+        return Err(request::max_tokens_below_one("0"));
+    }
+    if options.min_tokens > max_tokens {
+        return Err(request::min_tokens_over_max(options.min_tokens, max_tokens));
+    }
+    Ok(max_tokens)
 }
 
 /// The non-streaming answer: wait for every choice's tokens, then one

@@ -117,9 +117,17 @@ fn sampling_params_are_checked_with_vllms_sentences() {
     assert_eq!(msg(json!({"n": 0})), "n must be at least 1, got 0.");
     assert_eq!(msg(json!({"max_tokens": 0})), "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)");
     assert_eq!(msg(json!({"min_tokens": -1})), "min_tokens must be greater than or equal to 0, got -1.");
+    // Checked later, against max_tokens clamped to the context.
+    assert_eq!(min_tokens_over_max(4, 3).message, "min_tokens must be less than or equal to max_tokens=3, got 4.");
     assert_eq!(
-        msg(json!({"max_tokens": 3, "min_tokens": 4})),
-        "min_tokens must be less than or equal to max_tokens=3, got 4."
+        max_tokens_below_one("0").message,
+        "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    );
+    // max_completion_tokens' value is the sampling parameter max_tokens.
+    let e = options(chat(json!({"max_completion_tokens": 0}))).unwrap_err();
+    assert_eq!(
+        (e.message.as_str(), e.param.as_deref()),
+        ("max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)", Some("max_tokens"))
     );
     assert_eq!(msg(json!({"stop": ["a", ""]})), "stop cannot contain an empty string.");
     assert_eq!(msg(json!({"n": 2, "temperature": 0})), "n must be 1 when using greedy sampling, got 2.");
