@@ -175,6 +175,27 @@ impl ApiError {
         }
     }
 
+    /// A body whose `Content-Type` is missing or not `application/json`:
+    /// vLLM 0.33's `validate_json_request` raises a validation error whose
+    /// one entry is this sentence, and its handler lists it as pydantic's
+    /// (type `Bad Request`, no `param`).
+    pub fn unsupported_media_type() -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed".into(),
+            param: None,
+            kind: Some("Bad Request"),
+            retry_after: None,
+        }
+    }
+
+    /// A prompt token id outside the model's vocabulary (vLLM 0.33's
+    /// `validate_token_ids`: a negative id is reported first, else the
+    /// largest; no `param`).
+    pub fn out_of_vocabulary(id: i64) -> ApiError {
+        ApiError::bad_request(format!("Token id {id} is out of vocabulary"))
+    }
+
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,

@@ -50,7 +50,9 @@ pub enum PromptIn {
     /// (role, text) of every message, in order.
     Chat(Vec<(String, String)>),
     Text(String),
-    Ids(Vec<u64>),
+    /// Token ids as sent (pydantic's `list[int]`: negative ids pass here
+    /// and are refused as out of vocabulary later, as vLLM refuses them).
+    Ids(Vec<i64>),
 }
 
 /// A request that passed the type and model-validator layers.
@@ -63,6 +65,9 @@ pub struct Parsed {
     pub fields: Fields,
     /// A chat's `tools` and `tool_choice` (`server::tools`), when it has tools.
     pub tools: Option<ToolsIn>,
+    /// The body's `request_id` (vLLM's field; its response `id` is formed
+    /// from it when no `X-Request-Id` header is sent).
+    pub request_id: Option<String>,
 }
 
 /// The fields that shape the answer, as sent (checked by
@@ -511,6 +516,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
     f.stop = read_stop(&mut r);
     r.int("priority");
     r.string("user");
+    let request_id = r.string("request_id");
     if let Some(ids) = r.get("stop_token_ids") {
         int_list(&mut r, "stop_token_ids", ids);
     }
@@ -541,7 +547,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
     if !r.errors.is_empty() {
         return Err(type_errors(&r.errors));
     }
-    Ok(Parsed { api, model, prompts, fields: f, tools })
+    Ok(Parsed { api, model, prompts, fields: f, tools, request_id })
 }
 
 /// `tools` (pydantic's checks of each tool's shape) and `tool_choice`
@@ -606,7 +612,7 @@ fn read_tools(r: &mut Reader) -> Option<ToolsIn> {
     Some(ToolsIn { tools, choice })
 }
 
-fn int_list(r: &mut Reader, k: &str, v: &Value) -> Option<Vec<u64>> {
+fn int_list(r: &mut Reader, k: &str, v: &Value) -> Option<Vec<i64>> {
     let Some(items) = v.as_array() else {
         r.fail(key(k), "list_type", "Input should be a valid list", v);
         return None;
@@ -614,7 +620,7 @@ fn int_list(r: &mut Reader, k: &str, v: &Value) -> Option<Vec<u64>> {
     let mut out = Vec::with_capacity(items.len());
     for (i, x) in items.iter().enumerate() {
         match int_of(x) {
-            Ok(n) => out.push(n.max(0).unsigned_abs()),
+            Ok(n) => out.push(n),
             Err((kind, msg)) => {
                 r.fail(vec![Seg::Key(k.into()), Seg::Index(i)], kind, msg, x);
                 return None;

@@ -35,7 +35,8 @@ use crate::content::responses::args;
 use crate::time::SimTime;
 
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
+    let echo_ids = app.options.request_id_headers;
+    let routes = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
@@ -49,7 +50,24 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics/summary/reset", post(reset))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(app)
+        .with_state(app);
+    if echo_ids { routes.layer(axum::middleware::from_fn(echo_request_id)) } else { routes }
+}
+
+/// vLLM's `--enable-request-id-headers` middleware: every response gets an
+/// `X-Request-Id` header, the request's own, else a new one (vLLM: a random
+/// uuid4; llmsim: 32 hex digits numbered from start, so runs replay).
+async fn echo_request_id(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = request.headers().get("x-request-id").cloned().unwrap_or_else(|| {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let hi = crate::util::fnv1a(n.to_le_bytes());
+        let lo = crate::util::fnv1a(hi.to_le_bytes());
+        HeaderValue::from_str(&format!("{hi:016x}{lo:016x}")).unwrap_or(HeaderValue::from_static("0"))
+    });
+    let mut resp = next.run(request).await;
+    resp.headers_mut().append(HeaderName::from_static("x-request-id"), id);
+    resp
 }
 
 async fn health() -> StatusCode {
@@ -116,7 +134,7 @@ async fn version() -> Response {
 async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         let body = read_body(&app, &headers, body).await?;
-        let value: serde_json::Value = openai::parse(&body)?;
+        let value = json_body(&headers, &body)?;
         let obj = value.as_object().cloned().unwrap_or_default();
         let model = app.model(obj.get("model").and_then(|m| m.as_str()))?;
         let want_strs = obj.get("return_token_strs").and_then(serde_json::Value::as_bool).unwrap_or(false);
@@ -154,7 +172,7 @@ async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
 async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         let body = read_body(&app, &headers, body).await?;
-        let value: serde_json::Value = openai::parse(&body)?;
+        let value = json_body(&headers, &body)?;
         let model = app.model(value.get("model").and_then(|m| m.as_str()))?;
         let Some(list) = value.get("tokens").and_then(|t| t.as_array()) else {
             return Err(ApiError::bad_request("`tokens` (a list of token ids) is required.").with_param("tokens"));
@@ -248,6 +266,56 @@ async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, 
     }
 }
 
+/// A JSON endpoint's body as vLLM 0.33 (FastAPI) reads it: the body is
+/// parsed as JSON first when the `Content-Type` is missing or JSON-like
+/// (`application/json`, `application/*+json`), so a broken body is
+/// `json_invalid` then; next vLLM's `validate_json_request` refuses any
+/// media type but exactly `application/json` (parameters such as
+/// `charset` allowed); the request's fields are read after both.
+fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<serde_json::Value, ApiError> {
+    let content_type = headers.get(header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()).to_lowercase());
+    let json_like = content_type.as_deref().is_none_or(|ct| {
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        essence
+            .split_once('/')
+            .is_some_and(|(main, sub)| main == "application" && (sub == "json" || sub.ends_with("+json")))
+    });
+    let parsed = if json_like && !body.is_empty() { Some(openai::parse(body)?) } else { None };
+    let media = content_type.as_deref().map_or("", |ct| ct.split(';').next().unwrap_or_default());
+    if media != "application/json" {
+        return Err(ApiError::unsupported_media_type());
+    }
+    match parsed {
+        Some(v) => Ok(v),
+        None => openai::parse(body),
+    }
+}
+
+/// The base of a response's `id`, as vLLM forms it: the `X-Request-Id`
+/// header, else the body's `request_id`; llmsim numbers the rest (vLLM
+/// draws 16 random hex digits), so a replayed session gets the same ids.
+fn request_id(app: &App, headers: &HeaderMap, body_id: Option<String>) -> String {
+    if let Some(h) = headers.get("x-request-id") {
+        return String::from_utf8_lossy(h.as_bytes()).into_owned();
+    }
+    body_id.unwrap_or_else(|| format!("llmsim-{}", app.next_response.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// The first prompt token id outside the model's vocabulary, as vLLM's
+/// input processor checks each prompt (a negative id first, else the
+/// largest), once the context and sampling checks passed.
+fn out_of_vocabulary(model: &ModelHandle, prompts: &[PromptIn]) -> Option<ApiError> {
+    let vocab = model.tokenizer.vocab_size();
+    prompts.iter().find_map(|p| {
+        let PromptIn::Ids(ids) = p else { return None };
+        let (min, max) = (ids.iter().min()?, ids.iter().max()?);
+        if *min < 0 {
+            return Some(ApiError::out_of_vocabulary(*min));
+        }
+        (u64::try_from(*max).unwrap_or(0) >= vocab).then(|| ApiError::out_of_vocabulary(*max))
+    })
+}
+
 /// Most sequences (prompts x n) one request may ask for: each is an engine
 /// request with its own plan (vLLM allows n up to 16,384 a prompt).
 const MAX_CHOICES: u64 = 1_024;
@@ -268,7 +336,7 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let created = unix_now();
     let body = read_body(app, headers, body).await?;
-    let value: serde_json::Value = openai::parse(&body)?;
+    let value = json_body(headers, &body)?;
     let mut parsed = request::read(api, &value)?;
     let model = app.model(parsed.model.as_deref())?;
     // vLLM's refusals of a `tool_choice` the model's flags do not allow.
@@ -282,6 +350,8 @@ async fn handle(
         options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS));
     }
     let index = model_index(app, model);
+    let body_id = parsed.request_id.take();
+    let vocabulary = out_of_vocabulary(model, &parsed.prompts);
     // With prefix caching on, each prompt's content is hashed per choice.
     let contents: Vec<PromptContent> = match super::prefix::caching(&model.spec) {
         true => parsed.prompts.iter().map(PromptContent::from).collect(),
@@ -298,6 +368,17 @@ async fn handle(
     } else {
         plan_reply(app, index, api, &parsed, &mode, options, created)?
     };
+    let mut reply = reply;
+    reply.id = format!("{}{}", if api == Api::Chat { "chatcmpl-" } else { "cmpl-" }, request_id(app, headers, body_id));
+    if let Some(err) = vocabulary {
+        // vLLM finds it when the engine takes the request: a stream has
+        // already answered 200, so it gets the error as its one event.
+        if !reply.options.stream {
+            return Err(err);
+        }
+        app.count_error(err.status.as_u16());
+        return Ok(sse::error_response(&err));
+    }
     let fault = inject(app, model)?;
     let epoch = app.epoch.load(Ordering::SeqCst);
     let n = reply.options.n.max(1);
@@ -403,7 +484,8 @@ fn prompt_tokens(model: &ModelHandle, p: &PromptIn) -> (usize, String, String) {
         }
         PromptIn::Text(t) => (tok.count(t), t.clone(), t.clone()),
         PromptIn::Ids(ids) => {
-            let text = tok.decode(ids).unwrap_or_default();
+            let ids: Vec<u64> = ids.iter().map(|&i| u64::try_from(i).unwrap_or(u64::MAX)).collect();
+            let text = tok.decode(&ids).unwrap_or_default();
             (ids.len(), text.clone(), text)
         }
     }
@@ -512,14 +594,10 @@ fn plan_reply(
             });
         }
     }
-    let n = app.next_response.fetch_add(1, Ordering::Relaxed);
-    let id = match api {
-        Api::Chat => format!("chatcmpl-llmsim-{n}"),
-        Api::Completion => format!("cmpl-llmsim-{n}"),
-    };
     Ok(Reply {
         api,
-        id,
+        // Formed by the caller (`request_id`).
+        id: String::new(),
         created,
         model: model.spec.name.clone(),
         choices,

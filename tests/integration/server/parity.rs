@@ -594,3 +594,129 @@ fn diff_shows_the_servers_figures_beside_the_clients() {
     let overhead: f64 = cols[5].parse().unwrap();
     assert!((overhead - (client - obs)).abs() < 0.0015, "client minus server observed: {line}");
 }
+
+/// Sends `body` to `path` with exactly the headers given (besides Host,
+/// Connection and Content-Length): no Content-Type unless one is listed.
+fn post_with(server: &Server, path: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+    use std::io::{Read, Write};
+    let mut s = connect(server.port);
+    let mut head = format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes())).expect("send");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    parse(&raw)
+}
+
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+
+#[test]
+fn the_response_id_is_formed_from_x_request_id_or_the_body_request_id() {
+    let server = Server::start();
+    let body = chat_body("fixed", "hi", "");
+    // vLLM 0.33: "chatcmpl-" + the X-Request-Id header, else the body's
+    // request_id, else a new id; completions "cmpl-".
+    let v = post_with(&server, "/v1/chat/completions", &[JSON, ("X-Request-Id", "trace-7")], &body).json();
+    assert_eq!(v["id"], "chatcmpl-trace-7");
+    let with_field = chat_body("fixed", "hi", r#""request_id":"mine-1""#);
+    assert_eq!(server.post("/v1/chat/completions", &with_field).json()["id"], "chatcmpl-mine-1");
+    let v = post_with(&server, "/v1/chat/completions", &[JSON, ("X-Request-Id", "hdr")], &with_field).json();
+    assert_eq!(v["id"], "chatcmpl-hdr", "the header wins");
+    let r = post_with(
+        &server,
+        "/v1/completions",
+        &[JSON, ("X-Request-Id", "c-9")],
+        r#"{"model":"fixed","prompt":"hi","stream":true}"#,
+    );
+    let ids: Vec<Value> = chunks(&r).iter().map(|c| c["id"].clone()).collect();
+    assert!(!ids.is_empty() && ids.iter().all(|id| id == "cmpl-c-9"), "{}", r.body);
+    // Neither: llmsim numbers it.
+    let id = server.chat("fixed", "hi", "").json()["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("chatcmpl-llmsim-"), "{id}");
+    // vLLM answers no X-Request-Id header unless --enable-request-id-headers.
+    assert_eq!(
+        post_with(&server, "/v1/chat/completions", &[JSON, ("X-Request-Id", "a")], &body).header("x-request-id"),
+        None
+    );
+    // request_id must be a string (pydantic).
+    let (kind, _, _) = error(&server.chat("fixed", "hi", r#""request_id":5"#), 400);
+    assert_eq!(kind, "Bad Request");
+}
+
+#[test]
+fn enable_request_id_headers_echoes_the_id_on_every_response() {
+    let server = Server::start_with(MODELS, &["--enable-request-id-headers"]);
+    let body = chat_body("fixed", "hi", "");
+    let r = post_with(&server, "/v1/chat/completions", &[JSON, ("X-Request-Id", "echo-me")], &body);
+    assert_eq!(r.header("x-request-id"), Some("echo-me"));
+    // Without one, a new id of 32 hex digits (vLLM: uuid4().hex), on every
+    // route, errors included.
+    for r in [server.get("/health"), server.chat("nope", "hi", ""), server.chat("fixed", "hi", "")] {
+        let id = r.header("x-request-id").unwrap_or_else(|| panic!("no x-request-id: {r:?}")).to_string();
+        assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    }
+}
+
+#[test]
+fn a_body_without_a_json_content_type_is_vllms_400() {
+    let server = Server::start();
+    let body = chat_body("fixed", "hi", "");
+    let unsupported = "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed";
+    for headers in [&[][..], &[("Content-Type", "text/plain")][..], &[("Content-Type", "application/jsonx")][..]] {
+        for path in ["/v1/chat/completions", "/v1/completions", "/tokenize"] {
+            let r = post_with(&server, path, headers, &body);
+            let (kind, msg, param) = error(&r, 400);
+            assert_eq!(
+                (kind.as_str(), msg.as_str(), param),
+                ("Bad Request", unsupported, Value::Null),
+                "{path} {headers:?}"
+            );
+        }
+    }
+    // Parameters and case are fine: only the media type is compared.
+    for ct in ["application/json; charset=utf-8", "Application/JSON"] {
+        let r = post_with(&server, "/v1/chat/completions", &[("Content-Type", ct)], &body);
+        assert_eq!(r.status, 200, "{ct}: {}", r.body);
+    }
+    // FastAPI reads the body as JSON before vLLM's check when the type is
+    // missing or JSON-like: broken JSON is then a JSON error, not 415-ish.
+    let r = post_with(&server, "/v1/chat/completions", &[], "{\"a\":1} x");
+    let (_, msg, _) = error(&r, 400);
+    assert!(msg.contains("'type': 'json_invalid'"), "{msg}");
+    let r = post_with(&server, "/v1/chat/completions", &[("Content-Type", "application/vnd.api+json")], &body);
+    assert_eq!(error(&r, 400).1, unsupported);
+}
+
+#[test]
+fn prompt_token_ids_outside_the_vocabulary_are_vllms_400() {
+    let server = Server::start();
+    // The built-in tokenizer's id space: 2^17 hashed ids and the two ChatML
+    // markers, so 131073 is the last id and 131074 the first outside.
+    let ok = server.post("/v1/completions", r#"{"model":"fixed","prompt":[1,131073],"max_tokens":2}"#);
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let (kind, msg, param) =
+        error(&server.post("/v1/completions", r#"{"model":"fixed","prompt":[1,131074,200000],"max_tokens":2}"#), 400);
+    assert_eq!(
+        (kind.as_str(), msg.as_str(), param),
+        ("BadRequestError", "Token id 200000 is out of vocabulary", Value::Null)
+    );
+    // A negative id is reported before a large one.
+    let (_, msg, _) =
+        error(&server.post("/v1/completions", r#"{"model":"fixed","prompt":[[5],[999999,-3]],"max_tokens":2}"#), 400);
+    assert_eq!(msg, "Token id -3 is out of vocabulary");
+    // Streamed, vLLM has sent its 200 when the engine refuses the ids: the
+    // error is the stream's one event, then [DONE].
+    let r = server.post("/v1/completions", r#"{"model":"fixed","prompt":[131074],"stream":true,"max_tokens":2}"#);
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert_eq!(events.len(), 2, "{}", r.body);
+    let e: Value = serde_json::from_str(&events[0]).unwrap();
+    assert_eq!(
+        (e["error"]["message"].as_str(), e["error"]["code"].as_u64()),
+        (Some("Token id 131074 is out of vocabulary"), Some(400))
+    );
+    assert_eq!(events[1], "[DONE]");
+}
