@@ -720,3 +720,153 @@ fn prompt_token_ids_outside_the_vocabulary_are_vllms_400() {
     );
     assert_eq!(events[1], "[DONE]");
 }
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> =
+        v.as_object().unwrap_or_else(|| panic!("not an object: {v}")).keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
+}
+
+#[test]
+fn whole_responses_carry_every_key_vllm_0_33_serialises_nulls_included() {
+    let server = Server::start();
+    // vLLM 0.33 answers a whole response with `model_dump()`: every field of
+    // ChatCompletionResponse, ChatCompletionResponseChoice, ChatMessage
+    // (less an empty tool_calls) and UsageInfo, nulls included.
+    let v = server.chat("fixed", MESSAGE, "").json();
+    assert_eq!(
+        keys(&v),
+        [
+            "choices",
+            "created",
+            "ec_transfer_params",
+            "id",
+            "kv_transfer_params",
+            "metrics",
+            "model",
+            "object",
+            "prompt_logprobs",
+            "prompt_text",
+            "prompt_token_ids",
+            "service_tier",
+            "system_fingerprint",
+            "usage"
+        ]
+    );
+    assert_eq!(
+        keys(choice(&v)),
+        [
+            "finish_reason",
+            "index",
+            "logprobs",
+            "message",
+            "routed_experts",
+            "stop_reason",
+            "token_ids",
+            "weight_versions"
+        ]
+    );
+    assert_eq!(
+        keys(&choice(&v)["message"]),
+        ["annotations", "audio", "content", "function_call", "reasoning", "refusal", "role"]
+    );
+    assert_eq!(
+        keys(&v["usage"]),
+        ["completion_tokens", "completion_tokens_details", "prompt_tokens", "prompt_tokens_details", "total_tokens"]
+    );
+    assert!(choice(&v)["stop_reason"].is_null() && v["usage"]["prompt_tokens_details"].is_null());
+    let v = server.post("/v1/completions", r#"{"model":"fixed","prompt":"hi"}"#).json();
+    assert_eq!(
+        keys(&v),
+        [
+            "choices",
+            "created",
+            "ec_transfer_params",
+            "id",
+            "kv_transfer_params",
+            "metrics",
+            "model",
+            "object",
+            "service_tier",
+            "system_fingerprint",
+            "usage"
+        ]
+    );
+    assert_eq!(
+        keys(choice(&v)),
+        [
+            "finish_reason",
+            "index",
+            "logprobs",
+            "prompt_logprobs",
+            "prompt_token_ids",
+            "routed_experts",
+            "stop_reason",
+            "text",
+            "token_ids",
+            "weight_versions"
+        ]
+    );
+}
+
+#[test]
+fn stream_chunks_carry_the_keys_vllm_0_33_sets_on_each() {
+    let server = Server::start();
+    // Chunks are `model_dump_json(exclude_unset=True)`: a key is there when
+    // the chunk's constructor set it, even to None; the usage chunk is
+    // also `exclude_none`.
+    let r = server.chat("fixed", "hi", r#""stream":true,"stream_options":{"include_usage":true}"#);
+    let c = chunks(&r);
+    assert_eq!(c.len(), 4, "role, \"hi\", EOS, usage:\n{}", r.body);
+    // Role chunk: prompt_token_ids and prompt_text set (to None).
+    assert_eq!(keys(&c[0]), ["choices", "created", "id", "model", "object", "prompt_text", "prompt_token_ids"]);
+    assert_eq!(keys(&c[0]["choices"][0]), ["delta", "finish_reason", "index", "logprobs"]);
+    assert_eq!(keys(&c[0]["choices"][0]["delta"]), ["content", "role"]);
+    // A token: token_ids on the choice, kv_transfer_params on the chunk.
+    assert_eq!(keys(&c[1]), ["choices", "created", "id", "kv_transfer_params", "model", "object"]);
+    assert_eq!(keys(&c[1]["choices"][0]), ["delta", "finish_reason", "index", "logprobs", "token_ids"]);
+    assert_eq!(keys(&c[1]["choices"][0]["delta"]), ["content"]);
+    // The last token: stop_reason (null: it ended with EOS) and weight_versions.
+    assert_eq!(
+        keys(&c[2]["choices"][0]),
+        ["delta", "finish_reason", "index", "logprobs", "stop_reason", "token_ids", "weight_versions"]
+    );
+    assert!(c[2]["choices"][0]["stop_reason"].is_null());
+    // Usage: no null keys.
+    assert_eq!(keys(&c[3]), ["choices", "created", "id", "model", "object", "usage"]);
+    assert_eq!(keys(&c[3]["usage"]), ["completion_tokens", "prompt_tokens", "total_tokens"]);
+    // Continuous usage in chat sets completion_tokens_details (None).
+    let r = server.chat(
+        "fixed",
+        "hi",
+        r#""stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}"#,
+    );
+    let c = chunks(&r);
+    assert_eq!(
+        keys(&c[1]["usage"]),
+        ["completion_tokens", "completion_tokens_details", "prompt_tokens", "total_tokens"]
+    );
+    // Completions set every choice key on every chunk.
+    let r = server.post(
+        "/v1/completions",
+        r#"{"model":"fixed","prompt":"hi","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}"#,
+    );
+    let c = chunks(&r);
+    assert_eq!(keys(&c[0]), ["choices", "created", "id", "kv_transfer_params", "model", "object", "usage"]);
+    assert_eq!(
+        keys(&c[0]["choices"][0]),
+        [
+            "finish_reason",
+            "index",
+            "logprobs",
+            "prompt_token_ids",
+            "stop_reason",
+            "text",
+            "token_ids",
+            "weight_versions"
+        ]
+    );
+    assert_eq!(keys(&c[0]["usage"]), ["completion_tokens", "prompt_tokens", "total_tokens"]);
+}
