@@ -160,14 +160,15 @@ impl ApiError {
     }
 
     /// A body with something after its JSON value: vLLM's answer, which is
-    /// pydantic's `json_invalid` error with Python's `Extra data` and the
-    /// character offset where the extra data starts.
+    /// FastAPI's `json_invalid` error with Python's `Extra data` and the
+    /// character offset where the extra data starts, as vLLM 0.33's handler
+    /// writes it (location dotted, the empty input described).
     pub fn extra_data(offset: usize) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             message: format!(
-                "1 validation error:\n  {{'type': 'json_invalid', 'loc': ('body', {offset}), 'msg': 'JSON decode \
-                 error', 'input': {{}}, 'ctx': {{'error': 'Extra data'}}}}"
+                "1 validation error:\n  {{'type': 'json_invalid', 'loc': 'body.{offset}', 'msg': 'JSON decode \
+                 error', 'input': '<dict of 0 items>', 'ctx': {{'error': 'Extra data'}}}}"
             ),
             param: Some(format!("body.{offset}")),
             kind: Some("Bad Request"),

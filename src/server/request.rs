@@ -1,27 +1,31 @@
 //! Reading and validating a request body as vLLM does.
 //!
-//! vLLM validates a body in three layers, and llmsim keeps them apart so
-//! each error comes out as vLLM's would:
+//! vLLM (0.33) validates a body in three layers, and llmsim keeps them
+//! apart so each error comes out as vLLM's would:
 //!
 //! 1. **Field types** (pydantic, lax mode): a field of the wrong type is a
-//!    400 with type `Bad Request` and pydantic's wording
-//!    (`{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg':
-//!    'Input should be a valid number, unable to parse string as a number',
-//!    'input': 'hot'}`). Lax mode accepts what pydantic accepts: `"5"` for
-//!    an integer, `1` for a boolean, `2.0` for an integer. Every wrong field
-//!    is listed, as pydantic lists them.
+//!    400 with type `Bad Request`, written as vLLM 0.33's
+//!    `validation_exception_handler` writes pydantic's errors: each as
+//!    Python prints its dict, the location dotted and the input summarised
+//!    (`{'type': 'float_parsing', 'loc': 'body.temperature', 'msg': 'Input
+//!    should be a valid number, unable to parse string as a number',
+//!    'input': 'hot'}`), at most 10 listed, `param` the first's location
+//!    (`body.temperature`). Lax mode accepts what pydantic accepts: `"5"`
+//!    for an integer, `1` for a boolean, `2.0` for an integer.
 //! 2. **Model validators** that run on the raw body (`stream_options`
 //!    without `stream`, `top_logprobs` without `logprobs`, `tool_choice`
-//!    without `tools`, an empty completions prompt): type `Bad Request`,
-//!    the validator's sentence as pydantic wraps it (`Value error, ...`).
+//!    without `tools`, an empty completions prompt): vLLM 0.33 raises
+//!    `VLLMValidationError` there, which pydantic passes through (it is no
+//!    `ValueError`), so the answer is type `BadRequestError` with the
+//!    sentence and its `(parameter=..., value=...)` suffix.
 //! 3. **Sampling parameters** (`SamplingParams._verify_args`, after the
 //!    model is found): type `BadRequestError`, vLLM's sentence with its
 //!    `(parameter=..., value=...)` suffix where vLLM gives one.
 //!
-//! One deliberate difference: `param` always names the field as a JSON
-//! path (`temperature`, `messages[0].content`), where vLLM leaves it null
-//! for pydantic type errors and for some sampling checks. A client that
-//! reads `param` gets more, never less.
+//! One deliberate difference: a sampling check's `param` always names the
+//! field, where vLLM leaves it null for the checks that name no parameter.
+//! Another: a union-typed field (`stop`, `prompt`) of the wrong type is
+//! one error here, where pydantic lists one per branch of the union.
 //!
 //! Unknown fields are accepted and ignored, as vLLM accepts them (it logs
 //! them at debug level). `best_of` is one: vLLM's V1 engine removed it and
@@ -142,36 +146,35 @@ enum Seg {
     Index(usize),
 }
 
-fn python_loc(loc: &[Seg]) -> String {
-    let mut out = String::from("('body'");
+/// A location as vLLM 0.33's validation handler writes it, in the message
+/// and as `param` (`clean_loc_for_param`): `body`, then each key or index,
+/// joined with dots (`body.messages.0.content`).
+fn dotted_loc(loc: &[Seg]) -> String {
+    let mut out = String::from("body");
     for s in loc {
         match s {
-            Seg::Key(k) => out.push_str(&format!(", {}", py_str(k))),
-            Seg::Index(i) => out.push_str(&format!(", {i}")),
+            Seg::Key(k) => out.push_str(&format!(".{k}")),
+            Seg::Index(i) => out.push_str(&format!(".{i}")),
         }
     }
-    if loc.is_empty() {
-        out.push(',');
-    }
-    out.push(')');
     out
 }
 
-/// The JSON path of a location: `messages[0].content`.
-fn json_path(loc: &[Seg]) -> String {
-    let mut out = String::new();
-    for s in loc {
-        match s {
-            Seg::Key(k) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(k);
-            }
-            Seg::Index(i) => out.push_str(&format!("[{i}]")),
-        }
-    }
-    out
+/// What vLLM 0.33's validation handler shows of an error's input
+/// (`_summarize_error_input`), as Python prints it inside the error: a
+/// string (cut at 200 characters), a list or object described by its size,
+/// anything else as Python's `str` of it, so a number shows as a string.
+pub fn summarize_input(v: &Value) -> String {
+    let cut = |t: String| {
+        if t.chars().count() > 200 { format!("{}...[truncated]", t.chars().take(200).collect::<String>()) } else { t }
+    };
+    let text = match v {
+        Value::String(t) => cut(t.clone()),
+        Value::Array(a) => format!("<list of {} items>", a.len()),
+        Value::Object(o) => format!("<dict of {} items>", o.len()),
+        other => cut(py_repr(other)),
+    };
+    py_str(&text)
 }
 
 /// Python's `repr` of a string.
@@ -258,31 +261,52 @@ fn repr_into(v: &Value, out: &mut String) {
     }
 }
 
-/// The 400 for pydantic errors: every one listed, `param` the first's path.
+/// Most errors vLLM 0.33's validation handler lists, and the longest text
+/// of one (`_MAX_REPORTED_ERRORS`, `_MAX_ERROR_CHARS`).
+const MAX_REPORTED_ERRORS: usize = 10;
+const MAX_ERROR_CHARS: usize = 1000;
+
+/// The 400 for pydantic errors, as vLLM 0.33's `validation_exception_handler`
+/// writes it: type `Bad Request`, each error as Python prints its dict
+/// (the location dotted, the input summarised, at most 1,000 characters),
+/// at most 10 listed, and `param` the first error's dotted location.
 fn type_errors(errors: &[TypeError]) -> ApiError {
     let n = errors.len();
-    let mut message = format!("{n} validation error{}:", if n == 1 { "" } else { "s" });
-    for e in errors {
-        message.push_str(&format!(
-            "\n  {{'type': '{}', 'loc': {}, 'msg': '{}', 'input': {}}}",
+    let label = if n == 1 { "error" } else { "errors" };
+    let mut message = format!("{n} validation {label}:\n");
+    for e in errors.iter().take(MAX_REPORTED_ERRORS) {
+        let mut text = format!(
+            "{{'type': '{}', 'loc': {}, 'msg': {}, 'input': {}}}",
             e.kind,
-            python_loc(&e.loc),
-            e.msg,
+            py_str(&dotted_loc(&e.loc)),
+            py_str(e.msg),
             e.input
-        ));
+        );
+        if text.chars().count() > MAX_ERROR_CHARS {
+            text = format!("{}...[truncated]", text.chars().take(MAX_ERROR_CHARS).collect::<String>());
+        }
+        message.push_str(&format!("  {text}\n"));
     }
-    let param = errors.first().map(|e| json_path(&e.loc)).filter(|p| !p.is_empty());
-    ApiError { param, kind: Some("Bad Request"), ..ApiError::bad_request(message) }
+    if n > MAX_REPORTED_ERRORS {
+        message.push_str(&format!("  ...and {} more {label}\n", n - MAX_REPORTED_ERRORS));
+    }
+    let param = errors.first().map(|e| dotted_loc(&e.loc));
+    ApiError { param, kind: Some("Bad Request"), ..ApiError::bad_request(message.trim_end()) }
 }
 
-/// A model validator's refusal, wrapped as pydantic wraps a `ValueError`
-/// (type `Bad Request`, `param` the validator's parameter).
+/// A model validator's refusal. vLLM 0.33's validators raise
+/// `VLLMValidationError`, which pydantic does not wrap (it is no
+/// `ValueError`): vLLM's error handler answers it as any request error,
+/// type `BadRequestError`, the sentence with its `(parameter=...)` suffix.
 pub fn value_error(sentence: &str, param: &str) -> ApiError {
-    let message = format!(
-        "1 validation error:\n  {{'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, {sentence} \
-         (parameter={param})'}}"
-    );
-    ApiError { param: Some(param.to_string()), kind: Some("Bad Request"), ..ApiError::bad_request(message) }
+    ApiError::bad_request(format!("{sentence} (parameter={param})")).with_param(param)
+}
+
+/// [`value_error`] for a validator that also names the value (Python's
+/// `str` of it: a string as it is, anything else as its `repr`).
+fn value_error_with(sentence: &str, param: &str, value: &Value) -> ApiError {
+    let shown = value.as_str().map_or_else(|| py_repr(value), str::to_string);
+    ApiError::bad_request(format!("{sentence} (parameter={param}, value={shown})")).with_param(param)
 }
 
 /// A `SamplingParams` refusal: vLLM's sentence with its suffix.
@@ -329,7 +353,7 @@ impl<'a> Reader<'a> {
     }
 
     fn fail(&mut self, loc: Vec<Seg>, kind: &'static str, msg: &'static str, v: &Value) {
-        self.errors.push(TypeError { kind, loc, msg, input: py_repr(v) });
+        self.errors.push(TypeError { kind, loc, msg, input: summarize_input(v) });
     }
 
     fn string(&mut self, k: &str) -> Option<String> {
@@ -467,7 +491,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
             kind: "model_attributes_type",
             loc: Vec::new(),
             msg: "Input should be a valid dictionary or object to extract fields from",
-            input: py_repr(body),
+            input: summarize_input(body),
         }]));
     };
     // Layer 2 runs on the raw body, before the field types.
@@ -766,7 +790,7 @@ fn before_validators(api: Api, map: &Map<String, Value>) -> Result<(), ApiError>
         if let Some(v) = map.get(*k).filter(|v| !v.is_null())
             && !v.is_number()
         {
-            return Err(value_error(&format!("`{k}` must be an integer."), k));
+            return Err(value_error_with(&format!("`{k}` must be an integer."), k, v));
         }
     }
     let num = |k: &str| map.get(k).and_then(Value::as_f64);
@@ -775,14 +799,16 @@ fn before_validators(api: Api, map: &Map<String, Value>) -> Result<(), ApiError>
             return Err(value_error("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs"));
         }
         if p < 0.0 && p != -1.0 {
-            return Err(value_error("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs"));
+            let v = &map["prompt_logprobs"];
+            return Err(value_error_with("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", v));
         }
     }
     match api {
         Api::Chat => {
             if let Some(t) = num("top_logprobs") {
                 if t < 0.0 && t != -1.0 {
-                    return Err(value_error("`top_logprobs` must be a positive value or -1.", "top_logprobs"));
+                    let v = &map["top_logprobs"];
+                    return Err(value_error_with("`top_logprobs` must be a positive value or -1.", "top_logprobs", v));
                 }
                 if (t == -1.0 || t > 0.0) && !truthy("logprobs") {
                     return Err(value_error(
@@ -798,7 +824,11 @@ fn before_validators(api: Api, map: &Map<String, Value>) -> Result<(), ApiError>
                 && l < 0.0
                 && l != -1.0
             {
-                return Err(value_error("`logprobs` must be a positive value or -1.", "logprobs"));
+                return Err(value_error_with(
+                    "`logprobs` must be a positive value or -1.",
+                    "logprobs",
+                    &map["logprobs"],
+                ));
             }
             let prompt = map.get("prompt");
             let empty = matches!(prompt, None | Some(Value::Null)) || prompt.and_then(Value::as_str) == Some("");
