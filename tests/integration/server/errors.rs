@@ -107,6 +107,10 @@ fn max_tokens_past_what_the_prompt_leaves_is_clamped_as_vllm_0_33_does() {
         (usage["usage"]["prompt_tokens"].as_u64(), usage["usage"]["completion_tokens"].as_u64()),
         (Some(9), Some(11))
     );
+    // vLLM's engine gets the clamped value, and so does its
+    // request_params_max_tokens histogram: 17 + 17 + 11 for the three above.
+    let sum = server.metric(r#"vllm:request_params_max_tokens_sum{engine="0",model_name="small"}"#);
+    assert_eq!(sum, Some(45.0));
     // min_tokens is checked against the clamped value: 17, not 19.
     let r = completion(&server, r#""prompt":"a b c","max_tokens":19,"min_tokens":18"#);
     assert_eq!(envelope(&r, 400, "BadRequestError"), "min_tokens must be less than or equal to max_tokens=17, got 18.");

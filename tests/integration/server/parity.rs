@@ -522,6 +522,10 @@ fn a_model_with_a_tokenizer_json_counts_and_streams_its_tokens() {
     // A token-id prompt is decoded for the responses script.
     let v = server.post("/v1/completions", r#"{"prompt":[1,2]}"#).json();
     assert_eq!(choice(&v)["text"], "hello world");
+    // The vocabulary has 7 ids (0-6): 7 is outside it (vLLM's 400).
+    assert_eq!(server.post("/v1/completions", r#"{"prompt":[6],"max_tokens":1}"#).status, 200);
+    let (_, msg, _) = error(&server.post("/v1/completions", r#"{"prompt":[6,7],"max_tokens":1}"#), 400);
+    assert_eq!(msg, "Token id 7 is out of vocabulary");
     // A broken tokenizer file stops serve before it listens, naming the key.
     std::fs::write(dir.path().join("tokenizer.json"), "{not json").unwrap();
     let out = crate::support::TestCommand::new(&["serve", "--port", "0", "--models"])
