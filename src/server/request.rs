@@ -929,9 +929,16 @@ fn tool_usage(map: &Map<String, Value>) -> Result<(), ApiError> {
 }
 
 impl Fields {
-    /// `SamplingParams._verify_args` and vLLM's logprobs limit, in vLLM's
-    /// order and wording (layer 3).
+    /// [`Fields::check`], then [`Fields::unchecked`].
     pub fn options(&self) -> Result<Options, ApiError> {
+        self.check()?;
+        Ok(self.unchecked())
+    }
+
+    /// `SamplingParams._verify_args` and vLLM's logprobs limit, in vLLM's
+    /// order and wording (layer 3). vLLM runs them after its context
+    /// checks, so the server calls this once the prompts are counted.
+    pub fn check(&self) -> Result<(), ApiError> {
         let n = self.n;
         if n < 1 {
             return Err(sampling_error(&format!("n must be at least 1, got {n}."), "n", None, false));
@@ -1062,11 +1069,18 @@ impl Fields {
         {
             return Err(sampling_error(&format!("n must be 1 when using greedy sampling, got {n}."), "n", None, false));
         }
-        Ok(Options {
+        Ok(())
+    }
+
+    /// The options as sent, unchecked (see [`Fields::check`]): a
+    /// `max_tokens` below 1 is left out here, so only the check reports it.
+    pub fn unchecked(&self) -> Options {
+        let n = self.n;
+        Options {
             stream: self.stream,
             include_usage: self.include_usage,
             continuous_usage: self.continuous_usage,
-            max_tokens: self.max_tokens.map(i64::unsigned_abs),
+            max_tokens: self.max_tokens.filter(|&m| m >= 1).map(i64::unsigned_abs),
             max_tokens_param: self.max_tokens_param,
             max_tokens_sent: self.max_tokens_sent.clone(),
             min_tokens: u32::try_from(self.min_tokens).unwrap_or(u32::MAX),
@@ -1076,8 +1090,10 @@ impl Fields {
             ignore_eos: self.ignore_eos,
             include_stop: self.include_stop_str_in_output,
             echo: self.echo,
-            logprobs: self.logprobs.map(|l| if l == -1 { MAX_LOGPROBS as u32 } else { l as u32 }),
-        })
+            logprobs: self
+                .logprobs
+                .map(|l| if l == -1 { MAX_LOGPROBS as u32 } else { l.clamp(0, MAX_LOGPROBS) as u32 }),
+        }
     }
 }
 

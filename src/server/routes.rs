@@ -345,9 +345,10 @@ async fn handle(
         return Err(ApiError::bad_request("`messages` must contain at least one message.").with_param("messages"));
     }
     frame_tools(&mut parsed);
-    let mut options = parsed.fields.options()?;
-    if api == Api::Completion {
-        options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS));
+    // Checked in `plan_reply`, after the context, as vLLM orders them.
+    let mut options = parsed.fields.unchecked();
+    if api == Api::Completion && parsed.fields.max_tokens.is_none() {
+        options.max_tokens = Some(COMPLETIONS_DEFAULT_MAX_TOKENS);
     }
     let index = model_index(app, model);
     let body_id = parsed.request_id.take();
@@ -512,6 +513,24 @@ fn plan_reply(
     let model = &app.models[index];
     let context = model.spec.context_length;
     let stops = Stops::new(options.stops.clone())?;
+    // vLLM 0.33's order: a max_tokens over the whole context is refused
+    // before the prompt is read; then each prompt over the context; then
+    // the sampling parameters; below the context max_tokens is clamped
+    // (per prompt, below).
+    if let Some(m) = options.max_tokens.filter(|&m| m > u64::from(context)) {
+        let sent = options.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
+        return Err(ApiError::max_tokens_over_context(options.max_tokens_param, &sent, context));
+    }
+    let mut counted = Vec::with_capacity(parsed.prompts.len());
+    for prompt in &parsed.prompts {
+        let (count, text, echo) = prompt_tokens(model, prompt);
+        let ids = matches!(prompt, PromptIn::Ids(_));
+        if count as u64 > u64::from(context) {
+            return Err(ApiError::prompt_too_long(context, count as u64, !ids));
+        }
+        counted.push((count, text, echo));
+    }
+    parsed.fields.check()?;
     let wanted = parsed.prompts.len() as u64 * u64::from(options.n);
     if wanted > MAX_CHOICES {
         return Err(ApiError::bad_request(format!(
@@ -521,17 +540,10 @@ fn plan_reply(
         ))
         .with_param("n"));
     }
-    // vLLM 0.33 refuses only a max_tokens over the whole context, before
-    // it reads the prompt; below that it clamps (per prompt, below).
-    if let Some(m) = options.max_tokens.filter(|&m| m > u64::from(context)) {
-        let sent = options.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
-        return Err(ApiError::max_tokens_over_context(options.max_tokens_param, &sent, context));
-    }
     let mut planned = 0u64;
     let mut choices = Vec::new();
     let mut total_prompt = 0u32;
-    for (p, prompt) in parsed.prompts.iter().enumerate() {
-        let (count, text, echo) = prompt_tokens(model, prompt);
+    for (p, (prompt, (count, text, echo))) in parsed.prompts.iter().zip(counted).enumerate() {
         let (last_role, turns) = match prompt {
             PromptIn::Chat(m) => (m.last().map(|(r, _)| r.as_str()), m.len()),
             _ => (None, 0),

@@ -159,6 +159,12 @@ fn a_prompt_over_the_context_gets_vllm_0_33s_wording() {
          prompt. (parameter=input_tokens, value=21)"
     );
     assert_eq!(r.json()["error"]["param"], "input_tokens");
+    // vLLM checks the context before the sampling parameters: with a bad
+    // temperature too, the prompt is what is reported.
+    let r = completion(&server, &format!(r#""prompt":"{}","temperature":-1"#, words.trim_end()));
+    assert!(envelope(&r, 400, "BadRequestError").contains("at least 21 input tokens"), "{}", r.body);
+    let r = completion(&server, r#""prompt":"a","max_tokens":21,"temperature":-1"#);
+    assert!(envelope(&r, 400, "BadRequestError").starts_with("max_tokens=21 cannot be greater"), "{}", r.body);
     // Token ids are counted as sent: 25.
     let ids: Vec<String> = (1..=25).map(|i| i.to_string()).collect();
     let r = completion(&server, &format!(r#""prompt":[{}],"max_tokens":1"#, ids.join(",")));
