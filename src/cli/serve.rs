@@ -59,6 +59,15 @@ pub struct ServeArgs {
     /// Seconds a request body may take to arrive; later, HTTP 408.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub body_timeout: f64,
+    /// vLLM's flag: every response carries an `X-Request-Id` header (the
+    /// request's own, else a new one).
+    #[arg(long)]
+    pub enable_request_id_headers: bool,
+    /// End every stream with one `: llmsim ...` SSE comment line per choice
+    /// (its simulated story). Off by default: guidellm counts a comment
+    /// line as a chunk.
+    #[arg(long)]
+    pub stream_comments: bool,
 }
 
 /// The longest timeout a flag may ask for (one day).
@@ -99,6 +108,8 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
         max_connections,
         header_timeout,
         body_timeout,
+        request_id_headers: a.enable_request_id_headers,
+        stream_comments: a.stream_comments,
     };
     if let Some(why) = lowered {
         eprintln!("llmsim serve: {why}");

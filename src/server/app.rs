@@ -102,6 +102,11 @@ pub struct Options {
     pub header_timeout: Duration,
     /// How long a request body may take to arrive after its head.
     pub body_timeout: Duration,
+    /// vLLM's `--enable-request-id-headers`: every response carries
+    /// `X-Request-Id` (the request's, else a new one).
+    pub request_id_headers: bool,
+    /// End each stream with the `: llmsim ...` comment lines (`sse`).
+    pub stream_comments: bool,
 }
 
 impl Default for Options {
@@ -113,6 +118,8 @@ impl Default for Options {
             max_connections: conn::DEFAULT_MAX_CONNECTIONS,
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
+            request_id_headers: false,
+            stream_comments: false,
         }
     }
 }

@@ -74,13 +74,30 @@ impl ApiError {
         }
     }
 
-    /// A prompt that alone fills the context (vLLM's wording).
-    pub fn prompt_too_long(context: u32, prompt: u32) -> ApiError {
+    /// A prompt longer than the whole context: vLLM 0.33's renderer
+    /// (`TokenizeParams._token_len_check`). A prompt of text (or a chat) is
+    /// tokenized with truncation at one token past the context, so vLLM
+    /// reports `at least` context + 1 tokens for it; a prompt of token ids
+    /// is counted as sent.
+    pub fn prompt_too_long(context: u32, prompt: u64, at_least: bool) -> ApiError {
+        let (qualifier, count) = if at_least { ("at least ", u64::from(context) + 1) } else { ("", prompt) };
         ApiError::bad_request(format!(
-            "This model's maximum context length is {context} tokens. However, your request has {prompt} input \
-             tokens. Please reduce the length of the input messages."
+            "This model's maximum context length is {context} tokens. However, your prompt contains \
+             {qualifier}{count} input tokens, which exceeds this limit even without any output tokens. Please \
+             reduce the length of the input prompt. (parameter=input_tokens, value={count})"
         ))
         .with_param("input_tokens")
+    }
+
+    /// `max_tokens` (or `max_completion_tokens`, named by `param`) over the
+    /// whole context, as sent: vLLM 0.33 refuses it before reading the
+    /// prompt (`TokenizeParams.__post_init__`); below that it clamps.
+    pub fn max_tokens_over_context(param: &str, sent: &str, context: u32) -> ApiError {
+        ApiError::bad_request(format!(
+            "{param}={sent} cannot be greater than max_model_len={context}. Please request fewer output tokens. \
+             (parameter={param}, value={sent})"
+        ))
+        .with_param(param)
     }
 
     /// Prompt plus `max_tokens` over the context (vLLM's wording), with the
@@ -143,19 +160,41 @@ impl ApiError {
     }
 
     /// A body with something after its JSON value: vLLM's answer, which is
-    /// pydantic's `json_invalid` error with Python's `Extra data` and the
-    /// character offset where the extra data starts.
+    /// FastAPI's `json_invalid` error with Python's `Extra data` and the
+    /// character offset where the extra data starts, as vLLM 0.33's handler
+    /// writes it (location dotted, the empty input described).
     pub fn extra_data(offset: usize) -> ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             message: format!(
-                "1 validation error:\n  {{'type': 'json_invalid', 'loc': ('body', {offset}), 'msg': 'JSON decode \
-                 error', 'input': {{}}, 'ctx': {{'error': 'Extra data'}}}}"
+                "1 validation error:\n  {{'type': 'json_invalid', 'loc': 'body.{offset}', 'msg': 'JSON decode \
+                 error', 'input': '<dict of 0 items>', 'ctx': {{'error': 'Extra data'}}}}"
             ),
             param: Some(format!("body.{offset}")),
             kind: Some("Bad Request"),
             retry_after: None,
         }
+    }
+
+    /// A body whose `Content-Type` is missing or not `application/json`:
+    /// vLLM 0.33's `validate_json_request` raises a validation error whose
+    /// one entry is this sentence, and its handler lists it as pydantic's
+    /// (type `Bad Request`, no `param`).
+    pub fn unsupported_media_type() -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed".into(),
+            param: None,
+            kind: Some("Bad Request"),
+            retry_after: None,
+        }
+    }
+
+    /// A prompt token id outside the model's vocabulary (vLLM 0.33's
+    /// `validate_token_ids`: a negative id is reported first, else the
+    /// largest; no `param`).
+    pub fn out_of_vocabulary(id: i64) -> ApiError {
+        ApiError::bad_request(format!("Token id {id} is out of vocabulary"))
     }
 
     pub fn internal(message: impl Into<String>) -> ApiError {
@@ -234,7 +273,22 @@ mod tests {
             "'max_tokens' or 'max_completion_tokens' is too large: 100. This model's maximum context length is \
              4096 tokens and your request has 4000 input tokens (100 > 4096 - 4000)."
         );
-        let e = ApiError::prompt_too_long(4096, 5000);
-        assert!(e.message.starts_with("This model's maximum context length is 4096 tokens. However, your request"));
+        let e = ApiError::prompt_too_long(4096, 5000, false);
+        assert_eq!(
+            e.message,
+            "This model's maximum context length is 4096 tokens. However, your prompt contains 5000 input tokens, \
+             which exceeds this limit even without any output tokens. Please reduce the length of the input prompt. \
+             (parameter=input_tokens, value=5000)"
+        );
+        let e = ApiError::prompt_too_long(4096, 5000, true);
+        assert!(e.message.contains("your prompt contains at least 4097 input tokens, which"), "{}", e.message);
+        assert!(e.message.ends_with("(parameter=input_tokens, value=4097)"), "{}", e.message);
+        let e = ApiError::max_tokens_over_context("max_completion_tokens", "5000", 4096);
+        assert_eq!(
+            e.message,
+            "max_completion_tokens=5000 cannot be greater than max_model_len=4096. Please request fewer output \
+             tokens. (parameter=max_completion_tokens, value=5000)"
+        );
+        assert_eq!(e.param.as_deref(), Some("max_completion_tokens"));
     }
 }

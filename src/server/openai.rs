@@ -121,6 +121,9 @@ pub struct Choice {
     pub plan: Plan,
     /// Tokens of the prompt this choice answers.
     pub prompt_tokens: u32,
+    /// `max_tokens` as the engine gets it: sent or defaulted, clamped to
+    /// what the context leaves after the prompt (vLLM's `get_max_tokens`).
+    pub max_tokens: u32,
     /// Text put before the answer (`echo`): the completions prompt, or the
     /// chat's last message when it is the assistant's.
     pub echo: String,
@@ -161,18 +164,56 @@ pub struct Reply {
     pub cached_tokens: Option<u32>,
 }
 
+/// A key vLLM sends as `null`: `Some(None)` is written as `null`, `None`
+/// leaves the key out (vLLM's stream chunks are serialised with
+/// `exclude_unset`, so which null keys a chunk has depends on what its
+/// constructor set).
+type NullKey = Option<Option<u8>>;
+const NULL: NullKey = Some(None);
+
+/// `UsageInfo` as each place serialises it (vLLM 0.33).
+#[derive(Clone, Copy, PartialEq)]
+enum UsageAt {
+    /// A whole response (`model_dump()`): every key, nulls included.
+    Whole,
+    /// The stream's usage chunk (`exclude_none`): no null keys.
+    Final,
+    /// Chat `continuous_usage_stats` (`exclude_unset`): the constructor
+    /// sets `completion_tokens_details` (to null without a reasoning parser).
+    ChatChunk,
+    /// Completions `continuous_usage_stats`: the three counts.
+    TextChunk,
+}
+
 #[derive(Serialize)]
 struct Usage {
     prompt_tokens: u32,
     total_tokens: u32,
     completion_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
-    prompt_tokens_details: Option<PromptTokensDetails>,
+    prompt_tokens_details: Option<Option<PromptTokensDetails>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_tokens_details: NullKey,
 }
 
 #[derive(Serialize)]
 struct PromptTokensDetails {
     cached_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created_cache_tokens: NullKey,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    multimodal_tokens: NullKey,
+}
+
+/// The null keys a chunk carries besides its choices and usage.
+#[derive(Clone, Copy)]
+enum ChunkKind {
+    /// Chat's first chunk per choice: `prompt_token_ids`, `prompt_text`.
+    Role,
+    /// A token's chunk: `kv_transfer_params`.
+    Token,
+    /// Chat's echo chunk and the usage chunk: none.
+    Plain,
 }
 
 #[derive(Serialize)]
@@ -184,8 +225,16 @@ struct Chunk<'a, C> {
     choices: Vec<C>,
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: Option<Usage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_token_ids: NullKey,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_text: NullKey,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kv_transfer_params: NullKey,
 }
 
+/// A chat stream choice: `stop_reason` and `weight_versions` only on the
+/// last chunk, `token_ids` on every token's chunk (vLLM sets them there).
 #[derive(Serialize)]
 struct ChatChoice<'a> {
     index: u32,
@@ -193,7 +242,44 @@ struct ChatChoice<'a> {
     logprobs: Option<serde_json::Value>,
     finish_reason: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    stop_reason: Option<&'a str>,
+    stop_reason: Option<Option<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_ids: NullKey,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight_versions: NullKey,
+}
+
+impl<'a> ChatChoice<'a> {
+    /// A chunk before the tokens (role, echo): no token keys.
+    fn opening(index: u32, delta: Delta<'a>) -> ChatChoice<'a> {
+        ChatChoice {
+            index,
+            delta,
+            logprobs: None,
+            finish_reason: None,
+            stop_reason: None,
+            token_ids: None,
+            weight_versions: None,
+        }
+    }
+
+    /// A token's chunk; `end` is the finish and stop reasons of the last.
+    fn token(
+        index: u32,
+        delta: Delta<'a>,
+        logprobs: Option<serde_json::Value>,
+        end: Option<(&'a str, Option<&'a str>)>,
+    ) -> ChatChoice<'a> {
+        ChatChoice {
+            index,
+            delta,
+            logprobs,
+            finish_reason: end.map(|(f, _)| f),
+            stop_reason: end.map(|(_, s)| s),
+            token_ids: NULL,
+            weight_versions: end.and(NULL),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -206,6 +292,7 @@ struct Delta<'a> {
     tool_calls: Vec<super::tools::DeltaCall<'a>>,
 }
 
+/// A completions stream choice: vLLM sets every key on every chunk.
 #[derive(Serialize)]
 struct TextChoice<'a> {
     index: u32,
@@ -213,6 +300,9 @@ struct TextChoice<'a> {
     logprobs: Option<serde_json::Value>,
     finish_reason: Option<&'a str>,
     stop_reason: Option<&'a str>,
+    prompt_token_ids: Option<u8>,
+    token_ids: Option<u8>,
+    weight_versions: Option<u8>,
 }
 
 /// One server-sent event carrying JSON.
@@ -222,13 +312,30 @@ fn frame<T: Serialize>(value: &T) -> String {
 }
 
 impl Reply {
-    fn usage(&self, completion: u32) -> Usage {
+    fn usage(&self, completion: u32, at: UsageAt) -> Usage {
+        let whole = at == UsageAt::Whole;
+        let details = self.cached_tokens.map(|cached_tokens| PromptTokensDetails {
+            cached_tokens,
+            created_cache_tokens: if whole { NULL } else { None },
+            multimodal_tokens: if whole { NULL } else { None },
+        });
         Usage {
             prompt_tokens: self.prompt_tokens,
             total_tokens: self.prompt_tokens + completion,
             completion_tokens: completion,
-            prompt_tokens_details: self.cached_tokens.map(|cached_tokens| PromptTokensDetails { cached_tokens }),
+            prompt_tokens_details: match at {
+                UsageAt::Whole => Some(details),
+                UsageAt::Final => details.map(Some),
+                UsageAt::ChatChunk | UsageAt::TextChunk => None,
+            },
+            completion_tokens_details: if matches!(at, UsageAt::Whole | UsageAt::ChatChunk) { NULL } else { None },
         }
+    }
+
+    /// The usage of a chunk with `continuous_usage_stats`.
+    fn running_usage(&self, completion: u32) -> Option<Usage> {
+        let at = if self.api == Api::Chat { UsageAt::ChatChunk } else { UsageAt::TextChunk };
+        self.options.continuous_usage.then(|| self.usage(completion, at))
     }
 
     /// Completion tokens of every choice.
@@ -236,25 +343,35 @@ impl Reply {
         self.choices.iter().map(|c| c.plan.output).sum()
     }
 
-    fn chunk<C: Serialize>(&self, choices: Vec<C>, usage: Option<Usage>) -> String {
+    fn chunk<C: Serialize>(&self, choices: Vec<C>, usage: Option<Usage>, kind: ChunkKind) -> String {
         let object = if self.api == Api::Chat { "chat.completion.chunk" } else { "text_completion" };
-        frame(&Chunk { id: &self.id, object, created: self.created, model: &self.model, choices, usage })
+        let role = matches!(kind, ChunkKind::Role);
+        frame(&Chunk {
+            id: &self.id,
+            object,
+            created: self.created,
+            model: &self.model,
+            choices,
+            usage,
+            prompt_token_ids: if role { NULL } else { None },
+            prompt_text: if role { NULL } else { None },
+            kv_transfer_params: if matches!(kind, ChunkKind::Token) { NULL } else { None },
+        })
     }
 
     /// The chat stream's opening chunks: one per choice with the assistant
     /// role and empty content, then (with `echo`) the echoed message.
     pub fn role_frames(&self) -> String {
         let mut out = String::new();
-        let usage = |s: &Self| s.options.continuous_usage.then(|| s.usage(0));
         for c in &self.choices {
             let delta = Delta { role: Some("assistant"), content: Some(""), tool_calls: Vec::new() };
-            let choice = ChatChoice { index: c.index, delta, logprobs: None, finish_reason: None, stop_reason: None };
-            out.push_str(&self.chunk(vec![choice], usage(self)));
+            let choice = ChatChoice::opening(c.index, delta);
+            out.push_str(&self.chunk(vec![choice], self.running_usage(0), ChunkKind::Role));
         }
         for c in self.choices.iter().filter(|c| !c.echo.is_empty()) {
             let delta = Delta { role: None, content: Some(&c.echo), tool_calls: Vec::new() };
-            let choice = ChatChoice { index: c.index, delta, logprobs: None, finish_reason: None, stop_reason: None };
-            out.push_str(&self.chunk(vec![choice], usage(self)));
+            let choice = ChatChoice::opening(c.index, delta);
+            out.push_str(&self.chunk(vec![choice], self.running_usage(0), ChunkKind::Plain));
         }
         out
     }
@@ -264,7 +381,7 @@ impl Reply {
     /// vLLM's does: for an answer that ends with EOS its text is empty.
     pub fn token_frame(&self, choice: usize, index: u32) -> String {
         let c = &self.choices[choice];
-        let usage = self.options.continuous_usage.then(|| self.usage(index));
+        let usage = self.running_usage(index);
         let last = index >= c.plan.output;
         let finish = last.then(|| c.plan.finish.as_str());
         let stop = if last { c.plan.stop_reason.as_deref() } else { None };
@@ -280,8 +397,8 @@ impl Reply {
             Api::Chat if c.tools.is_some() => self.tool_frame(c, index, (&piece, prev_bytes), logprobs, usage),
             Api::Chat => {
                 let delta = Delta { role: None, content: Some(&piece), tool_calls: Vec::new() };
-                let choice = ChatChoice { index: c.index, delta, logprobs, finish_reason: finish, stop_reason: stop };
-                self.chunk(vec![choice], usage)
+                let choice = ChatChoice::token(c.index, delta, logprobs, finish.map(|f| (f, stop)));
+                self.chunk(vec![choice], usage, ChunkKind::Token)
             }
             Api::Completion => {
                 let echoed;
@@ -291,9 +408,17 @@ impl Reply {
                 } else {
                     piece.as_str()
                 };
-                let stop_reason = stop;
-                let choice = TextChoice { index: c.index, text, logprobs, finish_reason: finish, stop_reason };
-                self.chunk(vec![choice], usage)
+                let choice = TextChoice {
+                    index: c.index,
+                    text,
+                    logprobs,
+                    finish_reason: finish,
+                    stop_reason: stop,
+                    prompt_token_ids: None,
+                    token_ids: None,
+                    weight_versions: None,
+                };
+                self.chunk(vec![choice], usage, ChunkKind::Token)
             }
         }
     }
@@ -322,8 +447,8 @@ impl Reply {
         let finish = last.then(|| plan.finish(c.plan.finish.as_str(), plan.announced(generated.len())));
         let stop = if last { c.plan.stop_reason.as_deref() } else { None };
         let delta = Delta { role: None, content: d.content, tool_calls: d.tool_calls };
-        let choice = ChatChoice { index: c.index, delta, logprobs, finish_reason: finish, stop_reason: stop };
-        self.chunk(vec![choice], usage)
+        let choice = ChatChoice::token(c.index, delta, logprobs, finish.map(|f| (f, stop)));
+        self.chunk(vec![choice], usage, ChunkKind::Token)
     }
 
     /// The usage chunk, if `stream_options.include_usage` asked for it.
@@ -331,12 +456,16 @@ impl Reply {
         if !self.options.include_usage {
             return String::new();
         }
-        self.chunk::<ChatChoice>(Vec::new(), Some(self.usage(self.completion_tokens())))
+        self.chunk::<ChatChoice>(
+            Vec::new(),
+            Some(self.usage(self.completion_tokens(), UsageAt::Final)),
+            ChunkKind::Plain,
+        )
     }
 
     /// The non-streaming response body.
     pub fn full_body(&self) -> String {
-        let usage = self.usage(self.completion_tokens());
+        let usage = self.usage(self.completion_tokens(), UsageAt::Whole);
         let choices: Vec<serde_json::Value> = self
             .choices
             .iter()
@@ -372,6 +501,8 @@ impl Reply {
                             "finish_reason": finish,
                             "stop_reason": c.plan.stop_reason,
                             "token_ids": null,
+                            "routed_experts": null,
+                            "weight_versions": null,
                         })
                     }
                     Api::Completion => serde_json::json!({
@@ -383,6 +514,8 @@ impl Reply {
                         "token_ids": null,
                         "prompt_logprobs": null,
                         "prompt_token_ids": null,
+                        "routed_experts": null,
+                        "weight_versions": null,
                     }),
                 }
             })
@@ -401,8 +534,11 @@ impl Reply {
         if self.api == Api::Chat {
             value["prompt_logprobs"] = serde_json::Value::Null;
             value["prompt_token_ids"] = serde_json::Value::Null;
+            value["prompt_text"] = serde_json::Value::Null;
         }
         value["kv_transfer_params"] = serde_json::Value::Null;
+        value["ec_transfer_params"] = serde_json::Value::Null;
+        value["metrics"] = serde_json::Value::Null;
         value.to_string()
     }
 }
@@ -527,7 +663,11 @@ mod tests {
         let e = parse::<serde_json::Value>(br#"{"a":1} trailing"#).unwrap_err();
         // `{"a":1}` is 7 characters, then a space: the extra data starts at 8.
         assert_eq!((e.status.as_u16(), e.kind(), e.param.as_deref()), (400, "Bad Request", Some("body.8")));
-        assert!(e.message.contains("'loc': ('body', 8), 'msg': 'JSON decode error'"), "{}", e.message);
+        assert!(
+            e.message.contains("'loc': 'body.8', 'msg': 'JSON decode error', 'input': '<dict of 0 items>'"),
+            "{}",
+            e.message
+        );
         assert!(e.message.contains("'ctx': {'error': 'Extra data'}"), "{}", e.message);
         let e = parse::<serde_json::Value>(br#"{"a":1}{"x":1}"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("body.7"));

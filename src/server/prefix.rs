@@ -132,7 +132,7 @@ impl From<&super::request::PromptIn> for PromptContent {
         match p {
             PromptIn::Chat(m) => PromptContent::Chat(m.clone()),
             PromptIn::Text(t) => PromptContent::Text(t.clone()),
-            PromptIn::Ids(ids) => PromptContent::Ids(ids.clone()),
+            PromptIn::Ids(ids) => PromptContent::Ids(ids.iter().map(|&i| i as u64).collect()),
         }
     }
 }

@@ -1,27 +1,31 @@
 //! Reading and validating a request body as vLLM does.
 //!
-//! vLLM validates a body in three layers, and llmsim keeps them apart so
-//! each error comes out as vLLM's would:
+//! vLLM (0.33) validates a body in three layers, and llmsim keeps them
+//! apart so each error comes out as vLLM's would:
 //!
 //! 1. **Field types** (pydantic, lax mode): a field of the wrong type is a
-//!    400 with type `Bad Request` and pydantic's wording
-//!    (`{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg':
-//!    'Input should be a valid number, unable to parse string as a number',
-//!    'input': 'hot'}`). Lax mode accepts what pydantic accepts: `"5"` for
-//!    an integer, `1` for a boolean, `2.0` for an integer. Every wrong field
-//!    is listed, as pydantic lists them.
+//!    400 with type `Bad Request`, written as vLLM 0.33's
+//!    `validation_exception_handler` writes pydantic's errors: each as
+//!    Python prints its dict, the location dotted and the input summarised
+//!    (`{'type': 'float_parsing', 'loc': 'body.temperature', 'msg': 'Input
+//!    should be a valid number, unable to parse string as a number',
+//!    'input': 'hot'}`), at most 10 listed, `param` the first's location
+//!    (`body.temperature`). Lax mode accepts what pydantic accepts: `"5"`
+//!    for an integer, `1` for a boolean, `2.0` for an integer.
 //! 2. **Model validators** that run on the raw body (`stream_options`
 //!    without `stream`, `top_logprobs` without `logprobs`, `tool_choice`
-//!    without `tools`, an empty completions prompt): type `Bad Request`,
-//!    the validator's sentence as pydantic wraps it (`Value error, ...`).
+//!    without `tools`, an empty completions prompt): vLLM 0.33 raises
+//!    `VLLMValidationError` there, which pydantic passes through (it is no
+//!    `ValueError`), so the answer is type `BadRequestError` with the
+//!    sentence and its `(parameter=..., value=...)` suffix.
 //! 3. **Sampling parameters** (`SamplingParams._verify_args`, after the
 //!    model is found): type `BadRequestError`, vLLM's sentence with its
 //!    `(parameter=..., value=...)` suffix where vLLM gives one.
 //!
-//! One deliberate difference: `param` always names the field as a JSON
-//! path (`temperature`, `messages[0].content`), where vLLM leaves it null
-//! for pydantic type errors and for some sampling checks. A client that
-//! reads `param` gets more, never less.
+//! One deliberate difference: a sampling check's `param` always names the
+//! field, where vLLM leaves it null for the checks that name no parameter.
+//! Another: a union-typed field (`stop`, `prompt`) of the wrong type is
+//! one error here, where pydantic lists one per branch of the union.
 //!
 //! Unknown fields are accepted and ignored, as vLLM accepts them (it logs
 //! them at debug level). `best_of` is one: vLLM's V1 engine removed it and
@@ -53,7 +57,9 @@ pub enum PromptIn {
     /// (role, text) of every message, in order.
     Chat(Vec<(String, String)>),
     Text(String),
-    Ids(Vec<u64>),
+    /// Token ids as sent (pydantic's `list[int]`: negative ids pass here
+    /// and are refused as out of vocabulary later, as vLLM refuses them).
+    Ids(Vec<i64>),
 }
 
 /// A request that passed the type and model-validator layers.
@@ -71,6 +77,9 @@ pub struct Parsed {
     pub chat: Option<crate::server::tokenize::ChatInput>,
     /// What `response_format` / `structured_outputs` constrain the answer to.
     pub structured: Option<Constraint>,
+    /// The body's `request_id` (vLLM's field; its response `id` is formed
+    /// from it when no `X-Request-Id` header is sent).
+    pub request_id: Option<String>,
 }
 
 /// The fields that shape the answer, as sent (checked by
@@ -145,36 +154,35 @@ enum Seg {
     Index(usize),
 }
 
-fn python_loc(loc: &[Seg]) -> String {
-    let mut out = String::from("('body'");
+/// A location as vLLM 0.33's validation handler writes it, in the message
+/// and as `param` (`clean_loc_for_param`): `body`, then each key or index,
+/// joined with dots (`body.messages.0.content`).
+fn dotted_loc(loc: &[Seg]) -> String {
+    let mut out = String::from("body");
     for s in loc {
         match s {
-            Seg::Key(k) => out.push_str(&format!(", {}", py_str(k))),
-            Seg::Index(i) => out.push_str(&format!(", {i}")),
+            Seg::Key(k) => out.push_str(&format!(".{k}")),
+            Seg::Index(i) => out.push_str(&format!(".{i}")),
         }
     }
-    if loc.is_empty() {
-        out.push(',');
-    }
-    out.push(')');
     out
 }
 
-/// The JSON path of a location: `messages[0].content`.
-fn json_path(loc: &[Seg]) -> String {
-    let mut out = String::new();
-    for s in loc {
-        match s {
-            Seg::Key(k) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(k);
-            }
-            Seg::Index(i) => out.push_str(&format!("[{i}]")),
-        }
-    }
-    out
+/// What vLLM 0.33's validation handler shows of an error's input
+/// (`_summarize_error_input`), as Python prints it inside the error: a
+/// string (cut at 200 characters), a list or object described by its size,
+/// anything else as Python's `str` of it, so a number shows as a string.
+pub fn summarize_input(v: &Value) -> String {
+    let cut = |t: String| {
+        if t.chars().count() > 200 { format!("{}...[truncated]", t.chars().take(200).collect::<String>()) } else { t }
+    };
+    let text = match v {
+        Value::String(t) => cut(t.clone()),
+        Value::Array(a) => format!("<list of {} items>", a.len()),
+        Value::Object(o) => format!("<dict of {} items>", o.len()),
+        other => cut(py_repr(other)),
+    };
+    py_str(&text)
 }
 
 /// Python's `repr` of a string.
@@ -261,31 +269,52 @@ fn repr_into(v: &Value, out: &mut String) {
     }
 }
 
-/// The 400 for pydantic errors: every one listed, `param` the first's path.
+/// Most errors vLLM 0.33's validation handler lists, and the longest text
+/// of one (`_MAX_REPORTED_ERRORS`, `_MAX_ERROR_CHARS`).
+const MAX_REPORTED_ERRORS: usize = 10;
+const MAX_ERROR_CHARS: usize = 1000;
+
+/// The 400 for pydantic errors, as vLLM 0.33's `validation_exception_handler`
+/// writes it: type `Bad Request`, each error as Python prints its dict
+/// (the location dotted, the input summarised, at most 1,000 characters),
+/// at most 10 listed, and `param` the first error's dotted location.
 fn type_errors(errors: &[TypeError]) -> ApiError {
     let n = errors.len();
-    let mut message = format!("{n} validation error{}:", if n == 1 { "" } else { "s" });
-    for e in errors {
-        message.push_str(&format!(
-            "\n  {{'type': '{}', 'loc': {}, 'msg': '{}', 'input': {}}}",
+    let label = if n == 1 { "error" } else { "errors" };
+    let mut message = format!("{n} validation {label}:\n");
+    for e in errors.iter().take(MAX_REPORTED_ERRORS) {
+        let mut text = format!(
+            "{{'type': '{}', 'loc': {}, 'msg': {}, 'input': {}}}",
             e.kind,
-            python_loc(&e.loc),
-            e.msg,
+            py_str(&dotted_loc(&e.loc)),
+            py_str(e.msg),
             e.input
-        ));
+        );
+        if text.chars().count() > MAX_ERROR_CHARS {
+            text = format!("{}...[truncated]", text.chars().take(MAX_ERROR_CHARS).collect::<String>());
+        }
+        message.push_str(&format!("  {text}\n"));
     }
-    let param = errors.first().map(|e| json_path(&e.loc)).filter(|p| !p.is_empty());
-    ApiError { param, kind: Some("Bad Request"), ..ApiError::bad_request(message) }
+    if n > MAX_REPORTED_ERRORS {
+        message.push_str(&format!("  ...and {} more {label}\n", n - MAX_REPORTED_ERRORS));
+    }
+    let param = errors.first().map(|e| dotted_loc(&e.loc));
+    ApiError { param, kind: Some("Bad Request"), ..ApiError::bad_request(message.trim_end()) }
 }
 
-/// A model validator's refusal, wrapped as pydantic wraps a `ValueError`
-/// (type `Bad Request`, `param` the validator's parameter).
+/// A model validator's refusal. vLLM 0.33's validators raise
+/// `VLLMValidationError`, which pydantic does not wrap (it is no
+/// `ValueError`): vLLM's error handler answers it as any request error,
+/// type `BadRequestError`, the sentence with its `(parameter=...)` suffix.
 pub fn value_error(sentence: &str, param: &str) -> ApiError {
-    let message = format!(
-        "1 validation error:\n  {{'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, {sentence} \
-         (parameter={param})'}}"
-    );
-    ApiError { param: Some(param.to_string()), kind: Some("Bad Request"), ..ApiError::bad_request(message) }
+    ApiError::bad_request(format!("{sentence} (parameter={param})")).with_param(param)
+}
+
+/// [`value_error`] for a validator that also names the value (Python's
+/// `str` of it: a string as it is, anything else as its `repr`).
+fn value_error_with(sentence: &str, param: &str, value: &Value) -> ApiError {
+    let shown = value.as_str().map_or_else(|| py_repr(value), str::to_string);
+    ApiError::bad_request(format!("{sentence} (parameter={param}, value={shown})")).with_param(param)
 }
 
 /// A `SamplingParams` refusal: vLLM's sentence with its suffix.
@@ -299,6 +328,21 @@ pub fn sampling_error(sentence: &str, param: &str, value: Option<String>, suffix
         }
     };
     ApiError::bad_request(message).with_param(param)
+}
+
+/// `SamplingParams`' refusal of a `max_tokens` below 1: vLLM names
+/// `max_tokens` whichever field the value came from (the sampling
+/// parameter is called that), and a prompt that fills the whole context
+/// leaves 0.
+pub fn max_tokens_below_one(shown: &str) -> ApiError {
+    let s = format!("max_tokens must be at least 1, got {shown}.");
+    sampling_error(&s, "max_tokens", Some(shown.to_string()), true)
+}
+
+/// `SamplingParams`' refusal of `min_tokens` over the (clamped) `max_tokens`.
+pub fn min_tokens_over_max(min_tokens: u32, max_tokens: u32) -> ApiError {
+    let s = format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.");
+    sampling_error(&s, "min_tokens", None, false)
 }
 
 /// Reads typed fields, collecting pydantic's errors.
@@ -317,7 +361,7 @@ impl<'a> Reader<'a> {
     }
 
     fn fail(&mut self, loc: Vec<Seg>, kind: &'static str, msg: &'static str, v: &Value) {
-        self.errors.push(TypeError { kind, loc, msg, input: py_repr(v) });
+        self.errors.push(TypeError { kind, loc, msg, input: summarize_input(v) });
     }
 
     fn string(&mut self, k: &str) -> Option<String> {
@@ -455,7 +499,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
             kind: "model_attributes_type",
             loc: Vec::new(),
             msg: "Input should be a valid dictionary or object to extract fields from",
-            input: py_repr(body),
+            input: summarize_input(body),
         }]));
     };
     // Layer 2 runs on the raw body, before the field types.
@@ -504,6 +548,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
     f.stop = read_stop(&mut r);
     r.int("priority");
     r.string("user");
+    let request_id = r.string("request_id");
     if let Some(ids) = r.get("stop_token_ids") {
         int_list(&mut r, "stop_token_ids", ids);
     }
@@ -535,7 +580,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
     if !r.errors.is_empty() {
         return Err(type_errors(&r.errors));
     }
-    Ok(Parsed { api, model, prompts, fields: f, tools, chat: None, structured })
+    Ok(Parsed { api, model, prompts, fields: f, tools, chat: None, structured, request_id })
 }
 
 /// `tools` (pydantic's checks of each tool's shape) and `tool_choice`
@@ -600,7 +645,7 @@ fn read_tools(r: &mut Reader) -> Option<ToolsIn> {
     Some(ToolsIn { tools, choice })
 }
 
-fn int_list(r: &mut Reader, k: &str, v: &Value) -> Option<Vec<u64>> {
+fn int_list(r: &mut Reader, k: &str, v: &Value) -> Option<Vec<i64>> {
     let Some(items) = v.as_array() else {
         r.fail(key(k), "list_type", "Input should be a valid list", v);
         return None;
@@ -608,7 +653,7 @@ fn int_list(r: &mut Reader, k: &str, v: &Value) -> Option<Vec<u64>> {
     let mut out = Vec::with_capacity(items.len());
     for (i, x) in items.iter().enumerate() {
         match int_of(x) {
-            Ok(n) => out.push(n.max(0).unsigned_abs()),
+            Ok(n) => out.push(n),
             Err((kind, msg)) => {
                 r.fail(vec![Seg::Key(k.into()), Seg::Index(i)], kind, msg, x);
                 return None;
@@ -755,7 +800,7 @@ fn before_validators(api: Api, map: &Map<String, Value>) -> Result<(), ApiError>
         if let Some(v) = map.get(*k).filter(|v| !v.is_null())
             && !v.is_number()
         {
-            return Err(value_error(&format!("`{k}` must be an integer."), k));
+            return Err(value_error_with(&format!("`{k}` must be an integer."), k, v));
         }
     }
     let num = |k: &str| map.get(k).and_then(Value::as_f64);
@@ -764,14 +809,16 @@ fn before_validators(api: Api, map: &Map<String, Value>) -> Result<(), ApiError>
             return Err(value_error("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs"));
         }
         if p < 0.0 && p != -1.0 {
-            return Err(value_error("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs"));
+            let v = &map["prompt_logprobs"];
+            return Err(value_error_with("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", v));
         }
     }
     match api {
         Api::Chat => {
             if let Some(t) = num("top_logprobs") {
                 if t < 0.0 && t != -1.0 {
-                    return Err(value_error("`top_logprobs` must be a positive value or -1.", "top_logprobs"));
+                    let v = &map["top_logprobs"];
+                    return Err(value_error_with("`top_logprobs` must be a positive value or -1.", "top_logprobs", v));
                 }
                 if (t == -1.0 || t > 0.0) && !truthy("logprobs") {
                     return Err(value_error(
@@ -787,7 +834,11 @@ fn before_validators(api: Api, map: &Map<String, Value>) -> Result<(), ApiError>
                 && l < 0.0
                 && l != -1.0
             {
-                return Err(value_error("`logprobs` must be a positive value or -1.", "logprobs"));
+                return Err(value_error_with(
+                    "`logprobs` must be a positive value or -1.",
+                    "logprobs",
+                    &map["logprobs"],
+                ));
             }
             let prompt = map.get("prompt");
             let empty = matches!(prompt, None | Some(Value::Null)) || prompt.and_then(Value::as_str) == Some("");
@@ -888,9 +939,16 @@ fn tool_usage(map: &Map<String, Value>) -> Result<(), ApiError> {
 }
 
 impl Fields {
-    /// `SamplingParams._verify_args` and vLLM's logprobs limit, in vLLM's
-    /// order and wording (layer 3).
+    /// [`Fields::check`], then [`Fields::unchecked`].
     pub fn options(&self) -> Result<Options, ApiError> {
+        self.check()?;
+        Ok(self.unchecked())
+    }
+
+    /// `SamplingParams._verify_args` and vLLM's logprobs limit, in vLLM's
+    /// order and wording (layer 3). vLLM runs them after its context
+    /// checks, so the server calls this once the prompts are counted.
+    pub fn check(&self) -> Result<(), ApiError> {
         let n = self.n;
         if n < 1 {
             return Err(sampling_error(&format!("n must be at least 1, got {n}."), "n", None, false));
@@ -982,10 +1040,7 @@ impl Fields {
             && m < 1
         {
             let shown = self.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
-            let s = format!("max_tokens must be at least 1, got {shown}.");
-            return Err(
-                sampling_error(&s, self.max_tokens_param, Some(m.to_string()), true).with_param(self.max_tokens_param)
-            );
+            return Err(max_tokens_below_one(&shown));
         }
         if self.min_tokens < 0 {
             return Err(sampling_error(
@@ -995,16 +1050,9 @@ impl Fields {
                 false,
             ));
         }
-        if let Some(m) = self.max_tokens
-            && self.min_tokens > m
-        {
-            return Err(sampling_error(
-                &format!("min_tokens must be less than or equal to max_tokens={m}, got {}.", self.min_tokens),
-                "min_tokens",
-                None,
-                false,
-            ));
-        }
+        // `min_tokens` over `max_tokens` is checked against the value vLLM
+        // clamps to the context ([`min_tokens_over_max`]), once the prompt
+        // is counted.
         if let Some(l) = self.logprobs {
             if l != -1 && l < 0 {
                 let s = format!("logprobs must be non-negative or -1, got {l}.");
@@ -1031,11 +1079,18 @@ impl Fields {
         {
             return Err(sampling_error(&format!("n must be 1 when using greedy sampling, got {n}."), "n", None, false));
         }
-        Ok(Options {
+        Ok(())
+    }
+
+    /// The options as sent, unchecked (see [`Fields::check`]): a
+    /// `max_tokens` below 1 is left out here, so only the check reports it.
+    pub fn unchecked(&self) -> Options {
+        let n = self.n;
+        Options {
             stream: self.stream,
             include_usage: self.include_usage,
             continuous_usage: self.continuous_usage,
-            max_tokens: self.max_tokens.map(i64::unsigned_abs),
+            max_tokens: self.max_tokens.filter(|&m| m >= 1).map(i64::unsigned_abs),
             max_tokens_param: self.max_tokens_param,
             max_tokens_sent: self.max_tokens_sent.clone(),
             min_tokens: u32::try_from(self.min_tokens).unwrap_or(u32::MAX),
@@ -1045,8 +1100,10 @@ impl Fields {
             ignore_eos: self.ignore_eos,
             include_stop: self.include_stop_str_in_output,
             echo: self.echo,
-            logprobs: self.logprobs.map(|l| if l == -1 { MAX_LOGPROBS as u32 } else { l as u32 }),
-        })
+            logprobs: self
+                .logprobs
+                .map(|l| if l == -1 { MAX_LOGPROBS as u32 } else { l.clamp(0, MAX_LOGPROBS) as u32 }),
+        }
     }
 }
 

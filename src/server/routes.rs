@@ -37,7 +37,8 @@ use crate::content::responses::args;
 use crate::time::SimTime;
 
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
+    let echo_ids = app.options.request_id_headers;
+    let routes = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
@@ -51,7 +52,24 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics/summary/reset", post(reset))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(app)
+        .with_state(app);
+    if echo_ids { routes.layer(axum::middleware::from_fn(echo_request_id)) } else { routes }
+}
+
+/// vLLM's `--enable-request-id-headers` middleware: every response gets an
+/// `X-Request-Id` header, the request's own, else a new one (vLLM: a random
+/// uuid4; llmsim: 32 hex digits numbered from start, so runs replay).
+async fn echo_request_id(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = request.headers().get("x-request-id").cloned().unwrap_or_else(|| {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let hi = crate::util::fnv1a(n.to_le_bytes());
+        let lo = crate::util::fnv1a(hi.to_le_bytes());
+        HeaderValue::from_str(&format!("{hi:016x}{lo:016x}")).unwrap_or(HeaderValue::from_static("0"))
+    });
+    let mut resp = next.run(request).await;
+    resp.headers_mut().append(HeaderName::from_static("x-request-id"), id);
+    resp
 }
 
 async fn health() -> StatusCode {
@@ -118,7 +136,7 @@ async fn version() -> Response {
 async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         let body = read_body(&app, &headers, body).await?;
-        let value: serde_json::Value = openai::parse(&body)?;
+        let value = json_body(&headers, &body)?;
         let obj = value.as_object().cloned().unwrap_or_default();
         let model = app.model(obj.get("model").and_then(|m| m.as_str()))?;
         let want_strs = obj.get("return_token_strs").and_then(serde_json::Value::as_bool).unwrap_or(false);
@@ -169,7 +187,7 @@ async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
 async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         let body = read_body(&app, &headers, body).await?;
-        let value: serde_json::Value = openai::parse(&body)?;
+        let value = json_body(&headers, &body)?;
         let model = app.model(value.get("model").and_then(|m| m.as_str()))?;
         let Some(list) = value.get("tokens").and_then(|t| t.as_array()) else {
             return Err(ApiError::bad_request("`tokens` (a list of token ids) is required.").with_param("tokens"));
@@ -263,6 +281,56 @@ async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, 
     }
 }
 
+/// A JSON endpoint's body as vLLM 0.33 (FastAPI) reads it: the body is
+/// parsed as JSON first when the `Content-Type` is missing or JSON-like
+/// (`application/json`, `application/*+json`), so a broken body is
+/// `json_invalid` then; next vLLM's `validate_json_request` refuses any
+/// media type but exactly `application/json` (parameters such as
+/// `charset` allowed); the request's fields are read after both.
+fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<serde_json::Value, ApiError> {
+    let content_type = headers.get(header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()).to_lowercase());
+    let json_like = content_type.as_deref().is_none_or(|ct| {
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        essence
+            .split_once('/')
+            .is_some_and(|(main, sub)| main == "application" && (sub == "json" || sub.ends_with("+json")))
+    });
+    let parsed = if json_like && !body.is_empty() { Some(openai::parse(body)?) } else { None };
+    let media = content_type.as_deref().map_or("", |ct| ct.split(';').next().unwrap_or_default());
+    if media != "application/json" {
+        return Err(ApiError::unsupported_media_type());
+    }
+    match parsed {
+        Some(v) => Ok(v),
+        None => openai::parse(body),
+    }
+}
+
+/// The base of a response's `id`, as vLLM forms it: the `X-Request-Id`
+/// header, else the body's `request_id`; llmsim numbers the rest (vLLM
+/// draws 16 random hex digits), so a replayed session gets the same ids.
+fn request_id(app: &App, headers: &HeaderMap, body_id: Option<String>) -> String {
+    if let Some(h) = headers.get("x-request-id") {
+        return String::from_utf8_lossy(h.as_bytes()).into_owned();
+    }
+    body_id.unwrap_or_else(|| format!("llmsim-{}", app.next_response.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// The first prompt token id outside the model's vocabulary, as vLLM's
+/// input processor checks each prompt (a negative id first, else the
+/// largest), once the context and sampling checks passed.
+fn out_of_vocabulary(model: &ModelHandle, prompts: &[PromptIn]) -> Option<ApiError> {
+    let vocab = model.tokenizer.vocab_size();
+    prompts.iter().find_map(|p| {
+        let PromptIn::Ids(ids) = p else { return None };
+        let (min, max) = (ids.iter().min()?, ids.iter().max()?);
+        if *min < 0 {
+            return Some(ApiError::out_of_vocabulary(*min));
+        }
+        (u64::try_from(*max).unwrap_or(0) >= vocab).then(|| ApiError::out_of_vocabulary(*max))
+    })
+}
+
 /// Most sequences (prompts x n) one request may ask for: each is an engine
 /// request with its own plan (vLLM allows n up to 16,384 a prompt).
 const MAX_CHOICES: u64 = 1_024;
@@ -285,7 +353,7 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let created = unix_now();
     let body = read_body(app, headers, body).await?;
-    let value: serde_json::Value = openai::parse(&body)?;
+    let value = json_body(headers, &body)?;
     let mut parsed = request::read(api, &value)?;
     if api == Api::Chat {
         parsed.chat = ChatInput::from_body(&body);
@@ -297,11 +365,14 @@ async fn handle(
         return Err(ApiError::bad_request("`messages` must contain at least one message.").with_param("messages"));
     }
     frame_tools(&mut parsed);
-    let mut options = parsed.fields.options()?;
-    if api == Api::Completion {
-        options.max_tokens = Some(options.max_tokens.unwrap_or(COMPLETIONS_DEFAULT_MAX_TOKENS));
+    // Checked in `plan_reply`, after the context, as vLLM orders them.
+    let mut options = parsed.fields.unchecked();
+    if api == Api::Completion && parsed.fields.max_tokens.is_none() {
+        options.max_tokens = Some(COMPLETIONS_DEFAULT_MAX_TOKENS);
     }
     let index = model_index(app, model);
+    let body_id = parsed.request_id.take();
+    let vocabulary = out_of_vocabulary(model, &parsed.prompts);
     // With prefix caching on, each prompt's content is hashed per choice.
     let contents: Vec<PromptContent> = match super::prefix::caching(&model.spec) {
         true => parsed.prompts.iter().map(PromptContent::from).collect(),
@@ -319,9 +390,19 @@ async fn handle(
     } else {
         plan_reply(app, index, api, &parsed, &mode, options, created)?
     };
+    let mut reply = reply;
+    reply.id = format!("{}{}", if api == Api::Chat { "chatcmpl-" } else { "cmpl-" }, request_id(app, headers, body_id));
+    if let Some(err) = vocabulary {
+        // vLLM finds it when the engine takes the request: a stream has
+        // already answered 200, so it gets the error as its one event.
+        if !reply.options.stream {
+            return Err(err);
+        }
+        app.count_error(err.status.as_u16());
+        return Ok(sse::error_response(&err));
+    }
     let fault = inject(app, model)?;
     let epoch = app.epoch.load(Ordering::SeqCst);
-    let max_tokens = reply.options.max_tokens.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
     let n = reply.options.n.max(1);
     let session = session_key(headers, &value);
     let mut feeds = Vec::with_capacity(reply.choices.len());
@@ -332,8 +413,8 @@ async fn handle(
             prompt: c.prompt_tokens,
             output: c.plan.output,
             finish: c.plan.finish,
-            // Checked against the context in `plan_reply`, so it fits.
-            max_tokens,
+            // Clamped to the context in `plan_reply`, as vLLM's engine sees it.
+            max_tokens: Some(c.max_tokens),
             n: if c.index % reply.options.n == 0 { reply.options.n } else { 0 },
             epoch,
             hashes: contents.get((c.index / n) as usize).map_or_else(Vec::new, |content| {
@@ -433,7 +514,8 @@ fn prompt_tokens(
         }
         PromptIn::Text(t) => (tok.count(t), t.clone(), t.clone()),
         PromptIn::Ids(ids) => {
-            let text = tok.decode(ids).unwrap_or_default();
+            let ids: Vec<u64> = ids.iter().map(|&i| u64::try_from(i).unwrap_or(u64::MAX)).collect();
+            let text = tok.decode(&ids).unwrap_or_default();
             (ids.len(), text.clone(), text)
         }
     })
@@ -466,6 +548,24 @@ fn plan_reply(
     let model = &app.models[index];
     let context = model.spec.context_length;
     let stops = Stops::new(options.stops.clone())?;
+    // vLLM 0.33's order: a max_tokens over the whole context is refused
+    // before the prompt is read; then each prompt over the context; then
+    // the sampling parameters; below the context max_tokens is clamped
+    // (per prompt, below).
+    if let Some(m) = options.max_tokens.filter(|&m| m > u64::from(context)) {
+        let sent = options.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
+        return Err(ApiError::max_tokens_over_context(options.max_tokens_param, &sent, context));
+    }
+    let mut counted = Vec::with_capacity(parsed.prompts.len());
+    for prompt in &parsed.prompts {
+        let (count, text, echo) = prompt_tokens(model, prompt, parsed.chat.as_ref())?;
+        let ids = matches!(prompt, PromptIn::Ids(_));
+        if count as u64 > u64::from(context) {
+            return Err(ApiError::prompt_too_long(context, count as u64, !ids));
+        }
+        counted.push((count, text, echo));
+    }
+    parsed.fields.check()?;
     let wanted = parsed.prompts.len() as u64 * u64::from(options.n);
     if wanted > MAX_CHOICES {
         return Err(ApiError::bad_request(format!(
@@ -478,26 +578,15 @@ fn plan_reply(
     let mut planned = 0u64;
     let mut choices = Vec::new();
     let mut total_prompt = 0u32;
-    for (p, prompt) in parsed.prompts.iter().enumerate() {
-        let (count, text, echo) = prompt_tokens(model, prompt, parsed.chat.as_ref())?;
+    for (p, (prompt, (count, text, echo))) in parsed.prompts.iter().zip(counted).enumerate() {
         let (last_role, turns) = match prompt {
             PromptIn::Chat(m) => (m.last().map(|(r, _)| r.as_str()), m.len()),
             _ => (None, 0),
         };
         let offered = tools::offered(mode, parsed.tools.as_ref(), last_role);
+        let max_tokens = clamp_to_context(context, count, matches!(prompt, PromptIn::Ids(_)), &options)?;
         let prompt_n = u32::try_from(count).unwrap_or(u32::MAX);
-        if prompt_n >= context {
-            return Err(ApiError::prompt_too_long(context, prompt_n));
-        }
-        // `m` is at most i64::MAX, so the sum cannot overflow.
-        if let Some(m) = options.max_tokens.filter(|&m| u64::from(prompt_n) + m > u64::from(context)) {
-            let sent = options.max_tokens_sent.clone().unwrap_or_else(|| m.to_string());
-            return Err(ApiError::max_tokens_too_large(context, prompt_n, &sent).with_param(options.max_tokens_param));
-        }
         total_prompt = total_prompt.saturating_add(prompt_n);
-        // vLLM's default: whatever the context leaves (and a value that
-        // passed the check above is at most that).
-        let max_tokens = options.max_tokens.map_or(context - prompt_n, |m| u32::try_from(m).unwrap_or(u32::MAX));
         let lengths = Lengths {
             max_tokens,
             min_tokens: options.min_tokens,
@@ -550,17 +639,21 @@ fn plan_reply(
                 choice: choice_index,
             });
             let echo = if options.echo { echo.clone() } else { String::new() };
-            choices.push(Choice { index: choice_index, plan, prompt_tokens: prompt_n, echo, logprobs, tools: call });
+            choices.push(Choice {
+                index: choice_index,
+                plan,
+                prompt_tokens: prompt_n,
+                max_tokens,
+                echo,
+                logprobs,
+                tools: call,
+            });
         }
     }
-    let n = app.next_response.fetch_add(1, Ordering::Relaxed);
-    let id = match api {
-        Api::Chat => format!("chatcmpl-llmsim-{n}"),
-        Api::Completion => format!("cmpl-llmsim-{n}"),
-    };
     Ok(Reply {
         api,
-        id,
+        // Formed by the caller (`request_id`).
+        id: String::new(),
         created,
         model: model.spec.name.clone(),
         choices,
@@ -568,6 +661,28 @@ fn plan_reply(
         options,
         cached_tokens: None,
     })
+}
+
+/// vLLM 0.33's length rules for one prompt of `count` tokens (`ids`: sent
+/// as token ids, so counted whole; text is tokenized with truncation one
+/// past the context): a prompt over the context is refused, else
+/// `max_tokens` (or its default) is clamped to what the context leaves
+/// (`get_max_tokens`), and the sampling checks that depend on it run on the
+/// clamped value (a prompt that fills the context leaves 0: "at least 1").
+fn clamp_to_context(context: u32, count: usize, ids: bool, options: &request::Options) -> Result<u32, ApiError> {
+    let count = count as u64;
+    if count > u64::from(context) {
+        return Err(ApiError::prompt_too_long(context, count, !ids));
+    }
+    let room = context - count as u32;
+    let max_tokens = options.max_tokens.map_or(room, |m| room.min(u32::try_from(m).unwrap_or(u32::MAX)));
+    if max_tokens < 1 {
+        return Err(request::max_tokens_below_one("0"));
+    }
+    if options.min_tokens > max_tokens {
+        return Err(request::min_tokens_over_max(options.min_tokens, max_tokens));
+    }
+    Ok(max_tokens)
 }
 
 /// The non-streaming answer: wait for every choice's tokens, then one

@@ -3,10 +3,12 @@
 //! chunk per token, the last token's chunk carrying `finish_reason` (for an
 //! answer that ends with its end-of-sequence token, that chunk's text is
 //! empty), a usage chunk when `stream_options.include_usage` is set, then
-//! `data: [DONE]`. Before `[DONE]` comes one SSE comment line per choice
-//! (`: llmsim ...`) with its simulated story, which SSE clients ignore and
-//! curious humans read. An error after the stream started is one error
-//! frame, then `data: [DONE]`.
+//! `data: [DONE]`. With `--stream-comments`, one SSE comment line per
+//! choice (`: llmsim ...`) with its simulated story comes before `[DONE]`:
+//! most SSE clients skip comments, but guidellm counts the line as a chunk,
+//! so it is off by default and a stream is then exactly what vLLM sends.
+//! An error after the stream started is one error frame, then
+//! `data: [DONE]`.
 //!
 //! With several choices (`n`, or a list of prompts) each is its own engine
 //! request with its own feed, and their chunks interleave in the order
@@ -117,6 +119,17 @@ pub fn response(ctx: Ctx, feeds: Vec<Feed>) -> Response {
     resp
 }
 
+/// A stream that fails before its first token: HTTP 200 (the head is
+/// sent), the error as one event, then `data: [DONE]`, as vLLM streams an
+/// error its engine raises when it takes the request.
+pub fn error_response(err: &super::errors::ApiError) -> Response {
+    let mut resp = (StatusCode::OK, openai::error_frames(err)).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
 impl Streamer {
     /// The next piece of the body, or None when it is complete.
     async fn advance(&mut self) -> Option<Next> {
@@ -215,7 +228,8 @@ impl Streamer {
     /// Usage, the explanation comments and `[DONE]`.
     fn end(&mut self) -> String {
         let mut out = self.ctx.reply.usage_frame();
-        for (i, seen) in self.seen.iter().enumerate() {
+        let comments = if self.ctx.app.options.stream_comments { self.seen.as_slice() } else { &[] };
+        for (i, seen) in comments.iter().enumerate() {
             let Some(story) = &seen.story else { continue };
             let max_lag = seen.obs.delivery_lags_ns.iter().copied().max();
             let fields: Vec<String> = explain(&self.ctx, i, story, max_lag)

@@ -251,6 +251,17 @@ impl Tokenizer {
         }
     }
 
+    /// How many token ids the model knows: a prompt id at or past it is
+    /// out of vocabulary (vLLM's `validate_token_ids`). A tokenizer.json's
+    /// vocabulary with its added tokens; for the built-in tokenizer, its id
+    /// space: the hashed ids and the two ChatML markers `/tokenize` uses.
+    pub fn vocab_size(&self) -> u64 {
+        match self {
+            Tokenizer::Builtin => u64::from(BUILTIN_VOCAB) + 2,
+            Tokenizer::Hf(t) => t.0.get_vocab_size(true) as u64,
+        }
+    }
+
     /// The text of token ids; None when the tokenizer cannot say (the
     /// built-in one has no vocabulary).
     pub fn decode(&self, ids: &[u64]) -> Option<String> {

@@ -8,7 +8,7 @@ const MESSAGE: &str = "The quick brown fox jumps over the lazy dog";
 
 #[test]
 fn a_streamed_chat_sends_role_tokens_finish_usage_comment_and_done() {
-    let server = Server::start();
+    let server = Server::start_with(MODELS, &["--stream-comments"]);
     let r = server.chat("sched", MESSAGE, r#""stream":true,"stream_options":{"include_usage":true}"#);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("content-type"), Some("text/event-stream; charset=utf-8"));
@@ -38,6 +38,12 @@ fn a_streamed_chat_sends_role_tokens_finish_usage_comment_and_done() {
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     assert!(r.body.contains("\n\n: llmsim engine=scheduler request_id=0 "), "explanation comment:\n{}", r.body);
     assert!(r.body.ends_with("\n\ndata: [DONE]\n\n"));
+    // Without --stream-comments (the default) the stream has no comment
+    // line: every line is a data event or blank, as vLLM's.
+    let plain = Server::start().chat("sched", MESSAGE, r#""stream":true"#);
+    assert!(!plain.body.contains(": llmsim"), "{}", plain.body);
+    assert!(plain.body.lines().all(|l| l.is_empty() || l.starts_with("data: ")), "{}", plain.body);
+    assert!(plain.body.ends_with("}\n\ndata: [DONE]\n\n"), "{}", plain.body);
     let ids: Vec<String> = (0..=n + 2).map(|i| chunk(i)["id"].as_str().unwrap().to_string()).collect();
     assert!(ids.iter().all(|id| id == &ids[0] && id.starts_with("chatcmpl-")));
 }

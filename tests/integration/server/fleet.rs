@@ -35,7 +35,7 @@ fn round_robin_alternates_replicas_and_labels_each_ones_metrics() {
         // A plain model beside it: no replica header, engine="0" only.
         "  - name: fixed\n    engine: fixed\n    fixed: {context_length: 4096, prefill_tokens_per_s: 100000, itl_ms: 1}\n"
     });
-    let server = Server::start_with(&models, &[]);
+    let server = Server::start_with(&models, &["--stream-comments"]);
     let mut seen = Vec::new();
     for i in 0..4 {
         let r = server.chat("rr", &format!("hello {i}"), r#""max_tokens":3"#);

@@ -139,14 +139,16 @@ fn sampling_fields_are_validated_with_vllms_status_wording_and_param() {
     let server = Server::start();
     // Wrong types: pydantic's error, type "Bad Request".
     let (kind, msg, param) = error(&server.chat("sched", "hi", r#""temperature":"hot""#), 400);
-    assert_eq!((kind.as_str(), param), ("Bad Request", Value::from("temperature")));
+    // vLLM 0.33 (validation_exception_handler): the location dotted, param
+    // the same.
+    assert_eq!((kind.as_str(), param), ("Bad Request", Value::from("body.temperature")));
     assert_eq!(
         msg,
-        "1 validation error:\n  {'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid number, unable to parse string as a number', 'input': 'hot'}"
+        "1 validation error:\n  {'type': 'float_parsing', 'loc': 'body.temperature', 'msg': 'Input should be a valid number, unable to parse string as a number', 'input': 'hot'}"
     );
     let (_, msg, param) = error(&server.chat("sched", "hi", r#""max_tokens":"many""#), 400);
-    assert_eq!(param, "max_tokens");
-    assert!(msg.contains("'type': 'int_parsing', 'loc': ('body', 'max_tokens')"), "{msg}");
+    assert_eq!(param, "body.max_tokens");
+    assert!(msg.contains("'type': 'int_parsing', 'loc': 'body.max_tokens', "), "{msg}");
     // Ranges: SamplingParams, type "BadRequestError".
     let cases = [
         (r#""top_p":7"#, "top_p must be in (0, 1], got 7.0. (parameter=top_p, value=7.0)", "top_p"),
@@ -173,10 +175,18 @@ fn sampling_fields_are_validated_with_vllms_status_wording_and_param() {
         let (kind, msg, param) = error(&server.chat("sched", "hi", extra), 400);
         assert_eq!((kind.as_str(), msg.as_str(), param), ("BadRequestError", want, Value::from(field)), "{extra}");
     }
-    // Model validators on the raw body: "Bad Request" with the parameter.
+    // Model validators on the raw body: vLLM 0.33 raises VLLMValidationError
+    // there, which pydantic does not wrap: "BadRequestError", the sentence
+    // with its parameter.
     let (kind, msg, param) = error(&server.chat("sched", "hi", r#""top_logprobs":2"#), 400);
-    assert_eq!((kind.as_str(), param), ("Bad Request", Value::from("top_logprobs")));
-    assert!(msg.contains("when using `top_logprobs`, `logprobs` must be set to true."), "{msg}");
+    assert_eq!(
+        (kind.as_str(), msg.as_str(), param),
+        (
+            "BadRequestError",
+            "when using `top_logprobs`, `logprobs` must be set to true. (parameter=top_logprobs)",
+            Value::from("top_logprobs")
+        )
+    );
     // Unknown extra fields are accepted, as vLLM accepts them; so are lax
     // types pydantic converts ("5" for an integer).
     let ok = server.chat("sched", "hi", r#""not_a_field":[1,2],"best_of":4,"max_tokens":"5""#);
@@ -512,6 +522,10 @@ fn a_model_with_a_tokenizer_json_counts_and_streams_its_tokens() {
     // A token-id prompt is decoded for the responses script.
     let v = server.post("/v1/completions", r#"{"prompt":[1,2]}"#).json();
     assert_eq!(choice(&v)["text"], "hello world");
+    // The vocabulary has 7 ids (0-6): 7 is outside it (vLLM's 400).
+    assert_eq!(server.post("/v1/completions", r#"{"prompt":[6],"max_tokens":1}"#).status, 200);
+    let (_, msg, _) = error(&server.post("/v1/completions", r#"{"prompt":[6,7],"max_tokens":1}"#), 400);
+    assert_eq!(msg, "Token id 7 is out of vocabulary");
     // A broken tokenizer file stops serve before it listens, naming the key.
     std::fs::write(dir.path().join("tokenizer.json"), "{not json").unwrap();
     let out = crate::support::TestCommand::new(&["serve", "--port", "0", "--models"])
@@ -593,4 +607,280 @@ fn diff_shows_the_servers_figures_beside_the_clients() {
     let client: f64 = cols[2].parse().unwrap();
     let overhead: f64 = cols[5].parse().unwrap();
     assert!((overhead - (client - obs)).abs() < 0.0015, "client minus server observed: {line}");
+}
+
+/// Sends `body` to `path` with exactly the headers given (besides Host,
+/// Connection and Content-Length): no Content-Type unless one is listed.
+fn post_with(server: &Server, path: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+    use std::io::{Read, Write};
+    let mut s = connect(server.port);
+    let mut head = format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes())).expect("send");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    parse(&raw)
+}
+
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+
+#[test]
+fn the_response_id_is_formed_from_x_request_id_or_the_body_request_id() {
+    let server = Server::start();
+    let body = chat_body("fixed", "hi", "");
+    // vLLM 0.33: "chatcmpl-" + the X-Request-Id header, else the body's
+    // request_id, else a new id; completions "cmpl-".
+    let v = post_with(&server, "/v1/chat/completions", &[JSON, ("X-Request-Id", "trace-7")], &body).json();
+    assert_eq!(v["id"], "chatcmpl-trace-7");
+    let with_field = chat_body("fixed", "hi", r#""request_id":"mine-1""#);
+    assert_eq!(server.post("/v1/chat/completions", &with_field).json()["id"], "chatcmpl-mine-1");
+    let v = post_with(&server, "/v1/chat/completions", &[JSON, ("X-Request-Id", "hdr")], &with_field).json();
+    assert_eq!(v["id"], "chatcmpl-hdr", "the header wins");
+    let r = post_with(
+        &server,
+        "/v1/completions",
+        &[JSON, ("X-Request-Id", "c-9")],
+        r#"{"model":"fixed","prompt":"hi","stream":true}"#,
+    );
+    let ids: Vec<Value> = chunks(&r).iter().map(|c| c["id"].clone()).collect();
+    assert!(!ids.is_empty() && ids.iter().all(|id| id == "cmpl-c-9"), "{}", r.body);
+    // Neither: llmsim numbers it.
+    let id = server.chat("fixed", "hi", "").json()["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("chatcmpl-llmsim-"), "{id}");
+    // vLLM answers no X-Request-Id header unless --enable-request-id-headers.
+    assert_eq!(
+        post_with(&server, "/v1/chat/completions", &[JSON, ("X-Request-Id", "a")], &body).header("x-request-id"),
+        None
+    );
+    // request_id must be a string (pydantic).
+    let (kind, _, _) = error(&server.chat("fixed", "hi", r#""request_id":5"#), 400);
+    assert_eq!(kind, "Bad Request");
+}
+
+#[test]
+fn enable_request_id_headers_echoes_the_id_on_every_response() {
+    let server = Server::start_with(MODELS, &["--enable-request-id-headers"]);
+    let body = chat_body("fixed", "hi", "");
+    let r = post_with(&server, "/v1/chat/completions", &[JSON, ("X-Request-Id", "echo-me")], &body);
+    assert_eq!(r.header("x-request-id"), Some("echo-me"));
+    // Without one, a new id of 32 hex digits (vLLM: uuid4().hex), on every
+    // route, errors included.
+    for r in [server.get("/health"), server.chat("nope", "hi", ""), server.chat("fixed", "hi", "")] {
+        let id = r.header("x-request-id").unwrap_or_else(|| panic!("no x-request-id: {r:?}")).to_string();
+        assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    }
+}
+
+#[test]
+fn a_body_without_a_json_content_type_is_vllms_400() {
+    let server = Server::start();
+    let body = chat_body("fixed", "hi", "");
+    let unsupported = "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed";
+    for headers in [&[][..], &[("Content-Type", "text/plain")][..], &[("Content-Type", "application/jsonx")][..]] {
+        for path in ["/v1/chat/completions", "/v1/completions", "/tokenize"] {
+            let r = post_with(&server, path, headers, &body);
+            let (kind, msg, param) = error(&r, 400);
+            assert_eq!(
+                (kind.as_str(), msg.as_str(), param),
+                ("Bad Request", unsupported, Value::Null),
+                "{path} {headers:?}"
+            );
+        }
+    }
+    // Parameters and case are fine: only the media type is compared.
+    for ct in ["application/json; charset=utf-8", "Application/JSON"] {
+        let r = post_with(&server, "/v1/chat/completions", &[("Content-Type", ct)], &body);
+        assert_eq!(r.status, 200, "{ct}: {}", r.body);
+    }
+    // FastAPI reads the body as JSON before vLLM's check when the type is
+    // missing or JSON-like: broken JSON is then a JSON error, not 415-ish.
+    let r = post_with(&server, "/v1/chat/completions", &[], "{\"a\":1} x");
+    let (_, msg, _) = error(&r, 400);
+    assert!(msg.contains("'type': 'json_invalid'"), "{msg}");
+    let r = post_with(&server, "/v1/chat/completions", &[("Content-Type", "application/vnd.api+json")], &body);
+    assert_eq!(error(&r, 400).1, unsupported);
+}
+
+#[test]
+fn prompt_token_ids_outside_the_vocabulary_are_vllms_400() {
+    let server = Server::start();
+    // The built-in tokenizer's id space: 2^17 hashed ids and the two ChatML
+    // markers, so 131073 is the last id and 131074 the first outside.
+    let ok = server.post("/v1/completions", r#"{"model":"fixed","prompt":[1,131073],"max_tokens":2}"#);
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let (kind, msg, param) =
+        error(&server.post("/v1/completions", r#"{"model":"fixed","prompt":[1,131074,200000],"max_tokens":2}"#), 400);
+    assert_eq!(
+        (kind.as_str(), msg.as_str(), param),
+        ("BadRequestError", "Token id 200000 is out of vocabulary", Value::Null)
+    );
+    // A negative id is reported before a large one.
+    let (_, msg, _) =
+        error(&server.post("/v1/completions", r#"{"model":"fixed","prompt":[[5],[999999,-3]],"max_tokens":2}"#), 400);
+    assert_eq!(msg, "Token id -3 is out of vocabulary");
+    // Streamed, vLLM has sent its 200 when the engine refuses the ids: the
+    // error is the stream's one event, then [DONE].
+    let r = server.post("/v1/completions", r#"{"model":"fixed","prompt":[131074],"stream":true,"max_tokens":2}"#);
+    assert_eq!(r.status, 200);
+    let events = r.events();
+    assert_eq!(events.len(), 2, "{}", r.body);
+    let e: Value = serde_json::from_str(&events[0]).unwrap();
+    assert_eq!(
+        (e["error"]["message"].as_str(), e["error"]["code"].as_u64()),
+        (Some("Token id 131074 is out of vocabulary"), Some(400))
+    );
+    assert_eq!(events[1], "[DONE]");
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> =
+        v.as_object().unwrap_or_else(|| panic!("not an object: {v}")).keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
+}
+
+#[test]
+fn whole_responses_carry_every_key_vllm_0_33_serialises_nulls_included() {
+    let server = Server::start();
+    // vLLM 0.33 answers a whole response with `model_dump()`: every field of
+    // ChatCompletionResponse, ChatCompletionResponseChoice, ChatMessage
+    // (less an empty tool_calls) and UsageInfo, nulls included.
+    let v = server.chat("fixed", MESSAGE, "").json();
+    assert_eq!(
+        keys(&v),
+        [
+            "choices",
+            "created",
+            "ec_transfer_params",
+            "id",
+            "kv_transfer_params",
+            "metrics",
+            "model",
+            "object",
+            "prompt_logprobs",
+            "prompt_text",
+            "prompt_token_ids",
+            "service_tier",
+            "system_fingerprint",
+            "usage"
+        ]
+    );
+    assert_eq!(
+        keys(choice(&v)),
+        [
+            "finish_reason",
+            "index",
+            "logprobs",
+            "message",
+            "routed_experts",
+            "stop_reason",
+            "token_ids",
+            "weight_versions"
+        ]
+    );
+    assert_eq!(
+        keys(&choice(&v)["message"]),
+        ["annotations", "audio", "content", "function_call", "reasoning", "refusal", "role"]
+    );
+    assert_eq!(
+        keys(&v["usage"]),
+        ["completion_tokens", "completion_tokens_details", "prompt_tokens", "prompt_tokens_details", "total_tokens"]
+    );
+    assert!(choice(&v)["stop_reason"].is_null() && v["usage"]["prompt_tokens_details"].is_null());
+    let v = server.post("/v1/completions", r#"{"model":"fixed","prompt":"hi"}"#).json();
+    assert_eq!(
+        keys(&v),
+        [
+            "choices",
+            "created",
+            "ec_transfer_params",
+            "id",
+            "kv_transfer_params",
+            "metrics",
+            "model",
+            "object",
+            "service_tier",
+            "system_fingerprint",
+            "usage"
+        ]
+    );
+    assert_eq!(
+        keys(choice(&v)),
+        [
+            "finish_reason",
+            "index",
+            "logprobs",
+            "prompt_logprobs",
+            "prompt_token_ids",
+            "routed_experts",
+            "stop_reason",
+            "text",
+            "token_ids",
+            "weight_versions"
+        ]
+    );
+}
+
+#[test]
+fn stream_chunks_carry_the_keys_vllm_0_33_sets_on_each() {
+    let server = Server::start();
+    // Chunks are `model_dump_json(exclude_unset=True)`: a key is there when
+    // the chunk's constructor set it, even to None; the usage chunk is
+    // also `exclude_none`.
+    let r = server.chat("fixed", "hi", r#""stream":true,"stream_options":{"include_usage":true}"#);
+    let c = chunks(&r);
+    assert_eq!(c.len(), 4, "role, \"hi\", EOS, usage:\n{}", r.body);
+    // Role chunk: prompt_token_ids and prompt_text set (to None).
+    assert_eq!(keys(&c[0]), ["choices", "created", "id", "model", "object", "prompt_text", "prompt_token_ids"]);
+    assert_eq!(keys(&c[0]["choices"][0]), ["delta", "finish_reason", "index", "logprobs"]);
+    assert_eq!(keys(&c[0]["choices"][0]["delta"]), ["content", "role"]);
+    // A token: token_ids on the choice, kv_transfer_params on the chunk.
+    assert_eq!(keys(&c[1]), ["choices", "created", "id", "kv_transfer_params", "model", "object"]);
+    assert_eq!(keys(&c[1]["choices"][0]), ["delta", "finish_reason", "index", "logprobs", "token_ids"]);
+    assert_eq!(keys(&c[1]["choices"][0]["delta"]), ["content"]);
+    // The last token: stop_reason (null: it ended with EOS) and weight_versions.
+    assert_eq!(
+        keys(&c[2]["choices"][0]),
+        ["delta", "finish_reason", "index", "logprobs", "stop_reason", "token_ids", "weight_versions"]
+    );
+    assert!(c[2]["choices"][0]["stop_reason"].is_null());
+    // Usage: no null keys.
+    assert_eq!(keys(&c[3]), ["choices", "created", "id", "model", "object", "usage"]);
+    assert_eq!(keys(&c[3]["usage"]), ["completion_tokens", "prompt_tokens", "total_tokens"]);
+    // Continuous usage in chat sets completion_tokens_details (None).
+    let r = server.chat(
+        "fixed",
+        "hi",
+        r#""stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}"#,
+    );
+    let c = chunks(&r);
+    assert_eq!(
+        keys(&c[1]["usage"]),
+        ["completion_tokens", "completion_tokens_details", "prompt_tokens", "total_tokens"]
+    );
+    // Completions set every choice key on every chunk.
+    let r = server.post(
+        "/v1/completions",
+        r#"{"model":"fixed","prompt":"hi","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}"#,
+    );
+    let c = chunks(&r);
+    assert_eq!(keys(&c[0]), ["choices", "created", "id", "kv_transfer_params", "model", "object", "usage"]);
+    assert_eq!(
+        keys(&c[0]["choices"][0]),
+        [
+            "finish_reason",
+            "index",
+            "logprobs",
+            "prompt_token_ids",
+            "stop_reason",
+            "text",
+            "token_ids",
+            "weight_versions"
+        ]
+    );
+    assert_eq!(keys(&c[0]["usage"]), ["completion_tokens", "prompt_tokens", "total_tokens"]);
 }
