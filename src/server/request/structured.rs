@@ -33,12 +33,11 @@ use crate::content::structured::Constraint;
 /// The six kinds of constraint, in `StructuredOutputsParams`' order.
 const KINDS: [&str; 6] = ["json", "regex", "choice", "grammar", "json_object", "structural_tag"];
 
-/// A model validator's `VLLMValidationError` without a parameter, as
-/// pydantic wraps it.
+/// A model validator's `VLLMValidationError` without a parameter: vLLM
+/// 0.33 raises it past pydantic (it is no `ValueError`), so the answer is
+/// the sentence alone, type `BadRequestError`, `param` null.
 fn plain_value_error(sentence: &str) -> ApiError {
-    let message =
-        format!("1 validation error:\n  {{'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, {sentence}'}}");
-    ApiError { kind: Some("Bad Request"), ..ApiError::bad_request(message) }
+    ApiError::bad_request(sentence)
 }
 
 /// vLLM's model validators on the raw body (`validate_response_format`,
@@ -262,16 +261,9 @@ pub(super) fn read(r: &mut Reader) -> Result<Option<Constraint>, ApiError> {
     if let Some(p) = &given
         && let Some(sentence) = p.post_init()
     {
-        // Raised while pydantic builds the field: wrapped as its error.
-        let message = format!(
-            "1 validation error:\n  {{'type': 'value_error', 'loc': ('body', 'structured_outputs'), 'msg': 'Value \
-             error, {sentence}'}}"
-        );
-        return Err(ApiError {
-            param: Some("structured_outputs".into()),
-            kind: Some("Bad Request"),
-            ..ApiError::bad_request(message)
-        });
+        // `StructuredOutputsParams.__post_init__` raises
+        // `VLLMValidationError` without a parameter: not wrapped by pydantic.
+        return Err(plain_value_error(&sentence));
     }
     let (params, param) = match (given, rf) {
         (None, None) => return Ok(None),

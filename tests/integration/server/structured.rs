@@ -152,9 +152,8 @@ fn refusals_carry_vllms_sentences_and_the_server_keeps_serving() {
     let cases: Vec<(&str, &str, Value)> = vec![
         (
             r#""response_format":{"type":"json_schema"}"#,
-            "1 validation error:\n  {'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, When \
-             response_format type is 'json_schema', the 'json_schema' field must be provided. \
-             (parameter=response_format)'}",
+            "When response_format type is 'json_schema', the 'json_schema' field must be provided. \
+             (parameter=response_format)",
             json!("response_format"),
         ),
         (
@@ -164,24 +163,21 @@ fn refusals_carry_vllms_sentences_and_the_server_keeps_serving() {
         ),
         (
             r#""structured_outputs":{"regex":"a","choice":["a"]}"#,
-            "1 validation error:\n  {'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, You can only use \
-             one kind of constraints for structured outputs ('json', 'regex' or 'choice').'}",
+            "You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').",
             Value::Null,
         ),
         (
             r#""structured_outputs":{"regex":"a"},"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}"#,
-            "1 validation error:\n  {'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, You can only \
-             either use constraints for structured outputs or tools, not both.'}",
+            "You can only either use constraints for structured outputs or tools, not both.",
             Value::Null,
         ),
         (
             r#""structured_outputs":{"regex":"a","grammar":"root ::= \"a\""}"#,
-            "1 validation error:\n  {'type': 'value_error', 'loc': ('body', 'structured_outputs'), 'msg': 'Value \
-             error, You can only use one kind of structured outputs constraint but multiple are specified: \
+            "You can only use one kind of structured outputs constraint but multiple are specified: \
              {'json': None, 'regex': 'a', 'choice': None, 'grammar': 'root ::= \"a\"', 'json_object': None, \
              'disable_any_whitespace': False, 'disable_additional_properties': False, 'whitespace_pattern': None, \
-             'structural_tag': None, '_backend': None, '_backend_was_auto': False}'}",
-            json!("structured_outputs"),
+             'structural_tag': None, '_backend': None, '_backend_was_auto': False}",
+            Value::Null,
         ),
         (
             r#""structured_outputs":{"grammar":"root ::= \"a\""}"#,
@@ -205,15 +201,15 @@ fn refusals_carry_vllms_sentences_and_the_server_keeps_serving() {
         ),
         (
             r#""response_format":{"type":"yaml"}"#,
-            "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \
-             'Input should be 'text', 'json_object', 'json_schema' or 'structural_tag'', 'input': 'yaml'}",
-            json!("response_format.type"),
+            "1 validation error:\n  {'type': 'literal_error', 'loc': 'body.response_format.type', 'msg': \
+             \"Input should be 'text', 'json_object', 'json_schema' or 'structural_tag'\", 'input': 'yaml'}",
+            json!("body.response_format.type"),
         ),
         (
             r#""response_format":{"type":"json_schema","json_schema":{"schema":{}}}"#,
-            "1 validation error:\n  {'type': 'missing', 'loc': ('body', 'response_format', 'json_schema', 'name'), \
-             'msg': 'Field required', 'input': {'schema': {}}}",
-            json!("response_format.json_schema.name"),
+            "1 validation error:\n  {'type': 'missing', 'loc': 'body.response_format.json_schema.name', \
+             'msg': 'Field required', 'input': '<dict of 1 items>'}",
+            json!("body.response_format.json_schema.name"),
         ),
     ];
     for (extra, message, param) in cases {
