@@ -96,13 +96,38 @@ impl Constraint {
     pub fn text(&self, hash: u64) -> Result<String, Refused> {
         let mut rng = rng(hash);
         match self {
-            Constraint::Json(s) => schema::generate(s, &mut rng).map(|v| json_text(&v)),
+            Constraint::Json(s) => json_checked(s, &mut rng),
             Constraint::JsonObject => Ok(json_text(&schema::any_object(&mut rng))),
             Constraint::Regex(re) => pattern::generate(&pattern::parse(re)?, &mut rng),
             Constraint::Choice(options) if options.is_empty() => Err(Refused("`choice` lists no string".into())),
             Constraint::Choice(options) => Ok(options[rng.below(options.len())].clone()),
         }
     }
+}
+
+/// Tries per answer before a schema the generator cannot satisfy is refused.
+const ATTEMPTS: usize = 8;
+
+/// A value of `schema` that a full JSON Schema validator accepts: the
+/// generator reads the common keywords, and its combinations (`allOf`,
+/// `enum` against `type`, bounds of merged members) can miss; a value the
+/// validator refuses is drawn again, and after [`ATTEMPTS`] the schema is
+/// refused. A schema the validator cannot compile is left to the
+/// generator, which refuses what it cannot read.
+fn json_checked(schema: &Value, rng: &mut Rng) -> Result<String, Refused> {
+    let validator = jsonschema::options().should_validate_formats(true).build(schema).ok();
+    let mut why = String::new();
+    for _ in 0..ATTEMPTS {
+        let v = schema::generate(schema, rng)?;
+        match validator.as_ref().map(|val| val.validate(&v)) {
+            None | Some(Ok(())) => return Ok(json_text(&v)),
+            Some(Err(e)) => why = e.to_string(),
+        }
+    }
+    Err(Refused(format!(
+        "llmsim could not make up a value this schema accepts in {ATTEMPTS} tries (the last: {why}); \
+         simplify the schema"
+    )))
 }
 
 /// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it

@@ -99,10 +99,15 @@ impl Gen<'_, '_> {
             return Ok(c.clone());
         }
         if let Some(options) = s.get("enum") {
-            return match options.as_array() {
-                Some(o) if !o.is_empty() => Ok(o[self.rng.below(o.len())].clone()),
-                _ => refuse("`enum` must list at least one value"),
+            let Some(o) = options.as_array().filter(|o| !o.is_empty()) else {
+                return refuse("`enum` must list at least one value");
             };
+            // Only the options of the schema's `type`, when it has one.
+            let fits: Vec<&Value> = o.iter().filter(|v| s.get("type").is_none_or(|t| of_type(v, t))).collect();
+            if fits.is_empty() {
+                return refuse("no `enum` value is of the schema's `type`");
+            }
+            return Ok(fits[self.rng.below(fits.len())].clone());
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(branches) = s.get(key) {
@@ -380,8 +385,10 @@ impl Gen<'_, '_> {
 }
 
 /// Two schemas that must both hold, as one: properties merged (a name in
-/// both becomes the `allOf` of the two), `required` joined, the rest of
-/// `b`'s keys over `a`'s (annotations of `a` kept).
+/// both becomes the `allOf` of the two), `required` joined, `type` and
+/// `enum` intersected, lower bounds the larger and upper bounds the
+/// smaller; any other keyword both set must be equal (else refused:
+/// llmsim does not combine them). Annotations of `a` are kept.
 fn merge(mut a: Map<String, Value>, b: &Value) -> Result<Map<String, Value>, Refused> {
     let Some(b) = b.as_object() else {
         return match b {
@@ -409,13 +416,89 @@ fn merge(mut a: Map<String, Value>, b: &Value) -> Result<Map<String, Value>, Ref
                     }
                 }
             }
+            ("type", Some(old)) => *old = types_of_both(old, v)?,
+            ("enum", Some(Value::Array(old))) => {
+                let Some(new) = v.as_array() else { return refuse("`enum` must be a list") };
+                old.retain(|x| new.contains(x));
+                if old.is_empty() {
+                    return refuse("the `enum`s of combined schemas share no value");
+                }
+            }
+            (
+                "minimum" | "exclusiveMinimum" | "minLength" | "minItems" | "minProperties",
+                Some(old @ Value::Number(_)),
+            ) if v.is_number() => {
+                if v.as_f64() > old.as_f64() {
+                    *old = v.clone();
+                }
+            }
+            (
+                "maximum" | "exclusiveMaximum" | "maxLength" | "maxItems" | "maxProperties",
+                Some(old @ Value::Number(_)),
+            ) if v.is_number() => {
+                if v.as_f64() < old.as_f64() {
+                    *old = v.clone();
+                }
+            }
             (k, Some(_)) if ANNOTATIONS.contains(&k) => {}
+            (k, Some(old)) if old != v => {
+                return refuse(format!("combined schemas set `{k}` differently; llmsim does not combine them"));
+            }
             _ => {
                 a.insert(k.clone(), v.clone());
             }
         }
     }
     Ok(a)
+}
+
+/// Whether `v` is of the type(s) `t` names.
+fn of_type(v: &Value, t: &Value) -> bool {
+    let is = |name: &str| match name {
+        "null" => v.is_null(),
+        "boolean" => v.is_boolean(),
+        "string" => v.is_string(),
+        "array" => v.is_array(),
+        "object" => v.is_object(),
+        "number" => v.is_number(),
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        _ => true,
+    };
+    match t {
+        Value::String(n) => is(n),
+        Value::Array(ns) => ns.iter().filter_map(Value::as_str).any(is),
+        _ => true,
+    }
+}
+
+/// The types both `a` and `b` allow (`integer` is a `number`), refused
+/// when none.
+fn types_of_both(a: &Value, b: &Value) -> Result<Value, Refused> {
+    let list = |t: &Value| -> Vec<String> {
+        match t {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+            _ => Vec::new(),
+        }
+    };
+    let (la, lb) = (list(a), list(b));
+    let mut both = Vec::new();
+    for t in &la {
+        let allowed = lb.contains(t) || (t == "integer" && lb.iter().any(|x| x == "number"));
+        if allowed && !both.contains(t) {
+            both.push(t.clone());
+        }
+    }
+    for t in &lb {
+        if t == "integer" && la.iter().any(|x| x == "number") && !both.contains(t) {
+            both.push(t.clone());
+        }
+    }
+    match both.len() {
+        0 => refuse(format!("combined schemas allow no common type ({a} and {b})")),
+        1 => Ok(Value::String(both.remove(0))),
+        _ => Ok(Value::Array(both.into_iter().map(Value::String).collect())),
+    }
 }
 
 /// A value of a string `format`, or None for a format llmsim does not know.

@@ -252,3 +252,44 @@ fn impossible_or_huge_constraints_are_refused_not_generated() {
     let closed = json!({"type": "object", "required": ["x"], "additionalProperties": false});
     assert!(refusal(Constraint::Json(closed)).contains("additionalProperties is false"));
 }
+
+#[test]
+fn combined_schemas_are_intersected_or_refused_never_answered_wrong() {
+    // Found by the server's fuzz slice: `allOf` of an object and an integer
+    // gave an integer (the last member's type won).
+    let impossible = json!({"allOf": [{"type": "object", "properties": {}}, {"type": "integer"}]});
+    assert!(Constraint::Json(impossible).text(1).is_err());
+    let impossible = json!({"allOf": [{"type": "boolean"}, {"type": "integer"}]});
+    assert!(Constraint::Json(impossible).text(1).is_err());
+    // Bounds of both members hold: an integer from 5 to 7.
+    let both = json!({"allOf": [{"type": "number", "minimum": 5}, {"type": "integer", "maximum": 7}]});
+    for seed in 0..100 {
+        let v: Value = serde_json::from_str(&Constraint::Json(both.clone()).text(seed).unwrap()).unwrap();
+        let n = v.as_i64().unwrap_or_else(|| panic!("not an integer: {v}"));
+        assert!((5..=7).contains(&n), "{v}");
+    }
+    // Enums are intersected, and filtered by the type.
+    let e = json!({"allOf": [{"enum": ["a", "b", 3]}, {"enum": ["b", 3, "c"]}], "type": "string"});
+    for seed in 0..50 {
+        assert_eq!(Constraint::Json(e.clone()).text(seed).unwrap(), "\"b\"");
+    }
+    assert!(Constraint::Json(json!({"type": "integer", "enum": ["a", "b"]})).text(1).is_err());
+}
+
+#[test]
+fn a_value_the_generator_gets_wrong_is_drawn_again_or_refused() {
+    // `not` is a keyword the generator does not read: the validator catches
+    // the values it breaks, so every answer served satisfies the schema.
+    let s = json!({"type": "integer", "minimum": 1, "maximum": 3, "not": {"const": 2}});
+    let v = validator(&s);
+    for seed in 0..100 {
+        if let Ok(text) = Constraint::Json(s.clone()).text(seed) {
+            let x: Value = serde_json::from_str(&text).unwrap();
+            assert!(v.is_valid(&x), "{x}");
+        }
+    }
+    // A schema no generated value meets is refused, naming the tries.
+    let never = json!({"type": "integer", "minimum": 1, "maximum": 1, "not": {"const": 1}});
+    let e = Constraint::Json(never).text(1).unwrap_err();
+    assert!(e.0.contains("could not make up a value this schema accepts in 8 tries"), "{e}");
+}

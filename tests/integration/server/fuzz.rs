@@ -169,6 +169,8 @@ fn valid(rng: &mut ChaCha8Rng) -> (&'static str, Value) {
                         json!({"type": "json_schema",
                         "json_schema": {"name": "answer", "schema": schema(rng, 0)}}),
                     );
+                    // Room for the whole answer, so its content is judged.
+                    o.insert("max_tokens".into(), json!(200));
                 }
                 2 => {
                     o.insert("logprobs".into(), json!(true));
@@ -244,6 +246,8 @@ struct Case {
     /// Whether the request was sent whole: if not, the server may close
     /// the connection or answer 400/408 as it likes.
     whole: bool,
+    /// The body as sent, when it is JSON: what a 200's content must satisfy.
+    body: Option<Value>,
 }
 
 fn request(path: &str, content_type: Option<&str>, body: &[u8], extra_head: &str) -> Vec<u8> {
@@ -331,8 +335,8 @@ fn make_case(i: u64) -> Case {
             // Structured output in each of its spellings, with a random schema.
             let (k, v) = match rng.random_range(0..5) {
                 0 => ("guided_json", schema(&mut rng, 0)),
-                1 => ("guided_choice", json!(["yes", "no", edge(&mut rng)])),
-                2 => ("guided_regex", json!(["[a-c]{3}", "(", "\\d{2,5}x?", "a{0,1000000}"][rng.random_range(0..4)])),
+                1 => ("structured_outputs", json!({"choice": ["yes", "no", edge(&mut rng)]})),
+                2 => ("structured_outputs", json!({"regex": (pick(&mut rng, &["[a-c]{3}", "(", "\\d{2,5}x?", "a{0,1000000}", "(ab|c)*d"]))})),
                 3 => ("structured_outputs", json!({"json": schema(&mut rng, 0)})),
                 _ => (
                     "response_format",
@@ -427,11 +431,12 @@ fn make_case(i: u64) -> Case {
             what = format!("{path}: sender hangs up after {cut} of {} body bytes", s.len());
             let mut raw = request(path, ct, &s, "");
             raw.truncate(raw.len() - s.len() + cut);
-            return Case { what, raw, slow: false, whole };
+            return Case { what, raw, slow: false, whole, body: None };
         }
     }
+    let sent = text.is_none().then(|| body.clone());
     let bytes = text.unwrap_or_else(|| serde_json::to_vec(&body).unwrap());
-    Case { what, raw: request(path, ct, &bytes, &extra), slow, whole }
+    Case { what, raw: request(path, ct, &bytes, &extra), slow, whole, body: sent }
 }
 
 /// Sends a case and reads the answer (None when the server closed without one).
@@ -483,8 +488,11 @@ fn judge(case: &Case, r: Option<&Resp>) -> Option<String> {
                     return Some(format!("a stream event that is not JSON: {e:.200}"));
                 }
             }
-        } else if serde_json::from_str::<Value>(&r.body).is_err() {
-            return Some(format!("a 200 body that is not JSON: {:.200}", r.body));
+        } else {
+            let Ok(v) = serde_json::from_str::<Value>(&r.body) else {
+                return Some(format!("a 200 body that is not JSON: {:.200}", r.body));
+            };
+            return case.body.as_ref().and_then(|b| unmet_constraint(b, &v));
         }
         return None;
     }
@@ -498,6 +506,85 @@ fn judge(case: &Case, r: Option<&Resp>) -> Option<String> {
         }
     }
     None
+}
+
+/// A whole 200 answer whose content breaks the structured-output
+/// constraint it was asked for (a JSON Schema, a JSON object, a regex or a
+/// choice): a silent wrong answer. Choices cut by `max_tokens` (finish
+/// reason `length`) or a stop string, or answered with a tool call, are
+/// not judged.
+fn unmet_constraint(body: &Value, answer: &Value) -> Option<String> {
+    let rf = &body["response_format"];
+    let so = &body["structured_outputs"];
+    for c in answer["choices"].as_array()? {
+        // A stop string (`stop_reason` names it) cuts a constrained answer as
+        // any other, in vLLM too.
+        if c["finish_reason"] != "stop"
+            || c["stop_reason"].is_string()
+            || c["message"]["tool_calls"].as_array().is_some_and(|t| !t.is_empty())
+        {
+            continue;
+        }
+        let Some(text) = c["message"]["content"].as_str().or(c["text"].as_str()) else { continue };
+        let json = || serde_json::from_str::<Value>(text).ok();
+        let schema = match (&rf["type"], &rf["json_schema"]["schema"], &so["json"]) {
+            (t, s, _) if t == "json_schema" && s.is_object() => Some(s),
+            (_, _, s) if s.is_object() => Some(s),
+            _ => None,
+        };
+        if let Some(schema) = schema
+            && let Ok(v) = jsonschema::validator_for(schema)
+            && !json().is_some_and(|j| v.is_valid(&j) || valid_as_python_checks_multiple_of(schema, &j))
+        {
+            return Some(format!("content {text:.200} breaks its schema {schema:.300}"));
+        }
+        if (rf["type"] == "json_object" || so["json_object"] == true) && !json().is_some_and(|j| j.is_object()) {
+            return Some(format!("content {text:.200} is not a JSON object"));
+        }
+        if let Some(re) = so["regex"].as_str()
+            && let Ok(re) = regex::Regex::new(&format!("^(?:{re})$"))
+            && !re.is_match(text)
+        {
+            return Some(format!("content {text:.200} does not match its regex"));
+        }
+        if let Some(choices) = so["choice"].as_array()
+            && choices.iter().all(Value::is_string)
+            && !choices.iter().any(|o| o.as_str() == Some(text))
+        {
+            return Some(format!("content {text:.200} is none of its choices"));
+        }
+    }
+    None
+}
+
+/// Past 2^53, `multipleOf` is judged differently by validators: Python's
+/// `jsonschema` (and pydantic) divide in floats (1e308 is a multiple of
+/// 1e9), the `jsonschema` crate takes the remainder of the binary values
+/// (it is not). A value valid but for `multipleOf`, all of whose numbers
+/// are that large, is judged as Python judges it: valid.
+fn valid_as_python_checks_multiple_of(schema: &Value, v: &Value) -> bool {
+    fn strip(s: &Value) -> Value {
+        match s {
+            Value::Object(m) => Value::Object(
+                m.iter().filter(|(k, _)| k.as_str() != "multipleOf").map(|(k, v)| (k.clone(), strip(v))).collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(strip).collect()),
+            other => other.clone(),
+        }
+    }
+    fn numbers(v: &Value, out: &mut Vec<f64>) {
+        match v {
+            Value::Number(n) => out.extend(n.as_f64()),
+            Value::Array(a) => a.iter().for_each(|x| numbers(x, out)),
+            Value::Object(m) => m.values().for_each(|x| numbers(x, out)),
+            _ => {}
+        }
+    }
+    let mut ns = Vec::new();
+    numbers(v, &mut ns);
+    !ns.is_empty()
+        && ns.iter().all(|n| n.abs() >= 2f64.powi(53))
+        && jsonschema::validator_for(&strip(schema)).is_ok_and(|val| val.is_valid(v))
 }
 
 /// The server's resident memory, in MiB (Linux).
