@@ -249,6 +249,7 @@ impl Engine {
     /// with all of them admitted with no hit. Their `arrived` events reach
     /// observers inside the [`Stretch`] ([`Stretch::joins`]), in the
     /// step-by-step order; a request over the context is never taken.
+    #[inline]
     pub fn decode_stretch_admitting<O: super::Observer>(
         &mut self,
         max_end: SimTime,
@@ -263,6 +264,7 @@ impl Engine {
     /// runs a step (docs/ARCHITECTURE.md, "Two paths"): set-up, then for
     /// each step its checks (nothing changes; a failed one ends the
     /// stretch before the step), then the step taken, then the commit.
+    #[inline]
     fn run_stretch<O: super::Observer>(
         &mut self,
         max_end: SimTime,
@@ -461,7 +463,10 @@ struct Plan {
 }
 
 impl<'e, 'd> Pass<'e, 'd> {
-    /// The stretch's limits and the state before its first step.
+    /// The stretch's limits and the state before its first step. (Inlined:
+    /// a `Pass` whose address reaches a call stays in memory, and the loop
+    /// then loads and stores what it carries at every step.)
+    #[inline(always)]
     fn new(e: &'e mut Engine, max_end: SimTime, s_ctx: u64, arrivals: &'e mut (dyn Arrivals + 'd)) -> Self {
         let prefix = matches!(e.kv, Kv::Prefix(_));
         let detailed = e.cfg.cost.deployment.is_some();
@@ -594,7 +599,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             return self.bound_joiners(plan, queued);
         }
         // No joiners: the step's cost, known now.
-        let (cost, end) = self.price(&plan.shape);
+        let (cost, end) = self.price(plan.shape);
         if end > self.lim.max_end {
             return false;
         }
@@ -634,7 +639,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             plan.shape.batch += 1;
             plan.admitted += 1;
         }
-        let (cost, end) = self.price(&plan.shape);
+        let (cost, end) = self.price(plan.shape);
         if end > lim.max_end {
             return false;
         }
@@ -676,7 +681,7 @@ impl<'e, 'd> Pass<'e, 'd> {
         // Far from `max_end`, a step with joiners is priced once they are
         // known (`priced` stays None).
         if reach == 0 || lim.worst_ns.is_none_or(|ns| self.clock.plus_nanos(ns) > lim.max_end) {
-            let (cost, end) = self.price(&upper);
+            let (cost, end) = self.price(upper);
             if end > lim.max_end {
                 return false;
             }
@@ -855,7 +860,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             Some(priced) => priced,
             None => {
                 // With prefix caching and joiners: within the bound checked.
-                let (cost, end) = self.price(&plan.shape);
+                let (cost, end) = self.price(plan.shape);
                 debug_assert!(end <= self.lim.max_end, "a step with joiners past the bound on its cost");
                 (cost, end)
             }
@@ -956,6 +961,7 @@ impl<'e, 'd> Pass<'e, 'd> {
     /// decode steps further, with the blocks it crossed into; the finished
     /// leave; the engine's clock and step count move on and observers get
     /// the stretch. Returns the steps taken (0: none, nothing changed).
+    #[inline(always)]
     fn commit<O: super::Observer>(self, obs: &mut O) -> u64 {
         let Pass { e, lim, b0, clock, mut taken, .. } = self;
         let n = e.stretch.steps.len() as u64;
@@ -1016,10 +1022,12 @@ impl<'e, 'd> Pass<'e, 'd> {
     }
 
     /// A step of shape `shape` starting now: its cost and its end, rounded
-    /// as [`Engine::step`] rounds them.
+    /// as [`Engine::step`] rounds them. (The shape is taken by value: the
+    /// cost model is handed the address of this copy, not of the caller's
+    /// [`Plan`], which then stays in registers.)
     #[inline(always)]
-    fn price(&self, shape: &StepShape) -> (StepCost, SimTime) {
-        let cost = self.e.cfg.cost.cost(shape);
+    fn price(&self, shape: StepShape) -> (StepCost, SimTime) {
+        let cost = self.e.cfg.cost.cost(&shape);
         (cost, self.clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1)))
     }
 
