@@ -41,7 +41,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{Arrived, Engine, Joined, Kv, Request, RequestId, Seq, State, StepRecord, StepShape, Stretch};
+use super::{Arrived, Engine, Joined, Kv, Request, RequestId, Seq, State, StepCost, StepRecord, StepShape, Stretch};
 use crate::time::SimTime;
 
 /// What a stretch that runs through finishes and arrivals asks its driver
@@ -215,7 +215,7 @@ impl Engine {
         max_steps: u64,
         obs: &mut O,
     ) -> u64 {
-        self.stretch_inner(max_end, max_steps, false, &mut Closure { before, on_finish: None }, obs)
+        self.run_stretch(max_end, max_steps, false, &mut Closure { before, on_finish: None }, obs)
     }
 
     /// [`Engine::decode_stretch`] that also runs through finishes: a
@@ -235,7 +235,7 @@ impl Engine {
         on_finish: &mut dyn FnMut(RequestId, SimTime) -> SimTime,
         obs: &mut O,
     ) -> u64 {
-        self.stretch_inner(max_end, max_steps, true, &mut Closure { before, on_finish: Some(on_finish) }, obs)
+        self.run_stretch(max_end, max_steps, true, &mut Closure { before, on_finish: Some(on_finish) }, obs)
     }
 
     /// [`Engine::decode_stretch_through`] that also runs through arrivals:
@@ -249,6 +249,7 @@ impl Engine {
     /// with all of them admitted with no hit. Their `arrived` events reach
     /// observers inside the [`Stretch`] ([`Stretch::joins`]), in the
     /// step-by-step order; a request over the context is never taken.
+    #[inline]
     pub fn decode_stretch_admitting<O: super::Observer>(
         &mut self,
         max_end: SimTime,
@@ -256,10 +257,15 @@ impl Engine {
         arrivals: &mut dyn Arrivals,
         obs: &mut O,
     ) -> u64 {
-        self.stretch_inner(max_end, max_steps, true, arrivals, obs)
+        self.run_stretch(max_end, max_steps, true, arrivals, obs)
     }
 
-    fn stretch_inner<O: super::Observer>(
+    /// The three entry points' one loop, step by step as [`Engine::step`]
+    /// runs a step (docs/ARCHITECTURE.md, "Two paths"): set-up, then for
+    /// each step its checks (nothing changes; a failed one ends the
+    /// stretch before the step), then the step taken, then the commit.
+    #[inline]
+    fn run_stretch<O: super::Observer>(
         &mut self,
         max_end: SimTime,
         max_steps: u64,
@@ -267,18 +273,45 @@ impl Engine {
         arrivals: &mut dyn Arrivals,
         obs: &mut O,
     ) -> u64 {
+        let Some((k, s_ctx)) = self.stretch_members(max_steps, through) else { return 0 };
+        let mut pass = Pass::new(self, max_end, s_ctx, arrivals);
+        for j in 1..=k {
+            // Checked, in the order that asks the driver last: the
+            // decodes (step 2) and the due arrivals (step 1), then what
+            // admission can reach and the step's cost (steps 3 and 4).
+            let Some(mut plan) = pass.schedule_decodes(j) else { break };
+            if !pass.due_arrivals() || !pass.plan_admission(&mut plan) {
+                break;
+            }
+            // Taken: the decodes' blocks (step 2), the arrivals (step 1),
+            // the admissions (step 3), the cost, record, tokens and
+            // finishes (steps 4 and 5).
+            let evicted = pass.grow_decodes(plan.new);
+            pass.join_arrivals();
+            pass.admit_waiting(&mut plan);
+            pass.finish_step(&plan, evicted);
+        }
+        pass.commit(obs)
+    }
+
+    /// Set-up: whether the engine is in a decode stretch (something
+    /// running, nothing pending, no waiting request the stretch may not
+    /// take in, every running request decoding with its next block
+    /// boundary within a block), and if so its running requests become
+    /// the stretch's members, in running order. Returns the most steps the
+    /// stretch may take and the members' summed KV, or `None` (then
+    /// [`Engine::step`] must run). Only the scratch space changes.
+    fn stretch_members(&mut self, max_steps: u64, through: bool) -> Option<(u64, u64)> {
         if max_steps == 0 || self.running.is_empty() || !self.pending.is_empty() {
-            return 0;
+            return None;
         }
         // Waiting requests are admitted inside a stretch only if they are
         // new (no recompute after a preemption, no transferred KV).
-        let prefix = matches!(self.kv, Kv::Prefix(_));
         if !self.waiting.is_empty() && (!through || self.waiting_resumes > 0) {
-            return 0;
+            return None;
         }
-        let b0 = self.running.len() as u64;
-        if b0 > u64::from(self.cfg.max_batch_tokens) {
-            return 0;
+        if self.running.len() as u64 > u64::from(self.cfg.max_batch_tokens) {
+            return None;
         }
         let bs = self.cfg.capacity.block_size;
         let bs64 = u64::from(bs);
@@ -297,7 +330,7 @@ impl Engine {
         for &slot in &self.running {
             let s = &self.slots[slot as usize];
             if s.remaining() != 1 || s.generated == 0 {
-                return 0;
+                return None;
             }
             let left = s.req.output - s.generated;
             if !through {
@@ -305,7 +338,7 @@ impl Engine {
                 k = k.min(u64::from(left - 1));
             }
             let room = (u64::from(s.blocks) * bs64).checked_sub(u64::from(s.computed));
-            let Some(room) = room.filter(|&r| r < bs64) else { return 0 };
+            let room = room.filter(|&r| r < bs64)?;
             // It crosses into a new block in steps room + 1, room + 1 + bs, ...
             scratch.crossings[room as usize] += 1;
             let room = room as u32;
@@ -320,26 +353,35 @@ impl Engine {
             s_ctx += u64::from(c);
         }
         if k == 0 {
-            return 0;
+            return None;
         }
+        self.group_members(through);
+        Some((k, s_ctx))
+    }
+
+    /// Set-up, continued: through finishes, the members by the step they
+    /// finish in; with prefix caching, by the steps in which they cross
+    /// into a new block and fill their last one.
+    fn group_members(&mut self, through: bool) {
+        let bs = self.cfg.capacity.block_size as usize;
+        let prefix = matches!(self.kv, Kv::Prefix(_));
+        let scratch = &mut self.stretch;
         scratch.finishing.clear();
         if through {
             let fins = scratch.members.iter().enumerate().map(|(i, m)| Reverse((m.fin, i as u32)));
             scratch.finishing.extend(fins);
         }
-        // Members decoding in the next step.
-        let mut b = b0;
         if prefix {
             // Group the running requests by key (their room), each group
             // in running order.
             for g in &mut scratch.groups {
                 g.clear();
             }
-            if scratch.groups.len() < bs as usize {
-                scratch.groups.resize_with(bs as usize, Vec::new);
+            if scratch.groups.len() < bs {
+                scratch.groups.resize_with(bs, Vec::new);
             }
             scratch.counted.clear();
-            scratch.counted.resize(bs as usize, 0);
+            scratch.counted.resize(bs, 0);
             for (i, m) in scratch.members.iter().enumerate() {
                 match m.counted {
                     true => scratch.counted[m.key as usize] += 1,
@@ -347,24 +389,100 @@ impl Engine {
                 }
             }
         }
-        let detailed = self.cfg.cost.deployment.is_some();
-        let cap = &self.cfg.capacity;
-        let (total, watermark) = (i64::from(cap.num_blocks), i64::from(cap.watermark_blocks));
-        let (budget, max_seqs) = (u64::from(self.cfg.max_batch_tokens), u64::from(self.cfg.max_num_sequences));
-        let context = u64::from(self.cfg.context_length);
-        let (mut free, mut used) = (self.kv.free(), self.kv.used());
-        let mut taken = 0u32;
-        // Requests running during the step (decoding, or admitted in it).
-        let mut running = b0;
-        let mut clock = self.clock;
-        let mut before = next_arrival(arrivals);
+    }
+}
+
+/// What a stretch runs within, fixed from its first step to its last.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// No step may end after it.
+    max_end: SimTime,
+    prefix: bool,
+    /// The cost model has an architecture: attention pairs and sampled
+    /// tokens are priced.
+    detailed: bool,
+    bs: u32,
+    bs64: u64,
+    /// The pool's blocks and the watermark.
+    total: i64,
+    watermark: i64,
+    /// The token budget, `max_num_sequences` and the context length.
+    budget: u64,
+    max_seqs: u64,
+    context: u64,
+    /// With prefix caching and no deployment: the cost of the costliest
+    /// step the engine could take (see [`Pass::new`]).
+    worst_ns: Option<u64>,
+}
+
+/// A stretch under way: the engine, its driver, and what the loop carries
+/// from one step to the next. Its methods are the phases of one step, named
+/// after the [`Engine::step`] steps they stand for.
+struct Pass<'e, 'd> {
+    e: &'e mut Engine,
+    arrivals: &'e mut (dyn Arrivals + 'd),
+    lim: Limits,
+    /// Members running at the start (the first `b0` members).
+    b0: u64,
+    /// The step (1-based) being taken, `(j - 1) % block_size` (the key of
+    /// the members crossing into a block in it, kept by counting: a
+    /// division per step is a noticeable share of a decode step's cost)
+    /// and `j % block_size` (the key of those filling one).
+    j: u64,
+    cross: usize,
+    fill: usize,
+    /// Members decoding in step `j`, and their summed KV before it.
+    b: u64,
+    s_ctx: u64,
+    /// Free and used blocks before the step; blocks taken from a counting
+    /// pool so far (handed to it at the commit).
+    free: u32,
+    used: u32,
+    taken: u32,
+    /// Requests running during the step (decoding, or admitted in it).
+    running: u64,
+    /// The step's start: the end of the last one.
+    clock: SimTime,
+    /// The next arrival not handed over yet (or never).
+    before: SimTime,
+}
+
+/// The step being taken: its checks' findings.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    /// Blocks the decoding members cross into.
+    new: u32,
+    /// The step's shape: its decodes, then its joiners as they are added.
+    shape: StepShape,
+    /// Joiners admitted (without prefix caching, planned) and their
+    /// prompt tokens computed in the step.
+    admitted: usize,
+    prompts: u64,
+    /// The step's cost and end, once known.
+    priced: Option<(StepCost, SimTime)>,
+}
+
+impl<'e, 'd> Pass<'e, 'd> {
+    /// The stretch's limits and the state before its first step. (Inlined:
+    /// a `Pass` whose address reaches a call stays in memory, and the loop
+    /// then loads and stores what it carries at every step.)
+    #[inline(always)]
+    fn new(e: &'e mut Engine, max_end: SimTime, s_ctx: u64, arrivals: &'e mut (dyn Arrivals + 'd)) -> Self {
+        let prefix = matches!(e.kv, Kv::Prefix(_));
+        let detailed = e.cfg.cost.deployment.is_some();
+        let cap = &e.cfg.capacity;
+        let (budget, max_seqs) = (u64::from(e.cfg.max_batch_tokens), u64::from(e.cfg.max_num_sequences));
+        let context = u64::from(e.cfg.context_length);
+        let b0 = e.running.len() as u64;
+        let before = next_arrival(arrivals);
         // With prefix caching, a step whose joiners are not known yet is
-        // priced on a bound first (below). Without a deployment the cost is
-        // the roofline of the step's tokens, summed context and batch, and
-        // grows with each, so no step here costs more than one of `budget`
-        // tokens and `max_seqs` requests at the full context each: while
-        // even that step would end by `max_end`, the bound is not priced
-        // and a step with joiners is priced once, when they are known.
+        // priced on a bound first (`Pass::bound_joiners`). Without a
+        // deployment the cost is the roofline of the step's tokens, summed
+        // context and batch, and grows with each, so no step here costs
+        // more than one of `budget` tokens and `max_seqs` requests at the
+        // full context each: while even that step would end by `max_end`,
+        // the bound is not priced and a step with joiners is priced once,
+        // when they are known.
         let worst_ns = match prefix && !detailed {
             true => {
                 let worst = StepShape {
@@ -374,406 +492,494 @@ impl Engine {
                     sampled: 0,
                     batch: max_seqs,
                 };
-                Some(crate::time::secs_to_nanos(self.cfg.cost.cost(&worst).total_s).max(1))
+                Some(crate::time::secs_to_nanos(e.cfg.cost.cost(&worst).total_s).max(1))
             }
             false => None,
         };
-        scratch.steps.clear();
-        // (j - 1) % block_size, kept by counting (a division per step is
-        // a noticeable share of a decode step's cost).
-        let mut cross = 0usize;
-        for j in 1..=k {
-            if b == 0 || b > budget {
-                break;
-            }
-            debug_assert_eq!(cross as u64, (j - 1) % bs64);
-            // j % block_size: the key of the members filling a block this step.
-            let fill = if cross + 1 == bs as usize { 0 } else { cross + 1 };
-            let new = scratch.crossings[cross];
-            if new > free {
-                break;
-            }
-            // Step j: every decoding member computes one token on its KV.
-            let mut shape = StepShape {
-                tokens: b,
-                sum_ctx: s_ctx + b,
-                // sum over requests of attention_pairs(1, c) = c + 1
-                attention_pairs: if detailed { u128::from(s_ctx + b) } else { 0 },
-                sampled: if detailed { b } else { 0 },
-                batch: b,
-            };
-            // The requests due by the step's start join the waiting queue;
-            // from its head, those that fit are admitted whole, as in a
-            // step. A prompt to chunk, a request to reject or a due one the
-            // driver keeps ends the stretch here.
-            scratch.incoming.clear();
-            if clock >= before {
-                let mut refused = false;
-                loop {
-                    let req = match arrivals.due(clock, scratch.incoming.len()) {
-                        Due::Request(req) => req,
-                        Due::None => break,
-                        Due::Refused => {
-                            refused = true;
-                            break;
-                        }
-                    };
-                    let (p, n) = (u64::from(req.prompt), u64::from(req.output));
-                    if p + n > context || total - (cap.blocks_for(p) as i64) < watermark {
-                        refused = true;
-                        break;
-                    }
-                    scratch.incoming.push(req);
-                }
-                if refused {
-                    break;
-                }
-            }
-            let (mut admitted, mut prompts) = (0usize, 0u64);
-            let queued = self.waiting.len() + scratch.incoming.len();
-            // Without prefix caching: the step's cost, known before it is taken.
-            let mut priced = None;
-            if prefix && queued == 0 {
-                // No joiners: the step's cost, known now.
-                let cost = self.cfg.cost.cost(&shape);
-                let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
-                if end > max_end {
-                    break;
-                }
-                priced = Some((cost, end));
-            } else if prefix {
-                // A joiner's lookup comes after this step's allocations
-                // (which may evict what it would hit), so the step is taken
-                // before its joiners are known; it is taken only if none
-                // of the requests the admission can reach is a prompt to
-                // chunk or to reject, and if it ends by `max_end` even with
-                // each of them admitted whole with no hit (a hit only
-                // lowers every term of the step's cost).
-                let reach = (queued as u64).min(max_seqs.saturating_sub(running)) as usize;
-                let (mut upper, mut refused) = (shape, false);
-                for q in 0..queued.min(reach + 1) {
-                    let p = match self.waiting.get(q) {
-                        Some(&slot) => self.slots[slot as usize].req.prompt,
-                        None => scratch.incoming[q - self.waiting.len()].prompt,
-                    };
-                    let p = u64::from(p);
-                    if total - (cap.blocks_for(p) as i64) < watermark {
-                        refused = true; // rejected at the head: a step of its own
-                        break;
-                    }
-                    if q == reach {
-                        break;
-                    }
-                    upper.tokens += p;
-                    if upper.tokens > budget {
-                        refused = true; // it could be a prompt to chunk
-                        break;
-                    }
-                    upper.sum_ctx += p;
-                    if detailed {
-                        upper.attention_pairs += super::arch::attention_pairs(p, 0);
-                        upper.sampled += 1;
-                    }
-                    upper.batch += 1;
-                }
-                if refused {
-                    break;
-                }
-                // Far from `max_end`, a step with joiners is priced once they
-                // are known (`priced` stays None).
-                if reach == 0 || worst_ns.is_none_or(|ns| clock.plus_nanos(ns) > max_end) {
-                    let cost = self.cfg.cost.cost(&upper);
-                    let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
-                    if end > max_end {
-                        break;
-                    }
-                    if reach == 0 {
-                        priced = Some((cost, end));
-                    }
-                }
-            } else {
-                let mut free_after = i64::from(free - new);
-                let mut chunk = false;
-                while admitted < queued {
-                    let p = match self.waiting.get(admitted) {
-                        Some(&slot) => self.slots[slot as usize].req.prompt,
-                        None => scratch.incoming[admitted - self.waiting.len()].prompt,
-                    };
-                    let p = u64::from(p);
-                    let need = cap.blocks_for(p) as i64;
-                    let left = budget - b - prompts;
-                    if total - need < watermark {
-                        chunk = true; // rejected at the head: a step of its own
-                        break;
-                    }
-                    if left == 0 || running + (admitted as u64) >= max_seqs || free_after - need < watermark {
-                        break;
-                    }
-                    if p > left {
-                        chunk = true;
-                        break;
-                    }
-                    free_after -= need;
-                    prompts += p;
-                    shape.tokens += p;
-                    shape.sum_ctx += p;
-                    if detailed {
-                        shape.attention_pairs += super::arch::attention_pairs(p, 0);
-                        shape.sampled += 1;
-                    }
-                    shape.batch += 1;
-                    admitted += 1;
-                }
-                if chunk {
-                    break;
-                }
-                let cost = self.cfg.cost.cost(&shape);
-                let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
-                if end > max_end {
-                    break;
-                }
-                priced = Some((cost, end));
-            }
-            free -= new;
-            used += new;
-            let (mut cached_blocks, mut evictions) = (0, 0);
-            if let Kv::Prefix(p) = &mut self.kv {
-                let evicted = p.evictions();
-                // Requests with key r cross into a new block in steps
-                // j = r + 1 (mod bs), and fill their last one in steps j = r.
-                // Members decoding by count take and fill blocks as counts
-                // (which member takes which of the step's blocks changes
-                // nothing: the blocks taken and evicted are the same).
-                p.take_for_counted(scratch.counted[cross]);
-                p.fill_counted(scratch.counted[fill]);
-                let members = &scratch.members;
-                let group = &mut scratch.groups[cross];
-                // A request that finished in an earlier step is gone.
-                if !group.is_empty() {
-                    group.retain(|&i| members[i as usize].fin >= j);
-                    p.allocate_one_each(group.iter().map(|&i| members[i as usize].slot));
-                }
-                for &i in &scratch.groups[fill] {
-                    let m = &members[i as usize];
-                    if m.fin < j {
-                        continue;
-                    }
-                    let seq = &mut self.slots[m.slot as usize];
-                    let tokens = m.c + (j + 1 - m.first) as u32;
-                    if u64::from(tokens) >= seq.register_at {
-                        seq.register_at = p.register(m.slot, tokens);
-                    }
-                }
-                // The arrivals join the waiting queue (a slot and their
-                // content each), then from its head those that fit are
-                // admitted as in a step: the lookup (after this step's
-                // allocations and registrations, and the joiners' before),
-                // the test counting the hit blocks that leave the free
-                // queue, their blocks, their prompt's registration.
-                if !scratch.incoming.is_empty() {
-                    for (q, &req) in scratch.incoming.iter().enumerate() {
-                        let seq = Seq::new(req, State::Waiting);
-                        let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
-                        let own_tail = arrivals.move_content(q, &mut scratch.content);
-                        let own = match own_tail {
-                            true => super::own_blocks(&req, scratch.content.len(), bs),
-                            false => 0,
-                        };
-                        p.set_content_moved(slot, &mut scratch.content, own);
-                        self.by_id.insert(req.id, slot);
-                        self.last_arrival = req.arrival;
-                        self.waiting.push_back(slot);
-                        self.queued_blocks += cap.blocks_for(u64::from(req.prompt));
-                        let (id, arrival, prompt, output) = (req.id, req.arrival, req.prompt, req.output);
-                        scratch.arrivals.push(Arrived { id, arrival, prompt, output, step: (j - 1) as u32 });
-                    }
-                    arrivals.take(scratch.incoming.len());
-                    before = next_arrival(arrivals);
-                }
-                while let Some(&slot) = self.waiting.front() {
-                    let req = self.slots[slot as usize].req;
-                    let need = cap.blocks_for(u64::from(req.prompt)) as u32;
-                    let left = budget - b - prompts;
-                    if left == 0 || running + (admitted as u64) >= max_seqs {
-                        break;
-                    }
-                    let last = req.prompt + req.output - 1;
-                    let Some(join) = p.join(slot, req.prompt, need, watermark, last) else { break };
-                    let (c, counted) = (join.hit_blocks * bs, join.counted);
-                    let n = u64::from(req.prompt - c);
-                    debug_assert!(n <= left, "a joiner's prompt past its hit must fit the budget");
-                    let seq = &mut self.slots[slot as usize];
-                    seq.register_at = join.register_at;
-                    seq.state = State::Running;
-                    seq.blocks = need;
-                    self.waiting.pop_front();
-                    self.queued_blocks -= u64::from(need);
-                    self.running.push(slot);
-                    prompts += n;
-                    shape.tokens += n;
-                    shape.sum_ctx += u64::from(req.prompt);
-                    if detailed {
-                        shape.attention_pairs += super::arch::attention_pairs(n, u64::from(c));
-                        shape.sampled += 1;
-                    }
-                    shape.batch += 1;
-                    admitted += 1;
-                    let room = need * bs - req.prompt;
-                    let key = ((j + u64::from(room)) % bs64) as u32;
-                    let fin = j + u64::from(req.output) - 1;
-                    let i = scratch.members.len() as u32;
-                    let (c0, blocks) = (req.prompt, need);
-                    let m = Member { slot, first: j + 1, fin, c: c0, g: 1, blocks, room, key, counted };
-                    scratch.members.push(m);
-                    let step = (j - 1) as u32;
-                    scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step, prefix_hit: Some(c) });
-                    scratch.finishing.push(Reverse((fin, i)));
-                }
-                (free, used) = (p.free(), p.used());
-                cached_blocks = p.cached_blocks();
-                evictions = (p.evictions() - evicted) as u32;
-            } else {
-                // The arrivals join the waiting queue (a slot each), and its
-                // first `admitted` come in with blocks for their prompt.
-                if !scratch.incoming.is_empty() {
-                    for &req in &scratch.incoming {
-                        let seq = Seq::new(req, State::Waiting);
-                        let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
-                        self.by_id.insert(req.id, slot);
-                        self.last_arrival = req.arrival;
-                        self.waiting.push_back(slot);
-                        self.queued_blocks += cap.blocks_for(u64::from(req.prompt));
-                        let (id, arrival, prompt, output) = (req.id, req.arrival, req.prompt, req.output);
-                        scratch.arrivals.push(Arrived { id, arrival, prompt, output, step: (j - 1) as u32 });
-                    }
-                    arrivals.take(scratch.incoming.len());
-                    before = next_arrival(arrivals);
-                }
-                for _ in 0..admitted {
-                    let Some(slot) = self.waiting.pop_front() else { break };
-                    let seq = &mut self.slots[slot as usize];
-                    let req = seq.req;
-                    let need = cap.blocks_for(u64::from(req.prompt)) as u32;
-                    seq.state = State::Running;
-                    seq.blocks = need;
-                    self.queued_blocks -= u64::from(need);
-                    free -= need;
-                    used += need;
-                    taken += need;
-                    self.running.push(slot);
-                    let room = need * bs - req.prompt;
-                    let key = ((j + u64::from(room)) % bs64) as u32;
-                    let fin = j + u64::from(req.output) - 1;
-                    let i = scratch.members.len() as u32;
-                    let (c, blocks) = (req.prompt, need);
-                    let counted = false;
-                    scratch.members.push(Member { slot, first: j + 1, fin, c, g: 1, blocks, room, key, counted });
-                    let step = (j - 1) as u32;
-                    scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step, prefix_hit: None });
-                    scratch.finishing.push(Reverse((fin, i)));
-                }
-            }
-            let (cost, end) = match priced {
-                Some(priced) => priced,
-                None => {
-                    // With prefix caching and joiners: within the bound checked above.
-                    let cost = self.cfg.cost.cost(&shape);
-                    let end = clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
-                    debug_assert!(end <= max_end, "a step with joiners past the bound on its cost");
-                    (cost, end)
-                }
-            };
-            running += admitted as u64;
-            scratch.steps.push(StepRecord {
-                index: self.steps + j - 1,
-                start: clock,
-                end,
-                batch_size: shape.batch as u32,
-                tokens: shape.tokens as u32,
-                prefill_tokens: prompts as u32,
-                sum_ctx: shape.sum_ctx,
-                kv_blocks_used: used,
-                running: running as u32,
-                waiting: self.waiting.len() as u32,
-                preempted: 0,
-                compute_s: cost.compute_s,
-                memory_s: cost.memory_s,
-                cached_blocks,
-                evictions,
-            });
-            clock = end;
-            // The decoders' KV grew by one; the joiners decode from the
-            // next step on (unless this was their last token).
-            s_ctx += b;
-            let first_joiner = scratch.members.len() - admitted;
-            for (i, m) in scratch.members.iter().enumerate().skip(first_joiner) {
-                if m.fin > j {
-                    b += 1;
-                    s_ctx += u64::from(m.c);
-                    scratch.crossings[m.key as usize] += 1;
-                    if m.counted {
-                        scratch.counted[m.key as usize] += 1;
-                    } else if prefix {
-                        scratch.groups[m.key as usize].push(i as u32);
-                    }
-                }
-            }
-            // Requests whose last token this step released finish: their
-            // blocks (with this step's crossings) come back. (Only through
-            // finishes is the finish order filled.)
-            while let Some(&Reverse((fin, i))) = scratch.finishing.peek() {
-                if fin != j {
-                    break;
-                }
-                scratch.finishing.pop();
-                scratch.finished.push(i);
-                let m = scratch.members[i as usize];
-                let d = m.decoded(j);
-                let held = m.held(d, bs64);
-                if let Kv::Prefix(p) = &mut self.kv {
-                    // Its blocks go back now, before the next step takes
-                    // any (shared ones stay with their other holders), in
-                    // the order the step-by-step path frees them.
-                    if m.counted {
-                        p.settle(m.slot, held, m.c + d as u32);
-                    }
-                    p.finish(m.slot);
-                    (free, used) = (p.free(), p.used());
-                } else {
-                    free += held;
-                    used -= held;
-                }
-                running -= 1;
-                if d > 0 {
-                    b -= 1;
-                    s_ctx -= u64::from(m.c) + d;
-                    scratch.crossings[m.key as usize] -= 1;
-                    if m.counted {
-                        scratch.counted[m.key as usize] -= 1;
-                    }
-                }
-                arrivals.finished(self.slots[m.slot as usize].req.id, end);
-                before = next_arrival(arrivals);
-            }
-            cross = fill;
+        let lim = Limits {
+            max_end,
+            prefix,
+            detailed,
+            bs: cap.block_size,
+            bs64: u64::from(cap.block_size),
+            total: i64::from(cap.num_blocks),
+            watermark: i64::from(cap.watermark_blocks),
+            budget,
+            max_seqs,
+            context,
+            worst_ns,
+        };
+        e.stretch.steps.clear();
+        let (free, used, clock) = (e.kv.free(), e.kv.used(), e.clock);
+        Pass {
+            e,
+            arrivals,
+            lim,
+            b0,
+            j: 0,
+            cross: 0,
+            fill: 0,
+            b: b0,
+            s_ctx,
+            free,
+            used,
+            taken: 0,
+            running: b0,
+            clock,
+            before,
         }
-        let n = scratch.steps.len() as u64;
+    }
+
+    /// Step 2, checked (`Engine::schedule_running`): every decoding member
+    /// computes one token on its KV, within the token budget, and the
+    /// blocks the step's crossings need are free. Returns the step's
+    /// decodes, or `None`: the stretch ends before step `j`.
+    #[inline(always)]
+    fn schedule_decodes(&mut self, j: u64) -> Option<Plan> {
+        let (b, lim) = (self.b, &self.lim);
+        if b == 0 || b > lim.budget {
+            return None;
+        }
+        self.j = j;
+        debug_assert_eq!(self.cross as u64, (j - 1) % lim.bs64);
+        self.fill = if self.cross + 1 == lim.bs as usize { 0 } else { self.cross + 1 };
+        let new = self.e.stretch.crossings[self.cross];
+        if new > self.free {
+            return None;
+        }
+        let shape = StepShape {
+            tokens: b,
+            sum_ctx: self.s_ctx + b,
+            // sum over requests of attention_pairs(1, c) = c + 1
+            attention_pairs: if lim.detailed { u128::from(self.s_ctx + b) } else { 0 },
+            sampled: if lim.detailed { b } else { 0 },
+            batch: b,
+        };
+        Some(Plan { new, shape, admitted: 0, prompts: 0, priced: None })
+    }
+
+    /// Step 1, checked (`Engine::join_arrivals`): the requests due by the
+    /// step's start, asked of the driver in arrival order, go to
+    /// `incoming`. False when one may not join inside a stretch: the
+    /// driver keeps it, or [`Engine::step`] would reject it (over the
+    /// context, or never fitting beside the watermark).
+    #[inline(always)]
+    fn due_arrivals(&mut self) -> bool {
+        let incoming = &mut self.e.stretch.incoming;
+        incoming.clear();
+        if self.clock < self.before {
+            return true;
+        }
+        loop {
+            let req = match self.arrivals.due(self.clock, incoming.len()) {
+                Due::Request(req) => req,
+                Due::None => return true,
+                Due::Refused => return false,
+            };
+            let (p, n) = (u64::from(req.prompt), u64::from(req.output));
+            let need = self.e.cfg.capacity.blocks_for(p) as i64;
+            if p + n > self.lim.context || self.lim.total - need < self.lim.watermark {
+                return false;
+            }
+            incoming.push(req);
+        }
+    }
+
+    /// Steps 3 and 4, checked (`Engine::admit_waiting`, then the cost):
+    /// the requests the admission can reach are admitted whole (none is a
+    /// prompt to chunk or to reject) and the step ends by `max_end`. False
+    /// ends the stretch before the step.
+    #[inline(always)]
+    fn plan_admission(&mut self, plan: &mut Plan) -> bool {
+        let queued = self.e.waiting.len() + self.e.stretch.incoming.len();
+        if !self.lim.prefix {
+            return self.plan_whole_prompts(plan, queued);
+        }
+        if queued > 0 {
+            return self.bound_joiners(plan, queued);
+        }
+        // No joiners: the step's cost, known now.
+        let (cost, end) = self.price(plan.shape);
+        if end > self.lim.max_end {
+            return false;
+        }
+        plan.priced = Some((cost, end));
+        true
+    }
+
+    /// [`Pass::plan_admission`] without prefix caching: the joiners are
+    /// known before the step is taken (no lookup), so they are counted
+    /// here, from the head of the queue, as [`Engine::step`] admits them,
+    /// and the step is priced.
+    #[inline(always)]
+    fn plan_whole_prompts(&mut self, plan: &mut Plan, queued: usize) -> bool {
+        let lim = self.lim;
+        let mut free_after = i64::from(self.free - plan.new);
+        while plan.admitted < queued {
+            let p = self.queued_prompt(plan.admitted);
+            let need = self.e.cfg.capacity.blocks_for(p) as i64;
+            let left = lim.budget - self.b - plan.prompts;
+            if lim.total - need < lim.watermark {
+                return false; // rejected at the head: a step of its own
+            }
+            if left == 0 || self.running + (plan.admitted as u64) >= lim.max_seqs || free_after - need < lim.watermark {
+                break;
+            }
+            if p > left {
+                return false; // a prompt to chunk
+            }
+            free_after -= need;
+            plan.prompts += p;
+            plan.shape.tokens += p;
+            plan.shape.sum_ctx += p;
+            if lim.detailed {
+                plan.shape.attention_pairs += super::arch::attention_pairs(p, 0);
+                plan.shape.sampled += 1;
+            }
+            plan.shape.batch += 1;
+            plan.admitted += 1;
+        }
+        let (cost, end) = self.price(plan.shape);
+        if end > lim.max_end {
+            return false;
+        }
+        plan.priced = Some((cost, end));
+        true
+    }
+
+    /// [`Pass::plan_admission`] with prefix caching and requests queued: a
+    /// joiner's lookup comes after this step's allocations (which may
+    /// evict what it would hit), so the step is taken before its joiners
+    /// are known. It is taken only if none of the requests the admission
+    /// can reach is a prompt to chunk or to reject, and if it ends by
+    /// `max_end` even with each of them admitted whole with no hit (a hit
+    /// only lowers every term of the step's cost).
+    #[inline(always)]
+    fn bound_joiners(&mut self, plan: &mut Plan, queued: usize) -> bool {
+        let lim = self.lim;
+        let reach = (queued as u64).min(lim.max_seqs.saturating_sub(self.running)) as usize;
+        let mut upper = plan.shape;
+        for q in 0..queued.min(reach + 1) {
+            let p = self.queued_prompt(q);
+            if lim.total - (self.e.cfg.capacity.blocks_for(p) as i64) < lim.watermark {
+                return false; // rejected at the head: a step of its own
+            }
+            if q == reach {
+                break;
+            }
+            upper.tokens += p;
+            if upper.tokens > lim.budget {
+                return false; // it could be a prompt to chunk
+            }
+            upper.sum_ctx += p;
+            if lim.detailed {
+                upper.attention_pairs += super::arch::attention_pairs(p, 0);
+                upper.sampled += 1;
+            }
+            upper.batch += 1;
+        }
+        // Far from `max_end`, a step with joiners is priced once they are
+        // known (`priced` stays None).
+        if reach == 0 || lim.worst_ns.is_none_or(|ns| self.clock.plus_nanos(ns) > lim.max_end) {
+            let (cost, end) = self.price(upper);
+            if end > lim.max_end {
+                return false;
+            }
+            if reach == 0 {
+                plan.priced = Some((cost, end));
+            }
+        }
+        true
+    }
+
+    /// Step 2, taken (`Engine::grow`, and rule 4's registration in
+    /// `Engine::add_to_batch`): the decoding members that cross into a new
+    /// block take one each; with prefix caching from the free queue,
+    /// evicting as a step does, touching only the members that cross or
+    /// fill a block in this step, and the blocks they fill are registered.
+    /// Returns the pool's evictions before the step.
+    #[inline(always)]
+    fn grow_decodes(&mut self, new: u32) -> u64 {
+        self.free -= new;
+        self.used += new;
+        let Kv::Prefix(p) = &mut self.e.kv else { return 0 };
+        let evicted = p.evictions();
+        let (j, cross, fill) = (self.j, self.cross, self.fill);
+        let scratch = &mut self.e.stretch;
+        // Requests with key r cross into a new block in steps
+        // j = r + 1 (mod bs), and fill their last one in steps j = r.
+        // Members decoding by count take and fill blocks as counts
+        // (which member takes which of the step's blocks changes
+        // nothing: the blocks taken and evicted are the same).
+        p.take_for_counted(scratch.counted[cross]);
+        p.fill_counted(scratch.counted[fill]);
+        let members = &scratch.members;
+        let group = &mut scratch.groups[cross];
+        // A request that finished in an earlier step is gone.
+        if !group.is_empty() {
+            group.retain(|&i| members[i as usize].fin >= j);
+            p.allocate_one_each(group.iter().map(|&i| members[i as usize].slot));
+        }
+        for &i in &scratch.groups[fill] {
+            let m = &members[i as usize];
+            if m.fin < j {
+                continue;
+            }
+            let seq = &mut self.e.slots[m.slot as usize];
+            let tokens = m.c + (j + 1 - m.first) as u32;
+            if u64::from(tokens) >= seq.register_at {
+                seq.register_at = p.register(m.slot, tokens);
+            }
+        }
+        evicted
+    }
+
+    /// Step 1, taken (`Engine::join_arrivals`): the due requests join the
+    /// waiting queue, a slot each and, with prefix caching, their content
+    /// (as [`Engine::submit_with_hashes`] and `Engine::enqueue` give it);
+    /// the driver hands them over and tells the next arrival.
+    #[inline(always)]
+    fn join_arrivals(&mut self) {
+        let e = &mut *self.e;
+        let scratch = &mut e.stretch;
+        if scratch.incoming.is_empty() {
+            return;
+        }
+        let step = (self.j - 1) as u32;
+        for (q, &req) in scratch.incoming.iter().enumerate() {
+            let seq = Seq::new(req, State::Waiting);
+            let slot = Engine::take_slot(&mut e.slots, &mut e.free_slots, seq);
+            if let Kv::Prefix(p) = &mut e.kv {
+                let own_tail = self.arrivals.move_content(q, &mut scratch.content);
+                let own = match own_tail {
+                    true => super::own_blocks(&req, scratch.content.len(), self.lim.bs),
+                    false => 0,
+                };
+                p.set_content_moved(slot, &mut scratch.content, own);
+            }
+            e.by_id.insert(req.id, slot);
+            e.last_arrival = req.arrival;
+            e.waiting.push_back(slot);
+            e.queued_blocks += e.cfg.capacity.blocks_for(u64::from(req.prompt));
+            let (id, arrival, prompt, output) = (req.id, req.arrival, req.prompt, req.output);
+            scratch.arrivals.push(Arrived { id, arrival, prompt, output, step });
+        }
+        self.arrivals.take(scratch.incoming.len());
+        self.before = next_arrival(self.arrivals);
+    }
+
+    /// Step 3, taken (`Engine::admit_waiting`): from the head of the
+    /// waiting queue, the requests that fit come in with blocks for their
+    /// whole prompt and compute it in this step; each becomes a member
+    /// decoding from the next step on.
+    #[inline(always)]
+    fn admit_waiting(&mut self, plan: &mut Plan) {
+        match self.lim.prefix {
+            true => self.admit_looked_up(plan),
+            false => self.admit_planned(plan.admitted),
+        }
+    }
+
+    /// [`Pass::admit_waiting`] without prefix caching: the first
+    /// `admitted`, as planned.
+    #[inline(always)]
+    fn admit_planned(&mut self, admitted: usize) {
+        let (j, lim) = (self.j, self.lim);
+        let e = &mut *self.e;
+        for _ in 0..admitted {
+            let Some(slot) = e.waiting.pop_front() else { break };
+            let seq = &mut e.slots[slot as usize];
+            let req = seq.req;
+            let need = e.cfg.capacity.blocks_for(u64::from(req.prompt)) as u32;
+            seq.state = State::Running;
+            seq.blocks = need;
+            e.queued_blocks -= u64::from(need);
+            self.free -= need;
+            self.used += need;
+            self.taken += need;
+            e.running.push(slot);
+            push_joiner(&mut e.stretch, j, &lim, slot, &req, need, None);
+        }
+    }
+
+    /// [`Pass::admit_waiting`] with prefix caching: as [`Engine::step`]
+    /// admits them, after this step's allocations and registrations and
+    /// the joiners' before: the lookup, the test counting the hit blocks
+    /// that leave the free queue, their blocks, their prompt's
+    /// registration. A joiner computes its prompt past its hit.
+    #[inline(always)]
+    fn admit_looked_up(&mut self, plan: &mut Plan) {
+        let (j, lim) = (self.j, self.lim);
+        let e = &mut *self.e;
+        let Kv::Prefix(p) = &mut e.kv else { return };
+        while let Some(&slot) = e.waiting.front() {
+            let req = e.slots[slot as usize].req;
+            let need = e.cfg.capacity.blocks_for(u64::from(req.prompt)) as u32;
+            let left = lim.budget - self.b - plan.prompts;
+            if left == 0 || self.running + (plan.admitted as u64) >= lim.max_seqs {
+                break;
+            }
+            let last = req.prompt + req.output - 1;
+            let Some(join) = p.join(slot, req.prompt, need, lim.watermark, last) else { break };
+            let c = join.hit_blocks * lim.bs;
+            let n = u64::from(req.prompt - c);
+            debug_assert!(n <= left, "a joiner's prompt past its hit must fit the budget");
+            let seq = &mut e.slots[slot as usize];
+            seq.register_at = join.register_at;
+            seq.state = State::Running;
+            seq.blocks = need;
+            e.waiting.pop_front();
+            e.queued_blocks -= u64::from(need);
+            e.running.push(slot);
+            plan.prompts += n;
+            plan.shape.tokens += n;
+            plan.shape.sum_ctx += u64::from(req.prompt);
+            if lim.detailed {
+                plan.shape.attention_pairs += super::arch::attention_pairs(n, u64::from(c));
+                plan.shape.sampled += 1;
+            }
+            plan.shape.batch += 1;
+            plan.admitted += 1;
+            push_joiner(&mut e.stretch, j, &lim, slot, &req, need, Some((c, join.counted)));
+        }
+    }
+
+    /// Steps 4 and 5 (`Engine::finish_step`): the step's duration (priced
+    /// now if its check only bounded it), its record, then at its end the
+    /// decoders' tokens, the joiners decoding from the next step on, and
+    /// the finished requests leaving with their blocks.
+    #[inline(always)]
+    fn finish_step(&mut self, plan: &Plan, evicted: u64) {
+        let (mut cached_blocks, mut evictions) = (0, 0);
+        if let Kv::Prefix(p) = &self.e.kv {
+            (self.free, self.used) = (p.free(), p.used());
+            cached_blocks = p.cached_blocks();
+            evictions = (p.evictions() - evicted) as u32;
+        }
+        let (cost, end) = match plan.priced {
+            Some(priced) => priced,
+            None => {
+                // With prefix caching and joiners: within the bound checked.
+                let (cost, end) = self.price(plan.shape);
+                debug_assert!(end <= self.lim.max_end, "a step with joiners past the bound on its cost");
+                (cost, end)
+            }
+        };
+        self.running += plan.admitted as u64;
+        let e = &mut *self.e;
+        e.stretch.steps.push(StepRecord {
+            index: e.steps + self.j - 1,
+            start: self.clock,
+            end,
+            batch_size: plan.shape.batch as u32,
+            tokens: plan.shape.tokens as u32,
+            prefill_tokens: plan.prompts as u32,
+            sum_ctx: plan.shape.sum_ctx,
+            kv_blocks_used: self.used,
+            running: self.running as u32,
+            waiting: e.waiting.len() as u32,
+            preempted: 0,
+            compute_s: cost.compute_s,
+            memory_s: cost.memory_s,
+            cached_blocks,
+            evictions,
+        });
+        self.clock = end;
+        self.start_joiners(plan.admitted);
+        self.finish_requests(end);
+        self.cross = self.fill;
+    }
+
+    /// Step 5, the tokens: the decoders' KV grew by one; the step's
+    /// `admitted` joiners decode from the next step on (unless this was
+    /// their last token).
+    #[inline(always)]
+    fn start_joiners(&mut self, admitted: usize) {
+        self.s_ctx += self.b;
+        let scratch = &mut self.e.stretch;
+        let first_joiner = scratch.members.len() - admitted;
+        for (i, m) in scratch.members.iter().enumerate().skip(first_joiner) {
+            if m.fin > self.j {
+                self.b += 1;
+                self.s_ctx += u64::from(m.c);
+                scratch.crossings[m.key as usize] += 1;
+                if m.counted {
+                    scratch.counted[m.key as usize] += 1;
+                } else if self.lim.prefix {
+                    scratch.groups[m.key as usize].push(i as u32);
+                }
+            }
+        }
+    }
+
+    /// Step 5, the finishes: requests whose last token this step released
+    /// finish; their blocks (with this step's crossings) come back, and
+    /// the driver is told each at once. (Only through finishes is the
+    /// finish order filled.)
+    #[inline(always)]
+    fn finish_requests(&mut self, end: SimTime) {
+        let (j, bs64) = (self.j, self.lim.bs64);
+        let e = &mut *self.e;
+        let scratch = &mut e.stretch;
+        while let Some(&Reverse((fin, i))) = scratch.finishing.peek() {
+            if fin != j {
+                break;
+            }
+            scratch.finishing.pop();
+            scratch.finished.push(i);
+            let m = scratch.members[i as usize];
+            let d = m.decoded(j);
+            let held = m.held(d, bs64);
+            if let Kv::Prefix(p) = &mut e.kv {
+                // Its blocks go back now, before the next step takes
+                // any (shared ones stay with their other holders), in
+                // the order the step-by-step path frees them.
+                if m.counted {
+                    p.settle(m.slot, held, m.c + d as u32);
+                }
+                p.finish(m.slot);
+                (self.free, self.used) = (p.free(), p.used());
+            } else {
+                self.free += held;
+                self.used -= held;
+            }
+            self.running -= 1;
+            if d > 0 {
+                self.b -= 1;
+                self.s_ctx -= u64::from(m.c) + d;
+                scratch.crossings[m.key as usize] -= 1;
+                if m.counted {
+                    scratch.counted[m.key as usize] -= 1;
+                }
+            }
+            self.arrivals.finished(e.slots[m.slot as usize].req.id, end);
+            self.before = next_arrival(self.arrivals);
+        }
+    }
+
+    /// After the last step (`Engine::step`'s end): every member is its
+    /// decode steps further, with the blocks it crossed into; the finished
+    /// leave; the engine's clock and step count move on and observers get
+    /// the stretch. Returns the steps taken (0: none, nothing changed).
+    #[inline(always)]
+    fn commit<O: super::Observer>(self, obs: &mut O) -> u64 {
+        let Pass { e, lim, b0, clock, mut taken, .. } = self;
+        let n = e.stretch.steps.len() as u64;
         if n == 0 {
             return 0;
         }
-        // Commit: every member is its decode steps further, with the
-        // blocks it crossed into.
+        let scratch = &mut e.stretch;
         for (i, m) in scratch.members.iter().enumerate() {
-            let s = &mut self.slots[m.slot as usize];
+            let s = &mut e.slots[m.slot as usize];
             let d = m.decoded(n);
             s.computed = m.c + d as u32;
             s.generated = m.g + d as u32;
-            let crossed = crossed(d, m.room, bs64) as u32;
+            let crossed = crossed(d, m.room, lim.bs64) as u32;
             s.blocks = m.blocks + crossed;
             taken += crossed;
             if m.counted
                 && m.fin > n
-                && let Kv::Prefix(p) = &mut self.kv
+                && let Kv::Prefix(p) = &mut e.kv
             {
                 // Its blocks and fills counted in the stretch go to its slot.
                 s.register_at = p.settle(m.slot, s.blocks, s.computed);
@@ -784,26 +990,26 @@ impl Engine {
             };
             scratch.spans.push((span as u32, m.fin <= n));
         }
-        if let Kv::Count(kv) = &mut self.kv {
+        if let Kv::Count(kv) = &mut e.kv {
             kv.take(taken);
         }
-        if !self.stretch.finished.is_empty() {
-            for f in 0..self.stretch.finished.len() {
-                let slot = self.stretch.members[self.stretch.finished[f] as usize].slot;
-                if prefix {
+        if !e.stretch.finished.is_empty() {
+            for f in 0..e.stretch.finished.len() {
+                let slot = e.stretch.members[e.stretch.finished[f] as usize].slot;
+                if lim.prefix {
                     // The pool took its blocks back in its last step.
-                    self.slots[slot as usize].blocks = 0;
-                    self.retire(slot);
+                    e.slots[slot as usize].blocks = 0;
+                    e.retire(slot);
                 } else {
-                    self.release(slot);
+                    e.release(slot);
                 }
             }
-            let slots = &self.slots;
-            self.running.retain(|&s| slots[s as usize].state == State::Running);
+            let slots = &e.slots;
+            e.running.retain(|&s| slots[s as usize].state == State::Running);
         }
-        self.steps += n;
-        self.clock = clock;
-        let st = &self.stretch;
+        e.steps += n;
+        e.clock = clock;
+        let st = &e.stretch;
         obs.decode_stretch(&Stretch {
             requests: &st.requests,
             steps: &st.steps,
@@ -811,7 +1017,53 @@ impl Engine {
             joins: &st.joins,
             arrivals: &st.arrivals,
         });
-        self.debug_check();
+        e.debug_check();
         n
     }
+
+    /// A step of shape `shape` starting now: its cost and its end, rounded
+    /// as [`Engine::step`] rounds them. (The shape is taken by value: the
+    /// cost model is handed the address of this copy, not of the caller's
+    /// [`Plan`], which then stays in registers.)
+    #[inline(always)]
+    fn price(&self, shape: StepShape) -> (StepCost, SimTime) {
+        let cost = self.e.cfg.cost.cost(&shape);
+        (cost, self.clock.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1)))
+    }
+
+    /// The prompt of the `q`-th request the step's admission would reach:
+    /// the waiting queue, then the due arrivals.
+    #[inline(always)]
+    fn queued_prompt(&self, q: usize) -> u64 {
+        let e = &*self.e;
+        u64::from(match e.waiting.get(q) {
+            Some(&slot) => e.slots[slot as usize].req.prompt,
+            None => e.stretch.incoming[q - e.waiting.len()].prompt,
+        })
+    }
+}
+
+/// A request admitted in step `j` becomes a member: it decodes from step
+/// `j + 1`, releases its last token at the end of step `j + N - 1`, and
+/// reaches observers as a [`Joined`]. `hit`, with prefix caching: the
+/// prompt tokens its lookup found cached, and whether it decodes by count.
+#[inline(always)]
+fn push_joiner(
+    scratch: &mut Scratch,
+    j: u64,
+    lim: &Limits,
+    slot: u32,
+    req: &Request,
+    need: u32,
+    hit: Option<(u32, bool)>,
+) {
+    let room = need * lim.bs - req.prompt;
+    let key = ((j + u64::from(room)) % lim.bs64) as u32;
+    let fin = j + u64::from(req.output) - 1;
+    let i = scratch.members.len() as u32;
+    let (c, blocks, counted) = (req.prompt, need, hit.is_some_and(|(_, counted)| counted));
+    scratch.members.push(Member { slot, first: j + 1, fin, c, g: 1, blocks, room, key, counted });
+    let (step, prefix_hit) = ((j - 1) as u32, hit.map(|(c, _)| c));
+    scratch.joins.push(Joined { id: req.id, prompt: req.prompt, step, prefix_hit });
+    scratch.finishing.push(Reverse((fin, i)));
 }

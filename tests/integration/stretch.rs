@@ -294,3 +294,49 @@ fn decode_stretches_with_prefix_caching_give_the_same_bytes_as_the_step_by_step_
     assert!(joins.looked_up == joins.joined, "a joiner without a lookup");
     assert!(joins.looked_up > 500 && joins.hit > 100, "too few prefix-cache joiners: {}", joins.looked_up);
 }
+
+#[test]
+fn a_stretch_through_finishes_gives_the_events_of_step_by_step_in_one_call() {
+    // `Engine::decode_stretch_through`, which no driver calls: eight
+    // requests of 100 prompt tokens and 100, 150, ..., 450 output tokens
+    // decode together after their prefill step. Through finishes, one call
+    // runs every step left: the longest releases tokens 2 to 450 in 449
+    // steps, and the others finish inside it, each told to the driver at
+    // its end, in the order the step-by-step path finishes them.
+    use llmsim::engine::{Engine, Request};
+    let text = "name: through
+hardware: {hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
+model:
+  context_length: 32768
+  weights: {parameters_billions: 7}
+  kv_cache: {bytes_per_token: 131072, block_size: 16, num_blocks: 20000}
+scheduler: {max_batch_tokens: 8192, max_num_sequences: 64}
+workload: {arrivals: {poisson: {rate: 1}}, requests: 8, prompt_tokens: 100, output_tokens: 100}
+";
+    let s = scenario(text);
+    let mut exact = Engine::new(s.engine_config());
+    for id in 0..8u64 {
+        let req = Request { id, arrival: SimTime::ZERO, prompt: 100, output: 100 + 50 * id as u32 };
+        exact.submit(req, &mut ()).unwrap();
+    }
+    let mut stretched = exact.clone();
+    let mut want = Events::default();
+    while exact.step(&mut want).is_some() {}
+    assert!(exact.is_idle());
+    let finishes: Vec<&String> = want.0.iter().filter(|e| e.starts_with("finished")).collect();
+    assert_eq!(finishes.len(), 8);
+
+    let mut got = Events::default();
+    assert!(stretched.step(&mut got).is_some(), "the prefill step");
+    let never = SimTime::from_nanos(u64::MAX);
+    let mut told = Vec::new();
+    let mut on_finish = |id: RequestId, at: SimTime| {
+        told.push(format!("finished {id} {at}"));
+        never
+    };
+    assert_eq!(stretched.decode_stretch_through(never, never, u64::MAX, &mut on_finish, &mut got), 449);
+    assert!(stretched.is_idle() && stretched.kv_blocks_used() == 0);
+    assert_eq!(stretched.clock(), exact.clock());
+    assert_eq!(told.iter().collect::<Vec<_>>(), finishes, "the finishes told to the driver");
+    assert!(got.0 == want.0, "the events differ from the step-by-step path's");
+}

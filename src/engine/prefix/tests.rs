@@ -444,3 +444,38 @@ fn a_request_leaving_after_a_preemption_frees_every_block_it_holds() {
     assert_eq!(evictions, [0, 0, 0, 0, 1, 2], "blocks 4, 5, 2, 3 hold nothing; 1 and 0 are orphans");
     p.check(|s| s == 1).unwrap();
 }
+
+/// The invariant check, split into parts (`prefix/check.rs`), still finds
+/// what each part looks at: a pool is broken in one place at a time and
+/// the check must name it (the messages are the check's own words).
+#[test]
+fn the_invariant_check_finds_a_break_in_each_of_its_parts() {
+    let healthy = || {
+        let mut p = pool(10);
+        admit(&mut p, 0, &[1, 2, 3], 13);
+        p.register(0, 12);
+        p
+    };
+    let broken = |f: &dyn Fn(&mut PrefixPool), live: &dyn Fn(u32) -> bool| {
+        let mut p = healthy();
+        f(&mut p);
+        p.check(live).expect_err("a broken pool passed the check")
+    };
+    healthy().check(|s| s == 0).unwrap();
+    // A slot: blocks held by a request that is not running (13 tokens in
+    // 4 blocks: the 3 of its hashes in its table, the 4th without a label).
+    let err = broken(&|_| {}, &|_| false);
+    assert!(err.contains("slot 0 holds 3 blocks but is not running"), "{err}");
+    // The references: one more than the tables hold.
+    let err = broken(&|p| p.blocks[p.slots[0].table[0] as usize].refs += 1, &|s| s == 0);
+    assert!(err.contains("counts 2 references but 1 tables hold it"), "{err}");
+    // The counts: a block listed free that the pool does not count.
+    let err = broken(&|p| p.listed += 1, &|s| s == 0);
+    assert!(err.contains("blocks listed free"), "{err}");
+    // The hash lists: a hash whose block holds another.
+    let err = broken(&|p| p.blocks[p.slots[0].table[1] as usize].hash = 99, &|s| s == 0);
+    assert!(err.contains("does not hold"), "{err}");
+    // The cached count.
+    let err = broken(&|p| p.cached += 1, &|s| s == 0);
+    assert!(err.contains("blocks hold a hash, 3 are listed, 4 counted"), "{err}");
+}
