@@ -18,7 +18,7 @@ use super::errors::ApiError;
 use super::models::{EngineKind, FixedTiming, ModelsFile, ServedModel};
 use super::protocol::{Command, Schedule, Sinks, lock};
 use super::record::{self, Recorder};
-use super::telemetry::{Gauges, ModelTelemetry};
+use super::telemetry::{Admission, Gauges, ModelTelemetry};
 use super::{conn, faults, fixed, prefix, tokenize};
 use crate::cluster::router::RouterState;
 use crate::config::Router;
@@ -57,6 +57,9 @@ pub struct ModelHandle {
     pub faults_seen: [AtomicU64; 7],
     /// `--record`'s fault file, when the model injects faults.
     pub fault_log: Option<Mutex<faults::FaultLog>>,
+    /// vLLM's admission limits and the counts the engine task publishes
+    /// for them (never refuses without limits, or for a `fixed` model).
+    pub admission: Arc<Admission>,
 }
 
 impl ModelHandle {
@@ -176,6 +179,7 @@ impl App {
                     recorder: recorder.clone(),
                 })
                 .collect();
+            let admission = Arc::new(Admission::new(spec.queue.max_num_queued_reqs, spec.queue.max_num_queued_tokens));
             let backend = match &spec.engine {
                 EngineKind::Fixed(t) => {
                     let (tx, rx) = mpsc::unbounded_channel();
@@ -192,7 +196,8 @@ impl App {
                         }
                         None => RouterState::new(Router::RoundRobin, DEFAULT_OVERLAP_WEIGHT, s.seed),
                     };
-                    let task = EngineTask::fleet(engines.collect(), router, rx, clock).with_queue_limits(spec.queue);
+                    let task =
+                        EngineTask::fleet(engines.collect(), router, rx, clock).with_admission(admission.clone());
                     drivers.push(Driver::new(&spec.name, task.run()));
                     Backend::Scheduler { commands: tx }
                 }
@@ -216,6 +221,7 @@ impl App {
                 arrivals: AtomicU64::new(0),
                 faults_seen: Default::default(),
                 fault_log,
+                admission,
             });
         }
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
