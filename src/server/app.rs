@@ -142,6 +142,18 @@ pub struct App {
     pub next_response: AtomicU64,
     /// Connection limits and what they turned away.
     pub limits: Arc<conn::Limits>,
+    /// Answers planned at once on the blocking pool (one fewer than the
+    /// machine's cores, at least one): planning is CPU work linear in the
+    /// planned tokens, and 30 of them at once on 2 cores starved the
+    /// runtime's workers, so `/health` took up to 360 ms. Waiters queue
+    /// in arrival order without holding a thread.
+    pub planning: tokio::sync::Semaphore,
+}
+
+/// How many answers may be planned at once: all cores but one (which the
+/// runtime's workers and the engine tasks keep), at least one.
+fn planning_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)).max(1)
 }
 
 impl App {
@@ -234,6 +246,7 @@ impl App {
             http_errors: Mutex::new(BTreeMap::new()),
             next_response: AtomicU64::new(0),
             limits: Arc::new(conn::Limits::new(options.max_connections, options.header_timeout, options.body_timeout)),
+            planning: tokio::sync::Semaphore::new(planning_slots()),
             options,
         });
         Ok((app, drivers))

@@ -391,10 +391,14 @@ async fn handle(
         // Stop strings and long answers (`ignore_eos`, `min_tokens`) cost
         // time linear in their size: plan on the blocking pool, so
         // `/health` and other requests never wait behind them.
+        // At most `App::planning` at once: the cores left over answer
+        // `/health` and stream tokens.
+        let permit = app.planning.acquire().await.map_err(|e| ApiError::internal(format!("planning closed: {e}")))?;
         let app2 = Arc::clone(app);
-        tokio::task::spawn_blocking(move || plan_reply(&app2, index, api, &parsed, &mode, options, created))
-            .await
-            .map_err(|e| ApiError::internal(format!("planning the answer failed: {e}")))??
+        let planned =
+            tokio::task::spawn_blocking(move || plan_reply(&app2, index, api, &parsed, &mode, options, created)).await;
+        drop(permit);
+        planned.map_err(|e| ApiError::internal(format!("planning the answer failed: {e}")))??
     } else {
         plan_reply(app, index, api, &parsed, &mode, options, created)?
     };
