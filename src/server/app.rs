@@ -18,7 +18,7 @@ use super::errors::ApiError;
 use super::models::{EngineKind, FixedTiming, ModelsFile, ServedModel};
 use super::protocol::{Command, Schedule, Sinks, lock};
 use super::record::{self, Recorder};
-use super::telemetry::{Gauges, ModelTelemetry};
+use super::telemetry::{Admission, Gauges, ModelTelemetry};
 use super::{conn, faults, fixed, prefix, tokenize};
 use crate::cluster::router::RouterState;
 use crate::config::Router;
@@ -57,6 +57,9 @@ pub struct ModelHandle {
     pub faults_seen: [AtomicU64; 7],
     /// `--record`'s fault file, when the model injects faults.
     pub fault_log: Option<Mutex<faults::FaultLog>>,
+    /// vLLM's admission limits and the counts the engine task publishes
+    /// for them (never refuses without limits, or for a `fixed` model).
+    pub admission: Arc<Admission>,
 }
 
 impl ModelHandle {
@@ -139,6 +142,18 @@ pub struct App {
     pub next_response: AtomicU64,
     /// Connection limits and what they turned away.
     pub limits: Arc<conn::Limits>,
+    /// Answers planned at once on the blocking pool (one fewer than the
+    /// machine's cores, at least one): planning is CPU work linear in the
+    /// planned tokens, and 30 of them at once on 2 cores starved the
+    /// runtime's workers, so `/health` took up to 360 ms. Waiters queue
+    /// in arrival order without holding a thread.
+    pub planning: tokio::sync::Semaphore,
+}
+
+/// How many answers may be planned at once: all cores but one (which the
+/// runtime's workers and the engine tasks keep), at least one.
+fn planning_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1)).max(1)
 }
 
 impl App {
@@ -176,6 +191,7 @@ impl App {
                     recorder: recorder.clone(),
                 })
                 .collect();
+            let admission = Arc::new(Admission::new(spec.queue.max_num_queued_reqs, spec.queue.max_num_queued_tokens));
             let backend = match &spec.engine {
                 EngineKind::Fixed(t) => {
                     let (tx, rx) = mpsc::unbounded_channel();
@@ -192,7 +208,8 @@ impl App {
                         }
                         None => RouterState::new(Router::RoundRobin, DEFAULT_OVERLAP_WEIGHT, s.seed),
                     };
-                    let task = EngineTask::fleet(engines.collect(), router, rx, clock).with_queue_limits(spec.queue);
+                    let task =
+                        EngineTask::fleet(engines.collect(), router, rx, clock).with_admission(admission.clone());
                     drivers.push(Driver::new(&spec.name, task.run()));
                     Backend::Scheduler { commands: tx }
                 }
@@ -216,6 +233,7 @@ impl App {
                 arrivals: AtomicU64::new(0),
                 faults_seen: Default::default(),
                 fault_log,
+                admission,
             });
         }
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -228,6 +246,7 @@ impl App {
             http_errors: Mutex::new(BTreeMap::new()),
             next_response: AtomicU64::new(0),
             limits: Arc::new(conn::Limits::new(options.max_connections, options.header_timeout, options.body_timeout)),
+            planning: tokio::sync::Semaphore::new(planning_slots()),
             options,
         });
         Ok((app, drivers))

@@ -13,7 +13,7 @@ use super::feed::{Accepted, FeedEvent};
 use super::models::EngineKind;
 use super::openai::Reply;
 use super::protocol::lock;
-use super::telemetry::{Observed, Story};
+use super::telemetry::{Busy, Observed, Story};
 use crate::engine::RejectReason;
 use crate::time::SimTime;
 
@@ -67,9 +67,16 @@ impl Ctx {
     }
 }
 
-/// The message of vLLM's 503 for a request over `max_num_queued_reqs` or
-/// `max_num_queued_tokens`.
-pub const BUSY: &str = "The engine is currently busy";
+/// vLLM 0.33's 503 for a request over `max_num_queued_reqs` or
+/// `max_num_queued_tokens`: a `GracefulHTTPError`, whose `type` is the HTTP
+/// status phrase and whose `param` is null; no Retry-After header.
+pub fn busy_error(busy: Busy) -> ApiError {
+    ApiError {
+        message: busy.message().to_string(),
+        kind: Some("Service Unavailable"),
+        ..ApiError::http(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+    }
+}
 
 /// The error for a request the engine turned away (or a server going down).
 pub fn feed_error(model: &ModelHandle, prompt: u32, output: u32, ev: &FeedEvent) -> ApiError {
@@ -78,12 +85,7 @@ pub fn feed_error(model: &ModelHandle, prompt: u32, output: u32, ev: &FeedEvent)
             let cap = &s.engine.capacity;
             ApiError::never_fits(prompt, cap.num_blocks, cap.block_size, cap.watermark_blocks)
         }
-        // vLLM's `check_admission` refusal: 503, no Retry-After.
-        (FeedEvent::Busy(_), _) => ApiError {
-            message: BUSY.to_string(),
-            kind: Some("ServiceUnavailableError"),
-            ..ApiError::http(axum::http::StatusCode::SERVICE_UNAVAILABLE)
-        },
+        (FeedEvent::Busy(busy), _) => busy_error(*busy),
         (FeedEvent::Rejected(RejectReason::ContextLength), _) => {
             ApiError::max_tokens_too_large(model.spec.context_length, prompt, &output.to_string())
         }

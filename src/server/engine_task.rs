@@ -38,25 +38,29 @@
 //! (a map entry per distinct key for the server's lifetime).
 //!
 //! Admission (vLLM's `--max-num-queued-reqs`, `--max-num-queued-tokens`,
-//! the models file's keys of the same names): vLLM checks a request before
-//! it enters the engine (`AsyncLLM.check_admission`), once per prompt with
-//! the prompt's `n`. It is refused (503) when the requests in flight
-//! (waiting or running, every choice counted) plus its `n` would pass
-//! `max_num_queued_reqs`, else when the prompt tokens of the requests still
-//! in prefill (no token handed out yet; the whole prompt, however much of it
-//! is computed or cached) already add up to `max_num_queued_tokens`. The
-//! counts are the model's, over all its replicas, as vLLM's are the API
-//! server's over all its data-parallel ranks. A refused request takes no
-//! engine id and never reaches the record file.
+//! the models file's keys of the same names; vLLM 0.33.0's
+//! `AsyncLLM.check_admission`): vLLM checks twice, in its serving layer
+//! before it renders the prompt (`_preflight(request.n or 1)`, done by the
+//! handler on the counts this task publishes in its [`Admission`]) and as a
+//! request enters the engine, once per prompt with the prompt's `n` (done
+//! here, on the exact counts). A request is refused (503) when the
+//! sequences in flight (waiting or running, every choice counted) plus its
+//! `n` would pass `max_num_queued_reqs`, else when the prompt tokens of the
+//! sequences still in prefill (no token handed out yet; the whole prompt,
+//! however much of it is computed or cached; each choice its own prompt)
+//! already add up to `max_num_queued_tokens`. The counts are the model's,
+//! over all its replicas, as vLLM's are the API server's over all its
+//! data-parallel ranks. A refused request takes no engine id and never
+//! reaches the record file.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::clock::Clock;
-use super::models::QueueLimits;
 use super::protocol::{Command, Event, Sinks, Submit, lock};
-use super::telemetry::{Busy, Finish, Story};
+use super::telemetry::{Admission, Finish, Story};
 use crate::cluster::router::{Arrival, Load, RouterState};
 use crate::config::Router;
 use crate::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
@@ -205,8 +209,9 @@ pub struct EngineTask {
     /// come after it.
     last_step_start: Option<SimTime>,
     in_step: Vec<RequestId>,
-    /// vLLM's admission limits (none by default).
-    queue: QueueLimits,
+    /// vLLM's admission limits (none by default), and the counts they
+    /// bound, published for the handlers' preflight check.
+    admission: Arc<Admission>,
     /// Prompt tokens of the live requests no token of which has been
     /// handed out (what `max_num_queued_tokens` bounds).
     prefill_tokens: u64,
@@ -237,28 +242,21 @@ impl EngineTask {
             last_arrival: SimTime::ZERO,
             last_step_start: None,
             in_step: Vec::new(),
-            queue: QueueLimits::default(),
+            admission: Arc::default(),
             prefill_tokens: 0,
         }
     }
 
     /// Turns requests away as vLLM's `--max-num-queued-reqs` and
     /// `--max-num-queued-tokens` do (see the module docs).
-    pub fn with_queue_limits(mut self, queue: QueueLimits) -> EngineTask {
-        self.queue = queue;
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> EngineTask {
+        self.admission = admission;
         self
     }
 
-    /// Which limit, if any, refuses a prompt of `n` sequences now.
-    fn admission(&self, n: u32) -> Option<Busy> {
-        let in_flight = self.live.len() as u64;
-        if self.queue.max_num_queued_reqs.is_some_and(|max| in_flight + u64::from(n) > max) {
-            return Some(Busy::Requests);
-        }
-        if self.queue.max_num_queued_tokens.is_some_and(|max| self.prefill_tokens >= max) {
-            return Some(Busy::Tokens);
-        }
-        None
+    /// Tells the handlers' preflight check the current counts.
+    fn publish(&self) {
+        self.admission.publish(self.live.len() as u64, self.prefill_tokens);
     }
 
     /// Takes a request that ends out of the prefill count.
@@ -412,13 +410,14 @@ impl EngineTask {
             Command::Submit(s) => self.submit(s),
             Command::Abort { ticket } => self.abort(ticket),
         }
+        self.publish();
     }
 
     fn submit(&mut self, Submit { ticket, req: s, events }: Submit) {
         // The first choice of each prompt carries its `n` (the others 0):
         // vLLM checks once per prompt, counting `n` sequences.
         if s.n > 0
-            && let Some(busy) = self.admission(s.n)
+            && let Some(busy) = self.admission.refuses(i64::from(s.n), self.live.len() as u64, self.prefill_tokens)
         {
             lock(&self.replicas[0].sinks.stats).admission_rejected(busy);
             let _ = events.send(Event::Busy(busy));
@@ -557,6 +556,7 @@ impl EngineTask {
         for (l, reason) in rejected {
             self.end_rejected(l, reason);
         }
+        self.publish();
     }
 
     fn end_rejected(&mut self, mut live: Live, reason: RejectReason) {

@@ -118,9 +118,15 @@ pub struct ServedModel {
     pub queue: QueueLimits,
 }
 
+/// What `max_num_queued_reqs` and `max_num_queued_tokens` may be: vLLM
+/// allows any whole number from 0 (`Field(ge=0)`); the top is llmsim's
+/// token-count bound.
+const QUEUE_LIMIT: limits::Range = limits::Range::whole(0, u32::MAX as u64);
+
 /// vLLM's admission control (`--max-num-queued-reqs`,
-/// `--max-num-queued-tokens`), checked by the engine task when a request
-/// arrives (`server::engine_task`).
+/// `--max-num-queued-tokens`), checked by the request handler before it
+/// reads the prompt and by the engine task when a request arrives
+/// (`server::engine_task`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueLimits {
     pub max_num_queued_reqs: Option<u64>,
@@ -242,7 +248,9 @@ fn served(raw: RawServedModel, file: &Path, at: &str) -> Result<ServedModel, Con
     )
     .map_err(|(key, msg)| ConfigError::new(file, format!("{at}.{key}"), msg))?;
     let ck = Check { file };
-    let limit = |key: &str, v: Option<i64>| v.map(|v| ck.whole(&format!("{at}.{key}"), v, &limits::TOKENS)).transpose();
+    // vLLM's SchedulerConfig has both `ge=0`: 0 is allowed (and refuses
+    // every request).
+    let limit = |key: &str, v: Option<i64>| v.map(|v| ck.whole(&format!("{at}.{key}"), v, &QUEUE_LIMIT)).transpose();
     let queue = QueueLimits {
         max_num_queued_reqs: limit("max_num_queued_reqs", raw.max_num_queued_reqs)?,
         max_num_queued_tokens: limit("max_num_queued_tokens", raw.max_num_queued_tokens)?,

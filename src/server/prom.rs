@@ -186,14 +186,16 @@ fn counters(out: &mut String, snaps: &[Snapshot]) {
     }
 }
 
-/// `vllm:admission_rejections_total{model_name,reason}`: requests refused
-/// with 503 by `max_num_queued_reqs` / `max_num_queued_tokens`, one per
-/// request whatever its `n`. vLLM counts them in the API server, before
-/// any engine, so the family has no `engine` label: one series a model
-/// and reason (the counts live on replica 0's telemetry).
+/// `vllm:admission_rejections_total{model_name,reason}`: admission checks
+/// refused with 503 by `max_num_queued_reqs` / `max_num_queued_tokens`,
+/// one per refusal whatever the request's `n` (vLLM 0.33.0's
+/// `vllm/v1/metrics/loggers.py`: name, help text, labels, and both
+/// reasons' series made up front). vLLM counts them in the API server,
+/// before any engine, so the family has no `engine` label: one series a
+/// model and reason (the counts live on replica 0's telemetry).
 fn admission(out: &mut String, snaps: &[Snapshot]) {
     let name = "vllm:admission_rejections_total";
-    head(out, name, "counter", "Number of requests rejected by admission control, by reason.");
+    head(out, name, "counter", "Number of admission attempts rejected by a queue limit, by reason.");
     for s in snaps.iter().filter(|s| s.replica == 0) {
         for busy in Busy::ALL {
             let l = sorted(vec![("model_name", escape(&s.model.spec.name)), ("reason", busy.reason().to_string())]);

@@ -19,7 +19,7 @@ use axum::routing::{get, post};
 
 use super::answer::Head;
 use super::app::{App, ModelHandle};
-use super::context::{Ctx, explain, feed_error};
+use super::context::{Ctx, busy_error, explain, feed_error};
 use super::errors::ApiError;
 use super::faults::Kind;
 use super::feed::{Feed, FeedEvent};
@@ -359,6 +359,14 @@ async fn handle(
         parsed.chat = ChatInput::from_body(&body);
     }
     let model = app.model(parsed.model.as_deref())?;
+    // vLLM's `_preflight(request.n or 1)`: after the body's validation and
+    // the model check, before the prompt is rendered (so before any
+    // context, tool or vocabulary error); several prompts count `n` here.
+    let n = if parsed.fields.n == 0 { 1 } else { parsed.fields.n };
+    if let Some(busy) = model.admission.preflight(n) {
+        lock(&model.replicas[0].stats).admission_rejected(busy);
+        return Err(busy_error(busy));
+    }
     // vLLM's refusals of a `tool_choice` the model's flags do not allow.
     let mode = tools::mode(&model.spec.tools, parsed.tools.as_ref())?;
     if matches!(parsed.prompts.first(), Some(PromptIn::Chat(m)) if m.is_empty()) {
@@ -383,10 +391,14 @@ async fn handle(
         // Stop strings and long answers (`ignore_eos`, `min_tokens`) cost
         // time linear in their size: plan on the blocking pool, so
         // `/health` and other requests never wait behind them.
+        // At most `App::planning` at once: the cores left over answer
+        // `/health` and stream tokens.
+        let permit = app.planning.acquire().await.map_err(|e| ApiError::internal(format!("planning closed: {e}")))?;
         let app2 = Arc::clone(app);
-        tokio::task::spawn_blocking(move || plan_reply(&app2, index, api, &parsed, &mode, options, created))
-            .await
-            .map_err(|e| ApiError::internal(format!("planning the answer failed: {e}")))??
+        let planned =
+            tokio::task::spawn_blocking(move || plan_reply(&app2, index, api, &parsed, &mode, options, created)).await;
+        drop(permit);
+        planned.map_err(|e| ApiError::internal(format!("planning the answer failed: {e}")))??
     } else {
         plan_reply(app, index, api, &parsed, &mode, options, created)?
     };
@@ -422,9 +434,18 @@ async fn handle(
             }),
             session,
         };
-        let (feed, acc) = Feed::start(model, app.clock, req)
-            .await
-            .map_err(|ev| feed_error(model, c.prompt_tokens, c.plan.output, &ev))?;
+        let (feed, acc) = match Feed::start(model, app.clock, req).await {
+            Ok(started) => started,
+            // Refused by `check_admission` as the engine takes it (the
+            // preflight passed on older counts): vLLM has answered a stream
+            // 200 by then, and sends the 503's body as its one event.
+            Err(ev @ FeedEvent::Busy(_)) if reply.options.stream => {
+                let err = feed_error(model, c.prompt_tokens, c.plan.output, &ev);
+                app.count_error(err.status.as_u16());
+                return Ok(sse::error_response(&err));
+            }
+            Err(ev) => return Err(feed_error(model, c.prompt_tokens, c.plan.output, &ev)),
+        };
         feeds.push(feed);
         accepted.push(acc);
     }

@@ -124,6 +124,71 @@ impl Busy {
             Busy::Tokens => "max_num_queued_tokens",
         }
     }
+
+    /// The 503's message: vLLM 0.33's `QueueOverflowError` and
+    /// `MaxQueuedTokensError` (`vllm/exceptions.py`), word for word.
+    pub fn message(self) -> &'static str {
+        match self {
+            Busy::Requests => {
+                "The engine is currently busy and cannot accept new requests. Please try again later or on a \
+                 different instance."
+            }
+            Busy::Tokens => {
+                "The engine has reached its prefill token backlog limit. Please try again later or on a \
+                 different instance."
+            }
+        }
+    }
+}
+
+/// A model's admission state, shared by its engine task (which keeps the
+/// counts) and its request handlers (which check them before planning an
+/// answer, as vLLM's serving layer calls `check_admission` before it
+/// renders the prompt). Without limits nothing is ever refused.
+#[derive(Debug, Default)]
+pub struct Admission {
+    /// `max_num_queued_reqs`.
+    pub max_reqs: Option<u64>,
+    /// `max_num_queued_tokens`.
+    pub max_tokens: Option<u64>,
+    /// Sequences in the engine and not ended (waiting or running).
+    unfinished: AtomicU64,
+    /// Prompt tokens of those no token of which has been handed out.
+    prefilling: AtomicU64,
+}
+
+impl Admission {
+    pub fn new(max_reqs: Option<u64>, max_tokens: Option<u64>) -> Admission {
+        Admission { max_reqs, max_tokens, ..Admission::default() }
+    }
+
+    /// vLLM's `check_admission`: the limit, if any, that refuses a request
+    /// of `n` sequences when `unfinished` sequences are in flight and
+    /// `prefilling` prompt tokens are still in prefill. Requests first
+    /// (`unfinished + n > max`), then tokens (`prefilling >= max`: the new
+    /// prompt's own tokens are not added).
+    /// `n` is as sent (the preflight runs before `n` is checked, so vLLM
+    /// compares a negative one as it is).
+    pub fn refuses(&self, n: i64, unfinished: u64, prefilling: u64) -> Option<Busy> {
+        if self.max_reqs.is_some_and(|max| i128::from(unfinished) + i128::from(n) > i128::from(max)) {
+            return Some(Busy::Requests);
+        }
+        if self.max_tokens.is_some_and(|max| prefilling >= max) {
+            return Some(Busy::Tokens);
+        }
+        None
+    }
+
+    /// [`Admission::refuses`] on the counts the engine task last published.
+    pub fn preflight(&self, n: i64) -> Option<Busy> {
+        self.refuses(n, self.unfinished.load(Ordering::Acquire), self.prefilling.load(Ordering::Acquire))
+    }
+
+    /// The engine task publishes its counts after each change.
+    pub fn publish(&self, unfinished: u64, prefilling: u64) {
+        self.unfinished.store(unfinished, Ordering::Release);
+        self.prefilling.store(prefilling, Ordering::Release);
+    }
 }
 
 /// The Prometheus side: counters and histograms since the server started.

@@ -11,7 +11,6 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use super::*;
 use crate::cluster::router::RouterState;
 use crate::engine::EngineConfig;
-use crate::server::models::QueueLimits;
 use crate::server::protocol::FeedRequest;
 use crate::server::telemetry::Busy;
 use crate::server::telemetry::{Gauges, ModelTelemetry};
@@ -357,8 +356,8 @@ async fn queued_tokens_count_whole_prompts_until_the_first_token_and_aborts_give
         recorder: None,
     };
     let (tx, rx) = mpsc::unbounded_channel();
-    let limits = QueueLimits { max_num_queued_reqs: None, max_num_queued_tokens: Some(100) };
-    tokio::spawn(EngineTask::new(Engine::new(base_config()), rx, clock, sinks.clone()).with_queue_limits(limits).run());
+    let limits = Arc::new(Admission::new(None, Some(100)));
+    tokio::spawn(EngineTask::new(Engine::new(base_config()), rx, clock, sinks.clone()).with_admission(limits).run());
     let mut h = Harness { commands: tx, clock, sinks, next_ticket: 0 };
     // 60 in prefill, then 120: the third sees 120 >= 100 and is refused
     // (its own 10 tokens are not added: 60 + 10 < 100 would not matter).
@@ -389,8 +388,8 @@ async fn queued_requests_count_every_choice_and_a_refused_request_takes_no_engin
         recorder: None,
     };
     let (tx, rx) = mpsc::unbounded_channel();
-    let limits = QueueLimits { max_num_queued_reqs: Some(3), max_num_queued_tokens: None };
-    tokio::spawn(EngineTask::new(Engine::new(base_config()), rx, clock, sinks.clone()).with_queue_limits(limits).run());
+    let limits = Arc::new(Admission::new(Some(3), None));
+    tokio::spawn(EngineTask::new(Engine::new(base_config()), rx, clock, sinks.clone()).with_admission(limits).run());
     let send = |tx: &UnboundedSender<Command>, ticket: u64, n: u32| {
         let (etx, erx) = mpsc::unbounded_channel();
         let req = FeedRequest { n, ..request(clock.now(), 20, 50) };

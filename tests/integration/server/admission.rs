@@ -1,7 +1,11 @@
 //! vLLM 0.33's admission limits (`--max-num-queued-reqs`,
-//! `--max-num-queued-tokens`, the models file's keys of the same names):
-//! a full server answers 503 "The engine is currently busy" without
-//! Retry-After and counts the refusal in `vllm:admission_rejections_total`.
+//! `--max-num-queued-tokens`, the models file's keys of the same names),
+//! as the 0.33.0 wheel has them (`AsyncLLM.check_admission`,
+//! `QueueOverflowError` / `MaxQueuedTokensError`, `create_error_response`):
+//! a full server answers 503 with one message per limit, `type` "Service
+//! Unavailable", no Retry-After, counts the refusal in
+//! `vllm:admission_rejections_total`, and checks before it reads the prompt
+//! (so a full server answers 503 to a request it would refuse with 400).
 //! Before these keys, llmsim had no bound and answered 200 to every request.
 
 use std::io::Read;
@@ -58,12 +62,20 @@ fn read_frames(s: &mut TcpStream, count: usize) {
     }
 }
 
-fn assert_busy(r: &Resp) {
+/// vLLM 0.33.0's `QueueOverflowError` (vllm/exceptions.py).
+const QUEUE_FULL: &str =
+    "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance.";
+/// vLLM 0.33.0's `MaxQueuedTokensError`.
+const BACKLOG_FULL: &str =
+    "The engine has reached its prefill token backlog limit. Please try again later or on a different instance.";
+
+/// vLLM's envelope for a `GracefulHTTPError`: `type` is the status phrase,
+/// `param` null, and no Retry-After anywhere.
+fn assert_busy(r: &Resp, message: &str) {
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(
         r.json(),
-        serde_json::json!({"error": {"message": "The engine is currently busy", "type": "ServiceUnavailableError",
-            "param": null, "code": 503}})
+        serde_json::json!({"error": {"message": message, "type": "Service Unavailable", "param": null, "code": 503}})
     );
     assert_eq!(r.header("retry-after"), None, "vLLM sends no Retry-After");
 }
@@ -80,12 +92,12 @@ fn past_max_num_queued_reqs_a_request_gets_vllms_503_and_is_counted_once_whateve
     let (_a, head) = open_stream(&server, 2);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     // 2 + 2 > 3: refused, and counted once although it asked for two.
-    assert_busy(&server.chat("one", LONG, r#""n":2"#));
+    assert_busy(&server.chat("one", LONG, r#""n":2"#), QUEUE_FULL);
     // 2 + 1 = 3 is allowed (vLLM refuses only past the bound).
     let (_b, head) = open_stream(&server, 1);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     // 3 + 1 > 3.
-    assert_busy(&server.chat("one", LONG, ""));
+    assert_busy(&server.chat("one", LONG, ""), QUEUE_FULL);
     assert_eq!(rejections(&server, "max_num_queued_reqs"), Some(2.0));
     assert_eq!(rejections(&server, "max_num_queued_tokens"), Some(0.0));
     // Refused requests never reached the engine: 3 sequences in it, 1 running.
@@ -113,7 +125,7 @@ fn max_num_queued_tokens_counts_the_prompts_still_in_prefill_and_refuses_once_th
     let (_b, head) = open_stream(&server, 1);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     // 10 >= 10: refused, however short the new prompt.
-    assert_busy(&server.chat("one", "x", r#""max_tokens":1"#));
+    assert_busy(&server.chat("one", "x", r#""max_tokens":1"#), BACKLOG_FULL);
     assert_eq!(rejections(&server, "max_num_queued_tokens"), Some(1.0));
     assert_eq!(rejections(&server, "max_num_queued_reqs"), Some(0.0));
 }
@@ -122,7 +134,7 @@ fn max_num_queued_tokens_counts_the_prompts_still_in_prefill_and_refuses_once_th
 fn the_limits_are_checked_in_the_models_file() {
     let dir = crate::support::tempdir();
     for (limits, want) in [
-        ("max_num_queued_reqs: 0", "models[0].max_num_queued_reqs: 0 is not allowed"),
+        ("max_num_queued_reqs: -1", "models[0].max_num_queued_reqs: -1 is not allowed"),
         ("max_num_queued_tokens: -5", "models[0].max_num_queued_tokens: -5 is not allowed"),
         ("max_num_queued_reqs: 2.5", "models[0].max_num_queued_reqs"),
     ] {
@@ -135,4 +147,65 @@ fn the_limits_are_checked_in_the_models_file() {
     let path = crate::support::write(dir.path(), "models.yml", fixed);
     let out = crate::support::TestCommand::new(&["serve", "--port", "0", "--models"]).arg(&path).fails_with(2);
     assert!(out.stderr().contains("models[0].max_num_queued_reqs: not used by the fixed engine"), "{}", out.stderr());
+}
+
+#[test]
+fn a_limit_of_zero_refuses_every_request_each_with_its_own_message() {
+    // vLLM's SchedulerConfig has both keys `ge=0`: 0 is allowed. With no
+    // request in flight, 0 + 1 > 0 refuses by requests; 0 >= 0 by tokens.
+    let server = Server::start_with(&models("max_num_queued_reqs: 0"), &[]);
+    assert_busy(&server.chat("one", "hello", ""), QUEUE_FULL);
+    assert_eq!(rejections(&server, "max_num_queued_reqs"), Some(1.0));
+    let server = Server::start_with(&models("max_num_queued_tokens: 0"), &[]);
+    assert_busy(&server.chat("one", "hello", ""), BACKLOG_FULL);
+    assert_eq!(rejections(&server, "max_num_queued_tokens"), Some(1.0));
+    assert_eq!(rejections(&server, "max_num_queued_reqs"), Some(0.0));
+}
+
+#[test]
+fn a_full_server_refuses_before_it_reads_the_prompt_but_after_the_body_and_the_model() {
+    // vLLM's serving layer calls `_preflight(request.n or 1)` right after
+    // the model check, before rendering: a prompt too long for the context,
+    // a token id outside the vocabulary or an unknown `tool_choice` function
+    // gets the 503, not their 400s. The body's validation and the model
+    // lookup come first.
+    let long = "word ".repeat(5000);
+    let out_of_vocabulary = r#"{"model":"one","prompt":[-1, 5],"max_tokens":1}"#;
+    let over_context = r#"{"model":"one","prompt":"hi","max_tokens":100000}"#;
+    // Without a limit each of them is a 400.
+    let open = Server::start_with(&models(""), &[]);
+    assert_eq!(open.chat("one", &long, "").status, 400);
+    assert_eq!(open.post("/v1/completions", out_of_vocabulary).status, 400);
+    assert_eq!(open.post("/v1/completions", over_context).status, 400);
+    drop(open);
+    let server = Server::start_with(&models("max_num_queued_reqs: 0"), &[]);
+    assert_busy(&server.chat("one", &long, ""), QUEUE_FULL);
+    assert_busy(&server.post("/v1/completions", out_of_vocabulary), QUEUE_FULL);
+    assert_busy(&server.post("/v1/completions", over_context), QUEUE_FULL);
+    // Pydantic's checks and the model check run first.
+    let r = server.chat("one", "hello", r#""temperature":"hot""#);
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = server.chat("nope", "hello", "");
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(rejections(&server, "max_num_queued_reqs"), Some(3.0));
+    // `n: 0` counts as 1 (`request.n or 1`), so it is refused here too
+    // (its own 400 would come later).
+    assert_busy(&server.chat("one", "hello", r#""n":0"#), QUEUE_FULL);
+}
+
+#[test]
+fn the_counter_is_vllms_family_with_both_reasons_from_the_start() {
+    // vllm/v1/metrics/loggers.py (0.33.0): `vllm:admission_rejections`,
+    // labels [model_name, reason], both reasons' series made up front.
+    let server = Server::start_with(&models("max_num_queued_reqs: 4"), &[]);
+    let text = server.get("/metrics").body;
+    let want = "# HELP vllm:admission_rejections_total Number of admission attempts rejected by a queue limit, by \
+                reason.\n# TYPE vllm:admission_rejections_total counter\n\
+                vllm:admission_rejections_total{model_name=\"one\",reason=\"max_num_queued_reqs\"} 0.0\n\
+                vllm:admission_rejections_total{model_name=\"one\",reason=\"max_num_queued_tokens\"} 0.0\n";
+    assert!(text.contains(want), "{text}");
+    // Where vLLM registers it: after the success counter, before the histograms.
+    let at = |family: &str| text.find(&format!("# HELP {family} ")).unwrap_or_else(|| panic!("{family}"));
+    assert!(at("vllm:request_success_total") < at("vllm:admission_rejections_total"));
+    assert!(at("vllm:admission_rejections_total") < at("vllm:request_prompt_tokens"));
 }
