@@ -35,7 +35,7 @@ pub fn splitmix(z: u64) -> u64 {
 pub struct Stream(pub u64);
 
 impl Stream {
-    pub fn next(&mut self) -> u64 {
+    pub fn draw(&mut self) -> u64 {
         let z = self.0;
         self.0 = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
         splitmix(z)
@@ -44,7 +44,7 @@ impl Stream {
     /// A value in `[0, n)` (multiply-shift; the bias is below 2^-50 for
     /// the n used); 0 when `n` is 0.
     pub fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next()) * n as u128) >> 64) as usize
+        ((u128::from(self.draw()) * n as u128) >> 64) as usize
     }
 }
 

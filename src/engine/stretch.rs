@@ -990,19 +990,27 @@ impl<'e, 'd> Pass<'e, 'd> {
             };
             scratch.spans.push((span as u32, m.fin <= n));
         }
-        if let Kv::Count(kv) = &mut e.kv {
-            kv.take(taken);
+        if let Kv::Count(_) = &e.kv {
+            // The net of what members crossed into and what the finished
+            // give back: within the stretch a finished request's blocks
+            // went back before later steps crossed into new ones, so taking
+            // every crossing first could overdraw the pool for a moment.
+            let freed: u32 =
+                e.stretch.finished.iter().map(|&f| e.slots[e.stretch.members[f as usize].slot as usize].blocks).sum();
+            if let Kv::Count(kv) = &mut e.kv {
+                match taken.checked_sub(freed) {
+                    Some(net) => kv.take(net),
+                    None => kv.give_back(freed - taken),
+                }
+            }
         }
         if !e.stretch.finished.is_empty() {
             for f in 0..e.stretch.finished.len() {
                 let slot = e.stretch.members[e.stretch.finished[f] as usize].slot;
-                if lim.prefix {
-                    // The pool took its blocks back in its last step.
-                    e.slots[slot as usize].blocks = 0;
-                    e.retire(slot);
-                } else {
-                    e.release(slot);
-                }
+                // Its blocks are back: the pool took them in its last step,
+                // or the count's net above gave them.
+                e.slots[slot as usize].blocks = 0;
+                e.retire(slot);
             }
             let slots = &e.slots;
             e.running.retain(|&s| slots[s as usize].state == State::Running);

@@ -89,7 +89,7 @@ fn pick(class: &Class, rng: &mut Rng) -> Result<char, Refused> {
     if total == 0 {
         return Err(Refused("the regex has a character class that matches no character llmsim can write".into()));
     }
-    let mut k = rng.next() % total;
+    let mut k = rng.draw() % total;
     for &(a, b) in from {
         let size = u64::from(b - a) + 1;
         if k < size {

@@ -523,8 +523,8 @@ fn format(f: &str, rng: &mut Rng) -> Option<String> {
         "ipv4" => format!("{}.{}.{}.{}", n(1, 254), n(0, 255), n(0, 255), n(1, 254)),
         "ipv6" => format!("2001:db8::{:x}:{:x}", n(0, 0xffff), n(1, 0xffff)),
         "uuid" => {
-            let a = rng.next();
-            let b = rng.next();
+            let a = rng.draw();
+            let b = rng.draw();
             format!(
                 "{:08x}-{:04x}-4{:03x}-{:x}{:03x}-{:012x}",
                 a >> 32,
@@ -603,7 +603,7 @@ fn integer(s: &Map<String, Value>, rng: &mut Rng) -> Result<Value, Refused> {
         return refuse("no multiple of multipleOf lies between the schema's bounds");
     }
     let span = (last - first + 1) as u128;
-    let k = first + (u128::from(rng.next()) % span) as i128;
+    let k = first + (u128::from(rng.draw()) % span) as i128;
     Ok(Value::Number(i64::try_from(k * step).unwrap_or(hi).into()))
 }
 
@@ -628,16 +628,16 @@ fn number(s: &Map<String, Value>, rng: &mut Rng) -> Result<Value, Refused> {
             return refuse("no multiple of multipleOf lies between the schema's bounds");
         }
         let span = (last - first).min(1.0e15) as u64 + 1;
-        let k = first + (rng.next() % span) as f64;
+        let k = first + (rng.draw() % span) as f64;
         return Number::from_f64(k * m).map(Value::Number).ok_or_else(|| Refused("no finite number fits".into()));
     }
     let cents = ((hi - lo) * 100.0).floor().max(0.0);
     // Two decimals while the cents are countable exactly (2^53); beyond,
     // a point between the bounds, mixed so no sum overflows to infinity.
     let v = if cents < 9.0e15 {
-        ((lo * 100.0).ceil() + (rng.next() % (cents as u64 + 1)) as f64) / 100.0
+        ((lo * 100.0).ceil() + (rng.draw() % (cents as u64 + 1)) as f64) / 100.0
     } else {
-        let f = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let f = (rng.draw() >> 11) as f64 / (1u64 << 53) as f64;
         lo * (1.0 - f) + hi * f
     };
     Number::from_f64(v.clamp(lo, hi)).map(Value::Number).ok_or_else(|| Refused("no finite number fits".into()))

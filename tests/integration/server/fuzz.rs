@@ -336,7 +336,10 @@ fn make_case(i: u64) -> Case {
             let (k, v) = match rng.random_range(0..5) {
                 0 => ("guided_json", schema(&mut rng, 0)),
                 1 => ("structured_outputs", json!({"choice": ["yes", "no", edge(&mut rng)]})),
-                2 => ("structured_outputs", json!({"regex": (pick(&mut rng, &["[a-c]{3}", "(", "\\d{2,5}x?", "a{0,1000000}", "(ab|c)*d"]))})),
+                2 => (
+                    "structured_outputs",
+                    json!({"regex": (pick(&mut rng, &["[a-c]{3}", "(", "\\d{2,5}x?", "a{0,1000000}", "(ab|c)*d"]))}),
+                ),
                 3 => ("structured_outputs", json!({"json": schema(&mut rng, 0)})),
                 _ => (
                     "response_format",
