@@ -48,6 +48,20 @@ impl Stream {
     }
 }
 
+/// The proleptic Gregorian date `(year, month, day)` of a day counted
+/// from 1970-01-01 (Howard Hinnant's days-to-civil algorithm).
+pub fn civil_date(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
 /// FNV-1a 64 over `bytes`: the one string hash of the crate (content
 /// names, token ids, session keys, call ids), spelled out so it is the same
 /// on every machine and Rust release.
