@@ -58,7 +58,11 @@ fn memory_mb(pid: u32) -> (u64, u64) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+// Alone, after the rest (.ci/run runs it by name): 30 streams of 256
+// choices take both cores for seconds, enough to make a real-time test
+// running beside it (the bench's lag check) flag its own client.
 #[test]
+#[ignore = "run by name in .ci/run, alone: it takes both cores"]
 fn thirty_streams_at_the_documented_bounds_keep_memory_flat_and_health_fast() {
     if !std::path::Path::new("/proc/self/status").exists() {
         return; // VmHWM is Linux's
