@@ -514,6 +514,20 @@ impl EngineTask {
     /// Hands replica `r`'s buffered step output to the handlers at `due`.
     fn release(&mut self, r: usize, due: SimTime, tokens: u32, preempted: u32) {
         let lag = self.clock.now().nanos_since(due);
+        // The counts go out before any event does: a client that has seen
+        // its first token and sends again must find the prompt out of the
+        // backlog at the handler's preflight check, which reads the
+        // published counts from another thread.
+        // The same for a request's slot once its end is sent.
+        let mut ending = 0;
+        for out in &self.replicas[r].out {
+            let (Out::Token(id, _) | Out::Finished(id) | Out::Rejected(id, _)) = out;
+            if let Some(l) = self.live.get_mut(id) {
+                Self::end_prefill(&mut self.prefill_tokens, l);
+                ending += u64::from(!matches!(out, Out::Token(..)));
+            }
+        }
+        self.admission.publish(self.live.len() as u64 - ending, self.prefill_tokens);
         let mut rejected = Vec::new();
         let rep = &mut self.replicas[r];
         let mut stats = lock(&rep.sinks.stats);
