@@ -46,10 +46,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use llmsim::config::{Override, Scenario, load_scenario, load_scenario_with};
-use llmsim::metrics::{Collector, CollectorOptions};
-use llmsim::sim::{Stepping, run_collecting};
-use llmsim::workload::{AnySource, Source};
+use llmsim_planner::metrics::{Collector, CollectorOptions};
+use llmsim_planner::sim::{Stepping, run_collecting};
+use llmsim_planner::workload::{AnySource, Source};
+use llmsim_scenario::config::{Override, Scenario, load_scenario, load_scenario_with};
 
 fn set(key: &str, value: &str) -> Override {
     Override::parse(&format!("{key}={value}")).expect("valid override")
@@ -63,12 +63,12 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 /// Best wall time of three runs, and the last run's result.
-fn best_of_3(s: &llmsim::config::Scenario) -> (f64, llmsim::metrics::RunResult) {
+fn best_of_3(s: &llmsim_scenario::config::Scenario) -> (f64, llmsim_planner::metrics::RunResult) {
     let mut best = f64::INFINITY;
     let mut result = None;
     for _ in 0..3 {
         let t = Instant::now();
-        let out = llmsim::sim::run(s, CollectorOptions::default()).expect("within the run limits");
+        let out = llmsim_planner::sim::run(s, CollectorOptions::default()).expect("within the run limits");
         best = best.min(t.elapsed().as_secs_f64());
         result = Some(out.result);
     }
@@ -177,7 +177,7 @@ fn requests_of(s: &Scenario) -> Vec<lean::Req> {
 fn write_trace_scenario(base: &Path, dir: &Path, reqs: &[lean::Req]) -> PathBuf {
     let mut csv = String::from("arrival_s,prompt_tokens,output_tokens\n");
     for r in reqs {
-        csv.push_str(&format!("{},{},{}\n", llmsim::time::SimTime::from_nanos(r.arrival), r.prompt, r.output));
+        csv.push_str(&format!("{},{},{}\n", llmsim_core::time::SimTime::from_nanos(r.arrival), r.prompt, r.output));
     }
     std::fs::write(dir.join("trace.csv"), csv).expect("write the trace");
     let text = std::fs::read_to_string(base).expect("read the base scenario");
@@ -188,10 +188,10 @@ fn write_trace_scenario(base: &Path, dir: &Path, reqs: &[lean::Req]) -> PathBuf 
 }
 
 /// `sim::run_collecting` plus the JSON, summary only, in this process.
-fn run_in_process(s: &Scenario, stepping: Stepping) -> llmsim::metrics::RunResult {
+fn run_in_process(s: &Scenario, stepping: Stepping) -> llmsim_planner::metrics::RunResult {
     let collector = Collector::new(&s.capacity, CollectorOptions::default()).summary_only();
     let out = run_collecting(s, collector, &mut (), &mut |_| {}, stepping).expect("within the run limits");
-    std::hint::black_box(llmsim::report::to_json(&out.result));
+    std::hint::black_box(llmsim_planner::report::to_json(&out.result));
     out.result
 }
 
@@ -280,7 +280,7 @@ fn saturation_of(base: &Path, shape: &[Override]) -> f64 {
             set("workload.requests", "20000"),
         ]);
         let s = load_scenario_with(base, &o).expect("scenario");
-        llmsim::sim::run(&s, CollectorOptions::default())
+        llmsim_planner::sim::run(&s, CollectorOptions::default())
             .expect("within the run limits")
             .result
             .throughput
@@ -365,7 +365,7 @@ fn plain_and_prefix(base: &Path, load: &[Override], saturation: f64, rate: f64) 
     for _ in 0..5 {
         for (i, s) in scenarios.iter().enumerate() {
             let t = Instant::now();
-            let out = llmsim::sim::run(s, CollectorOptions::default()).expect("within the run limits");
+            let out = llmsim_planner::sim::run(s, CollectorOptions::default()).expect("within the run limits");
             best[i] = best[i].min(t.elapsed().as_secs_f64());
             results[i] = Some(out.result);
         }

@@ -13,9 +13,9 @@
 
 use std::time::Instant;
 
-use llmsim::server::content::tokenizer;
-use llmsim::server::openai::{Lengths, plan};
-use llmsim::server::stop::Stops;
+use llmsim_content::tokenizer;
+use llmsim_server::openai::{Lengths, plan};
+use llmsim_server::stop::Stops;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

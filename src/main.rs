@@ -4,7 +4,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use llmsim::cli::{Cli, CliError, dispatch};
+use cli::{Cli, CliError, dispatch};
+
+mod cli;
 
 /// mimalloc instead of glibc's malloc: a calibration runs tens of thousands
 /// of simulations on rayon's threads, each growing block pools of up to

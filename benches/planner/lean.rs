@@ -15,8 +15,8 @@
 
 use std::collections::VecDeque;
 
-use llmsim::config::Scenario;
-use llmsim::time::secs_to_nanos;
+use llmsim_core::time::secs_to_nanos;
+use llmsim_scenario::config::Scenario;
 
 /// One request of the trace: arrival in nanoseconds, prompt and output tokens.
 #[derive(Copy, Clone, Debug)]

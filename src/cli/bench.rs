@@ -11,10 +11,10 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, ValueEnum};
 
 use super::{CliError, csv_failure, print, write_output};
-use crate::bench::client::Endpoint;
-use crate::bench::{self, BenchConfig, Load};
-use crate::time::SimTime;
-use crate::trace::{self, TraceRow};
+use llmsim_bench::client::Endpoint;
+use llmsim_bench::{self as bench, BenchConfig, Load};
+use llmsim_core::time::SimTime;
+use llmsim_scenario::trace::{self, TraceRow};
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("load").required(true).args(["rate", "concurrency"])))]
@@ -305,7 +305,7 @@ fn prefix_content(run: &bench::BenchRun, (groups, tokens): (u32, u32)) -> Vec<tr
         .map(|i| {
             let group = bench::schedule::prefix_group(i, groups);
             let prefix = trace::Prefix {
-                id: crate::workload::content::group_name(group as u32),
+                id: llmsim_planner::workload::content::group_name(group as u32),
                 tokens: tokens.saturating_add(framing),
             };
             trace::RowContent { prefix: Some(prefix), ..trace::RowContent::default() }
@@ -337,7 +337,7 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     let run = bench::run(&cfg, &super::runtime::bench_runtime()?).map_err(|e| CliError::Failure(e.to_string()))?;
     let json = bench::result::to_json(&run, utc_date());
     if let Some(path) = &a.json {
-        write_output(path, crate::report::to_json(&json).as_bytes())?;
+        write_output(path, llmsim_planner::report::to_json(&json).as_bytes())?;
     }
     if let (Some(path), Some(_)) = (&a.trace, cfg.turns) {
         let (rows, content) = session_rows(&run);
@@ -384,7 +384,7 @@ fn utc_date() -> String {
 pub fn format_utc(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
-    let (year, month, day) = crate::util::civil_date(days);
+    let (year, month, day) = llmsim_core::util::civil_date(days);
     format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", rem / 3600, rem / 60 % 60, rem % 60)
 }
 

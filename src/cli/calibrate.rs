@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, print, write_output};
-use crate::calibrate::runs::{self, Excluded, LoadOptions, Loaded, ScenarioSource};
-use crate::calibrate::{self, Error, MetricChoice, Setup, keys, optim, profile, render};
-use crate::sweep::metric::Metric;
+use llmsim_analysis::calibrate::runs::{self, Excluded, LoadOptions, Loaded, ScenarioSource};
+use llmsim_analysis::calibrate::{self, Error, MetricChoice, Setup, keys, optim, profile, render};
+use llmsim_analysis::sweep::metric::Metric;
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
@@ -70,7 +70,7 @@ pub struct CalibrateArgs {
     pub filters: Vec<String>,
     /// Requests each user of an AIConfigurator run sends (the benchmark
     /// AIConfigurator generates sends 20).
-    #[arg(long, value_name = "N", default_value_t = crate::measured::aic::DEFAULT_ROUNDS,
+    #[arg(long, value_name = "N", default_value_t = llmsim_analysis::measured::aic::DEFAULT_ROUNDS,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub aic_rounds: u32,
     /// A prior for a fitted key: its typical value and one standard
@@ -98,7 +98,7 @@ pub fn parse_metrics(names: &[String]) -> Result<MetricChoice, String> {
         let allowed: Vec<String> =
             Metric::all().into_iter().filter(|m| calibrate::loss_metric_allowed(*m)).map(|m| m.name()).collect();
         let m = Metric::parse(n).filter(|m| calibrate::loss_metric_allowed(*m)).ok_or_else(|| {
-            let near = crate::util::nearest(n, allowed.iter().map(String::as_str))
+            let near = llmsim_core::util::nearest(n, allowed.iter().map(String::as_str))
                 .map(|s| format!(" (did you mean `{s}`?)"))
                 .unwrap_or_default();
             format!("--metrics `{n}` is not a loss metric{near}; choose from {}", allowed.join(", "))
@@ -157,7 +157,7 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
             "-o {}: a calibration profile holds only efficiency and latency keys ({}); `{}` belongs in a \
              scenario: fit it without -o, or drop it from --fit",
             out.display(),
-            crate::config::calibration::KEYS.join(", "),
+            llmsim_scenario::config::calibration::KEYS.join(", "),
             k.key
         )));
     }
@@ -171,7 +171,7 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
     let aic_filters = a
         .filters
         .iter()
-        .map(|f| crate::measured::aic::Filter::parse(f))
+        .map(|f| llmsim_analysis::measured::aic::Filter::parse(f))
         .collect::<Result<Vec<_>, _>>()
         .map_err(CliError::Usage)?;
     let leave_out = a

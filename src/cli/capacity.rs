@@ -7,10 +7,10 @@ use std::sync::LazyLock;
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, print, write_output};
-use crate::capacity::probe::MAX_REQUESTS;
-use crate::capacity::search::{FEWEST_REQUESTS, MAX_SEEDS, SearchError};
-use crate::capacity::{Options, Slo, render, search};
-use crate::report::thousands;
+use llmsim_analysis::capacity::probe::MAX_REQUESTS;
+use llmsim_analysis::capacity::search::{FEWEST_REQUESTS, MAX_SEEDS, SearchError};
+use llmsim_analysis::capacity::{Options, Slo, render, search};
+use llmsim_planner::report::thousands;
 
 /// The finest `--precision`: the bisection stops well before two rates are
 /// adjacent floating-point numbers.
@@ -23,7 +23,7 @@ static SLO_HELP: LazyLock<String> = LazyLock::new(|| {
         "An SLO, METRIC=BOUND: met when the run's metric is <= BOUND, in the metric's unit (ms for \
          *_ms), e.g. ttft_p99_ms=500 or preemptions=0 (repeatable; every SLO must hold). Latencies \
          also decide which requests count as good. METRIC is one of: {}",
-        crate::sweep::metric::slo_names()
+        llmsim_analysis::sweep::metric::slo_names()
     )
 });
 
@@ -51,7 +51,7 @@ pub struct CapacityArgs {
     /// Seeds every probe runs (1 to 100): the scenario's seed and the next
     /// ones. A rate is sustained when the queue keeps up pooled over them,
     /// and meets the SLOs when every one of them does.
-    #[arg(long, value_name = "N", default_value_t = crate::capacity::search::SEEDS)]
+    #[arg(long, value_name = "N", default_value_t = llmsim_analysis::capacity::search::SEEDS)]
     pub seeds: u32,
     /// With --target-rate and a scenario with prefill/decode pools: the
     /// GPUs to split between the pools (default: the scenario's pools').
@@ -103,7 +103,7 @@ pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
     };
     // The rate figures are one replica's (docs/clusters.md); a
     // cluster is then sized by simulating it at the target rate.
-    let one = crate::config::Scenario { cluster: None, ..scenario.clone() };
+    let one = llmsim_scenario::config::Scenario { cluster: None, ..scenario.clone() };
     let pools = scenario.cluster.as_ref().is_some_and(|c| c.disagg.is_some());
     if let (Some(n), false) = (a.gpus, pools) {
         return Err(CliError::Usage(format!(
@@ -119,22 +119,26 @@ pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
     if let (Some(rate), true) = (opts.target_rate, pools) {
         let (seeds, n) = (found.seeds.clone(), found.requests_per_probe);
         let budget = a.gpus.unwrap_or_else(|| scenario.cluster.as_ref().map_or(2, |c| c.gpus(&scenario)));
-        let split = crate::capacity::fleet::split(&scenario, &opts, &seeds, rate, n, budget).map_err(|e| match e {
-            crate::capacity::fleet::SplitError::Search(e) => search_error(e),
-            crate::capacity::fleet::SplitError::Budget(why) => CliError::Usage(why),
-            e => CliError::Failure(e.to_string()),
-        })?;
+        let split = llmsim_analysis::capacity::fleet::split(&scenario, &opts, &seeds, rate, n, budget).map_err(
+            |e| match e {
+                llmsim_analysis::capacity::fleet::SplitError::Search(e) => search_error(e),
+                llmsim_analysis::capacity::fleet::SplitError::Budget(why) => CliError::Usage(why),
+                e => CliError::Failure(e.to_string()),
+            },
+        )?;
         found.split = Some(split);
     } else if let (Some(rate), Some(_)) = (opts.target_rate, &scenario.cluster) {
         let (seeds, n, estimate) = (found.seeds.clone(), found.requests_per_probe, found.replicas.unwrap_or(1));
-        let fleet = crate::capacity::fleet::size(&scenario, &opts, &seeds, rate, n, estimate).map_err(|e| match e {
-            crate::capacity::fleet::FleetError::Search(e) => search_error(e),
-            e => CliError::Failure(e.to_string()),
-        })?;
+        let fleet = llmsim_analysis::capacity::fleet::size(&scenario, &opts, &seeds, rate, n, estimate).map_err(
+            |e| match e {
+                llmsim_analysis::capacity::fleet::FleetError::Search(e) => search_error(e),
+                e => CliError::Failure(e.to_string()),
+            },
+        )?;
         found.fleet = Some(fleet);
     }
     if let Some(path) = &a.json {
-        write_output(path, crate::report::to_json(&found).as_bytes())?;
+        write_output(path, llmsim_planner::report::to_json(&found).as_bytes())?;
     }
     let to_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
     if !a.quiet && !to_stdout {

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::{CliError, print, write_output};
-use crate::config::ConfigError;
-use crate::diff::{self, Comparison};
-use crate::measured::{self, LoadLevel, Measured};
-use crate::metrics::RunResult;
+use llmsim_analysis::diff::{self, Comparison};
+use llmsim_analysis::measured::{self, LoadLevel, Measured};
+use llmsim_planner::metrics::RunResult;
+use llmsim_scenario::config::ConfigError;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Exit codes: 0 every compared figure is within the tolerance; 1 the comparison failed \
@@ -68,7 +68,7 @@ pub fn execute(a: DiffArgs) -> Result<(), CliError> {
         })
         .collect();
     if let Some(path) = &a.json {
-        write_output(path, crate::report::to_json(&comparisons).as_bytes())?;
+        write_output(path, llmsim_planner::report::to_json(&comparisons).as_bytes())?;
     }
     if a.json.as_deref() != Some(Path::new("-")) {
         print(&text.join("\n"))?;
@@ -87,7 +87,7 @@ pub fn execute(a: DiffArgs) -> Result<(), CliError> {
 
 /// Every run result in the file.
 fn read_predicted(file: &Path) -> Result<Vec<RunResult>, CliError> {
-    let text = crate::input::read_text(crate::input::Kind::Prediction, file)?;
+    let text = llmsim_scenario::input::read_text(llmsim_scenario::input::Kind::Prediction, file)?;
     let docs = measured::json::documents(&text, file)?;
     docs.into_iter()
         .map(|doc| {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{CliError, print};
-use crate::experiments::{self, check};
+use llmsim_analysis::experiments::{self, check};
 
 #[derive(Debug, Args)]
 pub struct ExperimentsArgs {

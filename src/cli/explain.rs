@@ -5,8 +5,8 @@ mod deployment;
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, print};
-use crate::config::Scenario;
-use crate::report::{summary, thousands};
+use llmsim_planner::report::{summary, thousands};
+use llmsim_scenario::config::Scenario;
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
@@ -18,14 +18,14 @@ pub struct ExplainArgs {
 /// as comments.
 pub fn render(s: &Scenario) -> String {
     let mut out = format!("# effective configuration of {} (defaults filled in)\n", s.source.display());
-    out.push_str(&crate::config::effective_yaml(s));
+    out.push_str(&llmsim_scenario::config::effective_yaml(s));
     out.push_str("# derived\n");
     match &s.model.architecture {
         None => plain(s, &mut out),
         Some(a) => deployment::render(s, a, &mut out),
     }
     if let Some(c) = &s.calibration {
-        out.push_str(&crate::config::calibration::explain(c));
+        out.push_str(&llmsim_scenario::config::calibration::explain(c));
     }
     out
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{CliError, print};
-use crate::calibrate::fidelity;
+use llmsim_analysis::calibrate::fidelity;
 
 #[derive(Debug, Args)]
 pub struct FidelityArgs {
@@ -36,7 +36,7 @@ pub fn execute(a: FidelityArgs) -> Result<(), CliError> {
     let pool = super::runtime::pool(a.threads.map(usize::from))?;
     // How much each suite simulated, on stderr: the split between runs and
     // reuses can vary with the thread count, the files cannot.
-    let mut done = |suite: &fidelity::Suite, o: &crate::calibrate::Outcome| {
+    let mut done = |suite: &fidelity::Suite, o: &llmsim_analysis::calibrate::Outcome| {
         let (ran, reused) = o.simulations;
         eprintln!("{}: {ran} simulations run, {reused} reused", suite.id);
     };

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{CliError, write_output};
-use crate::engine::cost::KernelTables;
-use crate::measured::aic_kernels::{self, Table};
+use llmsim_analysis::measured::aic_kernels::{self, Table};
+use llmsim_core::engine::cost::KernelTables;
 
 #[derive(Debug, Args)]
 pub struct KernelsArgs {
@@ -42,7 +42,7 @@ pub fn execute(a: KernelsArgs) -> Result<(), CliError> {
     let inputs = [(Table::Gemm, &a.gemm), (Table::CustomAllreduce, &a.custom_allreduce), (Table::Nccl, &a.nccl)];
     for (table, files) in inputs {
         for f in files {
-            let text = crate::input::read_text(crate::input::Kind::KernelTable, f)?;
+            let text = llmsim_scenario::input::read_text(llmsim_scenario::input::Kind::KernelTable, f)?;
             let rows = aic_kernels::import(&text, f, table, &mut t)?;
             note.push_str(&format!("{}: {rows} rows\n", f.display()));
         }

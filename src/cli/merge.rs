@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::CliError;
 use super::sweep::SweepOutputs;
-use crate::sweep::shard::{ShardFile, merge};
+use llmsim_analysis::sweep::shard::{ShardFile, merge};
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
@@ -23,7 +23,7 @@ pub fn execute(a: MergeArgs) -> Result<(), CliError> {
     a.out.slos()?;
     let mut shards = Vec::with_capacity(a.shards.len());
     for path in &a.shards {
-        let text = crate::input::read_text(crate::input::Kind::Shard, path)?;
+        let text = llmsim_scenario::input::read_text(llmsim_scenario::input::Kind::Shard, path)?;
         let file = ShardFile::parse(&path.display().to_string(), &text).map_err(|e| CliError::Usage(e.to_string()))?;
         shards.push((path.clone(), file));
     }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{ConfigError, Override, Scenario};
+use llmsim_scenario::config::{ConfigError, Override, Scenario};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -87,14 +87,14 @@ impl From<ConfigError> for CliError {
     }
 }
 
-impl From<crate::input::InputError> for CliError {
-    fn from(e: crate::input::InputError) -> Self {
+impl From<llmsim_scenario::input::InputError> for CliError {
+    fn from(e: llmsim_scenario::input::InputError) -> Self {
         CliError::Usage(e.to_string())
     }
 }
 
-impl From<crate::trace::TraceError> for CliError {
-    fn from(e: crate::trace::TraceError) -> Self {
+impl From<llmsim_scenario::trace::TraceError> for CliError {
+    fn from(e: llmsim_scenario::trace::TraceError) -> Self {
         CliError::Usage(e.to_string())
     }
 }
@@ -102,7 +102,7 @@ impl From<crate::trace::TraceError> for CliError {
 impl CliError {
     /// A run that stopped at a run limit: the scenario is beyond what llmsim
     /// simulates, a configuration problem (exit 2).
-    pub fn sim(scenario: &Scenario, e: crate::sim::SimError) -> CliError {
+    pub fn sim(scenario: &Scenario, e: llmsim_planner::sim::SimError) -> CliError {
         CliError::Usage(format!("{}: {e}", scenario.source.display()))
     }
 
@@ -155,14 +155,14 @@ impl ScenarioArgs {
         if let Some(seed) = self.seed {
             all.push(Override {
                 path: vec!["workload".into(), "seed".into()],
-                value: crate::yaml::Value::Number(seed.into()),
+                value: llmsim_scenario::yaml::Value::Number(seed.into()),
             });
         }
         Ok(all)
     }
 
     pub fn load(&self) -> Result<Scenario, CliError> {
-        Ok(crate::config::load_scenario_with(&self.scenario, &self.overrides()?)?)
+        Ok(llmsim_scenario::config::load_scenario_with(&self.scenario, &self.overrides()?)?)
     }
 }
 

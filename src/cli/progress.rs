@@ -1,15 +1,15 @@
 //! A progress line for long single runs (`llmsim run`, `llmsim trace`):
 //! drawn on stderr only when stderr is a terminal, and only once a run has
-//! taken enough steps to report (see [`crate::sim::drive_limited`]), so
+//! taken enough steps to report (see [`llmsim_planner::sim::drive_limited`]), so
 //! short runs and pipes see nothing.
 
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::config::{Arrivals, Scenario};
-use crate::report::thousands;
-use crate::sim::Progress;
+use llmsim_planner::report::thousands;
+use llmsim_planner::sim::Progress;
+use llmsim_scenario::config::{Arrivals, Scenario};
 
 /// A lazily drawn progress line.
 pub struct RunProgress {

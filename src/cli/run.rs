@@ -8,10 +8,10 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, csv_failure, print, write_output};
-use crate::config::{Arrivals, Scenario, Trace};
-use crate::metrics::CollectorOptions;
-use crate::report;
-use crate::sim::{Stepping, run_collecting};
+use llmsim_planner::metrics::CollectorOptions;
+use llmsim_planner::report;
+use llmsim_planner::sim::{Stepping, run_collecting};
+use llmsim_scenario::config::{Arrivals, Scenario, Trace};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -76,10 +76,10 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     };
     let mut streamed = outputs::Streamed::open(&scenario, wanted)?;
     let mut progress = super::progress::RunProgress::new(&scenario, !a.quiet);
-    let mut report = |p: &crate::sim::Progress| progress.update(p);
+    let mut report = |p: &llmsim_planner::sim::Progress| progress.update(p);
     // Per-request records only when a per-request output is asked for:
     // otherwise memory stays flat in requests.
-    let collector = crate::metrics::Collector::new(&scenario.capacity, CollectorOptions::default());
+    let collector = llmsim_planner::metrics::Collector::new(&scenario.capacity, CollectorOptions::default());
     let collector = if a.requests_csv.is_some() { collector } else { collector.summary_only() };
     let out = match &mut streamed {
         // Listed as they happen: a cluster's replicas stay in time order.
@@ -109,8 +109,8 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     if let Some(s) = &mut streamed {
         s.finish_steps()?;
         if let (Some(dir), Some(timeline)) = (&a.plot, s.timeline()) {
-            let plot =
-                crate::plot::timeline::plot(&scenario.name, timeline).map_err(|e| CliError::Failure(e.to_string()))?;
+            let plot = llmsim_analysis::plot::timeline::plot(&scenario.name, timeline)
+                .map_err(|e| CliError::Failure(e.to_string()))?;
             super::sweep::write_plots(dir, &[plot])?;
         }
         s.finish_trace(report::cluster::decode_base(&scenario))?;
@@ -156,9 +156,9 @@ fn distinct_outputs(a: &RunArgs) -> Result<(), CliError> {
 /// at the send: the engine then sees what the server saw. Returns a note
 /// saying what is replayed.
 pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize>) -> Result<String, CliError> {
-    let mut input = crate::input::open(crate::input::Kind::Measured, file)?;
+    let mut input = llmsim_scenario::input::open(llmsim_scenario::input::Kind::Measured, file)?;
     if !matches!(input.first_non_space()?, Some(b'{' | b'[')) {
-        let (rows, content) = crate::trace::read_input(input, None)?;
+        let (rows, content) = llmsim_scenario::trace::read_input(input, None)?;
         let note = format!("replaying {} requests of the trace {} on {}", rows.len(), file.display(), scenario.name);
         set_trace(scenario, file, rows);
         if let Arrivals::Trace(t) = &mut scenario.workload.arrivals {
@@ -166,7 +166,7 @@ pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize
         }
         return Ok(note);
     }
-    let (measured, _) = crate::measured::read(input)?;
+    let (measured, _) = llmsim_analysis::measured::read(input)?;
     let chosen = measured.pick(level, "--trace-level").map_err(|e| CliError::Usage(e.to_string()))?;
     let (rows, skipped) = chosen
         .trace_rows()
@@ -187,7 +187,7 @@ pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize
 }
 
 /// Makes `rows` the scenario's whole workload.
-fn set_trace(scenario: &mut Scenario, file: &Path, rows: Vec<crate::trace::TraceRow>) {
+fn set_trace(scenario: &mut Scenario, file: &Path, rows: Vec<llmsim_scenario::trace::TraceRow>) {
     let w = &mut scenario.workload;
     w.arrivals = Arrivals::Trace(Trace { path: file.display().to_string(), rows: Arc::new(rows), content: None });
     w.requests = None;

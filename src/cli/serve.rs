@@ -18,8 +18,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::CliError;
-use crate::server::models::load_models;
-use crate::server::{App, Clock, Driver, Options, Responses, conn};
+use llmsim_server::models::load_models;
+use llmsim_server::{App, Clock, Driver, Options, Responses, conn};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -127,7 +127,7 @@ pub fn execute(a: ServeArgs) -> Result<(), CliError> {
         let local =
             listener.local_addr().map_err(|e| CliError::Failure(format!("cannot read the bound address: {e}")))?;
         announce(&app, local)?;
-        crate::server::serve(listener, app.clone(), shutdown_signal())
+        llmsim_server::serve(listener, app.clone(), shutdown_signal())
             .await
             .map_err(|e| CliError::Failure(format!("the server failed: {e}")))?;
         app.finish_records();
@@ -203,10 +203,10 @@ async fn unix_signal(kind: tokio::signal::unix::SignalKind) {
 
 /// `llmsim serve` runs replicas behind one router; prefill/decode pools
 /// (`cluster.prefill`/`cluster.decode`) are simulated by `llmsim run` only.
-fn refuse_pools(models: &crate::server::models::ModelsFile) -> Result<(), CliError> {
+fn refuse_pools(models: &llmsim_server::models::ModelsFile) -> Result<(), CliError> {
     for (i, m) in models.models.iter().enumerate() {
         if m.cluster().is_some_and(|c| c.disagg.is_some()) {
-            return Err(crate::config::ConfigError::new(
+            return Err(llmsim_scenario::config::ConfigError::new(
                 &models.source,
                 format!("models[{i}].cluster"),
                 format!(

@@ -5,14 +5,14 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::{CliError, csv_failure, print, write_output};
-use crate::capacity::Slo;
-use crate::config::Override;
-use crate::plot::Plot;
-use crate::sweep::axis::{SetArg, parse_set};
-use crate::sweep::exec::{ExecOptions, execute};
-use crate::sweep::plan::Plan;
-use crate::sweep::shard::{ShardFile, ShardSpec};
-use crate::sweep::{SweepData, file, output};
+use llmsim_analysis::capacity::Slo;
+use llmsim_analysis::plot::Plot;
+use llmsim_analysis::sweep::axis::{SetArg, parse_set};
+use llmsim_analysis::sweep::exec::{ExecOptions, execute};
+use llmsim_analysis::sweep::plan::Plan;
+use llmsim_analysis::sweep::shard::{ShardFile, ShardSpec};
+use llmsim_analysis::sweep::{SweepData, file, output};
+use llmsim_scenario::config::Override;
 
 /// Most seeds per point.
 pub const MAX_SEEDS: u32 = 10_000;
@@ -89,7 +89,10 @@ impl SweepOutputs {
             write_output(path, output::json(data).as_bytes())?;
         }
         if let Some(dir) = &self.plot {
-            write_plots(dir, &crate::plot::sweep::plots(data, &slos).map_err(|e| CliError::Usage(e.to_string()))?)?;
+            write_plots(
+                dir,
+                &llmsim_analysis::plot::sweep::plots(data, &slos).map_err(|e| CliError::Usage(e.to_string()))?,
+            )?;
         }
         let to_stdout = [&self.csv, &self.json].iter().any(|p| p.as_deref() == Some(Path::new("-")));
         if !self.quiet && !to_stdout {
@@ -111,7 +114,7 @@ pub fn write_plots(dir: &Path, plots: &[Plot]) -> Result<(), CliError> {
 /// The plan the arguments describe.
 fn plan(a: &SweepArgs) -> Result<Plan, CliError> {
     let usage = CliError::Usage;
-    let text = crate::input::read_text(crate::input::Kind::Sweep, &a.file)?;
+    let text = llmsim_scenario::input::read_text(llmsim_scenario::input::Kind::Sweep, &a.file)?;
     let mut plan = if file::is_sweep_file(&text) {
         let f = file::load(&a.file)?;
         Plan { base: f.base, fixed: f.fixed, axes: f.axes, seeds: f.seeds.unwrap_or(1) }
@@ -177,7 +180,7 @@ pub fn execute_sweep(a: SweepArgs) -> Result<(), CliError> {
     match (spec, &a.output) {
         (Some(spec), Some(path)) => {
             let file = ShardFile::new(spec, plan.fingerprint(&points), points.len(), data);
-            write_output(path, crate::report::to_json(&file).as_bytes())?;
+            write_output(path, llmsim_planner::report::to_json(&file).as_bytes())?;
             if !a.out.quiet && path != Path::new("-") {
                 print(&output::table(&file.data))?;
             }

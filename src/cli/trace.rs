@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, csv_failure, write_output};
-use crate::config::Arrivals;
-use crate::engine::{Engine, Observer, RequestId};
-use crate::time::SimTime;
-use crate::trace::{self, RowContent, TraceRow};
-use crate::workload::AnySource;
+use llmsim_core::engine::{Engine, Observer, RequestId};
+use llmsim_core::time::SimTime;
+use llmsim_planner::workload::AnySource;
+use llmsim_scenario::config::Arrivals;
+use llmsim_scenario::trace::{self, RowContent, TraceRow};
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
@@ -37,33 +37,36 @@ impl Observer for Recorded {
     }
 }
 
-/// The trace rows a scenario produces and, if its workload has shared
-/// content, each row's content columns.
-pub fn generate_with_content(scenario: &crate::config::Scenario) -> Result<Generated, crate::sim::SimError> {
-    generate_with_progress(scenario, &mut |_| {})
-}
-
 /// Rows and, with shared content, their content columns.
 pub type Generated = (Vec<TraceRow>, Option<Vec<RowContent>>);
 
 fn generate_with_progress(
-    scenario: &crate::config::Scenario,
-    progress: &mut dyn FnMut(&crate::sim::Progress),
-) -> Result<Generated, crate::sim::SimError> {
+    scenario: &llmsim_scenario::config::Scenario,
+    progress: &mut dyn FnMut(&llmsim_planner::sim::Progress),
+) -> Result<Generated, llmsim_planner::sim::SimError> {
     let mut rows = Recorded::default();
     let mut source = AnySource::new(scenario);
     source.keep_rows();
     if let Some(cluster) = &scenario.cluster {
         // The cluster decides when a closed loop's users send again.
-        let options = crate::metrics::CollectorOptions::default();
-        let stepping = crate::sim::Stepping::Exact;
-        crate::cluster::run_from(scenario, cluster, &mut source, options, true, &mut rows, progress, stepping)?;
+        let options = llmsim_planner::metrics::CollectorOptions::default();
+        let stepping = llmsim_planner::sim::Stepping::Exact;
+        llmsim_planner::cluster::run_from(
+            scenario,
+            cluster,
+            &mut source,
+            options,
+            true,
+            &mut rows,
+            progress,
+            stepping,
+        )?;
         return Ok((rows.0, source.row_content()));
     }
     let mut engine = Engine::new(scenario.engine_config());
-    let limits = crate::sim::RunLimits::default();
-    let delay_ns = crate::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
-    crate::sim::drive_limited(&mut engine, &mut source, &mut rows, &limits, delay_ns, |_, _| {}, progress)?;
+    let limits = llmsim_planner::sim::RunLimits::default();
+    let delay_ns = llmsim_core::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
+    llmsim_planner::sim::drive_limited(&mut engine, &mut source, &mut rows, &limits, delay_ns, |_, _| {}, progress)?;
     Ok((rows.0, source.row_content()))
 }
 

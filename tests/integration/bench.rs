@@ -309,10 +309,10 @@ fn a_bench_result_is_read_by_diff_and_replayed_by_run() {
     )
     .arg(&b)
     .ok();
-    let m = llmsim::measured::load(&b).unwrap();
-    assert_eq!(m.tool, llmsim::measured::Tool::Llmsim);
+    let m = llmsim_analysis::measured::load(&b).unwrap();
+    assert_eq!(m.tool, llmsim_analysis::measured::Tool::Llmsim);
     let j = read_json(&b);
-    assert_eq!(m.levels[0].metrics[&llmsim::measured::MetricKind::Ttft].mean, j["mean_ttft_ms"].as_f64());
+    assert_eq!(m.levels[0].metrics[&llmsim_analysis::measured::MetricKind::Ttft].mean, j["mean_ttft_ms"].as_f64());
     let pred = dir.path().join("p.json");
     let csv = dir.path().join("r.csv");
     TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"])

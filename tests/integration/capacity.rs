@@ -1,11 +1,11 @@
 //! Integration tests: `llmsim capacity` against an independent rate sweep,
 //! and the bounds of its options. (The search's other behaviour is tested
-//! in `sweep.rs` and, against a closed form, in src/capacity/tests.rs.)
+//! in `sweep.rs` and, against a closed form, in crates/analysis/src/capacity/tests.rs.)
 
 use std::path::Path;
 
-use llmsim::config::{Override, load_scenario_with};
-use llmsim::metrics::{CollectorOptions, RequestRecord, Status};
+use llmsim_planner::metrics::{CollectorOptions, RequestRecord, Status};
+use llmsim_scenario::config::{Override, load_scenario_with};
 use rayon::prelude::*;
 
 use crate::support::*;
@@ -19,7 +19,7 @@ fn set(key: &str, value: &str) -> Override {
 /// the empty start is behind it and before the final drain. Computed from the
 /// per-request records alone.
 fn served_over_second_half(requests: &[RequestRecord]) -> f64 {
-    let ns = |t: llmsim::time::SimTime| t.nanos_since(llmsim::time::SimTime::ZERO);
+    let ns = |t: llmsim_core::time::SimTime| t.nanos_since(llmsim_core::time::SimTime::ZERO);
     let first = requests.iter().map(|r| ns(r.arrival)).min().unwrap();
     let last = requests.iter().map(|r| ns(r.arrival)).max().unwrap();
     let half = first + (last - first) / 2;
@@ -46,7 +46,7 @@ fn sweep_point(rate: f64, seeds: &[u64], n: u64) -> f64 {
             ];
             let s = load_scenario_with(&base, &o).expect("scenario");
             served_over_second_half(
-                &llmsim::sim::run(&s, CollectorOptions::default()).expect("within the run limits").requests,
+                &llmsim_planner::sim::run(&s, CollectorOptions::default()).expect("within the run limits").requests,
             )
         })
         .collect();

@@ -5,14 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use llmsim::cluster::router::RouterState;
-use llmsim::cluster::{Setup, drive_cluster};
-use llmsim::config::Router;
-use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
-use llmsim::metrics::{Collector, CollectorOptions};
-use llmsim::sim::{self, RunLimits};
-use llmsim::time::SimTime;
-use llmsim::workload::{AnySource, Source};
+use llmsim_core::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
+use llmsim_core::time::SimTime;
+use llmsim_planner::cluster::router::RouterState;
+use llmsim_planner::cluster::{Setup, drive_cluster};
+use llmsim_planner::metrics::{Collector, CollectorOptions};
+use llmsim_planner::sim::{self, RunLimits};
+use llmsim_planner::workload::{AnySource, Source};
+use llmsim_scenario::config::Router;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -317,10 +317,10 @@ impl Source for EveryBlockHashed<'_> {
     fn peek(&self) -> Option<SimTime> {
         self.inner.peek()
     }
-    fn pop(&mut self) -> Option<llmsim::engine::Request> {
+    fn pop(&mut self) -> Option<llmsim_core::engine::Request> {
         self.inner.pop()
     }
-    fn segments(&self) -> &[llmsim::engine::prefix::hash::Segment] {
+    fn segments(&self) -> &[llmsim_core::engine::prefix::hash::Segment] {
         self.inner.segments()
     }
     fn own_from(&self) -> Option<usize> {
@@ -482,10 +482,10 @@ fn a_target_rate_past_what_the_most_replicas_can_serve_is_refused_without_minute
 /// puts each step on its replica's process, as many as that replica took.
 #[test]
 fn streamed_steps_and_trace_events_put_each_step_on_its_replica() {
-    use llmsim::config::{Override, load_scenario_with};
-    use llmsim::perfetto::TraceEvents;
-    use llmsim::report::{cluster as table, csv_out, stream::StepsCsv};
-    use llmsim::sim::Stepping;
+    use llmsim_planner::perfetto::TraceEvents;
+    use llmsim_planner::report::{cluster as table, csv_out, stream::StepsCsv};
+    use llmsim_planner::sim::Stepping;
+    use llmsim_scenario::config::{Override, load_scenario_with};
     for file in ["scenarios/clusters/chat-fleet.yml", "scenarios/clusters/disagg.yml", "scenarios/base.yml"] {
         let sets = [Override::parse("workload.requests=300").unwrap()];
         let s = load_scenario_with(&repo(file), &sets).unwrap();

@@ -1,4 +1,4 @@
-//! Decode stretches in the cluster loop (`src/cluster/lanes.rs`) against
+//! Decode stretches in the cluster loop (`crates/planner/src/cluster/lanes.rs`) against
 //! its step-by-step path (`--exact`): on generated cluster scenarios over
 //! every router, open and closed loops, sessions, shared prefixes, prefix
 //! caching, small caches and overload, both must give the same result
@@ -11,12 +11,12 @@
 
 use std::collections::BTreeMap;
 
-use llmsim::config::Scenario;
-use llmsim::engine::{Observer, RejectReason, RequestId, StepRecord, Stretch};
-use llmsim::metrics::{Collector, CollectorOptions, RunOutput};
-use llmsim::report::to_json;
-use llmsim::sim::{Stepping, run_collecting};
-use llmsim::time::SimTime;
+use llmsim_core::engine::{Observer, RejectReason, RequestId, StepRecord, Stretch};
+use llmsim_core::time::SimTime;
+use llmsim_planner::metrics::{Collector, CollectorOptions, RunOutput};
+use llmsim_planner::report::to_json;
+use llmsim_planner::sim::{Stepping, run_collecting};
+use llmsim_scenario::config::Scenario;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -68,7 +68,7 @@ impl Observer for Events {
         self.stretches += 1;
         self.stretch_steps += s.steps.len() as u64;
         self.joined += s.joins.len() as u64;
-        llmsim::engine::events::replay_stretch(self, s);
+        llmsim_core::engine::events::replay_stretch(self, s);
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use llmsim::measured::{self, MetricKind, Strategy, Tool};
+use llmsim_analysis::measured::{self, MetricKind, Strategy, Tool};
 use serde_json::Value;
 
 use crate::support::*;

@@ -8,14 +8,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use llmsim::cluster::disagg::{DisaggSetup, PoolCollectors, PoolKind, Pools, drive_disagg};
-use llmsim::cluster::router::RouterState;
-use llmsim::config::Router;
-use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
-use llmsim::metrics::{Collector, CollectorOptions};
-use llmsim::sim::{self, RunLimits};
-use llmsim::time::SimTime;
-use llmsim::workload::AnySource;
+use llmsim_core::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
+use llmsim_core::time::SimTime;
+use llmsim_planner::cluster::disagg::{DisaggSetup, PoolCollectors, PoolKind, Pools, drive_disagg};
+use llmsim_planner::cluster::router::RouterState;
+use llmsim_planner::metrics::{Collector, CollectorOptions};
+use llmsim_planner::sim::{self, RunLimits};
+use llmsim_planner::workload::AnySource;
+use llmsim_scenario::config::Router;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

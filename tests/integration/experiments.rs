@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use llmsim::experiments::{self, spec, vars};
+use llmsim_analysis::experiments::{self, spec, vars};
 use serde_yaml::Value;
 
 use crate::support::*;

@@ -14,12 +14,12 @@
 
 use std::path::{Path, PathBuf};
 
-use llmsim::config::keys::{self, Kind};
-use llmsim::config::{self, Override, limits};
-use llmsim::engine::Engine;
-use llmsim::sim::{self, RunLimits, SimError};
-use llmsim::trace as trace_csv;
-use llmsim::workload::AnySource;
+use llmsim_core::engine::Engine;
+use llmsim_planner::sim::{self, RunLimits, SimError};
+use llmsim_planner::workload::AnySource;
+use llmsim_scenario::config::keys::{self, Kind};
+use llmsim_scenario::config::{self, Override, limits};
+use llmsim_scenario::trace as trace_csv;
 use proptest::prelude::*;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -582,7 +582,7 @@ fn make_case(i: u64, seeds: &Seeds) -> Case {
 
 /// A sweep file whose points are all small enough to run.
 fn sweep_precheck(file: &Path) -> Pre {
-    let Ok(f) = llmsim::sweep::file::load(file) else { return Pre::Invalid };
+    let Ok(f) = llmsim_analysis::sweep::file::load(file) else { return Pre::Invalid };
     let mut n = 1usize;
     for a in &f.axes {
         n = n.saturating_mul(a.values.len());

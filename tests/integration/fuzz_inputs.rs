@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use llmsim::input::Kind;
+use llmsim_scenario::input::Kind;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -251,7 +251,7 @@ fn judge(out: &Out, file: &str, variant: &str, kind: Kind) -> Option<String> {
     if code == 2 && !err.contains(&name) {
         return Some(format!("the message does not name {name}"));
     }
-    let limit = llmsim::input::bytes(kind.limit());
+    let limit = llmsim_scenario::input::bytes(kind.limit());
     if variant == "oversized" && !err.contains(&format!("larger than {limit}, the most llmsim reads for a {kind}")) {
         return Some(format!("the message does not give the limit {limit}"));
     }

@@ -69,8 +69,8 @@ fn a_measured_file_past_the_old_4_mib_limit_is_read_by_diff_calibrate_and_run() 
 
     // The library reads it as a stream: the TTFT figures come from the
     // arrays, as computed here independently.
-    let m = llmsim::measured::load(&measured).unwrap();
-    let ttft = &m.levels[0].metrics[&llmsim::measured::MetricKind::Ttft];
+    let m = llmsim_analysis::measured::load(&measured).unwrap();
+    let ttft = &m.levels[0].metrics[&llmsim_analysis::measured::MetricKind::Ttft];
     let mut ms: Vec<f64> = ttfts.iter().map(|t| t * 1e3).collect();
     ms.sort_by(f64::total_cmp);
     assert_eq!(ttft.count, Some(3_000));

@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use llmsim::config::{self, Scenario};
-use llmsim::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
-use llmsim::sim::{self, RunLimits, SimError};
-use llmsim::time::SimTime;
-use llmsim::workload::AnySource;
+use llmsim_core::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
+use llmsim_core::time::SimTime;
+use llmsim_planner::sim::{self, RunLimits, SimError};
+use llmsim_planner::workload::AnySource;
+use llmsim_scenario::config::{self, Scenario};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -343,7 +343,7 @@ pub fn check_scenario<X: Observer>(
     let mut engine = Engine::new(s.engine_config());
     let mut source = AnySource::new(s);
     let mut checker = Checker::new(s);
-    let delay = llmsim::time::secs_to_nanos(s.latency.request_overhead_ms / 1e3);
+    let delay = llmsim_core::time::secs_to_nanos(s.latency.request_overhead_ms / 1e3);
     let mut both = (&mut checker, extra);
     let ended =
         sim::drive_limited(&mut engine, &mut source, &mut both, limits, delay, |e, c| c.0.after_step(e), &mut |_| {});
@@ -415,7 +415,7 @@ enum Expect {
     AllRejected,
 }
 
-/// Scenarios at the edges of every range ([`llmsim::config::limits`]),
+/// Scenarios at the edges of every range ([`llmsim_scenario::config::limits`]),
 /// with `duration_s` as often as `requests`, and users whose requests
 /// are always rejected. Past hangs and aborts (tests/integration/limits.rs) went unseen because
 /// the plain generator never went there.

@@ -8,13 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use llmsim::engine::{Observer, RequestId, StepRecord};
-use llmsim::time::SimTime;
+use llmsim_core::engine::{Observer, RequestId, StepRecord};
+use llmsim_core::time::SimTime;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::invariants::{Coverage, check_scenario, length, pick};
-use llmsim::sim::RunLimits;
+use llmsim_planner::sim::RunLimits;
 
 /// How many deployments one test run generates.
 const SCENARIOS: u64 = 500;

@@ -19,13 +19,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::rc::Rc;
 
-use llmsim::config::{self, Scenario};
-use llmsim::engine::prefix::hash::{Segment, generated_key, prompt_key};
-use llmsim::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
-use llmsim::metrics::CollectorOptions;
-use llmsim::sim;
-use llmsim::time::SimTime;
-use llmsim::workload::{AnySource, Source};
+use llmsim_core::engine::prefix::hash::{Segment, generated_key, prompt_key};
+use llmsim_core::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
+use llmsim_core::time::SimTime;
+use llmsim_planner::metrics::CollectorOptions;
+use llmsim_planner::sim;
+use llmsim_planner::workload::{AnySource, Source};
+use llmsim_scenario::config::{self, Scenario};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -558,7 +558,7 @@ fn every_generated_prefix_caching_scenario_agrees_with_an_independent_cache_mode
 
 // ---- analytic checks ----
 
-fn run_yaml(text: &str) -> llmsim::metrics::RunOutput {
+fn run_yaml(text: &str) -> llmsim_planner::metrics::RunOutput {
     sim::run(&scenario(text), CollectorOptions::default()).expect("within the run limits")
 }
 
@@ -670,7 +670,7 @@ workload:
     let mut engine = Engine::new(s.engine_config());
     let mut source = AnySource::new(&s);
     source.keep_rows();
-    let mut collector = llmsim::metrics::Collector::new(&s.capacity, CollectorOptions::default());
+    let mut collector = llmsim_planner::metrics::Collector::new(&s.capacity, CollectorOptions::default());
     sim::drive(&mut engine, &mut source, &mut collector).expect("within the run limits");
     let rows = source.row_content().expect("sessions have content");
     let reqs = collector.requests();
@@ -750,9 +750,9 @@ impl Observer for EventLog {
     fn step(&mut self, s: &StepRecord) {
         self.0.push(format!("step {s:?}"));
     }
-    fn decode_stretch(&mut self, s: &llmsim::engine::Stretch<'_>) {
+    fn decode_stretch(&mut self, s: &llmsim_core::engine::Stretch<'_>) {
         self.1 += s.joins.len() as u64;
-        llmsim::engine::events::replay_stretch(self, s);
+        llmsim_core::engine::events::replay_stretch(self, s);
     }
 }
 

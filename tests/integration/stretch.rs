@@ -1,4 +1,4 @@
-//! Decode stretches (macro-steps, `src/engine/stretch.rs`) against the
+//! Decode stretches (macro-steps, `crates/core/src/engine/stretch.rs`) against the
 //! step-by-step path (`--exact`): on generated scenarios, both must give
 //! the same result JSON, the same per-request records, the same step
 //! records and the same sequence of observer events, byte for byte. The
@@ -8,12 +8,12 @@
 //! arrivals and tight KV caches, so stretches are common and meet block
 //! boundaries, arrivals, finishes and full caches.
 
-use llmsim::config::Scenario;
-use llmsim::engine::{Observer, RejectReason, RequestId, StepRecord};
-use llmsim::metrics::{Collector, CollectorOptions, RunOutput};
-use llmsim::report::to_json;
-use llmsim::sim::{Stepping, run_collecting};
-use llmsim::time::SimTime;
+use llmsim_core::engine::{Observer, RejectReason, RequestId, StepRecord};
+use llmsim_core::time::SimTime;
+use llmsim_planner::metrics::{Collector, CollectorOptions, RunOutput};
+use llmsim_planner::report::to_json;
+use llmsim_planner::sim::{Stepping, run_collecting};
+use llmsim_scenario::config::Scenario;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -123,7 +123,7 @@ struct Joins {
 }
 
 impl Observer for Joins {
-    fn decode_stretch(&mut self, s: &llmsim::engine::Stretch<'_>) {
+    fn decode_stretch(&mut self, s: &llmsim_core::engine::Stretch<'_>) {
         if !s.joins.is_empty() {
             self.stretches += 1;
             self.steps += s.steps.len() as u64;
@@ -219,8 +219,8 @@ fn decode_stretches_give_the_same_bytes_as_the_step_by_step_path() {
 /// engine calls with stretches than steps.
 #[test]
 fn a_steady_decode_batch_runs_in_stretches() {
-    use llmsim::engine::Engine;
-    use llmsim::workload::{AnySource, Source};
+    use llmsim_core::engine::Engine;
+    use llmsim_planner::workload::{AnySource, Source};
     let text = "name: steady
 hardware: {hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
 model:
@@ -303,7 +303,7 @@ fn a_stretch_through_finishes_gives_the_events_of_step_by_step_in_one_call() {
     // runs every step left: the longest releases tokens 2 to 450 in 449
     // steps, and the others finish inside it, each told to the driver at
     // its end, in the order the step-by-step path finishes them.
-    use llmsim::engine::{Engine, Request};
+    use llmsim_core::engine::{Engine, Request};
     let text = "name: through
 hardware: {hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}
 model:

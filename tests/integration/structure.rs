@@ -1,15 +1,18 @@
-//! The crate's shape, checked from its sources (issue 15): the top-level
-//! modules of `src/` import each other without circles, so do the
-//! submodules of each folder module (one level down), and `serde_yaml` is
-//! named in `src/yaml.rs` alone.
+//! The workspace's shape, checked from its manifests and sources (issues
+//! 15, 28): the crates depend on each other only downward, as the layers of
+//! docs/ARCHITECTURE.md say, and the crates below the server and the load
+//! generator pull in no web, async or tokenizer crate, not even
+//! indirectly; inside each crate, the top-level modules import each other
+//! without circles, so do the submodules of each folder module (one level
+//! down); and `serde_yaml` is named in `crates/scenario/src/yaml.rs` alone.
 //!
-//! A top-level module is a file `src/m.rs` or a folder `src/m/` (both
-//! together when both exist), `lib.rs` and `main.rs` aside. Its edges are
-//! the names it uses as `crate::x` (in `use` lines, groups and inline
-//! paths) where `x` is another top-level module. Comments, `tests.rs`
-//! files and everything from a file's first `#[cfg(test)]` on are ignored:
-//! test code may use whatever it likes. (The server's own modules have
-//! their check in `server/layers.rs`.)
+//! A crate's top-level module is a file `src/m.rs` or a folder `src/m/`
+//! (both together when both exist), `lib.rs` and `main.rs` aside. Its edges
+//! are the names it uses as `crate::x` (in `use` lines, groups and inline
+//! paths), or as `super::x` from a file right under `src/`
+//! (`super::super::x` one folder down), where `x` is another top-level
+//! module. Comments, `tests.rs` files and everything from a file's first
+//! `#[cfg(test)]` on are ignored: test code may use whatever it likes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -45,8 +48,27 @@ pub(crate) fn first_ident(s: &str) -> String {
     s.trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
 }
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every crate of the workspace with its source folder: the members under
+/// `crates/`, sorted, then the root package (the `llmsim` binary).
+fn roots() -> Vec<(String, PathBuf)> {
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(repo().join("crates"))
+        .expect("crates/ exists")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.join("Cargo.toml").exists())
+        .map(|p| (format!("llmsim-{}", p.file_name().unwrap().to_string_lossy()), p.join("src")))
+        .collect();
+    out.sort();
+    out.push(("llmsim".to_string(), repo().join("src")));
+    out
+}
+
+/// The source folder of crate `name` (`llmsim-core`, ...).
+fn src_of(name: &str) -> PathBuf {
+    roots().into_iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no crate {name}")).1
 }
 
 /// Every `.rs` file under `dir`, sorted.
@@ -65,9 +87,10 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Top-level module -> (module it uses -> the files that use it).
-fn top_level_edges() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
-    let src = src();
+/// Top-level module of the crate whose sources are in `src` -> (module it
+/// uses -> the files that use it).
+fn top_level_edges(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let src = src.to_path_buf();
     let mut modules = BTreeSet::new();
     for entry in std::fs::read_dir(&src).expect("src exists") {
         let path = entry.expect("an entry").path();
@@ -83,8 +106,13 @@ fn top_level_edges() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
         if !modules.contains(&top) || file.file_name().is_some_and(|n| n == "tests.rs") {
             continue;
         }
-        let text = std::fs::read_to_string(&file).unwrap();
-        for name in crate_names(&code(&text)) {
+        let text = code(&std::fs::read_to_string(&file).unwrap());
+        // `super::` from a file right under src/ (its module's parent is the
+        // crate root), one more per folder; `m/mod.rs` is module `m` itself.
+        let depth = rel.matches('/').count() + 1 - usize::from(rel.ends_with("/mod.rs"));
+        let mut names = crate_names(&text);
+        names.extend(names_after(&text, &"super::".repeat(depth)));
+        for name in names {
             if name != top && modules.contains(&name) {
                 edges.entry(top.clone()).or_default().entry(name).or_default().insert(rel.clone());
             }
@@ -136,50 +164,59 @@ pub(crate) fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<V
 }
 
 #[test]
-fn the_top_level_modules_import_each_other_without_circles() {
-    let edges = top_level_edges();
-    assert!(edges.len() > 20, "the modules were found: {:?}", edges.keys());
-    assert!(edges.values().map(BTreeMap::len).sum::<usize>() > 40, "the imports were read: {edges:?}");
-    for (from, to, why) in KNOWN {
-        assert!(
-            edges.get(*from).is_some_and(|e| e.contains_key(*to)),
-            "{from} no longer imports {to}: remove it from KNOWN ({why})"
-        );
-    }
-    let graph: BTreeMap<String, BTreeSet<String>> = edges
-        .iter()
-        .map(|(m, to)| {
-            let kept = to.keys().filter(|t| !KNOWN.iter().any(|(f, k, _)| f == m && k == t)).cloned().collect();
-            (m.clone(), kept)
-        })
-        .collect();
-    if let Some(cycle) = find_cycle(&graph) {
-        let steps: Vec<String> = cycle
-            .windows(2)
-            .map(|w| {
-                format!("{} -> {} ({})", w[0], w[1], edges[&w[0]][&w[1]].iter().cloned().collect::<Vec<_>>().join(", "))
+fn the_top_level_modules_of_each_crate_import_each_other_without_circles() {
+    let mut modules = 0;
+    let mut imports = 0;
+    let mut circles = Vec::new();
+    for (name, src) in roots() {
+        let edges = top_level_edges(&src);
+        modules += edges.len();
+        imports += edges.values().map(BTreeMap::len).sum::<usize>();
+        for (from, to, why) in KNOWN {
+            if edges.contains_key(*from) {
+                assert!(edges[*from].contains_key(*to), "{from} no longer imports {to}: remove it from KNOWN ({why})");
+            }
+        }
+        let graph: BTreeMap<String, BTreeSet<String>> = edges
+            .iter()
+            .map(|(m, to)| {
+                let kept = to.keys().filter(|t| !KNOWN.iter().any(|(f, k, _)| f == m && k == t)).cloned().collect();
+                (m.clone(), kept)
             })
             .collect();
-        panic!("an import circle among the top-level modules:\n  {}", steps.join("\n  "));
+        if let Some(cycle) = find_cycle(&graph) {
+            let steps: Vec<String> = cycle
+                .windows(2)
+                .map(|w| {
+                    let files = edges[&w[0]][&w[1]].iter().cloned().collect::<Vec<_>>().join(", ");
+                    format!("{} -> {} ({files})", w[0], w[1])
+                })
+                .collect();
+            circles.push(format!("in {name}: {}", steps.join("; ")));
+        }
     }
+    assert!(modules > 50, "the modules were found ({modules})");
+    assert!(imports > 80, "the imports were read ({imports})");
+    assert!(circles.is_empty(), "import circles among a crate's top-level modules:\n  {}", circles.join("\n  "));
 }
 
 #[test]
 fn the_bottom_modules_import_nothing_above_them() {
-    // What the engine and the inputs rest on: each may use only the ones
-    // listed with it.
-    let edges = top_level_edges();
-    let allowed: &[(&str, &[&str])] = &[
-        ("time", &[]),
-        ("util", &[]),
-        ("limits", &["util"]),
-        ("yaml", &["limits", "util"]),
-        ("input", &["limits", "util"]),
-        ("trace", &["input", "limits", "time", "util"]),
+    // What the engine and the inputs rest on, inside their crates: each may
+    // use only the ones listed with it.
+    let allowed: &[(&str, &[(&str, &[&str])])] = &[
+        ("llmsim-core", &[("time", &[]), ("util", &[]), ("engine", &["time", "util"])]),
+        (
+            "llmsim-scenario",
+            &[("limits", &[]), ("yaml", &["limits"]), ("input", &["limits"]), ("trace", &["input", "limits"])],
+        ),
     ];
-    for (m, may) in allowed {
-        let uses: Vec<&String> = edges[*m].keys().filter(|t| !may.contains(&t.as_str())).collect();
-        assert!(uses.is_empty(), "{m} imports {uses:?}, above it (it may use {may:?})");
+    for (krate, modules) in allowed {
+        let edges = top_level_edges(&src_of(krate));
+        for (m, may) in *modules {
+            let uses: Vec<&String> = edges[*m].keys().filter(|t| !may.contains(&t.as_str())).collect();
+            assert!(uses.is_empty(), "{krate}: {m} imports {uses:?}, above it (it may use {may:?})");
+        }
     }
 }
 
@@ -262,8 +299,8 @@ fn reexports(parent: &str, files: &BTreeMap<String, Vec<PathBuf>>) -> BTreeMap<S
 /// (`super::super::x` one folder deeper), directly or through a name the
 /// folder's own file (`src/p.rs` or `src/p/mod.rs`) re-exports from it.
 #[allow(clippy::type_complexity)]
-fn inner_edges() -> BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>> {
-    let src = src();
+fn inner_edges(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<String>>>> {
+    let src = src.to_path_buf();
     let mut out = BTreeMap::new();
     let mut folders: Vec<PathBuf> =
         std::fs::read_dir(&src).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
@@ -291,7 +328,8 @@ fn inner_edges() -> BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<
             let node = edges.entry(m.clone()).or_default();
             for file in list {
                 let rel = file.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
-                let depth = rel.matches('/').count();
+                // `super::` steps from the file up to the folder's module.
+                let depth = rel.matches('/').count() - usize::from(rel.ends_with("/mod.rs"));
                 let text = code(&std::fs::read_to_string(file).unwrap());
                 let mut names = names_after(&text, &format!("crate::{folder}::"));
                 names.extend(names_after(&text, &"super::".repeat(depth)));
@@ -310,14 +348,19 @@ fn inner_edges() -> BTreeMap<String, BTreeMap<String, BTreeMap<String, BTreeSet<
 
 #[test]
 fn the_submodules_of_each_folder_module_import_each_other_without_circles() {
-    let all = inner_edges();
+    // Folder modules by "crate/folder".
+    let all: BTreeMap<String, _> = roots()
+        .iter()
+        .flat_map(|(name, src)| inner_edges(src).into_iter().map(move |(f, e)| (format!("{name}/{f}"), e)))
+        .collect();
     assert!(all.len() > 12, "the folder modules were found: {:?}", all.keys());
     let count: usize = all.values().flat_map(|e| e.values()).map(BTreeMap::len).sum();
     assert!(count > 100, "the imports were read: {all:?}");
     // `config/deployment.rs` takes `Check` from `config/check.rs` by `super::`;
     // `config/validate.rs` takes `ConfigError` through `config/mod.rs`'s re-export.
-    assert!(all["config"]["deployment"].contains_key("check"), "{:?}", all["config"]["deployment"]);
-    assert!(all["config"]["validate"].contains_key("error"), "{:?}", all["config"]["validate"]);
+    let config = &all["llmsim-scenario/config"];
+    assert!(config["deployment"].contains_key("check"), "{:?}", config["deployment"]);
+    assert!(config["validate"].contains_key("error"), "{:?}", config["validate"]);
     for (folder, from, to, why) in KNOWN_INSIDE {
         assert!(
             all[*folder].get(*from).is_some_and(|e| e.contains_key(*to)),
@@ -358,11 +401,13 @@ fn the_inner_checker_reads_super_paths_and_reexports() {
         ["a", "b", "d"]
     );
     assert_eq!(names_after("use super::super::{k, m::N};", "super::super::"), ["k", "m"]);
-    let files: BTreeMap<String, Vec<PathBuf>> =
-        [("error", vec![src().join("config/error.rs")]), ("scenario", vec![src().join("config/scenario.rs")])]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+    let files: BTreeMap<String, Vec<PathBuf>> = [
+        ("error", vec![src_of("llmsim-scenario").join("config/error.rs")]),
+        ("scenario", vec![src_of("llmsim-scenario").join("config/scenario.rs")]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
     let via = reexports("pub use error::ConfigError;\npub use scenario::*;\nuse nothing::X;", &files);
     assert_eq!(via.get("ConfigError").map(String::as_str), Some("error"));
     assert_eq!(via.get("Scenario").map(String::as_str), Some("scenario"));
@@ -370,17 +415,22 @@ fn the_inner_checker_reads_super_paths_and_reexports() {
 }
 
 #[test]
-fn serde_yaml_is_named_only_in_src_yaml_rs() {
-    let src = src();
+fn serde_yaml_is_named_only_in_the_scenario_crates_yaml_rs() {
     let mut named = Vec::new();
-    for file in rust_files(&src) {
-        let text = std::fs::read_to_string(&file).unwrap();
-        let code: String = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
-        if code.contains("serde_yaml") {
-            named.push(file.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/"));
+    for (_, src) in roots() {
+        for file in rust_files(&src) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code: String = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+            if code.contains("serde_yaml") {
+                named.push(file.strip_prefix(repo()).unwrap().to_string_lossy().replace('\\', "/"));
+            }
         }
     }
-    assert_eq!(named, ["yaml.rs"], "serde_yaml belongs behind src/yaml.rs (use crate::yaml::...)");
+    assert_eq!(
+        named,
+        ["crates/scenario/src/yaml.rs"],
+        "serde_yaml belongs behind llmsim-scenario's yaml.rs (use llmsim_scenario::yaml::...)"
+    );
 }
 
 #[test]
@@ -400,4 +450,120 @@ fn the_checker_sees_groups_comments_and_cycles() {
     assert_eq!(find_cycle(&edges), None);
     edges.insert("c".to_string(), set(&["a"]));
     assert_eq!(find_cycle(&edges), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+}
+
+/// The workspace's layers: what each crate may depend on among its own
+/// crates (docs/ARCHITECTURE.md). A crate missing here fails the test.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("llmsim-core", &[]),
+    ("llmsim-scenario", &["llmsim-core"]),
+    ("llmsim-planner", &["llmsim-core", "llmsim-scenario"]),
+    ("llmsim-content", &["llmsim-core", "llmsim-scenario"]),
+    ("llmsim-analysis", &["llmsim-core", "llmsim-scenario", "llmsim-planner"]),
+    ("llmsim-server", &["llmsim-core", "llmsim-scenario", "llmsim-planner", "llmsim-content"]),
+    ("llmsim-bench", &["llmsim-core", "llmsim-scenario", "llmsim-planner", "llmsim-content", "llmsim-analysis"]),
+    (
+        "llmsim",
+        &[
+            "llmsim-core",
+            "llmsim-scenario",
+            "llmsim-planner",
+            "llmsim-content",
+            "llmsim-analysis",
+            "llmsim-server",
+            "llmsim-bench",
+        ],
+    ),
+];
+
+/// The web stack, async runtimes and tokenizers: only the server, the load
+/// generator and the binary may have them, directly or not.
+const WEB: &[&str] = &["tokio", "axum", "hyper", "hyper-util", "reqwest", "tokenizers", "minijinja", "futures-util"];
+
+/// The packages as cargo resolves them: name of each workspace crate ->
+/// every package it pulls in through normal dependencies, however
+/// indirectly (by name), and its direct ones.
+fn resolved_graph() -> BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> {
+    // The graph of this machine's platform (js-sys and the like come with
+    // plotters and indicatif for wasm only).
+    let rustc = std::process::Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV runs");
+    let host = String::from_utf8_lossy(&rustc.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc names its host");
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &host, "--manifest-path"])
+        .arg(repo().join("Cargo.toml"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
+    let names: BTreeMap<&str, &str> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
+        .collect();
+    // Package id -> the ids of its normal dependencies.
+    let edges: BTreeMap<&str, Vec<&str>> = meta["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|node| {
+            let deps = node["deps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null()))
+                .map(|d| d["pkg"].as_str().unwrap())
+                .collect();
+            (node["id"].as_str().unwrap(), deps)
+        })
+        .collect();
+    let mut graph = BTreeMap::new();
+    for member in meta["workspace_members"].as_array().unwrap() {
+        let id = member.as_str().unwrap();
+        let direct = edges[id].iter().map(|d| names[d].to_string()).collect();
+        let mut reach = BTreeSet::new();
+        let mut todo = vec![id];
+        while let Some(n) = todo.pop() {
+            for d in &edges[n] {
+                if reach.insert(*d) {
+                    todo.push(d);
+                }
+            }
+        }
+        graph.insert(names[id].to_string(), (direct, reach.iter().map(|d| names[d].to_string()).collect()));
+    }
+    graph
+}
+
+#[test]
+fn the_crates_depend_on_each_other_only_down_the_layers_and_the_lower_ones_have_no_web_stack() {
+    let graph = resolved_graph();
+    let members: Vec<String> = roots().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        graph.keys().collect::<BTreeSet<_>>(),
+        members.iter().collect(),
+        "cargo's members are the crates/ folders"
+    );
+    assert_eq!(members.len(), LAYERS.len(), "every crate has its row in LAYERS: {members:?}");
+    let mut seen_web = false;
+    for name in &members {
+        let may = LAYERS.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{name} has no row in LAYERS")).1;
+        let (direct, reach) = &graph[name];
+        let above: Vec<&String> =
+            direct.iter().filter(|d| d.starts_with("llmsim") && !may.contains(&d.as_str())).collect();
+        assert!(above.is_empty(), "{name} depends on {above:?}; it may use {may:?}");
+        let web: Vec<&&str> = WEB.iter().filter(|w| reach.contains(**w)).collect();
+        if ["llmsim-server", "llmsim-bench", "llmsim"].contains(&name.as_str()) {
+            seen_web |= !web.is_empty();
+        } else {
+            assert!(web.is_empty(), "{name} pulls in {web:?}: the web stack belongs to the server and the bench");
+        }
+    }
+    assert!(seen_web, "the check reads the resolved graph (the server has tokio)");
 }

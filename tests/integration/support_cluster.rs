@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use llmsim::config::{self, Scenario};
+use llmsim_scenario::config::{self, Scenario};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 

@@ -420,7 +420,7 @@ fn trace_events_have_a_slice_per_step_and_a_track_per_request() {
 }
 
 /// A scenario served one request per step: one prefill of 512 tokens, one
-/// output token (see src/capacity/tests.rs for the closed form).
+/// output token (see crates/analysis/src/capacity/tests.rs for the closed form).
 const ONE_AT_A_TIME: &str = "
 hardware: { hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989 }
 model:

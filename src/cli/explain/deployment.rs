@@ -3,11 +3,11 @@
 
 use std::fmt::Write;
 
-use crate::config::Scenario;
-use crate::config::deployment::{FigureSource, weight_dtype};
-use crate::engine::StepShape;
-use crate::engine::arch::{Architecture, attention_pairs};
-use crate::report::{summary, thousands};
+use llmsim_core::engine::StepShape;
+use llmsim_core::engine::arch::{Architecture, attention_pairs};
+use llmsim_planner::report::{summary, thousands};
+use llmsim_scenario::config::Scenario;
+use llmsim_scenario::config::deployment::{FigureSource, weight_dtype};
 
 fn n(x: f64) -> String {
     thousands(x.round() as u64)
@@ -166,7 +166,7 @@ fn steps(s: &Scenario, out: &mut String) {
     let cost = s.engine_config().cost;
     let (prompt, output) = s.mean_lengths();
     let ctx = (prompt + output / 2.0).round() as u64;
-    let fmt = |c: crate::engine::StepCost| {
+    let fmt = |c: llmsim_core::engine::StepCost| {
         format!(
             "{:.3} ms (compute {:.3} / memory {:.3} / comm {:.3} / overheads {:.3}; {})",
             c.total_s * 1e3,

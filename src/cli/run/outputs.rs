@@ -19,13 +19,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::cli::CliError;
-use crate::config::Scenario;
-use crate::engine::events::replay_stretch;
-use crate::engine::{Observer, RejectReason, RequestId, StepRecord, Stretch};
-use crate::perfetto::{self, TraceEvents};
-use crate::plot::timeline::Timeline;
-use crate::report::stream::StepsCsv;
-use crate::time::SimTime;
+use llmsim_analysis::plot::timeline::Timeline;
+use llmsim_core::engine::events::replay_stretch;
+use llmsim_core::engine::{Observer, RejectReason, RequestId, StepRecord, Stretch};
+use llmsim_core::time::SimTime;
+use llmsim_planner::perfetto::{self, TraceEvents};
+use llmsim_planner::report::stream::StepsCsv;
+use llmsim_scenario::config::Scenario;
 
 /// The outputs a run writes as it goes (an [`Observer`] of the run).
 pub struct Streamed {
@@ -73,8 +73,9 @@ impl Streamed {
             }
             None => None,
         };
-        let blocks = crate::report::cluster::replica_blocks(scenario);
-        let timeline = wanted.plot.then(|| Timeline::new(blocks, crate::report::cluster::decode_base(scenario)));
+        let blocks = llmsim_planner::report::cluster::replica_blocks(scenario);
+        let timeline =
+            wanted.plot.then(|| Timeline::new(blocks, llmsim_planner::report::cluster::decode_base(scenario)));
         Ok(Some(Streamed { steps, timeline, trace }))
     }
 

@@ -2,7 +2,7 @@
 //! explanation headers, models, health, metrics and the summary.
 
 use super::harness::*;
-use llmsim::server::content::tokenizer;
+use llmsim_content::tokenizer;
 
 const MESSAGE: &str = "The quick brown fox jumps over the lazy dog";
 

@@ -1,12 +1,12 @@
 //! The server's modules import each other without circles (issue 15).
 //!
-//! Reads the sources of `src/server/`: every module `m` (the file
-//! `src/server/m.rs` and the non-test files under `src/server/m/`) names
+//! Reads the sources of the server's crate, `crates/server/src/`: every
+//! module `m` (the file `m.rs` and the non-test files under `m/`) names
 //! its siblings as `super::x` (`super::super::x` in a submodule) or
-//! `crate::server::x`, in `use` lines or inline paths. Those names are the
-//! edges; the test fails on a cycle (naming it), and on a module that
-//! reaches into `server.rs` itself (`super::App`): the root only declares
-//! the modules and re-exports, so it sits above all of them. Comments and
+//! `crate::x`, in `use` lines or inline paths. Those names are the edges;
+//! the test fails on a cycle (naming it), and on a module that reaches
+//! into the crate root `lib.rs` itself (`super::App`): the root only
+//! declares the modules and re-exports, so it sits above all of them. Comments and
 //! an inline `#[cfg(test)] mod tests { .. }` are ignored (test code may
 //! use whatever it likes).
 
@@ -61,17 +61,17 @@ fn names_after(code: &str, prefix: &str) -> Vec<String> {
 
 /// Module name -> the names it uses from its parent, `server`.
 fn uses() -> BTreeMap<String, BTreeSet<String>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/server/src");
     let mut out = BTreeMap::new();
-    for entry in std::fs::read_dir(&dir).expect("src/server exists") {
+    for entry in std::fs::read_dir(&dir).expect("crates/server/src exists") {
         let path = entry.expect("a readable entry").path();
-        if path.extension().is_none_or(|e| e != "rs") {
+        if path.extension().is_none_or(|e| e != "rs") || path.file_name().is_some_and(|n| n == "lib.rs") {
             continue;
         }
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
         let text = std::fs::read_to_string(&path).unwrap();
         let mut names: BTreeSet<String> = names_after(&code(&text), "super::").into_iter().collect();
-        names.extend(names_after(&code(&text), "crate::server::"));
+        names.extend(names_after(&code(&text), "crate::"));
         let sub = dir.join(&name);
         if sub.is_dir() {
             for f in std::fs::read_dir(&sub).unwrap() {
@@ -81,7 +81,7 @@ fn uses() -> BTreeMap<String, BTreeSet<String>> {
                 }
                 let text = code(&std::fs::read_to_string(&f).unwrap());
                 names.extend(names_after(&text, "super::super::"));
-                names.extend(names_after(&text, "crate::server::"));
+                names.extend(names_after(&text, "crate::"));
             }
         }
         out.insert(name, names);
@@ -103,13 +103,13 @@ fn the_server_modules_import_each_other_without_circles() {
                     edges.entry(m.clone()).or_insert_with(BTreeSet::new).insert(n.clone());
                 }
             } else if n != "*" {
-                root_items.push(format!("{m} uses server::{n}"));
+                root_items.push(format!("{m} uses crate::{n}"));
             }
         }
     }
     assert!(
         root_items.is_empty(),
-        "modules reach into server.rs instead of the module that owns the item: {root_items:?}"
+        "modules reach into lib.rs instead of the module that owns the item: {root_items:?}"
     );
     assert!(edges.values().map(BTreeSet::len).sum::<usize>() > 20, "the imports were read: {edges:?}");
     if let Some(cycle) = find_cycle(&edges) {

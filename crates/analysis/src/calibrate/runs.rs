@@ -1,0 +1,799 @@
+//! Measured runs, whatever file they came in, as one thing a fit can use:
+//! a scenario to simulate (at any candidate values of the fitted keys) and
+//! the figures measured, by sweep metric name.
+//!
+//! Known shapes, sniffed:
+//! * a **per-request JSON** that `llmsim diff` reads (`llmsim bench`,
+//!   `vllm bench serve --save-detailed`, guidellm without sampling): each
+//!   load level is a run, its successful requests replayed exactly as
+//!   `llmsim run --trace-from` does (send times relative to the first, the
+//!   token counts measured);
+//! * a **trace CSV with measured latencies** (`arrival_s, prompt_tokens,
+//!   output_tokens` and `ttft_ms` and/or `e2e_ms`, optionally `tpot_ms` and
+//!   `status`: the shape of `llmsim serve --record` and `llmsim run
+//!   --requests-csv`): the rows replayed as written;
+//! * an **inference-perf run directory**: each load stage is a run (see
+//!   [`crate::measured::inference_perf`]): its `G x U` fixed prompts are
+//!   `shared_prefix: {groups: G x U, tokens: system_prompt_len +
+//!   question_len}` and `prompt_tokens` is the rest of the client's mean
+//!   prompt length (the README's inference-perf mapping); turning prefix
+//!   caching on is the scenario's choice;
+//! * a **measured table** CSV (see [`crate::measured::table`]): each row
+//!   is a run, its settings applied to the scenario; a row with `excluded`
+//!   text is a run the engine cannot represent, kept as an [`Excluded`]
+//!   (listed with its reason and figures, never simulated).
+//!
+//! A run is **saturated** when it cannot tell what the engine costs, only
+//! that it fell behind: any request failed, or the queue was still growing
+//! at the end (per-request data: the median TTFT of the last fifth of the
+//! requests, by send time, is over twice that of the second fifth
+//! and over 100 ms above it; inference-perf: completions more than 10%
+//! behind sends; a table says so in its `failed` or `saturated` column).
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use llmsim_scenario::yaml::Value;
+
+use super::keys::FitKey;
+use crate::measured::inference_perf::{self, InferencePerfRun, LoadType};
+use crate::measured::{LoadLevel, MetricKind, Tool, aic, table};
+use crate::sweep::metric::{Family, Metric, Stat};
+use llmsim_planner::metrics::percentile::percentile_sorted;
+use llmsim_scenario::config::{Arrivals, ConfigError, Override, Scenario, Trace};
+use llmsim_scenario::input::{self, Kind};
+use llmsim_scenario::trace::TraceRow;
+
+/// The measured-file shapes, for messages.
+pub const KNOWN_SHAPES: &str = "known shapes: a per-request JSON (llmsim bench, vllm bench serve --save-detailed, \
+     guidellm benchmarks.json without sampling); a trace CSV with measured latencies (arrival_s, prompt_tokens, \
+     output_tokens and ttft_ms and/or e2e_ms, as llmsim serve --record and llmsim run --requests-csv write); a \
+     measured table CSV (columns named by scenario keys and sweep metrics, as a sweep CSV); an inference-perf run \
+     directory (config.yaml and stage_N_lifecycle_metrics.json)";
+
+/// Which kind of input a run came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    PerRequest(Tool),
+    TraceCsv,
+    InferencePerf,
+    Table,
+    Aic,
+}
+
+impl InputKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputKind::PerRequest(t) => t.name(),
+            InputKind::TraceCsv => "trace CSV",
+            InputKind::InferencePerf => "inference-perf",
+            InputKind::Table => "measured table",
+            InputKind::Aic => "AIConfigurator silicon CSV",
+        }
+    }
+}
+
+/// What the engine is given for one run.
+#[derive(Clone, Debug)]
+pub struct Base {
+    /// The scenario file (relative paths, error messages).
+    pub file: PathBuf,
+    /// The run's effective scenario as YAML (hardware and model inline, so
+    /// building a candidate reads no file).
+    pub value: Value,
+    /// Replayed instead of the scenario's workload.
+    pub trace: Option<Arc<Vec<TraceRow>>>,
+}
+
+/// One measured run.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub name: String,
+    /// Runs of one group are left out together in leave-one-out.
+    pub group: String,
+    /// Where its figures were read.
+    pub source: String,
+    pub kind: InputKind,
+    pub base: Base,
+    /// Measured figures (milliseconds, per second), by sweep metric.
+    pub measured: BTreeMap<Metric, f64>,
+    /// Why it is left out of fits by default.
+    pub saturated: Option<String>,
+    /// What a reader should know about how it is modelled.
+    pub notes: Vec<String>,
+    /// The model it served (the scenario's model name): runs of one model
+    /// are left out together by `--leave-out model`.
+    pub model: String,
+    /// The measured source it came from (a file, or a file and the part of
+    /// it one source measured): `--leave-out source` groups by it.
+    pub origin: String,
+}
+
+/// A measured run the engine cannot represent (a measured table's
+/// `excluded` row): listed with its reason wherever runs are reported,
+/// never simulated nor fitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Excluded {
+    pub name: String,
+    pub source: String,
+    pub reason: String,
+    /// Measured figures, by sweep metric.
+    pub measured: BTreeMap<Metric, f64>,
+}
+
+/// Every run of one measured input, and the runs it excludes.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    pub runs: Vec<Run>,
+    pub excluded: Vec<Excluded>,
+}
+
+impl Loaded {
+    fn runs(runs: Vec<Run>) -> Loaded {
+        Loaded { runs, excluded: Vec::new() }
+    }
+
+    /// Appends another input's runs and exclusions.
+    pub fn extend(&mut self, other: Loaded) {
+        self.runs.extend(other.runs);
+        self.excluded.extend(other.excluded);
+    }
+}
+
+/// How runs are built.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Simulate at most this many seconds of an inference-perf stage or a
+    /// table row that sets `workload.duration_s` (a steady-state sample).
+    pub sample_s: Option<f64>,
+    /// Rows of an AIConfigurator silicon CSV to keep.
+    pub aic_filters: Vec<aic::Filter>,
+    /// Requests of an AIConfigurator run per user (0: [`aic::DEFAULT_ROUNDS`]).
+    pub aic_rounds: u32,
+}
+
+/// The scenario a run is simulated on, with `--set` overrides applied.
+pub struct ScenarioSource {
+    pub file: PathBuf,
+    pub value: Value,
+}
+
+impl ScenarioSource {
+    /// Reads the scenario and applies overrides; validates it once so its
+    /// own mistakes are reported before any measured file is read.
+    pub fn load(file: &Path, overrides: &[Override]) -> Result<ScenarioSource, ConfigError> {
+        llmsim_scenario::config::load_scenario_with(file, overrides)?;
+        let text = input::read_text(Kind::Scenario, file)?;
+        let mut value: Value = llmsim_scenario::config::parse_str(&text, file)?;
+        for o in overrides {
+            o.apply(&mut value, file)?;
+        }
+        Ok(ScenarioSource { file: file.to_path_buf(), value })
+    }
+
+    /// The run's base: `settings` applied, then validated; a trace replaces
+    /// the workload.
+    fn base(&self, settings: &[Override], trace: Option<Vec<TraceRow>>, label: &str) -> Result<Base, ConfigError> {
+        let mut value = self.value.clone();
+        for o in settings {
+            o.apply(&mut value, &self.file).map_err(|e| in_run(e, label))?;
+        }
+        if trace.is_some() {
+            set_placeholder_workload(&mut value);
+        }
+        let scenario = build(&value, &self.file).map_err(|e| in_run(e, label))?;
+        let mut effective: Value = llmsim_scenario::yaml::from_str(&llmsim_scenario::config::effective_yaml(&scenario))
+            .map_err(|e| ConfigError::new(&self.file, "", format!("cannot restate the scenario: {e}")))?;
+        if trace.is_some() {
+            set_placeholder_workload(&mut effective);
+        }
+        Ok(Base { file: self.file.clone(), value: effective, trace: trace.map(Arc::new) })
+    }
+}
+
+fn in_run(mut e: ConfigError, label: &str) -> ConfigError {
+    e.message.push_str(&format!(" (for measured run {label})"));
+    e
+}
+
+/// A valid workload that a trace replaces.
+fn set_placeholder_workload(value: &mut Value) {
+    let placeholder: Value = llmsim_scenario::yaml::from_str(
+        "{arrivals: {constant: {rate: 1}}, requests: 1, prompt_tokens: 1, output_tokens: 1}",
+    )
+    .unwrap_or(Value::Null);
+    if let Value::Mapping(m) = value {
+        let seed = m.get("workload").and_then(|w| w.get("seed")).cloned();
+        let mut w = placeholder;
+        if let (Some(seed), Value::Mapping(wm)) = (seed, &mut w) {
+            wm.insert(Value::String("seed".into()), seed);
+        }
+        m.insert(Value::String("workload".into()), w);
+    }
+}
+
+fn build(value: &Value, file: &Path) -> Result<Scenario, ConfigError> {
+    let raw = llmsim_scenario::config::parse_value(value.clone(), file, "")?;
+    llmsim_scenario::config::validate::scenario(raw, file)
+}
+
+impl Base {
+    /// The scenario with each fitted key at its value.
+    pub fn scenario(&self, keys: &[FitKey], x: &[f64]) -> Result<Scenario, ConfigError> {
+        let mut value = self.value.clone();
+        for (k, v) in keys.iter().zip(x) {
+            let number = if k.integer { Value::Number((v.round() as i64).into()) } else { Value::Number((*v).into()) };
+            let path = k.key.split('.').map(str::to_string).collect();
+            Override { path, value: number }.apply(&mut value, &self.file)?;
+        }
+        let mut s = build(&value, &self.file)?;
+        if let Some(rows) = &self.trace {
+            let w = &mut s.workload;
+            w.arrivals =
+                Arrivals::Trace(Trace { path: "(measured requests)".into(), rows: Arc::clone(rows), content: None });
+            w.requests = None;
+            w.duration_s = None;
+            w.prompt_tokens = None;
+            w.output_tokens = None;
+        }
+        Ok(s)
+    }
+
+    /// The value a key has in this run's scenario (the fit's start).
+    pub fn value_of(&self, key: &str) -> Option<f64> {
+        let mut node = &self.value;
+        for seg in key.split('.') {
+            node = node.get(seg)?;
+        }
+        node.as_f64()
+    }
+}
+
+/// Loads every run of one measured input, and the runs it excludes; each
+/// run's model is its scenario's model name.
+pub fn load(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
+    let mut loaded = load_any(src, measured, opts)?;
+    for r in &mut loaded.runs {
+        if r.model.is_empty() {
+            r.model =
+                r.base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").into();
+        }
+    }
+    Ok(loaded)
+}
+
+fn load_any(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
+    if measured.is_dir() {
+        if inference_perf::is_run_dir(measured) {
+            return from_inference_perf(src, &inference_perf::load(measured)?, opts).map(Loaded::runs);
+        }
+        return Err(ConfigError::new(measured, "", format!("a directory of an unknown shape; {KNOWN_SHAPES}")));
+    }
+    let mut reader = input::open(Kind::Measured, measured)?;
+    if matches!(reader.first_non_space()?, Some(b'{' | b'[')) {
+        return from_json(src, reader, measured).map(Loaded::runs);
+    }
+    let first = first_line(reader)?;
+    let headers: Vec<&str> = first.split(',').map(str::trim).collect();
+    if headers.contains(&"arrival_s") {
+        return from_trace_csv(src, measured).map(Loaded::runs);
+    }
+    let text = input::read_text(Kind::Measured, measured)?;
+    if aic::looks_like_aic(&headers) {
+        return from_aic(src, &aic::parse(&text, measured, &opts.aic_filters)?, opts);
+    }
+    if table::looks_like_table(&headers) {
+        return from_table(src, &table::parse(&text, measured)?, opts);
+    }
+    Err(ConfigError::new(measured, "", format!("a file of an unknown shape; {KNOWN_SHAPES}")))
+}
+
+/// The first line that is not a `#` comment (a CSV's header).
+fn first_line(mut input: input::Input) -> Result<String, input::InputError> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = input.read_line(&mut line).map_err(|e| input.error(&e))?;
+        if n == 0 || !line.trim_start().starts_with('#') {
+            return Ok(line.trim_end().to_string());
+        }
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+// ---- per-request JSON -------------------------------------------------------
+
+fn from_json(src: &ScenarioSource, input: input::Input, file: &Path) -> Result<Vec<Run>, ConfigError> {
+    let (measured, docs) = crate::measured::read(input)?;
+    let several = measured.levels.len() > 1;
+    let mut runs = Vec::new();
+    for (i, level) in measured.levels.iter().enumerate() {
+        let name =
+            if several { format!("{} level {} ({})", file_name(file), i + 1, level.label) } else { file_name(file) };
+        let (rows, skipped) = level.trace_rows().map_err(|m| {
+            ConfigError::new(file, "", format!("cannot replay {}: {m} (calibrate replays every request)", level.label))
+        })?;
+        let base = src.base(&[], Some(rows), &name)?;
+        let mut notes = Vec::new();
+        let measured_figures = level_figures(level, &mut notes);
+        let failed = level.failed.unwrap_or(0).max(skipped as u64);
+        let trend = if measured.tool == Tool::Guidellm { None } else { docs.get(i).and_then(json_trend) };
+        let saturated = match failed {
+            0 => trend,
+            n => Some(format!("{n} requests failed")),
+        };
+        runs.push(Run {
+            name,
+            group: format!("{}#{}", file.display(), i + 1),
+            source: if several { format!("{} level {}", file.display(), i + 1) } else { file.display().to_string() },
+            kind: InputKind::PerRequest(measured.tool),
+            base,
+            measured: measured_figures,
+            saturated,
+            notes,
+            model: String::new(),
+            origin: file.display().to_string(),
+        });
+    }
+    Ok(runs)
+}
+
+/// A level's figures by sweep metric: like with like, as `llmsim diff`.
+fn level_figures(level: &LoadLevel, notes: &mut Vec<String>) -> BTreeMap<Metric, f64> {
+    let mut out = BTreeMap::new();
+    let kinds = [
+        (MetricKind::Ttft, Family::Ttft),
+        (MetricKind::DecodeMean, Family::Tpot),
+        (MetricKind::ChunkGap, Family::Itl),
+        (MetricKind::E2e, Family::E2e),
+    ];
+    for (kind, family) in kinds {
+        let Some(d) = level.metrics.get(&kind) else { continue };
+        if d.token_weighted {
+            notes.push(format!("`{}` is token-weighted: not used", d.field));
+            continue;
+        }
+        let stats = [(Stat::Mean, d.mean), (Stat::P50, d.percentile(500)), (Stat::P90, d.percentile(900))];
+        for (stat, v) in stats.into_iter().chain([(Stat::P99, d.percentile(990))]) {
+            if let Some(v) = v.filter(|v| v.is_finite() && *v > 0.0) {
+                out.insert(Metric::Latency(family, stat), v);
+            }
+        }
+    }
+    let t = &level.throughput;
+    for (m, v) in [
+        (Metric::RequestsPerS, t.requests_per_s),
+        (Metric::InputTokensPerS, t.input_tokens_per_s),
+        (Metric::OutputTokensPerS, t.output_tokens_per_s),
+    ] {
+        if let Some(v) = v.filter(|v| v.is_finite() && *v > 0.0) {
+            out.insert(m, v);
+        }
+    }
+    out
+}
+
+/// The TTFT trend of a vLLM-schema object with per-request arrays.
+fn json_trend(doc: &crate::measured::json::Doc) -> Option<String> {
+    let a = &doc.arrays;
+    let (sent, ttft) = (a.start_times.as_ref()?, a.ttfts.as_ref()?);
+    if sent.len() != ttft.len() {
+        return None;
+    }
+    let errors = a.errors.flags();
+    let ok = |i: usize| errors.and_then(|e| e.get(i)).is_none_or(|ok| *ok);
+    let points = (0..sent.len()).filter(|&i| ok(i)).map(|i| (sent[i], ttft[i] * 1e3)).collect();
+    growing_queue(points)
+}
+
+/// Whether TTFT grew through the run: `points` are (send time, TTFT ms).
+pub fn growing_queue(mut points: Vec<(f64, f64)>) -> Option<String> {
+    points.retain(|(s, t)| s.is_finite() && t.is_finite());
+    if points.len() < 10 {
+        return None;
+    }
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let n = points.len();
+    let median = |k: usize| {
+        let mut xs: Vec<f64> = points[k * n / 5..(k + 1) * n / 5].iter().map(|p| p.1).collect();
+        xs.sort_by(f64::total_cmp);
+        percentile_sorted(&xs, 50.0).unwrap_or(0.0)
+    };
+    let (second, last) = (median(1), median(4));
+    (last > 2.0 * second && last - second > 100.0).then(|| {
+        format!(
+            "the queue was still growing: the median TTFT rose from {second:.0} ms (second fifth of the requests) \
+             to {last:.0} ms (last fifth)"
+        )
+    })
+}
+
+// ---- trace CSV with measured latencies ---------------------------------------
+
+/// Per-request columns a measured trace may carry.
+const LATENCY_COLUMNS: [&str; 3] = ["ttft_ms", "e2e_ms", "tpot_ms"];
+
+/// A trace CSV with measured latencies, read twice as a stream: once as a
+/// trace, once for the latency columns.
+fn from_trace_csv(src: &ScenarioSource, file: &Path) -> Result<Vec<Run>, ConfigError> {
+    let (all, _) = llmsim_scenario::trace::read_input(input::open(Kind::Measured, file)?, None)?;
+    let second = input::open(Kind::Measured, file)?;
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(second);
+    let headers = reader.headers().map_err(|e| ConfigError::new(file, "line 1", e.to_string()))?.clone();
+    let col = |name: &str| headers.iter().position(|h| h == name);
+    let [ttft_col, e2e_col, tpot_col] = LATENCY_COLUMNS.map(col);
+    if ttft_col.is_none() && e2e_col.is_none() {
+        return Err(ConfigError::new(
+            file,
+            "line 1",
+            "a trace without measured latencies (no ttft_ms or e2e_ms column): there is nothing to fit against; \
+             replay it with `llmsim run --trace-from`, or add the measured columns",
+        ));
+    }
+    let status_col = col("status");
+    let mut rows = Vec::new();
+    let mut samples: [Vec<f64>; 3] = Default::default();
+    let mut trend = Vec::new();
+    let (mut failed, mut end_s, mut out_tokens, mut in_tokens) = (0u64, 0.0f64, 0u64, 0u64);
+    for (i, record) in reader.records().enumerate() {
+        let record = record.map_err(|e| ConfigError::new(file, format!("row {}", i + 2), e.to_string()))?;
+        let line = record.position().map_or(i + 2, |p| p.line() as usize);
+        let cell = |c: Option<usize>| c.and_then(|c| record.get(c)).unwrap_or("");
+        let number = |c: Option<usize>, name: &str| -> Result<Option<f64>, ConfigError> {
+            let v = cell(c);
+            if v.is_empty() {
+                return Ok(None);
+            }
+            v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0).map(Some).ok_or_else(|| {
+                ConfigError::new(file, format!("line {line}, column {name}"), format!("`{v}` is not a number of ms"))
+            })
+        };
+        let status = cell(status_col);
+        let ok_status = matches!(status, "" | "finished" | "ok" | "success");
+        let (ttft, e2e) = (number(ttft_col, "ttft_ms")?, number(e2e_col, "e2e_ms")?);
+        let row = all[i];
+        if !ok_status || (ttft_col.is_some() && ttft.is_none()) || (e2e_col.is_some() && e2e.is_none()) {
+            failed += 1;
+            continue;
+        }
+        let tpot = match number(tpot_col, "tpot_ms")? {
+            Some(t) => Some(t),
+            None if tpot_col.is_none() && row.output > 1 => {
+                ttft.zip(e2e).map(|(t, e)| (e - t) / f64::from(row.output - 1))
+            }
+            None => None,
+        };
+        for (slot, v) in samples.iter_mut().zip([ttft, e2e, tpot]) {
+            slot.extend(v);
+        }
+        if let Some(t) = ttft {
+            trend.push((row.arrival.as_secs_f64(), t));
+        }
+        if let Some(e) = e2e {
+            end_s = end_s.max(row.arrival.as_secs_f64() + e / 1e3);
+        }
+        out_tokens += u64::from(row.output);
+        in_tokens += u64::from(row.prompt);
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return Err(ConfigError::new(file, "", "no request succeeded, so there is nothing to fit against"));
+    }
+    let mut measured = BTreeMap::new();
+    for (family, xs) in [Family::Ttft, Family::E2e, Family::Tpot].into_iter().zip(samples.iter_mut()) {
+        summarise(family, xs, &mut measured);
+    }
+    let first_s = rows[0].arrival.as_secs_f64();
+    if e2e_col.is_some() && end_s > first_s {
+        let span = end_s - first_s;
+        measured.insert(Metric::RequestsPerS, rows.len() as f64 / span);
+        measured.insert(Metric::InputTokensPerS, in_tokens as f64 / span);
+        measured.insert(Metric::OutputTokensPerS, out_tokens as f64 / span);
+    }
+    let name = file_name(file);
+    let base = src.base(&[], Some(rows), &name)?;
+    let saturated = if failed > 0 { Some(format!("{failed} requests failed")) } else { growing_queue(trend) };
+    Ok(vec![Run {
+        name,
+        group: file.display().to_string(),
+        source: file.display().to_string(),
+        kind: InputKind::TraceCsv,
+        base,
+        measured,
+        saturated,
+        notes: Vec::new(),
+        model: String::new(),
+        origin: file.display().to_string(),
+    }])
+}
+
+/// Mean, p50, p90, p99 and max of per-request samples, as vLLM computes them.
+fn summarise(family: Family, xs: &mut [f64], out: &mut BTreeMap<Metric, f64>) {
+    if xs.is_empty() {
+        return;
+    }
+    xs.sort_by(f64::total_cmp);
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    let stats = [
+        (Stat::Mean, Some(mean)),
+        (Stat::P50, percentile_sorted(xs, 50.0)),
+        (Stat::P90, percentile_sorted(xs, 90.0)),
+        (Stat::P99, percentile_sorted(xs, 99.0)),
+        (Stat::Max, xs.last().copied()),
+    ];
+    for (stat, v) in stats {
+        if let Some(v) = v.filter(|v| *v > 0.0) {
+            out.insert(Metric::Latency(family, stat), v);
+        }
+    }
+}
+
+// ---- inference-perf ----------------------------------------------------------
+
+fn from_inference_perf(
+    src: &ScenarioSource,
+    ip: &InferencePerfRun,
+    opts: &LoadOptions,
+) -> Result<Vec<Run>, ConfigError> {
+    let dir_name = {
+        let d = if ip.dir.file_name().is_some_and(|n| n == "results") { ip.dir.parent() } else { Some(&*ip.dir) };
+        d.map_or_else(|| ip.dir.display().to_string(), file_name)
+    };
+    let d = &ip.data;
+    let mut runs = Vec::new();
+    for stage in &ip.stages {
+        let name = format!("{dir_name} stage {} ({} req/s)", stage.index, stage.rate);
+        // The tool cycles through G x U fixed prompts (system prompt +
+        // question), so the whole of each is a shared prefix; the prompt
+        // is the rest of what the client counted (the template tokens).
+        let fixed = d.system_prompt_len.saturating_add(d.question_len);
+        let groups = ip.distinct_prompts().max(1);
+        let counted = stage.prompt_len_mean.map_or(f64::from(fixed) + 1.0, f64::round);
+        let prompt = (counted - f64::from(fixed)).max(1.0).min(f64::from(u32::MAX)) as u32;
+        let duration = opts.sample_s.map_or(stage.duration_s, |s| s.min(stage.duration_s));
+        let kind = match ip.load {
+            LoadType::Constant => "constant",
+            LoadType::Poisson => "poisson",
+        };
+        let workload = format!(
+            "{{arrivals: {{{kind}: {{rate: {}}}}}, duration_s: {duration}, shared_prefix: {{groups: {groups}, \
+             tokens: {fixed}}}, prompt_tokens: {prompt}, output_tokens: {}}}",
+            stage.rate, d.output_len
+        );
+        let settings = [workload_override(&workload)?, seed_override(&src.value)];
+        let base = src.base(&settings, None, &name)?;
+        let mut measured = BTreeMap::new();
+        for (family, l) in [(Family::Ttft, &stage.ttft), (Family::E2e, &stage.e2e)] {
+            for (stat, v) in
+                [(Stat::Mean, l.mean), (Stat::P50, l.p50), (Stat::P90, l.p90), (Stat::P99, l.p99), (Stat::Max, l.max)]
+            {
+                if let Some(v) = v.filter(|v| *v > 0.0) {
+                    measured.insert(Metric::Latency(family, stat), v);
+                }
+            }
+        }
+        let mut notes = vec![format!(
+            "one of {groups} fixed prompts of {fixed} tokens (shared_prefix) then {prompt} tokens (the rest of \
+             the client's mean count), output {} tokens (nominal){}",
+            d.output_len,
+            if duration < stage.duration_s {
+                format!("; {duration} s of the {} s stage simulated", stage.duration_s)
+            } else {
+                String::new()
+            }
+        )];
+        if let (true, Some(e), Some(t)) = (ip.fixed_output() && d.output_len > 1, stage.e2e.mean, stage.ttft.mean) {
+            measured.insert(Metric::Latency(Family::Tpot, Stat::Mean), (e - t) / f64::from(d.output_len - 1));
+            notes.push("TPOT mean derived as (E2E mean - TTFT mean) / (output - 1)".into());
+        }
+        for (m, v) in
+            [(Metric::RequestsPerS, stage.requests_per_s), (Metric::InputTokensPerS, stage.input_tokens_per_s)]
+        {
+            if let Some(v) = v.filter(|v| *v > 0.0) {
+                measured.insert(m, v);
+            }
+        }
+        runs.push(Run {
+            name,
+            group: dir_name.clone(),
+            source: stage.file.display().to_string(),
+            kind: InputKind::InferencePerf,
+            base,
+            measured,
+            saturated: stage.saturated(),
+            notes,
+            model: String::new(),
+            origin: dir_name.clone(),
+        });
+    }
+    Ok(runs)
+}
+
+fn workload_override(yaml: &str) -> Result<Override, ConfigError> {
+    let value = Override::parse_value(yaml).map_err(|m| ConfigError::new(Path::new("(workload)"), "workload", m))?;
+    Ok(Override { path: vec!["workload".into()], value })
+}
+
+/// Keeps the scenario's seed when the workload is replaced.
+fn seed_override(scenario: &Value) -> Override {
+    let seed = scenario.get("workload").and_then(|w| w.get("seed")).cloned().unwrap_or(Value::Number(0.into()));
+    Override { path: vec!["workload".into(), "seed".into()], value: seed }
+}
+
+// ---- measured table ------------------------------------------------------------
+
+fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
+    let mut runs = Vec::new();
+    let mut excluded = Vec::new();
+    for row in &t.rows {
+        if let Some(reason) = &row.excluded {
+            excluded.push(Excluded {
+                name: row.name.clone(),
+                source: format!("{} line {}", t.file.display(), row.line),
+                reason: reason.clone(),
+                measured: row.measured.clone(),
+            });
+            continue;
+        }
+        let mut settings = row.settings.clone();
+        let mut notes = Vec::new();
+        if let Some(cap) = opts.sample_s {
+            let own = settings.iter().rev().find(|o| o.key() == "workload.duration_s").map(|o| o.value.clone());
+            let scenario_s = src.value.get("workload").and_then(|w| w.get("duration_s")).cloned();
+            let d = own.or(scenario_s).and_then(|v| v.as_f64());
+            if let Some(d) = d.filter(|d| *d > cap) {
+                settings.push(Override { path: vec!["workload".into(), "duration_s".into()], value: cap.into() });
+                notes.push(format!("{cap} s of the {d} s run simulated"));
+            }
+        }
+        let label = format!("{} ({} line {})", row.name, file_name(&t.file), row.line);
+        let base = src.base(&settings, None, &label)?;
+        runs.push(Run {
+            name: row.name.clone(),
+            group: row.group.clone().unwrap_or_else(|| row.name.clone()),
+            source: format!("{} line {}", t.file.display(), row.line),
+            kind: InputKind::Table,
+            base,
+            measured: row.measured.clone(),
+            saturated: row.saturation(),
+            notes,
+            model: String::new(),
+            origin: t.file.display().to_string(),
+        });
+    }
+    Ok(Loaded { runs, excluded })
+}
+
+// ---- AIConfigurator silicon CSV -------------------------------------------------
+
+/// The engine settings the runs were served with, by backend: the
+/// benchmark configuration AIConfigurator generates for them (its
+/// `rule_plugin/benchmark` rules): a step budget of `concurrency + isl +
+/// 1,500` tokens, a context of `isl + osl + 1,500`, CUDA graphs captured
+/// for every batch up to the concurrency; vLLM's 0.9 memory utilisation
+/// and its 1,024 sequences (or the concurrency, if more).
+fn aic_settings(r: &aic::AicRow, c: u32, rounds: u32) -> Vec<(String, String)> {
+    let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
+    let budget = u64::from(c) + isl + 1500;
+    let budget = if r.backend == "trtllm" { budget.div_ceil(32) * 32 } else { budget };
+    vec![
+        ("hardware".into(), r.hardware().unwrap_or("").into()),
+        ("model.preset".into(), r.preset().unwrap_or("").into()),
+        ("model.context_length".into(), (isl + osl + 1500).to_string()),
+        ("model.weights.bytes_per_parameter".into(), r.bytes_per_parameter().to_string()),
+        ("model.kv_cache.gpu_memory_utilization".into(), "0.9".into()),
+        ("parallelism.tensor".into(), r.tp.unwrap_or(1).to_string()),
+        ("scheduler.max_batch_tokens".into(), budget.to_string()),
+        ("scheduler.max_num_sequences".into(), c.max(1024).to_string()),
+        ("scheduler.cuda_graph_max_tokens".into(), c.to_string()),
+        (
+            "workload".into(),
+            format!(
+                "{{arrivals: {{closed: {{concurrency: {c}}}}}, requests: {}, prompt_tokens: {isl}, output_tokens: {osl}}}",
+                u64::from(c) * u64::from(rounds)
+            ),
+        ),
+    ]
+}
+
+fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
+    let rounds = if opts.aic_rounds == 0 { aic::DEFAULT_ROUNDS } else { opts.aic_rounds };
+    let mut out = Loaded::default();
+    for r in &f.rows {
+        let source = format!("{} line {}", f.file.display(), r.line);
+        let mut measured = BTreeMap::new();
+        measured.insert(Metric::Latency(Family::Ttft, Stat::Mean), r.ttft_ms);
+        measured.insert(Metric::Latency(Family::Tpot, Stat::Mean), r.tpot_ms);
+        if let Some(reason) = r.unsupported() {
+            out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });
+            continue;
+        }
+        let c = r.batch_size.unwrap_or(1);
+        let mut settings = Vec::new();
+        for (key, value) in aic_settings(r, c, rounds) {
+            let value = Override::parse_value(&value).map_err(|m| ConfigError::new(&f.file, &key, m))?;
+            settings.push(Override { path: key.split('.').map(str::to_string).collect(), value });
+        }
+        settings.push(seed_override(&src.value));
+        let label = format!("{} ({} line {})", r.id, file_name(&f.file), r.line);
+        let base = src.base(&settings, None, &label)?;
+        let model =
+            base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
+        let notes = vec![format!(
+            "{} {} on {} x{}: {c} users, {} / {} tokens, {} requests",
+            r.backend,
+            r.backend_version,
+            r.system,
+            r.tp.unwrap_or(1),
+            r.isl,
+            r.osl,
+            u64::from(c) * u64::from(rounds)
+        )];
+        out.runs.push(Run {
+            name: r.id.clone(),
+            group: format!("{} {} {} {} tp{}", r.backend, r.system, r.model_path, r.gemm_quant_mode, r.tp.unwrap_or(1)),
+            source,
+            kind: InputKind::Aic,
+            saturated: implausible_prefill(r, &base),
+            base,
+            measured,
+            notes,
+            model,
+            origin: format!("{}: {}", file_name(&f.file), r.family()),
+        });
+    }
+    // A source some of whose runs must have hit a prefix cache ran its
+    // other runs with the same client: what their prefill cost is unknown
+    // too, so none of them is fitted.
+    let suspect: Vec<(String, usize)> = {
+        let mut by: Vec<(String, usize)> = Vec::new();
+        for r in out.runs.iter().filter(|r| r.saturated.is_some()) {
+            match by.iter_mut().find(|(o, _)| *o == r.origin) {
+                Some(e) => e.1 += 1,
+                None => by.push((r.origin.clone(), 1)),
+            }
+        }
+        by
+    };
+    for r in out.runs.iter_mut().filter(|r| r.saturated.is_none()) {
+        if let Some((origin, n)) = suspect.iter().find(|(o, _)| *o == r.origin) {
+            r.saturated = Some(format!(
+                "from the same source ({origin}) as {n} runs that must have hit a prefix cache: its client's prompts \
+                 are not known to be unique"
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// A run whose measured cycle would need the prompts' prefill alone to
+/// run above 60% of the weights' dense peak (fitted GEMM efficiencies on
+/// Hopper are near 50%): its prompts must have hit a prefix cache the
+/// file does not record, so it cannot tell what a prefill costs. Kept out
+/// of fits, still predicted.
+fn implausible_prefill(r: &aic::AicRow, base: &Base) -> Option<String> {
+    let get = |path: &[&str]| path.iter().try_fold(&base.value, |v, k| v.get(*k)).and_then(Value::as_f64);
+    let peak = get(&["hardware", "peak_tflops_fp8"])
+        .filter(|_| r.bytes_per_parameter() == 1.0)
+        .or_else(|| get(&["hardware", "peak_tflops"]))?;
+    let scenario = base.scenario(&[], &[]).ok()?;
+    let active = scenario.model.architecture.as_ref()?.active_parameters() as f64;
+    let c = f64::from(r.batch_size?);
+    let cycle_s = (r.ttft_ms + f64::from(r.osl.saturating_sub(1)) * r.tpot_ms) / 1e3;
+    let share = c / cycle_s * f64::from(r.isl) * 2.0 * active / (f64::from(r.tp.unwrap_or(1)) * peak * 1e12);
+    (share > 0.6).then(|| {
+        format!(
+            "implausible without prefix-cache hits: the measured cycle needs the prefill alone at {:.0}% of the \
+             weights' dense peak",
+            share * 100.0
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests;

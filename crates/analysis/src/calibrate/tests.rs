@@ -1,0 +1,349 @@
+use std::path::{Path, PathBuf};
+
+use super::runs::{LoadOptions, ScenarioSource};
+use super::*;
+use llmsim_scenario::config::Override;
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+}
+
+fn sets(pairs: &[(&str, String)]) -> Vec<Override> {
+    pairs.iter().map(|(k, v)| Override::parse(&format!("{k}={v}")).unwrap()).collect()
+}
+
+/// The values the measured files are made with, which the fit must find.
+const HIDDEN: [(&str, f64); 4] = [
+    ("efficiency.compute", 0.55),
+    ("efficiency.memory", 0.8),
+    ("latency.step_overhead_ms", 3.0),
+    ("latency.request_overhead_ms", 12.0),
+];
+
+/// (Poisson rate, prompt, output): short and long prompts and answers, light
+/// and heavy load, so compute, bandwidth, per-step and per-request costs
+/// each move some figure the others do not (a long-context run at 4 req/s
+/// reads as many KV bytes a step as weights, which separates bandwidth from
+/// the per-step overhead).
+const SHAPES: [(f64, u32, u32); 6] =
+    [(4.0, 512, 128), (14.0, 512, 128), (2.0, 2048, 64), (3.0, 128, 512), (4.0, 2048, 256), (8.0, 1024, 32)];
+
+/// Measured files written by llmsim itself: `run --requests-csv` of the base
+/// scenario with the hidden values, 1,000 requests each.
+fn measured_files(dir: &Path) -> Vec<PathBuf> {
+    SHAPES
+        .iter()
+        .enumerate()
+        .map(|(i, (rate, prompt, output))| {
+            let mut o: Vec<(&str, String)> = HIDDEN.iter().map(|(k, v)| (*k, v.to_string())).collect();
+            o.push(("workload.requests", "1000".into()));
+            o.push(("workload.arrivals.poisson.rate", rate.to_string()));
+            o.push(("workload.prompt_tokens", prompt.to_string()));
+            o.push(("workload.output_tokens", output.to_string()));
+            let s = llmsim_scenario::config::load_scenario_with(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
+            let out = llmsim_planner::sim::run(&s, CollectorOptions { keep_steps: false }).unwrap();
+            let path = dir.join(format!("measured-{i}.csv"));
+            std::fs::write(&path, llmsim_planner::report::csv_out::requests(&out.requests).unwrap()).unwrap();
+            path
+        })
+        .collect()
+}
+
+fn runs_from(start: &[f64; 4], files: &[PathBuf]) -> Vec<Run> {
+    let o: Vec<(&str, String)> = HIDDEN.iter().zip(start).map(|((k, _), v)| (*k, v.to_string())).collect();
+    let src = ScenarioSource::load(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
+    files.iter().flat_map(|f| runs::load(&src, f, &LoadOptions::default()).unwrap().runs).collect()
+}
+
+#[test]
+fn hidden_values_are_fitted_back_within_two_percent_from_several_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let setup = Setup { leave_one_out: false, ..Setup::new(keys::parse(&[]).unwrap()) };
+    // The scenario's own values (datasheet peaks, no overheads), far below
+    // every hidden value, and a point on the far side of two of them.
+    for start in [[1.0, 1.0, 0.0, 0.0], [0.3, 0.4, 10.0, 50.0], [0.9, 0.5, 0.5, 1.0]] {
+        let runs = runs_from(&start, &files);
+        assert!(runs.iter().all(|r| r.saturated.is_none()), "every shape is below the knee");
+        let o = calibrate(runs, Vec::new(), &setup).unwrap();
+        assert_eq!(o.start, start.to_vec());
+        for ((key, hidden), got) in HIDDEN.iter().zip(&o.fit.x) {
+            let err = (got - hidden).abs() / hidden;
+            assert!(err <= 0.02, "from {start:?}: {key} fitted {got}, hidden {hidden} ({:.2}% off)", err * 100.0);
+        }
+        assert!(o.fit.loss < 1e-3 && o.fit.loss < o.start_loss, "{:?}", o.fit);
+    }
+}
+
+#[test]
+fn the_loss_is_zero_at_the_hidden_values_and_counts_runs_equally() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let runs = runs_from(&[0.55, 0.8, 3.0, 12.0], &files[..2]);
+    let refs: Vec<&Run> = runs.iter().collect();
+    let keys = keys::parse(&[]).unwrap();
+    // The replay at the hidden values is the run that wrote the files:
+    // every figure agrees up to the CSV's six decimals.
+    let at_truth = loss(&refs, &MetricChoice::Default, Loss::Squared, &keys, &[0.55, 0.8, 3.0, 12.0]).unwrap();
+    assert!(at_truth < 1e-12, "{at_truth}");
+    // Double every overhead: each residual is ln(p/q) / sqrt(R M).
+    let x = [0.55, 0.8, 6.0, 24.0];
+    let r = residuals(&refs, &MetricChoice::Default, Loss::Squared, &keys, &x).unwrap();
+    assert_eq!(r.len(), 10, "two runs of five metrics");
+    let figures = predict_all(&refs, &keys, &x).unwrap();
+    let mut by_hand = 0.0;
+    for (run, fig) in runs.iter().zip(&figures) {
+        let ms = MetricChoice::Default.for_run(run);
+        let sq: f64 = ms.iter().map(|m| (fig[m] / run.measured[m]).ln().powi(2)).sum();
+        by_hand += sq / ms.len() as f64 / runs.len() as f64;
+    }
+    let total: f64 = r.iter().map(|v| v * v).sum();
+    assert!((total - by_hand).abs() < 1e-12 * by_hand, "{total} vs {by_hand}");
+}
+
+#[test]
+fn every_group_is_predicted_by_a_fit_on_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..3]);
+    let keys = keys::parse(&["efficiency.memory,latency.step_overhead_ms".into()]).unwrap();
+    let setup = Setup::new(keys);
+    let o = calibrate(runs, Vec::new(), &setup).unwrap();
+    for oc in &o.outcomes {
+        let (figures, x) = oc.loo.as_ref().expect("three groups: each left out once");
+        assert_eq!(x.len(), 2);
+        assert!(figures.contains_key(&Metric::Latency(Family::Ttft, Stat::Mean)));
+    }
+    // Leaving a run out changes the fit it is predicted with.
+    let fits: Vec<&Vec<f64>> = o.outcomes.iter().map(|oc| &oc.loo.as_ref().unwrap().1).collect();
+    assert!(fits[0] != fits[1] || fits[1] != fits[2], "{fits:?}");
+}
+
+#[test]
+fn a_lone_run_has_no_leave_one_out_and_held_out_runs_are_not_fitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]);
+    let holdout = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[1..2]);
+    let keys = keys::parse(&["latency.step_overhead_ms".into()]).unwrap();
+    let o = calibrate(runs, holdout, &Setup::new(keys)).unwrap();
+    assert!(o.outcomes[0].in_fit && o.outcomes[0].loo.is_none());
+    assert!(o.outcomes[1].holdout && !o.outcomes[1].in_fit);
+    let text = render::render(&o, "base.yml");
+    assert!(text.contains("[held out]") && text.contains("held-out runs (not in the fit)"), "{text}");
+}
+
+#[test]
+fn bad_inputs_are_refused_before_any_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let keys = keys::parse(&[]).unwrap();
+    // Every run saturated.
+    let mut runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..2]);
+    for r in &mut runs {
+        r.saturated = Some("3 requests failed".into());
+    }
+    let e = calibrate(runs, Vec::new(), &Setup::new(keys.clone())).unwrap_err();
+    assert!(matches!(&e, Error::Input(m) if m.contains("every run is saturated") && m.contains("3 requests failed")));
+    // A run without any loss metric.
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]);
+    let setup =
+        Setup { metrics: MetricChoice::Listed(vec![Metric::Latency(Family::Queue, Stat::P50)]), ..Setup::new(keys) };
+    let e = calibrate(runs, Vec::new(), &setup).unwrap_err();
+    assert!(
+        matches!(&e, Error::Input(m) if m.contains("none of the loss metrics") && m.contains("ttft_mean_ms")),
+        "{e:?}"
+    );
+    // Bounds that exclude the start.
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]);
+    let keys = keys::parse(&["efficiency.compute=0.1:0.5".into()]).unwrap();
+    let e = calibrate(runs, Vec::new(), &Setup::new(keys)).unwrap_err();
+    assert!(matches!(&e, Error::Input(m) if m.contains("the bounds exclude the start") && m.contains("= 1")), "{e:?}");
+    // A bound the scenario refuses.
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]);
+    let keys = keys::parse(&["efficiency.compute=0.5:1.5".into()]).unwrap();
+    let e = calibrate(runs, Vec::new(), &Setup::new(keys)).unwrap_err();
+    assert!(matches!(&e, Error::Input(m) if m.contains("the bound 1.5 is not a valid value")), "{e:?}");
+}
+
+#[test]
+fn the_default_metrics_fall_back_to_itl_where_tpot_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let mut run = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..1]).remove(0);
+    let tpot = Metric::Latency(Family::Tpot, Stat::Mean);
+    let itl = Metric::Latency(Family::Itl, Stat::Mean);
+    assert!(MetricChoice::Default.for_run(&run).contains(&tpot));
+    run.measured.remove(&tpot);
+    run.measured.insert(itl, 5.0);
+    let ms = MetricChoice::Default.for_run(&run);
+    assert_eq!(ms.len(), 5);
+    assert!(ms.contains(&itl) && !ms.contains(&tpot));
+}
+
+#[test]
+fn fitted_values_keep_five_significant_digits_within_bounds() {
+    let k = keys::parse(&["efficiency.compute".into()]).unwrap().remove(0);
+    assert_eq!(round_sig(0.612_345_678, &k), 0.61235);
+    assert_eq!(round_sig(1.000_004, &k), 1.0);
+    let n = keys::parse(&["model.kv_cache.num_blocks=10:100".into()]).unwrap().remove(0);
+    assert_eq!(round_sig(41.6, &n), 42.0);
+}
+
+#[test]
+fn the_cauchy_loss_matches_squared_for_small_errors_and_grows_slowly_beyond() {
+    let c = 1.1f64.ln();
+    let cauchy = Loss::Cauchy(c);
+    // By hand: c^2 ln(1 + (e/c)^2).
+    for e in [0.001, -0.02, 0.5, -3.0] {
+        let r = cauchy.residual(e);
+        let by_hand = c * c * (1.0 + (e / c) * (e / c)).ln();
+        assert!((r * r - by_hand).abs() < 1e-12, "e = {e}: {} vs {by_hand}", r * r);
+        assert_eq!(r.signum(), f64::signum(e), "the residual keeps the error's sign");
+    }
+    // Small errors count as their square (to 0.1%). A tenfold miss against
+    // a 10% miss: ln(1 + (ln 10 / ln 1.1)^2) / ln 2 = ln(584.6) / 0.693 =
+    // 9.19 times under Cauchy, (ln 10 / ln 1.1)^2 = 583.6 times squared.
+    let small = cauchy.residual(0.001);
+    assert!((small - 0.001).abs() < 1e-6);
+    let (ten, tenfold) = (1.1f64.ln(), 10f64.ln());
+    let ratio = (cauchy.residual(tenfold) / cauchy.residual(ten)).powi(2);
+    assert!((ratio - 9.19).abs() < 0.01, "{ratio}");
+    assert!(((tenfold / ten).powi(2) - 583.6).abs() < 0.1);
+    assert_eq!(Loss::Squared.residual(-0.3), -0.3);
+}
+
+#[test]
+fn the_shipped_fidelity_table_is_read_as_twenty_fitted_runs_of_twelve_experiments() {
+    let src = ScenarioSource::load(&repo("scenarios/fidelity/h100-vllm.yml"), &[]).unwrap();
+    let opts = LoadOptions { sample_s: Some(30.0), ..LoadOptions::default() };
+    let runs = runs::load(&src, &repo("scenarios/fidelity/h100-inference-perf.csv"), &opts).unwrap().runs;
+    assert_eq!(runs.len(), 24);
+    let fitted: Vec<&Run> = runs.iter().filter(|r| r.saturated.is_none()).collect();
+    assert_eq!(fitted.len(), 20);
+    let groups: std::collections::BTreeSet<&str> = fitted.iter().map(|r| r.group.as_str()).collect();
+    assert_eq!(groups.len(), 12);
+    // Every overloaded run is a `reasoning` experiment.
+    assert!(runs.iter().filter(|r| r.saturated.is_some()).all(|r| r.name.contains("reasoning")));
+    // A row's settings reach its scenario: Llama-2-70B on 4 GPUs at 20 req/s,
+    // 30 of its 600 s simulated.
+    let r = runs.iter().find(|r| r.name == "llama-2-70b-tp4-general stage 1").unwrap();
+    let s = r.base.scenario(&[], &[]).unwrap();
+    assert_eq!(s.model.name, "llama-2-70b");
+    assert_eq!(s.deployment.tensor_parallel, 4);
+    assert_eq!(s.workload.duration_s, Some(30.0));
+    assert_eq!(r.measured[&Metric::Latency(Family::E2e, Stat::Mean)], 5577.488);
+    // TPOT mean as the header says: (5577.488 - 121.275) / 247.
+    assert!((r.measured[&Metric::Latency(Family::Tpot, Stat::Mean)] - 22.090).abs() < 1e-9);
+    assert!(((5577.488 - 121.275) / 247.0 - 22.090f64).abs() < 5e-4);
+}
+
+/// Runs whose prompts are 16 tokens never let compute bind: every step is
+/// bound by reading the weights, so `efficiency.compute` moves no figure.
+/// The report must say so, and the prior must hold the key at its mean
+/// instead of letting it drift; `efficiency.memory` stays identified.
+#[test]
+fn an_unidentified_key_is_reported_and_held_at_its_prior() {
+    let dir = tempfile::tempdir().unwrap();
+    let shapes = [(4.0, 16u32, 128u32), (2.0, 16, 256), (8.0, 16, 64)];
+    let files: Vec<PathBuf> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, (rate, prompt, output))| {
+            let mut o: Vec<(&str, String)> = HIDDEN.iter().map(|(k, v)| (*k, v.to_string())).collect();
+            o.push(("workload.requests", "400".into()));
+            o.push(("workload.arrivals.poisson.rate", rate.to_string()));
+            o.push(("workload.prompt_tokens", prompt.to_string()));
+            o.push(("workload.output_tokens", output.to_string()));
+            let s = llmsim_scenario::config::load_scenario_with(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
+            let out = llmsim_planner::sim::run(&s, CollectorOptions { keep_steps: false }).unwrap();
+            let path = dir.path().join(format!("short-{i}.csv"));
+            std::fs::write(&path, llmsim_planner::report::csv_out::requests(&out.requests).unwrap()).unwrap();
+            path
+        })
+        .collect();
+    // Start away from the prior and the truth: compute at 0.9.
+    let runs = runs_from(&[0.9, 0.6, 3.0, 12.0], &files);
+    let keys = keys::parse(&["efficiency.compute=0.2:1,efficiency.memory=0.3:1".into()]).unwrap();
+    let priors = keys.iter().map(|k| keys::default_prior(&k.key)).collect();
+    let setup = Setup { leave_one_out: false, priors, ..Setup::new(keys) };
+    let o = calibrate(runs.clone(), Vec::new(), &setup).unwrap();
+    let (compute, memory) = (&o.identified[0], &o.identified[1]);
+    assert_eq!(compute.key, "efficiency.compute");
+    assert!(!compute.identified && !compute.at_bound, "{compute:?}");
+    assert_eq!(compute.verdict(), "not identified: held by its prior");
+    // The runs do not narrow the prior: its 0.2 stays about 0.2.
+    let sd = compute.std.unwrap();
+    assert!(sd > 0.15 && sd <= 0.2 + 1e-9, "{sd}");
+    // Held at the prior's 0.6, not at the start (0.9) nor a bound.
+    assert!((o.fit.x[0] - 0.6).abs() < 0.03, "compute fitted {}", o.fit.x[0]);
+    assert!(memory.identified, "{memory:?}");
+    assert!((o.fit.x[1] - 0.8).abs() / 0.8 < 0.03, "memory fitted {}", o.fit.x[1]);
+    assert!(render::render(&o, "base.yml").contains("not identified by these runs (their value is the prior's"));
+    // Without priors the key is still reported, and nothing holds it.
+    let bare = Setup { leave_one_out: false, ..Setup::new(setup.keys.clone()) };
+    let o = calibrate(runs, Vec::new(), &bare).unwrap();
+    assert!(!o.identified[0].identified, "{:?}", o.identified[0]);
+    assert_eq!(o.identified[0].prior, None);
+}
+
+/// The AIConfigurator transcription reads as runs of the engine: a row's
+/// closed loop, lengths, TP, budget and request count, the rows it cannot
+/// express listed with their reason.
+#[test]
+fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
+    let src = ScenarioSource::load(&repo("scenarios/fidelity/hopper-vllm.yml"), &[]).unwrap();
+    let filters = vec![crate::measured::aic::Filter::parse("backend=vllm").unwrap()];
+    let opts = LoadOptions { aic_filters: filters, ..LoadOptions::default() };
+    let loaded = runs::load(&src, &repo("scenarios/fidelity/aic-hopper.csv"), &opts).unwrap();
+    let run = loaded
+        .runs
+        .iter()
+        .find(|r| r.name == "2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_860");
+    let run = run.expect("the H200 Llama-3.1-70B row at 16 users, TP 4");
+    let s = run.base.scenario(&[], &[]).unwrap();
+    assert_eq!(s.hardware.name, "h200");
+    assert_eq!(s.model.name, "llama-3.1-70b");
+    assert_eq!(s.model.weights.bytes_per_parameter, 1.0);
+    assert_eq!(s.deployment.tensor_parallel, 4);
+    // 16 users + 1,024 prompt tokens + 1,500
+    assert_eq!(s.scheduler.max_batch_tokens, 2540);
+    assert_eq!(s.scheduler.cuda_graph_max_tokens, Some(16));
+    assert_eq!(s.model.context_length, 1024 + 1024 + 1500);
+    assert!(matches!(s.workload.arrivals, llmsim_scenario::config::Arrivals::Closed { concurrency: 16, .. }));
+    assert_eq!(s.workload.requests, Some(320));
+    assert_eq!(run.measured[&Metric::Latency(Family::Ttft, Stat::Mean)], 126.21115);
+    assert_eq!(run.model, "llama-3.1-70b");
+    assert!(run.saturated.is_none());
+    // every vLLM row is either a run or excluded with a reason
+    let rows = std::fs::read_to_string(repo("scenarios/fidelity/aic-hopper.csv")).unwrap();
+    let vllm = rows.lines().filter(|l| l.contains(",vllm,")).count();
+    assert_eq!(loaded.runs.len() + loaded.excluded.len(), vllm);
+    assert!(loaded.excluded.iter().any(|e| e.reason.contains("sliding-window")), "gpt-oss is listed");
+    // the vLLM 0.12 Llama-3.1-8B rows that need more than 60% of the FP8
+    // peak for their prefill alone are predicted, not fitted
+    let odd = loaded.runs.iter().filter(|r| r.saturated.as_deref().is_some_and(|s| s.contains("prefix-cache"))).count();
+    assert!(odd >= 3, "{odd}");
+}
+
+/// `llmsim fidelity --check` predicts at a recorded fit instead of fitting
+/// again: replaying a calibration's own fit and folds gives the same
+/// predictions, every fold's included.
+#[test]
+fn replaying_a_recorded_fit_gives_the_same_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = measured_files(dir.path());
+    let runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..3]);
+    let keys = keys::parse(&["efficiency.memory,latency.step_overhead_ms".into()]).unwrap();
+    let priors = keys.iter().map(|k| keys::default_prior(&k.key)).collect();
+    let setup = Setup { leave_out: vec![LeaveOut::Experiment, LeaveOut::Source], priors, ..Setup::new(keys) };
+    let fitted = calibrate(runs.clone(), Vec::new(), &setup).unwrap();
+    let recorded = Recorded { fit: fitted.fit.clone(), start_loss: fitted.start_loss, folds: fitted.folds.clone() };
+    let replayed = calibrate_or_replay(runs, Vec::new(), &setup, Some(&recorded)).unwrap();
+    assert_eq!(replayed.outcomes, fitted.outcomes);
+    assert_eq!(replayed.identified, fitted.identified);
+    assert_eq!(replayed.folds, fitted.folds);
+    assert_eq!(fitted.folds.len(), 2, "one pass per leave-out");
+    // a replay simulates each run a handful of times, a fit hundreds
+    assert!(replayed.simulations.0 * 10 < fitted.simulations.0, "{:?} {:?}", replayed.simulations, fitted.simulations);
+}

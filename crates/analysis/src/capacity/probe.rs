@@ -1,0 +1,203 @@
+//! One probe of [`crate::capacity`]: a rate run on every seed, what it
+//! measured, and why a search has no answer. Below the searches
+//! (`saturation`, `search`, `fleet`), which all run probes.
+
+use std::collections::BTreeMap;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::slo::{RequestItl, Slo, good_requests};
+use llmsim_planner::metrics::{CollectorOptions, RunResult};
+use llmsim_scenario::config::{Arrivals, Scenario};
+
+/// The most requests a probe runs on one seed (`--requests` included): a
+/// probe keeps a record per request, about 150 bytes each.
+pub const MAX_REQUESTS: u64 = 1_000_000;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub slos: Vec<Slo>,
+    /// Relative width of the final bracket, e.g. 0.01.
+    pub precision: f64,
+    /// Requests per probe and seed instead of the rules.
+    pub requests: Option<u64>,
+    /// Rate the fleet must serve, for the replica count.
+    pub target_rate: Option<f64>,
+    /// Seeds every probe runs: the scenario's seed and the next ones.
+    pub seeds: u32,
+}
+
+/// One rate, run on every seed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Probe {
+    pub rate_rps: f64,
+    /// Requests a seed.
+    pub requests: u64,
+    /// Every SLO held on every seed.
+    pub pass: bool,
+    /// Seeds on which every SLO held.
+    pub seeds_met: usize,
+    /// Each SLO's metric by name: the worst (largest) value over the seeds.
+    pub slo_values: BTreeMap<String, Option<f64>>,
+    /// SLOs missed on at least one seed.
+    pub failed: Vec<String>,
+    /// Requests per second that met every SLO (over the run's duration),
+    /// mean over seeds.
+    pub goodput_rps: f64,
+    /// Percent of all requests (rejected ones included) that met every SLO,
+    /// mean over seeds.
+    pub slo_attainment_pct: f64,
+    /// Mean over seeds.
+    pub requests_per_s: f64,
+    /// Mean over seeds.
+    pub output_tokens_per_s: f64,
+    /// Mean over the seeds that have one.
+    pub e2e_mean_ms: Option<f64>,
+}
+
+/// Why there is no answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SearchError {
+    /// The scenario's arrivals have no rate to vary.
+    NoRate(String),
+    /// Even the lowest rate misses an SLO; `best` is that probe.
+    Unreachable { saturation_rps: f64, best: Box<Probe>, slos: Vec<Slo> },
+    /// The waiting queue grows at every rate tried.
+    NeverSustained { burst_rps: f64, lowest_rps: f64 },
+    /// A probe stopped at a run limit ([`llmsim_planner::sim::SimError`]).
+    Run { rate_rps: f64, error: llmsim_planner::sim::SimError },
+}
+
+impl std::fmt::Display for SearchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SearchError::Run { rate_rps, error } => write!(f, "the probe at {rate_rps:.3} req/s: {error}"),
+            SearchError::NoRate(kind) => write!(
+                f,
+                "capacity varies an arrival rate, and workload.arrivals is {kind}: use poisson, gamma or \
+                 constant, e.g. --set 'workload.arrivals={{poisson: {{rate: 1}}}}'"
+            ),
+            SearchError::Unreachable { saturation_rps, .. } if *saturation_rps <= 0.0 => write!(
+                f,
+                "no rate meets every SLO: no request completes even with the engine saturated (every request \
+                 was rejected; `llmsim run` says why)"
+            ),
+            SearchError::NeverSustained { burst_rps, lowest_rps } => write!(
+                f,
+                "no rate is sustained: the waiting queue keeps growing at every rate tried, down to {lowest_rps:.3e} \
+                 req/s (a burst of every request at once completes {burst_rps:.3} req/s); `llmsim run --plot` shows \
+                 the queue"
+            ),
+            SearchError::Unreachable { saturation_rps, best, slos } => {
+                let missed: Vec<String> = slos
+                    .iter()
+                    .filter(|s| best.failed.contains(&s.name()))
+                    .map(|s| {
+                        let v = best.slo_values.get(&s.name()).copied().flatten();
+                        format!(
+                            "{} = {} (bound {})",
+                            s.name(),
+                            v.map_or("no value".into(), |v| format!("{v:.3}")),
+                            s.bound
+                        )
+                    })
+                    .collect();
+                let all: Vec<String> = best
+                    .slo_values
+                    .iter()
+                    .map(|(n, v)| format!("{n} {}", v.map_or("-".into(), |v| format!("{v:.3}"))))
+                    .collect();
+                write!(
+                    f,
+                    "no rate meets every SLO: even at the lowest rate, {:.4} req/s (1% of the saturation \
+                     throughput {:.3} req/s), {} (the worst of its seeds); best achieved: {}",
+                    best.rate_rps,
+                    saturation_rps,
+                    missed.join(", "),
+                    all.join(", ")
+                )
+            }
+        }
+    }
+}
+
+/// A scenario whose open-loop rate is `rate`, with `n` requests.
+pub fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
+    let mut s = base.clone();
+    s.workload.arrivals = match s.workload.arrivals {
+        Arrivals::Poisson { .. } => Arrivals::Poisson { rate },
+        Arrivals::Gamma { burstiness, .. } => Arrivals::Gamma { rate, burstiness },
+        Arrivals::Constant { .. } => Arrivals::Constant { rate },
+        other => other,
+    };
+    s.workload.requests = Some(n);
+    s.workload.duration_s = None;
+    s
+}
+
+/// Runs one probe on the scenario's own seed.
+pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> Result<(Probe, RunResult), SearchError> {
+    let mut itl = RequestItl::default();
+    let out = llmsim_planner::sim::run_observed(&at_rate(base, rate, n), CollectorOptions::default(), &mut itl)
+        .map_err(|error| SearchError::Run { rate_rps: rate, error })?;
+    let r = out.result;
+    let good = good_requests(slos, &out.requests, &itl);
+    let failed: Vec<String> = slos.iter().filter(|s| !s.holds(&r)).map(Slo::name).collect();
+    let per_s = |x: u64| if r.throughput.duration_s > 0.0 { x as f64 / r.throughput.duration_s } else { 0.0 };
+    let p = Probe {
+        rate_rps: rate,
+        requests: n,
+        pass: failed.is_empty(),
+        seeds_met: usize::from(failed.is_empty()),
+        slo_values: slos.iter().map(|s| (s.name(), s.value(&r))).collect(),
+        failed,
+        goodput_rps: per_s(good),
+        slo_attainment_pct: 100.0 * good as f64 / r.requests.total.max(1) as f64,
+        requests_per_s: r.throughput.requests_per_s,
+        output_tokens_per_s: r.throughput.output_tokens_per_s,
+        e2e_mean_ms: r.e2e_ms.mean,
+    };
+    Ok((p, r))
+}
+
+/// Runs one rate on every seed (in parallel; the result does not depend on
+/// the thread count) and combines them: it passes when every seed met every
+/// SLO, its SLO values are the worst over seeds, the rest are means.
+pub fn probe(base: &Scenario, slos: &[Slo], seeds: &[u64], rate: f64, n: u64) -> Result<Probe, SearchError> {
+    let runs: Vec<Probe> = seeds
+        .par_iter()
+        .map(|&seed| {
+            let mut s = base.clone();
+            s.workload.seed = seed;
+            probe_seed(&s, slos, rate, n).map(|p| p.0)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(combine(slos, rate, n, &runs))
+}
+
+fn combine(slos: &[Slo], rate: f64, n: u64, runs: &[Probe]) -> Probe {
+    let k = runs.len().max(1) as f64;
+    let mean = |f: fn(&Probe) -> f64| runs.iter().map(f).sum::<f64>() / k;
+    let worst = |name: &str| {
+        runs.iter()
+            .filter_map(|p| p.slo_values.get(name).copied().flatten())
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    let failed: Vec<String> =
+        slos.iter().map(Slo::name).filter(|name| runs.iter().any(|p| p.failed.contains(name))).collect();
+    let e2es: Vec<f64> = runs.iter().filter_map(|p| p.e2e_mean_ms).collect();
+    Probe {
+        rate_rps: rate,
+        requests: n,
+        pass: failed.is_empty(),
+        seeds_met: runs.iter().filter(|p| p.pass).count(),
+        slo_values: slos.iter().map(|s| (s.name(), worst(&s.name()))).collect(),
+        failed,
+        goodput_rps: mean(|p| p.goodput_rps),
+        slo_attainment_pct: mean(|p| p.slo_attainment_pct),
+        requests_per_s: mean(|p| p.requests_per_s),
+        output_tokens_per_s: mean(|p| p.output_tokens_per_s),
+        e2e_mean_ms: (!e2es.is_empty()).then(|| e2es.iter().sum::<f64>() / e2es.len() as f64),
+    }
+}

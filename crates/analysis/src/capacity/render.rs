@@ -1,0 +1,178 @@
+//! The capacity search as text for a terminal. The JSON is the
+//! [`SearchResult`] serialised as is.
+//!
+//! # Wire format
+//!
+//! `llmsim capacity --json FILE` writes one object: `scenario`, `arrivals`
+//! (the process whose rate was varied), `slos`, `precision`, `seeds` (every
+//! probe runs each of them), `requests_per_probe` and `requests_rule` (SLO
+//! probes, requests a seed), `saturation_requests_per_probe`,
+//! `saturation_rps` (the most requests a second served at a sustained
+//! rate), `sustained_rate_rps` and `unsustained_rate_rps` (the saturation
+//! bracket; the latter null when every rate up to 10^6 req/s was
+//! sustained), `burst_rps` (every request at once, one seed), `max_rate_rps`
+//! (highest passing probe), `max_rate_upper_rps` (lowest failing probe, or
+//! saturation), `binding_slo` (null when only saturation limits),
+//! `limited_by`, `at_max_rate` (a probe), `gpus_per_replica` (written
+//! when a replica is more than one GPU: its tensor degree),
+//! `cost_per_hour` (of one replica: the GPU's price x its GPUs),
+//! `cost_per_million_output_tokens`, `target_rate_rps`, `replicas`,
+//! `rate_per_replica_rps`, `fleet_cost_per_hour` (null when not asked or
+//! not known), `saturation_probes`: each `{rate_rps, requests, sustained,
+//! queue_growth, queue_growth_by_seed, served_rps}`, and `probes`: each
+//! `{rate_rps, requests, pass, seeds_met, slo_values (worst over seeds),
+//! failed, goodput_rps, slo_attainment_pct, requests_per_s,
+//! output_tokens_per_s, e2e_mean_ms}` (means over seeds), both in the order
+//! they ran.
+
+use std::fmt::Write;
+
+use super::SearchResult;
+use llmsim_planner::report::thousands;
+
+/// The summary `llmsim capacity` prints.
+pub fn render(r: &SearchResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "scenario    {} ({} arrivals, {} requests a probe on each of {})",
+        r.scenario,
+        r.arrivals,
+        thousands(r.requests_per_probe),
+        seeds(&r.seeds)
+    );
+    let _ = writeln!(out, "SLOs        {}", r.slos.join(", "));
+    let limit = match r.unsustained_rate_rps {
+        Some(u) => format!("the queue grows from {u:.3} req/s offered"),
+        None => format!("every rate up to {:.0} req/s was", super::saturation::MAX_RATE),
+    };
+    let _ = writeln!(
+        out,
+        "saturation  {:.3} req/s, the most served at a sustained rate (sustained up to {:.3} req/s offered; {limit})",
+        r.saturation_rps, r.sustained_rate_rps
+    );
+    let _ = writeln!(
+        out,
+        "burst       {:.3} req/s with every request queued at once ({:+.1}% against saturation)",
+        r.burst_rps,
+        (r.burst_rps / r.saturation_rps - 1.0) * 100.0
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "  saturation search ({} requests a seed): sustained while the waiting queue grows by at most {}% \
+         of the arrivals",
+        thousands(r.saturation_requests_per_probe),
+        super::saturation::GROWTH_LIMIT * 100.0
+    );
+    let _ = writeln!(out, "  {:>12}  {:>8}  {:>12}  {:>12}", "rate req/s", "requests", "queue growth", "served req/s");
+    let mut sat = r.saturation_probes.clone();
+    sat.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps).then(a.requests.cmp(&b.requests)));
+    for p in &sat {
+        let _ = writeln!(
+            out,
+            "  {:>12.3}  {:>8}  {:>11.2}%  {:>12.3}  {}",
+            p.rate_rps,
+            thousands(p.requests),
+            if p.queue_growth.abs() < 5e-5 { 0.0 } else { p.queue_growth * 100.0 },
+            p.served_rps,
+            if p.sustained { "sustained" } else { "grows" }
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "  SLO search (met: on every seed; values: the worst seed)");
+    let names: Vec<&String> = r.at_max_rate.slo_values.keys().collect();
+    let mut head = format!("  {:>12}  {:>8}  {:<5}", "rate req/s", "requests", "SLOs");
+    for n in &names {
+        let _ = write!(head, "  {n:>14}");
+    }
+    let _ = writeln!(out, "{head}  {:>13}  {:>10}", "goodput req/s", "attainment");
+    let mut probes = r.probes.clone();
+    probes.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps).then(a.requests.cmp(&b.requests)));
+    for p in &probes {
+        let mut row = format!("  {:>12.3}  {:>8}  {:<5}", p.rate_rps, thousands(p.requests), met(p, r.seeds.len()));
+        for n in &names {
+            let v = p.slo_values.get(*n).copied().flatten();
+            let _ = write!(row, "  {:>14}", v.map_or("-".into(), |v| format!("{v:.2}")));
+        }
+        let _ = writeln!(out, "{row}  {:>13.3}  {:>9.2}%", p.goodput_rps, p.slo_attainment_pct);
+    }
+    let _ = writeln!(out);
+    let why = match &r.binding_slo {
+        Some(s) => {
+            format!("bound by {s}; the limit is below {:.3}, precision {}%", r.max_rate_upper_rps, r.precision * 100.0)
+        }
+        None => "every SLO holds up to saturation, the highest sustained rate".into(),
+    };
+    let _ = writeln!(out, "max rate    {:.3} req/s ({why})", r.max_rate_rps);
+    let m = &r.at_max_rate;
+    let _ = writeln!(
+        out,
+        "at max rate goodput {:.3} req/s, SLO attainment {:.2}%, {:.0} output tok/s",
+        m.goodput_rps, m.slo_attainment_pct, m.output_tokens_per_s
+    );
+    let g = r.gpus_per_replica;
+    if let (Some(c), Some(per_m)) = (r.cost_per_hour, r.cost_per_million_output_tokens) {
+        let of = if g > 1 { format!(" of {g} GPUs") } else { String::new() };
+        let _ = writeln!(out, "cost        {per_m:.4} per million output tokens ({c} an hour per replica{of})");
+    }
+    if let (Some(t), Some(n), Some(each)) = (r.target_rate_rps, r.replicas, r.rate_per_replica_rps) {
+        let fleet = r.fleet_cost_per_hour.map(|c| format!(", {c:.2} an hour")).unwrap_or_default();
+        let gpus = if g > 1 { format!(", {} GPUs", n * u64::from(g)) } else { String::new() };
+        let _ = writeln!(out, "replicas    {n} for {t} req/s ({each:.3} req/s each{gpus}{fleet})");
+    }
+    if let Some(f) = &r.fleet {
+        let cost = f.cost_per_hour.map(|c| format!(", {c:.2} an hour")).unwrap_or_default();
+        let tried: Vec<String> =
+            f.probes.iter().map(|p| format!("{} {}", p.replicas, if p.probe.pass { "met" } else { "miss" })).collect();
+        let _ = writeln!(
+            out,
+            "fleet       {} replicas behind {} meet every SLO at {} req/s in simulation ({} GPUs{cost}); tried {}",
+            f.replicas,
+            f.router,
+            f.target_rate_rps,
+            f.gpus,
+            tried.join(", ")
+        );
+    }
+    if let Some(s) = &r.split {
+        let cost = s.cost_per_hour.map(|c| format!(", {c:.2} an hour")).unwrap_or_default();
+        let tried: Vec<String> = s
+            .probes
+            .iter()
+            .map(|p| {
+                format!("{}:{} {}", p.prefill_replicas, p.decode_replicas, if p.probe.pass { "met" } else { "miss" })
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "split       {} prefill + {} decode replicas of {} GPUs meet every SLO at {} req/s with the most \
+             headroom ({} GPUs{cost}); tried {}",
+            s.prefill_replicas,
+            s.decode_replicas,
+            s.gpu_budget,
+            s.target_rate_rps,
+            s.gpus,
+            tried.join(", ")
+        );
+    }
+    out
+}
+
+/// `met`, `miss`, or how many seeds met when some did.
+fn met(p: &super::Probe, seeds: usize) -> String {
+    match p.seeds_met {
+        _ if p.pass => "met".into(),
+        0 => "miss".into(),
+        k => format!("{k}/{seeds}"),
+    }
+}
+
+/// `seed 42` or `seeds 42-44`.
+fn seeds(s: &[u64]) -> String {
+    match s {
+        [one] => format!("seed {one}"),
+        [first, .., last] => format!("{} seeds ({first}-{last})", s.len()),
+        [] => "no seed".into(),
+    }
+}

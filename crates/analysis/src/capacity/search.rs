@@ -1,0 +1,268 @@
+//! The probes and the searches of [`crate::capacity`].
+
+use serde::Serialize;
+
+// A probe and its error live below the searches; the old paths stay.
+pub use super::probe::{MAX_REQUESTS, Options, Probe, SearchError, at_rate, probe, probe_seed};
+use super::saturation::{self, SaturationProbe, Sizing};
+use super::slo::Slo;
+use llmsim_scenario::config::{Arrivals, Scenario};
+
+/// Rate of the burst probe: everything arrives at once.
+pub const BURST_RATE: f64 = 1e6;
+/// The lowest rate probed, as a fraction of saturation.
+pub const LOWEST_FRACTION: f64 = 0.01;
+/// The SLO search steps up from the lowest rate by this factor.
+pub const SLO_STEP: f64 = 2.0;
+/// A probe's arrivals must span this many mean E2Es.
+pub const E2E_MULTIPLE: f64 = 20.0;
+pub const MIN_REQUESTS: u64 = 2000;
+/// The fewest `--requests` allows: a saturation probe needs a second half
+/// with enough arrivals to show a trend.
+pub const FEWEST_REQUESTS: u64 = 100;
+/// Default seeds a probe runs.
+pub const SEEDS: u32 = 3;
+/// The most seeds a probe may run.
+pub const MAX_SEEDS: u32 = 100;
+
+/// What the search found.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchResult {
+    pub scenario: String,
+    pub arrivals: String,
+    pub slos: Vec<String>,
+    pub precision: f64,
+    /// Every probe runs these seeds.
+    pub seeds: Vec<u64>,
+    pub requests_per_probe: u64,
+    pub requests_rule: String,
+    /// Requests a seed of the saturation probes (before any rerun).
+    pub saturation_requests_per_probe: u64,
+    /// The highest throughput served at a sustained rate: requests finished
+    /// per second over the second half of the arrival window, pooled over
+    /// seeds, capped at the offered rate, the most of any sustained probe.
+    pub saturation_rps: f64,
+    /// The highest rate found sustained.
+    pub sustained_rate_rps: f64,
+    /// The lowest rate found not sustained (`None`: none up to 10^6 req/s).
+    pub unsustained_rate_rps: Option<f64>,
+    /// Requests finished per second when every request arrives at once (on
+    /// the scenario's seed): phase-locked, usually below saturation.
+    pub burst_rps: f64,
+    pub max_rate_rps: f64,
+    /// The lowest failing rate (or saturation): the limit lies in
+    /// `[max_rate_rps, max_rate_upper_rps)`.
+    pub max_rate_upper_rps: f64,
+    /// The SLO that fails first as the rate grows; `None` when every SLO
+    /// holds up to saturation.
+    pub binding_slo: Option<String>,
+    /// `"slo"` or `"saturation"`: what stops the rate from growing.
+    pub limited_by: String,
+    pub at_max_rate: Probe,
+    /// GPUs one replica uses (its tensor degree); written when above 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub gpus_per_replica: u32,
+    /// Price of one replica-hour: `hardware.cost_per_hour` x `gpus_per_replica`.
+    pub cost_per_hour: Option<f64>,
+    pub cost_per_million_output_tokens: Option<f64>,
+    pub target_rate_rps: Option<f64>,
+    pub replicas: Option<u64>,
+    pub rate_per_replica_rps: Option<f64>,
+    pub fleet_cost_per_hour: Option<f64>,
+    /// The saturation search, in the order the probes ran.
+    pub saturation_probes: Vec<SaturationProbe>,
+    /// The SLO search, in the order the probes ran.
+    pub probes: Vec<Probe>,
+    /// With `--target-rate` and a `cluster:`: the fewest replicas whose
+    /// simulated cluster meets every SLO at the target rate
+    /// ([`super::fleet`]). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::fleet::Fleet>,
+    /// With `--target-rate` and prefill/decode pools: the split of the
+    /// GPU budget that meets every SLO ([`super::fleet::split`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split: Option<super::fleet::Split>,
+}
+
+fn is_one(x: &u32) -> bool {
+    *x == 1
+}
+
+/// The probe size rule (see the module docs of [`crate::capacity`]).
+pub fn requests_for(slos: &[Slo]) -> u64 {
+    let q = slos.iter().map(quantile).fold(0.5, f64::max);
+    MIN_REQUESTS.max((100.0 / (1.0 - q)).round() as u64)
+}
+
+fn quantile(s: &Slo) -> f64 {
+    match s.metric {
+        crate::sweep::metric::Metric::Latency(_, stat) => stat.quantile(),
+        _ => 0.5,
+    }
+}
+
+/// A probe at `rate`, rerun longer if it passes but its arrivals span fewer
+/// than [`E2E_MULTIPLE`] mean E2Es.
+fn steady_probe(
+    base: &Scenario,
+    opts: &Options,
+    seeds: &[u64],
+    rate: f64,
+    n: u64,
+    log: &mut Vec<Probe>,
+) -> Result<Probe, SearchError> {
+    let p = probe(base, &opts.slos, seeds, rate, n)?;
+    let span_s = n as f64 / rate;
+    let e2e_s = p.e2e_mean_ms.unwrap_or(0.0) / 1e3;
+    if opts.requests.is_none() && p.pass && span_s < E2E_MULTIPLE * e2e_s {
+        let more = ((E2E_MULTIPLE * e2e_s * rate / 1000.0).ceil() as u64 * 1000).clamp(n, MAX_REQUESTS);
+        if more > n {
+            log.push(p);
+            let longer = probe(base, &opts.slos, seeds, rate, more)?;
+            log.push(longer.clone());
+            return Ok(longer);
+        }
+    }
+    log.push(p.clone());
+    Ok(p)
+}
+
+/// The whole search: saturation first, then the SLOs below it.
+pub fn search(base: &Scenario, opts: &Options) -> Result<SearchResult, SearchError> {
+    let kind = match &base.workload.arrivals {
+        Arrivals::Poisson { .. } => "poisson",
+        Arrivals::Gamma { .. } => "gamma",
+        Arrivals::Constant { .. } => "constant",
+        Arrivals::Closed { .. } => return Err(SearchError::NoRate("a closed loop".into())),
+        Arrivals::Trace(_) => return Err(SearchError::NoRate("a trace".into())),
+    };
+    let seeds = crate::sweep::plan::seeds_of(base, opts.seeds.max(1));
+    let n = opts.requests.unwrap_or_else(|| requests_for(&opts.slos));
+    let (burst, _) = probe_seed(base, &opts.slos, BURST_RATE, n)?;
+    if burst.requests_per_s <= 0.0 {
+        // Nothing completes at all (every request rejected): no rate helps.
+        return Err(SearchError::Unreachable { saturation_rps: 0.0, best: Box::new(burst), slos: opts.slos.clone() });
+    }
+    let size = Sizing {
+        requests: opts.requests.unwrap_or(saturation::REQUESTS),
+        extend: opts.requests.is_none(),
+        e2e_multiple: E2E_MULTIPLE,
+        max_requests: MAX_REQUESTS,
+    };
+    let sat = saturation::find(base, &seeds, burst.requests_per_s, opts.precision, size)?.ok_or(
+        SearchError::NeverSustained {
+            burst_rps: burst.requests_per_s,
+            lowest_rps: burst.requests_per_s.min(saturation::MAX_RATE)
+                / saturation::STEP.powi(saturation::MAX_BRACKET_PROBES as i32),
+        },
+    )?;
+    let saturation = sat.rps;
+    let mut log = Vec::new();
+    let lowest = steady_probe(base, opts, &seeds, saturation * LOWEST_FRACTION, n, &mut log)?;
+    if !lowest.pass {
+        return Err(SearchError::Unreachable {
+            saturation_rps: saturation,
+            best: Box::new(lowest),
+            slos: opts.slos.clone(),
+        });
+    }
+    // Step up from below until an SLO fails or saturation is reached ...
+    let (mut lo, mut best, mut first_fail) = (lowest.rate_rps, lowest, None);
+    while lo < saturation {
+        let rate = (lo * SLO_STEP).min(saturation);
+        let p = steady_probe(base, opts, &seeds, rate, n, &mut log)?;
+        if p.pass {
+            lo = rate;
+            best = p;
+        } else {
+            first_fail = Some(p);
+            break;
+        }
+    }
+    // ... then bisect the bracket.
+    let mut hi = first_fail.as_ref().map_or(saturation, |p| p.rate_rps);
+    while first_fail.is_some() && hi - lo > opts.precision * lo {
+        let mid = (lo + hi) / 2.0;
+        if mid <= lo || mid >= hi {
+            break;
+        }
+        let p = steady_probe(base, opts, &seeds, mid, n, &mut log)?;
+        if p.pass {
+            lo = mid;
+            best = p;
+        } else {
+            hi = mid;
+            first_fail = Some(p);
+        }
+    }
+    let binding = first_fail.as_ref().and_then(|p| most_violated(&opts.slos, p));
+    let found = Found { kind, seeds, n, burst_rps: burst.requests_per_s, sat, bracket: (lo, hi), best, binding };
+    Ok(finish(base, opts, found, log))
+}
+
+/// The failed SLO with the largest value/bound.
+fn most_violated(slos: &[Slo], p: &Probe) -> Option<String> {
+    let ratio = |s: &Slo| {
+        let v = p.slo_values.get(&s.name()).copied().flatten();
+        v.map_or(f64::INFINITY, |v| v / s.bound)
+    };
+    slos.iter().filter(|s| p.failed.contains(&s.name())).max_by(|a, b| ratio(a).total_cmp(&ratio(b))).map(Slo::name)
+}
+
+/// What the searches found, for [`finish`].
+struct Found {
+    kind: &'static str,
+    seeds: Vec<u64>,
+    n: u64,
+    burst_rps: f64,
+    sat: saturation::Saturation,
+    bracket: (f64, f64),
+    best: Probe,
+    binding: Option<String>,
+}
+
+fn finish(base: &Scenario, opts: &Options, f: Found, probes: Vec<Probe>) -> SearchResult {
+    let gpus = base.deployment.gpus();
+    let cost = base.hardware.cost_per_hour.map(|c| c * f64::from(gpus));
+    let (lo, hi) = f.bracket;
+    let replicas = opts.target_rate.map(|t| (t / lo).ceil().max(1.0) as u64);
+    let best = f.best;
+    SearchResult {
+        scenario: base.name.clone(),
+        arrivals: f.kind.to_string(),
+        slos: opts.slos.iter().map(Slo::to_string).collect(),
+        precision: opts.precision,
+        seeds: f.seeds,
+        requests_per_probe: f.n,
+        requests_rule: match opts.requests {
+            Some(_) => "--requests".into(),
+            None => format!(
+                "max({MIN_REQUESTS}, 100 / (1 - q)) with q the highest SLO quantile; longer if the arrivals \
+                 span fewer than {E2E_MULTIPLE} mean E2Es"
+            ),
+        },
+        saturation_requests_per_probe: opts.requests.unwrap_or(saturation::REQUESTS),
+        saturation_rps: f.sat.rps,
+        sustained_rate_rps: f.sat.sustained_rate_rps,
+        unsustained_rate_rps: f.sat.unsustained_rate_rps,
+        burst_rps: f.burst_rps,
+        max_rate_rps: lo,
+        max_rate_upper_rps: hi,
+        limited_by: if f.binding.is_some() { "slo" } else { "saturation" }.into(),
+        binding_slo: f.binding,
+        gpus_per_replica: gpus,
+        cost_per_hour: cost,
+        cost_per_million_output_tokens: cost
+            .filter(|_| best.output_tokens_per_s > 0.0)
+            .map(|c| c / (best.output_tokens_per_s * 3600.0) * 1e6),
+        at_max_rate: best,
+        target_rate_rps: opts.target_rate,
+        replicas,
+        rate_per_replica_rps: opts.target_rate.zip(replicas).map(|(t, r)| t / r as f64),
+        fleet_cost_per_hour: cost.zip(replicas).map(|(c, r)| c * r as f64),
+        saturation_probes: f.sat.probes,
+        probes,
+        fleet: None,
+        split: None,
+    }
+}

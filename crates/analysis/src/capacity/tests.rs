@@ -1,0 +1,202 @@
+//! The search against a case solvable by hand.
+//!
+//! One request at a time (`max_num_sequences: 1`, a budget of exactly one
+//! prompt), each a 512-token prompt and one output token, so every request
+//! is served by exactly one prefill step of duration `d`. Under constant
+//! arrivals with gap `g = 1/rate`: if `g >= d` every request finds the
+//! engine idle and its TTFT is exactly `d`; if `g < d` the queue grows by
+//! `d - g` per request and the last TTFT is `d + (n - 1)(d - g)`. So with an
+//! SLO `ttft_max_ms <= 1.5 d` the answer is `1/d`, and the saturation
+//! throughput is `1/d` too. Above `1/d` the waiting queue grows at
+//! `rate - 1/d` requests a second, so between the third and the fourth
+//! quarter of the arrival window it grows by `(rate - 1/d) * span / 4`,
+//! against `rate * span / 4` arrivals: the growth fraction is
+//! `1 - 1 / (rate * d)`.
+
+use super::saturation::{self, Sizing};
+use super::search::{Options, SearchError, probe_seed as probe, search};
+use super::slo::Slo;
+use llmsim_scenario::config::Scenario;
+
+const YAML: &str = "
+hardware: { hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989, cost_per_hour: 3.6 }
+model:
+  context_length: 4096
+  weights: { parameters_billions: 6.74, bytes_per_parameter: 2 }
+  kv_cache: { bytes_per_token: 524288 }
+scheduler: { max_batch_tokens: 512, max_num_sequences: 1 }
+workload:
+  seed: 7
+  arrivals: { constant: { rate: 1 } }
+  requests: 100
+  prompt_tokens: 512
+  output_tokens: 1
+";
+
+fn scenario() -> Scenario {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one-at-a-time.yml");
+    std::fs::write(&file, YAML).unwrap();
+    llmsim_scenario::config::load_scenario(&file).unwrap()
+}
+
+/// The step's duration from the roofline formula of docs/engine.md, by hand:
+/// compute-bound, 2 * 6.74e9 * 512 / 989e12 s = 6.978 ms (memory: 4.58 ms).
+fn step_ns() -> u64 {
+    let compute: f64 = 2.0 * 6.74e9 * 512.0 / 989e12;
+    let memory = (6.74e9 * 2.0 + 512.0 * 524_288.0) / 3000e9;
+    assert!(compute > memory);
+    (compute * 1e9).round() as u64
+}
+
+fn options(bound_ms: f64) -> Options {
+    Options {
+        slos: vec![Slo::parse(&format!("ttft_max_ms={bound_ms}")).unwrap()],
+        precision: 0.01,
+        requests: Some(2000),
+        target_rate: Some(1000.0),
+        seeds: 3,
+    }
+}
+
+#[test]
+fn below_the_step_rate_every_ttft_is_one_step_and_above_it_the_queue_grows() {
+    let d = step_ns() as f64 / 1e6;
+    let slos = options(1.5 * d).slos;
+    let rate = 1e9 / step_ns() as f64;
+    let (below, r) = probe(&scenario(), &slos, 0.95 * rate, 2000).unwrap();
+    assert!(below.pass);
+    assert_eq!(r.ttft_ms.max, Some(d));
+    assert_eq!(r.ttft_ms.p50, Some(d));
+    assert_eq!(below.slo_attainment_pct, 100.0);
+    let (above, r) = probe(&scenario(), &slos, 1.05 * rate, 2000).unwrap();
+    assert!(!above.pass);
+    // The last of n requests waits (n - 1)(d - g) longer than the first.
+    let g = 1e3 / (1.05 * rate);
+    let expect = d + 1999.0 * (d - g);
+    assert!((r.ttft_ms.max.unwrap() - expect).abs() < 0.01, "{:?} vs {expect}", r.ttft_ms.max);
+}
+
+#[test]
+fn the_search_finds_the_rate_where_a_step_outlasts_the_arrival_gap() {
+    let d_ns = step_ns();
+    let exact = 1e9 / d_ns as f64;
+    let report = search(&scenario(), &options(1.5 * d_ns as f64 / 1e6)).unwrap();
+    // Served over the second half: whole steps of d in a window of about
+    // 1000 gaps, so within 0.2% of 1/d.
+    assert!((report.saturation_rps - exact).abs() < 2e-3 * exact, "{} vs {exact}", report.saturation_rps);
+    // The offered rate may overshoot by the 2% allowance, never more (the
+    // growth fraction 1 - 1/(rate d) reaches 2% at rate = 1/(0.98 d)).
+    assert!(report.sustained_rate_rps >= exact * 0.99 && report.sustained_rate_rps <= exact / 0.98);
+    assert!(report.unsustained_rate_rps.unwrap() > exact / 0.98 * 0.99);
+    // The burst figure is exactly 1/d here: one request a step, nothing to lock.
+    assert!((report.burst_rps - exact).abs() < 1e-6 * exact, "{} vs {exact}", report.burst_rps);
+    // Constant arrivals exactly at saturation keep up (gap == step), so the
+    // search may stop at saturation itself; it never passes above 1/d.
+    assert!(report.max_rate_rps <= exact * (1.0 + 1e-9), "{} vs {exact}", report.max_rate_rps);
+    assert!(report.max_rate_rps >= exact * 0.99, "{} vs {exact}", report.max_rate_rps);
+    assert_eq!(report.replicas, Some((1000.0 / report.max_rate_rps).ceil() as u64));
+    // One output token per request: cost = 3.6 / (rate * 3600) * 1e6.
+    let per_m = report.cost_per_million_output_tokens.unwrap();
+    let tokens_per_s = report.at_max_rate.output_tokens_per_s;
+    assert!((per_m - 3.6 / (tokens_per_s * 3600.0) * 1e6).abs() < 1e-9);
+    assert!(report.probes.iter().all(|p| p.pass == (p.rate_rps <= exact * (1.0 + 1e-9))), "{:#?}", report.probes);
+    // Stepping up from 1% of saturation by x2: 1%, 2%, 4%, ..., 64%, then
+    // saturation itself (which fails or passes), then bisection.
+    let rates: Vec<f64> = report.probes.iter().map(|p| p.rate_rps / report.saturation_rps).collect();
+    for (k, r) in rates.iter().take(7).enumerate() {
+        assert!((r - 0.01 * 2f64.powi(k as i32)).abs() < 1e-9, "{rates:?}");
+    }
+    assert!((rates[7] - 1.0).abs() < 1e-9, "{rates:?}");
+}
+
+#[test]
+fn the_queue_growth_is_the_share_of_arrivals_the_engine_falls_behind_by() {
+    let d = step_ns() as f64 / 1e9;
+    let size = Sizing { requests: 4000, extend: false, e2e_multiple: 20.0, max_requests: 4000 };
+    let seeds = [7];
+    // Below 1/d every request finds the engine idle: nothing ever waits.
+    let below = saturation::probe(&scenario(), &seeds, 0.95 / d, size.requests).unwrap();
+    assert_eq!(below.queue_growth, 0.0);
+    assert!(below.sustained);
+    // Served over the second half: the offered rate, to a request or two.
+    assert!((below.served_rps * d - 0.95).abs() < 0.002, "{}", below.served_rps * d);
+    // Above it the queue grows by 1 - 1/(rate d) of the arrivals.
+    for over in [1.01, 1.05, 1.5] {
+        let p = saturation::probe(&scenario(), &seeds, over / d, size.requests).unwrap();
+        let expect = 1.0 - 1.0 / over;
+        assert!((p.queue_growth - expect).abs() < 0.002, "at {over}/d: {} vs {expect}", p.queue_growth);
+        assert_eq!(p.sustained, expect <= saturation::GROWTH_LIMIT);
+        // It serves one request a step whatever the rate.
+        assert!((p.served_rps * d - 1.0).abs() < 0.002, "{}", p.served_rps * d);
+    }
+}
+
+#[test]
+fn the_saturation_search_brackets_from_the_burst_figure_in_steps_of_a_quarter() {
+    let d = step_ns() as f64 / 1e9;
+    let size = Sizing { requests: 2000, extend: false, e2e_multiple: 20.0, max_requests: 2000 };
+    // From far below: 0.5/d grows x1.25 until the queue grows, then bisects.
+    let found = saturation::find(&scenario(), &[7], 0.5 / d, 0.01, size).unwrap().unwrap();
+    let rates: Vec<f64> = found.probes.iter().map(|p| p.rate_rps * d).collect();
+    for (k, r) in rates.iter().take(4).enumerate() {
+        assert!((r - 0.5 * 1.25f64.powi(k as i32)).abs() < 1e-9, "{rates:?}");
+    }
+    assert!((found.rps * d - 1.0).abs() < 2e-3, "{}", found.rps * d);
+    // From far above: shrinks by 1.25 until sustained.
+    let found = saturation::find(&scenario(), &[7], 3.0 / d, 0.01, size).unwrap().unwrap();
+    assert!(!found.probes[0].sustained && (found.probes[1].rate_rps * d - 2.4).abs() < 1e-9);
+    assert!((found.rps * d - 1.0).abs() < 2e-3, "{}", found.rps * d);
+    let (lo, hi) = (found.sustained_rate_rps, found.unsustained_rate_rps.unwrap());
+    assert!(hi - lo <= 0.01 * lo && lo * d <= 1.0 / 0.98 && hi * d > 1.0, "[{lo}, {hi}] vs 1/d = {}", 1.0 / d);
+}
+
+#[test]
+fn a_tighter_slo_binds_below_saturation_and_is_named() {
+    // Poisson arrivals queue well before saturation: a median queue time of
+    // half a step is missed long before a loose TTFT bound is.
+    let d_ms = step_ns() as f64 / 1e6;
+    let mut opts = options(100.0 * d_ms);
+    opts.slos.push(Slo::parse(&format!("queue_p50_ms={}", 0.5 * d_ms)).unwrap());
+    let mut s = scenario();
+    s.workload.arrivals = llmsim_scenario::config::Arrivals::Poisson { rate: 1.0 };
+    let report = search(&s, &opts).unwrap();
+    assert_eq!(report.binding_slo.as_deref(), Some("queue_p50_ms"));
+    assert_eq!(report.limited_by, "slo");
+    assert!(report.max_rate_rps < report.saturation_rps);
+}
+
+#[test]
+fn an_slo_below_one_step_is_unreachable_and_reports_the_best_achieved() {
+    let d_ms = step_ns() as f64 / 1e6;
+    let err = search(&scenario(), &options(0.5 * d_ms)).unwrap_err();
+    let SearchError::Unreachable { best, .. } = &err else { panic!("{err}") };
+    assert_eq!(best.slo_values["ttft_max_ms"], Some(d_ms));
+    let text = err.to_string();
+    assert!(text.contains("no rate meets every SLO") && text.contains(&format!("ttft_max_ms = {d_ms:.3}")), "{text}");
+}
+
+#[test]
+fn a_closed_loop_has_no_rate_to_search() {
+    let mut s = scenario();
+    s.workload.arrivals = llmsim_scenario::config::Arrivals::Closed { concurrency: 4, think_time_s: 0.0, ramp_s: 0.0 };
+    let err = search(&s, &options(10.0)).unwrap_err();
+    assert!(err.to_string().contains("workload.arrivals is a closed loop"), "{err}");
+}
+
+#[test]
+fn probes_are_sized_by_the_highest_quantile() {
+    let slos = |names: &[&str]| names.iter().map(|n| Slo::parse(&format!("{n}=1")).unwrap()).collect::<Vec<_>>();
+    assert_eq!(super::search::requests_for(&slos(&["ttft_p50_ms"])), 2000);
+    assert_eq!(super::search::requests_for(&slos(&["ttft_p50_ms", "itl_p99_ms"])), 10_000);
+    assert_eq!(super::search::requests_for(&slos(&["e2e_max_ms"])), 100_000);
+}
+
+#[test]
+fn when_every_request_is_rejected_no_rate_helps() {
+    let mut s = scenario();
+    s.model.context_length = 100;
+    let err = search(&s, &options(1e6)).unwrap_err();
+    assert!(matches!(&err, SearchError::Unreachable { saturation_rps, .. } if *saturation_rps == 0.0), "{err}");
+    assert!(err.to_string().contains("no request completes even with the engine saturated"), "{err}");
+}

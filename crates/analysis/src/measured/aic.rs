@@ -1,0 +1,414 @@
+//! NVIDIA AIConfigurator's silicon CSV (`silicon_sample.csv`, its
+//! `systems/` folder): one measured serving run a row, read as it is.
+//!
+//! Each row is a closed loop at fixed lengths: `batch_size` users (the
+//! client's concurrency; per attention-DP rank where that is above 1),
+//! `isl` prompt and `osl` output tokens, on `system` GPUs with `tp_size`
+//! tensor parallelism, weights at `gemm_quant_mode`, and the measured mean
+//! TTFT and TPOT (`silicon_ttft_ms`, `silicon_tpot_ms`; the file does not
+//! say mean or median: they are read as means). `mode` is `agg` (one engine)
+//! or `disagg` (prefill and decode pools, with their own `prefill_*` and
+//! `decode_*` sizes). The mapping to a scenario is in
+//! `calibrate/runs.rs` (`from_aic`); this module only reads and checks.
+
+use std::path::{Path, PathBuf};
+
+use llmsim_scenario::config::ConfigError;
+
+/// Every column of the file, in its order.
+pub const COLUMNS: [&str; 35] = [
+    "id",
+    "silicon_data_source",
+    "backend",
+    "backend_version",
+    "model_path",
+    "system",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "moe_quant_mode",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "prefill_batch_size",
+    "prefill_num_workers",
+    "prefill_tp_size",
+    "prefill_pp_size",
+    "prefill_attention_dp_size",
+    "prefill_moe_tp_size",
+    "prefill_moe_ep_size",
+    "decode_batch_size",
+    "decode_num_workers",
+    "decode_tp_size",
+    "decode_pp_size",
+    "decode_attention_dp_size",
+    "decode_moe_tp_size",
+    "decode_moe_ep_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+    // Not in every copy: a row's own note.
+    "note",
+];
+
+/// Columns a file must have.
+const REQUIRED: [&str; 13] = [
+    "id",
+    "backend",
+    "model_path",
+    "system",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "batch_size",
+    "tp_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+    "silicon_data_source",
+];
+
+/// Requests a user sends in a run when nothing says otherwise: the
+/// benchmark AIConfigurator generates for a deployment runs
+/// `--request-count concurrency x 20` (`MULTI_ROUND`, its
+/// `bench_run.sh` template), after warm-up requests that drain first.
+pub const DEFAULT_ROUNDS: u32 = 20;
+
+/// Its `system` names and the shipped hardware profiles they are.
+pub const SYSTEMS: [(&str, &str); 2] = [("h100_sxm", "h100-80gb"), ("h200_sxm", "h200")];
+
+/// Its `model_path` names (Hugging Face repositories), the shipped model
+/// presets with the same shape, and whether they are a mixture of experts
+/// (whose `moe_tp_size` and `moe_ep_size` then matter).
+pub const MODELS: [(&str, &str, bool); 8] = [
+    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b", false),
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", false),
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b", false),
+    ("meta-llama/Llama-3.1-70B", "llama-3.1-70b", false),
+    ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b", false),
+    ("Qwen/Qwen3-32B", "qwen3-32b", false),
+    ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b", true),
+    ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b", true),
+];
+
+/// Models llmsim cannot express yet, and why.
+pub const UNSUPPORTED: [(&str, &str); 6] = [
+    ("deepseek-ai/", "multi-head latent attention (DeepSeek-V3/R1) is not modelled"),
+    ("moonshotai/", "multi-head latent attention (Kimi) is not modelled"),
+    ("openai/gpt-oss", "sliding-window layers with attention sinks (gpt-oss) are not modelled"),
+    ("zhipuai/", "GLM-5's attention is not modelled"),
+    ("MiniMaxAI/", "no MiniMax-M2.5 preset: its architecture is not transcribed"),
+    ("Qwen/Qwen3.5", "Qwen3.5's hybrid attention is not modelled"),
+];
+
+impl AicRow {
+    /// The source family of the row: the first field of
+    /// `silicon_data_source` (`db-dump/...`, `source_file=...`), a path
+    /// shortened to its file name.
+    pub fn family(&self) -> String {
+        let first = self.data_source.split(';').next().unwrap_or("").trim();
+        match first.rsplit_once('/') {
+            Some((head, tail)) if head.contains('=') => {
+                format!("{}{tail}", &head[..=head.find('=').unwrap_or(0)])
+            }
+            _ => first.to_string(),
+        }
+    }
+
+    /// Why llmsim cannot simulate this run, if it cannot.
+    pub fn unsupported(&self) -> Option<String> {
+        if self.mode == "disagg" {
+            return Some("prefill/decode pools of their own parallelism are not read from this file yet".into());
+        }
+        if let Some((_, why)) = UNSUPPORTED.iter().find(|(p, _)| self.model_path.starts_with(p)) {
+            return Some((*why).to_string());
+        }
+        let Some(&(_, _, moe)) = MODELS.iter().find(|(m, _, _)| *m == self.model_path) else {
+            return Some(format!("no model preset for `{}`", self.model_path));
+        };
+        if !SYSTEMS.iter().any(|(s, _)| *s == self.system) {
+            return Some(format!("no hardware profile for `{}`", self.system));
+        }
+        let tp = self.tp.unwrap_or(1);
+        if self.pp.unwrap_or(1) > 1 {
+            return Some(format!("pipeline parallelism {} is not modelled", self.pp.unwrap_or(1)));
+        }
+        if self.attention_dp.unwrap_or(1) > 1 {
+            return Some(format!("data-parallel attention {} is not modelled", self.attention_dp.unwrap_or(1)));
+        }
+        if moe && self.moe_ep.unwrap_or(1) > 1 {
+            return Some(format!("expert parallelism {} is not modelled", self.moe_ep.unwrap_or(1)));
+        }
+        if moe && self.moe_tp.is_some_and(|m| m != tp) {
+            return Some(format!("MoE tensor parallelism {} differs from attention's {tp}", self.moe_tp.unwrap_or(1)));
+        }
+        match self.gemm_quant_mode.as_str() {
+            "" | "fp8" | "fp8_block" | "int4_wo" => None,
+            "nvfp4" => Some("NVFP4 weights (an FP4 peak) are not modelled".into()),
+            q => Some(format!("weights quantised as `{q}` are not modelled")),
+        }
+    }
+
+    /// Bytes a weight takes at its quantisation.
+    pub fn bytes_per_parameter(&self) -> f64 {
+        match self.gemm_quant_mode.as_str() {
+            "" => 2.0,
+            "int4_wo" | "nvfp4" => 0.5,
+            _ => 1.0,
+        }
+    }
+
+    pub fn preset(&self) -> Option<&'static str> {
+        MODELS.iter().find(|(m, _, _)| *m == self.model_path).map(|(_, p, _)| *p)
+    }
+
+    pub fn hardware(&self) -> Option<&'static str> {
+        SYSTEMS.iter().find(|(s, _)| *s == self.system).map(|(_, h)| *h)
+    }
+}
+
+/// Whether CSV header fields are AIConfigurator's silicon columns.
+pub fn looks_like_aic(headers: &[&str]) -> bool {
+    headers.contains(&"silicon_ttft_ms") && headers.contains(&"model_path")
+}
+
+/// One measured run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AicRow {
+    /// 1-based line in the file.
+    pub line: usize,
+    pub id: String,
+    pub data_source: String,
+    pub backend: String,
+    pub backend_version: String,
+    pub model_path: String,
+    pub system: String,
+    /// `agg` or `disagg`.
+    pub mode: String,
+    pub isl: u32,
+    pub osl: u32,
+    /// Empty: 16-bit weights.
+    pub gemm_quant_mode: String,
+    pub moe_quant_mode: String,
+    /// The client's concurrency (agg; per attention-DP rank).
+    pub batch_size: Option<u32>,
+    pub tp: Option<u32>,
+    pub pp: Option<u32>,
+    pub attention_dp: Option<u32>,
+    pub moe_tp: Option<u32>,
+    pub moe_ep: Option<u32>,
+    pub ttft_ms: f64,
+    pub tpot_ms: f64,
+}
+
+/// A row filter: `column=value|value...` (any of the values).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Filter {
+    pub column: String,
+    pub values: Vec<String>,
+}
+
+impl Filter {
+    /// Parses `COLUMN=V1|V2`, naming the columns allowed when it is wrong.
+    pub fn parse(text: &str) -> Result<Filter, String> {
+        let (c, v) = text.split_once('=').ok_or_else(|| {
+            format!("--where `{text}`: give COLUMN=VALUE (several values as V1|V2), e.g. system=h200_sxm")
+        })?;
+        let column = c.trim();
+        if !COLUMNS.contains(&column) {
+            let near = llmsim_core::util::nearest(column, COLUMNS.iter().copied())
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
+            return Err(format!(
+                "--where `{column}` is not a column of the AIConfigurator silicon CSV{near}; columns: {}",
+                COLUMNS.join(", ")
+            ));
+        }
+        let values: Vec<String> = v.split('|').map(|s| s.trim().to_string()).collect();
+        Ok(Filter { column: column.to_string(), values })
+    }
+
+    fn keeps(&self, row: &[(&str, &str)]) -> bool {
+        row.iter().find(|(c, _)| *c == self.column).is_some_and(|(_, v)| self.values.iter().any(|w| w == v))
+    }
+}
+
+/// The rows of a file that pass every filter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AicFile {
+    pub file: PathBuf,
+    pub rows: Vec<AicRow>,
+    /// Rows the filters left out.
+    pub filtered_out: usize,
+}
+
+/// Parses a silicon CSV's text; `file` names it in errors.
+pub fn parse(text: &str, file: &Path, filters: &[Filter]) -> Result<AicFile, ConfigError> {
+    // `#` lines are comments: a transcription says where its rows came from.
+    let mut reader = csv::ReaderBuilder::new().comment(Some(b'#')).from_reader(text.as_bytes());
+    let headers =
+        reader.headers().map_err(|e| ConfigError::new(file, "header", format!("unreadable CSV header: {e}")))?.clone();
+    let names: Vec<&str> = headers.iter().collect();
+    for (i, h) in names.iter().enumerate() {
+        if !COLUMNS.contains(h) {
+            let near = llmsim_core::util::nearest(h, COLUMNS.iter().copied())
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
+            return Err(ConfigError::new(
+                file,
+                format!("header, column {}", i + 1),
+                format!("`{h}` is not a column of the AIConfigurator silicon CSV{near}"),
+            ));
+        }
+        if names[..i].contains(h) {
+            return Err(ConfigError::new(file, format!("header, column {}", i + 1), format!("`{h}` twice")));
+        }
+    }
+    if let Some(missing) = REQUIRED.iter().find(|c| !names.contains(c)) {
+        return Err(ConfigError::new(file, "header", format!("no `{missing}` column: a silicon CSV needs it")));
+    }
+    let mut rows = Vec::new();
+    let mut filtered_out = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    for (i, record) in reader.records().enumerate() {
+        let record = record.map_err(|e| ConfigError::new(file, format!("row {}", i + 2), e.to_string()))?;
+        let line = record.position().map_or(i + 2, |p| p.line() as usize);
+        let cells: Vec<(&str, &str)> = names.iter().copied().zip(record.iter()).collect();
+        if !filters.iter().all(|f| f.keeps(&cells)) {
+            filtered_out += 1;
+            continue;
+        }
+        let row = row(&cells, file, line)?;
+        if !ids.insert(row.id.clone()) {
+            return Err(ConfigError::new(file, format!("line {line}, column id"), format!("`{}` twice", row.id)));
+        }
+        rows.push(row);
+    }
+    Ok(AicFile { file: file.to_path_buf(), rows, filtered_out })
+}
+
+fn row(cells: &[(&str, &str)], file: &Path, line: usize) -> Result<AicRow, ConfigError> {
+    let text = |c: &str| cells.iter().find(|(n, _)| *n == c).map_or("", |(_, v)| v.trim()).to_string();
+    let at = |c: &str| format!("line {line}, column {c}");
+    let count = |c: &str, max: u64| -> Result<Option<u32>, ConfigError> {
+        let v = text(c);
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.parse::<u64>()
+            .ok()
+            .filter(|x| *x >= 1 && *x <= max)
+            .map(|x| Some(x as u32))
+            .ok_or_else(|| ConfigError::new(file, at(c), format!("`{v}` is not a whole number from 1 to {max}")))
+    };
+    let required = |c: &str, max: u64| -> Result<u32, ConfigError> {
+        count(c, max)?.ok_or_else(|| ConfigError::new(file, at(c), "empty: the run needs it"))
+    };
+    let ms = |c: &str| -> Result<f64, ConfigError> {
+        let v = text(c);
+        v.parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x > 0.0 && *x < 1e9)
+            .ok_or_else(|| ConfigError::new(file, at(c), format!("`{v}` is not a positive number of milliseconds")))
+    };
+    let id = text("id");
+    if id.is_empty() {
+        return Err(ConfigError::new(file, at("id"), "empty: every run needs an id"));
+    }
+    let mode = text("mode");
+    if !matches!(mode.as_str(), "agg" | "disagg") {
+        return Err(ConfigError::new(file, at("mode"), format!("`{mode}` is neither agg nor disagg")));
+    }
+    let batch_size = count("batch_size", 1_000_000)?;
+    if mode == "agg" && batch_size.is_none() {
+        return Err(ConfigError::new(file, at("batch_size"), "empty: an agg run needs its concurrency"));
+    }
+    Ok(AicRow {
+        line,
+        data_source: text("silicon_data_source"),
+        backend: text("backend"),
+        backend_version: text("backend_version"),
+        model_path: text("model_path"),
+        system: text("system"),
+        isl: required("isl", 100_000_000)?,
+        osl: required("osl", 100_000_000)?,
+        gemm_quant_mode: text("gemm_quant_mode"),
+        moe_quant_mode: text("moe_quant_mode"),
+        batch_size,
+        tp: count("tp_size", 4096)?,
+        pp: count("pp_size", 4096)?,
+        attention_dp: count("attention_dp_size", 4096)?,
+        moe_tp: count("moe_tp_size", 4096)?,
+        moe_ep: count("moe_ep_size", 4096)?,
+        ttft_ms: ms("silicon_ttft_ms")?,
+        tpot_ms: ms("silicon_tpot_ms")?,
+        mode,
+        id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,\
+        gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,\
+        prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,\
+        prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,\
+        decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms";
+
+    fn one(row: &str) -> Result<AicFile, String> {
+        parse(&format!("{HEAD}\n{row}\n"), Path::new("aic.csv"), &[]).map_err(|e| e.to_string())
+    }
+
+    const GOOD: &str = "r1,db,vllm,0.19.0,meta-llama/Llama-3.1-70B,h200_sxm,fp8,agg,1024,1024,fp8,fp8,16,4,1,1,4,1,\
+        ,,,,,,,,,,,,,,126.2,10.94";
+
+    #[test]
+    fn a_row_reads_as_written() {
+        let f = one(GOOD).unwrap();
+        let r = &f.rows[0];
+        assert_eq!((r.isl, r.osl, r.batch_size, r.tp, r.moe_ep), (1024, 1024, Some(16), Some(4), Some(1)));
+        assert_eq!((r.ttft_ms, r.tpot_ms), (126.2, 10.94));
+        assert_eq!((r.system.as_str(), r.backend.as_str(), r.line), ("h200_sxm", "vllm", 2));
+    }
+
+    #[test]
+    fn filters_keep_matching_rows() {
+        let text = format!("{HEAD}\n{GOOD}\n{}\n", GOOD.replace("r1,", "r2,").replace("h200_sxm", "h100_sxm"));
+        let keep = |w: &str| parse(&text, Path::new("a.csv"), &[Filter::parse(w).unwrap()]).unwrap();
+        assert_eq!(keep("system=h100_sxm").rows.len(), 1);
+        assert_eq!(keep("system=h100_sxm|h200_sxm").rows.len(), 2);
+        assert_eq!(keep("backend=sglang").filtered_out, 2);
+        assert!(Filter::parse("sytem=h100").unwrap_err().contains("did you mean `system`"));
+        assert!(Filter::parse("system").unwrap_err().contains("COLUMN=VALUE"));
+    }
+
+    #[test]
+    fn bad_input_names_file_line_and_column() {
+        let unknown = format!("{HEAD},extra\n{GOOD},1\n");
+        let e = parse(&unknown, Path::new("aic.csv"), &[]).unwrap_err().to_string();
+        assert!(e.contains("aic.csv") && e.contains("column 35") && e.contains("`extra`"), "{e}");
+        let cases = [
+            (GOOD.replace("126.2", "NaN"), "line 2, column silicon_ttft_ms"),
+            (GOOD.replace("10.94", "-1"), "column silicon_tpot_ms"),
+            (GOOD.replace(",16,4,", ",abc,4,"), "column batch_size"),
+            (GOOD.replace(",16,4,", ",,4,"), "an agg run needs its concurrency"),
+            (GOOD.replace(",agg,", ",mixed,"), "neither agg nor disagg"),
+            (GOOD.replace(",1024,1024,", ",0,1024,"), "column isl"),
+            (GOOD.replace("r1,", ","), "column id"),
+        ];
+        for (row, want) in cases {
+            let e = one(&row).unwrap_err();
+            assert!(e.contains(want) && e.contains("aic.csv"), "{row}: {e}");
+        }
+        let twice = format!("{HEAD}\n{GOOD}\n{GOOD}\n");
+        assert!(parse(&twice, Path::new("a.csv"), &[]).unwrap_err().to_string().contains("`r1` twice"));
+        let missing = "id,model_path,silicon_ttft_ms\nx,y,1\n";
+        assert!(parse(missing, Path::new("a.csv"), &[]).unwrap_err().to_string().contains("no `backend` column"));
+    }
+}

@@ -1,0 +1,853 @@
+//! The scheduling core: continuous batching over paged KV blocks, chunked
+//! prefill, preemption by recompute and a roofline step cost, exactly as
+//! `docs/engine.md` describes.
+//!
+//! The engine is pure: it never reads a clock, a file or the environment and
+//! never spawns a thread. A driver submits requests stamped with their arrival
+//! time and calls [`Engine::step`]; the step starts at [`Engine::next_step_at`]
+//! and everything it releases is stamped with the step's end time. The
+//! offline planner (`llmsim_planner::sim`) advances that time as fast as it can; the
+//! real-time server waits for the wall clock to reach it. Both see the same
+//! timeline.
+
+pub mod arch;
+pub mod cost;
+pub mod events;
+pub mod kv;
+pub mod kv_budget;
+pub mod prefix;
+pub mod stretch;
+
+use std::collections::{HashMap, VecDeque};
+
+pub use cost::{CostInput, CostModel, StepCost, StepShape};
+pub use events::{Arrived, Joined, Observer, RejectReason, RequestId, StepRecord, Stretch};
+use kv::KvBlocks;
+pub use kv_budget::{KvBudget, KvBudgetError, KvBudgetInput};
+use prefix::PrefixPool;
+
+use crate::time::SimTime;
+
+/// The limits and costs the engine runs with, derived once from the config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub capacity: KvBudget,
+    /// Token budget of one step (`max_batch_tokens`).
+    pub max_batch_tokens: u32,
+    pub max_num_sequences: u32,
+    pub context_length: u32,
+    pub cost: CostModel,
+    /// `kv_cache.prefix_caching`: blocks are identified by content and
+    /// shared (docs/prefix-caching.md). Off, the pool only counts.
+    pub prefix_caching: bool,
+}
+
+/// A request as submitted: `output` is its length `N`, used only to stop it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub id: RequestId,
+    pub arrival: SimTime,
+    pub prompt: u32,
+    pub output: u32,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum State {
+    /// Submitted, but its arrival is after the start of the current step.
+    Pending,
+    Waiting,
+    Running,
+    /// The slot is free for reuse.
+    Free,
+}
+
+/// A request inside the engine.
+#[derive(Clone, Debug)]
+struct Seq {
+    req: Request,
+    /// `g`: tokens generated so far.
+    generated: u32,
+    /// `c`: tokens whose KV is in the cache.
+    computed: u32,
+    blocks: u32,
+    state: State,
+    /// With prefix caching: once `c` reaches this, a full block awaits
+    /// registration (0 = check at the next scheduling).
+    register_at: u64,
+    /// KV tokens that arrive with it by transfer (a disaggregated decode
+    /// replica's request): its `c` at its first admission, then 0.
+    arriving_kv: u32,
+}
+
+impl Seq {
+    /// A request just submitted, in `state` (pending, or waiting when a
+    /// stretch takes it in): nothing generated, computed or allocated.
+    fn new(req: Request, state: State) -> Seq {
+        Seq { req, generated: 0, computed: 0, blocks: 0, state, register_at: 0, arriving_kv: 0 }
+    }
+
+    /// Not new: it resumes after tokens of its own (a preemption) or with
+    /// KV transferred in. Only new requests join a decode stretch.
+    fn resumes(&self) -> bool {
+        self.generated > 0 || self.arriving_kv > 0
+    }
+
+    /// `P + g`: the tokens the engine knows.
+    fn known(&self) -> u32 {
+        self.req.prompt + self.generated
+    }
+
+    fn remaining(&self) -> u32 {
+        self.known() - self.computed
+    }
+}
+
+/// The full blocks of a request's content past its `shared` hashed ones,
+/// up to `floor((P+N-1)/block_size)`: its own content
+/// ([`Engine::submit_with_content`]).
+fn own_blocks(req: &Request, shared: usize, block_size: u32) -> u32 {
+    // `P + N >= 2`: the prompt and the output are at least one token each.
+    let total = u64::from(req.prompt) + u64::from(req.output);
+    ((total - 1) / u64::from(block_size.max(1))).saturating_sub(shared as u64) as u32
+}
+
+/// The KV pool: a plain count, or blocks with identities when prefix
+/// caching is on (so the common case pays nothing for identity).
+#[derive(Clone, Debug)]
+enum Kv {
+    Count(KvBlocks),
+    Prefix(Box<PrefixPool>),
+}
+
+impl Kv {
+    fn free(&self) -> u32 {
+        match self {
+            Kv::Count(k) => k.free(),
+            Kv::Prefix(p) => p.free(),
+        }
+    }
+
+    fn used(&self) -> u32 {
+        match self {
+            Kv::Count(k) => k.used(),
+            Kv::Prefix(p) => p.used(),
+        }
+    }
+
+    fn total(&self) -> u32 {
+        match self {
+            Kv::Count(k) => k.total(),
+            Kv::Prefix(p) => p.total(),
+        }
+    }
+}
+
+/// The scheduler state: queues, sequences and the KV pool.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    cfg: EngineConfig,
+    kv: Kv,
+    slots: Vec<Seq>,
+    free_slots: Vec<u32>,
+    /// Submitted requests whose arrival is later than the current step start,
+    /// in arrival order.
+    pending: VecDeque<u32>,
+    /// FIFO; preempted requests go back to its front.
+    waiting: VecDeque<u32>,
+    /// In admission order.
+    running: Vec<u32>,
+    /// Request id to slot, for aborts (looked up, never iterated).
+    by_id: HashMap<RequestId, u32, IdHasher>,
+    /// End of the last step (the earliest the next one can start).
+    clock: SimTime,
+    last_arrival: SimTime,
+    steps: u64,
+    /// (slot, tokens) scheduled in the step being built.
+    batch: Vec<(u32, u32)>,
+    /// The shape of the step being built and its prompt tokens, summed as
+    /// requests join the batch (so the batch is not walked again to price it).
+    shape: StepShape,
+    prefill: u64,
+    /// Prefix-cache evictions before the step being built.
+    evictions_before: u64,
+    /// Sum over pending and waiting requests of `ceil((P+g)/bs)`, kept as
+    /// they come and go (a cluster router reads it at every arrival).
+    queued_blocks: u64,
+    /// Waiting requests that are not new ([`Seq::resumes`]: preempted
+    /// after tokens, or with transferred KV), kept as they come and go so
+    /// a decode stretch need not walk the queue to find one.
+    waiting_resumes: u64,
+    /// Scratch space of [`Engine::decode_stretch`].
+    stretch: stretch::Scratch,
+}
+
+/// The hasher of [`Engine::by_id`]: one multiply and a rotation per id,
+/// where the default SipHash took about 4% of a plain run (8% with prefix
+/// caching, whose run leaves the map colder). Request ids are not chosen by
+/// an adversary (the driver and the server number them), so flooding is
+/// not a concern, and the map is never iterated, so its order reaches no
+/// output.
+#[derive(Clone, Copy, Debug, Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing (2^64 / golden ratio): the product's high
+        // bits mix every bit of the id; `finish` rotates them down to the
+        // low bits, which pick the bucket.
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+}
+
+impl std::hash::BuildHasher for IdHasher {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Engine {
+        let (blocks, block_size) = (cfg.capacity.num_blocks, cfg.capacity.block_size);
+        let kv = match cfg.prefix_caching {
+            false => Kv::Count(KvBlocks::new(blocks)),
+            true => Kv::Prefix(Box::new(PrefixPool::new(blocks, block_size))),
+        };
+        Engine {
+            kv,
+            cfg,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            pending: VecDeque::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            by_id: HashMap::default(),
+            clock: SimTime::ZERO,
+            last_arrival: SimTime::ZERO,
+            steps: 0,
+            batch: Vec::new(),
+            shape: StepShape::default(),
+            prefill: 0,
+            evictions_before: 0,
+            queued_blocks: 0,
+            waiting_resumes: 0,
+            stretch: stretch::Scratch::default(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// End of the last step.
+    pub fn clock(&self) -> SimTime {
+        self.clock
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Submitted requests that have not joined `waiting` yet.
+    pub fn num_pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn kv_blocks_used(&self) -> u32 {
+        self.kv.used()
+    }
+
+    pub fn kv_blocks_total(&self) -> u32 {
+        self.kv.total()
+    }
+
+    /// Blocks holding a content hash, in use or free (0 without prefix caching).
+    pub fn kv_blocks_cached(&self) -> u32 {
+        match &self.kv {
+            Kv::Count(_) => 0,
+            Kv::Prefix(p) => p.cached_blocks(),
+        }
+    }
+
+    /// Sum over pending and waiting requests of the blocks their known
+    /// length needs, `ceil((P+g)/bs)`, with no prefix hit subtracted (the
+    /// `least_kv` router's queued term, docs/clusters.md).
+    pub fn queued_blocks(&self) -> u64 {
+        self.queued_blocks
+    }
+
+    /// With prefix caching, the leading full blocks of `hashes` (a
+    /// request's content, as for [`Engine::submit_with_hashes`]) that a
+    /// request of `known` tokens would find cached here now; 0 without.
+    pub fn prefix_hit_blocks(&self, hashes: &[u64], known: u32) -> u32 {
+        match &self.kv {
+            Kv::Count(_) => 0,
+            Kv::Prefix(p) => p.hit_blocks(hashes, known),
+        }
+    }
+
+    /// Nothing running, waiting or pending.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty() && self.pending.is_empty()
+    }
+
+    /// When the next step starts: at the end of the last one if anything is
+    /// running or waiting, else at the next pending arrival (the engine jumps
+    /// over idle time), else never.
+    pub fn next_step_at(&self) -> Option<SimTime> {
+        if !self.running.is_empty() || !self.waiting.is_empty() {
+            return Some(self.clock);
+        }
+        let first = self.pending.front()?;
+        Some(self.slots[*first as usize].req.arrival.max(self.clock))
+    }
+
+    /// Hands a request to the engine. Arrivals must not decrease from one
+    /// call to the next. A request longer than the context is rejected at
+    /// once (the server answers it with HTTP 400). With prefix caching on,
+    /// its content is unique: it never hits and nothing hits it.
+    pub fn submit<O: Observer>(&mut self, req: Request, obs: &mut O) -> Result<(), RejectReason> {
+        self.submit_with_hashes(req, &[], obs)
+    }
+
+    /// [`Engine::submit`] with the request's content: the hashes of its
+    /// full blocks, prompt then answer, in order ([`prefix::hash`] makes
+    /// them from segments or from token ids). Only the first
+    /// `floor((P+N-1)/block_size)` can ever be used; blocks past the end of
+    /// the list are never cached. Ignored without prefix caching.
+    pub fn submit_with_hashes<O: Observer>(
+        &mut self,
+        req: Request,
+        hashes: &[u64],
+        obs: &mut O,
+    ) -> Result<(), RejectReason> {
+        self.submit_content(req, hashes, false, obs)
+    }
+
+    /// [`Engine::submit_with_hashes`] with only the hashes of the blocks
+    /// another request may share: the request's full blocks past them, up
+    /// to `floor((P+N-1)/block_size)`, are its own content (no other
+    /// request has it, as when they hold its unique prompt tokens or its
+    /// answer and no later turn resends them). Those are cached, hit after
+    /// a preemption and evicted exactly as if each had a hash of its own,
+    /// without being hashed or indexed (docs/prefix-caching.md, "Speed").
+    pub fn submit_with_content<O: Observer>(
+        &mut self,
+        req: Request,
+        shared: &[u64],
+        obs: &mut O,
+    ) -> Result<(), RejectReason> {
+        self.submit_content(req, shared, true, obs)
+    }
+
+    fn submit_content<O: Observer>(
+        &mut self,
+        req: Request,
+        hashes: &[u64],
+        own_tail: bool,
+        obs: &mut O,
+    ) -> Result<(), RejectReason> {
+        debug_assert!(req.arrival >= self.last_arrival, "arrivals went backwards");
+        debug_assert!(req.prompt >= 1 && req.output >= 1, "empty prompt or output");
+        self.last_arrival = req.arrival;
+        obs.arrived(req.id, req.arrival, req.prompt, req.output);
+        let total = u64::from(req.prompt) + u64::from(req.output);
+        if total > u64::from(self.cfg.context_length) {
+            obs.rejected(req.id, req.arrival, RejectReason::ContextLength);
+            return Err(RejectReason::ContextLength);
+        }
+        let own = match own_tail {
+            true => own_blocks(&req, hashes.len(), self.cfg.capacity.block_size),
+            false => 0,
+        };
+        let seq = Seq::new(req, State::Pending);
+        self.enqueue(seq, hashes, own);
+        Ok(())
+    }
+
+    /// A request whose prompt was computed elsewhere (a disaggregated
+    /// prefill replica, docs/clusters.md) and whose first token was
+    /// released there: it joins with `g = 1` and, at its first admission,
+    /// `c = P` (its KV arrived by transfer). Admission needs
+    /// `ceil((P+1)/bs)` blocks beside the watermark, as any other; it then
+    /// decodes until `g = N`. If preempted, it recomputes its `P + g`
+    /// tokens here. `req.arrival` is when the transfer ends; `req.output`
+    /// (`N`) must be at least 2. No `arrived` event is sent (the request
+    /// arrived at the prefill replica), and no prefix-cache lookup is made.
+    pub fn submit_transferred(&mut self, req: Request) {
+        debug_assert!(req.arrival >= self.last_arrival, "arrivals went backwards");
+        debug_assert!(req.prompt >= 1 && req.output >= 2, "a transferred request decodes at least one token");
+        self.last_arrival = req.arrival;
+        let seq = Seq {
+            req,
+            generated: 1,
+            computed: 0,
+            blocks: 0,
+            state: State::Pending,
+            register_at: 0,
+            arriving_kv: req.prompt,
+        };
+        self.enqueue(seq, &[], 0);
+    }
+
+    /// Puts a new request in a free slot and in `pending`; `hashes` are its
+    /// shared blocks' content hashes and `own` the count of its own
+    /// (unhashed) full blocks after them.
+    fn enqueue(&mut self, seq: Seq, hashes: &[u64], own: u32) {
+        let req = seq.req;
+        let known = u64::from(seq.known());
+        let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
+        if let Kv::Prefix(p) = &mut self.kv {
+            p.set_content_own(slot, hashes, own);
+        }
+        self.by_id.insert(req.id, slot);
+        self.pending.push_back(slot);
+        self.queued_blocks += self.cfg.capacity.blocks_for(known);
+    }
+
+    /// Puts a sequence in a free slot (reusing one if any) and returns it.
+    /// Takes the two fields, not `self`, so a stretch holding its scratch
+    /// space can call it.
+    fn take_slot(slots: &mut Vec<Seq>, free_slots: &mut Vec<u32>, seq: Seq) -> u32 {
+        match free_slots.pop() {
+            Some(slot) => {
+                slots[slot as usize] = seq;
+                slot
+            }
+            None => {
+                slots.push(seq);
+                (slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Withdraws a request wherever it is and frees its blocks at once.
+    /// Returns false if the engine does not hold it (finished or unknown).
+    /// Call between steps.
+    pub fn abort<O: Observer>(&mut self, id: RequestId, at: SimTime, obs: &mut O) -> bool {
+        let Some(&slot) = self.by_id.get(&id) else {
+            return false;
+        };
+        let queued = self.cfg.capacity.blocks_for(u64::from(self.slots[slot as usize].known()));
+        match self.slots[slot as usize].state {
+            State::Pending => {
+                self.pending.retain(|&s| s != slot);
+                self.queued_blocks -= queued;
+            }
+            State::Waiting => {
+                self.waiting.retain(|&s| s != slot);
+                self.queued_blocks -= queued;
+                self.waiting_resumes -= u64::from(self.slots[slot as usize].resumes());
+            }
+            State::Running => self.running.retain(|&s| s != slot),
+            State::Free => return false,
+        }
+        obs.aborted(id, at);
+        self.release(slot);
+        true
+    }
+
+    /// Runs one step at [`Engine::next_step_at`] and returns its record, or
+    /// `None` when nothing was scheduled (then no time passes).
+    pub fn step<O: Observer>(&mut self, obs: &mut O) -> Option<StepRecord> {
+        let start = self.next_step_at()?;
+        self.clock = start;
+        self.join_arrivals(start);
+        self.batch.clear();
+        self.shape = StepShape::default();
+        self.prefill = 0;
+        if let Kv::Prefix(p) = &self.kv {
+            self.evictions_before = p.evictions();
+        }
+        let mut budget = self.cfg.max_batch_tokens;
+        let preempted = self.schedule_running(start, &mut budget, obs);
+        if preempted == 0 {
+            self.admit_waiting(start, &mut budget, obs);
+        }
+        if self.batch.is_empty() {
+            return None;
+        }
+        let record = self.finish_step(start, preempted, obs);
+        obs.step(&record);
+        self.steps += 1;
+        self.clock = record.end;
+        self.debug_check();
+        Some(record)
+    }
+
+    /// Step 1: every submitted request that has arrived joins `waiting`.
+    fn join_arrivals(&mut self, start: SimTime) {
+        while let Some(&slot) = self.pending.front() {
+            let seq = &mut self.slots[slot as usize];
+            if seq.req.arrival > start {
+                break;
+            }
+            seq.state = State::Waiting;
+            self.waiting_resumes += u64::from(seq.resumes());
+            self.pending.pop_front();
+            self.waiting.push_back(slot);
+        }
+    }
+
+    /// Step 2: running requests, oldest first, take budget; growth that does
+    /// not fit preempts the newest. Returns how many were preempted.
+    fn schedule_running<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) -> u32 {
+        let mut preempted = 0;
+        let mut i = 0;
+        while i < self.running.len() && *budget > 0 {
+            let slot = self.running[i];
+            let seq = &self.slots[slot as usize];
+            let tokens = seq.remaining().min(*budget);
+            let need = self.extra_blocks(seq, tokens);
+            while need > self.kv.free() {
+                // `running[i]` is in the list, so it is not empty.
+                let Some(victim) = self.running.pop() else { break };
+                self.preempt(victim, at, obs);
+                preempted += 1;
+                if victim == slot {
+                    return preempted;
+                }
+            }
+            self.grow(slot, need);
+            self.add_to_batch(slot, tokens, at, obs);
+            *budget -= tokens;
+            i += 1;
+        }
+        preempted
+    }
+
+    /// Step 3: admit from the head of `waiting` while the whole known length
+    /// fits beside the watermark; no skipping ahead.
+    fn admit_waiting<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) {
+        let cap = &self.cfg.capacity;
+        let (total, watermark) = (i64::from(cap.num_blocks), i64::from(cap.watermark_blocks));
+        while let Some(&slot) = self.waiting.front() {
+            let seq = &self.slots[slot as usize];
+            let need = self.cfg.capacity.blocks_for(u64::from(seq.known())) as i64;
+            if total - need < watermark {
+                self.waiting.pop_front();
+                self.queued_blocks -= need as u64;
+                self.waiting_resumes -= u64::from(seq.resumes());
+                obs.rejected(seq.req.id, at, RejectReason::NeverFits);
+                self.release(slot);
+                continue;
+            }
+            let full = self.running.len() >= self.cfg.max_num_sequences as usize;
+            if *budget == 0 || full {
+                break;
+            }
+            let arriving = seq.arriving_kv;
+            let computed = if arriving > 0 {
+                // KV that arrives by transfer: no lookup, every block new.
+                if i64::from(self.kv.free()) - need < watermark {
+                    break;
+                }
+                match &mut self.kv {
+                    Kv::Count(k) => k.take(need as u32),
+                    Kv::Prefix(p) => {
+                        p.lookup(slot, 0); // no hit: clears the last lookup's
+                        p.admit(slot, need as u32);
+                    }
+                }
+                arriving
+            } else {
+                match &mut self.kv {
+                    Kv::Count(k) => {
+                        if i64::from(k.free()) - need < watermark {
+                            break;
+                        }
+                        k.take(need as u32);
+                        0
+                    }
+                    Kv::Prefix(p) => {
+                        // Rules 1 and 2: the hit, then the test counting the
+                        // hit blocks that leave the free queue.
+                        let hit = p.lookup(slot, seq.known());
+                        let new = need - i64::from(hit.blocks);
+                        if i64::from(p.free()) - i64::from(hit.free_blocks) - new < watermark {
+                            break;
+                        }
+                        p.admit(slot, new as u32);
+                        let c = hit.blocks * self.cfg.capacity.block_size;
+                        obs.prefix_lookup(seq.req.id, at, seq.known(), c);
+                        c
+                    }
+                }
+            };
+            self.waiting.pop_front();
+            self.queued_blocks -= need as u64;
+            self.waiting_resumes -= u64::from(self.slots[slot as usize].resumes());
+            let seq = &mut self.slots[slot as usize];
+            seq.blocks = need as u32;
+            seq.computed = computed;
+            seq.arriving_kv = 0;
+            seq.register_at = 0;
+            seq.state = State::Running;
+            let tokens = seq.remaining().min(*budget);
+            self.running.push(slot);
+            self.add_to_batch(slot, tokens, at, obs);
+            *budget -= tokens;
+        }
+    }
+
+    /// Steps 4 and 5: the step's duration, then the counters, the tokens and
+    /// the finished requests, all at the step's end.
+    fn finish_step<O: Observer>(&mut self, start: SimTime, preempted: u32, obs: &mut O) -> StepRecord {
+        let shape = StepShape { batch: self.batch.len() as u64, ..self.shape };
+        let (tokens, sum_ctx, prefill) = (shape.tokens, shape.sum_ctx, self.prefill);
+        let cost = self.cfg.cost.cost(&shape);
+        let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
+        let record = StepRecord {
+            index: self.steps,
+            start,
+            end,
+            batch_size: self.batch.len() as u32,
+            tokens: tokens as u32,
+            prefill_tokens: prefill as u32,
+            sum_ctx,
+            kv_blocks_used: self.kv.used(),
+            running: self.running.len() as u32,
+            waiting: self.waiting.len() as u32,
+            preempted,
+            compute_s: cost.compute_s,
+            memory_s: cost.memory_s,
+            cached_blocks: self.kv_blocks_cached(),
+            evictions: self.step_evictions(),
+        };
+        let mut any_finished = false;
+        for i in 0..self.batch.len() {
+            let (slot, n) = self.batch[i];
+            let seq = &mut self.slots[slot as usize];
+            seq.computed += n;
+            if seq.computed < seq.known() {
+                continue;
+            }
+            seq.generated += 1;
+            let (id, g, done) = (seq.req.id, seq.generated, seq.generated == seq.req.output);
+            obs.token(id, end, g);
+            if done {
+                obs.finished(id, end);
+                self.release(slot);
+                any_finished = true;
+            }
+        }
+        if any_finished {
+            let slots = &self.slots;
+            self.running.retain(|&s| slots[s as usize].state == State::Running);
+        }
+        record
+    }
+
+    /// Schedules `tokens` of a request in this step; with prefix caching
+    /// its full blocks among the first `c + tokens` are registered at once
+    /// (rule 4), so a request scheduled later in the step can hit them.
+    #[inline(always)]
+    fn add_to_batch<O: Observer>(&mut self, slot: u32, tokens: u32, at: SimTime, obs: &mut O) {
+        let seq = &mut self.slots[slot as usize];
+        obs.scheduled(seq.req.id, at, tokens, seq.computed);
+        let (n, c) = (u64::from(tokens), u64::from(seq.computed));
+        self.shape.tokens += n;
+        self.shape.sum_ctx += c + n;
+        // Only a model with an architecture costs attention and the LM head.
+        if self.cfg.cost.deployment.is_some() {
+            self.shape.attention_pairs += arch::attention_pairs(n, c);
+            self.shape.sampled += u64::from(c + n == u64::from(seq.known()));
+        }
+        if seq.remaining() > 1 || seq.generated == 0 {
+            self.prefill += n;
+        }
+        if let Kv::Prefix(p) = &mut self.kv
+            && u64::from(seq.computed + tokens) >= seq.register_at
+        {
+            seq.register_at = p.register(slot, seq.computed + tokens);
+        }
+        self.batch.push((slot, tokens));
+    }
+
+    /// A running request takes `n` more blocks; the caller checked they are free.
+    fn grow(&mut self, slot: u32, n: u32) {
+        if n == 0 {
+            return;
+        }
+        match &mut self.kv {
+            Kv::Count(k) => k.take(n),
+            Kv::Prefix(p) => p.allocate(slot, n),
+        }
+        self.slots[slot as usize].blocks += n;
+    }
+
+    /// A request lets go of its blocks (rule 5 with prefix caching).
+    fn free_blocks(&mut self, slot: u32) {
+        let seq = &mut self.slots[slot as usize];
+        match &mut self.kv {
+            Kv::Count(k) => k.give_back(seq.blocks),
+            Kv::Prefix(p) => p.release(slot),
+        }
+        seq.blocks = 0;
+    }
+
+    /// Prefix-cache evictions in the step being built.
+    fn step_evictions(&self) -> u32 {
+        match &self.kv {
+            Kv::Count(_) => 0,
+            Kv::Prefix(p) => (p.evictions() - self.evictions_before) as u32,
+        }
+    }
+
+    /// Blocks a sequence must add to hold `tokens` more tokens of KV.
+    #[inline]
+    fn extra_blocks(&self, seq: &Seq, tokens: u32) -> u32 {
+        let tokens = u64::from(seq.computed + tokens);
+        // Most steps stay inside the blocks held: no division then.
+        if tokens <= u64::from(seq.blocks) * u64::from(self.cfg.capacity.block_size) {
+            return 0;
+        }
+        let want = self.cfg.capacity.blocks_for(tokens) as u32;
+        want.saturating_sub(seq.blocks)
+    }
+
+    /// Frees the victim's blocks and puts it at the front of `waiting`.
+    fn preempt<O: Observer>(&mut self, slot: u32, at: SimTime, obs: &mut O) {
+        self.free_blocks(slot);
+        let seq = &mut self.slots[slot as usize];
+        seq.computed = 0;
+        seq.state = State::Waiting;
+        obs.preempted(seq.req.id, at);
+        self.queued_blocks += self.cfg.capacity.blocks_for(u64::from(seq.known()));
+        self.waiting_resumes += u64::from(seq.resumes());
+        self.waiting.push_front(slot);
+    }
+
+    /// Frees a slot and its blocks; the caller removed it from its queue.
+    fn release(&mut self, slot: u32) {
+        match &mut self.kv {
+            // Blocks and content at once: the pool spares the work of a
+            // request's own blocks (docs/prefix-caching.md, "Speed").
+            Kv::Prefix(p) => {
+                p.finish(slot);
+                self.slots[slot as usize].blocks = 0;
+            }
+            Kv::Count(_) => self.free_blocks(slot),
+        }
+        self.retire(slot);
+    }
+
+    /// A request whose blocks are back leaves: its slot is free.
+    fn retire(&mut self, slot: u32) {
+        let seq = &mut self.slots[slot as usize];
+        seq.state = State::Free;
+        self.by_id.remove(&seq.req.id);
+        self.free_slots.push(slot);
+    }
+
+    /// Invariants, checked in debug builds after every step.
+    fn debug_check(&self) {
+        if cfg!(debug_assertions)
+            && let Err(e) = self.check_invariants()
+        {
+            panic!("engine invariant broken: {e}");
+        }
+    }
+
+    /// Checks the engine's bookkeeping: blocks held by running requests
+    /// equal blocks in use (with prefix caching: every block's reference
+    /// count equals the requests holding it, plus the pool's own checks in
+    /// [`PrefixPool::check`]), used + free = total, every live request is
+    /// in exactly one queue in the state that queue implies, waiting
+    /// requests hold no KV, and the running set respects
+    /// `max_num_sequences`. Tests call it after every step, in release
+    /// builds too.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        match &self.kv {
+            Kv::Count(k) => {
+                let held: u64 = self.running.iter().map(|&s| u64::from(self.slots[s as usize].blocks)).sum();
+                if held != u64::from(k.used()) {
+                    return Err(format!("running requests hold {held} blocks but {} are used", k.used()));
+                }
+            }
+            Kv::Prefix(p) => {
+                let slots = &self.slots;
+                p.check(|slot| slots.get(slot as usize).is_some_and(|s| s.state == State::Running))?;
+                for &slot in &self.running {
+                    let seq = &self.slots[slot as usize];
+                    if p.held(slot) != seq.blocks {
+                        return Err(format!(
+                            "request {} holds {} blocks, counted {}",
+                            seq.req.id,
+                            p.held(slot),
+                            seq.blocks
+                        ));
+                    }
+                    if u64::from(seq.blocks) < self.cfg.capacity.blocks_for(u64::from(seq.computed)) {
+                        return Err(format!(
+                            "request {} computed {} tokens in {} blocks",
+                            seq.req.id, seq.computed, seq.blocks
+                        ));
+                    }
+                }
+            }
+        }
+        if self.kv.used() + self.kv.free() != self.kv.total() {
+            return Err("used + free != total".into());
+        }
+        let resumes = self.waiting.iter().filter(|&&s| self.slots[s as usize].resumes()).count() as u64;
+        if resumes != self.waiting_resumes {
+            return Err(format!("{resumes} waiting requests resume, counted {}", self.waiting_resumes));
+        }
+        let mut seen = vec![0u8; self.slots.len()];
+        let queues: [(&str, State, Vec<u32>); 3] = [
+            ("pending", State::Pending, self.pending.iter().copied().collect()),
+            ("waiting", State::Waiting, self.waiting.iter().copied().collect()),
+            ("running", State::Running, self.running.clone()),
+        ];
+        for (name, state, slots) in &queues {
+            for &slot in slots {
+                let seq = &self.slots[slot as usize];
+                seen[slot as usize] += 1;
+                if seq.state != *state {
+                    return Err(format!("request {} is in {name} but in state {:?}", seq.req.id, seq.state));
+                }
+                if *state != State::Running && (seq.blocks != 0 || seq.computed != 0) {
+                    return Err(format!("request {} in {name} holds KV", seq.req.id));
+                }
+                if seq.computed > seq.known() || seq.generated >= seq.req.output {
+                    return Err(format!("request {} has impossible counters", seq.req.id));
+                }
+            }
+        }
+        let queued: u64 = (self.pending.iter().chain(&self.waiting))
+            .map(|&s| self.cfg.capacity.blocks_for(u64::from(self.slots[s as usize].known())))
+            .sum();
+        if queued != self.queued_blocks {
+            return Err(format!("queued requests need {queued} blocks but {} are counted", self.queued_blocks));
+        }
+        if let Some(slot) = seen.iter().position(|&n| n > 1) {
+            return Err(format!("request {} is in two queues", self.slots[slot].req.id));
+        }
+        let live = self.pending.len() + self.waiting.len() + self.running.len();
+        if live != self.by_id.len() {
+            return Err(format!("{live} requests queued but {} known", self.by_id.len()));
+        }
+        if self.running.len() > self.cfg.max_num_sequences as usize {
+            return Err("more running requests than max_num_sequences".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

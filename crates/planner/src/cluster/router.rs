@@ -1,0 +1,134 @@
+//! The router policies of docs/clusters.md, on a plain view of the
+//! replicas (one [`Load`] each), so they can be tested on hand-built
+//! states. The driver fills the view as the visibility rule says; ties go
+//! to the lowest replica index. Work per arrival: one pass over the
+//! replicas (plus, for `prefix_affinity`, each replica's cache lookup).
+
+use std::collections::HashMap;
+
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+
+use llmsim_core::engine::Engine;
+use llmsim_scenario::config::Router;
+
+/// Stream number of the `random` router's draws (the workload uses 0, 1,
+/// 2 and its content streams).
+const ROUTER_STREAM: u64 = 0x726f_7574_6572; // "router"
+
+/// What the router knows of one replica when a request arrives.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Requests routed to it and not finished (or rejected).
+    pub outstanding: u64,
+    /// Blocks with a reference plus, for every queued (pending or waiting)
+    /// request, `ceil((P+g)/bs)`: the `least_kv` quantity.
+    pub active_blocks: u64,
+    /// The arriving request's prefix-cache hit there, in blocks (only
+    /// filled for `prefix_affinity`).
+    pub hit_blocks: u32,
+}
+
+impl Load {
+    /// What the router sees of `engine` now (the caller decides when that
+    /// is: the visibility rule), with `outstanding` requests routed there
+    /// and, for `prefix_affinity`, the arriving request's block hashes and
+    /// prompt length (`None` leaves `hit_blocks` 0). The one definition the
+    /// planner's cluster loop and `llmsim serve`'s replicas share.
+    pub fn of(engine: &Engine, outstanding: u64, affinity: Option<(&[u64], u32)>) -> Load {
+        Load {
+            outstanding,
+            active_blocks: u64::from(engine.kv_blocks_used()) + engine.queued_blocks(),
+            hit_blocks: affinity.map_or(0, |(hashes, prompt)| engine.prefix_hit_blocks(hashes, prompt)),
+        }
+    }
+}
+
+/// What the router knows of the arriving request.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Arrival {
+    /// `ceil(P / block_size)`: its prompt's blocks.
+    pub prompt_blocks: u64,
+    /// Its conversation, if it is a turn of one.
+    pub session: Option<u64>,
+}
+
+/// A router and its state.
+pub struct RouterState {
+    policy: Router,
+    overlap_weight: f64,
+    /// Requests routed so far (the round-robin turn).
+    routed: u64,
+    rng: ChaCha8Rng,
+    /// `session_affinity`: where each conversation's first turn went.
+    /// Looked up by key only, never iterated.
+    sessions: HashMap<u64, u32>,
+}
+
+impl RouterState {
+    pub fn new(policy: Router, overlap_weight: f64, seed: u64) -> RouterState {
+        RouterState {
+            policy,
+            overlap_weight,
+            routed: 0,
+            rng: crate::workload::stream(seed, ROUTER_STREAM),
+            sessions: HashMap::new(),
+        }
+    }
+
+    pub fn policy(&self) -> Router {
+        self.policy
+    }
+
+    /// Picks the replica (an index into `loads`, which is not empty).
+    pub fn route(&mut self, a: &Arrival, loads: &[Load]) -> usize {
+        let n = loads.len();
+        debug_assert!(n > 0, "a cluster without replicas");
+        let k = self.routed;
+        self.routed += 1;
+        match self.policy {
+            Router::RoundRobin => (k % n as u64) as usize,
+            Router::Random => self.rng.random_range(0..n),
+            Router::LeastOutstanding => least_outstanding(loads),
+            Router::LeastKv => argmin(loads.iter().map(|l| l.active_blocks as f64)),
+            Router::PrefixAffinity => {
+                let w = self.overlap_weight;
+                argmin(loads.iter().map(|l| {
+                    let missed = a.prompt_blocks.saturating_sub(u64::from(l.hit_blocks));
+                    w * missed as f64 + l.active_blocks as f64
+                }))
+            }
+            Router::SessionAffinity => {
+                let Some(session) = a.session else { return least_outstanding(loads) };
+                match self.sessions.get(&session) {
+                    Some(&r) if (r as usize) < n => r as usize,
+                    _ => {
+                        let r = least_outstanding(loads);
+                        self.sessions.insert(session, r as u32);
+                        r
+                    }
+                }
+            }
+        }
+    }
+
+    /// A conversation is over: its pin can go (keeps the map small).
+    pub fn forget_session(&mut self, session: u64) {
+        self.sessions.remove(&session);
+    }
+}
+
+fn least_outstanding(loads: &[Load]) -> usize {
+    argmin(loads.iter().map(|l| l.outstanding as f64))
+}
+
+/// The index of the smallest value, the first one on ties.
+fn argmin(values: impl Iterator<Item = f64>) -> usize {
+    let mut best = (0, f64::INFINITY);
+    for (i, v) in values.enumerate() {
+        if v < best.1 {
+            best = (i, v);
+        }
+    }
+    best.0
+}

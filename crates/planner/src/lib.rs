@@ -1,0 +1,11 @@
+//! The virtual-time planner: workloads, the drivers that run the engine as
+//! fast as it goes (one engine, replicas behind a router, prefill and decode
+//! pools), the metrics they collect and the reports they write.
+
+pub mod cluster;
+pub mod metrics;
+pub mod perfetto;
+pub mod report;
+pub mod run_driver;
+pub mod sim;
+pub mod workload;

@@ -1,0 +1,219 @@
+//! The human-readable summary `llmsim run` prints.
+
+use std::fmt::Write;
+
+use super::{opt, thousands};
+use crate::metrics::{RunResult, Stats};
+use llmsim_scenario::config::{Arrivals, Length, Scenario};
+
+/// Capacity in blocks, tokens and whole requests of the mean length.
+pub fn capacity_line(s: &Scenario) -> String {
+    let c = &s.capacity;
+    let (p, o) = s.mean_lengths();
+    let per_request = c.blocks_for((p + o).round().max(1.0) as u64).max(1);
+    let fit = u64::from(c.num_blocks) / per_request;
+    format!(
+        "{} blocks x {} = {} tokens ({} requests of {} tokens fit); watermark {} blocks{}",
+        thousands(u64::from(c.num_blocks)),
+        c.block_size,
+        thousands(c.kv_tokens),
+        thousands(fit),
+        thousands((p + o).round() as u64),
+        thousands(u64::from(c.watermark_blocks)),
+        if c.overridden { " (kv_cache.num_blocks)" } else { "" }
+    )
+}
+
+/// `llama-3.1-70b, fp8 weights, 16-bit KV, 4 x h100-80gb (TP 4): ...`:
+/// the model, its dtypes and the GPUs of one engine.
+pub fn deployment_line(s: &Scenario) -> String {
+    let d = &s.deployment;
+    let m = &s.model;
+    let kv = match m.kv_cache.dtype {
+        Some(llmsim_scenario::config::KvDtype::Auto) | None => "16-bit".to_string(),
+        Some(k) => k.as_str().to_string(),
+    };
+    let t = d.tensor_parallel;
+    let mut out = format!(
+        "{}, {} weights, {kv} KV, {t} x {} (TP {t}): {:.2} GB of weights and {} bytes of KV a token per GPU",
+        m.name,
+        llmsim_scenario::config::deployment::weight_dtype(m.weights.bytes_per_parameter),
+        s.hardware.name,
+        d.weight_bytes / f64::from(t) / 1e9,
+        thousands(d.kv_bytes_per_token_per_gpu)
+    );
+    if d.peak_is_fp8 {
+        let _ = write!(out, "; FP8 peak {} TFLOPS", d.peak_tflops);
+    }
+    if let Some(link) = d.link {
+        let _ = write!(out, "; all-reduce {} us + bytes at {} GB/s", link.latency_us, link.bandwidth_gbps);
+    }
+    out
+}
+
+/// `poisson 20 req/s, 2000 requests, prompt 512, output 64`.
+pub fn workload_line(s: &Scenario) -> String {
+    let w = &s.workload;
+    let mut out = match &w.arrivals {
+        Arrivals::Poisson { rate } => format!("poisson {rate} req/s"),
+        Arrivals::Gamma { rate, burstiness } => format!("gamma {rate} req/s, burstiness {burstiness}"),
+        Arrivals::Constant { rate } => format!("constant {rate} req/s"),
+        Arrivals::Closed { concurrency, think_time_s, ramp_s } => {
+            let ramp = if *ramp_s > 0.0 { format!(", started over {ramp_s} s") } else { String::new() };
+            format!("closed loop, {concurrency} users, think {think_time_s} s{ramp}")
+        }
+        Arrivals::Trace(t) => format!("trace {} ({} rows)", t.path, t.rows.len()),
+    };
+    if let Some(n) = w.requests {
+        let _ = write!(out, ", {n} requests");
+    }
+    if let Some(d) = w.duration_s {
+        let _ = write!(out, ", for {d} s");
+    }
+    let describe = |l: &Option<Length>| match l {
+        None => String::new(),
+        Some(Length::Fixed(n)) => n.to_string(),
+        Some(other) => format!("{} (mean {:.0})", serde_json::to_string(other).unwrap_or_default(), other.mean()),
+    };
+    if w.prompt_tokens.is_some() {
+        let _ = write!(out, ", prompt {}, output {}", describe(&w.prompt_tokens), describe(&w.output_tokens));
+    }
+    if let Some(sp) = &w.shared_prefix {
+        let _ = write!(out, ", shared prefix of {} tokens in {} groups", sp.tokens, sp.groups);
+    }
+    if let Some(se) = &w.sessions {
+        let turns = match &se.turns {
+            Length::Fixed(n) => n.to_string(),
+            other => format!("mean {:.1}", other.mean()),
+        };
+        let _ = write!(out, ", sessions of {turns} turns (think {} s mean)", se.think_s.mean());
+    }
+    let _ = write!(out, ", seed {}", w.seed);
+    out
+}
+
+fn row(out: &mut String, name: &str, s: &Stats) {
+    let _ = writeln!(
+        out,
+        "  {name:<6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        opt(s.mean, 2),
+        opt(s.p50, 2),
+        opt(s.p90, 2),
+        opt(s.p99, 2),
+        opt(s.max, 2)
+    );
+}
+
+/// The whole summary.
+pub fn render(s: &Scenario, r: &RunResult) -> String {
+    let mut out = String::new();
+    let h = &s.hardware;
+    let m = &s.model;
+    let _ = writeln!(out, "scenario   {}", s.name);
+    let _ = writeln!(
+        out,
+        "hardware   {}: {} GiB, {} GB/s, {} TFLOPS (efficiency compute {}, memory {})",
+        h.name, h.hbm_gib, h.memory_bandwidth_gbps, h.peak_tflops, s.efficiency.compute, s.efficiency.memory
+    );
+    let d = &s.deployment;
+    let size = match (m.architecture.is_some(), m.weights.parameters_billions) {
+        (false, Some(b)) => format!("{b} B parameters"),
+        _ => format!("{} parameters", thousands(d.parameters.round() as u64)),
+    };
+    let _ = writeln!(
+        out,
+        "model      {}: {size} x {} bytes = {:.2} GB, {} bytes of KV per token, context {}",
+        m.name,
+        m.weights.bytes_per_parameter,
+        d.weight_bytes / 1e9,
+        thousands(d.kv_bytes_per_token),
+        thousands(u64::from(m.context_length))
+    );
+    if m.architecture.is_some() {
+        let _ = writeln!(out, "deployment {}", deployment_line(s));
+    }
+    match s.cluster.as_ref().and_then(|c| c.disagg.as_ref()) {
+        // Each pool's replicas have their own hardware, parallelism and cache.
+        Some(d) => {
+            let _ = writeln!(out, "capacity   prefill replica {}", capacity_line(&d.prefill.scenario));
+            let _ = writeln!(out, "           decode replica {}", capacity_line(&d.decode.scenario));
+        }
+        None => {
+            let _ = writeln!(out, "capacity   {}", capacity_line(s));
+        }
+    }
+    let l = &s.latency;
+    let mut overheads = format!("step overhead {} ms", l.step_overhead_ms);
+    for (name, v, unit) in [
+        ("request overhead", l.request_overhead_ms, "ms"),
+        ("per layer", l.per_layer_overhead_us, "us"),
+        ("per sequence", l.per_sequence_overhead_us, "us"),
+    ] {
+        if v > 0.0 {
+            let _ = write!(overheads, ", {name} {v} {unit}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "scheduler  max_batch_tokens {}, max_num_sequences {}, {overheads}{}",
+        s.scheduler.max_batch_tokens,
+        s.scheduler.max_num_sequences,
+        if m.kv_cache.prefix_caching { ", prefix caching on" } else { "" }
+    );
+    let _ = writeln!(out, "workload   {}", workload_line(s));
+    if let Some(c) = &s.cluster {
+        let _ = writeln!(out, "cluster    {}", super::cluster::cluster_line(s, c));
+    }
+    let _ = writeln!(out);
+    let q = &r.requests;
+    let _ = writeln!(
+        out,
+        "requests   {} completed, {} rejected ({} over context, {} never fit in KV), {} preemptions",
+        thousands(q.completed),
+        thousands(q.rejected),
+        thousands(q.rejected_context_length),
+        thousands(q.rejected_kv_capacity),
+        thousands(r.preemptions)
+    );
+    let t = &r.throughput;
+    let _ = writeln!(
+        out,
+        "throughput {:.2} req/s, {:.0} input tok/s, {:.0} output tok/s over {:.3} s",
+        t.requests_per_s, t.input_tokens_per_s, t.output_tokens_per_s, t.duration_s
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "  {:<6} {:>10} {:>10} {:>10} {:>10} {:>10}", "ms", "mean", "p50", "p90", "p99", "max");
+    row(&mut out, "TTFT", &r.ttft_ms);
+    row(&mut out, "ITL", &r.itl_ms);
+    row(&mut out, "TPOT", &r.tpot_ms);
+    row(&mut out, "E2E", &r.e2e_ms);
+    row(&mut out, "queue", &r.queue_ms);
+    row(&mut out, "step", &r.steps.duration_ms);
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "steps      {} steps, mean batch {:.1} (max {}), mean {:.1} tokens a step",
+        thousands(r.steps.count),
+        r.steps.mean_batch_size,
+        r.steps.max_batch_size,
+        r.steps.mean_tokens
+    );
+    let _ = writeln!(
+        out,
+        "kv cache   peak {} blocks ({:.1}%), mean {:.1}%",
+        thousands(u64::from(r.kv.peak_blocks)),
+        r.kv.peak_usage * 100.0,
+        r.kv.mean_usage * 100.0
+    );
+    if let Some(p) = &r.prefix_cache {
+        let _ = writeln!(
+            out,
+            "prefix     hit rate {:.1}%: {} of {} prompt tokens found in the cache",
+            p.hit_rate * 100.0,
+            thousands(p.hit_tokens),
+            thousands(p.queried_tokens)
+        );
+    }
+    super::cluster::replica_table(&mut out, r);
+    out
+}

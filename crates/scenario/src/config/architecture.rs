@@ -1,0 +1,455 @@
+//! Where a model's architecture comes from: written inline
+//! (`model.architecture`), read from a Hugging Face `config.json`
+//! (`model.hf_config: FILE`), or a model file by name (`model: NAME`, a
+//! file `models/NAME.yml` in the scenario's directory or one above it, else
+//! one of the files of `scenarios/models/` compiled into the binary).
+//! All three end in the same checks (docs/deployments.md).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value as Json;
+
+use super::ConfigError;
+use super::check::Check;
+use super::limits;
+use super::raw::{RawArchitecture, RawModelFile};
+use llmsim_core::engine::arch::Architecture;
+
+/// Where an architecture was read from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArchitectureOrigin {
+    Inline,
+    Preset { name: String, file: PathBuf, source: Option<String> },
+    HfConfig { file: PathBuf },
+}
+
+impl ArchitectureOrigin {
+    pub fn describe(&self) -> String {
+        match self {
+            ArchitectureOrigin::Inline => "model.architecture".into(),
+            ArchitectureOrigin::Preset { name, file, source } => {
+                let from = source.as_ref().map(|s| format!("; figures from {s}")).unwrap_or_default();
+                format!("model `{name}` ({}{from})", file.display())
+            }
+            ArchitectureOrigin::HfConfig { file } => format!("model.hf_config {}", file.display()),
+        }
+    }
+}
+
+/// The shipped model files, by name.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("codellama-34b", include_str!("../../../../scenarios/models/codellama-34b.yml")),
+    ("llama-2-70b", include_str!("../../../../scenarios/models/llama-2-70b.yml")),
+    ("llama-2-7b", include_str!("../../../../scenarios/models/llama-2-7b.yml")),
+    ("llama-3.1-405b", include_str!("../../../../scenarios/models/llama-3.1-405b.yml")),
+    ("llama-3.1-70b", include_str!("../../../../scenarios/models/llama-3.1-70b.yml")),
+    ("llama-3.1-8b", include_str!("../../../../scenarios/models/llama-3.1-8b.yml")),
+    ("mistral-7b", include_str!("../../../../scenarios/models/mistral-7b.yml")),
+    ("mixtral-8x7b", include_str!("../../../../scenarios/models/mixtral-8x7b.yml")),
+    ("qwen2.5-72b", include_str!("../../../../scenarios/models/qwen2.5-72b.yml")),
+    ("qwen2.5-7b", include_str!("../../../../scenarios/models/qwen2.5-7b.yml")),
+    ("qwen3-235b-a22b", include_str!("../../../../scenarios/models/qwen3-235b-a22b.yml")),
+    ("qwen3-32b", include_str!("../../../../scenarios/models/qwen3-32b.yml")),
+];
+
+/// Most parameters a model may have (a thousand times the largest open
+/// model), so every count fits `u64` with room to spare.
+pub const MAX_PARAMETERS: f64 = 1e15;
+
+/// An architecture and what its source says besides.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    pub name: Option<String>,
+    /// `max_position_embeddings` (or a model file's `context_length`).
+    pub context_length: Option<u32>,
+    pub architecture: Architecture,
+    pub origin: ArchitectureOrigin,
+}
+
+/// `model.architecture` written in the scenario.
+pub(crate) fn inline(ck: &Check, raw: &RawArchitecture) -> Result<Resolved, ConfigError> {
+    let architecture = validate(ck, raw, &|k| format!("model.architecture.{k}"))?;
+    Ok(Resolved { name: None, context_length: None, architecture, origin: ArchitectureOrigin::Inline })
+}
+
+/// `model: NAME`: a model file found from the scenario's directory.
+pub(crate) fn preset(ck: &Check, name: &str) -> Result<Resolved, ConfigError> {
+    let (file, text) = find(name, ck.file)?;
+    let raw: RawModelFile = super::parse_str(&text, &file)?;
+    let fck = Check { file: &file };
+    let architecture = validate(&fck, &raw.architecture, &|k| format!("architecture.{k}"))?;
+    Ok(Resolved {
+        name: Some(raw.name.unwrap_or_else(|| name.to_string())),
+        context_length: Some(fck.whole32("context_length", raw.context_length, &limits::CONTEXT_LENGTH)?),
+        architecture,
+        origin: ArchitectureOrigin::Preset { name: name.to_string(), file, source: raw.source },
+    })
+}
+
+/// `model.hf_config: FILE`, relative to the scenario. `kv_given`: the
+/// scenario gives `kv_cache.bytes_per_token`, which makes attention kinds
+/// the KV formula does not describe acceptable.
+pub(crate) fn hf_config(ck: &Check, rel: &str, kv_given: bool) -> Result<Resolved, ConfigError> {
+    let file = ck.file.parent().unwrap_or(Path::new("")).join(rel);
+    let text = crate::input::read_text(crate::input::Kind::HfConfig, &file)?;
+    let root: Json = serde_json::from_str(&text).map_err(|e| {
+        ConfigError::new(&file, "", format!("not a JSON file (a Hugging Face config.json is JSON): {e}"))
+    })?;
+    let Json::Object(top) = &root else {
+        return Err(ConfigError::new(&file, "", "expected a JSON object (a Hugging Face config.json)"));
+    };
+    // Multimodal configs keep the language model under `text_config`.
+    let (obj, prefix) = match top.get("text_config") {
+        Some(Json::Object(t)) if !top.contains_key("num_hidden_layers") => (t, "text_config."),
+        _ => (top, ""),
+    };
+    let hf = Hf { obj, file: &file, prefix };
+    hf.refuse_unsupported(kv_given)?;
+    let (raw, names) = hf.architecture()?;
+    let fck = Check { file: &file };
+    let architecture = validate(&fck, &raw, &|k| names.hf_name(k, prefix))?;
+    let context_length = hf
+        .int("max_position_embeddings")?
+        .map(|v| fck.whole32(&format!("{prefix}max_position_embeddings"), v, &limits::CONTEXT_LENGTH))
+        .transpose()?;
+    let name = file.parent().and_then(|d| d.file_name()).map(|d| d.to_string_lossy().into_owned());
+    Ok(Resolved { name, context_length, architecture, origin: ArchitectureOrigin::HfConfig { file } })
+}
+
+/// Checks a raw architecture and fills its defaults. `key` names a field
+/// (our name) as the source spells it.
+pub(crate) fn validate(
+    ck: &Check,
+    raw: &RawArchitecture,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Architecture, ConfigError> {
+    let required = |name: &str, v: Option<i64>| -> Result<u64, ConfigError> {
+        match v {
+            Some(v) => ck.whole(&key(name), v, &limits::ARCH_SIZE),
+            None => Err(ck.err(&key(name), "missing: the architecture needs it")),
+        }
+    };
+    let optional = |name: &str, v: Option<i64>, min: i64| -> Result<Option<u64>, ConfigError> {
+        let range = if min == 0 { &limits::ARCH_SIZE_OR_ZERO } else { &limits::ARCH_SIZE };
+        v.map(|v| ck.whole(&key(name), v, range)).transpose()
+    };
+    let layers = required("layers", raw.layers)?;
+    let hidden_size = required("hidden_size", raw.hidden_size)?;
+    let attention_heads = required("attention_heads", raw.attention_heads)?;
+    let vocab_size = required("vocab_size", raw.vocab_size)?;
+    let kv_heads = optional("kv_heads", raw.kv_heads, 1)?.unwrap_or(attention_heads);
+    if kv_heads > attention_heads || !attention_heads.is_multiple_of(kv_heads) {
+        return Err(ck.err(
+            &key("kv_heads"),
+            format!(
+                "{kv_heads} is not allowed: the {attention_heads} attention heads must be a whole multiple \
+                 of the KV heads (grouped-query attention)"
+            ),
+        ));
+    }
+    let head_dim = match optional("head_dim", raw.head_dim, 1)? {
+        Some(d) => d,
+        None if hidden_size.is_multiple_of(attention_heads) => hidden_size / attention_heads,
+        None => {
+            return Err(ck.err(
+                &key("head_dim"),
+                format!(
+                    "missing: hidden_size {hidden_size} is not a multiple of the {attention_heads} attention \
+                     heads, so give head_dim"
+                ),
+            ));
+        }
+    };
+    let intermediate_size = optional("intermediate_size", raw.intermediate_size, 1)?;
+    let experts = optional("experts", raw.experts, 0)?.unwrap_or(0);
+    let (experts_per_token, expert_intermediate_size, shared) = if experts > 0 {
+        moe_fields(ck, raw, key, experts, intermediate_size)?
+    } else {
+        for (name, v) in [
+            ("experts_per_token", raw.experts_per_token),
+            ("expert_intermediate_size", raw.expert_intermediate_size),
+            ("shared_expert_intermediate_size", raw.shared_expert_intermediate_size),
+        ] {
+            if v.is_some() {
+                return Err(ck.err(&key(name), "only for a mixture of experts: set experts (> 0) or remove it"));
+            }
+        }
+        if intermediate_size.is_none() {
+            return Err(ck.err(&key("intermediate_size"), "missing: a dense model needs its MLP width"));
+        }
+        (0, 0, 0)
+    };
+    let a = Architecture {
+        layers,
+        hidden_size,
+        attention_heads,
+        kv_heads,
+        head_dim,
+        intermediate_size,
+        vocab_size,
+        tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(false),
+        experts,
+        experts_per_token,
+        expert_intermediate_size,
+        shared_expert_intermediate_size: shared,
+    };
+    check_size(ck, &a, key)?;
+    Ok(a)
+}
+
+fn moe_fields(
+    ck: &Check,
+    raw: &RawArchitecture,
+    key: &dyn Fn(&str) -> String,
+    experts: u64,
+    intermediate_size: Option<u64>,
+) -> Result<(u64, u64, u64), ConfigError> {
+    let Some(k) = raw.experts_per_token else {
+        return Err(ck.err(&key("experts_per_token"), "missing: a mixture of experts needs it"));
+    };
+    let k = ck.whole(&key("experts_per_token"), k, &limits::ARCH_SIZE)?;
+    if k > experts {
+        return Err(ck.err(
+            &key("experts_per_token"),
+            format!("{k} is not allowed: a token cannot use more than the {experts} experts there are"),
+        ));
+    }
+    let width = match raw.expert_intermediate_size {
+        Some(w) => ck.whole(&key("expert_intermediate_size"), w, &limits::ARCH_SIZE)?,
+        None => intermediate_size.ok_or_else(|| {
+            ck.err(&key("expert_intermediate_size"), "missing: give it (or intermediate_size, its default)")
+        })?,
+    };
+    let shared = match raw.shared_expert_intermediate_size {
+        Some(w) => ck.whole(&key("shared_expert_intermediate_size"), w, &limits::ARCH_SIZE_OR_ZERO)?,
+        None => 0,
+    };
+    Ok((k, width, shared))
+}
+
+/// Refuses a model so large its counts would not be meaningful; after
+/// this every `u64` product of the formulas is exact.
+fn check_size(ck: &Check, a: &Architecture, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    let f = |x: u64| x as f64;
+    let (h, q, kv) = (f(a.hidden_size), f(a.attention_heads) * f(a.head_dim), f(a.kv_heads) * f(a.head_dim));
+    let attn = 2.0 * h * q + 2.0 * h * kv;
+    let ffn = 3.0 * h * (f(a.intermediate_size.unwrap_or(0)) + f(a.experts) * f(a.expert_intermediate_size))
+        + h * f(a.experts)
+        + 3.0 * h * f(a.shared_expert_intermediate_size);
+    let total = f(a.layers) * (attn + ffn) + 2.0 * f(a.vocab_size) * h + (2.0 * f(a.layers) + 1.0) * h;
+    if total > MAX_PARAMETERS {
+        return Err(ck.err(
+            &key("layers"),
+            format!("the architecture has {total:.3e} parameters: at most {MAX_PARAMETERS:e} are allowed"),
+        ));
+    }
+    let kv_bytes = 2.0 * f(a.layers) * kv * 2.0;
+    if kv_bytes > f64::from(u32::MAX) {
+        return Err(ck.err(&key("layers"), format!("{kv_bytes} bytes of KV a token: at most {} are allowed", u32::MAX)));
+    }
+    Ok(())
+}
+
+/// Which HF field each of our keys was read from.
+#[derive(Default)]
+struct HfNames {
+    experts: &'static str,
+    expert_intermediate_size: &'static str,
+}
+
+impl HfNames {
+    fn hf_name(&self, ours: &str, prefix: &str) -> String {
+        let name = match ours {
+            "layers" => "num_hidden_layers",
+            "attention_heads" => "num_attention_heads",
+            "kv_heads" => "num_key_value_heads",
+            "experts" => self.experts,
+            "experts_per_token" => "num_experts_per_tok",
+            "expert_intermediate_size" => self.expert_intermediate_size,
+            other => other,
+        };
+        format!("{prefix}{name}")
+    }
+}
+
+/// A config.json object and where it came from.
+struct Hf<'a> {
+    obj: &'a serde_json::Map<String, Json>,
+    file: &'a Path,
+    prefix: &'a str,
+}
+
+impl Hf<'_> {
+    fn err(&self, field: &str, msg: impl std::fmt::Display) -> ConfigError {
+        ConfigError::new(self.file, format!("{}{field}", self.prefix), msg)
+    }
+
+    /// A whole-number field; missing and `null` are `None`.
+    fn int(&self, field: &str) -> Result<Option<i64>, ConfigError> {
+        match self.obj.get(field) {
+            None | Some(Json::Null) => Ok(None),
+            Some(Json::Number(n)) => match n.as_i64() {
+                Some(i) => Ok(Some(i)),
+                None => match n.as_f64().filter(|x| x.fract() == 0.0 && x.abs() < 9e15) {
+                    Some(x) => Ok(Some(x as i64)),
+                    None => Err(self.err(field, format!("{n} is not allowed: expected a whole number"))),
+                },
+            },
+            Some(other) => Err(self.err(field, format!("expected a whole number, got {other}"))),
+        }
+    }
+
+    fn bool(&self, field: &str) -> Result<Option<bool>, ConfigError> {
+        match self.obj.get(field) {
+            None | Some(Json::Null) => Ok(None),
+            Some(Json::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.err(field, format!("expected true or false, got {other}"))),
+        }
+    }
+
+    /// Shapes the formulas do not describe.
+    fn refuse_unsupported(&self, kv_given: bool) -> Result<(), ConfigError> {
+        let waiver = "; give model.kv_cache.bytes_per_token to use it anyway (the KV formula is then not used)";
+        if let Some(rank) = self.int("kv_lora_rank")?
+            && !kv_given
+        {
+            return Err(self.err(
+                "kv_lora_rank",
+                format!(
+                    "{rank}: multi-head latent attention is not described by the KV formula \
+                     (2 x layers x kv_heads x head_dim){waiver}"
+                ),
+            ));
+        }
+        if !kv_given && let Some(why) = self.active_sliding_window()? {
+            return Err(self
+                .err(why.0, format!("{}: sliding-window layers are not described by the KV formula{waiver}", why.1)));
+        }
+        if let Some(Json::Array(layers)) = self.obj.get("mlp_only_layers")
+            && !layers.is_empty()
+        {
+            return Err(self.err(
+                "mlp_only_layers",
+                "dense layers among mixture-of-experts layers are not described by the formulas \
+                 (every layer is one or the other)",
+            ));
+        }
+        for (field, dense_from) in [("decoder_sparse_step", 1), ("first_k_dense_replace", 0)] {
+            if let Some(v) = self.int(field)?
+                && v > dense_from
+            {
+                return Err(self.err(
+                    field,
+                    format!("{v}: mixed dense and mixture-of-experts layers are not described by the formulas"),
+                ));
+            }
+        }
+        let has_experts = ["num_local_experts", "num_experts"].iter().any(|f| self.obj.contains_key(*f));
+        if !has_experts && let Some(n) = self.int("n_routed_experts")? {
+            return Err(self.err(
+                "n_routed_experts",
+                format!(
+                    "{n}: this mixture-of-experts shape is not read (num_local_experts or num_experts, \
+                     num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size are)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// An active sliding window: `use_sliding_window` not false and a
+    /// window below `max_position_embeddings`, or non-full `layer_types`.
+    fn active_sliding_window(&self) -> Result<Option<(&'static str, String)>, ConfigError> {
+        if let Some(Json::Array(types)) = self.obj.get("layer_types")
+            && let Some(t) = types.iter().find(|t| t.as_str() != Some("full_attention"))
+        {
+            return Ok(Some(("layer_types", format!("a layer of type {t}"))));
+        }
+        let enabled = self.bool("use_sliding_window")?.unwrap_or(true);
+        let (Some(window), Some(max)) = (self.int("sliding_window")?, self.int("max_position_embeddings")?) else {
+            return Ok(None);
+        };
+        Ok((enabled && window < max).then(|| {
+            ("sliding_window", format!("a window of {window} tokens below the {max} of max_position_embeddings"))
+        }))
+    }
+
+    /// The architecture fields, and which HF field each came from.
+    fn architecture(&self) -> Result<(RawArchitecture, HfNames), ConfigError> {
+        let mut names = HfNames::default();
+        let experts = match (self.int("num_local_experts")?, self.int("num_experts")?) {
+            (Some(e), _) => {
+                names.experts = "num_local_experts";
+                Some(e)
+            }
+            (None, e) => {
+                names.experts = "num_experts";
+                e
+            }
+        };
+        let moe = experts.is_some_and(|e| e > 0);
+        let expert_width = self.int("moe_intermediate_size")?;
+        names.expert_intermediate_size =
+            if expert_width.is_some() { "moe_intermediate_size" } else { "intermediate_size" };
+        let raw = RawArchitecture {
+            layers: self.int("num_hidden_layers")?,
+            hidden_size: self.int("hidden_size")?,
+            attention_heads: self.int("num_attention_heads")?,
+            kv_heads: self.int("num_key_value_heads")?,
+            head_dim: self.int("head_dim")?,
+            intermediate_size: self.int("intermediate_size")?,
+            vocab_size: self.int("vocab_size")?,
+            tie_word_embeddings: self.bool("tie_word_embeddings")?,
+            experts: if moe { experts } else { None },
+            experts_per_token: if moe { self.int("num_experts_per_tok")? } else { None },
+            expert_intermediate_size: if moe { expert_width } else { None },
+            shared_expert_intermediate_size: if moe { self.int("shared_expert_intermediate_size")? } else { None },
+        };
+        Ok((raw, names))
+    }
+}
+
+/// Finds model file `name` for a scenario: `models/NAME.yml` in the
+/// scenario's directory or one above it, else a built-in one.
+pub fn find(name: &str, scenario_file: &Path) -> Result<(PathBuf, String), ConfigError> {
+    let valid_name =
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid_name {
+        for dir in search_dirs(scenario_file) {
+            let path = dir.join(format!("{name}.yml"));
+            if super::is_a_file(&path) {
+                let text = crate::input::read_text(crate::input::Kind::Model, &path)?;
+                return Ok((path, text));
+            }
+        }
+        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name) {
+            return Ok((PathBuf::from(format!("<built-in scenarios/models/{name}.yml>")), (*text).to_string()));
+        }
+    }
+    let known = known_names(scenario_file);
+    let hint = llmsim_core::util::nearest(name, known.iter().map(String::as_str))
+        .map(|n| format!(" (did you mean `{n}`?)"))
+        .unwrap_or_default();
+    Err(ConfigError::new(
+        scenario_file,
+        "model",
+        format!(
+            "unknown model `{name}`{hint}; known models: {} (or describe it: model.architecture, model.hf_config)",
+            known.join(", ")
+        ),
+    ))
+}
+
+/// `models/` in the scenario's directory and every directory above it:
+/// first as the scenario's path gives them (so a relative path stays
+/// relative in messages), then above that, from the canonical path.
+fn search_dirs(scenario_file: &Path) -> Vec<PathBuf> {
+    let start = scenario_file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let canonical = std::fs::canonicalize(&start).unwrap_or_else(|_| start.clone());
+    start.ancestors().chain(canonical.ancestors()).map(|d| d.join("models")).collect()
+}
+
+/// Every model name reachable from this scenario, sorted.
+pub fn known_names(scenario_file: &Path) -> Vec<String> {
+    super::yml_names(BUILTIN.iter().map(|(n, _)| *n), &search_dirs(scenario_file))
+}

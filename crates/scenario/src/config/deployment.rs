@@ -1,0 +1,415 @@
+//! The model and how it is deployed (docs/deployments.md):
+//! where its architecture comes from, its effective parameter count and KV
+//! bytes (derived, or explicitly overridden), its weight and KV dtypes, and
+//! tensor parallelism with its interconnect. A scenario that uses none of
+//! these keys gets exactly the docs/engine.md figures it always had.
+
+use super::ConfigError;
+// Where an architecture came from is the architecture reader's, and the
+// validated deployment types are the scenario's (it holds them); the old
+// paths stay.
+pub use super::architecture::ArchitectureOrigin;
+use super::architecture::{self, Resolved};
+use super::check::{Check, DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER};
+use super::check::{DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_WATERMARK};
+use super::limits;
+use super::raw::{RawByGpus, RawInterconnect, RawModel, RawParallelism};
+pub use super::scenario::{ByGpus, Deployment, FigureSource, Interconnect, KvDtype, Parallelism};
+use super::scenario::{Hardware, KvCache, Model, Weights};
+use llmsim_core::engine::arch::Architecture;
+use llmsim_core::engine::cost::Link;
+use llmsim_core::engine::{KvBudget, KvBudgetInput};
+
+impl ByGpus {
+    fn counts(&self) -> String {
+        match self {
+            ByGpus::Fixed(_) => "any".into(),
+            ByGpus::ByCount(m) => m.iter().map(|(g, _)| g.to_string()).collect::<Vec<_>>().join(", "),
+        }
+    }
+}
+
+impl KvDtype {
+    fn parse(ck: &Check, text: &str) -> Result<KvDtype, ConfigError> {
+        let aliases = [("bfloat16", KvDtype::Bf16), ("float16", KvDtype::Fp16), ("half", KvDtype::Fp16)];
+        KvDtype::ALL
+            .iter()
+            .map(|d| (d.as_str(), *d))
+            .chain(aliases)
+            .find(|(name, _)| *name == text)
+            .map(|(_, d)| d)
+            .ok_or_else(|| {
+                let names: Vec<&str> = KvDtype::ALL.iter().map(|d| d.as_str()).collect();
+                ck.err("model.kv_cache.dtype", format!("`{text}` is not one of {}", names.join(", ")))
+            })
+    }
+}
+
+/// `fp8`, `bf16`, `int4` or `N bytes`: what `bytes_per_parameter` means.
+pub fn weight_dtype(bytes_per_parameter: f64) -> String {
+    let known = [(2.0, "bf16"), (1.0, "fp8"), (0.5, "int4"), (4.0, "fp32")];
+    match known.iter().find(|(b, _)| *b == bytes_per_parameter) {
+        Some((_, name)) => (*name).to_string(),
+        None => format!("{bytes_per_parameter}-byte"),
+    }
+}
+
+/// The validated model and deployment, before capacity.
+pub struct Built {
+    pub model: Model,
+    pub parallelism: Option<Parallelism>,
+    pub deployment: Deployment,
+}
+
+/// Checks `model:` and `parallelism:` against each other and the hardware.
+pub(crate) fn build(ck: &Check, raw: RawModel, par: RawParallelism, hw: &Hardware) -> Result<Built, ConfigError> {
+    let kv_given = raw.kv_cache.bytes_per_token.is_some();
+    let resolved = resolve(ck, &raw, kv_given)?;
+    let arch = resolved.as_ref().map(|r| &r.architecture);
+    let weights = weights(ck, &raw, arch.is_some())?;
+    let kv_cache = kv_cache(ck, &raw, arch.is_some())?;
+    let context_length = match (raw.context_length, resolved.as_ref().and_then(|r| r.context_length)) {
+        (Some(c), _) => ck.whole32("model.context_length", c, &limits::CONTEXT_LENGTH)?,
+        (None, Some(c)) => c,
+        (None, None) => {
+            return Err(ck.err(
+                "model.context_length",
+                "missing: give the longest prompt + output a request may have (vLLM's max_model_len)",
+            ));
+        }
+    };
+    let tensor = tensor_parallel(ck, &par, arch)?;
+    let link = if tensor > 1 { Some(link(ck, hw, tensor)?) } else { None };
+    let deployment = match &resolved {
+        None => plain(&weights, &kv_cache, hw),
+        Some(r) => with_architecture(ck, &r.architecture, &weights, &kv_cache, hw, tensor, link)?,
+    };
+    let name = raw.name.or_else(|| resolved.as_ref().and_then(|r| r.name.clone())).unwrap_or_else(|| "model".into());
+    let deployment = Deployment { architecture_origin: resolved.as_ref().map(|r| r.origin.clone()), ..deployment };
+    let model = Model { name, context_length, architecture: resolved.map(|r| r.architecture), weights, kv_cache };
+    let parallelism = model.architecture.is_some().then_some(Parallelism { tensor });
+    Ok(Built { model, parallelism, deployment })
+}
+
+/// The architecture from at most one of preset, hf_config, architecture.
+fn resolve(ck: &Check, raw: &RawModel, kv_given: bool) -> Result<Option<Resolved>, ConfigError> {
+    let given: Vec<&str> = [
+        ("preset", raw.preset.is_some()),
+        ("hf_config", raw.hf_config.is_some()),
+        ("architecture", raw.architecture.is_some()),
+    ]
+    .iter()
+    .filter(|(_, set)| *set)
+    .map(|(k, _)| *k)
+    .collect();
+    if given.len() > 1 {
+        return Err(ck.err(
+            &format!("model.{}", given[1]),
+            format!("give one of model.{} and model.{}: each describes the whole architecture", given[0], given[1]),
+        ));
+    }
+    if let Some(name) = &raw.preset {
+        return architecture::preset(ck, name).map(Some);
+    }
+    if let Some(file) = &raw.hf_config {
+        return architecture::hf_config(ck, file, kv_given).map(Some);
+    }
+    raw.architecture.as_ref().map(|a| architecture::inline(ck, a)).transpose()
+}
+
+fn weights(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<Weights, ConfigError> {
+    let w = &raw.weights;
+    let parameters_billions = match w.parameters_billions {
+        Some(p) => Some(ck.real("model.weights.parameters_billions", p, &limits::PARAMETERS_BILLIONS)?),
+        None if has_arch => None,
+        None => {
+            return Err(ck.err(
+                "model.weights.parameters_billions",
+                "missing: give the parameter count in billions, or describe the model \
+                 (model: NAME, model.architecture or model.hf_config) to derive it",
+            ));
+        }
+    };
+    let bytes = w.bytes_per_parameter.unwrap_or(DEFAULT_BYTES_PER_PARAMETER);
+    Ok(Weights {
+        parameters_billions,
+        bytes_per_parameter: ck.real("model.weights.bytes_per_parameter", bytes, &limits::BYTES_PER_PARAMETER)?,
+    })
+}
+
+fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, ConfigError> {
+    let kv = &raw.kv_cache;
+    let bytes_per_token = match kv.bytes_per_token {
+        Some(b) => Some(ck.whole("model.kv_cache.bytes_per_token", b, &limits::KV_BYTES_PER_TOKEN)?),
+        None if has_arch => None,
+        None => {
+            return Err(ck.err(
+                "model.kv_cache.bytes_per_token",
+                "missing: give the KV bytes of one token (all layers, K and V), or describe the model \
+                 (model: NAME, model.architecture or model.hf_config) to derive it",
+            ));
+        }
+    };
+    let dtype = match (&kv.dtype, has_arch) {
+        (Some(_), false) => {
+            return Err(ck.err(
+                "model.kv_cache.dtype",
+                "needs a model architecture; without one, kv_cache.bytes_per_token is the KV size as given",
+            ));
+        }
+        (Some(d), true) => Some(KvDtype::parse(ck, d)?),
+        (None, true) => Some(KvDtype::Auto),
+        (None, false) => None,
+    };
+    Ok(KvCache {
+        bytes_per_token,
+        dtype,
+        block_size: match kv.block_size {
+            Some(b) => ck.whole32("model.kv_cache.block_size", b, &limits::BLOCK_SIZE)?,
+            None => DEFAULT_BLOCK_SIZE,
+        },
+        gpu_memory_utilization: ck.real(
+            "model.kv_cache.gpu_memory_utilization",
+            kv.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION),
+            &limits::GPU_MEMORY_UTILIZATION,
+        )?,
+        watermark: ck.real(
+            "model.kv_cache.watermark",
+            kv.watermark.unwrap_or(DEFAULT_WATERMARK),
+            &limits::WATERMARK,
+        )?,
+        num_blocks: kv.num_blocks.map(|n| ck.whole("model.kv_cache.num_blocks", n, &limits::NUM_BLOCKS)).transpose()?,
+        prefix_caching: kv.prefix_caching.unwrap_or(false),
+    })
+}
+
+fn tensor_parallel(ck: &Check, par: &RawParallelism, arch: Option<&Architecture>) -> Result<u32, ConfigError> {
+    if let Some(p) = par.pipeline
+        && p != 1
+    {
+        return Err(ck.err(
+            "parallelism.pipeline",
+            format!(
+                "{p} is not allowed: pipeline parallelism is not modelled (only 1); split the model with \
+                 parallelism.tensor, or model each pipeline stage as its own scenario"
+            ),
+        ));
+    }
+    let Some(t) = par.tensor else { return Ok(1) };
+    let t = ck.whole32("parallelism.tensor", t, &limits::TENSOR_PARALLEL)?;
+    if t == 1 {
+        return Ok(1);
+    }
+    let Some(a) = arch else {
+        return Err(ck.err(
+            "parallelism.tensor",
+            format!(
+                "{t} needs a model architecture (heads and layers decide how the model splits and what the \
+                 all-reduces cost): use model: NAME, model.architecture or model.hf_config"
+            ),
+        ));
+    };
+    if !a.attention_heads.is_multiple_of(u64::from(t)) {
+        let divisors: Vec<String> =
+            (1..=a.attention_heads).filter(|d| a.attention_heads.is_multiple_of(*d)).map(|d| d.to_string()).collect();
+        return Err(ck.err(
+            "parallelism.tensor",
+            format!("{t} does not divide the {} attention heads; allowed: {}", a.attention_heads, divisors.join(", ")),
+        ));
+    }
+    Ok(t)
+}
+
+/// The interconnect's figures at `t` GPUs.
+fn link(ck: &Check, hw: &Hardware, t: u32) -> Result<Link, ConfigError> {
+    let Some(ic) = &hw.interconnect else {
+        return Err(ck.err(
+            "hardware.interconnect",
+            format!(
+                "missing: parallelism.tensor {t} needs the all-reduce link between the GPUs; hardware `{}` \
+                 gives none, so give it inline: interconnect: {{bandwidth_gbps: BUS_GBPS, latency_us: US}} \
+                 (nccl-tests all_reduce_perf reports both)",
+                hw.name
+            ),
+        ));
+    };
+    let at = |key: &str, v: &ByGpus| {
+        v.at(t).ok_or_else(|| {
+            ck.err(
+                &format!("hardware.interconnect.{key}"),
+                format!(
+                    "hardware `{}` gives it for {} GPUs, not for the {t} of parallelism.tensor; give \
+                     hardware.interconnect inline with a figure for {t}",
+                    hw.name,
+                    v.counts()
+                ),
+            )
+        })
+    };
+    Ok(Link {
+        bandwidth_gbps: at("bandwidth_gbps", &ic.bandwidth_gbps)?,
+        latency_us: at("latency_us", &ic.latency_us)?,
+    })
+}
+
+/// No architecture: the two numbers of docs/engine.md, on one GPU.
+fn plain(w: &Weights, kv: &KvCache, hw: &Hardware) -> Deployment {
+    let parameters = w.parameters_billions.unwrap_or(0.0) * 1e9;
+    let kv_bytes = kv.bytes_per_token.unwrap_or(0);
+    Deployment {
+        parameters,
+        active_parameters: parameters,
+        weight_bytes: parameters * w.bytes_per_parameter,
+        kv_bytes_per_token: kv_bytes,
+        kv_bytes_per_token_per_gpu: kv_bytes,
+        peak_tflops: hw.peak_tflops,
+        ..Deployment::default()
+    }
+}
+
+fn with_architecture(
+    ck: &Check,
+    a: &Architecture,
+    w: &Weights,
+    kv: &KvCache,
+    hw: &Hardware,
+    tensor: u32,
+    link: Option<Link>,
+) -> Result<Deployment, ConfigError> {
+    let (parameters, parameters_from) = match w.parameters_billions {
+        Some(p) => (p * 1e9, FigureSource::Override),
+        None => (a.parameters() as f64, FigureSource::Architecture),
+    };
+    let experts = a.all_expert_parameters() as f64;
+    if parameters < experts {
+        return Err(ck.err(
+            "model.weights.parameters_billions",
+            format!(
+                "{} is not allowed: the architecture's experts alone hold {:.3} B parameters",
+                parameters / 1e9,
+                experts / 1e9
+            ),
+        ));
+    }
+    let t = u64::from(tensor);
+    let element = kv.dtype.unwrap_or(KvDtype::Auto).element_bytes();
+    let (kv_bytes, kv_per_gpu, kv_from) = match kv.bytes_per_token {
+        // An explicit figure scales by the share of KV heads a GPU holds.
+        Some(b) => (b, (b * a.kv_heads_per_gpu(t)).div_ceil(a.kv_heads), FigureSource::Override),
+        None => (a.kv_bytes_per_token(element, 1), a.kv_bytes_per_token(element, t), FigureSource::Architecture),
+    };
+    let fp8 = hw.peak_tflops_fp8.filter(|_| w.bytes_per_parameter == 1.0);
+    Ok(Deployment {
+        architecture_origin: None,
+        tensor_parallel: tensor,
+        parameters,
+        parameters_from,
+        active_parameters: parameters - (a.parameters() - a.active_parameters()) as f64,
+        weight_bytes: parameters * w.bytes_per_parameter,
+        kv_bytes_per_token: kv_bytes,
+        kv_from,
+        kv_bytes_per_token_per_gpu: kv_per_gpu,
+        peak_tflops: fp8.unwrap_or(hw.peak_tflops),
+        peak_is_fp8: fp8.is_some(),
+        link,
+    })
+}
+
+/// KV capacity of one GPU. Without an architecture, docs/engine.md's figure
+/// and error; with one, an error that says how short the GPUs are and
+/// which tensor degree would fit.
+pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> Result<KvBudget, ConfigError> {
+    let input = KvBudgetInput {
+        hbm_gib: hw.hbm_gib,
+        gpu_memory_utilization: m.kv_cache.gpu_memory_utilization,
+        weight_bytes: d.weight_bytes,
+        tensor_parallel: d.tensor_parallel,
+        kv_bytes_per_token: d.kv_bytes_per_token_per_gpu,
+        block_size: m.kv_cache.block_size,
+        watermark: m.kv_cache.watermark,
+        num_blocks_override: m.kv_cache.num_blocks,
+    };
+    KvBudget::compute(&input).map_err(|e| match &m.architecture {
+        None => ck.err("model.weights", e.to_string()),
+        Some(a) => does_not_fit(ck, m, d, a, &input, e.budget_bytes),
+    })
+}
+
+fn does_not_fit(
+    ck: &Check,
+    m: &Model,
+    d: &Deployment,
+    a: &Architecture,
+    input: &KvBudgetInput,
+    budget: f64,
+) -> ConfigError {
+    let t = d.tensor_parallel;
+    let per_gpu = d.weight_bytes / f64::from(t);
+    let block = (input.kv_bytes_per_token * u64::from(input.block_size)) as f64;
+    // KV a token on each of g GPUs: the model's share of ceil(kv_heads / g) heads.
+    let fits = |g: u64| {
+        let kv = (d.kv_bytes_per_token * a.kv_heads_per_gpu(g)).div_ceil(a.kv_heads);
+        d.weight_bytes / g as f64 + (kv * u64::from(input.block_size)) as f64 <= budget
+    };
+    let suggestion = (u64::from(t) + 1..=a.attention_heads)
+        .find(|g| a.attention_heads.is_multiple_of(*g) && fits(*g))
+        .map(|g| format!("parallelism.tensor: {g} fits ({:.2} GB of weights a GPU)", d.weight_bytes / g as f64 / 1e9))
+        .unwrap_or_else(|| format!("no tensor degree up to the {} attention heads fits", a.attention_heads));
+    ck.err(
+        "model.weights",
+        format!(
+            "the model does not fit: {} takes {:.2} GB of weights a GPU ({} parameters x {} bytes{}) of the \
+             {:.2} GB that hbm_gib x gpu_memory_utilization allows, leaving no room for one KV block of {} bytes \
+             (short by {:.2} GB); {suggestion}, or use fewer bytes_per_parameter (1 for FP8), a larger GPU or \
+             kv_cache.num_blocks",
+            m.name,
+            per_gpu / 1e9,
+            llmsim_core::util::thousands(d.parameters.round() as u64),
+            m.weights.bytes_per_parameter,
+            if t > 1 { format!(" / TP {t}") } else { String::new() },
+            budget / 1e9,
+            block,
+            (per_gpu + block - budget) / 1e9
+        ),
+    )
+}
+
+/// Validates `hardware.interconnect`; `p` prefixes key paths.
+pub(crate) fn interconnect(
+    ck: &Check,
+    raw: RawInterconnect,
+    p: &dyn Fn(&str) -> String,
+) -> Result<Interconnect, ConfigError> {
+    let by_gpus = |key: &str, v: RawByGpus, positive: bool| -> Result<ByGpus, ConfigError> {
+        let path = p(&format!("interconnect.{key}"));
+        let value = |path: &str, x: f64| {
+            ck.real(
+                path,
+                x,
+                if positive { &limits::INTERCONNECT_BANDWIDTH_GBPS } else { &limits::INTERCONNECT_LATENCY_US },
+            )
+        };
+        match v {
+            RawByGpus::Fixed(x) => Ok(ByGpus::Fixed(value(&path, x)?)),
+            RawByGpus::ByCount(m) => {
+                if m.is_empty() {
+                    return Err(ck.err(&path, "an empty mapping is not allowed: give a number or {GPUS: number}"));
+                }
+                let mut out = Vec::new();
+                for (g, x) in m {
+                    let gpus = ck.whole32(&format!("{path}.{g}"), g, &limits::TENSOR_PARALLEL)?;
+                    out.push((gpus, value(&format!("{path}.{g}"), x)?));
+                }
+                out.sort_by_key(|(g, _)| *g);
+                Ok(ByGpus::ByCount(out))
+            }
+        }
+    };
+    Ok(Interconnect {
+        bandwidth_gbps: by_gpus("bandwidth_gbps", raw.bandwidth_gbps, true)?,
+        latency_us: by_gpus("latency_us", raw.latency_us, false)?,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,385 @@
+//! Scenarios with architectures, model names, HF configs and tensor
+//! parallelism: the derived figures (hand-computed, arithmetic in the
+//! comments) and every bad-input error.
+
+use std::path::Path;
+
+use crate::config::{Override, Scenario, load_scenario, load_scenario_with};
+
+/// Writes `files` (name, text) and `scenario.yml` into a fresh directory
+/// and loads the scenario.
+fn load_with(text: &str, files: &[(&str, &str)]) -> Result<Scenario, String> {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, body) in files {
+        std::fs::write(dir.path().join(name), body).unwrap();
+    }
+    let path = dir.path().join("scenario.yml");
+    std::fs::write(&path, text).unwrap();
+    load_scenario(&path).map_err(|e| e.to_string())
+}
+
+fn load(text: &str) -> Result<Scenario, String> {
+    load_with(text, &[])
+}
+
+const WORKLOAD: &str =
+    "workload: {arrivals: {poisson: {rate: 1}}, requests: 10, prompt_tokens: 100, output_tokens: 10}\n";
+
+/// `model` and `parallelism` sections on an H100 with the spec's
+/// interconnect (10 us, 350 GB/s).
+fn h100(model: &str) -> String {
+    format!(
+        "hardware: {{name: h100, hbm_gib: 80, memory_bandwidth_gbps: 3350, peak_tflops: 989, peak_tflops_fp8: 1979, \
+         interconnect: {{bandwidth_gbps: 350, latency_us: 10}}}}\n{model}\n{WORKLOAD}"
+    )
+}
+
+fn err(text: &str) -> String {
+    load(text).expect_err("should be refused")
+}
+
+fn has(msg: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(msg.contains(p), "{msg:?} lacks {p:?}");
+    }
+}
+
+#[test]
+fn a_named_model_derives_parameters_kv_and_blocks() {
+    let s = load(&h100("model: llama-3.1-8b")).unwrap();
+    let d = &s.deployment;
+    // 8,030,261,248 parameters, 2*32*8*128*2 = 131,072 bytes a token
+    assert_eq!(d.parameters, 8_030_261_248.0);
+    assert_eq!(d.kv_bytes_per_token, 131_072);
+    assert_eq!(d.kv_bytes_per_token_per_gpu, 131_072);
+    // (77,309,411,328 - 16,060,522,496) / 2,097,152 = 29,205.3
+    assert_eq!(s.capacity.num_blocks, 29_205);
+    // max_position_embeddings of the model file
+    assert_eq!(s.model.context_length, 131_072);
+    assert_eq!(s.model.name, "llama-3.1-8b");
+    assert_eq!(s.parallelism.as_ref().map(|p| p.tensor), Some(1));
+}
+
+#[test]
+fn llama_70b_splits_over_2_4_and_8_gpus_as_the_worked_checks_say() {
+    for (t, blocks, kv) in [(2, 2_577, 163_840), (4, 32_068, 81_920), (8, 91_050, 40_960)] {
+        let s = load(&h100(&format!("model: llama-3.1-70b\nparallelism: {{tensor: {t}}}"))).unwrap();
+        assert_eq!(s.capacity.num_blocks, blocks, "TP {t}");
+        assert_eq!(s.deployment.kv_bytes_per_token_per_gpu, kv);
+        assert_eq!(s.deployment.gpus(), t);
+        let link = s.deployment.link.unwrap();
+        assert_eq!((link.bandwidth_gbps, link.latency_us), (350.0, 10.0));
+    }
+}
+
+#[test]
+fn weights_larger_than_memory_say_by_how_much_and_which_tp_fits() {
+    let e = err(&h100("model: llama-3.1-70b"));
+    // 141.11 GB of weights against 77.31 GB; one block of 327,680*16 bytes: short by 63.80 GB
+    has(&e, &["model.weights", "does not fit", "141.11 GB", "77.31 GB", "short by 63.80 GB"]);
+    has(&e, &["parallelism.tensor: 2 fits (70.55 GB of weights a GPU)"]);
+    // 405B in 16 bits: 811.7 GB; TP 8 leaves 101.5 GB a GPU, still too much; 16 fits
+    let e = err(&h100("model: llama-3.1-405b\nparallelism: {tensor: 8}"));
+    has(&e, &["101.46 GB of weights a GPU", "/ TP 8", "parallelism.tensor: 16 fits"]);
+}
+
+#[test]
+fn fp8_weights_fit_70b_on_one_gpu_and_use_the_fp8_peak() {
+    let s = load(&h100("model: {preset: llama-3.1-70b, weights: {bytes_per_parameter: 1}}")).unwrap();
+    // (77,309,411,328 - 70,553,706,496) / (327,680 * 16) = 1,288.5
+    assert_eq!(s.capacity.num_blocks, 1_288);
+    assert!(s.deployment.peak_is_fp8);
+    assert_eq!(s.engine_config().cost.flops_per_s, 1979e12);
+    // INT4 computes at the 16-bit peak
+    let s = load(&h100("model: {preset: llama-3.1-70b, weights: {bytes_per_parameter: 0.5}}")).unwrap();
+    assert!(!s.deployment.peak_is_fp8);
+    assert_eq!(s.engine_config().cost.flops_per_s, 989e12);
+}
+
+#[test]
+fn fp8_kv_halves_the_bytes_a_token() {
+    let s = load(&h100("model: {preset: llama-3.1-8b, kv_cache: {dtype: fp8}}")).unwrap();
+    // 2*32*8*128*1
+    assert_eq!(s.deployment.kv_bytes_per_token, 65_536);
+    // (77,309,411,328 - 16,060,522,496) / (65,536*16) = 61,248,888,832 / 1,048,576 = 58,411.5
+    assert_eq!(s.capacity.num_blocks, 58_411);
+    let e = err(&h100("model: {preset: llama-3.1-8b, kv_cache: {dtype: int3}}"));
+    has(&e, &["model.kv_cache.dtype", "`int3` is not one of auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2"]);
+}
+
+#[test]
+fn explicit_figures_beside_an_architecture_override_it() {
+    let s = load(&h100(
+        "model: {preset: llama-3.1-70b, weights: {parameters_billions: 70}, kv_cache: {bytes_per_token: 300000}}\n\
+         parallelism: {tensor: 4}",
+    ))
+    .unwrap();
+    let d = &s.deployment;
+    assert_eq!(d.parameters, 70e9);
+    // 70e9 * 2 bytes / 4 GPUs
+    assert_eq!(s.capacity.weight_bytes, 35e9);
+    // 300,000 * ceil(8/4) / 8 = 75,000 bytes a GPU
+    assert_eq!(d.kv_bytes_per_token_per_gpu, 75_000);
+}
+
+#[test]
+fn an_inline_architecture_fills_kv_heads_and_head_dim() {
+    let s = load(&h100(
+        "model:\n  context_length: 4096\n  architecture: {layers: 2, hidden_size: 64, attention_heads: 4, \
+         intermediate_size: 128, vocab_size: 100}\nlatency: {step_overhead_ms: 0.01}",
+    ))
+    .unwrap();
+    let a = s.model.architecture.as_ref().unwrap();
+    // kv_heads defaults to the 4 attention heads, head_dim to 64 / 4 = 16
+    assert_eq!((a.kv_heads, a.head_dim), (4, 16));
+    // attn = 4*64*64 = 16,384; mlp = 3*64*128 = 24,576; 2 layers = 81,920;
+    // embed = 2*100*64 = 12,800; norms = 5*64 = 320
+    assert_eq!(s.deployment.parameters, 95_040.0);
+    assert_eq!(s.deployment.kv_bytes_per_token, 2 * 2 * 64 * 2);
+}
+
+/// Mixtral 8x7B's config.json, transcribed (the BLIS training data holds a copy).
+const MIXTRAL: &str = r#"{
+  "architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+  "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32,
+  "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "num_local_experts": 8, "sliding_window": null, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "vocab_size": 32000
+}"#;
+
+/// Mixtral's 93.4 GB of 16-bit weights need two H100s.
+fn with_hf(config: &str, model_extra: &str) -> Result<Scenario, String> {
+    let text = h100(&format!("model: {{hf_config: config.json{model_extra}}}\nparallelism: {{tensor: 2}}"));
+    load_with(&text, &[("config.json", config)])
+}
+
+#[test]
+fn an_hf_config_gives_the_architecture_and_the_context_length() {
+    let s = with_hf(MIXTRAL, "").unwrap();
+    assert_eq!(s.deployment.parameters, 46_702_792_704.0);
+    assert_eq!(s.deployment.active_parameters, 12_879_925_248.0);
+    assert_eq!(s.model.context_length, 32_768);
+    let a = s.model.architecture.as_ref().unwrap();
+    assert_eq!((a.experts, a.experts_per_token, a.expert_intermediate_size), (8, 2, 14_336));
+    // the model's name: its directory
+    assert!(!s.model.name.is_empty());
+}
+
+#[test]
+fn a_multimodal_config_is_read_from_its_text_config() {
+    let nested = format!(r#"{{"model_type": "llava", "text_config": {MIXTRAL}}}"#);
+    let s = with_hf(&nested, "").unwrap();
+    assert_eq!(s.deployment.parameters, 46_702_792_704.0);
+}
+
+#[test]
+fn hf_config_errors_name_the_field_and_the_file() {
+    let e = with_hf(&MIXTRAL.replace(r#""num_hidden_layers": 32,"#, ""), "").unwrap_err();
+    has(&e, &["config.json: num_hidden_layers: missing"]);
+    let e = with_hf(&MIXTRAL.replace(r#""num_experts_per_tok": 2"#, r#""num_experts_per_tok": 9"#), "").unwrap_err();
+    has(&e, &["config.json: num_experts_per_tok: 9 is not allowed", "more than the 8 experts"]);
+    let e = with_hf(&MIXTRAL.replace(r#""hidden_size": 4096"#, r#""hidden_size": "big""#), "").unwrap_err();
+    has(&e, &["config.json: hidden_size: expected a whole number"]);
+    let e = with_hf("{ not json", "").unwrap_err();
+    has(&e, &["config.json: not a JSON file"]);
+    let e = with_hf("[1, 2]", "").unwrap_err();
+    has(&e, &["expected a JSON object"]);
+    let e = h100("model: {hf_config: missing.json}");
+    has(&load(&e).unwrap_err(), &["missing.json: cannot read the file: no such file"]);
+}
+
+#[test]
+fn an_active_sliding_window_is_refused_unless_kv_bytes_are_given() {
+    // Mistral 7B v0.1: a 4,096-token window below 32,768 positions, no use_sliding_window key
+    let v01 = MIXTRAL.replace(r#""sliding_window": null"#, r#""sliding_window": 4096"#);
+    let e = with_hf(&v01, "").unwrap_err();
+    has(&e, &["config.json: sliding_window", "4096 tokens", "sliding-window layers are not described"]);
+    has(&e, &["model.kv_cache.bytes_per_token"]);
+    assert!(with_hf(&v01, ", kv_cache: {bytes_per_token: 131072}").is_ok());
+    // Qwen2.5 turns it off
+    let off = v01.replace("\"sliding_window\"", "\"use_sliding_window\": false, \"sliding_window\"");
+    assert!(with_hf(&off, "").is_ok());
+    // a window as long as the context is no window
+    assert!(with_hf(&MIXTRAL.replace(r#""sliding_window": null"#, r#""sliding_window": 32768"#), "").is_ok());
+    let typed =
+        MIXTRAL.replace(r#""sliding_window": null"#, r#""layer_types": ["full_attention", "sliding_attention"]"#);
+    has(&with_hf(&typed, "").unwrap_err(), &["config.json: layer_types", "sliding_attention"]);
+}
+
+#[test]
+fn latent_attention_and_mixed_moe_layers_are_refused() {
+    let mla = MIXTRAL.replace(r#""num_key_value_heads": 8"#, r#""num_key_value_heads": 8, "kv_lora_rank": 512"#);
+    has(&with_hf(&mla, "").unwrap_err(), &["config.json: kv_lora_rank", "multi-head latent attention"]);
+    assert!(with_hf(&mla, ", kv_cache: {bytes_per_token: 70000}").is_ok());
+    let mixed = MIXTRAL.replace(r#""num_local_experts": 8"#, r#""num_local_experts": 8, "decoder_sparse_step": 2"#);
+    has(&with_hf(&mixed, "").unwrap_err(), &["config.json: decoder_sparse_step", "mixed dense and mixture-of-experts"]);
+    let deepseek = MIXTRAL.replace(r#""num_local_experts": 8"#, r#""n_routed_experts": 64"#);
+    has(&with_hf(&deepseek, "").unwrap_err(), &["config.json: n_routed_experts", "not read"]);
+}
+
+#[test]
+fn tensor_parallelism_errors_say_what_is_allowed() {
+    let e = err(&h100("model: llama-3.1-70b\nparallelism: {tensor: 3}"));
+    has(&e, &["parallelism.tensor: 3 does not divide the 64 attention heads", "allowed: 1, 2, 4, 8, 16, 32, 64"]);
+    let plain = "model: {context_length: 4096, weights: {parameters_billions: 7}, kv_cache: {bytes_per_token: 524288}}";
+    let e = err(&h100(&format!("{plain}\nparallelism: {{tensor: 2}}")));
+    has(&e, &["parallelism.tensor: 2 needs a model architecture"]);
+    let e = err(&h100("model: llama-3.1-70b\nparallelism: {tensor: 2, pipeline: 2}"));
+    has(&e, &["parallelism.pipeline: 2 is not allowed", "pipeline parallelism is not modelled"]);
+    let no_link = "hardware: {name: box, hbm_gib: 80, memory_bandwidth_gbps: 3350, peak_tflops: 989}\n";
+    let e = load(&format!("{no_link}model: llama-3.1-70b\nparallelism: {{tensor: 4}}\n{WORKLOAD}")).unwrap_err();
+    has(&e, &["hardware.interconnect: missing", "parallelism.tensor 4", "hardware `box` gives none"]);
+    let e = load(&format!("hardware: a100-80gb\nmodel: llama-3.1-70b\nparallelism: {{tensor: 8}}\n{WORKLOAD}"))
+        .unwrap_err();
+    has(&e, &["hardware.interconnect.bandwidth_gbps", "gives it for 2, 4 GPUs, not for the 8"]);
+}
+
+#[test]
+fn model_section_errors_name_the_key() {
+    let e = err(&h100("model: {preset: llama-3.1-8b, architecture: {layers: 2}}"));
+    has(&e, &["model.architecture: give one of model.preset and model.architecture"]);
+    let e = err(&h100("model: lama-3.1-8b"));
+    has(&e, &["model: unknown model `lama-3.1-8b` (did you mean `llama-3.1-8b`?)", "known models: codellama-34b"]);
+    let e = err(&h100("model: {context_length: 100, weights: {parameters_billions: 1}}"));
+    has(&e, &["model.kv_cache.bytes_per_token: missing"]);
+    let e = err(&h100("model: {context_length: 100, kv_cache: {bytes_per_token: 1}}"));
+    has(&e, &["model.weights.parameters_billions: missing"]);
+    let e = err(&h100(
+        "model: {context_length: 100, weights: {parameters_billions: 1}, kv_cache: {bytes_per_token: 1, dtype: fp8}}",
+    ));
+    has(&e, &["model.kv_cache.dtype: needs a model architecture"]);
+    let e = err(&h100("model: {weights: {parameters_billions: 1}, kv_cache: {bytes_per_token: 1}}"));
+    has(&e, &["model.context_length: missing"]);
+    let arch = "{layers: 2, hidden_size: 64, attention_heads: 4, kv_heads: 3, intermediate_size: 1, vocab_size: 1}";
+    let e = err(&h100(&format!("model: {{context_length: 64, architecture: {arch}}}")));
+    has(&e, &["model.architecture.kv_heads: 3 is not allowed", "multiple of the KV heads"]);
+    let e = err(&h100(
+        "model: {context_length: 64, architecture: {layers: 2, hidden_size: 64, attention_heads: 4, vocab_size: 1}}",
+    ));
+    has(&e, &["model.architecture.intermediate_size: missing"]);
+    let moe = "{layers: 1, hidden_size: 64, attention_heads: 4, vocab_size: 9, experts: 4, experts_per_token: 5, expert_intermediate_size: 8}";
+    let e = err(&h100(&format!("model: {{context_length: 64, architecture: {moe}}}")));
+    has(&e, &["model.architecture.experts_per_token: 5 is not allowed"]);
+    let huge = "{layers: 4000000000, hidden_size: 4000000000, attention_heads: 1, intermediate_size: 1, vocab_size: 1}";
+    let e = err(&h100(&format!("model: {{context_length: 64, architecture: {huge}}}")));
+    has(&e, &["model.architecture.layers", "at most 1e15 are allowed"]);
+}
+
+#[test]
+fn overhead_terms_are_bounded_and_per_layer_needs_an_architecture() {
+    let plain = "model: {context_length: 4096, weights: {parameters_billions: 7}, kv_cache: {bytes_per_token: 524288}}";
+    let e = err(&h100(&format!("{plain}\nlatency: {{per_layer_overhead_us: 75}}")));
+    has(&e, &["latency.per_layer_overhead_us: needs a model architecture"]);
+    assert!(load(&h100(&format!("{plain}\nlatency: {{per_sequence_overhead_us: 5, request_overhead_ms: 2}}"))).is_ok());
+    let e = err(&h100(&format!("{plain}\nlatency: {{request_overhead_ms: -1}}")));
+    has(&e, &["latency.request_overhead_ms: -1 is not allowed"]);
+    let e = err(&h100(&format!("{plain}\nlatency: {{request_overhead_ms: 1e9}}")));
+    has(&e, &["latency.request_overhead_ms", "must be in [0, 3,600,000]"]);
+    let e = err(&h100("model: llama-3.1-8b\nlatency: {per_sequence_overhead_us: .nan}"));
+    has(&e, &["latency.per_sequence_overhead_us", "finite"]);
+}
+
+#[test]
+fn interconnect_values_are_checked_key_by_key() {
+    let hw = |ic: &str| {
+        format!(
+            "hardware: {{name: x, hbm_gib: 80, memory_bandwidth_gbps: 3350, peak_tflops: 989, interconnect: {ic}}}\n\
+             model: llama-3.1-8b\n{WORKLOAD}"
+        )
+    };
+    has(&load(&hw("{bandwidth_gbps: 0, latency_us: 1}")).unwrap_err(), &["hardware.interconnect.bandwidth_gbps: 0"]);
+    has(
+        &load(&hw("{bandwidth_gbps: {2: 300, 4: -1}, latency_us: 1}")).unwrap_err(),
+        &["hardware.interconnect.bandwidth_gbps.4: -1 is not allowed"],
+    );
+    has(&load(&hw("{bandwidth_gbps: {}, latency_us: 1}")).unwrap_err(), &["an empty mapping is not allowed"]);
+    has(&load(&hw("{bandwidth_gbps: fast, latency_us: 1}")).unwrap_err(), &["a mapping by GPU count"]);
+    assert!(load(&hw("{bandwidth_gbps: {2: 300}, latency_us: {2: 8}}")).is_ok());
+}
+
+#[test]
+fn the_effective_configuration_of_a_deployment_loads_back_to_the_same_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("a.yml");
+    std::fs::write(
+        &first,
+        "hardware: h100-80gb\nmodel: {preset: mixtral-8x7b, kv_cache: {dtype: fp8}, context_length: 8192}\n\
+         parallelism: {tensor: 2}\nlatency: {per_layer_overhead_us: 20, request_overhead_ms: 3}\n"
+            .to_string()
+            + WORKLOAD,
+    )
+    .unwrap();
+    let a = load_scenario(&first).unwrap();
+    let second = dir.path().join("b.yml");
+    std::fs::write(&second, crate::config::effective_yaml(&a)).unwrap();
+    let b = load_scenario(&second).unwrap();
+    assert_eq!(a.engine_config(), b.engine_config());
+    assert_eq!(a.capacity, b.capacity);
+    assert_eq!(a.latency, b.latency);
+    assert_eq!(crate::config::effective_yaml(&a), crate::config::effective_yaml(&b));
+}
+
+#[test]
+fn set_reaches_inside_a_model_given_by_name() {
+    let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/deployments/llama-3.1-8b-h100.yml"));
+    let sets = [Override::parse("model.kv_cache.dtype=fp8").unwrap()];
+    let s = load_scenario_with(file, &sets).unwrap();
+    assert_eq!(s.model.kv_cache.dtype, Some(crate::config::KvDtype::Fp8));
+    assert_eq!(s.model.name, "llama-3.1-8b");
+}
+
+/// Each shipped model file states its derived figures in its header; they
+/// must be what the formulas give.
+#[test]
+fn every_shipped_model_loads_and_its_header_states_its_derived_figures() {
+    for (name, text) in crate::config::architecture::BUILTIN {
+        // a GPU large enough for 405 B parameters in 16 bits
+        let big = "hardware: {name: big, hbm_gib: 2000, memory_bandwidth_gbps: 3350, peak_tflops: 989}";
+        let s = load(&format!("{big}\nmodel: {name}\n{WORKLOAD}")).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let header: String = text.lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join(" ");
+        let params = llmsim_core::util::thousands(s.deployment.parameters as u64);
+        let kv = llmsim_core::util::thousands(s.deployment.kv_bytes_per_token);
+        has(&header.replace("# ", ""), &[&format!("{params} parameters"), &format!("{kv} bytes of KV a token")]);
+        assert!(text.contains("huggingface.co/"), "{name} names no source");
+        let on_disk = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join("scenarios/models").join(format!("{name}.yml")),
+        )
+        .unwrap();
+        assert_eq!(&on_disk, text, "{name}: the built-in copy is the file");
+    }
+    // every file in scenarios/models is built in
+    let files = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join("scenarios/models"))
+        .unwrap()
+        .count();
+    assert_eq!(files, crate::config::architecture::BUILTIN.len());
+}
+
+/// Measured NCCL all-reduce times (fp16, one node) transcribed from
+/// microsoft/apex_plus profile/comm/*/all_reduce.csv (commit d96aa5f):
+/// (profile, GPUs, message KiB, measured us).
+const MEASURED: &[(&str, u32, u64, f64)] = &[
+    ("h100-80gb", 2, 64, 9.0),
+    ("h100-80gb", 2, 32_768, 139.0),
+    ("h100-80gb", 4, 64, 13.0),
+    ("h100-80gb", 4, 32_768, 171.0),
+    ("h100-80gb", 8, 64, 21.0),
+    ("h100-80gb", 8, 32_768, 198.0),
+    ("h200", 8, 64, 18.0),
+    ("h200", 8, 32_768, 220.0),
+    ("a100-80gb", 4, 64, 16.0),
+    ("a100-80gb", 4, 32_768, 292.0),
+];
+
+#[test]
+fn shipped_interconnects_reproduce_measured_all_reduce_times() {
+    for &(profile, n, kib, measured) in MEASURED {
+        let s = load(&format!("hardware: {profile}\nmodel: llama-3.1-8b\nparallelism: {{tensor: {n}}}\n{WORKLOAD}"))
+            .unwrap();
+        let link = s.deployment.link.unwrap();
+        let bytes = (kib * 1024) as f64;
+        let model = link.latency_us + 2.0 * f64::from(n - 1) / f64::from(n) * bytes / (link.bandwidth_gbps * 1e3);
+        let err = (model - measured).abs() / measured;
+        // the decode-sized (64 KiB) and prefill-sized (32 MiB) messages fit within 20%
+        assert!(err < 0.2, "{profile} x{n} at {kib} KiB: model {model:.1} us, measured {measured} us");
+    }
+}

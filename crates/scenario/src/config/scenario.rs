@@ -1,0 +1,801 @@
+//! Stage two's product: the validated scenario the engine and drivers use.
+//!
+//! Every default is filled in. It serialises back to the YAML schema (with
+//! the hardware inline), which is what `llmsim explain` prints: the output
+//! is itself a valid scenario.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Serialize, Serializer};
+
+pub use super::architecture::ArchitectureOrigin;
+use crate::trace::{TraceContent, TraceRow};
+use llmsim_core::engine::arch::Architecture;
+use llmsim_core::engine::cost::{DeploymentInput, Link};
+use llmsim_core::engine::{CostInput, CostModel, EngineConfig, KvBudget};
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub hardware: Hardware,
+    pub model: Model,
+    /// Shown when the model has an architecture (tensor parallelism needs one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<Parallelism>,
+    pub scheduler: Scheduler,
+    pub latency: Latency,
+    pub efficiency: Efficiency,
+    pub workload: Workload,
+    /// Replicas behind a router (docs/clusters.md); `None` is one engine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
+    /// The file it was read from.
+    #[serde(skip)]
+    pub source: PathBuf,
+    #[serde(skip)]
+    pub capacity: KvBudget,
+    /// Derived figures of the deployment (docs/deployments.md).
+    #[serde(skip)]
+    pub deployment: Deployment,
+    /// The calibration profile the scenario named, and which of its keys
+    /// were used (the effective configuration shows the values themselves).
+    #[serde(skip)]
+    pub calibration: Option<super::calibration::CalibrationUse>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Hardware {
+    pub name: String,
+    pub hbm_gib: f64,
+    pub memory_bandwidth_gbps: f64,
+    pub peak_tflops: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_tflops_fp8: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interconnect: Option<Interconnect>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_per_hour: Option<f64>,
+    /// Measured kernel times; kept only when the per-operator form reads
+    /// them (validation drops them otherwise, so `explain` shows what is used).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "llmsim_core::engine::cost::operators::serialize_tables"
+    )]
+    pub kernels: Option<std::sync::Arc<llmsim_core::engine::cost::KernelTables>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Model {
+    pub name: String,
+    pub context_length: u32,
+    /// Expanded from a preset or an HF config, so the effective
+    /// configuration stands alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<Architecture>,
+    pub weights: Weights,
+    pub kv_cache: KvCache,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Weights {
+    /// Required without an architecture; with one, an explicit override.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameters_billions: Option<f64>,
+    pub bytes_per_parameter: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KvCache {
+    /// Required without an architecture; with one, an explicit override.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_token: Option<u64>,
+    /// With an architecture only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<KvDtype>,
+    pub block_size: u32,
+    pub gpu_memory_utilization: f64,
+    pub watermark: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_blocks: Option<u64>,
+    /// Always shown (false by default, unlike vLLM V1), so `llmsim explain`
+    /// says whether it ran.
+    pub prefix_caching: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Scheduler {
+    pub max_batch_tokens: u32,
+    pub max_num_sequences: u32,
+    /// Per-operator form: the largest step run as a CUDA graph (vLLM's
+    /// default when unset: `min(2 * max_num_sequences, 512, max_batch_tokens)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_graph_max_tokens: Option<u32>,
+}
+
+impl Scheduler {
+    /// The largest step run as a CUDA graph: as given, else vLLM's default
+    /// (`max_cudagraph_capture_size = min(2 * max_num_seqs, 512)`, capped by
+    /// `max_num_batched_tokens`).
+    pub fn graph_max_tokens(&self) -> u32 {
+        self.cuda_graph_max_tokens
+            .unwrap_or_else(|| self.max_num_sequences.saturating_mul(2).min(512).min(self.max_batch_tokens))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Latency {
+    pub step_overhead_ms: f64,
+    /// A request reaches the engine this long after it arrives.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub request_overhead_ms: f64,
+    /// Per step, times the layers (needs an architecture).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub per_layer_overhead_us: f64,
+    /// Per step, times the requests scheduled in it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub per_sequence_overhead_us: f64,
+    /// Per-operator form: the fixed cost of one of the engine's own all-reduces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allreduce_us: Option<f64>,
+    /// Per-operator form: host time per layer of a step without a CUDA graph.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eager_layer_us: Option<f64>,
+    /// Per-operator form: the fixed cost of each expert a layer's tokens touch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_expert_us: Option<f64>,
+    /// Closed loops: a user's every request leaves up to this much later
+    /// than its think time says, uniformly (the turnaround of the client
+    /// and the server's front end varies, which keeps users from staying
+    /// in lockstep).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resend_jitter_ms: Option<f64>,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Efficiency {
+    pub compute: f64,
+    pub memory: f64,
+    /// Per-operator form: tokens at which a GEMM reaches half of `compute`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gemm_half_tokens: Option<f64>,
+    /// Per-operator form: attention's FLOPs, of the 16-bit peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_compute: Option<f64>,
+    /// Per-operator form: attention's KV reads, of the bandwidth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_memory: Option<f64>,
+    /// Per-operator form: the engine's all-reduce bandwidth over the link's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allreduce: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Workload {
+    pub seed: u64,
+    pub arrivals: Arrivals,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// `None` only for trace workloads, whose rows carry the lengths.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<Length>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<Length>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_prefix: Option<SharedPrefix>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Sessions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash_block_size: Option<u32>,
+}
+
+/// `workload.shared_prefix`: each request starts with one of `groups`
+/// system prompts of `tokens` tokens (content `sys:<group>`), drawn
+/// uniformly from its own seeded stream; `prompt_tokens` is the unique rest.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SharedPrefix {
+    pub groups: u32,
+    pub tokens: u32,
+}
+
+/// `workload.sessions`: arrivals start conversations of `turns` turns;
+/// turn `j+1` arrives `think_s` after turn `j`'s last token, its prompt
+/// being turn `j`'s prompt and answer plus `prompt_tokens` new ones.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sessions {
+    pub turns: Length,
+    pub think_s: Seconds,
+}
+
+/// A duration distribution, in seconds (never negative).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Seconds {
+    Fixed(f64),
+    Uniform { lo: f64, hi: f64 },
+    Exponential { mean: f64 },
+}
+
+impl Seconds {
+    pub fn mean(&self) -> f64 {
+        match self {
+            Seconds::Fixed(x) => *x,
+            Seconds::Uniform { lo, hi } => (lo + hi) / 2.0,
+            Seconds::Exponential { mean } => *mean,
+        }
+    }
+}
+
+impl Serialize for Seconds {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Mean {
+            mean: f64,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "snake_case")]
+        enum Tagged {
+            Uniform([f64; 2]),
+            Exponential(Mean),
+        }
+        match self {
+            Seconds::Fixed(x) => s.serialize_f64(*x),
+            Seconds::Uniform { lo, hi } => Tagged::Uniform([*lo, *hi]).serialize(s),
+            Seconds::Exponential { mean } => Tagged::Exponential(Mean { mean: *mean }).serialize(s),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arrivals {
+    Poisson {
+        rate: f64,
+    },
+    Gamma {
+        rate: f64,
+        burstiness: f64,
+    },
+    Constant {
+        rate: f64,
+    },
+    Closed {
+        concurrency: u32,
+        think_time_s: f64,
+        /// Users start evenly over this many seconds (0: all at t = 0, as
+        /// `vllm bench serve`, AIPerf and genai-perf start them).
+        #[serde(skip_serializing_if = "is_zero")]
+        ramp_s: f64,
+    },
+    Trace(Trace),
+}
+
+/// A trace file and its rows, read and checked at load time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trace {
+    /// As written in the scenario (relative to it).
+    pub path: String,
+    pub rows: Arc<Vec<TraceRow>>,
+    /// The content columns (`prefix_id`, `prefix_tokens`, `session_id`) or
+    /// a JSONL trace's `hash_ids`, when the file has them.
+    pub content: Option<Arc<TraceContent>>,
+}
+
+impl Serialize for Trace {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.path)
+    }
+}
+
+/// A token-length distribution. Samples are clamped to `[min, max]`
+/// (`min` defaults to 1).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Length {
+    Fixed(u32),
+    Uniform { lo: u32, hi: u32 },
+    Normal { mean: f64, std: f64, min: u32, max: Option<u32> },
+    Lognormal { mean: f64, std: f64, min: u32, max: Option<u32> },
+    Exponential { mean: f64, min: u32, max: Option<u32> },
+    Choice { values: Vec<u32>, weights: Vec<f64> },
+}
+
+impl Length {
+    /// The distribution's mean before clamping (what a user would quote).
+    pub fn mean(&self) -> f64 {
+        match self {
+            Length::Fixed(n) => f64::from(*n),
+            Length::Uniform { lo, hi } => (f64::from(*lo) + f64::from(*hi)) / 2.0,
+            Length::Normal { mean, .. } | Length::Lognormal { mean, .. } | Length::Exponential { mean, .. } => *mean,
+            Length::Choice { values, weights } => {
+                let total: f64 = weights.iter().sum();
+                values.iter().zip(weights).map(|(v, w)| f64::from(*v) * w).sum::<f64>() / total
+            }
+        }
+    }
+
+    /// The largest value it can produce, if bounded.
+    pub fn max(&self) -> Option<u32> {
+        match self {
+            Length::Fixed(n) => Some(*n),
+            Length::Uniform { hi, .. } => Some(*hi),
+            Length::Normal { max, .. } | Length::Lognormal { max, .. } | Length::Exponential { max, .. } => *max,
+            Length::Choice { values, .. } => values.iter().copied().max(),
+        }
+    }
+}
+
+impl Serialize for Length {
+    /// A fixed length is a plain number; the others are one-key mappings,
+    /// the form users write.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Moments {
+            mean: f64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            std: Option<f64>,
+            min: u32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            max: Option<u32>,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "snake_case")]
+        enum Tagged<'a> {
+            Uniform([u32; 2]),
+            Normal(Moments),
+            Lognormal(Moments),
+            Exponential(Moments),
+            Choice { values: &'a [u32], weights: &'a [f64] },
+        }
+        let tagged = match self {
+            Length::Fixed(n) => return s.serialize_u32(*n),
+            Length::Uniform { lo, hi } => Tagged::Uniform([*lo, *hi]),
+            Length::Normal { mean, std, min, max } => {
+                Tagged::Normal(Moments { mean: *mean, std: Some(*std), min: *min, max: *max })
+            }
+            Length::Lognormal { mean, std, min, max } => {
+                Tagged::Lognormal(Moments { mean: *mean, std: Some(*std), min: *min, max: *max })
+            }
+            Length::Exponential { mean, min, max } => {
+                Tagged::Exponential(Moments { mean: *mean, std: None, min: *min, max: *max })
+            }
+            Length::Choice { values, weights } => Tagged::Choice { values, weights },
+        };
+        tagged.serialize(s)
+    }
+}
+
+/// The keys that switch the per-operator cost form on (docs/engine.md).
+pub const PER_OPERATOR_KEYS: [&str; 7] = [
+    "efficiency.gemm_half_tokens",
+    "efficiency.attention_compute",
+    "efficiency.attention_memory",
+    "efficiency.allreduce",
+    "latency.allreduce_us",
+    "latency.eager_layer_us",
+    "latency.per_expert_us",
+];
+
+impl Efficiency {
+    /// Unsets every per-operator key (here and in `latency`).
+    pub fn clear_per_operator(&mut self, latency: &mut Latency) {
+        self.gemm_half_tokens = None;
+        self.attention_compute = None;
+        self.attention_memory = None;
+        self.allreduce = None;
+        latency.allreduce_us = None;
+        latency.eager_layer_us = None;
+        latency.per_expert_us = None;
+    }
+
+    /// The first per-operator key set, if any (`latency` holds the others).
+    pub fn per_operator_key(&self, latency: &Latency) -> Option<&'static str> {
+        let set = [
+            self.gemm_half_tokens.is_some(),
+            self.attention_compute.is_some(),
+            self.attention_memory.is_some(),
+            self.allreduce.is_some(),
+            latency.allreduce_us.is_some(),
+            latency.eager_layer_us.is_some(),
+            latency.per_expert_us.is_some(),
+        ];
+        PER_OPERATOR_KEYS.iter().zip(set).find(|(_, s)| *s).map(|(k, _)| *k)
+    }
+}
+
+impl Scenario {
+    /// Whether steps are priced per operator (docs/engine.md): some
+    /// per-operator key is set. The key that did it, for messages.
+    pub fn per_operator(&self) -> Option<&'static str> {
+        self.efficiency.per_operator_key(&self.latency)
+    }
+
+    /// The engine's limits and costs.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            capacity: self.capacity.clone(),
+            max_batch_tokens: self.scheduler.max_batch_tokens,
+            max_num_sequences: self.scheduler.max_num_sequences,
+            context_length: self.model.context_length,
+            cost: CostModel::new(&CostInput {
+                parameters_billions: self.model.weights.parameters_billions.unwrap_or(0.0),
+                bytes_per_parameter: self.model.weights.bytes_per_parameter,
+                kv_bytes_per_token: self.deployment.kv_bytes_per_token_per_gpu,
+                peak_tflops: self.hardware.peak_tflops,
+                memory_bandwidth_gbps: self.hardware.memory_bandwidth_gbps,
+                compute_efficiency: self.efficiency.compute,
+                memory_efficiency: self.efficiency.memory,
+                step_overhead_ms: self.latency.step_overhead_ms,
+                per_sequence_overhead_us: self.latency.per_sequence_overhead_us,
+                deployment: self.deployment.cost_input(self),
+            }),
+            prefix_caching: self.model.kv_cache.prefix_caching,
+        }
+    }
+
+    /// Mean prompt and output lengths of the workload (of the trace rows
+    /// for a trace). A shared prefix counts in the prompt. With sessions,
+    /// the mean over the turns of a conversation of the mean number of
+    /// turns `T`: turn `j` carries `j` prompt draws and `j - 1` answers, so
+    /// the mean prompt is `L + p (T + 1) / 2 + o (T - 1) / 2` (an estimate:
+    /// the exact figure depends on the turn distribution's shape).
+    pub fn mean_lengths(&self) -> (f64, f64) {
+        let w = &self.workload;
+        if let Arrivals::Trace(t) = &w.arrivals {
+            let n = t.rows.len().max(1) as f64;
+            let p: f64 = t.rows.iter().map(|r| f64::from(r.prompt)).sum();
+            let o: f64 = t.rows.iter().map(|r| f64::from(r.output)).sum();
+            return (p / n, o / n);
+        }
+        let mean = |l: &Option<Length>| l.as_ref().map_or(0.0, Length::mean);
+        let (p, o) = (mean(&w.prompt_tokens), mean(&w.output_tokens));
+        let prefix = w.shared_prefix.as_ref().map_or(0.0, |sp| f64::from(sp.tokens));
+        match &w.sessions {
+            None => (prefix + p, o),
+            Some(sessions) => {
+                let turns = sessions.turns.mean();
+                (prefix + p * (turns + 1.0) / 2.0 + o * (turns - 1.0) / 2.0, o)
+            }
+        }
+    }
+}
+
+// The deployment's validated types (built by `deployment`).
+
+/// `parallelism:` (pipeline parallelism is refused).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Parallelism {
+    pub tensor: u32,
+}
+
+/// A figure that may depend on the GPU count.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ByGpus {
+    Fixed(f64),
+    /// Sorted by GPU count.
+    ByCount(Vec<(u32, f64)>),
+}
+
+impl ByGpus {
+    pub fn at(&self, gpus: u32) -> Option<f64> {
+        match self {
+            ByGpus::Fixed(x) => Some(*x),
+            ByGpus::ByCount(m) => m.iter().find(|(g, _)| *g == gpus).map(|(_, x)| *x),
+        }
+    }
+}
+
+impl Serialize for ByGpus {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            ByGpus::Fixed(x) => s.serialize_f64(*x),
+            ByGpus::ByCount(m) => {
+                let mut map = s.serialize_map(Some(m.len()))?;
+                for (g, x) in m {
+                    map.serialize_entry(g, x)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+/// `hardware.interconnect`: an all-reduce's bus bandwidth and fixed latency.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Interconnect {
+    pub bandwidth_gbps: ByGpus,
+    pub latency_us: ByGpus,
+}
+
+/// `kv_cache.dtype`, as vLLM's `--kv-cache-dtype` names it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum KvDtype {
+    /// The model's 16-bit dtype.
+    Auto,
+    Bf16,
+    Fp16,
+    Fp8,
+    Fp8E4m3,
+    Fp8E5m2,
+}
+
+impl KvDtype {
+    pub const ALL: [KvDtype; 6] =
+        [KvDtype::Auto, KvDtype::Bf16, KvDtype::Fp16, KvDtype::Fp8, KvDtype::Fp8E4m3, KvDtype::Fp8E5m2];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvDtype::Auto => "auto",
+            KvDtype::Bf16 => "bf16",
+            KvDtype::Fp16 => "fp16",
+            KvDtype::Fp8 => "fp8",
+            KvDtype::Fp8E4m3 => "fp8_e4m3",
+            KvDtype::Fp8E5m2 => "fp8_e5m2",
+        }
+    }
+
+    pub fn element_bytes(self) -> u64 {
+        match self {
+            KvDtype::Auto | KvDtype::Bf16 | KvDtype::Fp16 => 2,
+            KvDtype::Fp8 | KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => 1,
+        }
+    }
+}
+
+impl Serialize for KvDtype {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Which input a figure came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum FigureSource {
+    /// Given in the scenario, which has no architecture.
+    Given,
+    /// Derived from the architecture.
+    Architecture,
+    /// Given in the scenario beside an architecture, which it overrides.
+    Override,
+}
+
+/// What the deployment comes to: the figures the engine and the reports use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Deployment {
+    pub architecture_origin: Option<ArchitectureOrigin>,
+    pub tensor_parallel: u32,
+    /// Parameters used for weight bytes and bytes read.
+    pub parameters: f64,
+    pub parameters_from: FigureSource,
+    /// Parameters one token uses (all of them for a dense model).
+    pub active_parameters: f64,
+    /// All GPUs' weights: `parameters * bytes_per_parameter`.
+    pub weight_bytes: f64,
+    /// KV bytes per token of the whole model.
+    pub kv_bytes_per_token: u64,
+    pub kv_from: FigureSource,
+    pub kv_bytes_per_token_per_gpu: u64,
+    /// The compute peak that applies (per GPU, before efficiency).
+    pub peak_tflops: f64,
+    /// Whether that is `peak_tflops_fp8`.
+    pub peak_is_fp8: bool,
+    /// The all-reduce link at this tensor degree (`None` at 1).
+    pub link: Option<Link>,
+}
+
+impl Default for Deployment {
+    fn default() -> Self {
+        Deployment {
+            architecture_origin: None,
+            tensor_parallel: 1,
+            parameters: 0.0,
+            parameters_from: FigureSource::Given,
+            active_parameters: 0.0,
+            weight_bytes: 0.0,
+            kv_bytes_per_token: 0,
+            kv_from: FigureSource::Given,
+            kv_bytes_per_token_per_gpu: 0,
+            peak_tflops: 0.0,
+            peak_is_fp8: false,
+            link: None,
+        }
+    }
+}
+
+impl Deployment {
+    /// GPUs one engine (one replica) uses.
+    pub fn gpus(&self) -> u32 {
+        self.tensor_parallel
+    }
+
+    /// The architecture's cost terms, when the model has one.
+    pub fn cost_input(&self, s: &Scenario) -> Option<DeploymentInput> {
+        let architecture = s.model.architecture.clone()?;
+        Some(DeploymentInput {
+            architecture,
+            parameters: self.parameters,
+            tensor_parallel: self.tensor_parallel,
+            peak_tflops: self.peak_tflops,
+            link: self.link,
+            per_layer_overhead_us: s.latency.per_layer_overhead_us,
+            operators: s.per_operator().map(|_| {
+                let e = &s.efficiency;
+                let bpp = s.model.weights.bytes_per_parameter;
+                llmsim_core::engine::cost::OperatorInput {
+                    gemm_half_tokens: e.gemm_half_tokens.unwrap_or(0.0),
+                    attention_compute: e.attention_compute.unwrap_or(e.compute),
+                    attention_memory: e.attention_memory.unwrap_or(e.memory),
+                    allreduce_us: s.latency.allreduce_us,
+                    allreduce_efficiency: e.allreduce.unwrap_or(1.0),
+                    per_expert_us: s.latency.per_expert_us.unwrap_or(0.0),
+                    eager_layer_us: s.latency.eager_layer_us.unwrap_or(0.0),
+                    cuda_graph_max_tokens: u64::from(s.scheduler.graph_max_tokens()),
+                    peak16_tflops: s.hardware.peak_tflops,
+                    dtype: if bpp <= 0.5 {
+                        "int4"
+                    } else if bpp <= 1.0 {
+                        "fp8"
+                    } else {
+                        "bf16"
+                    },
+                    kernels: s.hardware.kernels.clone(),
+                }
+            }),
+        })
+    }
+}
+
+// The `cluster:` types live here because a pool holds the Scenario its
+// replicas run and a Scenario holds its Cluster; config/cluster.rs builds
+// them (docs/clusters.md).
+
+/// A validated `cluster:`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cluster {
+    /// Engines in the cluster: with pools, both pools' replicas.
+    pub replicas: u32,
+    /// With pools, the prefill pool's.
+    pub router: Router,
+    /// `prefix_affinity` only (shown only with it).
+    pub overlap_weight: Option<f64>,
+    /// `cluster.prefill` / `cluster.decode`: prefill/decode disaggregation.
+    pub disagg: Option<Box<Disagg>>,
+}
+
+/// Prefill/decode disaggregation (docs/clusters.md).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Disagg {
+    pub prefill: Pool,
+    pub decode: Pool,
+    pub kv_transfer: KvTransfer,
+}
+
+/// One pool of replicas: its router and what it overrides.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Pool {
+    pub replicas: u32,
+    pub router: Router,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlap_weight: Option<f64>,
+    /// The overrides, as given (resolved), so `llmsim explain` shows them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<Hardware>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<Parallelism>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<Scheduler>,
+    /// The scenario one replica of this pool runs: the base scenario with
+    /// the overrides applied (and no `cluster`).
+    #[serde(skip)]
+    pub scenario: Box<Scenario>,
+}
+
+impl Pool {
+    /// GPUs of one replica (its tensor degree).
+    pub fn gpus_per_replica(&self) -> u32 {
+        self.scenario.deployment.gpus()
+    }
+
+    /// GPUs of the whole pool.
+    pub fn gpus(&self) -> u32 {
+        self.replicas * self.gpus_per_replica()
+    }
+}
+
+/// `cluster.kv_transfer`: a prompt's KV moves in
+/// `latency_ms / 1000 + P * kv_bytes_per_token / (bandwidth_gbps * 1e9)` s.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KvTransfer {
+    /// GB/s (10^9 bytes a second) of one link.
+    pub bandwidth_gbps: f64,
+    pub latency_ms: f64,
+}
+
+impl KvTransfer {
+    /// The transfer time of `bytes`, in seconds (not saturated).
+    pub fn secs(&self, bytes: u64) -> f64 {
+        self.latency_ms / 1e3 + bytes as f64 / (self.bandwidth_gbps * 1e9)
+    }
+}
+
+impl Cluster {
+    /// GPUs of the whole cluster (every pool, tensor degrees counted).
+    pub fn gpus(&self, s: &Scenario) -> u32 {
+        match &self.disagg {
+            Some(d) => d.prefill.gpus() + d.decode.gpus(),
+            None => self.replicas * s.deployment.gpus(),
+        }
+    }
+}
+
+impl Serialize for Cluster {
+    /// The form a user writes: `replicas`/`router`, or the pools.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Plain {
+            replicas: u32,
+            router: Router,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            overlap_weight: Option<f64>,
+        }
+        match &self.disagg {
+            Some(d) => d.serialize(s),
+            None => {
+                Plain { replicas: self.replicas, router: self.router, overlap_weight: self.overlap_weight }.serialize(s)
+            }
+        }
+    }
+}
+
+/// How a request picks its replica (docs/clusters.md).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Router {
+    RoundRobin,
+    Random,
+    LeastOutstanding,
+    LeastKv,
+    PrefixAffinity,
+    SessionAffinity,
+}
+
+impl Router {
+    pub const ALL: [Router; 6] = [
+        Router::RoundRobin,
+        Router::Random,
+        Router::LeastOutstanding,
+        Router::LeastKv,
+        Router::PrefixAffinity,
+        Router::SessionAffinity,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Router::RoundRobin => "round_robin",
+            Router::Random => "random",
+            Router::LeastOutstanding => "least_outstanding",
+            Router::LeastKv => "least_kv",
+            Router::PrefixAffinity => "prefix_affinity",
+            Router::SessionAffinity => "session_affinity",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Router> {
+        Router::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
+    /// The known names, for messages.
+    pub fn known() -> String {
+        Router::ALL.map(Router::as_str).join(", ")
+    }
+}
+
+/// The default `overlap_weight`.
+pub const DEFAULT_OVERLAP_WEIGHT: f64 = 1.0;

@@ -1,0 +1,129 @@
+//! Sections checked the same way for a scenario (`validate`) and for a
+//! cluster's pool (`cluster`): `hardware:`, `scheduler:` and the rules
+//! that bound a run's work. Below both, so the pool builder does not reach
+//! into the scenario builder that calls it.
+
+use std::path::Path;
+
+use super::ConfigError;
+use super::check::{Check, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NUM_SEQUENCES};
+use super::limits;
+use super::num::short_float;
+use super::raw::{RawHardware, RawScheduler};
+use super::scenario::{Arrivals, Hardware, Scenario, Scheduler};
+use super::{deployment, hardware};
+use llmsim_core::util::thousands;
+
+/// `scheduler:` (or a pool's, merged over it), defaults filled in.
+pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, ConfigError> {
+    Ok(Scheduler {
+        max_batch_tokens: match raw.max_batch_tokens {
+            Some(v) => ck.whole32("scheduler.max_batch_tokens", v, &limits::MAX_BATCH_TOKENS)?,
+            None => DEFAULT_MAX_BATCH_TOKENS,
+        },
+        max_num_sequences: match raw.max_num_sequences {
+            Some(v) => ck.whole32("scheduler.max_num_sequences", v, &limits::MAX_NUM_SEQUENCES)?,
+            None => DEFAULT_MAX_NUM_SEQUENCES,
+        },
+        cuda_graph_max_tokens: raw
+            .cuda_graph_max_tokens
+            .map(|v| ck.whole32("scheduler.cuda_graph_max_tokens", v, &limits::CUDA_GRAPH_MAX_TOKENS))
+            .transpose()?,
+    })
+}
+
+/// Rules that bound the work of one run (see [`limits`]): the cheapest
+/// step costs at least [`limits::MIN_STEP_SECONDS`], and an open loop
+/// limited only by its duration would not issue more than
+/// [`limits::MAX_REQUESTS`] requests.
+pub(crate) fn run_limits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
+    let cheapest = s.engine_config().cost.step(1, 1).total_s;
+    if cheapest.is_nan() || cheapest < limits::MIN_STEP_SECONDS {
+        return Err(ck.err(
+            "model.weights.parameters_billions",
+            format!(
+                "the cheapest step of this model on this hardware (one token, the weights read once) \
+                 costs {:.3} ns; llmsim needs at least {} ns a step, as a real step's kernel launches \
+                 and scheduling alone take longer: this model is too small for the hardware; use a \
+                 larger model or set latency.step_overhead_ms (e.g. 0.01)",
+                cheapest * 1e9,
+                thousands((limits::MIN_STEP_SECONDS * 1e9) as u64)
+            ),
+        ));
+    }
+    let w = &s.workload;
+    let rate = match w.arrivals {
+        Arrivals::Poisson { rate } | Arrivals::Gamma { rate, .. } | Arrivals::Constant { rate } => Some(rate),
+        _ => None,
+    };
+    if let (Some(rate), Some(d), None) = (rate, w.duration_s, w.requests) {
+        let expected = rate * d;
+        if expected > limits::MAX_REQUESTS as f64 {
+            return Err(ck.err(
+                "workload.duration_s",
+                format!(
+                    "{} req/s for {} s is about {} requests; a run may issue at most {}: \
+                     set workload.requests, or a shorter duration_s",
+                    short_float(rate),
+                    short_float(d),
+                    short_float(expected.round()),
+                    thousands(limits::MAX_REQUESTS)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `hardware:` is a profile name or an inline mapping.
+pub(crate) fn hardware_of(value: &crate::yaml::Value, file: &Path) -> Result<Hardware, ConfigError> {
+    match value {
+        crate::yaml::Value::String(name) => {
+            let found = hardware::find(name, file)?;
+            let raw: RawHardware = super::parse_str(&found.text, &found.file)?;
+            hardware_fields(raw, &found.file, "", name)
+        }
+        crate::yaml::Value::Mapping(_) => {
+            let raw: RawHardware = super::parse_value(value.clone(), file, "hardware")?;
+            hardware_fields(raw, file, "hardware.", "inline")
+        }
+        other => Err(ConfigError::new(
+            file,
+            "hardware",
+            format!(
+                "expected a profile name or a mapping with hbm_gib, memory_bandwidth_gbps, \
+                 peak_tflops; got {}",
+                super::describe_value(other)
+            ),
+        )),
+    }
+}
+
+fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) -> Result<Hardware, ConfigError> {
+    let ck = Check { file };
+    let p = |k: &str| format!("{prefix}{k}");
+    Ok(Hardware {
+        name: raw.name.unwrap_or_else(|| fallback.to_string()),
+        hbm_gib: ck.real(&p("hbm_gib"), raw.hbm_gib, &limits::HBM_GIB)?,
+        memory_bandwidth_gbps: ck.real(
+            &p("memory_bandwidth_gbps"),
+            raw.memory_bandwidth_gbps,
+            &limits::MEMORY_BANDWIDTH_GBPS,
+        )?,
+        peak_tflops: ck.real(&p("peak_tflops"), raw.peak_tflops, &limits::PEAK_TFLOPS)?,
+        peak_tflops_fp8: raw
+            .peak_tflops_fp8
+            .map(|x| ck.real(&p("peak_tflops_fp8"), x, &limits::PEAK_TFLOPS))
+            .transpose()?,
+        interconnect: raw.interconnect.map(|i| deployment::interconnect(&ck, i, &p)).transpose()?,
+        cost_per_hour: raw
+            .cost_per_hour
+            .map(|c| ck.real(&p("cost_per_hour"), c, &limits::COST_PER_HOUR))
+            .transpose()?,
+        kernels: raw
+            .kernels
+            .as_ref()
+            .map(|k| super::kernels::parse(&ck, k, &p("kernels")).map(std::sync::Arc::new))
+            .transpose()?,
+    })
+}

@@ -1,0 +1,447 @@
+//! Every bound on input, in one place: the allowed range of each numeric
+//! key and the limits of one run, each with the reason for it.
+//!
+//! Validation checks keys against these ranges ([`crate::config::validate`]), the
+//! offline driver stops a run that reaches a run limit (`llmsim_planner::sim`),
+//! and the table of input limits in `docs/scenario.md` is generated from
+//! [`TABLE`] ([`crate::config::reference`]) and checked by a test, so the
+//! documentation cannot drift from the code.
+//!
+//! The ranges are wide: each admits every real deployment by orders of
+//! magnitude and exists to turn a typo (`1e300`, `1e-300`) into a clear
+//! error instead of a saturated clock, an allocation failure or a run that
+//! never ends.
+
+use std::fmt;
+
+use llmsim_core::util::thousands;
+
+/// An allowed range of a number.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Range {
+    /// A real number from `lo` to `hi`; `open_lo`/`open_hi` exclude the end.
+    Real { lo: f64, open_lo: bool, hi: f64, open_hi: bool },
+    /// A whole number from `lo` to `hi`, both included.
+    Whole { lo: u64, hi: u64 },
+}
+
+impl Range {
+    pub const fn closed(lo: f64, hi: f64) -> Range {
+        Range::Real { lo, open_lo: false, hi, open_hi: false }
+    }
+
+    /// `(lo, hi]`: above `lo`, at most `hi`.
+    pub const fn above(lo: f64, hi: f64) -> Range {
+        Range::Real { lo, open_lo: true, hi, open_hi: false }
+    }
+
+    /// `[lo, hi)`.
+    pub const fn below(lo: f64, hi: f64) -> Range {
+        Range::Real { lo, open_lo: false, hi, open_hi: true }
+    }
+
+    pub const fn whole(lo: u64, hi: u64) -> Range {
+        Range::Whole { lo, hi }
+    }
+
+    /// Whether `v` lies in the range (NaN never does).
+    pub fn contains(&self, v: f64) -> bool {
+        match *self {
+            Range::Real { lo, open_lo, hi, open_hi } => {
+                let above = if open_lo { v > lo } else { v >= lo };
+                let below = if open_hi { v < hi } else { v <= hi };
+                above && below
+            }
+            Range::Whole { lo, hi } => v.fract() == 0.0 && v >= lo as f64 && v <= hi as f64,
+        }
+    }
+
+    /// Whether whole number `v` lies in the range.
+    pub fn contains_whole(&self, v: i128) -> bool {
+        match *self {
+            Range::Whole { lo, hi } => v >= i128::from(lo) && v <= i128::from(hi),
+            Range::Real { .. } => self.contains(v as f64),
+        }
+    }
+}
+
+impl fmt::Display for Range {
+    /// `(0, 1]` for real ranges, `1 to 10,000,000` for whole ones.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Range::Real { lo, open_lo, hi, open_hi } => write!(
+                f,
+                "{}{}, {}{}",
+                if open_lo { '(' } else { '[' },
+                number(lo),
+                number(hi),
+                if open_hi { ')' } else { ']' }
+            ),
+            Range::Whole { lo, hi } => write!(f, "whole, {} to {}", thousands(lo), thousands(hi)),
+        }
+    }
+}
+
+/// A number as a person writes it: `0.001`, `1,000,000`, `1e15`.
+pub fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e13 {
+        let s = thousands(v.abs() as u64);
+        if v < 0.0 { format!("-{s}") } else { s }
+    } else if v != 0.0 && (v.abs() >= 1e13 || v.abs() < 1e-4) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Memory per GPU.
+pub const HBM_GIB: Range = Range::above(0.0, 1e6);
+/// Below 1 GB/s a step of any real model takes minutes; 1 PB/s is 300x an H100.
+pub const MEMORY_BANDWIDTH_GBPS: Range = Range::closed(1.0, 1e6);
+pub const PEAK_TFLOPS: Range = Range::closed(0.001, 1e6);
+pub const COST_PER_HOUR: Range = Range::closed(0.0, 1e6);
+/// The all-reduce link's bandwidth: PCIe 3 is about 12 GB/s, NVLink 5 900.
+pub const INTERCONNECT_BANDWIDTH_GBPS: Range = Range::closed(1.0, 1e6);
+pub const INTERCONNECT_LATENCY_US: Range = Range::closed(0.0, 1e6);
+/// GPUs of one engine (and the GPU counts of an interconnect table).
+pub const TENSOR_PARALLEL: Range = Range::whole(1, 4096);
+/// An architecture's sizes (layers, widths, heads, vocabulary, experts);
+/// the whole model is checked separately against its parameter count.
+pub const ARCH_SIZE: Range = Range::whole(1, u32::MAX as u64);
+/// [`ARCH_SIZE`] where 0 means "none" (experts, a shared expert's width).
+pub const ARCH_SIZE_OR_ZERO: Range = Range::whole(0, u32::MAX as u64);
+pub const CONTEXT_LENGTH: Range = Range::whole(2, 100_000_000);
+pub const PARAMETERS_BILLIONS: Range = Range::closed(1e-6, 1e5);
+pub const BYTES_PER_PARAMETER: Range = Range::closed(0.1, 16.0);
+pub const KV_BYTES_PER_TOKEN: Range = Range::whole(1, 1_000_000_000);
+pub const BLOCK_SIZE: Range = Range::whole(1, 65_536);
+pub const GPU_MEMORY_UTILIZATION: Range = Range::above(0.0, 1.0);
+pub const WATERMARK: Range = Range::below(0.0, 1.0);
+pub const NUM_BLOCKS: Range = Range::whole(1, u32::MAX as u64);
+pub const MAX_BATCH_TOKENS: Range = Range::whole(1, 100_000_000);
+pub const MAX_NUM_SEQUENCES: Range = Range::whole(1, 1_000_000);
+pub const STEP_OVERHEAD_MS: Range = Range::closed(0.0, 60_000.0);
+pub const REQUEST_OVERHEAD_MS: Range = Range::closed(0.0, 3_600_000.0);
+/// `latency.per_layer_overhead_us` and `per_sequence_overhead_us`.
+pub const FINE_OVERHEAD_US: Range = Range::closed(0.0, 1_000_000.0);
+pub const EFFICIENCY: Range = Range::closed(0.001, 1.0);
+/// `efficiency.gemm_half_tokens`: 0 (off) to far beyond any step.
+pub const GEMM_HALF_TOKENS: Range = Range::closed(0.0, 1e6);
+/// `efficiency.allreduce`: the engine's all-reduce may beat NCCL's bus bandwidth.
+pub const ALLREDUCE_EFFICIENCY: Range = Range::closed(0.01, 100.0);
+/// `scheduler.cuda_graph_max_tokens`: 0 (no graphs) to vLLM's largest.
+pub const CUDA_GRAPH_MAX_TOKENS: Range = Range::whole(0, 1_000_000);
+pub const SEED: Range = Range::whole(0, u64::MAX);
+pub const REQUESTS: Range = Range::whole(1, MAX_REQUESTS);
+pub const DURATION_S: Range = Range::closed(1e-9, MAX_SIM_SECONDS);
+/// From one request in 11.6 days to one a nanosecond, the clock's resolution.
+pub const RATE: Range = Range::closed(1e-6, 1e9);
+pub const BURSTINESS: Range = Range::closed(0.001, 1000.0);
+pub const CONCURRENCY: Range = Range::whole(1, 1_000_000);
+pub const THINK_TIME_S: Range = Range::closed(0.0, MAX_SIM_SECONDS);
+/// An exponential think time's mean: above 0 (a mean of 0 is a fixed 0).
+pub const THINK_MEAN_S: Range = Range::above(0.0, MAX_SIM_SECONDS);
+/// System prompts of `workload.shared_prefix`: each is one content key.
+pub const PREFIX_GROUPS: Range = Range::whole(1, 100_000_000);
+/// Token counts: prompt and output lengths, their bounds, `choice` values.
+pub const TOKENS: Range = Range::whole(1, u32::MAX as u64);
+pub const LENGTH_MEAN: Range = Range::closed(1.0, u32::MAX as f64);
+pub const LENGTH_STD: Range = Range::closed(0.0, u32::MAX as f64);
+pub const CHOICE_WEIGHT: Range = Range::above(0.0, 1e15);
+/// The serve models file's `fixed` engine: prompt tokens a second.
+pub const PREFILL_TOKENS_PER_S: Range = Range::closed(0.001, 1e12);
+/// Replicas of one cluster: each is a whole engine kept in memory.
+pub const REPLICAS: Range = Range::whole(1, 10_000);
+/// `prefix_affinity`'s weight of a missed block against a busy one.
+pub const OVERLAP_WEIGHT: Range = Range::closed(0.0, 1e6);
+/// `cluster.kv_transfer.bandwidth_gbps`: above 0 (a link that moves
+/// nothing would never hand a request over).
+pub const KV_TRANSFER_GBPS: Range = Range::above(0.0, 1e6);
+/// `cluster.kv_transfer.latency_ms`.
+pub const KV_TRANSFER_MS: Range = Range::closed(0.0, 60_000.0);
+/// A trace row's arrival.
+pub const ARRIVAL_S: Range = Range::closed(0.0, MAX_SIM_SECONDS);
+
+/// The simulated clock stops here (about 31.7 years): far below where
+/// integer nanoseconds saturate (about 584 years), so no time is ever
+/// clipped. A run that would pass it stops with an error.
+pub const MAX_SIM_SECONDS: f64 = 1e9;
+/// Requests one run may issue. The run keeps about 110 bytes per request
+/// (1.1 GB at the limit) and takes about 0.4 s a million requests.
+pub const MAX_REQUESTS: u64 = 10_000_000;
+/// Engine steps one run may take: about 7 minutes at 0.4 µs a step.
+pub const MAX_STEPS: u64 = 1_000_000_000;
+/// The cheapest step (one token, the weights read once, plus the step
+/// overhead) must cost at least this: a real step launches kernels and
+/// schedules, which takes longer. It bounds the steps per simulated second.
+pub const MIN_STEP_SECONDS: f64 = 1e-6;
+/// A closed loop whose users are rejected again and again at one instant
+/// (think time 0) makes no progress in time: it stops once it has issued
+/// this many requests per user at one instant.
+pub const SAME_INSTANT_ROUNDS: u64 = 100;
+/// Largest YAML file (scenario, hardware, models, sweep, experiment) and
+/// small JSON file (a Hugging Face config, an `llmsim run --json` result).
+/// Each kind of file has its limit in [`crate::input::Kind::limit`].
+pub const MAX_YAML_BYTES: usize = 4 << 20;
+/// Deepest `[`/`{` nesting in a YAML file or `--set` value.
+pub const MAX_YAML_DEPTH: usize = 64;
+/// Largest trace file (CSV or JSONL), read as a stream.
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
+/// Largest measured file (a benchmark's per-request JSON, a measured trace
+/// or table, a kernel table): a `vllm bench serve --save-detailed` file of
+/// 2,000 requests of 120 tokens is 5.8 MB, so 1 GiB holds about 370,000.
+pub const MAX_MEASURED_BYTES: u64 = 1 << 30;
+/// Largest sweep shard (`llmsim merge`): a point's results take about
+/// 3 KB, so 1 GiB holds hundreds of thousands of points.
+pub const MAX_SHARD_BYTES: u64 = 1 << 30;
+/// Largest `tokenizer.json`: those of released models take 2 to 35 MB.
+pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
+
+/// One row of the table of input limits (`docs/scenario.md`).
+pub struct Limit {
+    pub key: &'static str,
+    pub range: Range,
+    pub why: &'static str,
+}
+
+/// Every numeric key of a scenario (and of a trace row), its range and why.
+pub const TABLE: &[Limit] = &[
+    Limit { key: "hardware.hbm_gib", range: HBM_GIB, why: "GiB per GPU; a petabyte is beyond any device" },
+    Limit {
+        key: "hardware.memory_bandwidth_gbps",
+        range: MEMORY_BANDWIDTH_GBPS,
+        why: "below 1 GB/s a step of a real model takes minutes; 1 PB/s is 300x an H100",
+    },
+    Limit {
+        key: "hardware.peak_tflops",
+        range: PEAK_TFLOPS,
+        why: "a CPU core reaches about 0.1 TFLOPS; 1 EFLOPS is 1000x an H100",
+    },
+    Limit {
+        key: "hardware.peak_tflops_fp8",
+        range: PEAK_TFLOPS,
+        why: "as peak_tflops, for 1-byte weights of a model with an architecture",
+    },
+    Limit { key: "hardware.cost_per_hour", range: COST_PER_HOUR, why: "price of one GPU-hour" },
+    Limit {
+        key: "hardware.interconnect.bandwidth_gbps",
+        range: INTERCONNECT_BANDWIDTH_GBPS,
+        why: "PCIe 3 is about 12 GB/s, NVLink 5 900 GB/s",
+    },
+    Limit { key: "hardware.interconnect.latency_us", range: INTERCONNECT_LATENCY_US, why: "up to a second" },
+    Limit {
+        key: "parallelism.tensor, interconnect GPU counts",
+        range: TENSOR_PARALLEL,
+        why: "tensor-parallel groups span at most a few nodes (16-64 GPUs)",
+    },
+    Limit {
+        key: "model.architecture sizes",
+        range: ARCH_SIZE,
+        why: "counted in 32 bits (experts and shared_expert_intermediate_size may be 0); the whole model at most 1e15 parameters",
+    },
+    Limit { key: "model.context_length", range: CONTEXT_LENGTH, why: "10x the longest context of any released model" },
+    Limit {
+        key: "model.weights.parameters_billions",
+        range: PARAMETERS_BILLIONS,
+        why: "a thousand to 100 trillion parameters",
+    },
+    Limit {
+        key: "model.weights.bytes_per_parameter",
+        range: BYTES_PER_PARAMETER,
+        why: "1-bit weights are 0.125 bytes, fp64 8",
+    },
+    Limit {
+        key: "model.kv_cache.bytes_per_token",
+        range: KV_BYTES_PER_TOKEN,
+        why: "a 405B model needs about 0.5 MB a token",
+    },
+    Limit { key: "model.kv_cache.block_size", range: BLOCK_SIZE, why: "vLLM uses 1 to 256" },
+    Limit {
+        key: "model.kv_cache.gpu_memory_utilization",
+        range: GPU_MEMORY_UTILIZATION,
+        why: "a share of the GPU's memory",
+    },
+    Limit { key: "model.kv_cache.watermark", range: WATERMARK, why: "a share of the KV blocks" },
+    Limit { key: "model.kv_cache.num_blocks", range: NUM_BLOCKS, why: "blocks are counted in 32 bits" },
+    Limit { key: "scheduler.max_batch_tokens", range: MAX_BATCH_TOKENS, why: "the longest context" },
+    Limit {
+        key: "scheduler.max_num_sequences",
+        range: MAX_NUM_SEQUENCES,
+        why: "1000x vLLM's default of 256 (or 1024)",
+    },
+    Limit { key: "latency.step_overhead_ms", range: STEP_OVERHEAD_MS, why: "a minute a step" },
+    Limit {
+        key: "latency.request_overhead_ms, latency.resend_jitter_ms",
+        range: REQUEST_OVERHEAD_MS,
+        why: "an hour a request",
+    },
+    Limit {
+        key: "latency.per_layer_overhead_us, latency.per_sequence_overhead_us",
+        range: FINE_OVERHEAD_US,
+        why: "a second a layer or a sequence",
+    },
+    Limit {
+        key: "efficiency.compute, efficiency.memory, efficiency.attention_compute, efficiency.attention_memory",
+        range: EFFICIENCY,
+        why: "a share of the datasheet peak; below 0.1% is a typo",
+    },
+    Limit {
+        key: "efficiency.gemm_half_tokens",
+        range: GEMM_HALF_TOKENS,
+        why: "a GEMM's half-efficiency point, in tokens; 0 is off",
+    },
+    Limit {
+        key: "efficiency.allreduce",
+        range: ALLREDUCE_EFFICIENCY,
+        why: "the engine's all-reduce against the link's NCCL bandwidth",
+    },
+    Limit { key: "latency.allreduce_us", range: INTERCONNECT_LATENCY_US, why: "as interconnect.latency_us" },
+    Limit { key: "latency.eager_layer_us, latency.per_expert_us", range: FINE_OVERHEAD_US, why: "a second a layer" },
+    Limit {
+        key: "scheduler.cuda_graph_max_tokens",
+        range: CUDA_GRAPH_MAX_TOKENS,
+        why: "vLLM captures up to 512 by default",
+    },
+    Limit { key: "workload.seed", range: SEED, why: "any 64-bit seed" },
+    Limit {
+        key: "workload.requests",
+        range: REQUESTS,
+        why: "a run keeps about 110 bytes a request: 1.1 GB at the limit",
+    },
+    Limit { key: "workload.duration_s", range: DURATION_S, why: "1 ns to the simulated-time limit (about 31.7 years)" },
+    Limit {
+        key: "workload.arrivals.{poisson,gamma,constant}.rate",
+        range: RATE,
+        why: "one request in 11.6 days to one a nanosecond (the clock's resolution)",
+    },
+    Limit {
+        key: "workload.arrivals.gamma.burstiness",
+        range: BURSTINESS,
+        why: "`vllm bench serve` uses 0.1 to 10; at 1000 the gaps are already constant within 3%",
+    },
+    Limit {
+        key: "workload.arrivals.closed.concurrency",
+        range: CONCURRENCY,
+        why: "users are kept in memory; 1000x a large benchmark",
+    },
+    Limit { key: "workload.arrivals.closed.think_time_s", range: THINK_TIME_S, why: "up to the simulated-time limit" },
+    Limit { key: "workload.arrivals.closed.ramp_s", range: THINK_TIME_S, why: "up to the simulated-time limit" },
+    Limit { key: "workload.hash_block_size", range: BLOCK_SIZE, why: "as model.kv_cache.block_size" },
+    Limit {
+        key: "workload.shared_prefix.groups",
+        range: PREFIX_GROUPS,
+        why: "distinct system prompts; each is drawn per request",
+    },
+    Limit { key: "workload.shared_prefix.tokens", range: TOKENS, why: "counted in 32 bits" },
+    Limit {
+        key: "workload.sessions.think_s, its uniform bounds",
+        range: THINK_TIME_S,
+        why: "up to the simulated-time limit",
+    },
+    Limit { key: "workload.sessions.think_s.exponential.mean", range: THINK_MEAN_S, why: "a mean of 0 is a fixed 0" },
+    Limit {
+        key: "token counts: fixed lengths, uniform bounds, min, max, choice values",
+        range: TOKENS,
+        why: "counted in 32 bits",
+    },
+    Limit {
+        key: "normal, lognormal, exponential: mean",
+        range: LENGTH_MEAN,
+        why: "samples are whole tokens, at least 1",
+    },
+    Limit { key: "normal, lognormal: std", range: LENGTH_STD, why: "up to the largest token count" },
+    Limit { key: "choice: weights", range: CHOICE_WEIGHT, why: "relative weights; their sum stays exact enough" },
+    Limit {
+        key: "cluster.replicas",
+        range: REPLICAS,
+        why: "each replica is a whole engine in memory; 10,000 is far beyond any fleet behind one router",
+    },
+    Limit {
+        key: "cluster.overlap_weight",
+        range: OVERLAP_WEIGHT,
+        why: "weight of a missed prompt block against a busy block; Dynamo's default is 1",
+    },
+    Limit {
+        key: "cluster.kv_transfer.bandwidth_gbps",
+        range: KV_TRANSFER_GBPS,
+        why: "GB/s of the prefill-to-decode link; 0 would never hand a request over",
+    },
+    Limit { key: "cluster.kv_transfer.latency_ms", range: KV_TRANSFER_MS, why: "a minute" },
+    Limit { key: "trace CSV: arrival_s", range: ARRIVAL_S, why: "the simulated-time limit" },
+    Limit { key: "trace CSV: prompt_tokens, output_tokens", range: TOKENS, why: "counted in 32 bits" },
+    Limit { key: "serve models file: fixed.ttft_overhead_ms, fixed.itl_ms", range: STEP_OVERHEAD_MS, why: "a minute" },
+    Limit {
+        key: "serve models file: fixed.prefill_tokens_per_s",
+        range: PREFILL_TOKENS_PER_S,
+        why: "keeps the time to first token finite",
+    },
+    Limit { key: "serve models file: fixed.context_length", range: CONTEXT_LENGTH, why: "as model.context_length" },
+];
+
+/// The table of input limits, row by row (`docs/scenario.md` holds it;
+/// a test keeps the page equal to it).
+pub fn readme_rows() -> Vec<String> {
+    TABLE
+        .iter()
+        .map(|l| {
+            let key = if l.key.contains(' ') { l.key.to_string() } else { format!("`{}`", l.key) };
+            format!("| {key} | {} | {} |", l.range, l.why)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_docs_state_every_limit_as_the_code_has_it() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/scenario.md")).unwrap();
+        for row in readme_rows() {
+            assert!(readme.contains(&row), "docs/scenario.md lacks the row\n{row}");
+        }
+        for (what, value) in [
+            ("simulated time", format!("{} s", thousands(MAX_SIM_SECONDS as u64))),
+            ("requests", thousands(MAX_REQUESTS)),
+            ("steps", thousands(MAX_STEPS)),
+            ("same-instant", format!("{SAME_INSTANT_ROUNDS} requests per user")),
+            ("YAML depth", format!("{MAX_YAML_DEPTH} levels")),
+        ] {
+            assert!(readme.contains(&value), "docs/scenario.md lacks the {what} limit {value}");
+        }
+    }
+
+    #[test]
+    fn ranges_include_and_exclude_their_ends_as_written() {
+        assert_eq!(Range::above(0.0, 1.0).to_string(), "(0, 1]");
+        assert_eq!(Range::below(0.0, 1.0).to_string(), "[0, 1)");
+        assert_eq!(REQUESTS.to_string(), "whole, 1 to 10,000,000");
+        assert_eq!(DURATION_S.to_string(), "[1e-9, 1,000,000,000]");
+        assert_eq!(CHOICE_WEIGHT.to_string(), "(0, 1e15]");
+        assert!(!Range::above(0.0, 1.0).contains(0.0) && Range::above(0.0, 1.0).contains(1.0));
+        assert!(Range::below(0.0, 1.0).contains(0.0) && !Range::below(0.0, 1.0).contains(1.0));
+        assert!(!RATE.contains(f64::NAN) && !RATE.contains(f64::INFINITY));
+        assert!(!REQUESTS.contains(1.5) && REQUESTS.contains(10_000_000.0) && !REQUESTS.contains(10_000_001.0));
+        assert!(SEED.contains_whole(i128::from(u64::MAX)) && !SEED.contains_whole(-1));
+    }
+
+    #[test]
+    fn numbers_read_as_written() {
+        assert_eq!(number(0.001), "0.001");
+        assert_eq!(number(1e6), "1,000,000");
+        assert_eq!(number(1e300), "1e300");
+        assert_eq!(number(-2.0), "-2");
+        assert_eq!(number(1e-9), "1e-9");
+    }
+
+    #[test]
+    fn the_time_limit_is_far_from_where_nanoseconds_saturate() {
+        // u64 nanoseconds reach 2^64 - 1 ns = 18,446,744,073.7 s. The
+        // clock may pass the limit by one step or one gap before the driver
+        // sees it; those are checked in saturating arithmetic, so the
+        // margin only has to keep the limit itself exact.
+        let saturation_s = 18_446_744_073.709_552;
+        assert!(MAX_SIM_SECONDS * 10.0 < saturation_s);
+        assert_eq!((MAX_SIM_SECONDS * 1e9) as u64, 1_000_000_000_000_000_000);
+    }
+}
