@@ -568,3 +568,69 @@ fn the_crates_depend_on_each_other_only_down_the_layers_and_the_lower_ones_have_
     }
     assert!(seen_web, "the check reads the resolved graph (the server has tokio)");
 }
+
+/// The longest a function outside tests may be, in lines (issue 28).
+const MAX_FUNCTION_LINES: usize = 150;
+
+/// Each function of `text` (before its inline tests) longer than `max`
+/// lines: (first line, name, lines). A function ends at the first line
+/// that is its opening line's indentation and `}`.
+fn long_functions(text: &str, max: usize) -> Vec<(usize, String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = lines
+        .windows(2)
+        .position(|w| w[0].starts_with("#[cfg(test)]") && w[1].starts_with("mod tests {"))
+        .unwrap_or(lines.len());
+    let mut out = Vec::new();
+    for (i, line) in lines[..end].iter().enumerate() {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        let mut words = body
+            .split_whitespace()
+            .skip_while(|w| w.starts_with("pub") || ["const", "async", "unsafe", "extern", "\"C\""].contains(w));
+        if words.next() != Some("fn") || body.trim_end().ends_with(';') {
+            continue;
+        }
+        let name = first_ident(words.next().unwrap_or(""));
+        let close = format!("{indent}}}");
+        if let Some(len) = lines[i..end].iter().position(|l| l.trim_end() == close).map(|k| k + 1)
+            && len > max
+        {
+            out.push((i + 1, name, len));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_outside_tests_is_over_150_lines() {
+    let mut long = Vec::new();
+    let mut functions = 0;
+    for (_, src) in roots() {
+        for file in rust_files(&src) {
+            if file.file_name().is_some_and(|n| n == "tests.rs") || file.components().any(|c| c.as_os_str() == "tests")
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            functions += long_functions(&text, 0).len();
+            for (line, name, len) in long_functions(&text, MAX_FUNCTION_LINES) {
+                long.push(format!("{}:{line} {name} ({len} lines)", file.strip_prefix(repo()).unwrap().display()));
+            }
+        }
+    }
+    assert!(functions > 2000, "the functions were found ({functions})");
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines: split them into named parts\n  {}",
+        long.join("\n  ")
+    );
+}
+
+#[test]
+fn the_long_function_finder_measures_from_the_signature_to_the_closing_brace() {
+    let text = "fn a() {\n    x();\n}\n    pub(crate) async fn b(\n        y: u32,\n    ) {\n        z();\n    }\nfn c();\n#[cfg(test)]\nmod tests {\nfn d() {\n}\n}\n";
+    let all: Vec<(usize, String, usize)> = long_functions(text, 0);
+    assert_eq!(all, [(1, "a".to_string(), 3), (4, "b".to_string(), 5)]);
+    assert_eq!(long_functions(text, 4), [(4, "b".to_string(), 5)]);
+}

@@ -127,14 +127,7 @@ where
     F: FnMut(&Engine, &mut O),
 {
     let mut at = Progress::default();
-    let hashing = engine.config().prefix_caching;
-    let block_size = engine.config().capacity.block_size;
-    let context = engine.config().context_length;
-    let mut hashes = BlockHashes::default();
-    // Requests a stretch took from the source but did not admit (in
-    // order), with their content; spare content buffers.
-    let mut held: VecDeque<Held> = VecDeque::new();
-    let mut spare: Vec<Vec<u64>> = Vec::new();
+    let mut intake = Intake::new(engine);
     loop {
         // An idle engine's next step starts at the next arrival, but never
         // before the engine's clock: requests that arrived while the last
@@ -150,92 +143,12 @@ where
         if start > limits.max_time {
             return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
         }
-        // Every request that has arrived by the step's start joins it
-        // (first those a stretch took from the source but left out).
-        loop {
-            let req = match held.pop_front() {
-                Some(h) => {
-                    // Its content was taken when the stretch popped it.
-                    let submitted = match (hashing, h.own_tail) {
-                        (true, true) => engine.submit_with_content(h.req, &h.hashes, tap),
-                        (true, false) => engine.submit_with_hashes(h.req, &h.hashes, tap),
-                        (false, _) => engine.submit(h.req, tap),
-                    };
-                    spare.push(h.hashes);
-                    if submitted.is_err() {
-                        source.rejected(h.req.id, h.req.arrival);
-                    }
-                    if let Some(why) = source.stalled() {
-                        return Err(SimError::Stalled { why, progress: at });
-                    }
-                    continue;
-                }
-                None => {
-                    if source.peek().is_none_or(|when| when > start) {
-                        break;
-                    }
-                    let Some(req) = source.pop() else { break };
-                    at.requests += 1;
-                    if at.requests > limits.max_requests {
-                        let (limit, rejected) = (limits.max_requests, tap.rejected);
-                        return Err(SimError::TooManyRequests { limit, rejected, progress: at });
-                    }
-                    req
-                }
-            };
-            let when = req.arrival;
-            let submitted = match hashing && fits_context(&req, context) {
-                // Content hashes only matter, and are only made, with prefix
-                // caching, and for requests the engine does not refuse for
-                // their length (which could be billions of tokens).
-                true => match (source.block_hashes(), source.own_from()) {
-                    (Some(named), _) => engine.submit_with_hashes(req, named, tap),
-                    // Blocks of the request's own content are not hashed:
-                    // nothing else can hit them (docs/prefix-caching.md, "Speed").
-                    (None, Some(own_from)) => {
-                        request_shared_hashes(&req, source.segments(), own_from, block_size, &mut hashes);
-                        engine.submit_with_content(req, &hashes, tap)
-                    }
-                    (None, None) => {
-                        request_block_hashes(&req, source.segments(), block_size, &mut hashes);
-                        engine.submit_with_hashes(req, &hashes, tap)
-                    }
-                },
-                false => engine.submit(req, tap),
-            };
-            if submitted.is_err() {
-                source.rejected(req.id, when);
-            }
-            if let Some(why) = source.stalled() {
-                return Err(SimError::Stalled { why, progress: at });
-            }
-        }
+        intake.join_due(engine, source, tap, limits, start, &mut at)?;
         let stretch = match stepping {
-            Stepping::MacroSteps | Stepping::MacroStepsInOrder => {
-                // Arrivals the step-by-step path would admit whole join
-                // the stretch (with prefix caching, with their content);
-                // any other stops it before its step, or one that would
-                // break a limit: the next call of `step` then meets it as
-                // the step-by-step path would. A finish inside the stretch
-                // is told to the source at once, as after a step: a closed
-                // loop's next arrival may follow from it.
-                let max_steps = limits.max_steps.saturating_sub(at.steps).min(STRETCH_STEPS);
-                let mut feed = Feed {
-                    source: &mut *source,
-                    held: &mut held,
-                    spare: &mut spare,
-                    requests: &mut at.requests,
-                    max_requests: limits.max_requests,
-                    hashing,
-                    block_size,
-                    context,
-                    hashes: &mut hashes,
-                };
-                engine.decode_stretch_admitting(limits.max_time, max_steps, &mut feed, tap)
-            }
+            Stepping::MacroSteps | Stepping::MacroStepsInOrder => intake.stretch(engine, source, tap, limits, &mut at),
             Stepping::Exact => 0,
         };
-        if stretch == 0 && !held.is_empty() {
+        if stretch == 0 && !intake.held.is_empty() {
             // The first step of the stretch left arrivals out: they join
             // the queue now and that step goes through `Engine::step`.
             continue;
@@ -269,6 +182,138 @@ where
         }
     }
     Ok(())
+}
+
+/// How requests reach the engine in [`drive_loop`]: with prefix caching,
+/// each with its content's block hashes; the requests a stretch took from
+/// the source but did not admit (in order), with their content; spare
+/// content buffers.
+struct Intake {
+    hashing: bool,
+    block_size: u32,
+    /// Longer requests are refused for their length: no content is made.
+    context: u32,
+    hashes: BlockHashes,
+    held: VecDeque<Held>,
+    spare: Vec<Vec<u64>>,
+}
+
+impl Intake {
+    fn new(engine: &Engine) -> Intake {
+        Intake {
+            hashing: engine.config().prefix_caching,
+            block_size: engine.config().capacity.block_size,
+            context: engine.config().context_length,
+            hashes: BlockHashes::default(),
+            held: VecDeque::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Every request that has arrived by the step's `start` joins it
+    /// (first those a stretch took from the source but left out).
+    fn join_due<S: Source, O: Observer>(
+        &mut self,
+        engine: &mut Engine,
+        source: &mut S,
+        tap: &mut Tap<'_, O>,
+        limits: &RunLimits,
+        start: SimTime,
+        at: &mut Progress,
+    ) -> Result<(), SimError> {
+        loop {
+            if let Some(h) = self.held.pop_front() {
+                // Its content was taken when the stretch popped it.
+                let submitted = match (self.hashing, h.own_tail) {
+                    (true, true) => engine.submit_with_content(h.req, &h.hashes, tap),
+                    (true, false) => engine.submit_with_hashes(h.req, &h.hashes, tap),
+                    (false, _) => engine.submit(h.req, tap),
+                };
+                self.spare.push(h.hashes);
+                if submitted.is_err() {
+                    source.rejected(h.req.id, h.req.arrival);
+                }
+            } else {
+                if source.peek().is_none_or(|when| when > start) {
+                    return Ok(());
+                }
+                let Some(req) = source.pop() else { return Ok(()) };
+                at.requests += 1;
+                if at.requests > limits.max_requests {
+                    let (limit, rejected) = (limits.max_requests, tap.rejected);
+                    return Err(SimError::TooManyRequests { limit, rejected, progress: *at });
+                }
+                self.submit(engine, source, tap, req);
+            }
+            if let Some(why) = source.stalled() {
+                return Err(SimError::Stalled { why, progress: *at });
+            }
+        }
+    }
+
+    /// Submits a request just taken from the source, with its content's
+    /// hashes when they matter.
+    fn submit<S: Source, O: Observer>(
+        &mut self,
+        engine: &mut Engine,
+        source: &mut S,
+        tap: &mut Tap<'_, O>,
+        req: Request,
+    ) {
+        let when = req.arrival;
+        let submitted = match self.hashing && fits_context(&req, self.context) {
+            // Content hashes only matter, and are only made, with prefix
+            // caching, and for requests the engine does not refuse for
+            // their length (which could be billions of tokens).
+            true => match (source.block_hashes(), source.own_from()) {
+                (Some(named), _) => engine.submit_with_hashes(req, named, tap),
+                // Blocks of the request's own content are not hashed:
+                // nothing else can hit them (docs/prefix-caching.md, "Speed").
+                (None, Some(own_from)) => {
+                    request_shared_hashes(&req, source.segments(), own_from, self.block_size, &mut self.hashes);
+                    engine.submit_with_content(req, &self.hashes, tap)
+                }
+                (None, None) => {
+                    request_block_hashes(&req, source.segments(), self.block_size, &mut self.hashes);
+                    engine.submit_with_hashes(req, &self.hashes, tap)
+                }
+            },
+            false => engine.submit(req, tap),
+        };
+        if submitted.is_err() {
+            source.rejected(req.id, when);
+        }
+    }
+
+    /// Takes a decode stretch (0 steps when the engine is not in one).
+    /// Arrivals the step-by-step path would admit whole join the stretch
+    /// (with prefix caching, with their content); any other stops it
+    /// before its step, or one that would break a limit: the next call of
+    /// `step` then meets it as the step-by-step path would. A finish inside
+    /// the stretch is told to the source at once, as after a step: a
+    /// closed loop's next arrival may follow from it.
+    fn stretch<S: Source, O: Observer>(
+        &mut self,
+        engine: &mut Engine,
+        source: &mut S,
+        tap: &mut Tap<'_, O>,
+        limits: &RunLimits,
+        at: &mut Progress,
+    ) -> u64 {
+        let max_steps = limits.max_steps.saturating_sub(at.steps).min(STRETCH_STEPS);
+        let mut feed = Feed {
+            source,
+            held: &mut self.held,
+            spare: &mut self.spare,
+            requests: &mut at.requests,
+            max_requests: limits.max_requests,
+            hashing: self.hashing,
+            block_size: self.block_size,
+            context: self.context,
+            hashes: &mut self.hashes,
+        };
+        engine.decode_stretch_admitting(limits.max_time, max_steps, &mut feed, tap)
+    }
 }
 
 /// Steps one stretch takes at most, so its scratch space stays small:

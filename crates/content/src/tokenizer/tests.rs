@@ -177,7 +177,7 @@ fn tokens_of_random_text_are_never_empty_and_join_back_to_the_text() {
     }
 }
 
-/// A rough speed figure: `cargo test --release --lib tokenizer_speed -- --ignored --nocapture`.
+/// A rough speed figure: `cargo test --release -p llmsim-content --lib tokenizer_speed -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn tokenizer_speed() {

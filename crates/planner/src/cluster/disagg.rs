@@ -391,30 +391,9 @@ where
             return Err(SimError::TimeLimit { at: engine.clock(), limit: limits.max_time, progress: at });
         }
         after_step(kind, r, engine, tap.inner);
-        // First tokens released: their KV starts moving.
-        for (id, when) in handed.drain(..) {
-            outstanding[0][r] -= 1;
-            let bytes = u64::from(known[id as usize].prompt) * setup.kv_bytes_per_token;
-            // In seconds first: a link slow enough to saturate the clock
-            // must not hand the request over at the end of time.
-            let secs = setup.kv_transfer.secs(bytes);
-            // (Never NaN: the bandwidth is validated above 0 and finite.)
-            if secs >= limits.max_time.as_nanos().saturating_sub(when.as_nanos()) as f64 / 1e9 {
-                let t = &setup.kv_transfer;
-                let why = format!(
-                    "moving request {id}'s KV ({} bytes) over cluster.kv_transfer ({} GB/s + {} ms) would take {} \
-                     s and end past the limit of {} s: the link is far too slow for this workload",
-                    llmsim_core::util::thousands(bytes),
-                    llmsim_core::util::short_float(t.bandwidth_gbps),
-                    llmsim_core::util::short_float(t.latency_ms),
-                    llmsim_core::util::short_float(secs),
-                    llmsim_core::util::thousands(limits.max_time.as_nanos() / 1_000_000_000),
-                );
-                return Err(SimError::Stalled { why, progress: Progress { now: when, ..at } });
-            }
-            let ns = llmsim_core::time::secs_to_nanos(secs);
-            run.transfers_ns.push(ns);
-            transfers.push(Reverse((when.plus_nanos(ns), run.transfers_ns.len() as u64, id)));
+        // First tokens released (by a prefill step): their KV starts moving.
+        if !handed.is_empty() {
+            start_transfers(&mut handed, &mut outstanding[0][r], &known, setup, &mut run, &mut transfers, at)?;
         }
         let pool = kind as usize;
         for (id, when, finished) in tap.done.drain(..) {
@@ -429,6 +408,46 @@ where
         }
     }
     Ok(run)
+}
+
+/// Starts moving the KV of the requests `handed` over by a prefill replica
+/// (their first tokens released), each over `setup.kv_transfer`; stops the
+/// run when a transfer would end past its time limit.
+fn start_transfers(
+    handed: &mut Handed,
+    outstanding: &mut u64,
+    known: &[Known],
+    setup: &DisaggSetup,
+    run: &mut DisaggRun,
+    transfers: &mut BinaryHeap<Transfer>,
+    at: Progress,
+) -> Result<(), SimError> {
+    let limits = &setup.limits;
+    for (id, when) in handed.drain(..) {
+        *outstanding -= 1;
+        let bytes = u64::from(known[id as usize].prompt) * setup.kv_bytes_per_token;
+        // In seconds first: a link slow enough to saturate the clock
+        // must not hand the request over at the end of time.
+        let secs = setup.kv_transfer.secs(bytes);
+        // (Never NaN: the bandwidth is validated above 0 and finite.)
+        if secs >= limits.max_time.as_nanos().saturating_sub(when.as_nanos()) as f64 / 1e9 {
+            let t = &setup.kv_transfer;
+            let why = format!(
+                "moving request {id}'s KV ({} bytes) over cluster.kv_transfer ({} GB/s + {} ms) would take {} \
+                 s and end past the limit of {} s: the link is far too slow for this workload",
+                llmsim_core::util::thousands(bytes),
+                llmsim_core::util::short_float(t.bandwidth_gbps),
+                llmsim_core::util::short_float(t.latency_ms),
+                llmsim_core::util::short_float(secs),
+                llmsim_core::util::thousands(limits.max_time.as_nanos() / 1_000_000_000),
+            );
+            return Err(SimError::Stalled { why, progress: Progress { now: when, ..at } });
+        }
+        let ns = llmsim_core::time::secs_to_nanos(secs);
+        run.transfers_ns.push(ns);
+        transfers.push(Reverse((when.plus_nanos(ns), run.transfers_ns.len() as u64, id)));
+    }
+    Ok(())
 }
 
 /// The observer of a prefill replica's submission or step.

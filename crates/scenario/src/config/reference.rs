@@ -8,7 +8,7 @@
 //! `<!-- /generated:NAME -->` markers. A test regenerates each part and
 //! fails when the page differs, so the reference cannot drift from the
 //! code. After changing a key, a range or a profile, rewrite the page with
-//! `cargo test --release --lib config::reference -- --ignored write_scenario_reference`.
+//! `cargo test --release -p llmsim-scenario --lib config::reference -- --ignored write_scenario_reference`.
 
 use std::path::Path;
 
@@ -252,7 +252,7 @@ mod tests {
         if fresh != page {
             let line = page.lines().zip(fresh.lines()).position(|(a, b)| a != b).unwrap_or(0) + 1;
             panic!(
-                "{PAGE} differs from the code at line {line}; rewrite it with\n  cargo test --release --lib \
+                "{PAGE} differs from the code at line {line}; rewrite it with\n  cargo test --release -p llmsim-scenario --lib \
                  config::reference -- --ignored write_scenario_reference"
             );
         }
