@@ -191,7 +191,7 @@ fn write_trace_scenario(base: &Path, dir: &Path, reqs: &[lean::Req]) -> PathBuf 
 fn run_in_process(s: &Scenario, stepping: Stepping) -> llmsim_planner::metrics::RunResult {
     let collector = Collector::new(&s.capacity, CollectorOptions::default()).summary_only();
     let out = run_collecting(s, collector, &mut (), &mut |_| {}, stepping).expect("within the run limits");
-    std::hint::black_box(llmsim_planner::report::to_json(&out.result));
+    std::hint::black_box(llmsim_core::util::to_json(&out.result));
     out.result
 }
 

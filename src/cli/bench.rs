@@ -337,7 +337,7 @@ pub fn execute(a: BenchArgs) -> Result<(), CliError> {
     let run = bench::run(&cfg, &super::runtime::bench_runtime()?).map_err(|e| CliError::Failure(e.to_string()))?;
     let json = bench::result::to_json(&run, utc_date());
     if let Some(path) = &a.json {
-        write_output(path, llmsim_planner::report::to_json(&json).as_bytes())?;
+        write_output(path, llmsim_core::util::to_json(&json).as_bytes())?;
     }
     if let (Some(path), Some(_)) = (&a.trace, cfg.turns) {
         let (rows, content) = session_rows(&run);

@@ -10,7 +10,7 @@ use super::{CliError, ScenarioArgs, print, write_output};
 use llmsim_analysis::capacity::probe::MAX_REQUESTS;
 use llmsim_analysis::capacity::search::{FEWEST_REQUESTS, MAX_SEEDS, SearchError};
 use llmsim_analysis::capacity::{Options, Slo, render, search};
-use llmsim_planner::report::thousands;
+use llmsim_core::util::thousands;
 
 /// The finest `--precision`: the bisection stops well before two rates are
 /// adjacent floating-point numbers.
@@ -138,7 +138,7 @@ pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
         found.fleet = Some(fleet);
     }
     if let Some(path) = &a.json {
-        write_output(path, llmsim_planner::report::to_json(&found).as_bytes())?;
+        write_output(path, llmsim_core::util::to_json(&found).as_bytes())?;
     }
     let to_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
     if !a.quiet && !to_stdout {

@@ -68,7 +68,7 @@ pub fn execute(a: DiffArgs) -> Result<(), CliError> {
         })
         .collect();
     if let Some(path) = &a.json {
-        write_output(path, llmsim_planner::report::to_json(&comparisons).as_bytes())?;
+        write_output(path, llmsim_core::util::to_json(&comparisons).as_bytes())?;
     }
     if a.json.as_deref() != Some(Path::new("-")) {
         print(&text.join("\n"))?;

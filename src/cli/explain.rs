@@ -5,7 +5,8 @@ mod deployment;
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, print};
-use llmsim_planner::report::{summary, thousands};
+use llmsim_core::util::thousands;
+use llmsim_planner::report::summary;
 use llmsim_scenario::config::Scenario;
 
 #[derive(Debug, Args)]

@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use llmsim_planner::report::thousands;
+use llmsim_core::util::thousands;
 use llmsim_planner::sim::Progress;
 use llmsim_scenario::config::{Arrivals, Scenario};
 

@@ -95,7 +95,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     progress.finish();
     let out = out.map_err(|e| CliError::sim(&scenario, e))?;
     if let Some(path) = &a.json {
-        write_output(path, report::to_json(&out.result).as_bytes())?;
+        write_output(path, llmsim_core::util::to_json(&out.result).as_bytes())?;
     }
     if let Some(path) = &a.requests_csv {
         let caching = scenario.model.kv_cache.prefix_caching;

@@ -180,7 +180,7 @@ pub fn execute_sweep(a: SweepArgs) -> Result<(), CliError> {
     match (spec, &a.output) {
         (Some(spec), Some(path)) => {
             let file = ShardFile::new(spec, plan.fingerprint(&points), points.len(), data);
-            write_output(path, llmsim_planner::report::to_json(&file).as_bytes())?;
+            write_output(path, llmsim_core::util::to_json(&file).as_bytes())?;
             if !a.out.quiet && path != Path::new("-") {
                 print(&output::table(&file.data))?;
             }

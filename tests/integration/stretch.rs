@@ -10,8 +10,8 @@
 
 use llmsim_core::engine::{Observer, RejectReason, RequestId, StepRecord};
 use llmsim_core::time::SimTime;
+use llmsim_core::util::to_json;
 use llmsim_planner::metrics::{Collector, CollectorOptions, RunOutput};
-use llmsim_planner::report::to_json;
 use llmsim_planner::sim::{Stepping, run_collecting};
 use llmsim_scenario::config::Scenario;
 use rand::{RngExt, SeedableRng};

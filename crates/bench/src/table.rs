@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::result::{BenchJson, server_figure};
 use super::{BenchRun, Load, ServerSummary};
-use llmsim_planner::report::opt;
+use llmsim_core::util::opt;
 
 /// The whole printed report.
 pub fn render(run: &BenchRun, j: &BenchJson) -> String {

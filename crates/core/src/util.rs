@@ -1,5 +1,6 @@
 //! Small helpers shared by the config, the CLI and the reports: typo
-//! suggestions and the short forms numbers and text take in messages. This
+//! suggestions, the short forms numbers and text take in messages and
+//! tables, and the pretty JSON of every file llmsim writes. This
 //! module is the bottom layer: it imports nothing from the crate.
 
 /// The candidate closest to `word` by edit distance, if it is close enough
@@ -136,9 +137,39 @@ pub fn short_text(s: &str) -> String {
     }
 }
 
+/// Pretty JSON with a trailing newline: every JSON file llmsim writes.
+pub fn to_json<T: serde::Serialize>(value: &T) -> String {
+    let mut s = serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+/// An optional figure with the given decimals, or `-`.
+pub fn opt(x: Option<f64>, decimals: usize) -> String {
+    x.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(121_744), "121,744");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+    }
+
+    #[test]
+    fn opt_is_a_dash_without_a_figure() {
+        assert_eq!(opt(None, 2), "-");
+        assert_eq!(opt(Some(1.236), 2), "1.24");
+    }
+
+    #[test]
+    fn to_json_is_pretty_and_ends_with_a_newline() {
+        assert_eq!(to_json(&serde_json::json!({"a": [1]})), "{\n  \"a\": [\n    1\n  ]\n}\n");
+    }
 
     #[test]
     fn splitmix_gives_the_reference_streams_first_outputs() {

@@ -8,10 +8,10 @@
 
 use std::fmt;
 
-use crate::report::thousands;
 use crate::workload::Source;
 use llmsim_core::engine::{Observer, RejectReason, RequestId, StepRecord};
 use llmsim_core::time::SimTime;
+use llmsim_core::util::thousands;
 use llmsim_scenario::config::limits;
 
 /// The bounds of one run ([`limits`]); tests lower them.

@@ -5,7 +5,8 @@ use std::fmt::Write;
 
 use llmsim_core::engine::StepShape;
 use llmsim_core::engine::arch::{Architecture, attention_pairs};
-use llmsim_planner::report::{summary, thousands};
+use llmsim_core::util::thousands;
+use llmsim_planner::report::summary;
 use llmsim_scenario::config::Scenario;
 use llmsim_scenario::config::deployment::{FigureSource, weight_dtype};
 

@@ -28,7 +28,7 @@
 use std::fmt::Write;
 
 use super::SearchResult;
-use llmsim_planner::report::thousands;
+use llmsim_core::util::thousands;
 
 /// The summary `llmsim capacity` prints.
 pub fn render(r: &SearchResult) -> String {

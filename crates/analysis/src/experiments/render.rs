@@ -227,7 +227,7 @@ pub fn number(x: f64) -> String {
     let a = x.abs();
     let text = if a >= 1000.0 || x.fract() == 0.0 {
         let rounded = x.round();
-        let digits = llmsim_planner::report::thousands(rounded.abs() as u64);
+        let digits = llmsim_core::util::thousands(rounded.abs() as u64);
         if rounded < 0.0 { format!("-{digits}") } else { digits }
     } else if a >= 100.0 {
         format!("{x:.1}")
@@ -261,7 +261,7 @@ fn half_width(mean: f64, half: f64) -> String {
     if text.chars().all(|c| matches!(c, '0' | '.')) {
         String::new()
     } else if decimals == 0 {
-        llmsim_planner::report::thousands(half.round() as u64)
+        llmsim_core::util::thousands(half.round() as u64)
     } else {
         text
     }

@@ -97,7 +97,7 @@ pub fn json(data: &SweepData) -> String {
             results: &p.results,
         })
         .collect();
-    llmsim_planner::report::to_json(&points)
+    llmsim_core::util::to_json(&points)
 }
 
 /// The metrics the terminal table shows.

@@ -9,10 +9,10 @@
 use std::fmt::Write;
 
 use super::csv_out::{self, RequestColumn};
-use super::thousands;
 use crate::metrics::Placement;
 use crate::metrics::{RequestRecord, RunResult};
 use llmsim_core::engine::StepRecord;
+use llmsim_core::util::thousands;
 use llmsim_scenario::config::{Cluster, Scenario};
 
 /// `4 replicas x 2 GPUs (TP 2) = 8 GPUs, router least_outstanding`.

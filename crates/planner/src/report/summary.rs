@@ -2,8 +2,8 @@
 
 use std::fmt::Write;
 
-use super::{opt, thousands};
 use crate::metrics::{RunResult, Stats};
+use llmsim_core::util::{opt, thousands};
 use llmsim_scenario::config::{Arrivals, Length, Scenario};
 
 /// Capacity in blocks, tokens and whole requests of the mean length.

@@ -12,6 +12,7 @@ use serde_json::Value as Json;
 use super::ConfigError;
 use super::check::Check;
 use super::limits;
+use super::presets::{Shelf, Unknown};
 use super::raw::{RawArchitecture, RawModelFile};
 use llmsim_core::engine::arch::Architecture;
 
@@ -409,47 +410,32 @@ impl Hf<'_> {
     }
 }
 
+/// The model files: `models/NAME.yml` ([`super::presets`]).
+pub const SHELF: Shelf = Shelf {
+    folder: "models",
+    shipped_from: "scenarios/models",
+    builtin: BUILTIN,
+    kind: crate::input::Kind::Model,
+    dots: true,
+};
+
 /// Finds model file `name` for a scenario: `models/NAME.yml` in the
 /// scenario's directory or one above it, else a built-in one.
 pub fn find(name: &str, scenario_file: &Path) -> Result<(PathBuf, String), ConfigError> {
-    let valid_name =
-        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if valid_name {
-        for dir in search_dirs(scenario_file) {
-            let path = dir.join(format!("{name}.yml"));
-            if super::is_a_file(&path) {
-                let text = crate::input::read_text(crate::input::Kind::Model, &path)?;
-                return Ok((path, text));
-            }
-        }
-        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name) {
-            return Ok((PathBuf::from(format!("<built-in scenarios/models/{name}.yml>")), (*text).to_string()));
-        }
+    match SHELF.find(name, scenario_file)? {
+        Ok(found) => Ok((found.file, found.text)),
+        Err(Unknown { hint, known }) => Err(ConfigError::new(
+            scenario_file,
+            "model",
+            format!(
+                "unknown model `{name}`{hint}; known models: {} (or describe it: model.architecture, model.hf_config)",
+                known.join(", ")
+            ),
+        )),
     }
-    let known = known_names(scenario_file);
-    let hint = llmsim_core::util::nearest(name, known.iter().map(String::as_str))
-        .map(|n| format!(" (did you mean `{n}`?)"))
-        .unwrap_or_default();
-    Err(ConfigError::new(
-        scenario_file,
-        "model",
-        format!(
-            "unknown model `{name}`{hint}; known models: {} (or describe it: model.architecture, model.hf_config)",
-            known.join(", ")
-        ),
-    ))
-}
-
-/// `models/` in the scenario's directory and every directory above it:
-/// first as the scenario's path gives them (so a relative path stays
-/// relative in messages), then above that, from the canonical path.
-fn search_dirs(scenario_file: &Path) -> Vec<PathBuf> {
-    let start = scenario_file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let canonical = std::fs::canonicalize(&start).unwrap_or_else(|_| start.clone());
-    start.ancestors().chain(canonical.ancestors()).map(|d| d.join("models")).collect()
 }
 
 /// Every model name reachable from this scenario, sorted.
 pub fn known_names(scenario_file: &Path) -> Vec<String> {
-    super::yml_names(BUILTIN.iter().map(|(n, _)| *n), &search_dirs(scenario_file))
+    SHELF.known_names(scenario_file)
 }

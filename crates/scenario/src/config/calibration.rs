@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::ConfigError;
+pub use super::presets::Found;
+use super::presets::{Shelf, Unknown};
 use super::raw::{RawEfficiency, RawLatency, RawScenario};
 use crate::input::{Kind, Reason};
 
@@ -145,13 +147,19 @@ pub fn parse(text: &str, file: &Path) -> Result<RawCalibration, ConfigError> {
     Ok(raw)
 }
 
-/// Where a profile's text came from.
-pub struct Found {
-    pub file: PathBuf,
-    pub text: String,
-}
+/// The calibration profiles: `hardware/calibrations/NAME.yml`
+/// ([`super::presets`]).
+pub const SHELF: Shelf = Shelf {
+    folder: "hardware/calibrations",
+    shipped_from: "hardware/calibrations",
+    builtin: BUILTIN,
+    kind: Kind::Calibration,
+    dots: false,
+};
 
-/// Finds the profile a scenario in `scenario_file` names.
+/// Finds the profile a scenario in `scenario_file` names: a file path
+/// (with a `/` or ending in `.yml`/`.yaml`, relative to the scenario), or
+/// a profile name.
 pub fn find(reference: &str, scenario_file: &Path) -> Result<Found, ConfigError> {
     let err = |m: String| ConfigError::new(scenario_file, "calibration", m);
     let is_file = reference.contains('/') || reference.ends_with(".yml") || reference.ends_with(".yaml");
@@ -165,41 +173,18 @@ pub fn find(reference: &str, scenario_file: &Path) -> Result<Found, ConfigError>
         })?;
         return Ok(Found { file, text });
     }
-    let valid = !reference.is_empty() && reference.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
-    if valid {
-        for dir in search_dirs(scenario_file) {
-            let file = dir.join(format!("{reference}.yml"));
-            if super::is_a_file(&file) {
-                let text = crate::input::read_text(Kind::Calibration, &file)?;
-                return Ok(Found { file, text });
-            }
-        }
-        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == reference) {
-            let file = PathBuf::from(format!("<built-in hardware/calibrations/{reference}.yml>"));
-            return Ok(Found { file, text: (*text).to_string() });
-        }
-    }
-    let known = known_names(scenario_file);
-    let hint = llmsim_core::util::nearest(reference, known.iter().map(String::as_str))
-        .map(|n| format!(" (did you mean `{n}`?)"))
-        .unwrap_or_default();
-    Err(err(format!(
-        "unknown calibration `{reference}`{hint}; known profiles (hardware/calibrations/): {}; \
-         or give a file path ending in .yml",
-        known.join(", ")
-    )))
-}
-
-/// `hardware/calibrations/` in the scenario's directory and every one above.
-fn search_dirs(scenario_file: &Path) -> Vec<PathBuf> {
-    let start = scenario_file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let start = std::fs::canonicalize(&start).unwrap_or(start);
-    start.ancestors().map(|d| d.join("hardware").join("calibrations")).collect()
+    SHELF.find(reference, scenario_file)?.map_err(|Unknown { hint, known }| {
+        err(format!(
+            "unknown calibration `{reference}`{hint}; known profiles (hardware/calibrations/): {}; \
+             or give a file path ending in .yml",
+            known.join(", ")
+        ))
+    })
 }
 
 /// Every profile name reachable from this scenario, sorted.
 pub fn known_names(scenario_file: &Path) -> Vec<String> {
-    super::yml_names(BUILTIN.iter().map(|(n, _)| *n), &search_dirs(scenario_file))
+    SHELF.known_names(scenario_file)
 }
 
 /// Fills the keys `raw` leaves unset from its calibration, if it names one.

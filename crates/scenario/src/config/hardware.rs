@@ -3,11 +3,14 @@
 //! `hardware: NAME` in a scenario is looked up as `hardware/NAME.yml` in the
 //! scenario's directory and each directory above it, then among the profiles
 //! compiled into the binary (copies of the repository's `hardware/`), so the
-//! binary works from anywhere.
+//! binary works from anywhere: the lookup of [`super::presets`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::ConfigError;
+pub use super::presets::Found;
+use super::presets::{Shelf, Unknown};
+use crate::input::Kind;
 
 /// The shipped profiles, by name.
 pub const BUILTIN: &[(&str, &str)] = &[
@@ -22,50 +25,22 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("rtx-pro-6000", include_str!("../../../../hardware/rtx-pro-6000.yml")),
 ];
 
-/// Where a profile's text came from.
-pub struct Found {
-    pub file: PathBuf,
-    pub text: String,
-}
+/// The hardware profiles: `hardware/NAME.yml` ([`super::presets`]).
+pub const SHELF: Shelf =
+    Shelf { folder: "hardware", shipped_from: "hardware", builtin: BUILTIN, kind: Kind::Hardware, dots: true };
 
-/// Finds profile `name` for a scenario in `scenario_dir`.
+/// Finds profile `name` for a scenario in `scenario_file`.
 pub fn find(name: &str, scenario_file: &Path) -> Result<Found, ConfigError> {
-    let valid_name =
-        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if valid_name {
-        for dir in search_dirs(scenario_file) {
-            let file = dir.join(format!("{name}.yml"));
-            if super::is_a_file(&file) {
-                let text = crate::input::read_text(crate::input::Kind::Hardware, &file)?;
-                return Ok(Found { file, text });
-            }
-        }
-        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name) {
-            return Ok(Found {
-                file: PathBuf::from(format!("<built-in hardware/{name}.yml>")),
-                text: (*text).to_string(),
-            });
-        }
-    }
-    let known = known_names(scenario_file);
-    let hint = llmsim_core::util::nearest(name, known.iter().map(String::as_str))
-        .map(|n| format!(" (did you mean `{n}`?)"))
-        .unwrap_or_default();
-    Err(ConfigError::new(
-        scenario_file,
-        "hardware",
-        format!("unknown hardware profile `{name}`{hint}; known profiles: {}", known.join(", ")),
-    ))
-}
-
-/// `hardware/` in the scenario's directory and every directory above it.
-fn search_dirs(scenario_file: &Path) -> Vec<PathBuf> {
-    let start = scenario_file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let start = std::fs::canonicalize(&start).unwrap_or(start);
-    start.ancestors().map(|d| d.join("hardware")).collect()
+    SHELF.find(name, scenario_file)?.map_err(|Unknown { hint, known }| {
+        ConfigError::new(
+            scenario_file,
+            "hardware",
+            format!("unknown hardware profile `{name}`{hint}; known profiles: {}", known.join(", ")),
+        )
+    })
 }
 
 /// Every profile name reachable from this scenario, sorted.
 pub fn known_names(scenario_file: &Path) -> Vec<String> {
-    super::yml_names(BUILTIN.iter().map(|(n, _)| *n), &search_dirs(scenario_file))
+    SHELF.known_names(scenario_file)
 }

@@ -14,6 +14,7 @@ pub mod keys;
 pub mod num;
 pub mod onekey;
 pub mod overrides;
+pub mod presets;
 pub mod raw;
 pub mod reference;
 pub mod scenario;
