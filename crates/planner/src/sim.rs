@@ -301,17 +301,7 @@ impl Intake {
         at: &mut Progress,
     ) -> u64 {
         let max_steps = limits.max_steps.saturating_sub(at.steps).min(STRETCH_STEPS);
-        let mut feed = Feed {
-            source,
-            held: &mut self.held,
-            spare: &mut self.spare,
-            requests: &mut at.requests,
-            max_requests: limits.max_requests,
-            hashing: self.hashing,
-            block_size: self.block_size,
-            context: self.context,
-            hashes: &mut self.hashes,
-        };
+        let mut feed = Feed { source, intake: self, requests: &mut at.requests, max_requests: limits.max_requests };
         engine.decode_stretch_admitting(limits.max_time, max_steps, &mut feed, tap)
     }
 }
@@ -345,17 +335,12 @@ struct Held {
 /// leaves out stay in `held`, and the driver submits them first.
 struct Feed<'a, S> {
     source: &'a mut S,
-    held: &'a mut VecDeque<Held>,
-    /// Content buffers to reuse.
-    spare: &'a mut Vec<Vec<u64>>,
+    /// The driver's intake: the held requests, spare content buffers, and
+    /// (with prefix caching) how each request's content is taken as it is
+    /// popped.
+    intake: &'a mut Intake,
     requests: &'a mut u64,
     max_requests: u64,
-    /// Prefix caching: each request's content is taken as it is popped.
-    hashing: bool,
-    block_size: u32,
-    /// Longer requests are refused for their length: no content is made.
-    context: u32,
-    hashes: &'a mut BlockHashes,
 }
 
 impl<S: Source> Arrivals for Feed<'_, S> {
@@ -363,14 +348,14 @@ impl<S: Source> Arrivals for Feed<'_, S> {
         if self.source.stalled().is_some() {
             return Some(SimTime::ZERO);
         }
-        match self.held.front() {
+        match self.intake.held.front() {
             Some(h) => Some(h.req.arrival),
             None => self.source.peek(),
         }
     }
 
     fn due(&mut self, at: SimTime, k: usize) -> Due {
-        while self.held.len() <= k {
+        while self.intake.held.len() <= k {
             match self.source.peek() {
                 Some(when) if when <= at => {}
                 _ => return Due::None,
@@ -381,12 +366,12 @@ impl<S: Source> Arrivals for Feed<'_, S> {
             }
             let Some(req) = self.source.pop() else { return Due::None };
             *self.requests += 1;
-            let mut hashes = self.spare.pop().unwrap_or_default();
+            let mut hashes = self.intake.spare.pop().unwrap_or_default();
             hashes.clear();
             let mut own_tail = false;
-            if self.hashing && fits_context(&req, self.context) {
+            if self.intake.hashing && fits_context(&req, self.intake.context) {
                 // As the driver submits it (see `drive_loop`).
-                let (source, bs, memo) = (&*self.source, self.block_size, &mut *self.hashes);
+                let (source, bs, memo) = (&*self.source, self.intake.block_size, &mut self.intake.hashes);
                 match (source.block_hashes(), source.own_from()) {
                     (Some(named), _) => hashes.extend_from_slice(named),
                     // The hashes made go with the request, and the memo
@@ -402,27 +387,27 @@ impl<S: Source> Arrivals for Feed<'_, S> {
                     }
                 }
             }
-            self.held.push_back(Held { req, hashes, own_tail });
+            self.intake.held.push_back(Held { req, hashes, own_tail });
         }
         if self.source.stalled().is_some() {
             return Due::Refused;
         }
-        Due::Request(self.held[k].req)
+        Due::Request(self.intake.held[k].req)
     }
 
     fn take(&mut self, k: usize) {
-        for h in self.held.drain(..k) {
-            self.spare.push(h.hashes);
+        for h in self.intake.held.drain(..k) {
+            self.intake.spare.push(h.hashes);
         }
     }
 
     fn content(&self, k: usize) -> (&[u64], bool) {
-        let h = &self.held[k];
+        let h = &self.intake.held[k];
         (&h.hashes, h.own_tail)
     }
 
     fn move_content(&mut self, k: usize, buf: &mut Vec<u64>) -> bool {
-        let h = &mut self.held[k];
+        let h = &mut self.intake.held[k];
         std::mem::swap(buf, &mut h.hashes);
         h.own_tail
     }

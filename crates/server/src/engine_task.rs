@@ -514,11 +514,11 @@ impl EngineTask {
     /// Hands replica `r`'s buffered step output to the handlers at `due`.
     fn release(&mut self, r: usize, due: SimTime, tokens: u32, preempted: u32) {
         let lag = self.clock.now().nanos_since(due);
-        // The counts go out before any event does: a client that has seen
-        // its first token and sends again must find the prompt out of the
-        // backlog at the handler's preflight check, which reads the
-        // published counts from another thread.
-        // The same for a request's slot once its end is sent.
+        // The counts go out before any event does, once for the whole
+        // step: a client that has seen its first token (or its end) and
+        // sends again must find its prompt out of the backlog (its slot
+        // free) at the handler's preflight check, which reads the published
+        // counts from another thread. Below, only the events.
         let mut ending = 0;
         for out in &self.replicas[r].out {
             let (Out::Token(id, _) | Out::Finished(id) | Out::Rejected(id, _)) = out;
@@ -539,7 +539,6 @@ impl EngineTask {
             match out {
                 Out::Token(id, index) => {
                     let Some(l) = self.live.get_mut(&id) else { continue };
-                    Self::end_prefill(&mut self.prefill_tokens, l);
                     let (ttft, gap) = l.story.rec.add_token(due, index).split();
                     stats.token(ttft, gap, l.epoch);
                     released += 1;
@@ -547,7 +546,6 @@ impl EngineTask {
                 }
                 Out::Finished(id) => {
                     let Some(mut l) = self.live.remove(&id) else { continue };
-                    Self::end_prefill(&mut self.prefill_tokens, &mut l);
                     self.tickets.remove(&l.ticket);
                     l.story.rec.status = Status::Finished;
                     stats.finished(&l.story, l.finish, l.max_tokens, l.n, l.epoch);
@@ -557,8 +555,7 @@ impl EngineTask {
                     let _ = l.events.send(Event::Done(Box::new(l.story)));
                 }
                 Out::Rejected(id, reason) => {
-                    let Some(mut l) = self.live.remove(&id) else { continue };
-                    Self::end_prefill(&mut self.prefill_tokens, &mut l);
+                    let Some(l) = self.live.remove(&id) else { continue };
                     self.tickets.remove(&l.ticket);
                     stats.rejected(l.epoch);
                     rejected.push((l, reason));
@@ -570,7 +567,6 @@ impl EngineTask {
         for (l, reason) in rejected {
             self.end_rejected(l, reason);
         }
-        self.publish();
     }
 
     fn end_rejected(&mut self, mut live: Live, reason: RejectReason) {
