@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use llmsim_analysis::calibrate::runs::{self, LoadOptions, ScenarioSource};
 use llmsim_analysis::calibrate::{self as cal, Setup, keys};
-use llmsim_planner::metrics::CollectorOptions;
 use llmsim_scenario::config::{Override, load_scenario_with};
 
 const HIDDEN: [(&str, &str); 4] = [
@@ -50,7 +49,7 @@ fn main() {
             set("workload.output_tokens", output),
         ]);
         let s = load_scenario_with(&base, &o).expect("scenario");
-        let out = llmsim_planner::sim::run(&s, CollectorOptions { keep_steps: false }).expect("simulation");
+        let out = llmsim_planner::Run::new(&s).go().expect("simulation");
         let path = dir.path().join(format!("measured-{i}.csv"));
         std::fs::write(&path, llmsim_planner::report::csv_out::requests(&out.requests).expect("csv")).expect("write");
         files.push(path);

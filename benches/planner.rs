@@ -1,7 +1,7 @@
 //! First the speed limit: the leanest step-by-step loop of the same rules
 //! (`planner/lean.rs`: sums only, no percentiles, requests parsed
 //! beforehand) against the whole `llmsim run` process (reading the trace
-//! CSV, running, writing the result JSON) and against `sim::run` plus the
+//! CSV, running, writing the result JSON) and against `Run` plus the
 //! JSON in this process, on the same 100,000-request trace, five rounds
 //! interleaved, best of five each. The lean loop's step count and sums
 //! must equal the engine's, or the bench stops: the limit is only a limit
@@ -46,8 +46,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use llmsim_planner::metrics::{Collector, CollectorOptions};
-use llmsim_planner::sim::{Stepping, run_collecting};
+use llmsim_planner::run_driver::Stepping;
 use llmsim_planner::workload::{AnySource, Source};
 use llmsim_scenario::config::{Override, Scenario, load_scenario, load_scenario_with};
 
@@ -68,7 +67,7 @@ fn best_of_3(s: &llmsim_scenario::config::Scenario) -> (f64, llmsim_planner::met
     let mut result = None;
     for _ in 0..3 {
         let t = Instant::now();
-        let out = llmsim_planner::sim::run(s, CollectorOptions::default()).expect("within the run limits");
+        let out = llmsim_planner::Run::new(s).go().expect("within the run limits");
         best = best.min(t.elapsed().as_secs_f64());
         result = Some(out.result);
     }
@@ -187,10 +186,9 @@ fn write_trace_scenario(base: &Path, dir: &Path, reqs: &[lean::Req]) -> PathBuf 
     path
 }
 
-/// `sim::run_collecting` plus the JSON, summary only, in this process.
+/// A summary-only [`llmsim_planner::Run`] plus the JSON, in this process.
 fn run_in_process(s: &Scenario, stepping: Stepping) -> llmsim_planner::metrics::RunResult {
-    let collector = Collector::new(&s.capacity, CollectorOptions::default()).summary_only();
-    let out = run_collecting(s, collector, &mut (), &mut |_| {}, stepping).expect("within the run limits");
+    let out = llmsim_planner::Run::new(s).summary_only(true).stepping(stepping).go().expect("within the run limits");
     std::hint::black_box(llmsim_core::util::to_json(&out.result));
     out.result
 }
@@ -251,11 +249,7 @@ fn lean_vs_run(label: &str, base: &Path, generated: &Scenario) {
     );
     let lean = best[0];
     println!("  lean loop             {lean:.3} s (best of 5; the same steps and sums as the engine)");
-    println!(
-        "  run, step by step     {:.3} s = {:.2}x the lean loop (sim::run_collecting --exact + JSON)",
-        best[1],
-        best[1] / lean
-    );
+    println!("  run, step by step     {:.3} s = {:.2}x the lean loop (Run --exact + JSON)", best[1], best[1] / lean);
     println!(
         "  run, stretches        {:.3} s = {:.2}x the lean loop (the default; same result)",
         best[2],
@@ -280,11 +274,7 @@ fn saturation_of(base: &Path, shape: &[Override]) -> f64 {
             set("workload.requests", "20000"),
         ]);
         let s = load_scenario_with(base, &o).expect("scenario");
-        llmsim_planner::sim::run(&s, CollectorOptions::default())
-            .expect("within the run limits")
-            .result
-            .throughput
-            .requests_per_s
+        llmsim_planner::Run::new(&s).go().expect("within the run limits").result.throughput.requests_per_s
     };
     throughput(1.5 * throughput(1000.0))
 }
@@ -365,7 +355,7 @@ fn plain_and_prefix(base: &Path, load: &[Override], saturation: f64, rate: f64) 
     for _ in 0..5 {
         for (i, s) in scenarios.iter().enumerate() {
             let t = Instant::now();
-            let out = llmsim_planner::sim::run(s, CollectorOptions::default()).expect("within the run limits");
+            let out = llmsim_planner::Run::new(s).go().expect("within the run limits");
             best[i] = best[i].min(t.elapsed().as_secs_f64());
             results[i] = Some(out.result);
         }

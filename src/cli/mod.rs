@@ -102,7 +102,7 @@ impl From<llmsim_scenario::trace::TraceError> for CliError {
 impl CliError {
     /// A run that stopped at a run limit: the scenario is beyond what llmsim
     /// simulates, a configuration problem (exit 2).
-    pub fn sim(scenario: &Scenario, e: llmsim_planner::sim::SimError) -> CliError {
+    pub fn sim(scenario: &Scenario, e: llmsim_planner::run_driver::SimError) -> CliError {
         CliError::Usage(format!("{}: {e}", scenario.source.display()))
     }
 

@@ -1,6 +1,6 @@
 //! A progress line for long single runs (`llmsim run`, `llmsim trace`):
 //! drawn on stderr only when stderr is a terminal, and only once a run has
-//! taken enough steps to report (see [`llmsim_planner::sim::drive_limited`]), so
+//! taken enough steps to report (see [`llmsim_planner::run_driver::drive`]), so
 //! short runs and pipes see nothing.
 
 use std::io::IsTerminal;
@@ -8,7 +8,7 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use llmsim_core::util::thousands;
-use llmsim_planner::sim::Progress;
+use llmsim_planner::run_driver::Progress;
 use llmsim_scenario::config::{Arrivals, Scenario};
 
 /// A lazily drawn progress line.

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, csv_failure, print, write_output};
-use llmsim_planner::metrics::CollectorOptions;
+use llmsim_planner::Run;
 use llmsim_planner::report;
-use llmsim_planner::sim::{Stepping, run_collecting};
+use llmsim_planner::run_driver::Stepping;
 use llmsim_scenario::config::{Arrivals, Scenario, Trace};
 
 #[derive(Debug, Args)]
@@ -76,21 +76,14 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     };
     let mut streamed = outputs::Streamed::open(&scenario, wanted)?;
     let mut progress = super::progress::RunProgress::new(&scenario, !a.quiet);
-    let mut report = |p: &llmsim_planner::sim::Progress| progress.update(p);
+    let mut report = |p: &llmsim_planner::run_driver::Progress| progress.update(p);
     // Per-request records only when a per-request output is asked for:
     // otherwise memory stays flat in requests.
-    let collector = llmsim_planner::metrics::Collector::new(&scenario.capacity, CollectorOptions::default());
-    let collector = if a.requests_csv.is_some() { collector } else { collector.summary_only() };
+    let run = Run::new(&scenario).summary_only(a.requests_csv.is_none()).progress(&mut report);
     let out = match &mut streamed {
         // Listed as they happen: a cluster's replicas stay in time order.
-        Some(s) => {
-            let stepping = if a.exact { Stepping::Exact } else { Stepping::MacroStepsInOrder };
-            run_collecting(&scenario, collector, s, &mut report, stepping)
-        }
-        None => {
-            let stepping = if a.exact { Stepping::Exact } else { Stepping::MacroSteps };
-            run_collecting(&scenario, collector, &mut (), &mut report, stepping)
-        }
+        Some(s) => run.stepping(if a.exact { Stepping::Exact } else { Stepping::MacroStepsInOrder }).observed(s),
+        None => run.stepping(if a.exact { Stepping::Exact } else { Stepping::MacroSteps }).go(),
     };
     progress.finish();
     let out = out.map_err(|e| CliError::sim(&scenario, e))?;

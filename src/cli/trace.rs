@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{CliError, ScenarioArgs, csv_failure, write_output};
-use llmsim_core::engine::{Engine, Observer, RequestId};
+use llmsim_core::engine::{Observer, RequestId};
 use llmsim_core::time::SimTime;
 use llmsim_planner::workload::AnySource;
 use llmsim_scenario::config::Arrivals;
@@ -42,31 +42,18 @@ pub type Generated = (Vec<TraceRow>, Option<Vec<RowContent>>);
 
 fn generate_with_progress(
     scenario: &llmsim_scenario::config::Scenario,
-    progress: &mut dyn FnMut(&llmsim_planner::sim::Progress),
-) -> Result<Generated, llmsim_planner::sim::SimError> {
+    progress: &mut dyn FnMut(&llmsim_planner::run_driver::Progress),
+) -> Result<Generated, llmsim_planner::run_driver::SimError> {
     let mut rows = Recorded::default();
     let mut source = AnySource::new(scenario);
     source.keep_rows();
-    if let Some(cluster) = &scenario.cluster {
-        // The cluster decides when a closed loop's users send again.
-        let options = llmsim_planner::metrics::CollectorOptions::default();
-        let stepping = llmsim_planner::sim::Stepping::Exact;
-        llmsim_planner::cluster::run_from(
-            scenario,
-            cluster,
-            &mut source,
-            options,
-            true,
-            &mut rows,
-            progress,
-            stepping,
-        )?;
-        return Ok((rows.0, source.row_content()));
-    }
-    let mut engine = Engine::new(scenario.engine_config());
-    let limits = llmsim_planner::sim::RunLimits::default();
-    let delay_ns = llmsim_core::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
-    llmsim_planner::sim::drive_limited(&mut engine, &mut source, &mut rows, &limits, delay_ns, |_, _| {}, progress)?;
+    // The engines decide when a closed loop's users send again.
+    llmsim_planner::Run::new(scenario)
+        .source(&mut source)
+        .summary_only(true)
+        .stepping(llmsim_planner::run_driver::Stepping::Exact)
+        .progress(progress)
+        .observed(&mut rows)?;
     Ok((rows.0, source.row_content()))
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use llmsim_planner::metrics::{CollectorOptions, RequestRecord, Status};
+use llmsim_planner::metrics::{RequestRecord, Status};
 use llmsim_scenario::config::{Override, load_scenario_with};
 use rayon::prelude::*;
 
@@ -45,9 +45,7 @@ fn sweep_point(rate: f64, seeds: &[u64], n: u64) -> f64 {
                 set("workload.seed", &seed.to_string()),
             ];
             let s = load_scenario_with(&base, &o).expect("scenario");
-            served_over_second_half(
-                &llmsim_planner::sim::run(&s, CollectorOptions::default()).expect("within the run limits").requests,
-            )
+            served_over_second_half(&llmsim_planner::Run::new(&s).go().expect("within the run limits").requests)
         })
         .collect();
     served.iter().sum::<f64>() / served.len() as f64

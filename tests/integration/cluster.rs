@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use llmsim_core::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use llmsim_core::time::SimTime;
+use llmsim_planner::cluster::Replicas;
 use llmsim_planner::cluster::router::RouterState;
-use llmsim_planner::cluster::{Setup, drive_cluster};
 use llmsim_planner::metrics::{Collector, CollectorOptions};
-use llmsim_planner::sim::{self, RunLimits};
+use llmsim_planner::run_driver::{Setup, drive};
 use llmsim_planner::workload::{AnySource, Source};
 use llmsim_scenario::config::Router;
 use rand::{RngExt, SeedableRng};
@@ -85,14 +85,14 @@ fn every_request_ends_once_on_one_replica_and_every_replica_keeps_its_invariants
         let mut source = AnySource::new(&s);
         let mut obs = Ends::default();
         let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
-        let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: false, stretches: false };
-        let run = drive_cluster(
-            &mut engines,
-            &mut router,
+        let setup = Setup { delay_ns, ..Setup::default() };
+        let run = drive(
+            Replicas::new(&mut engines, &mut router),
             &mut source,
             &mut obs,
             &setup,
-            |r, e: &Engine, o: &mut Ends| {
+            |place, e: &Engine, o: &mut Ends| {
+                let r = place.replica;
                 e.check_invariants().unwrap_or_else(|err| panic!("seed {seed}, replica {r}: {err}"));
                 for id in o.pending.drain(..) {
                     o.seen_on.entry(id).or_default().push(r);
@@ -139,14 +139,16 @@ fn one_replica_gives_the_single_engine_results_with_any_router() {
     for seed in 0..60u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(1000 + seed);
         let text = random_scenario(&mut rng, "");
-        let plain = sim::run(&scenario(&text), CollectorOptions { keep_steps: true }).unwrap();
+        let plain =
+            llmsim_planner::Run::new(&scenario(&text)).options(CollectorOptions { keep_steps: true }).go().unwrap();
         let caching = text.contains("prefix_caching: true");
         for policy in Router::ALL {
             if policy == Router::PrefixAffinity && !caching {
                 continue;
             }
             let with = format!("{text}cluster: {{replicas: 1, router: {}}}\n", policy.as_str());
-            let one = sim::run(&scenario(&with), CollectorOptions { keep_steps: true }).unwrap();
+            let one =
+                llmsim_planner::Run::new(&scenario(&with)).options(CollectorOptions { keep_steps: true }).go().unwrap();
             let mut result = one.result.clone();
             assert_eq!(result.replicas.as_ref().map(Vec::len), Some(1));
             assert_eq!(result.imbalance, Some(1.0));
@@ -365,11 +367,10 @@ fn a_prefix_cached_cluster_gives_the_same_results_hashing_only_shared_blocks_as_
             let mut router = RouterState::new(policy, 1.0, s.workload.seed);
             let mut collector = Collector::new(&s.capacity, CollectorOptions { keep_steps: true });
             let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
-            let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: true, stretches: false };
+            let setup = Setup { delay_ns, keep_steps: true, ..Setup::default() };
             let mut source = EveryBlockHashed { inner: AnySource::new(&s), hidden: &hidden, hide: every };
-            let placed = drive_cluster(
-                &mut engines,
-                &mut router,
+            let placed = drive(
+                Replicas::new(&mut engines, &mut router),
                 &mut source,
                 &mut collector,
                 &setup,
@@ -389,7 +390,7 @@ fn a_prefix_cached_cluster_gives_the_same_results_hashing_only_shared_blocks_as_
     assert!(hidden.get() > 1000, "{}", hidden.get());
 }
 
-/// `sim::run_summary` (what `llmsim run` uses without `--requests-csv`)
+/// `Run::summary_only` (what `llmsim run` uses without `--requests-csv`)
 /// keeps no record of a request that ended, in a cluster as on one
 /// engine, and gives the same result as a run keeping every record.
 #[test]
@@ -404,8 +405,8 @@ fn a_summary_cluster_run_keeps_no_ended_request_and_gives_the_same_result() {
         };
         let text = random_scenario(&mut rng, cluster);
         let s = scenario(&text);
-        let kept = sim::run(&s, CollectorOptions::default()).unwrap();
-        let summary = sim::run_summary(&s, CollectorOptions::default(), &mut (), &mut |_| {}).unwrap();
+        let kept = llmsim_planner::Run::new(&s).go().unwrap();
+        let summary = llmsim_planner::Run::new(&s).summary_only(true).go().unwrap();
         let ctx = format!("seed {seed}\n{text}");
         assert_eq!(summary.result, kept.result, "{ctx}");
         // Every request ended (finished or rejected): none is held.
@@ -484,7 +485,7 @@ fn a_target_rate_past_what_the_most_replicas_can_serve_is_refused_without_minute
 fn streamed_steps_and_trace_events_put_each_step_on_its_replica() {
     use llmsim_planner::perfetto::TraceEvents;
     use llmsim_planner::report::{cluster as table, csv_out, stream::StepsCsv};
-    use llmsim_planner::sim::Stepping;
+    use llmsim_planner::run_driver::Stepping;
     use llmsim_scenario::config::{Override, load_scenario_with};
     for file in ["scenarios/clusters/chat-fleet.yml", "scenarios/clusters/disagg.yml", "scenarios/base.yml"] {
         let sets = [Override::parse("workload.requests=300").unwrap()];
@@ -492,10 +493,8 @@ fn streamed_steps_and_trace_events_put_each_step_on_its_replica() {
         let caching = s.model.kv_cache.prefix_caching;
         let mut csv = StepsCsv::new(Vec::new(), &s);
         let mut trace = TraceEvents::new(Vec::new());
-        let collector = Collector::new(&s.capacity, CollectorOptions { keep_steps: true });
-        let out =
-            sim::run_collecting(&s, collector, &mut (&mut csv, &mut trace), &mut |_| {}, Stepping::MacroStepsInOrder)
-                .unwrap();
+        let run = llmsim_planner::Run::new(&s).options(CollectorOptions { keep_steps: true });
+        let out = run.stepping(Stepping::MacroStepsInOrder).observed(&mut (&mut csv, &mut trace)).unwrap();
         let whole = match &out.placement {
             Some(p) => table::steps(&out.steps, table::replica_blocks(&s), caching, p),
             None => csv_out::steps_with(&out.steps, s.capacity.num_blocks, caching),

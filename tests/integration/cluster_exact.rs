@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use llmsim_core::engine::{Observer, RejectReason, RequestId, StepRecord, Stretch};
 use llmsim_core::time::SimTime;
 use llmsim_core::util::to_json;
-use llmsim_planner::metrics::{Collector, CollectorOptions, RunOutput};
-use llmsim_planner::sim::{Stepping, run_collecting};
+use llmsim_planner::metrics::RunOutput;
+use llmsim_planner::run_driver::Stepping;
 use llmsim_scenario::config::Scenario;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -101,9 +101,8 @@ fn generate(i: u64) -> String {
 }
 
 fn run(s: &Scenario, stepping: Stepping) -> (Result<RunOutput, String>, Events) {
-    let collector = Collector::new(&s.capacity, CollectorOptions::default());
     let mut events = Events::default();
-    let out = run_collecting(s, collector, &mut events, &mut |_| {}, stepping).map_err(|e| e.to_string());
+    let out = llmsim_planner::Run::new(s).stepping(stepping).observed(&mut events).map_err(|e| e.to_string());
     (out, events)
 }
 

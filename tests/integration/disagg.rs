@@ -10,10 +10,10 @@ use std::path::Path;
 
 use llmsim_core::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use llmsim_core::time::SimTime;
-use llmsim_planner::cluster::disagg::{DisaggSetup, PoolCollectors, PoolKind, Pools, drive_disagg};
+use llmsim_planner::cluster::disagg::{KvLink, PoolCollectors, Pools};
 use llmsim_planner::cluster::router::RouterState;
 use llmsim_planner::metrics::{Collector, CollectorOptions};
-use llmsim_planner::sim::{self, RunLimits};
+use llmsim_planner::run_driver::{PoolKind, Setup, drive};
 use llmsim_planner::workload::AnySource;
 use llmsim_scenario::config::Router;
 use rand::{RngExt, SeedableRng};
@@ -117,26 +117,17 @@ fn every_request_runs_on_one_prefill_and_one_decode_replica_and_every_replica_ke
             prefill: Collector::new(&s.capacity, CollectorOptions::default()),
             decode: Collector::new(&disagg.decode.scenario.capacity, CollectorOptions::default()),
         };
-        let setup = DisaggSetup {
-            limits: RunLimits::default(),
-            delay_ns: (s.latency.request_overhead_ms * 1e6) as u64,
-            keep_steps: false,
-            kv_transfer: disagg.kv_transfer.clone(),
-            kv_bytes_per_token: 524_288,
-        };
-        let pools = Pools {
-            prefill: &mut prefill,
-            decode: &mut decode,
-            prefill_router: &mut prefill_router,
-            decode_router: &mut decode_router,
-        };
-        let run = drive_disagg(
+        let setup = Setup { delay_ns: (s.latency.request_overhead_ms * 1e6) as u64, ..Setup::default() };
+        let link = KvLink { kv_transfer: disagg.kv_transfer.clone(), kv_bytes_per_token: 524_288 };
+        let routers = [&mut prefill_router, &mut decode_router];
+        let pools = Pools::new(&mut prefill, &mut decode, routers, &mut per_pool, link);
+        let run = drive(
             pools,
             &mut source,
             &mut obs,
-            &mut per_pool,
             &setup,
-            |kind, r, e: &Engine, o: &mut Seen| {
+            |place, e: &Engine, o: &mut Seen| {
+                let (kind, r) = (place.pool.expect("a pool"), place.replica);
                 e.check_invariants().unwrap_or_else(|err| panic!("seed {seed}, {kind:?} replica {r}: {err}"));
                 for (id, index) in o.pending.drain(..) {
                     o.seen_on.entry(id).or_default().push((kind, r, index));
@@ -225,7 +216,7 @@ cluster:
 
 #[test]
 fn a_hand_worked_request_takes_its_ttft_from_prefill_and_pays_the_transfer_in_its_itl() {
-    let out = sim::run(&scenario(HAND), CollectorOptions::default()).unwrap();
+    let out = llmsim_planner::Run::new(&scenario(HAND)).go().unwrap();
     let r = &out.requests[0];
     // Prefill, at 0: compute 2e9 * 1000 / 1e15 = 2 ms; memory
     // (2e9 + 1000 * 1000) / 1e12 = 2.001 ms: the first token at 2.001 ms.
@@ -258,11 +249,15 @@ fn one_token_answers_never_leave_the_prefill_pool_and_match_a_colocated_cluster(
         let mut rng = ChaCha8Rng::seed_from_u64(500 + seed);
         let (text, pr, _, p, _) = random_scenario(&mut rng);
         let text = text.replace("output_tokens: {uniform: [1, 80]}", "output_tokens: 1");
-        let pooled = sim::run(&scenario(&text), CollectorOptions { keep_steps: true }).unwrap();
+        let pooled =
+            llmsim_planner::Run::new(&scenario(&text)).options(CollectorOptions { keep_steps: true }).go().unwrap();
         let head = text.split("cluster:").next().unwrap();
         let overlap = if pr == Router::PrefixAffinity { ", overlap_weight: 2" } else { "" };
         let colocated = format!("{head}cluster: {{replicas: {p}, router: {}{overlap}}}\n", pr.as_str());
-        let plain = sim::run(&scenario(&colocated), CollectorOptions { keep_steps: true }).unwrap();
+        let plain = llmsim_planner::Run::new(&scenario(&colocated))
+            .options(CollectorOptions { keep_steps: true })
+            .go()
+            .unwrap();
         let ctx = format!("seed {seed}\n{text}");
         let pools = pooled.result.pools.as_ref().unwrap();
         assert_eq!(pools.decode.requests + pools.decode.steps.count, 0, "{ctx}");

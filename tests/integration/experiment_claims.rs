@@ -4,7 +4,7 @@
 //! The experiment files carry the predicted figures; these tests hold the
 //! orderings the docs state in words, each on every seed.
 
-use llmsim_planner::metrics::{CollectorOptions, RunResult};
+use llmsim_planner::metrics::RunResult;
 use llmsim_scenario::config::{self, Override};
 
 use crate::support::*;
@@ -15,7 +15,7 @@ const SEEDS: [u64; 3] = [1001, 1002, 1003];
 fn run(base: &str, sets: &[String]) -> RunResult {
     let overrides: Vec<Override> = sets.iter().map(|s| Override::parse(s).unwrap()).collect();
     let s = config::load_scenario_with(&repo(base), &overrides).unwrap_or_else(|e| panic!("{e}"));
-    llmsim_planner::sim::run(&s, CollectorOptions::default()).unwrap().result
+    llmsim_planner::Run::new(&s).go().unwrap().result
 }
 
 fn hit_rate(r: &RunResult) -> f64 {

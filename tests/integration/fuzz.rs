@@ -15,7 +15,8 @@
 use std::path::{Path, PathBuf};
 
 use llmsim_core::engine::Engine;
-use llmsim_planner::sim::{self, RunLimits, SimError};
+use llmsim_planner::run_driver::{RunLimits, Setup, SimError, drive};
+use llmsim_planner::sim::Single;
 use llmsim_planner::workload::AnySource;
 use llmsim_scenario::config::keys::{self, Kind};
 use llmsim_scenario::config::{self, Override, limits};
@@ -141,13 +142,13 @@ fn run_small(s: &config::Scenario) -> Result<(), SimError> {
     let mut engine = Engine::new(s.engine_config());
     let mut source = AnySource::new(s);
     let limits = RunLimits { max_requests: 2_000, max_steps: 20_000, ..RunLimits::default() };
-    sim::drive_limited(
-        &mut engine,
+    let setup = Setup { limits, ..Setup::default() };
+    drive(
+        Single::new(&mut engine),
         &mut source,
         &mut (),
-        &limits,
-        0,
-        |e, _| {
+        &setup,
+        |_, e, _| {
             if let Err(msg) = e.check_invariants() {
                 panic!("engine invariant broken: {msg}");
             }

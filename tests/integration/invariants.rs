@@ -8,7 +8,8 @@ use std::path::Path;
 
 use llmsim_core::engine::{Engine, Observer, RejectReason, RequestId, StepRecord};
 use llmsim_core::time::SimTime;
-use llmsim_planner::sim::{self, RunLimits, SimError};
+use llmsim_planner::run_driver::{RunLimits, Setup, SimError, drive};
+use llmsim_planner::sim::Single;
 use llmsim_planner::workload::AnySource;
 use llmsim_scenario::config::{self, Scenario};
 use rand::{RngExt, SeedableRng};
@@ -345,8 +346,9 @@ pub fn check_scenario<X: Observer>(
     let mut checker = Checker::new(s);
     let delay = llmsim_core::time::secs_to_nanos(s.latency.request_overhead_ms / 1e3);
     let mut both = (&mut checker, extra);
+    let setup = Setup { limits: *limits, delay_ns: delay, ..Setup::default() };
     let ended =
-        sim::drive_limited(&mut engine, &mut source, &mut both, limits, delay, |e, c| c.0.after_step(e), &mut |_| {});
+        drive(Single::new(&mut engine), &mut source, &mut both, &setup, |_, e, c| c.0.after_step(e), &mut |_| {});
     if ended.is_ok() {
         for (id, r) in checker.reqs.iter().enumerate() {
             if r.terminal != 1 {

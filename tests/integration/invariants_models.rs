@@ -14,7 +14,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::invariants::{Coverage, check_scenario, length, pick};
-use llmsim_planner::sim::RunLimits;
+use llmsim_planner::run_driver::RunLimits;
 
 /// How many deployments one test run generates.
 const SCENARIOS: u64 = 500;

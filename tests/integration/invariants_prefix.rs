@@ -23,7 +23,8 @@ use llmsim_core::engine::prefix::hash::{Segment, generated_key, prompt_key};
 use llmsim_core::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
 use llmsim_core::time::SimTime;
 use llmsim_planner::metrics::CollectorOptions;
-use llmsim_planner::sim;
+use llmsim_planner::run_driver::{Setup, Stepping, drive};
+use llmsim_planner::sim::Single;
 use llmsim_planner::workload::{AnySource, Source};
 use llmsim_scenario::config::{self, Scenario};
 use rand::{RngExt, SeedableRng};
@@ -526,7 +527,8 @@ fn check_one(text: &str, total: &mut Coverage) {
     let mut engine = Engine::new(s.engine_config());
     let mut source = Recording { inner: AnySource::new(&s), log: log.clone() };
     let mut model = Model::new(&s, log);
-    sim::drive_with(&mut engine, &mut source, &mut model, |e, m| m.after_step(e)).expect("within the run limits");
+    drive(Single::new(&mut engine), &mut source, &mut model, &Setup::default(), |_, e, m| m.after_step(e), &mut |_| {})
+        .expect("within the run limits");
     assert!(engine.is_idle(), "engine not idle at the end\n{text}");
     assert!(model.errors.is_empty(), "{:#?}\n{text}", model.errors);
     let c = &model.stats;
@@ -559,7 +561,7 @@ fn every_generated_prefix_caching_scenario_agrees_with_an_independent_cache_mode
 // ---- analytic checks ----
 
 fn run_yaml(text: &str) -> llmsim_planner::metrics::RunOutput {
-    sim::run(&scenario(text), CollectorOptions::default()).expect("within the run limits")
+    llmsim_planner::Run::new(&scenario(text)).go().expect("within the run limits")
 }
 
 fn chat(groups: u32, prefix: u32, unique: u32, block_size: u32, requests: u64, seed: u64) -> String {
@@ -671,7 +673,8 @@ workload:
     let mut source = AnySource::new(&s);
     source.keep_rows();
     let mut collector = llmsim_planner::metrics::Collector::new(&s.capacity, CollectorOptions::default());
-    sim::drive(&mut engine, &mut source, &mut collector).expect("within the run limits");
+    drive(Single::new(&mut engine), &mut source, &mut collector, &Setup::default(), |_, _, _| {}, &mut |_| {})
+        .expect("within the run limits");
     let rows = source.row_content().expect("sessions have content");
     let reqs = collector.requests();
     let mut last: HashMap<String, usize> = HashMap::new();
@@ -761,12 +764,20 @@ impl Observer for EventLog {
 fn event_log<S: Source>(s: &Scenario, mut source: S, text: &str) -> Vec<String> {
     let mut engine = Engine::new(s.engine_config());
     let mut log = EventLog::default();
-    sim::drive_with(&mut engine, &mut source, &mut log, |e, l| {
-        if let Err(err) = e.check_invariants() {
-            panic!("{err}\n{text}");
-        }
-        l.0.push(format!("cached {} used {}", e.kv_blocks_cached(), e.kv_blocks_used()));
-    })
+    let setup = Setup::default();
+    drive(
+        Single::new(&mut engine),
+        &mut source,
+        &mut log,
+        &setup,
+        |_, e, l| {
+            if let Err(err) = e.check_invariants() {
+                panic!("{err}\n{text}");
+            }
+            l.0.push(format!("cached {} used {}", e.kv_blocks_cached(), e.kv_blocks_used()));
+        },
+        &mut |_| {},
+    )
     .expect("within the run limits");
     log.0
 }
@@ -804,18 +815,18 @@ fn requests_own_blocks_unhashed_give_the_very_events_of_hashing_every_block() {
 
 /// Every event of `s` driven with `stepping`, checking the engine after
 /// every step (or stretch).
-fn stepped_log(s: &Scenario, stepping: sim::Stepping, text: &str) -> (Vec<String>, u64, u64) {
+fn stepped_log(s: &Scenario, stepping: Stepping, text: &str) -> (Vec<String>, u64, u64) {
     let mut engine = Engine::new(s.engine_config());
     let mut log = EventLog::default();
     let mut calls = 0u64;
-    let limits = sim::RunLimits::default();
-    let check = |e: &Engine, _: &mut EventLog| {
+    let setup = Setup { stepping, ..Setup::default() };
+    let check = |_, e: &Engine, _: &mut EventLog| {
         calls += 1;
         if let Err(err) = e.check_invariants() {
             panic!("{err}\n{text}");
         }
     };
-    sim::drive_stepping(&mut engine, &mut AnySource::new(s), &mut log, &limits, 0, stepping, check, &mut |_| {})
+    drive(Single::new(&mut engine), &mut AnySource::new(s), &mut log, &setup, check, &mut |_| {})
         .expect("within the run limits");
     (log.0, calls, log.1)
 }
@@ -831,8 +842,8 @@ fn decode_stretches_with_prefix_caching_give_the_events_of_step_by_step() {
     for i in 0..SCENARIOS {
         let text = generate(i, dir.path());
         let s = scenario(&text);
-        let (exact, steps, _) = stepped_log(&s, sim::Stepping::Exact, &text);
-        let (stretched, calls, joiners) = stepped_log(&s, sim::Stepping::MacroSteps, &text);
+        let (exact, steps, _) = stepped_log(&s, Stepping::Exact, &text);
+        let (stretched, calls, joiners) = stepped_log(&s, Stepping::MacroSteps, &text);
         joined += joiners;
         if let Some(k) = (0..exact.len().max(stretched.len())).find(|&k| exact.get(k) != stretched.get(k)) {
             panic!(

@@ -11,8 +11,8 @@
 use llmsim_core::engine::{Observer, RejectReason, RequestId, StepRecord};
 use llmsim_core::time::SimTime;
 use llmsim_core::util::to_json;
-use llmsim_planner::metrics::{Collector, CollectorOptions, RunOutput};
-use llmsim_planner::sim::{Stepping, run_collecting};
+use llmsim_planner::metrics::{CollectorOptions, RunOutput};
+use llmsim_planner::run_driver::Stepping;
 use llmsim_scenario::config::Scenario;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -135,9 +135,9 @@ impl Observer for Joins {
 }
 
 fn run(s: &Scenario, stepping: Stepping) -> (Result<RunOutput, String>, Events, Joins) {
-    let collector = Collector::new(&s.capacity, CollectorOptions { keep_steps: true });
     let mut extra = (Events::default(), Joins::default());
-    let out = run_collecting(s, collector, &mut extra, &mut |_| {}, stepping).map_err(|e| e.to_string());
+    let run = llmsim_planner::Run::new(s).options(CollectorOptions { keep_steps: true }).stepping(stepping);
+    let out = run.observed(&mut extra).map_err(|e| e.to_string());
     (out, extra.0, extra.1)
 }
 

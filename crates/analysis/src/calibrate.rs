@@ -32,7 +32,6 @@ use rayon::prelude::*;
 
 use crate::sweep::metric::{Family, Metric, Stat};
 use keys::FitKey;
-use llmsim_planner::metrics::CollectorOptions;
 use runs::Run;
 
 /// The loss of a run whose prediction lacks a figure (no request
@@ -230,7 +229,7 @@ pub fn predict(run: &Run, keys: &[FitKey], x: &[f64]) -> Result<Figures, Error> 
     // A candidate the engine cannot finish within its run limits (say, a
     // bound so slow that simulated time runs past the limit) predicts
     // nothing: every loss metric of the run counts the missing penalty.
-    let Ok(out) = llmsim_planner::sim::run(&scenario, CollectorOptions { keep_steps: false }) else {
+    let Ok(out) = llmsim_planner::Run::new(&scenario).go() else {
         return Ok(Figures::new());
     };
     let mut wanted: Vec<Metric> = run.measured.keys().copied().collect();

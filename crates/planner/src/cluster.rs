@@ -37,12 +37,12 @@ mod submit;
 #[cfg(test)]
 mod tests;
 
-use crate::metrics::{Collector, CollectorOptions, RunOutput};
-use crate::run_driver::{Delayed, Progress, RunLimits, SimError, Stepping, Tap};
-use crate::workload::{AnySource, Source};
-use llmsim_core::engine::{Engine, Observer, RejectReason, RequestId, StepRecord, Stretch};
+use crate::run_driver::{Cx, Next, Place, SimError, Topology};
+use crate::workload::Source;
+pub use lanes::Lanes;
+use llmsim_core::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord, Stretch};
 use llmsim_core::time::SimTime;
-use llmsim_scenario::config::{Cluster, Scenario};
+use llmsim_scenario::config::Scenario;
 use router::{Load, RouterState};
 use submit::Content;
 
@@ -95,181 +95,126 @@ pub fn imbalance(replicas: &[ReplicaCounts]) -> f64 {
     }
 }
 
-/// Runs a scenario with a `cluster:` and collects its metrics: the
-/// aggregate figures over all requests (steps pooled over replicas, so
-/// `kv.peak_blocks` is the largest replica's), plus `router`, `gpus`,
-/// `replicas` and `imbalance`.
-pub fn run<O: Observer>(
-    scenario: &Scenario,
-    cluster: &Cluster,
-    options: CollectorOptions,
-    summary: bool,
-    extra: &mut O,
-    progress: &mut dyn FnMut(&Progress),
-    stepping: Stepping,
-) -> Result<RunOutput, SimError> {
-    let mut source = AnySource::new(scenario);
-    run_from(scenario, cluster, &mut source, options, summary, extra, progress, stepping)
-}
-
-/// [`run`] with the requests of `source` (made for `scenario`; e.g. one
-/// that keeps its rows for `llmsim trace`).
-#[allow(clippy::too_many_arguments)]
-pub fn run_from<O: Observer>(
-    scenario: &Scenario,
-    cluster: &Cluster,
-    source: &mut AnySource,
-    options: CollectorOptions,
-    summary: bool,
-    extra: &mut O,
-    progress: &mut dyn FnMut(&Progress),
-    stepping: Stepping,
-) -> Result<RunOutput, SimError> {
-    if let Some(d) = &cluster.disagg {
-        return disagg::run(scenario, cluster, d, source, options, summary, extra, progress);
-    }
-    let cfg = scenario.engine_config();
-    let mut engines: Vec<Engine> = (0..cluster.replicas).map(|_| Engine::new(cfg.clone())).collect();
-    let mut collector = Collector::new(&scenario.capacity, options).summary_only_if(summary);
-    let weight = cluster.overlap_weight.unwrap_or(llmsim_scenario::config::cluster::DEFAULT_OVERLAP_WEIGHT);
-    let mut router = RouterState::new(cluster.router, weight, scenario.workload.seed);
-    let delay_ns = llmsim_core::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3);
-    let stretches = stepping == Stepping::MacroSteps && !options.keep_steps && arrivals_are_fixed(scenario);
-    let setup = Setup { limits: RunLimits::default(), delay_ns, keep_steps: options.keep_steps, stretches };
-    let run =
-        drive_cluster(&mut engines, &mut router, source, &mut (&mut collector, extra), &setup, |_, _, _| {}, progress)?;
-    let mut out = collector.finish(scenario);
-    let caching = scenario.model.kv_cache.prefix_caching;
-    let r = &mut out.result;
-    r.router = Some(cluster.router.as_str().to_string());
-    r.gpus = Some(cluster.replicas * scenario.deployment.gpus());
-    r.replicas = Some(run.replicas.iter().map(|s| s.out(caching)).collect());
-    r.imbalance = Some(imbalance(&run.replicas));
-    out.placement = Some(run.placement);
-    Ok(out)
-}
-
-/// How a cluster run is driven.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct Setup {
-    pub limits: RunLimits,
-    /// `latency.request_overhead_ms` in nanoseconds: a request is routed
-    /// and joins its replica that long after it arrives.
-    pub delay_ns: u64,
-    /// Record the replica of every step ([`Placement::steps`], with
-    /// [`CollectorOptions::keep_steps`]).
-    pub keep_steps: bool,
-    /// Take decode stretches, each replica up to the next arrival in
-    /// turn (docs/clusters.md, "Speed"): the same results, but the
-    /// replicas' events reach the observer replica by replica, not in
-    /// time order. Only for a source whose arrivals do not follow from
-    /// finishes ([`arrivals_are_fixed`]) and without `keep_steps` (the
-    /// kept steps would be in that order); ignored otherwise.
-    pub stretches: bool,
-}
-
 /// Whether the scenario's arrivals are fixed in advance (an open loop or
 /// a trace, without sessions): no finish brings a request forward, so
-/// replicas may run ahead of each other up to the next arrival.
+/// replicas may run ahead of each other up to the next arrival
+/// ([`Lanes`]).
 pub fn arrivals_are_fixed(scenario: &Scenario) -> bool {
     let w = &scenario.workload;
     w.sessions.is_none() && !matches!(w.arrivals, llmsim_scenario::config::scenario::Arrivals::Closed { .. })
 }
 
-/// The global loop over `engines` (the replicas) and `source`.
-/// `after_step` sees the replica that stepped, by index, after each step.
-pub fn drive_cluster<S, O, F>(
-    engines: &mut [Engine],
-    router: &mut RouterState,
-    source: &mut S,
-    obs: &mut O,
-    setup: &Setup,
-    mut after_step: F,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<ClusterRun, SimError>
-where
-    S: Source,
-    O: Observer,
-    F: FnMut(usize, &Engine, &mut O),
-{
-    if setup.stretches && !setup.keep_steps {
-        return lanes::drive_lanes(engines, router, source, obs, setup, after_step, progress);
+/// Replicas behind a router, step by step ([`Topology`]; see the module
+/// docs): the earliest step runs next, an arrival first if it comes no
+/// later.
+pub struct Replicas<'a> {
+    engines: &'a mut [Engine],
+    router: &'a mut RouterState,
+    run: ClusterRun,
+    /// Requests routed to each replica and not ended.
+    outstanding: Vec<u64>,
+    loads: Vec<Load>,
+    /// `None` without replicas.
+    content: Option<Content>,
+    /// Each replica's next step start (`u64::MAX` for none), updated when
+    /// it steps or is handed a request (nothing else changes it).
+    next: Vec<u64>,
+    /// The replica whose step [`Topology::next`] announced.
+    stepping: usize,
+}
+
+impl<'a> Replicas<'a> {
+    pub fn new(engines: &'a mut [Engine], router: &'a mut RouterState) -> Replicas<'a> {
+        let n = engines.len();
+        Replicas {
+            run: ClusterRun { replicas: vec![ReplicaCounts::default(); n], ..ClusterRun::default() },
+            outstanding: vec![0; n],
+            loads: vec![Load::default(); n],
+            content: engines.first().map(Content::new),
+            next: engines.iter().map(next_nanos).collect(),
+            stepping: 0,
+            engines,
+            router,
+        }
     }
-    let tap = &mut Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
-    // A delay of 0 changes no time.
-    let source = &mut Delayed { inner: source, ns: setup.delay_ns };
-    let limits = &setup.limits;
-    let mut at = Progress::default();
-    let mut run = ClusterRun { replicas: vec![ReplicaCounts::default(); engines.len()], ..ClusterRun::default() };
-    let mut outstanding = vec![0u64; engines.len()];
-    let mut loads = vec![Load::default(); engines.len()];
-    let Some(first) = engines.first() else { return Ok(run) };
-    let context = first.config().context_length;
-    let mut content = Content::new(first);
-    // Each replica's next step start (`u64::MAX` for none), updated when
-    // it steps or is handed a request (nothing else changes it).
-    let mut next: Vec<u64> = engines.iter().map(next_nanos).collect();
-    loop {
-        let next_step = earliest_step(&next);
-        if let Some(when) = source.peek()
-            && next_step.is_none_or(|(t, _)| when <= t)
-        {
+}
+
+impl Topology for Replicas<'_> {
+    type Out = ClusterRun;
+
+    fn next<S: Source>(&mut self, source: &S) -> Next {
+        if self.content.is_none() {
+            return Next::Done;
+        }
+        let next_step = earliest_step(&self.next);
+        match (source.peek(), next_step) {
             // An arrival no later than every replica's next step: route it.
-            let Some(req) = submit::pop_arrival(source, when, &mut at, limits, tap)? else { continue };
-            let placed = &mut run.placement.requests;
-            if placed.len() <= req.id as usize {
-                placed.resize(req.id as usize + 1, None);
+            (Some(when), None) => Next::Arrival(when),
+            (Some(when), Some((t, _))) if when <= t => Next::Arrival(when),
+            (_, Some((t, r))) => {
+                self.stepping = r;
+                Next::Event(Some(t))
             }
-            if !submit::rejected_for_context(&req, context, tap, source, when) {
-                content.read(&req, source);
-                let r = submit::route(router, engines, &outstanding, &mut loads, &content, &req, source.session());
-                placed[req.id as usize] = Some(r as u32);
-                outstanding[r] += 1;
-                let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap, told: false };
-                if content.submit(&mut engines[r], req, &mut o).is_err() {
-                    outstanding[r] -= 1;
-                    source.rejected(req.id, when);
-                }
-                next[r] = next_nanos(&engines[r]);
-            }
-            if let Some(why) = source.stalled() {
-                return Err(SimError::Stalled { why, progress: at });
-            }
-            continue;
-        }
-        let Some((start, r)) = next_step else { break };
-        at.now = start;
-        if start > limits.max_time {
-            return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
-        }
-        tap.inner.replica(r as u32);
-        let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap, told: false };
-        let stepped = engines[r].step(&mut o).is_some();
-        next[r] = next_nanos(&engines[r]);
-        if stepped {
-            submit::count_step(&mut at, limits, progress)?;
-            if setup.keep_steps {
-                run.placement.steps.push(r as u32);
-            }
-        }
-        if engines[r].clock() > limits.max_time {
-            return Err(SimError::TimeLimit { at: engines[r].clock(), limit: limits.max_time, progress: at });
-        }
-        after_step(r, &engines[r], tap.inner);
-        for (id, when, finished) in tap.done.drain(..) {
-            if let Some(Some(replica)) = run.placement.requests.get(id as usize) {
-                outstanding[*replica as usize] -= 1;
-            }
-            match finished {
-                true => source.done(id, when),
-                false => source.rejected(id, when),
-            }
-        }
-        if let Some(why) = source.stalled() {
-            return Err(SimError::Stalled { why, progress: at });
+            (None, None) => Next::Done,
         }
     }
-    Ok(run)
+
+    fn arrive<S: Source, O: Observer>(&mut self, req: Request, cx: &mut Cx<'_, S, O>) -> Result<(), SimError> {
+        let Some(content) = &mut self.content else { return Ok(()) };
+        let when = cx.run.at.now;
+        let placed = &mut self.run.placement.requests;
+        if placed.len() <= req.id as usize {
+            placed.resize(req.id as usize + 1, None);
+        }
+        let context = self.engines[0].config().context_length;
+        if submit::rejected_for_context(&req, context, &mut cx.run.tap, cx.source, when) {
+            return Ok(());
+        }
+        content.read(&req, cx.source);
+        let (engines, outstanding) = (&*self.engines, &self.outstanding);
+        let r = submit::route(self.router, engines, outstanding, &mut self.loads, content, &req, cx.source.session());
+        placed[req.id as usize] = Some(r as u32);
+        self.outstanding[r] += 1;
+        let mut o = OnReplica { stats: &mut self.run.replicas[r], inner: &mut cx.run.tap, told: false };
+        if content.submit(&mut self.engines[r], req, &mut o).is_err() {
+            self.outstanding[r] -= 1;
+            cx.source.rejected(req.id, when);
+        }
+        self.next[r] = next_nanos(&self.engines[r]);
+        Ok(())
+    }
+
+    fn event<S, O, F>(&mut self, cx: &mut Cx<'_, S, O>, after_step: &mut F) -> Result<(), SimError>
+    where
+        S: Source,
+        O: Observer,
+        F: FnMut(Place, &Engine, &mut O),
+    {
+        let r = self.stepping;
+        cx.run.tap.inner.replica(r as u32);
+        let mut o = OnReplica { stats: &mut self.run.replicas[r], inner: &mut cx.run.tap, told: false };
+        let stepped = self.engines[r].step(&mut o).is_some();
+        self.next[r] = next_nanos(&self.engines[r]);
+        if stepped {
+            cx.run.count_step()?;
+            if cx.run.setup.keep_steps {
+                self.run.placement.steps.push(r as u32);
+            }
+        }
+        cx.run.check_clock(self.engines[r].clock())?;
+        after_step(Place { pool: None, replica: r }, &self.engines[r], cx.run.tap.inner);
+        Ok(())
+    }
+
+    fn ended(&mut self, id: RequestId) {
+        if let Some(Some(replica)) = self.run.placement.requests.get(id as usize) {
+            self.outstanding[*replica as usize] -= 1;
+        }
+    }
+
+    fn finish(self) -> ClusterRun {
+        self.run
+    }
 }
 
 /// When `engine`'s next step starts, in nanoseconds (`u64::MAX` for none).

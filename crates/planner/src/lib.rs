@@ -6,6 +6,9 @@ pub mod cluster;
 pub mod metrics;
 pub mod perfetto;
 pub mod report;
+mod run;
 pub mod run_driver;
 pub mod sim;
 pub mod workload;
+
+pub use run::Run;

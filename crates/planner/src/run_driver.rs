@@ -1,15 +1,27 @@
-//! What every virtual-time driver shares: the single-engine loop of
-//! [`crate::sim`] and the cluster loops of [`crate::cluster`] bound a run
-//! the same way ([`RunLimits`], from [`llmsim_scenario::config::limits`]), report
-//! [`Progress`] the same way, stop with the same [`SimError`], delay
-//! arrivals by `latency.request_overhead_ms` with `Delayed` and watch
-//! requests end through `Tap`. It sits below both, so `sim` can hand a
-//! `cluster:` scenario to `cluster` without a circle.
+//! The one run loop of every virtual-time driver, and what the drivers
+//! share. [`drive`] is the skeleton: the clock, the arrivals, the run's
+//! bounds ([`RunLimits`], from [`llmsim_scenario::config::limits`]),
+//! progress, requests ending, stalls and the delay of
+//! `latency.request_overhead_ms` ([`Delayed`], [`Tap`]). What differs per
+//! topology is a small [`Topology`]: what comes next, how an arrival is
+//! placed, and how the topology's own event (a step, a decode stretch, a
+//! transfer's end) runs:
+//!
+//! - [`crate::sim::Single`]: one engine;
+//! - [`crate::cluster::Replicas`]: replicas behind a router, step by step,
+//!   and `Lanes` (`cluster/lanes.rs`), the same replicas in decode
+//!   stretches when arrivals are fixed in advance;
+//! - [`crate::cluster::disagg::Pools`]: prefill and decode pools and the KV
+//!   transfers between them.
+//!
+//! A scenario is run through the builder [`crate::Run`], which picks the
+//! topology. The real-time server drives the same engine and router
+//! (`llmsim_server`), on the wall clock.
 
 use std::fmt;
 
 use crate::workload::Source;
-use llmsim_core::engine::{Observer, RejectReason, RequestId, StepRecord};
+use llmsim_core::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
 use llmsim_core::time::SimTime;
 use llmsim_core::util::thousands;
 use llmsim_scenario::config::limits;
@@ -231,4 +243,239 @@ pub enum Stepping {
 /// and its content hashes, which could be billions, are not made).
 pub(crate) fn fits_context(req: &llmsim_core::engine::Request, context: u32) -> bool {
     u64::from(req.prompt) + u64::from(req.output) <= u64::from(context)
+}
+
+/// How a run is driven, whatever its topology.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Setup {
+    pub limits: RunLimits,
+    /// `latency.request_overhead_ms` in nanoseconds: a request reaches its
+    /// engine (or router) that long after it arrives; observers see the
+    /// arrival itself.
+    pub delay_ns: u64,
+    pub stepping: Stepping,
+    /// Record the replica of every step ([`crate::metrics::Placement::steps`]).
+    pub keep_steps: bool,
+}
+
+impl Default for Setup {
+    /// Step by step ([`Stepping::Exact`]: every step through
+    /// `Engine::step`, `after_step` after each), within the default
+    /// limits, without delay. [`crate::Run`] takes stretches by default.
+    fn default() -> Self {
+        Setup { limits: RunLimits::default(), delay_ns: 0, stepping: Stepping::Exact, keep_steps: false }
+    }
+}
+
+/// Which pool a replica is in (a disaggregated cluster's).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    Prefill,
+    Decode,
+}
+
+/// The engine that stepped, as `after_step` is told.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// `None` for one engine or colocated replicas.
+    pub pool: Option<PoolKind>,
+    /// Its index among the replicas (of its pool); 0 for one engine.
+    pub replica: usize,
+}
+
+/// What a topology does next.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The source's next arrival, due at this instant, comes first.
+    Arrival(SimTime),
+    /// The topology's own event comes first, starting at this instant
+    /// (checked against the time limit) when it has one.
+    Event(Option<SimTime>),
+    /// Nothing is left to do.
+    Done,
+}
+
+/// The run as a topology sees it: the source (delayed) and the rest of
+/// the loop's state.
+pub struct Cx<'a, S, O> {
+    pub(crate) source: &'a mut S,
+    pub(crate) run: Looping<'a, O>,
+}
+
+/// The loop's state apart from the source: the observer (tapped), how far
+/// the run has got, its set-up and progress report.
+pub struct Looping<'a, O> {
+    pub(crate) tap: Tap<'a, O>,
+    pub(crate) at: Progress,
+    pub(crate) setup: &'a Setup,
+    pub(crate) progress: &'a mut dyn FnMut(&Progress),
+}
+
+impl<O: Observer> Looping<'_, O> {
+    /// Counts a step that ran, within the step limit, reporting progress
+    /// every [`PROGRESS_EVERY`] steps.
+    pub(crate) fn count_step(&mut self) -> Result<(), SimError> {
+        self.at.steps += 1;
+        if self.at.steps > self.setup.limits.max_steps {
+            return Err(SimError::TooManySteps { limit: self.setup.limits.max_steps, progress: self.at });
+        }
+        if self.at.steps.is_multiple_of(PROGRESS_EVERY) {
+            (self.progress)(&self.at);
+        }
+        Ok(())
+    }
+
+    /// Counts the `n` steps of a decode stretch (which kept within the
+    /// step limit), reporting progress if they crossed a report.
+    pub(crate) fn count_stretch(&mut self, n: u64) {
+        self.at.steps += n;
+        if self.at.steps / PROGRESS_EVERY != (self.at.steps - n) / PROGRESS_EVERY {
+            (self.progress)(&self.at);
+        }
+    }
+
+    /// Stops the run if an engine's clock passed the time limit.
+    pub(crate) fn check_clock(&self, clock: SimTime) -> Result<(), SimError> {
+        let limit = self.setup.limits.max_time;
+        match clock > limit {
+            true => Err(SimError::TimeLimit { at: clock, limit, progress: self.at }),
+            false => Ok(()),
+        }
+    }
+
+    /// Something is about to happen at `start`: progress is there, and
+    /// the run stops if it is past the time limit.
+    pub(crate) fn start_at(&mut self, start: SimTime) -> Result<(), SimError> {
+        self.at.now = start;
+        self.check_clock(start)
+    }
+
+    /// Counts a request taken from the source, within the request limit.
+    pub(crate) fn count_request(&mut self) -> Result<(), SimError> {
+        self.at.requests += 1;
+        let limit = self.setup.limits.max_requests;
+        match self.at.requests > limit {
+            true => Err(SimError::TooManyRequests { limit, rejected: self.tap.rejected, progress: self.at }),
+            false => Ok(()),
+        }
+    }
+}
+
+impl<S: Source, O: Observer> Cx<'_, S, O> {
+    /// Stops the run if the source cannot go on ([`Source::stalled`]).
+    pub(crate) fn check_stalled(&self) -> Result<(), SimError> {
+        match self.source.stalled() {
+            Some(why) => Err(SimError::Stalled { why, progress: self.run.at }),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes the next arrival, due at `when`, from the source within the
+    /// limits (`None` if the source had nothing after all).
+    fn pop_arrival(&mut self, when: SimTime) -> Result<Option<Request>, SimError> {
+        self.run.start_at(when)?;
+        let Some(req) = self.source.pop() else { return Ok(None) };
+        self.run.count_request()?;
+        Ok(Some(req))
+    }
+}
+
+/// One way of arranging engines (one engine, replicas behind a router,
+/// prefill and decode pools): the part of a run [`drive`] leaves to it.
+pub trait Topology {
+    /// What the run adds to what the observer saw (per-replica counts,
+    /// where each request went).
+    type Out;
+
+    /// What comes next: the source's next arrival, or the topology's own
+    /// event, whichever is earlier (arrivals first on ties, so a step
+    /// starting at an arrival's instant can include it).
+    fn next<S: Source>(&mut self, source: &S) -> Next;
+
+    /// Places `req`, just taken from the source (routing it, or handing
+    /// it to the engine).
+    fn arrive<S: Source, O: Observer>(&mut self, req: Request, cx: &mut Cx<'_, S, O>) -> Result<(), SimError>;
+
+    /// Runs the event [`Topology::next`] announced, counting its steps
+    /// ([`Looping::count_step`]), checking the engines' clocks and calling
+    /// `after_step` after each engine's step or stretch.
+    fn event<S, O, F>(&mut self, cx: &mut Cx<'_, S, O>, after_step: &mut F) -> Result<(), SimError>
+    where
+        S: Source,
+        O: Observer,
+        F: FnMut(Place, &Engine, &mut O);
+
+    /// Request `id` ended (finished, or rejected after it was placed).
+    fn ended(&mut self, _id: RequestId) {}
+
+    fn finish(self) -> Self::Out;
+}
+
+/// Runs `source` through `topology` until both are done, showing every
+/// event to `obs` and calling `after_step` after every step (tests check
+/// invariants there); `progress` hears how far the run has got now and
+/// then.
+pub fn drive<T, S, O, F>(
+    topology: T,
+    source: &mut S,
+    obs: &mut O,
+    setup: &Setup,
+    after_step: F,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<T::Out, SimError>
+where
+    T: Topology,
+    S: Source,
+    O: Observer,
+    F: FnMut(Place, &Engine, &mut O),
+{
+    // A delay of 0 changes no time; without the wrapper the loop is a
+    // little leaner.
+    match setup.delay_ns {
+        0 => skeleton(topology, source, obs, setup, after_step, progress),
+        ns => skeleton(topology, &mut Delayed { inner: source, ns }, obs, setup, after_step, progress),
+    }
+}
+
+fn skeleton<T, S, O, F>(
+    mut topology: T,
+    source: &mut S,
+    obs: &mut O,
+    setup: &Setup,
+    mut after_step: F,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<T::Out, SimError>
+where
+    T: Topology,
+    S: Source,
+    O: Observer,
+    F: FnMut(Place, &Engine, &mut O),
+{
+    let tap = Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
+    let mut cx = Cx { source, run: Looping { tap, at: Progress::default(), setup, progress } };
+    loop {
+        match topology.next(&*cx.source) {
+            Next::Arrival(when) => {
+                let Some(req) = cx.pop_arrival(when)? else { continue };
+                topology.arrive(req, &mut cx)?;
+            }
+            Next::Event(start) => {
+                if let Some(t) = start {
+                    cx.run.start_at(t)?;
+                }
+                topology.event(&mut cx, &mut after_step)?;
+                // Told after the step, so a closed loop's next request
+                // follows from the finish before any later event.
+                for (id, when, finished) in cx.run.tap.done.drain(..) {
+                    topology.ended(id);
+                    match finished {
+                        true => cx.source.done(id, when),
+                        false => cx.source.rejected(id, when),
+                    }
+                }
+            }
+            Next::Done => return Ok(topology.finish()),
+        }
+        cx.check_stalled()?;
+    }
 }

@@ -41,7 +41,7 @@ fn measured_files(dir: &Path) -> Vec<PathBuf> {
             o.push(("workload.prompt_tokens", prompt.to_string()));
             o.push(("workload.output_tokens", output.to_string()));
             let s = llmsim_scenario::config::load_scenario_with(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
-            let out = llmsim_planner::sim::run(&s, CollectorOptions { keep_steps: false }).unwrap();
+            let out = llmsim_planner::Run::new(&s).go().unwrap();
             let path = dir.join(format!("measured-{i}.csv"));
             std::fs::write(&path, llmsim_planner::report::csv_out::requests(&out.requests).unwrap()).unwrap();
             path
@@ -256,7 +256,7 @@ fn an_unidentified_key_is_reported_and_held_at_its_prior() {
             o.push(("workload.prompt_tokens", prompt.to_string()));
             o.push(("workload.output_tokens", output.to_string()));
             let s = llmsim_scenario::config::load_scenario_with(&repo("scenarios/base.yml"), &sets(&o)).unwrap();
-            let out = llmsim_planner::sim::run(&s, CollectorOptions { keep_steps: false }).unwrap();
+            let out = llmsim_planner::Run::new(&s).go().unwrap();
             let path = dir.path().join(format!("short-{i}.csv"));
             std::fs::write(&path, llmsim_planner::report::csv_out::requests(&out.requests).unwrap()).unwrap();
             path

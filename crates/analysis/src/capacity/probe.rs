@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use super::slo::{RequestItl, Slo, good_requests};
-use llmsim_planner::metrics::{CollectorOptions, RunResult};
+use llmsim_planner::metrics::RunResult;
 use llmsim_scenario::config::{Arrivals, Scenario};
 
 /// The most requests a probe runs on one seed (`--requests` included): a
@@ -65,8 +65,8 @@ pub enum SearchError {
     Unreachable { saturation_rps: f64, best: Box<Probe>, slos: Vec<Slo> },
     /// The waiting queue grows at every rate tried.
     NeverSustained { burst_rps: f64, lowest_rps: f64 },
-    /// A probe stopped at a run limit ([`llmsim_planner::sim::SimError`]).
-    Run { rate_rps: f64, error: llmsim_planner::sim::SimError },
+    /// A probe stopped at a run limit ([`llmsim_planner::run_driver::SimError`]).
+    Run { rate_rps: f64, error: llmsim_planner::run_driver::SimError },
 }
 
 impl std::fmt::Display for SearchError {
@@ -139,7 +139,8 @@ pub fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
 /// Runs one probe on the scenario's own seed.
 pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> Result<(Probe, RunResult), SearchError> {
     let mut itl = RequestItl::default();
-    let out = llmsim_planner::sim::run_observed(&at_rate(base, rate, n), CollectorOptions::default(), &mut itl)
+    let out = llmsim_planner::Run::new(&at_rate(base, rate, n))
+        .observed(&mut itl)
         .map_err(|error| SearchError::Run { rate_rps: rate, error })?;
     let r = out.result;
     let good = good_requests(slos, &out.requests, &itl);

@@ -7,7 +7,6 @@ use serde::Serialize;
 use super::probe::{SearchError, at_rate};
 use llmsim_core::engine::{Observer, RequestId};
 use llmsim_core::time::SimTime;
-use llmsim_planner::metrics::CollectorOptions;
 use llmsim_scenario::config::Scenario;
 
 /// A rate is sustained while the waiting queue grows, from the third to the
@@ -192,7 +191,8 @@ pub fn probe(base: &Scenario, seeds: &[u64], rate: f64, n: u64) -> Result<Satura
             let mut s = at_rate(base, rate, n);
             s.workload.seed = seed;
             let mut watch = QueueWatch::default();
-            let out = llmsim_planner::sim::run_observed(&s, CollectorOptions::default(), &mut watch)
+            let out = llmsim_planner::Run::new(&s)
+                .observed(&mut watch)
                 .map_err(|error| SearchError::Run { rate_rps: rate, error })?;
             Ok((watch.trend(), out.result.e2e_ms.mean))
         })

@@ -110,15 +110,18 @@ impl OverSeeds {
 pub struct MeasureFailed {
     pub file: std::path::PathBuf,
     pub name: String,
-    pub source: llmsim_planner::sim::SimError,
+    pub source: llmsim_planner::run_driver::SimError,
 }
 
 /// Runs the scenario and measures it; a run that stops at a run limit
-/// ([`llmsim_planner::sim::SimError`]) is an error naming the scenario.
+/// ([`llmsim_planner::run_driver::SimError`]) is an error naming the scenario.
 pub fn measure(s: &Scenario) -> Result<Measured, MeasureFailed> {
     let mut tally = StepTally::default();
-    let out = llmsim_planner::sim::run_observed(s, CollectorOptions::default(), &mut tally)
-        .map_err(|source| MeasureFailed { file: s.source.clone(), name: s.name.clone(), source })?;
+    let out = llmsim_planner::Run::new(s).observed(&mut tally).map_err(|source| MeasureFailed {
+        file: s.source.clone(),
+        name: s.name.clone(),
+        source,
+    })?;
     let mut values = result_values(&out.result);
     values.extend(tally.values());
     values.extend(request_values(&out.requests));

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use super::plan::{Plan, Point, seeds_of};
 use super::shard::ShardSpec;
 use super::{PointResult, SweepData};
-use llmsim_planner::metrics::{CollectorOptions, RunResult};
+use llmsim_planner::metrics::RunResult;
 
 /// A run of a sweep that stopped at a run limit: point `number` (from 1)
 /// of `total`, its axis values and seed, and the limit it reached.
@@ -20,7 +20,7 @@ pub struct RunFailed {
     pub total: usize,
     pub values: String,
     pub seed: u64,
-    pub source: llmsim_planner::sim::SimError,
+    pub source: llmsim_planner::run_driver::SimError,
 }
 
 /// How to run.
@@ -34,7 +34,7 @@ pub struct ExecOptions {
 
 /// Runs the points (of the shard, if any) with every seed on `pool` and
 /// gathers the results in point order. A run that stops at a run limit
-/// ([`llmsim_planner::sim::SimError`]) fails the sweep, naming the first such point
+/// ([`llmsim_planner::run_driver::SimError`]) fails the sweep, naming the first such point
 /// and seed in point order (the same at any thread count).
 pub fn execute(
     plan: &Plan,
@@ -49,7 +49,7 @@ pub fn execute(
         .flat_map(|(i, p)| seeds_of(&p.scenario, plan.seeds).into_iter().map(move |s| (i, s)))
         .collect();
     let bar = progress_bar(tasks.len() as u64, opts.progress);
-    let results: Vec<Result<RunResult, llmsim_planner::sim::SimError>> = pool.install(|| {
+    let results: Vec<Result<RunResult, llmsim_planner::run_driver::SimError>> = pool.install(|| {
         tasks
             .par_iter()
             .map(|&(i, seed)| {
@@ -89,10 +89,10 @@ pub fn execute(
 pub fn run_one(
     scenario: &llmsim_scenario::config::Scenario,
     seed: u64,
-) -> Result<RunResult, llmsim_planner::sim::SimError> {
+) -> Result<RunResult, llmsim_planner::run_driver::SimError> {
     let mut s = scenario.clone();
     s.workload.seed = seed;
-    llmsim_planner::sim::run(&s, CollectorOptions::default()).map(|out| out.result)
+    llmsim_planner::Run::new(&s).go().map(|out| out.result)
 }
 
 /// Points done, rate and ETA; hidden unless stderr is a terminal.

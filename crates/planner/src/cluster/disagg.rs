@@ -34,30 +34,16 @@ use super::router::{Arrival, Load, RouterState};
 use super::submit::{self, Content};
 use super::{ReplicaCounts, imbalance};
 use crate::metrics::result::{KvOut, PoolOut, PoolsOut};
-use crate::metrics::{Collector, CollectorOptions, RunOutput, Stats};
-use crate::run_driver::{Delayed, Progress, RunLimits, SimError, Tap};
-use crate::workload::{AnySource, Source};
+use crate::metrics::{Collector, RunOutput, Stats};
+use crate::run_driver::{Cx, Next, Place, PoolKind, Progress, SimError, Topology};
+use crate::workload::Source;
 use llmsim_core::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
 use llmsim_core::time::SimTime;
-use llmsim_scenario::config::cluster::{DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool};
-use llmsim_scenario::config::{Cluster, Scenario};
+use llmsim_scenario::config::cluster::{DEFAULT_OVERLAP_WEIGHT, KvTransfer, Pool};
 
-/// Which pool a replica is in.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum PoolKind {
-    Prefill,
-    Decode,
-}
-
-/// How a disaggregated run is driven.
+/// The KV transfer between the pools.
 #[derive(Clone, Debug, PartialEq)]
-pub struct DisaggSetup {
-    pub limits: RunLimits,
-    /// `latency.request_overhead_ms` in nanoseconds (paid once, before prefill).
-    pub delay_ns: u64,
-    /// Record the replica of every step (`Placement::steps`, with
-    /// `CollectorOptions::keep_steps`).
-    pub keep_steps: bool,
+pub struct KvLink {
     pub kv_transfer: KvTransfer,
     /// The whole model's KV bytes per token.
     pub kv_bytes_per_token: u64,
@@ -73,85 +59,40 @@ pub struct DisaggRun {
     pub transfers_ns: Vec<u64>,
 }
 
-/// The two pools' engines and routers.
-pub struct Pools<'a> {
-    pub prefill: &'a mut [Engine],
-    pub decode: &'a mut [Engine],
-    pub prefill_router: &'a mut RouterState,
-    pub decode_router: &'a mut RouterState,
-}
-
 /// Each pool's steps and preemptions, measured by a collector of its own.
 pub struct PoolCollectors {
     pub prefill: Collector,
     pub decode: Collector,
 }
 
-/// Runs a scenario whose cluster has pools and collects its metrics: the
-/// aggregate figures over all requests (steps pooled over both pools,
-/// `capacity` a prefill replica's, `kv.peak_blocks` the largest
-/// replica's), plus `gpus`, `replicas` (prefill ones, then decode ones),
-/// `imbalance` (the larger pool's), `pools` and `kv_transfer_ms`.
-#[allow(clippy::too_many_arguments)]
-pub fn run<O: Observer>(
-    scenario: &Scenario,
-    cluster: &Cluster,
-    d: &Disagg,
-    source: &mut AnySource,
-    options: CollectorOptions,
-    summary: bool,
-    extra: &mut O,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<RunOutput, SimError> {
-    let mut prefill = engines(&d.prefill, true);
-    let mut decode = engines(&d.decode, false);
-    let seed = scenario.workload.seed;
-    let mut prefill_router = router(&d.prefill, seed, 0);
-    let mut decode_router = router(&d.decode, seed, 1);
-    let first = &d.prefill.scenario;
-    // A request may be rejected in either pool: the smaller one decides.
-    let fits =
-        crate::metrics::fits_tokens(&first.capacity).min(crate::metrics::fits_tokens(&d.decode.scenario.capacity));
-    let mut collector = Collector::new(&first.capacity, options).summary_only_if(summary).fits_tokens(fits);
-    let mut per_pool = PoolCollectors {
-        prefill: Collector::new(&first.capacity, CollectorOptions::default()).summary_only_if(summary),
-        decode: Collector::new(&d.decode.scenario.capacity, CollectorOptions::default()).summary_only_if(summary),
-    };
-    let setup = DisaggSetup {
-        limits: RunLimits::default(),
-        delay_ns: llmsim_core::time::secs_to_nanos(scenario.latency.request_overhead_ms / 1e3),
-        keep_steps: options.keep_steps,
-        kv_transfer: d.kv_transfer.clone(),
-        kv_bytes_per_token: first.deployment.kv_bytes_per_token,
-    };
-    let pools = Pools {
-        prefill: &mut prefill,
-        decode: &mut decode,
-        prefill_router: &mut prefill_router,
-        decode_router: &mut decode_router,
-    };
-    let obs = &mut (&mut collector, extra);
-    let run = drive_disagg(pools, source, obs, &mut per_pool, &setup, |_, _, _, _| {}, progress)?;
-    // `capacity` is one replica's of the first pool.
-    let mut out = collector.finish(first);
-    let caching = scenario.model.kv_cache.prefix_caching;
+/// Fills in what a disaggregated run adds to the aggregate result: `gpus`,
+/// `replicas` (prefill ones, then decode ones), `imbalance` (the larger
+/// pool's), `pools`, `kv_transfer_ms` and the placement (`capacity` is a
+/// prefill replica's, `kv.peak_blocks` the largest replica's).
+pub(crate) fn add_pools(
+    out: &mut RunOutput,
+    gpus: u32,
+    caching: bool,
+    pools: [&Pool; 2],
+    run: DisaggRun,
+    per_pool: &PoolCollectors,
+) {
     let r = &mut out.result;
-    r.gpus = Some(cluster.gpus(scenario));
+    r.gpus = Some(gpus);
     let outs = run.prefill.iter().map(|s| s.out(caching)).chain(run.decode.iter().map(|s| s.out(false)));
     r.replicas = Some(outs.collect());
     let (pi, di) = (imbalance(&run.prefill), imbalance(&run.decode));
     r.imbalance = Some(pi.max(di));
-    let pools = PoolsOut {
-        prefill: pool_out(&d.prefill, &per_pool.prefill, &run.prefill, pi),
-        decode: pool_out(&d.decode, &per_pool.decode, &run.decode, di),
+    let shown = PoolsOut {
+        prefill: pool_out(pools[0], &per_pool.prefill, &run.prefill, pi),
+        decode: pool_out(pools[1], &per_pool.decode, &run.decode, di),
     };
-    if pools.prefill.capacity.num_blocks != pools.decode.capacity.num_blocks {
-        r.kv = pooled_kv(r.kv.peak_blocks, [&per_pool.prefill, &per_pool.decode], [&pools.prefill, &pools.decode]);
+    if shown.prefill.capacity.num_blocks != shown.decode.capacity.num_blocks {
+        r.kv = pooled_kv(r.kv.peak_blocks, [&per_pool.prefill, &per_pool.decode], [&shown.prefill, &shown.decode]);
     }
-    r.pools = Some(pools);
+    r.pools = Some(shown);
     r.kv_transfer_ms = Some(Stats::from_nanos(run.transfers_ns.clone()));
     out.placement = Some(run.placement);
-    Ok(out)
 }
 
 /// The aggregate KV figures of pools whose replicas differ in blocks:
@@ -174,14 +115,14 @@ fn pooled_kv(peak_blocks: u32, c: [&Collector; 2], p: [&PoolOut; 2]) -> KvOut {
 }
 
 /// A pool's engines; the decode pool's without prefix caching.
-fn engines(pool: &Pool, prefill: bool) -> Vec<Engine> {
+pub(crate) fn engines(pool: &Pool, prefill: bool) -> Vec<Engine> {
     let mut cfg = pool.scenario.engine_config();
     cfg.prefix_caching &= prefill;
     (0..pool.replicas).map(|_| Engine::new(cfg.clone())).collect()
 }
 
 /// A pool's router; the decode pool's `random` draws from a seed of its own.
-fn router(pool: &Pool, seed: u64, which: u64) -> RouterState {
+pub(crate) fn router(pool: &Pool, seed: u64, which: u64) -> RouterState {
     let weight = pool.overlap_weight.unwrap_or(DEFAULT_OVERLAP_WEIGHT);
     RouterState::new(pool.router, weight, seed.wrapping_add(which.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
 }
@@ -257,47 +198,133 @@ struct Known {
     session: Option<u64>,
 }
 
-/// The global loop over both pools, the transfers and `source`.
-/// `after_step` sees the pool and replica that stepped after each step.
-pub fn drive_disagg<S, O, F>(
-    pools: Pools<'_>,
-    source: &mut S,
-    obs: &mut O,
-    per_pool: &mut PoolCollectors,
-    setup: &DisaggSetup,
-    mut after_step: F,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<DisaggRun, SimError>
-where
-    S: Source,
-    O: Observer,
-    F: FnMut(PoolKind, usize, &Engine, &mut O),
-{
-    let tap = &mut Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
-    // A delay of 0 changes no time.
-    let source = &mut Delayed { inner: source, ns: setup.delay_ns };
-    let Pools { prefill, decode, prefill_router, decode_router } = pools;
-    let limits = &setup.limits;
-    let mut at = Progress::default();
-    let mut run = DisaggRun {
-        prefill: vec![ReplicaCounts::default(); prefill.len()],
-        decode: vec![ReplicaCounts::default(); decode.len()],
-        ..DisaggRun::default()
-    };
-    run.placement.decode_base = Some(prefill.len() as u32);
-    let (Some(first), Some(first_decode)) = (prefill.first(), decode.first()) else { return Ok(run) };
-    let decode_block_size = u64::from(first_decode.config().capacity.block_size);
-    let context = first.config().context_length;
-    let mut content = Content::new(first);
-    let mut outstanding = [vec![0u64; prefill.len()], vec![0u64; decode.len()]];
-    let mut loads = vec![Load::default(); prefill.len().max(decode.len())];
-    let mut known: Vec<Known> = Vec::new();
-    let mut transfers: BinaryHeap<Transfer> = BinaryHeap::new();
-    let mut handed: Handed = Vec::new();
-    let mut next = NextSteps::new(prefill, decode);
-    loop {
-        let next_step = next.earliest();
-        let next_transfer = transfers.peek().map(|Reverse((t, _, _))| *t);
+/// What [`Topology::next`] announced.
+#[derive(Copy, Clone, Debug)]
+enum Pending {
+    Transfer,
+    Step(PoolKind, usize),
+}
+
+/// The prefill and decode pools, their routers and the KV transfers
+/// between them ([`Topology`]; see the module docs).
+pub struct Pools<'a> {
+    prefill: &'a mut [Engine],
+    decode: &'a mut [Engine],
+    prefill_router: &'a mut RouterState,
+    decode_router: &'a mut RouterState,
+    per_pool: &'a mut PoolCollectors,
+    link: KvLink,
+    run: DisaggRun,
+    /// `None` without replicas in either pool.
+    content: Option<Content>,
+    decode_block_size: u64,
+    outstanding: [Vec<u64>; 2],
+    loads: Vec<Load>,
+    known: Vec<Known>,
+    transfers: BinaryHeap<Transfer>,
+    handed: Handed,
+    next: NextSteps,
+    pending: Pending,
+}
+
+impl<'a> Pools<'a> {
+    pub fn new(
+        prefill: &'a mut [Engine],
+        decode: &'a mut [Engine],
+        routers: [&'a mut RouterState; 2],
+        per_pool: &'a mut PoolCollectors,
+        link: KvLink,
+    ) -> Pools<'a> {
+        let [prefill_router, decode_router] = routers;
+        let mut run = DisaggRun {
+            prefill: vec![ReplicaCounts::default(); prefill.len()],
+            decode: vec![ReplicaCounts::default(); decode.len()],
+            ..DisaggRun::default()
+        };
+        run.placement.decode_base = Some(prefill.len() as u32);
+        let content = match (prefill.first(), decode.first()) {
+            (Some(first), Some(_)) => Some(Content::new(first)),
+            _ => None,
+        };
+        Pools {
+            decode_block_size: decode.first().map_or(1, |d| u64::from(d.config().capacity.block_size)),
+            outstanding: [vec![0; prefill.len()], vec![0; decode.len()]],
+            loads: vec![Load::default(); prefill.len().max(decode.len())],
+            next: NextSteps::new(prefill, decode),
+            known: Vec::new(),
+            transfers: BinaryHeap::new(),
+            handed: Vec::new(),
+            pending: Pending::Transfer,
+            content,
+            run,
+            prefill,
+            decode,
+            prefill_router,
+            decode_router,
+            per_pool,
+            link,
+        }
+    }
+
+    /// A transfer ends: the request is routed to a decode replica.
+    fn end_transfer(&mut self) {
+        let Some(Reverse((end, _, id))) = self.transfers.pop() else { return };
+        let k = self.known[id as usize];
+        for (r, e) in self.decode.iter().enumerate() {
+            self.loads[r] = Load::of(e, self.outstanding[1][r], None);
+        }
+        let arrival =
+            Arrival { prompt_blocks: u64::from(k.prompt).div_ceil(self.decode_block_size), session: k.session };
+        let r = self.decode_router.route(&arrival, &self.loads[..self.decode.len()]);
+        self.run.placement.decode[id as usize] = Some(r as u32);
+        self.outstanding[1][r] += 1;
+        self.run.decode[r].requests += 1;
+        self.decode[r].submit_transferred(Request { id, arrival: end, prompt: k.prompt, output: k.output });
+        self.next.update(PoolKind::Decode, r, &self.decode[r]);
+    }
+
+    /// Starts moving the KV of the requests `handed` over by prefill replica
+    /// `r` (their first tokens released), each over `cluster.kv_transfer`; stops the
+    /// run when a transfer would end past its time limit.
+    fn start_transfers(&mut self, r: usize, max_time: SimTime, at: Progress) -> Result<(), SimError> {
+        let (known, link, run, transfers) = (&self.known, &self.link, &mut self.run, &mut self.transfers);
+        for (id, when) in self.handed.drain(..) {
+            self.outstanding[0][r] -= 1;
+            let bytes = u64::from(known[id as usize].prompt) * link.kv_bytes_per_token;
+            // In seconds first: a link slow enough to saturate the clock
+            // must not hand the request over at the end of time.
+            let secs = link.kv_transfer.secs(bytes);
+            // (Never NaN: the bandwidth is validated above 0 and finite.)
+            if secs >= max_time.as_nanos().saturating_sub(when.as_nanos()) as f64 / 1e9 {
+                let t = &link.kv_transfer;
+                let why = format!(
+                    "moving request {id}'s KV ({} bytes) over cluster.kv_transfer ({} GB/s + {} ms) would take {} \
+                     s and end past the limit of {} s: the link is far too slow for this workload",
+                    llmsim_core::util::thousands(bytes),
+                    llmsim_core::util::short_float(t.bandwidth_gbps),
+                    llmsim_core::util::short_float(t.latency_ms),
+                    llmsim_core::util::short_float(secs),
+                    llmsim_core::util::thousands(max_time.as_nanos() / 1_000_000_000),
+                );
+                return Err(SimError::Stalled { why, progress: Progress { now: when, ..at } });
+            }
+            let ns = llmsim_core::time::secs_to_nanos(secs);
+            run.transfers_ns.push(ns);
+            transfers.push(Reverse((when.plus_nanos(ns), run.transfers_ns.len() as u64, id)));
+        }
+        Ok(())
+    }
+}
+
+impl Topology for Pools<'_> {
+    type Out = DisaggRun;
+
+    fn next<S: Source>(&mut self, source: &S) -> Next {
+        if self.content.is_none() {
+            return Next::Done;
+        }
+        let next_step = self.next.earliest();
+        let next_transfer = self.transfers.peek().map(|Reverse((t, _, _))| *t);
         let next_other = match (next_step, next_transfer) {
             (Some((s, _, _)), Some(t)) => Some(s.min(t)),
             (s, t) => s.map(|x| x.0).or(t),
@@ -305,149 +332,106 @@ where
         if let Some(when) = source.peek()
             && next_other.is_none_or(|t| when <= t)
         {
-            // An arrival: route it to a prefill replica.
-            let Some(req) = submit::pop_arrival(source, when, &mut at, limits, tap)? else { continue };
-            let i = req.id as usize;
-            if known.len() <= i {
-                known.resize(i + 1, Known::default());
-                run.placement.requests.resize(i + 1, None);
-                run.placement.decode.resize(i + 1, None);
-            }
-            known[i] = Known { prompt: req.prompt, output: req.output, session: source.session() };
-            if !submit::rejected_for_context(&req, context, tap, source, when) {
-                content.read(&req, source);
-                let r = submit::route(
-                    prefill_router,
-                    prefill,
-                    &outstanding[0],
-                    &mut loads,
-                    &content,
-                    &req,
-                    known[i].session,
-                );
-                run.placement.requests[i] = Some(r as u32);
-                outstanding[0][r] += 1;
-                let mut o = on_prefill(&mut run.prefill[r], per_pool, tap, &known, &mut handed);
-                // It runs there as if its output were 1 token.
-                if content.submit(&mut prefill[r], Request { output: 1, ..req }, &mut o).is_err() {
-                    outstanding[0][r] -= 1;
-                    source.rejected(req.id, when);
-                }
-                next.update(PoolKind::Prefill, r, &prefill[r]);
-            }
-            if let Some(why) = source.stalled() {
-                return Err(SimError::Stalled { why, progress: at });
-            }
-            continue;
+            return Next::Arrival(when);
         }
-        if let Some(end) = next_transfer
-            && next_step.is_none_or(|(s, _, _)| end <= s)
-        {
-            // A transfer ends: route the request to a decode replica.
-            let Some(Reverse((end, _, id))) = transfers.pop() else { continue };
-            at.now = end;
-            let k = known[id as usize];
-            for (r, e) in decode.iter().enumerate() {
-                loads[r] = Load::of(e, outstanding[1][r], None);
+        match (next_transfer, next_step) {
+            (Some(end), s) if s.is_none_or(|(s, _, _)| end <= s) => {
+                self.pending = Pending::Transfer;
+                Next::Event(Some(end))
             }
-            let arrival =
-                Arrival { prompt_blocks: u64::from(k.prompt).div_ceil(decode_block_size), session: k.session };
-            let r = decode_router.route(&arrival, &loads[..decode.len()]);
-            run.placement.decode[id as usize] = Some(r as u32);
-            outstanding[1][r] += 1;
-            run.decode[r].requests += 1;
-            decode[r].submit_transferred(Request { id, arrival: end, prompt: k.prompt, output: k.output });
-            next.update(PoolKind::Decode, r, &decode[r]);
-            continue;
+            (_, Some((start, kind, r))) => {
+                self.pending = Pending::Step(kind, r);
+                Next::Event(Some(start))
+            }
+            _ => Next::Done,
         }
-        let Some((start, kind, r)) = next_step else { break };
-        at.now = start;
-        if start > limits.max_time {
-            return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: at });
+    }
+
+    /// An arrival is routed to a prefill replica.
+    fn arrive<S: Source, O: Observer>(&mut self, req: Request, cx: &mut Cx<'_, S, O>) -> Result<(), SimError> {
+        let Some(content) = &mut self.content else { return Ok(()) };
+        let when = cx.run.at.now;
+        let i = req.id as usize;
+        if self.known.len() <= i {
+            self.known.resize(i + 1, Known::default());
+            self.run.placement.requests.resize(i + 1, None);
+            self.run.placement.decode.resize(i + 1, None);
         }
-        let base = if kind == PoolKind::Decode { prefill.len() } else { 0 };
+        self.known[i] = Known { prompt: req.prompt, output: req.output, session: cx.source.session() };
+        let context = self.prefill[0].config().context_length;
+        if submit::rejected_for_context(&req, context, &mut cx.run.tap, cx.source, when) {
+            return Ok(());
+        }
+        content.read(&req, &*cx.source);
+        let (engines, outstanding) = (&*self.prefill, &self.outstanding[0]);
+        let session = self.known[i].session;
+        let r = submit::route(self.prefill_router, engines, outstanding, &mut self.loads, content, &req, session);
+        self.run.placement.requests[i] = Some(r as u32);
+        self.outstanding[0][r] += 1;
+        let mut o = on_prefill(&mut self.run.prefill[r], self.per_pool, &mut cx.run.tap, &self.known, &mut self.handed);
+        // It runs there as if its output were 1 token.
+        if content.submit(&mut self.prefill[r], Request { output: 1, ..req }, &mut o).is_err() {
+            self.outstanding[0][r] -= 1;
+            cx.source.rejected(req.id, when);
+        }
+        self.next.update(PoolKind::Prefill, r, &self.prefill[r]);
+        Ok(())
+    }
+
+    fn event<S, O, F>(&mut self, cx: &mut Cx<'_, S, O>, after_step: &mut F) -> Result<(), SimError>
+    where
+        S: Source,
+        O: Observer,
+        F: FnMut(Place, &Engine, &mut O),
+    {
+        let (kind, r) = match self.pending {
+            Pending::Transfer => {
+                self.end_transfer();
+                return Ok(());
+            }
+            Pending::Step(kind, r) => (kind, r),
+        };
+        let base = if kind == PoolKind::Decode { self.prefill.len() } else { 0 };
+        let tap = &mut cx.run.tap;
         tap.inner.replica((base + r) as u32);
         let (engine, stepped) = match kind {
             PoolKind::Prefill => {
-                let mut o = on_prefill(&mut run.prefill[r], per_pool, tap, &known, &mut handed);
-                let stepped = prefill[r].step(&mut o).is_some();
-                (&prefill[r], stepped)
+                let mut o = on_prefill(&mut self.run.prefill[r], self.per_pool, tap, &self.known, &mut self.handed);
+                let stepped = self.prefill[r].step(&mut o).is_some();
+                (&self.prefill[r], stepped)
             }
             PoolKind::Decode => {
-                let mut o =
-                    OnPool { stats: &mut run.decode[r], pool: &mut per_pool.decode, inner: &mut *tap, prefill: None };
-                let stepped = decode[r].step(&mut o).is_some();
-                (&decode[r], stepped)
+                let (stats, pool) = (&mut self.run.decode[r], &mut self.per_pool.decode);
+                let mut o = OnPool { stats, pool, inner: tap, prefill: None };
+                let stepped = self.decode[r].step(&mut o).is_some();
+                (&self.decode[r], stepped)
             }
         };
-        next.update(kind, r, engine);
+        self.next.update(kind, r, engine);
         if stepped {
-            submit::count_step(&mut at, limits, progress)?;
-            if setup.keep_steps {
-                run.placement.steps.push((base + r) as u32);
+            cx.run.count_step()?;
+            if cx.run.setup.keep_steps {
+                self.run.placement.steps.push((base + r) as u32);
             }
         }
-        if engine.clock() > limits.max_time {
-            return Err(SimError::TimeLimit { at: engine.clock(), limit: limits.max_time, progress: at });
-        }
-        after_step(kind, r, engine, tap.inner);
+        cx.run.check_clock(engine.clock())?;
+        after_step(Place { pool: Some(kind), replica: r }, engine, cx.run.tap.inner);
         // First tokens released (by a prefill step): their KV starts moving.
-        if !handed.is_empty() {
-            start_transfers(&mut handed, &mut outstanding[0][r], &known, setup, &mut run, &mut transfers, at)?;
+        if !self.handed.is_empty() {
+            self.start_transfers(r, cx.run.setup.limits.max_time, cx.run.at)?;
         }
-        let pool = kind as usize;
-        for (id, when, finished) in tap.done.drain(..) {
-            outstanding[pool][r] -= 1;
-            match finished {
-                true => source.done(id, when),
-                false => source.rejected(id, when),
-            }
-        }
-        if let Some(why) = source.stalled() {
-            return Err(SimError::Stalled { why, progress: at });
-        }
+        Ok(())
     }
-    Ok(run)
-}
 
-/// Starts moving the KV of the requests `handed` over by a prefill replica
-/// (their first tokens released), each over `setup.kv_transfer`; stops the
-/// run when a transfer would end past its time limit.
-fn start_transfers(
-    handed: &mut Handed,
-    outstanding: &mut u64,
-    known: &[Known],
-    setup: &DisaggSetup,
-    run: &mut DisaggRun,
-    transfers: &mut BinaryHeap<Transfer>,
-    at: Progress,
-) -> Result<(), SimError> {
-    let limits = &setup.limits;
-    for (id, when) in handed.drain(..) {
-        *outstanding -= 1;
-        let bytes = u64::from(known[id as usize].prompt) * setup.kv_bytes_per_token;
-        // In seconds first: a link slow enough to saturate the clock
-        // must not hand the request over at the end of time.
-        let secs = setup.kv_transfer.secs(bytes);
-        // (Never NaN: the bandwidth is validated above 0 and finite.)
-        if secs >= limits.max_time.as_nanos().saturating_sub(when.as_nanos()) as f64 / 1e9 {
-            let t = &setup.kv_transfer;
-            let why = format!(
-                "moving request {id}'s KV ({} bytes) over cluster.kv_transfer ({} GB/s + {} ms) would take {} \
-                 s and end past the limit of {} s: the link is far too slow for this workload",
-                llmsim_core::util::thousands(bytes),
-                llmsim_core::util::short_float(t.bandwidth_gbps),
-                llmsim_core::util::short_float(t.latency_ms),
-                llmsim_core::util::short_float(secs),
-                llmsim_core::util::thousands(limits.max_time.as_nanos() / 1_000_000_000),
-            );
-            return Err(SimError::Stalled { why, progress: Progress { now: when, ..at } });
+    fn ended(&mut self, _id: RequestId) {
+        if let Pending::Step(kind, r) = self.pending {
+            self.outstanding[kind as usize][r] -= 1;
         }
-        let ns = llmsim_core::time::secs_to_nanos(secs);
-        run.transfers_ns.push(ns);
-        transfers.push(Reverse((when.plus_nanos(ns), run.transfers_ns.len() as u64, id)));
     }
-    Ok(())
+
+    fn finish(self) -> DisaggRun {
+        self.run
+    }
 }
 
 /// The observer of a prefill replica's submission or step.

@@ -1,12 +1,12 @@
-//! The colocated cluster loop with decode stretches (docs/clusters.md,
-//! "Speed"): the same results as the step-by-step loop of
-//! [`super::drive_cluster`], in far fewer calls.
+//! Colocated replicas in decode stretches (docs/clusters.md, "Speed"), a
+//! [`Topology`] of the run loop: the same results as the step-by-step
+//! [`super::Replicas`], in far fewer calls.
 //!
 //! Between two routings the replicas do not interact: a replica's steps
 //! depend on its own requests only, and, for a source whose arrivals do
 //! not follow from finishes (an open loop or a trace without sessions),
-//! no event of one replica changes another's. So the loop goes in
-//! rounds. Let `H` be the next arrival not routed yet. Each replica in
+//! no event of one replica changes another's. So the run goes in
+//! rounds (each a [`Topology::event`] of the loop). Let `H` be the next arrival not routed yet. Each replica in
 //! turn runs every step that starts before `H`, in decode stretches
 //! ([`Engine::decode_stretch_admitting`]) where it can and through
 //! [`Engine::step`] where it cannot, exactly as the single-engine driver
@@ -40,8 +40,8 @@ use std::collections::VecDeque;
 
 use super::router::{Arrival, Load, RouterState};
 use super::submit::{self, Content};
-use super::{ClusterRun, OnReplica, ReplicaCounts, Setup};
-use crate::run_driver::{Delayed, PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
+use super::{ClusterRun, OnReplica, ReplicaCounts};
+use crate::run_driver::{Cx, Looping, Next, Place, SimError, Topology};
 use crate::workload::Source;
 use llmsim_core::engine::stretch::{Arrivals, Due};
 use llmsim_core::engine::{Engine, Observer, Request, RequestId};
@@ -57,93 +57,133 @@ const STRETCH_STEPS: u64 = 1024;
 
 const NEVER: SimTime = SimTime::from_nanos(u64::MAX);
 
-/// [`super::drive_cluster`] with decode stretches; see the module docs
-/// for when it may be used.
-pub(super) fn drive_lanes<S, O, F>(
-    engines: &mut [Engine],
-    router: &mut RouterState,
-    source: &mut S,
-    obs: &mut O,
-    setup: &Setup,
-    mut after_step: F,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<ClusterRun, SimError>
-where
-    S: Source,
-    O: Observer,
-    F: FnMut(usize, &Engine, &mut O),
-{
-    let tap = &mut Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
-    let source = &mut Delayed { inner: source, ns: setup.delay_ns };
-    let limits = &setup.limits;
-    let mut at = Progress::default();
-    let n = engines.len();
-    let mut run = ClusterRun { replicas: vec![ReplicaCounts::default(); n], ..ClusterRun::default() };
-    let mut outstanding = vec![0u64; n];
-    let mut loads = vec![Load::default(); n];
-    let Some(first) = engines.first() else { return Ok(run) };
-    let context = first.config().context_length;
-    let block_size = u64::from(first.config().capacity.block_size.max(1));
-    let ahead = matches!(router.policy(), Router::RoundRobin | Router::Random) && !first.config().prefix_caching;
-    let mut content = Content::new(first);
-    let mut lanes: Vec<VecDeque<Request>> = vec![VecDeque::new(); n];
-    loop {
-        // Every replica runs every step that starts before the next
-        // arrival not routed yet.
-        let horizon = source.peek().unwrap_or(NEVER);
-        for r in 0..n {
-            let mut lane = Lane {
-                queue: &mut lanes[r],
-                horizon,
-                outstanding: &mut outstanding,
-                placement: &run.placement.requests,
-                source: &mut *source,
-            };
-            tap.inner.replica(r as u32);
-            advance(&mut engines[r], &mut lane, &mut run.replicas[r], tap, limits, &mut at, progress)?;
-            after_step(r, &engines[r], tap.inner);
-        }
-        if source.peek().is_none() {
-            break;
-        }
-        let count = if ahead { AHEAD * n } else { 1 };
-        for _ in 0..count {
-            let Some(when) = source.peek() else { break };
-            let Some(req) = submit::pop_arrival(source, when, &mut at, limits, tap)? else { break };
-            let placed = &mut run.placement.requests;
-            if placed.len() <= req.id as usize {
-                placed.resize(req.id as usize + 1, None);
-            }
-            if !submit::rejected_for_context(&req, context, tap, source, when) {
-                let r = if ahead {
-                    // The router reads no replica state: only their number.
-                    let arrival = Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session: None };
-                    router.route(&arrival, &loads)
-                } else {
-                    content.read(&req, source);
-                    submit::route(router, engines, &outstanding, &mut loads, &content, &req, source.session())
-                };
-                placed[req.id as usize] = Some(r as u32);
-                outstanding[r] += 1;
-                if ahead {
-                    // Told now, in id order; the replica takes it when it is due.
-                    run.replicas[r].requests += 1;
-                    tap.arrived(req.id, req.arrival, req.prompt, req.output);
-                    lanes[r].push_back(req);
-                } else {
-                    let mut o = OnReplica { stats: &mut run.replicas[r], inner: &mut *tap, told: false };
-                    if content.submit(&mut engines[r], req, &mut o).is_err() {
-                        outstanding[r] -= 1;
-                        source.rejected(req.id, when);
-                    }
-                }
-            }
-            if let Some(why) = source.stalled() {
-                return Err(SimError::Stalled { why, progress: at });
-            }
+/// [`super::Replicas`] in decode stretches; see the module docs for when
+/// it may be used.
+pub struct Lanes<'a> {
+    engines: &'a mut [Engine],
+    router: &'a mut RouterState,
+    run: ClusterRun,
+    outstanding: Vec<u64>,
+    loads: Vec<Load>,
+    /// `None` without replicas.
+    content: Option<Content>,
+    /// Each replica's requests routed ahead and not yet handed over.
+    lanes: Vec<VecDeque<Request>>,
+    /// Routing ahead ([`AHEAD`] a replica a round), or one arrival a round.
+    ahead: bool,
+    /// A round is due: every replica runs up to the next arrival.
+    round_due: bool,
+    /// Arrivals left to route before the next round.
+    budget: usize,
+    /// The last round ran every replica to its end (no arrival was left).
+    drained: bool,
+}
+
+impl<'a> Lanes<'a> {
+    pub fn new(engines: &'a mut [Engine], router: &'a mut RouterState) -> Lanes<'a> {
+        let n = engines.len();
+        let ahead = engines.first().is_some_and(|e| !e.config().prefix_caching)
+            && matches!(router.policy(), Router::RoundRobin | Router::Random);
+        Lanes {
+            run: ClusterRun { replicas: vec![ReplicaCounts::default(); n], ..ClusterRun::default() },
+            outstanding: vec![0; n],
+            loads: vec![Load::default(); n],
+            content: engines.first().map(Content::new),
+            lanes: vec![VecDeque::new(); n],
+            ahead,
+            round_due: true,
+            budget: 0,
+            drained: false,
+            engines,
+            router,
         }
     }
-    Ok(run)
+}
+
+impl Topology for Lanes<'_> {
+    type Out = ClusterRun;
+
+    fn next<S: Source>(&mut self, source: &S) -> Next {
+        if self.content.is_none() {
+            return Next::Done;
+        }
+        match (self.round_due, source.peek()) {
+            (true, _) | (false, None) if !self.drained => Next::Event(None),
+            (false, Some(when)) => Next::Arrival(when),
+            _ => Next::Done,
+        }
+    }
+
+    fn arrive<S: Source, O: Observer>(&mut self, req: Request, cx: &mut Cx<'_, S, O>) -> Result<(), SimError> {
+        let Some(content) = &mut self.content else { return Ok(()) };
+        self.budget = self.budget.saturating_sub(1);
+        self.round_due = self.budget == 0;
+        let when = cx.run.at.now;
+        let placed = &mut self.run.placement.requests;
+        if placed.len() <= req.id as usize {
+            placed.resize(req.id as usize + 1, None);
+        }
+        let context = self.engines[0].config().context_length;
+        if submit::rejected_for_context(&req, context, &mut cx.run.tap, cx.source, when) {
+            return Ok(());
+        }
+        let r = if self.ahead {
+            // The router reads no replica state: only their number.
+            let block_size = u64::from(self.engines[0].config().capacity.block_size.max(1));
+            let arrival = Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session: None };
+            self.router.route(&arrival, &self.loads)
+        } else {
+            content.read(&req, &*cx.source);
+            let (engines, outstanding) = (&*self.engines, &self.outstanding);
+            submit::route(self.router, engines, outstanding, &mut self.loads, content, &req, cx.source.session())
+        };
+        placed[req.id as usize] = Some(r as u32);
+        self.outstanding[r] += 1;
+        if self.ahead {
+            // Told now, in id order; the replica takes it when it is due.
+            self.run.replicas[r].requests += 1;
+            cx.run.tap.arrived(req.id, req.arrival, req.prompt, req.output);
+            self.lanes[r].push_back(req);
+        } else {
+            let mut o = OnReplica { stats: &mut self.run.replicas[r], inner: &mut cx.run.tap, told: false };
+            if content.submit(&mut self.engines[r], req, &mut o).is_err() {
+                self.outstanding[r] -= 1;
+                cx.source.rejected(req.id, when);
+            }
+        }
+        Ok(())
+    }
+
+    /// A round: every replica runs every step that starts before the next
+    /// arrival not routed yet.
+    fn event<S, O, F>(&mut self, cx: &mut Cx<'_, S, O>, after_step: &mut F) -> Result<(), SimError>
+    where
+        S: Source,
+        O: Observer,
+        F: FnMut(Place, &Engine, &mut O),
+    {
+        let horizon = cx.source.peek().unwrap_or(NEVER);
+        for r in 0..self.engines.len() {
+            let mut lane = Lane {
+                queue: &mut self.lanes[r],
+                horizon,
+                outstanding: &mut self.outstanding,
+                placement: &self.run.placement.requests,
+                source: &mut *cx.source,
+            };
+            cx.run.tap.inner.replica(r as u32);
+            advance(&mut self.engines[r], &mut lane, &mut self.run.replicas[r], &mut cx.run)?;
+            after_step(Place { pool: None, replica: r }, &self.engines[r], cx.run.tap.inner);
+        }
+        self.drained = horizon == NEVER;
+        self.round_due = false;
+        self.budget = if self.ahead { AHEAD * self.engines.len() } else { 1 };
+        Ok(())
+    }
+
+    fn finish(self) -> ClusterRun {
+        self.run
+    }
 }
 
 /// One replica's view of the arrivals during a round: its lane (requests
@@ -203,10 +243,7 @@ fn advance<S: Source, O: Observer>(
     engine: &mut Engine,
     lane: &mut Lane<'_, S>,
     stats: &mut ReplicaCounts,
-    tap: &mut Tap<'_, O>,
-    limits: &RunLimits,
-    at: &mut Progress,
-    progress: &mut dyn FnMut(&Progress),
+    run: &mut Looping<'_, O>,
 ) -> Result<(), SimError> {
     loop {
         let start = match engine.next_step_at() {
@@ -219,11 +256,8 @@ fn advance<S: Source, O: Observer>(
         if start >= lane.horizon {
             return Ok(());
         }
-        at.now = start;
-        if start > limits.max_time {
-            return Err(SimError::TimeLimit { at: start, limit: limits.max_time, progress: *at });
-        }
-        let mut o = OnReplica { stats: &mut *stats, inner: &mut *tap, told: true };
+        run.start_at(start)?;
+        let mut o = OnReplica { stats: &mut *stats, inner: &mut run.tap, told: true };
         // Every request of the lane due by the step's start joins it.
         while lane.queue.front().is_some_and(|q| q.arrival <= start) {
             let Some(req) = lane.queue.pop_front() else { break };
@@ -231,24 +265,20 @@ fn advance<S: Source, O: Observer>(
                 lane.ended(req.id, req.arrival, false);
             }
         }
-        let max_steps = limits.max_steps.saturating_sub(at.steps).min(STRETCH_STEPS);
+        let limits = &run.setup.limits;
+        let max_steps = limits.max_steps.saturating_sub(run.at.steps).min(STRETCH_STEPS);
         let stretch = engine.decode_stretch_admitting(limits.max_time, max_steps, lane, &mut o);
         if stretch > 0 {
-            at.steps += stretch;
-            if at.steps / PROGRESS_EVERY != (at.steps - stretch) / PROGRESS_EVERY {
-                progress(at);
-            }
+            run.count_stretch(stretch);
         } else if engine.step(&mut o).is_some() {
-            submit::count_step(at, limits, progress)?;
+            run.count_step()?;
         }
-        if engine.clock() > limits.max_time {
-            return Err(SimError::TimeLimit { at: engine.clock(), limit: limits.max_time, progress: *at });
-        }
-        for (id, when, finished) in tap.done.drain(..) {
+        run.check_clock(engine.clock())?;
+        for (id, when, finished) in run.tap.done.drain(..) {
             lane.ended(id, when, finished);
         }
         if let Some(why) = lane.source.stalled() {
-            return Err(SimError::Stalled { why, progress: *at });
+            return Err(SimError::Stalled { why, progress: run.at });
         }
     }
 }

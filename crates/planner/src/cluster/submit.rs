@@ -1,8 +1,7 @@
-//! What the colocated loop ([`super::drive_cluster`]) and the
-//! disaggregated one ([`super::disagg::drive_disagg`]) do alike at an
-//! arrival: take it from the source within the run's limits, reject it
-//! before routing if it is over the context, read its content, route it,
-//! and hand it to the chosen replica; and count a step.
+//! What the colocated topologies ([`super::Replicas`], [`super::Lanes`])
+//! and the disaggregated one ([`super::disagg::Pools`]) do alike at an
+//! arrival: reject it before routing if it is over the context, read its
+//! content, route it, and hand it to the chosen replica.
 //!
 //! A request's content is read as the single-engine driver reads it
 //! ([`crate::sim`]): a recorded trace's named blocks as given; else, when
@@ -15,7 +14,7 @@
 //! are on no replica, so only the hashed leading blocks can hit.
 
 use super::router::{Arrival, Load, RouterState};
-use crate::run_driver::{PROGRESS_EVERY, Progress, RunLimits, SimError, Tap};
+use crate::run_driver::Tap;
 use crate::workload::Source;
 use llmsim_core::engine::prefix::hash::{BlockHashes, request_block_hashes, request_shared_hashes};
 use llmsim_core::engine::{Engine, Observer, RejectReason, Request};
@@ -95,28 +94,6 @@ impl Content {
     }
 }
 
-/// The next arrival, due at `when`: popped from `source` within `limits`
-/// (`None` if the source had nothing after all).
-pub(crate) fn pop_arrival<S: Source, O: Observer>(
-    source: &mut S,
-    when: SimTime,
-    at: &mut Progress,
-    limits: &RunLimits,
-    tap: &Tap<'_, O>,
-) -> Result<Option<Request>, SimError> {
-    at.now = when;
-    if when > limits.max_time {
-        return Err(SimError::TimeLimit { at: when, limit: limits.max_time, progress: *at });
-    }
-    let Some(req) = source.pop() else { return Ok(None) };
-    at.requests += 1;
-    if at.requests > limits.max_requests {
-        let (limit, rejected) = (limits.max_requests, tap.rejected);
-        return Err(SimError::TooManyRequests { limit, rejected, progress: *at });
-    }
-    Ok(Some(req))
-}
-
 /// Rejects `req` before routing if it is over the `context` length, as
 /// the engine would on arrival (it takes no router turn). Returns whether
 /// it did.
@@ -156,20 +133,4 @@ pub(crate) fn route(
     let block_size = u64::from(content.block_size.max(1));
     let arrival = Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session };
     router.route(&arrival, loads)
-}
-
-/// Counts a step that ran, within `limits`, reporting progress now and then.
-pub(crate) fn count_step(
-    at: &mut Progress,
-    limits: &RunLimits,
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<(), SimError> {
-    at.steps += 1;
-    if at.steps > limits.max_steps {
-        return Err(SimError::TooManySteps { limit: limits.max_steps, progress: *at });
-    }
-    if at.steps.is_multiple_of(PROGRESS_EVERY) {
-        progress(at);
-    }
-    Ok(())
 }

@@ -6,7 +6,11 @@ use std::path::Path;
 
 use super::router::{Arrival, Load, RouterState};
 use super::*;
-use crate::metrics::{Collector, RequestRecord};
+use crate::metrics::{Collector, CollectorOptions, RequestRecord};
+use crate::run_driver::{Setup, drive};
+use crate::workload::Source;
+use llmsim_core::engine::{Engine, Request};
+use llmsim_core::time::SimTime;
 use llmsim_scenario::config::{self, Router};
 
 fn loads(xs: &[(u64, u64, u32)]) -> Vec<Load> {
@@ -128,8 +132,6 @@ impl Source for Fixed {
     }
 }
 
-use llmsim_core::engine::Request;
-
 fn req(id: u64, at: SimTime, prompt: u32, output: u32) -> Request {
     Request { id, arrival: at, prompt, output }
 }
@@ -145,10 +147,9 @@ fn run_fixed(
     let mut engines: Vec<Engine> = (0..replicas).map(|_| Engine::new(s.engine_config())).collect();
     let mut router = RouterState::new(policy, 1.0, 0);
     let mut collector = Collector::new(&s.capacity, CollectorOptions { keep_steps: true });
-    let setup = Setup { limits: RunLimits::default(), delay_ns: 0, keep_steps: true, stretches: false };
-    let run = drive_cluster(
-        &mut engines,
-        &mut router,
+    let setup = Setup { keep_steps: true, ..Setup::default() };
+    let run = drive(
+        Replicas::new(&mut engines, &mut router),
         &mut Fixed(requests.into()),
         &mut collector,
         &setup,
@@ -228,7 +229,8 @@ fn round_robin_replicas_are_single_engines_fed_every_rth_request() {
             let renumbered = mine.iter().enumerate().map(|(k, q)| Request { id: k as u64, ..*q }).collect();
             let mut engine = Engine::new(s.engine_config());
             let mut alone = Collector::new(&s.capacity, CollectorOptions::default());
-            crate::sim::drive(&mut engine, &mut Fixed(renumbered), &mut alone).unwrap();
+            let single = crate::sim::Single::new(&mut engine);
+            drive(single, &mut Fixed(renumbered), &mut alone, &Setup::default(), |_, _, _| {}, &mut |_| {}).unwrap();
             for (k, &id) in ids.iter().enumerate() {
                 let (a, b) = (&alone.requests()[k], &cluster[id as usize]);
                 assert_eq!(run.placement.requests[id as usize], Some(j as u32));

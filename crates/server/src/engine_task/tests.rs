@@ -137,7 +137,8 @@ fn offline(cfg: EngineConfig, rows: Vec<TraceRow>) -> BTreeMap<RequestId, Vec<Si
     let limit = llmsim_planner::workload::Limit { requests: None, until: None };
     let mut source = TraceSource::new(Arc::new(rows), limit);
     let mut tokens = Tokens(BTreeMap::new());
-    llmsim_planner::sim::drive(&mut engine, &mut source, &mut tokens)
+    let (single, setup) = (llmsim_planner::sim::Single::new(&mut engine), Default::default());
+    llmsim_planner::run_driver::drive(single, &mut source, &mut tokens, &setup, |_, _, _| {}, &mut |_| {})
         .expect("the offline run stays within the run limits");
     tokens.0
 }
@@ -272,22 +273,10 @@ fn offline_fleet(
     let limit = llmsim_planner::workload::Limit { requests: None, until: None };
     let mut source = TraceSource::new(Arc::new(rows), limit);
     let mut tokens = Tokens(BTreeMap::new());
-    let setup = llmsim_planner::cluster::Setup {
-        limits: llmsim_planner::sim::RunLimits::default(),
-        delay_ns: 0,
-        keep_steps: false,
-        stretches: false,
-    };
-    let run = llmsim_planner::cluster::drive_cluster(
-        &mut engines,
-        &mut router,
-        &mut source,
-        &mut tokens,
-        &setup,
-        |_, _, _| {},
-        &mut |_| {},
-    )
-    .expect("the offline run stays within the run limits");
+    let replicas = llmsim_planner::cluster::Replicas::new(&mut engines, &mut router);
+    let setup = llmsim_planner::run_driver::Setup::default();
+    let run = llmsim_planner::run_driver::drive(replicas, &mut source, &mut tokens, &setup, |_, _, _| {}, &mut |_| {})
+        .expect("the offline run stays within the run limits");
     (tokens.0, run.placement.requests)
 }
 

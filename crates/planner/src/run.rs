@@ -1,0 +1,219 @@
+//! The one way to run a scenario: [`Run`], a builder that picks the
+//! topology the scenario describes (one engine, replicas behind a router,
+//! or prefill and decode pools), drives it with the one run loop
+//! ([`crate::run_driver::drive`]) and collects its metrics.
+//!
+//! ```no_run
+//! # fn demo(scenario: &llmsim_scenario::config::Scenario) -> Result<(), llmsim_planner::run_driver::SimError> {
+//! use llmsim_planner::Run;
+//! let out = Run::new(scenario).summary_only(true).go()?;
+//! println!("{} requests", out.result.requests.completed);
+//! # Ok(()) }
+//! ```
+
+use crate::cluster::disagg::{self, KvLink, PoolCollectors, Pools};
+use crate::cluster::{self, ClusterRun, Lanes, Replicas, imbalance, router::RouterState};
+use crate::metrics::{Collector, CollectorOptions, RunOutput};
+use crate::run_driver::{Progress, Setup, SimError, Stepping, drive};
+use crate::sim::Single;
+use crate::workload::AnySource;
+use llmsim_core::engine::{Engine, Observer};
+use llmsim_scenario::config::cluster::{DEFAULT_OVERLAP_WEIGHT, Disagg};
+use llmsim_scenario::config::{Cluster, Scenario};
+
+/// A run of a scenario, set up step by step, then started with
+/// [`Run::go`] or [`Run::observed`].
+pub struct Run<'a> {
+    scenario: &'a Scenario,
+    options: CollectorOptions,
+    summary: bool,
+    stepping: Stepping,
+    source: Option<&'a mut AnySource>,
+    progress: Option<&'a mut dyn FnMut(&Progress)>,
+}
+
+impl<'a> Run<'a> {
+    /// A run of `scenario`: its own requests, decode stretches where the
+    /// results are the same ([`Stepping::MacroSteps`]), every request's
+    /// record kept, no step kept, no progress report.
+    pub fn new(scenario: &'a Scenario) -> Run<'a> {
+        Run {
+            scenario,
+            options: CollectorOptions::default(),
+            summary: false,
+            stepping: Stepping::default(),
+            source: None,
+            progress: None,
+        }
+    }
+
+    /// What the collector keeps beyond the summary (every step).
+    pub fn options(mut self, options: CollectorOptions) -> Run<'a> {
+        self.options = options;
+        self
+    }
+
+    /// With `true`, no per-request record is kept once a request has
+    /// ended ([`Collector::summary_only`]), so memory stays flat in
+    /// requests. The result is the same; [`RunOutput::requests`] holds
+    /// only requests still in flight.
+    pub fn summary_only(mut self, summary: bool) -> Run<'a> {
+        self.summary = summary;
+        self
+    }
+
+    /// How the engines advance.
+    pub fn stepping(mut self, stepping: Stepping) -> Run<'a> {
+        self.stepping = stepping;
+        self
+    }
+
+    /// The requests of `source` (made for this scenario; e.g. one that
+    /// keeps its rows for `llmsim trace`) instead of a fresh one.
+    pub fn source(mut self, source: &'a mut AnySource) -> Run<'a> {
+        self.source = Some(source);
+        self
+    }
+
+    /// Reports how far the run has got now and then (for a progress bar).
+    pub fn progress(mut self, progress: &'a mut dyn FnMut(&Progress)) -> Run<'a> {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// Runs and collects the metrics.
+    pub fn go(self) -> Result<RunOutput, SimError> {
+        self.observed(&mut ())
+    }
+
+    /// Runs, collecting the metrics and also showing every event to `extra`.
+    pub fn observed<O: Observer>(self, extra: &mut O) -> Result<RunOutput, SimError> {
+        let s = self.scenario;
+        let mut own;
+        let source = match self.source {
+            Some(source) => source,
+            None => {
+                own = AnySource::new(s);
+                &mut own
+            }
+        };
+        let mut quiet = |_: &Progress| {};
+        let progress = self.progress.unwrap_or(&mut quiet);
+        let setup = Setup {
+            delay_ns: llmsim_core::time::secs_to_nanos(s.latency.request_overhead_ms / 1e3),
+            stepping: self.stepping,
+            keep_steps: self.options.keep_steps,
+            ..Setup::default()
+        };
+        let parts = Parts { s, options: self.options, summary: self.summary, setup };
+        match &s.cluster {
+            None => parts.single(source, extra, progress),
+            Some(c) => match &c.disagg {
+                None => parts.replicas(c, source, extra, progress),
+                Some(d) => parts.pools(c, d, source, extra, progress),
+            },
+        }
+    }
+}
+
+/// What every topology's run starts from.
+struct Parts<'a> {
+    s: &'a Scenario,
+    options: CollectorOptions,
+    summary: bool,
+    setup: Setup,
+}
+
+impl Parts<'_> {
+    fn collector(&self, s: &Scenario) -> Collector {
+        Collector::new(&s.capacity, self.options).summary_only_if(self.summary)
+    }
+
+    fn single<O: Observer>(
+        &self,
+        source: &mut AnySource,
+        extra: &mut O,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<RunOutput, SimError> {
+        let mut collector = self.collector(self.s);
+        let mut engine = Engine::new(self.s.engine_config());
+        let obs = &mut (&mut collector, extra);
+        drive(Single::new(&mut engine), source, obs, &self.setup, |_, _, _| {}, progress)?;
+        Ok(collector.finish(self.s))
+    }
+
+    /// Replicas behind a router: the aggregate figures over all requests
+    /// (steps pooled over replicas, so `kv.peak_blocks` is the largest
+    /// replica's), plus `router`, `gpus`, `replicas` and `imbalance`.
+    fn replicas<O: Observer>(
+        &self,
+        cluster: &Cluster,
+        source: &mut AnySource,
+        extra: &mut O,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<RunOutput, SimError> {
+        let s = self.s;
+        let cfg = s.engine_config();
+        let mut engines: Vec<Engine> = (0..cluster.replicas).map(|_| Engine::new(cfg.clone())).collect();
+        let mut collector = self.collector(s);
+        let weight = cluster.overlap_weight.unwrap_or(DEFAULT_OVERLAP_WEIGHT);
+        let mut router = RouterState::new(cluster.router, weight, s.workload.seed);
+        // Replica by replica up to the next arrival, where that changes
+        // nothing but the order of events (docs/clusters.md, "Speed").
+        let lanes =
+            self.setup.stepping == Stepping::MacroSteps && !self.setup.keep_steps && cluster::arrivals_are_fixed(s);
+        let obs = &mut (&mut collector, extra);
+        let run: ClusterRun = match lanes {
+            true => drive(Lanes::new(&mut engines, &mut router), source, obs, &self.setup, |_, _, _| {}, progress)?,
+            false => drive(Replicas::new(&mut engines, &mut router), source, obs, &self.setup, |_, _, _| {}, progress)?,
+        };
+        let mut out = collector.finish(s);
+        let caching = s.model.kv_cache.prefix_caching;
+        let r = &mut out.result;
+        r.router = Some(cluster.router.as_str().to_string());
+        r.gpus = Some(cluster.replicas * s.deployment.gpus());
+        r.replicas = Some(run.replicas.iter().map(|x| x.out(caching)).collect());
+        r.imbalance = Some(imbalance(&run.replicas));
+        out.placement = Some(run.placement);
+        Ok(out)
+    }
+
+    /// Prefill and decode pools: the aggregate figures over all requests
+    /// (steps pooled over both pools, `capacity` a prefill replica's),
+    /// plus what [`disagg::add_pools`] adds.
+    fn pools<O: Observer>(
+        &self,
+        cluster: &Cluster,
+        d: &Disagg,
+        source: &mut AnySource,
+        extra: &mut O,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<RunOutput, SimError> {
+        let s = self.s;
+        let mut prefill = disagg::engines(&d.prefill, true);
+        let mut decode = disagg::engines(&d.decode, false);
+        let mut prefill_router = disagg::router(&d.prefill, s.workload.seed, 0);
+        let mut decode_router = disagg::router(&d.decode, s.workload.seed, 1);
+        let first = &d.prefill.scenario;
+        // A request may be rejected in either pool: the smaller one decides.
+        let fits =
+            crate::metrics::fits_tokens(&first.capacity).min(crate::metrics::fits_tokens(&d.decode.scenario.capacity));
+        let mut collector = self.collector(first).fits_tokens(fits);
+        let pool_collector = |p: &Scenario| Collector::new(&p.capacity, CollectorOptions::default());
+        let mut per_pool = PoolCollectors {
+            prefill: pool_collector(first).summary_only_if(self.summary),
+            decode: pool_collector(&d.decode.scenario).summary_only_if(self.summary),
+        };
+        let link =
+            KvLink { kv_transfer: d.kv_transfer.clone(), kv_bytes_per_token: first.deployment.kv_bytes_per_token };
+        let routers = [&mut prefill_router, &mut decode_router];
+        let pools = Pools::new(&mut prefill, &mut decode, routers, &mut per_pool, link);
+        let obs = &mut (&mut collector, extra);
+        let run = drive(pools, source, obs, &self.setup, |_, _, _| {}, progress)?;
+        // `capacity` is one replica's of the first pool.
+        let mut out = collector.finish(first);
+        let caching = s.model.kv_cache.prefix_caching;
+        disagg::add_pools(&mut out, cluster.gpus(s), caching, [&d.prefill, &d.decode], run, &per_pool);
+        Ok(out)
+    }
+}
