@@ -37,6 +37,8 @@ mod submit;
 #[cfg(test)]
 mod tests;
 
+use crate::intake::Content;
+use crate::metrics::Collector;
 use crate::run_driver::{Cx, Next, Place, SimError, Topology};
 use crate::workload::Source;
 pub use lanes::Lanes;
@@ -44,7 +46,6 @@ use llmsim_core::engine::{Engine, Observer, RejectReason, Request, RequestId, St
 use llmsim_core::time::SimTime;
 use llmsim_scenario::config::Scenario;
 use router::{Load, RouterState};
-use submit::Content;
 
 /// What one replica did, for the result's `replicas` list.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -175,7 +176,7 @@ impl Topology for Replicas<'_> {
         let r = submit::route(self.router, engines, outstanding, &mut self.loads, content, &req, cx.source.session());
         placed[req.id as usize] = Some(r as u32);
         self.outstanding[r] += 1;
-        let mut o = OnReplica { stats: &mut self.run.replicas[r], inner: &mut cx.run.tap, told: false };
+        let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
         if content.submit(&mut self.engines[r], req, &mut o).is_err() {
             self.outstanding[r] -= 1;
             cx.source.rejected(req.id, when);
@@ -192,7 +193,7 @@ impl Topology for Replicas<'_> {
     {
         let r = self.stepping;
         cx.run.tap.inner.replica(r as u32);
-        let mut o = OnReplica { stats: &mut self.run.replicas[r], inner: &mut cx.run.tap, told: false };
+        let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
         let stepped = self.engines[r].step(&mut o).is_some();
         self.next[r] = next_nanos(&self.engines[r]);
         if stepped {
@@ -234,13 +235,40 @@ fn earliest_step(next: &[u64]) -> Option<(SimTime, usize)> {
     (best.0 != u64::MAX).then(|| (SimTime::from_nanos(best.0), best.1))
 }
 
-/// Counts one replica's events into its [`ReplicaCounts`] and forwards them.
+/// What a disaggregated loop remembers of a request between its pools.
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct Known {
+    pub(crate) prompt: u32,
+    pub(crate) output: u32,
+    pub(crate) session: Option<u64>,
+}
+
+/// Requests whose first token a prefill step released, and when.
+pub(crate) type Handed = Vec<(RequestId, SimTime)>;
+
+/// Counts one replica's events into its [`ReplicaCounts`] (and, in a
+/// disaggregated cluster, its pool's collector) and forwards them.
 pub(crate) struct OnReplica<'a, O> {
-    stats: &'a mut ReplicaCounts,
-    inner: &'a mut O,
+    pub(crate) stats: &'a mut ReplicaCounts,
+    pub(crate) inner: &'a mut O,
     /// The request's arrival was told (and counted) when it was routed
     /// ahead ([`lanes`]): the engine's `arrived` events are dropped.
-    told: bool,
+    pub(crate) told: bool,
+    /// The pool's own collector (steps and preemptions), in a
+    /// disaggregated cluster.
+    pub(crate) pool: Option<&'a mut Collector>,
+    /// On a prefill replica: every request's real lengths, and the
+    /// requests handed over. An arrival is reported with its real output
+    /// length and the end of a request with more tokens to come is a
+    /// hand-off, not a finish.
+    pub(crate) prefill: Option<(&'a [Known], &'a mut Handed)>,
+}
+
+impl<'a, O> OnReplica<'a, O> {
+    /// A colocated replica's (`told`: see the field).
+    pub(crate) fn colocated(stats: &'a mut ReplicaCounts, inner: &'a mut O, told: bool) -> OnReplica<'a, O> {
+        OnReplica { stats, inner, told, pool: None, prefill: None }
+    }
 }
 
 impl<O: Observer> Observer for OnReplica<'_, O> {
@@ -252,12 +280,21 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
             return;
         }
         self.stats.requests += 1;
+        let output = match &self.prefill {
+            Some((known, _)) => known.get(id as usize).map_or(output, |k| k.output),
+            None => output,
+        };
         self.inner.arrived(id, at, prompt, output);
     }
     fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
         self.inner.scheduled(id, at, tokens, computed);
     }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
+        if self.pool.is_some() || self.prefill.is_some() {
+            // (Pools step one by one; were it otherwise, their events
+            // would go through the hooks above.)
+            return llmsim_core::engine::events::replay_stretch(self, s);
+        }
         // What the steps one by one would count: a token per step a
         // request takes part in, every step and its blocks.
         self.stats.steps += s.steps.len() as u64;
@@ -281,6 +318,9 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
     }
     fn preempted(&mut self, id: RequestId, at: SimTime) {
         self.stats.preemptions += 1;
+        if let Some(pool) = &mut self.pool {
+            pool.preempted(id, at);
+        }
         self.inner.preempted(id, at);
     }
     fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
@@ -288,6 +328,12 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
         self.inner.token(id, at, index);
     }
     fn finished(&mut self, id: RequestId, at: SimTime) {
+        if let Some((known, handed)) = &mut self.prefill
+            && known.get(id as usize).is_some_and(|k| k.output > 1)
+        {
+            handed.push((id, at));
+            return;
+        }
         self.inner.finished(id, at);
     }
     fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
@@ -299,6 +345,9 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
     fn step(&mut self, step: &StepRecord) {
         self.stats.steps += 1;
         self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(step.kv_blocks_used);
+        if let Some(pool) = &mut self.pool {
+            pool.step(step);
+        }
         self.inner.step(step);
     }
     fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {

@@ -3,6 +3,7 @@
 //! pools), the metrics they collect and the reports they write.
 
 pub mod cluster;
+pub mod intake;
 pub mod metrics;
 pub mod perfetto;
 pub mod report;

@@ -10,9 +10,9 @@
 
 use std::collections::VecDeque;
 
-use crate::run_driver::{Cx, Next, Place, SimError, Topology, fits_context};
+use crate::intake::Content;
+use crate::run_driver::{Cx, Next, Place, SimError, Topology};
 use crate::workload::Source;
-use llmsim_core::engine::prefix::hash::{BlockHashes, request_block_hashes, request_shared_hashes};
 use llmsim_core::engine::stretch::{Arrivals, Due};
 use llmsim_core::engine::{Engine, Observer, Request};
 use llmsim_core::time::SimTime;
@@ -89,30 +89,19 @@ impl Topology for Single<'_> {
     fn finish(self) {}
 }
 
-/// How requests reach the engine of a [`Single`]: with prefix caching,
-/// each with its content's block hashes; the requests a stretch took from
-/// the source but did not admit (in order), with their content; spare
-/// content buffers.
+/// How requests reach the engine of a [`Single`]: their content (with
+/// prefix caching, block hashes); the requests a stretch took from the
+/// source but did not admit (in order), with their content; spare content
+/// buffers.
 struct Intake {
-    hashing: bool,
-    block_size: u32,
-    /// Longer requests are refused for their length: no content is made.
-    context: u32,
-    hashes: BlockHashes,
+    content: Content,
     held: VecDeque<Held>,
     spare: Vec<Vec<u64>>,
 }
 
 impl Intake {
     fn new(engine: &Engine) -> Intake {
-        Intake {
-            hashing: engine.config().prefix_caching,
-            block_size: engine.config().capacity.block_size,
-            context: engine.config().context_length,
-            hashes: BlockHashes::default(),
-            held: VecDeque::new(),
-            spare: Vec::new(),
-        }
+        Intake { content: Content::new(engine), held: VecDeque::new(), spare: Vec::new() }
     }
 
     /// The requests a stretch took from the source and left out join
@@ -124,12 +113,7 @@ impl Intake {
         cx: &mut Cx<'_, S, O>,
     ) -> Result<(), SimError> {
         while let Some(h) = self.held.pop_front() {
-            let tap = &mut cx.run.tap;
-            let submitted = match (self.hashing, h.own_tail) {
-                (true, true) => engine.submit_with_content(h.req, &h.hashes, tap),
-                (true, false) => engine.submit_with_hashes(h.req, &h.hashes, tap),
-                (false, _) => engine.submit(h.req, tap),
-            };
+            let submitted = self.content.submit_taken(engine, h.req, &h.hashes, h.own_tail, &mut cx.run.tap);
             self.spare.push(h.hashes);
             if submitted.is_err() {
                 cx.source.rejected(h.req.id, h.req.arrival);
@@ -149,25 +133,11 @@ impl Intake {
         req: Request,
     ) {
         let when = req.arrival;
-        let submitted = match self.hashing && fits_context(&req, self.context) {
-            // Content hashes only matter, and are only made, with prefix
-            // caching, and for requests the engine does not refuse for
-            // their length (which could be billions of tokens).
-            true => match (source.block_hashes(), source.own_from()) {
-                (Some(named), _) => engine.submit_with_hashes(req, named, tap),
-                // Blocks of the request's own content are not hashed:
-                // nothing else can hit them (docs/prefix-caching.md, "Speed").
-                (None, Some(own_from)) => {
-                    request_shared_hashes(&req, source.segments(), own_from, self.block_size, &mut self.hashes);
-                    engine.submit_with_content(req, &self.hashes, tap)
-                }
-                (None, None) => {
-                    request_block_hashes(&req, source.segments(), self.block_size, &mut self.hashes);
-                    engine.submit_with_hashes(req, &self.hashes, tap)
-                }
-            },
-            false => engine.submit(req, tap),
-        };
+        // Content hashes only matter, and are only made, with prefix
+        // caching, and for requests the engine does not refuse for their
+        // length (which could be billions of tokens).
+        self.content.read(&req, source);
+        let submitted = self.content.submit(engine, req, tap);
         if submitted.is_err() {
             source.rejected(req.id, when);
         }
@@ -255,25 +225,8 @@ impl<S: Source> Arrivals for Feed<'_, S> {
             *self.requests += 1;
             let mut hashes = self.intake.spare.pop().unwrap_or_default();
             hashes.clear();
-            let mut own_tail = false;
-            if self.intake.hashing && fits_context(&req, self.intake.context) {
-                // As `Intake::submit` submits it.
-                let (source, bs, memo) = (&*self.source, self.intake.block_size, &mut self.intake.hashes);
-                match (source.block_hashes(), source.own_from()) {
-                    (Some(named), _) => hashes.extend_from_slice(named),
-                    // The hashes made go with the request, and the memo
-                    // takes its empty buffer (no copy).
-                    (None, Some(own_from)) => {
-                        request_shared_hashes(&req, source.segments(), own_from, bs, memo);
-                        std::mem::swap(&mut hashes, &mut **memo);
-                        own_tail = true;
-                    }
-                    (None, None) => {
-                        request_block_hashes(&req, source.segments(), bs, memo);
-                        std::mem::swap(&mut hashes, &mut **memo);
-                    }
-                }
-            }
+            // As `Intake::submit` reads it.
+            let own_tail = self.intake.content.read_into(&req, &*self.source, &mut hashes);
             self.intake.held.push_back(Held { req, hashes, own_tail });
         }
         if self.source.stalled().is_some() {

@@ -31,13 +31,14 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::router::{Arrival, Load, RouterState};
-use super::submit::{self, Content};
-use super::{ReplicaCounts, imbalance};
+use super::submit;
+use super::{Handed, Known, OnReplica, ReplicaCounts, imbalance};
+use crate::intake::Content;
 use crate::metrics::result::{KvOut, PoolOut, PoolsOut};
 use crate::metrics::{Collector, RunOutput, Stats};
 use crate::run_driver::{Cx, Next, Place, PoolKind, Progress, SimError, Topology};
 use crate::workload::Source;
-use llmsim_core::engine::{Engine, Observer, RejectReason, Request, RequestId, StepRecord};
+use llmsim_core::engine::{Engine, Observer, Request, RequestId};
 use llmsim_core::time::SimTime;
 use llmsim_scenario::config::cluster::{DEFAULT_OVERLAP_WEIGHT, KvTransfer, Pool};
 
@@ -188,14 +189,6 @@ impl NextSteps {
             Some(r) => (SimTime::from_nanos(t), PoolKind::Decode, r),
         })
     }
-}
-
-/// What the loop remembers of a request between its pools.
-#[derive(Copy, Clone, Debug, Default)]
-struct Known {
-    prompt: u32,
-    output: u32,
-    session: Option<u64>,
 }
 
 /// What [`Topology::next`] announced.
@@ -402,7 +395,7 @@ impl Topology for Pools<'_> {
             }
             PoolKind::Decode => {
                 let (stats, pool) = (&mut self.run.decode[r], &mut self.per_pool.decode);
-                let mut o = OnPool { stats, pool, inner: tap, prefill: None };
+                let mut o = OnReplica { stats, inner: tap, told: false, pool: Some(pool), prefill: None };
                 let stepped = self.decode[r].step(&mut o).is_some();
                 (&self.decode[r], stepped)
             }
@@ -441,72 +434,6 @@ fn on_prefill<'a, O>(
     inner: &'a mut O,
     known: &'a [Known],
     handed: &'a mut Handed,
-) -> OnPool<'a, O> {
-    OnPool { stats, pool: &mut per_pool.prefill, inner, prefill: Some((known, handed)) }
-}
-
-/// Counts one replica's events into its [`ReplicaCounts`] and its pool's
-/// collector, and forwards them. On a prefill replica (`prefill` set),
-/// an arrival is reported with its real output length and the end of a
-/// request with more tokens to come is a hand-off, not a finish.
-struct OnPool<'a, O> {
-    stats: &'a mut ReplicaCounts,
-    pool: &'a mut Collector,
-    inner: &'a mut O,
-    prefill: Option<(&'a [Known], &'a mut Handed)>,
-}
-
-/// Requests whose first token a prefill step released, and when.
-type Handed = Vec<(RequestId, SimTime)>;
-
-impl<O: Observer> Observer for OnPool<'_, O> {
-    fn replica(&mut self, replica: u32) {
-        self.inner.replica(replica);
-    }
-    fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
-        self.stats.requests += 1;
-        let output = match &self.prefill {
-            Some((known, _)) => known.get(id as usize).map_or(output, |k| k.output),
-            None => output,
-        };
-        self.inner.arrived(id, at, prompt, output);
-    }
-    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
-        self.inner.scheduled(id, at, tokens, computed);
-    }
-    fn preempted(&mut self, id: RequestId, at: SimTime) {
-        self.stats.preemptions += 1;
-        self.pool.preempted(id, at);
-        self.inner.preempted(id, at);
-    }
-    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
-        self.stats.output_tokens += 1;
-        self.inner.token(id, at, index);
-    }
-    fn finished(&mut self, id: RequestId, at: SimTime) {
-        if let Some((known, handed)) = &mut self.prefill
-            && known.get(id as usize).is_some_and(|k| k.output > 1)
-        {
-            handed.push((id, at));
-            return;
-        }
-        self.inner.finished(id, at);
-    }
-    fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
-        self.inner.rejected(id, at, reason);
-    }
-    fn aborted(&mut self, id: RequestId, at: SimTime) {
-        self.inner.aborted(id, at);
-    }
-    fn step(&mut self, step: &StepRecord) {
-        self.stats.steps += 1;
-        self.stats.peak_kv_blocks = self.stats.peak_kv_blocks.max(step.kv_blocks_used);
-        self.pool.step(step);
-        self.inner.step(step);
-    }
-    fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
-        self.stats.prefix_queried += u64::from(queried);
-        self.stats.prefix_hit += u64::from(hit);
-        self.inner.prefix_lookup(id, at, queried, hit);
-    }
+) -> OnReplica<'a, O> {
+    OnReplica { stats, inner, told: false, pool: Some(&mut per_pool.prefill), prefill: Some((known, handed)) }
 }

@@ -39,8 +39,9 @@
 use std::collections::VecDeque;
 
 use super::router::{Arrival, Load, RouterState};
-use super::submit::{self, Content};
+use super::submit;
 use super::{ClusterRun, OnReplica, ReplicaCounts};
+use crate::intake::Content;
 use crate::run_driver::{Cx, Looping, Next, Place, SimError, Topology};
 use crate::workload::Source;
 use llmsim_core::engine::stretch::{Arrivals, Due};
@@ -145,7 +146,7 @@ impl Topology for Lanes<'_> {
             cx.run.tap.arrived(req.id, req.arrival, req.prompt, req.output);
             self.lanes[r].push_back(req);
         } else {
-            let mut o = OnReplica { stats: &mut self.run.replicas[r], inner: &mut cx.run.tap, told: false };
+            let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
             if content.submit(&mut self.engines[r], req, &mut o).is_err() {
                 self.outstanding[r] -= 1;
                 cx.source.rejected(req.id, when);
@@ -257,7 +258,7 @@ fn advance<S: Source, O: Observer>(
             return Ok(());
         }
         run.start_at(start)?;
-        let mut o = OnReplica { stats: &mut *stats, inner: &mut run.tap, told: true };
+        let mut o = OnReplica::colocated(&mut *stats, &mut run.tap, true);
         // Every request of the lane due by the step's start joins it.
         while lane.queue.front().is_some_and(|q| q.arrival <= start) {
             let Some(req) = lane.queue.pop_front() else { break };
