@@ -105,18 +105,92 @@ pub fn arrivals_are_fixed(scenario: &Scenario) -> bool {
     w.sessions.is_none() && !matches!(w.arrivals, llmsim_scenario::config::scenario::Arrivals::Closed { .. })
 }
 
+/// The replicas and their router, and what a run keeps of them: what
+/// [`Replicas`] and [`Lanes`] share.
+pub(crate) struct Fleet<'a> {
+    pub(crate) engines: &'a mut [Engine],
+    router: &'a mut RouterState,
+    pub(crate) run: ClusterRun,
+    /// Requests routed to each replica and not ended.
+    pub(crate) outstanding: Vec<u64>,
+    loads: Vec<Load>,
+    /// `None` without replicas.
+    content: Option<Content>,
+}
+
+impl<'a> Fleet<'a> {
+    fn new(engines: &'a mut [Engine], router: &'a mut RouterState) -> Fleet<'a> {
+        let n = engines.len();
+        Fleet {
+            run: ClusterRun { replicas: vec![ReplicaCounts::default(); n], ..ClusterRun::default() },
+            outstanding: vec![0; n],
+            loads: vec![Load::default(); n],
+            content: engines.first().map(Content::new),
+            engines,
+            router,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.content.is_none()
+    }
+
+    /// Routes `req`, just taken from the source: its replica, or `None`
+    /// when it is over the context and rejected before routing (it takes
+    /// no router turn). `blind`: the router reads no replica state (only
+    /// their number), so none is gathered.
+    pub(crate) fn route<S: Source, O: Observer>(
+        &mut self,
+        req: &Request,
+        cx: &mut Cx<'_, S, O>,
+        blind: bool,
+    ) -> Option<usize> {
+        let content = self.content.as_mut()?;
+        let placed = &mut self.run.placement.requests;
+        if placed.len() <= req.id as usize {
+            placed.resize(req.id as usize + 1, None);
+        }
+        let context = self.engines[0].config().context_length;
+        if submit::rejected_for_context(req, context, &mut cx.run.tap, cx.source, cx.run.at.now) {
+            return None;
+        }
+        let r = if blind {
+            let block_size = u64::from(content.block_size().max(1));
+            let arrival = router::Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session: None };
+            self.router.route(&arrival, &self.loads)
+        } else {
+            content.read(req, &*cx.source);
+            let (engines, outstanding) = (&*self.engines, &self.outstanding);
+            submit::route(self.router, engines, outstanding, &mut self.loads, content, req, cx.source.session())
+        };
+        placed[req.id as usize] = Some(r as u32);
+        self.outstanding[r] += 1;
+        Some(r)
+    }
+
+    /// Hands `req` (the request routed last) to replica `r`.
+    pub(crate) fn hand_over<S: Source, O: Observer>(&mut self, r: usize, req: Request, cx: &mut Cx<'_, S, O>) {
+        let Some(content) = &self.content else { return };
+        let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
+        if content.submit(&mut self.engines[r], req, &mut o).is_err() {
+            self.outstanding[r] -= 1;
+            cx.source.rejected(req.id, cx.run.at.now);
+        }
+    }
+
+    /// Request `id` ended.
+    pub(crate) fn ended(&mut self, id: RequestId) {
+        if let Some(Some(replica)) = self.run.placement.requests.get(id as usize) {
+            self.outstanding[*replica as usize] -= 1;
+        }
+    }
+}
+
 /// Replicas behind a router, step by step ([`Topology`]; see the module
 /// docs): the earliest step runs next, an arrival first if it comes no
 /// later.
 pub struct Replicas<'a> {
-    engines: &'a mut [Engine],
-    router: &'a mut RouterState,
-    run: ClusterRun,
-    /// Requests routed to each replica and not ended.
-    outstanding: Vec<u64>,
-    loads: Vec<Load>,
-    /// `None` without replicas.
-    content: Option<Content>,
+    fleet: Fleet<'a>,
     /// Each replica's next step start (`u64::MAX` for none), updated when
     /// it steps or is handed a request (nothing else changes it).
     next: Vec<u64>,
@@ -126,17 +200,8 @@ pub struct Replicas<'a> {
 
 impl<'a> Replicas<'a> {
     pub fn new(engines: &'a mut [Engine], router: &'a mut RouterState) -> Replicas<'a> {
-        let n = engines.len();
-        Replicas {
-            run: ClusterRun { replicas: vec![ReplicaCounts::default(); n], ..ClusterRun::default() },
-            outstanding: vec![0; n],
-            loads: vec![Load::default(); n],
-            content: engines.first().map(Content::new),
-            next: engines.iter().map(next_nanos).collect(),
-            stepping: 0,
-            engines,
-            router,
-        }
+        let next = engines.iter().map(next_nanos).collect();
+        Replicas { fleet: Fleet::new(engines, router), next, stepping: 0 }
     }
 }
 
@@ -144,7 +209,7 @@ impl Topology for Replicas<'_> {
     type Out = ClusterRun;
 
     fn next<S: Source>(&mut self, source: &S) -> Next {
-        if self.content.is_none() {
+        if self.fleet.is_empty() {
             return Next::Done;
         }
         let next_step = earliest_step(&self.next);
@@ -161,27 +226,10 @@ impl Topology for Replicas<'_> {
     }
 
     fn arrive<S: Source, O: Observer>(&mut self, req: Request, cx: &mut Cx<'_, S, O>) -> Result<(), SimError> {
-        let Some(content) = &mut self.content else { return Ok(()) };
-        let when = cx.run.at.now;
-        let placed = &mut self.run.placement.requests;
-        if placed.len() <= req.id as usize {
-            placed.resize(req.id as usize + 1, None);
+        if let Some(r) = self.fleet.route(&req, cx, false) {
+            self.fleet.hand_over(r, req, cx);
+            self.next[r] = next_nanos(&self.fleet.engines[r]);
         }
-        let context = self.engines[0].config().context_length;
-        if submit::rejected_for_context(&req, context, &mut cx.run.tap, cx.source, when) {
-            return Ok(());
-        }
-        content.read(&req, cx.source);
-        let (engines, outstanding) = (&*self.engines, &self.outstanding);
-        let r = submit::route(self.router, engines, outstanding, &mut self.loads, content, &req, cx.source.session());
-        placed[req.id as usize] = Some(r as u32);
-        self.outstanding[r] += 1;
-        let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
-        if content.submit(&mut self.engines[r], req, &mut o).is_err() {
-            self.outstanding[r] -= 1;
-            cx.source.rejected(req.id, when);
-        }
-        self.next[r] = next_nanos(&self.engines[r]);
         Ok(())
     }
 
@@ -191,30 +239,28 @@ impl Topology for Replicas<'_> {
         O: Observer,
         F: FnMut(Place, &Engine, &mut O),
     {
-        let r = self.stepping;
+        let (r, fleet) = (self.stepping, &mut self.fleet);
         cx.run.tap.inner.replica(r as u32);
-        let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
-        let stepped = self.engines[r].step(&mut o).is_some();
-        self.next[r] = next_nanos(&self.engines[r]);
+        let mut o = OnReplica::colocated(&mut fleet.run.replicas[r], &mut cx.run.tap, false);
+        let stepped = fleet.engines[r].step(&mut o).is_some();
+        self.next[r] = next_nanos(&fleet.engines[r]);
         if stepped {
             cx.run.count_step()?;
             if cx.run.setup.keep_steps {
-                self.run.placement.steps.push(r as u32);
+                fleet.run.placement.steps.push(r as u32);
             }
         }
-        cx.run.check_clock(self.engines[r].clock())?;
-        after_step(Place { pool: None, replica: r }, &self.engines[r], cx.run.tap.inner);
+        cx.run.check_clock(fleet.engines[r].clock())?;
+        after_step(Place { pool: None, replica: r }, &fleet.engines[r], cx.run.tap.inner);
         Ok(())
     }
 
     fn ended(&mut self, id: RequestId) {
-        if let Some(Some(replica)) = self.run.placement.requests.get(id as usize) {
-            self.outstanding[*replica as usize] -= 1;
-        }
+        self.fleet.ended(id);
     }
 
     fn finish(self) -> ClusterRun {
-        self.run
+        self.fleet.run
     }
 }
 

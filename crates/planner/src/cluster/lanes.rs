@@ -38,10 +38,8 @@
 
 use std::collections::VecDeque;
 
-use super::router::{Arrival, Load, RouterState};
-use super::submit;
-use super::{ClusterRun, OnReplica, ReplicaCounts};
-use crate::intake::Content;
+use super::router::RouterState;
+use super::{ClusterRun, Fleet, OnReplica, ReplicaCounts};
 use crate::run_driver::{Cx, Looping, Next, Place, SimError, Topology};
 use crate::workload::Source;
 use llmsim_core::engine::stretch::{Arrivals, Due};
@@ -61,13 +59,7 @@ const NEVER: SimTime = SimTime::from_nanos(u64::MAX);
 /// [`super::Replicas`] in decode stretches; see the module docs for when
 /// it may be used.
 pub struct Lanes<'a> {
-    engines: &'a mut [Engine],
-    router: &'a mut RouterState,
-    run: ClusterRun,
-    outstanding: Vec<u64>,
-    loads: Vec<Load>,
-    /// `None` without replicas.
-    content: Option<Content>,
+    fleet: Fleet<'a>,
     /// Each replica's requests routed ahead and not yet handed over.
     lanes: Vec<VecDeque<Request>>,
     /// Routing ahead ([`AHEAD`] a replica a round), or one arrival a round.
@@ -82,22 +74,11 @@ pub struct Lanes<'a> {
 
 impl<'a> Lanes<'a> {
     pub fn new(engines: &'a mut [Engine], router: &'a mut RouterState) -> Lanes<'a> {
-        let n = engines.len();
         let ahead = engines.first().is_some_and(|e| !e.config().prefix_caching)
             && matches!(router.policy(), Router::RoundRobin | Router::Random);
-        Lanes {
-            run: ClusterRun { replicas: vec![ReplicaCounts::default(); n], ..ClusterRun::default() },
-            outstanding: vec![0; n],
-            loads: vec![Load::default(); n],
-            content: engines.first().map(Content::new),
-            lanes: vec![VecDeque::new(); n],
-            ahead,
-            round_due: true,
-            budget: 0,
-            drained: false,
-            engines,
-            router,
-        }
+        let lanes = vec![VecDeque::new(); engines.len()];
+        let fleet = Fleet::new(engines, router);
+        Lanes { fleet, lanes, ahead, round_due: true, budget: 0, drained: false }
     }
 }
 
@@ -105,7 +86,7 @@ impl Topology for Lanes<'_> {
     type Out = ClusterRun;
 
     fn next<S: Source>(&mut self, source: &S) -> Next {
-        if self.content.is_none() {
+        if self.fleet.engines.is_empty() {
             return Next::Done;
         }
         match (self.round_due, source.peek()) {
@@ -116,41 +97,16 @@ impl Topology for Lanes<'_> {
     }
 
     fn arrive<S: Source, O: Observer>(&mut self, req: Request, cx: &mut Cx<'_, S, O>) -> Result<(), SimError> {
-        let Some(content) = &mut self.content else { return Ok(()) };
         self.budget = self.budget.saturating_sub(1);
         self.round_due = self.budget == 0;
-        let when = cx.run.at.now;
-        let placed = &mut self.run.placement.requests;
-        if placed.len() <= req.id as usize {
-            placed.resize(req.id as usize + 1, None);
-        }
-        let context = self.engines[0].config().context_length;
-        if submit::rejected_for_context(&req, context, &mut cx.run.tap, cx.source, when) {
-            return Ok(());
-        }
-        let r = if self.ahead {
-            // The router reads no replica state: only their number.
-            let block_size = u64::from(self.engines[0].config().capacity.block_size.max(1));
-            let arrival = Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session: None };
-            self.router.route(&arrival, &self.loads)
-        } else {
-            content.read(&req, &*cx.source);
-            let (engines, outstanding) = (&*self.engines, &self.outstanding);
-            submit::route(self.router, engines, outstanding, &mut self.loads, content, &req, cx.source.session())
-        };
-        placed[req.id as usize] = Some(r as u32);
-        self.outstanding[r] += 1;
+        let Some(r) = self.fleet.route(&req, cx, self.ahead) else { return Ok(()) };
         if self.ahead {
             // Told now, in id order; the replica takes it when it is due.
-            self.run.replicas[r].requests += 1;
+            self.fleet.run.replicas[r].requests += 1;
             cx.run.tap.arrived(req.id, req.arrival, req.prompt, req.output);
             self.lanes[r].push_back(req);
         } else {
-            let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
-            if content.submit(&mut self.engines[r], req, &mut o).is_err() {
-                self.outstanding[r] -= 1;
-                cx.source.rejected(req.id, when);
-            }
+            self.fleet.hand_over(r, req, cx);
         }
         Ok(())
     }
@@ -164,26 +120,27 @@ impl Topology for Lanes<'_> {
         F: FnMut(Place, &Engine, &mut O),
     {
         let horizon = cx.source.peek().unwrap_or(NEVER);
-        for r in 0..self.engines.len() {
+        let fleet = &mut self.fleet;
+        for r in 0..fleet.engines.len() {
             let mut lane = Lane {
                 queue: &mut self.lanes[r],
                 horizon,
-                outstanding: &mut self.outstanding,
-                placement: &self.run.placement.requests,
+                outstanding: &mut fleet.outstanding,
+                placement: &fleet.run.placement.requests,
                 source: &mut *cx.source,
             };
             cx.run.tap.inner.replica(r as u32);
-            advance(&mut self.engines[r], &mut lane, &mut self.run.replicas[r], &mut cx.run)?;
-            after_step(Place { pool: None, replica: r }, &self.engines[r], cx.run.tap.inner);
+            advance(&mut fleet.engines[r], &mut lane, &mut fleet.run.replicas[r], &mut cx.run)?;
+            after_step(Place { pool: None, replica: r }, &fleet.engines[r], cx.run.tap.inner);
         }
         self.drained = horizon == NEVER;
         self.round_due = false;
-        self.budget = if self.ahead { AHEAD * self.engines.len() } else { 1 };
+        self.budget = if self.ahead { AHEAD * fleet.engines.len() } else { 1 };
         Ok(())
     }
 
     fn finish(self) -> ClusterRun {
-        self.run
+        self.fleet.run
     }
 }
 
