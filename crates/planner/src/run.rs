@@ -196,8 +196,7 @@ impl Parts<'_> {
         let mut decode_router = disagg::router(&d.decode, s.workload.seed, 1);
         let first = &d.prefill.scenario;
         // A request may be rejected in either pool: the smaller one decides.
-        let fits =
-            crate::metrics::fits_tokens(&first.capacity).min(crate::metrics::fits_tokens(&d.decode.scenario.capacity));
+        let fits = first.capacity.admissible_tokens().min(d.decode.scenario.capacity.admissible_tokens());
         let mut collector = self.collector(first).fits_tokens(fits);
         let pool_collector = |p: &Scenario| Collector::new(&p.capacity, CollectorOptions::default());
         let mut per_pool = PoolCollectors {

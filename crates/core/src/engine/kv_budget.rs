@@ -101,6 +101,19 @@ impl KvBudget {
     pub fn blocks_for(&self, tokens: u64) -> u64 {
         tokens.div_ceil(u64::from(self.block_size))
     }
+
+    /// The admission rule's bound (docs/engine.md section 3, step 3): a
+    /// request whose known length needs more blocks than this (the blocks
+    /// beside the watermark) never fits and is rejected.
+    pub fn admissible_blocks(&self) -> u64 {
+        u64::from(self.num_blocks.saturating_sub(self.watermark_blocks))
+    }
+
+    /// The longest request (prompt + output tokens) that is never
+    /// rejected once admitted: [`KvBudget::admissible_blocks`] full blocks.
+    pub fn admissible_tokens(&self) -> u64 {
+        self.admissible_blocks() * u64::from(self.block_size)
+    }
 }
 
 #[cfg(test)]
@@ -126,6 +139,8 @@ pub(crate) mod tests {
         assert_eq!(cap.num_blocks, 7_609);
         assert_eq!(cap.kv_tokens, 121_744);
         assert_eq!(cap.watermark_blocks, 76);
+        // (7,609 - 76) blocks of 16 tokens.
+        assert_eq!((cap.admissible_blocks(), cap.admissible_tokens()), (7_533, 120_528));
         assert_eq!(cap.weight_bytes, 13.48e9);
     }
 

@@ -534,11 +534,11 @@ impl Engine {
     /// fits beside the watermark; no skipping ahead.
     fn admit_waiting<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) {
         let cap = &self.cfg.capacity;
-        let (total, watermark) = (i64::from(cap.num_blocks), i64::from(cap.watermark_blocks));
+        let (admissible, watermark) = (cap.admissible_blocks() as i64, i64::from(cap.watermark_blocks));
         while let Some(&slot) = self.waiting.front() {
             let seq = &self.slots[slot as usize];
             let need = self.cfg.capacity.blocks_for(u64::from(seq.known())) as i64;
-            if total - need < watermark {
+            if need > admissible {
                 self.waiting.pop_front();
                 self.queued_blocks -= need as u64;
                 self.waiting_resumes -= u64::from(seq.resumes());

@@ -208,13 +208,6 @@ pub struct Collector {
     at_risk: BTreeMap<RequestId, Vec<u64>>,
 }
 
-/// Tokens (prompt + output) a request may hold in an engine of `capacity`
-/// and never be rejected once admitted: its blocks fit beside the
-/// watermark (the engine's admission rule).
-pub fn fits_tokens(capacity: &KvBudget) -> u64 {
-    u64::from(capacity.num_blocks.saturating_sub(capacity.watermark_blocks)) * u64::from(capacity.block_size)
-}
-
 /// Scratch space of [`Collector`]'s decode-stretch fold, kept between stretches.
 #[derive(Clone, Debug, Default)]
 struct StretchBuf {
@@ -266,7 +259,7 @@ impl Collector {
         Collector {
             options,
             num_blocks: capacity.num_blocks,
-            fits_tokens: fits_tokens(capacity),
+            fits_tokens: capacity.admissible_tokens(),
             at_risk: BTreeMap::new(),
             requests: Vec::new(),
             base: 0,
@@ -330,7 +323,7 @@ impl Collector {
 
     /// Requests over `tokens` (prompt + output) might be rejected after
     /// their first tokens: with several engines, the smallest one's
-    /// [`fits_tokens`].
+    /// [`KvBudget::admissible_tokens`].
     pub fn fits_tokens(mut self, tokens: u64) -> Collector {
         self.fits_tokens = tokens;
         self
