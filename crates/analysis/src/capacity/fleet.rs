@@ -26,9 +26,10 @@
 
 use serde::Serialize;
 
-use super::probe::{MAX_REQUESTS, Options, Probe, SearchError, probe};
+use super::probe::{MAX_REQUESTS, Options, Probe, SearchError, combine, probe_seed_observed};
 use super::saturation;
 use llmsim_scenario::config::{Scenario, limits};
+use rayon::prelude::*;
 
 /// What `fleet_probe` failed on besides the SLOs.
 pub const NOT_SUSTAINED: &str = "sustained rate (the waiting queue grows)";
@@ -47,17 +48,31 @@ fn fleet_probe(
     replicas: u32,
 ) -> Result<(Probe, Option<f64>), SearchError> {
     let n = n.saturating_mul(u64::from(replicas)).clamp(n, MAX_REQUESTS.max(n));
-    let mut p = probe(s, &opts.slos, seeds, rate, n)?;
+    // One run a seed feeds both tests: the SLOs ([`probe`]'s figures) and
+    // the queue ([`saturation::probe`]'s), the same runs each would make.
+    let runs: Vec<(Probe, saturation::Trend)> = seeds
+        .par_iter()
+        .map(|&seed| {
+            let mut one = s.clone();
+            one.workload.seed = seed;
+            let mut watch = saturation::QueueWatch::default();
+            let (p, _) = probe_seed_observed(&one, &opts.slos, rate, n, &mut watch)?;
+            Ok((p, watch.trend()))
+        })
+        .collect::<Result<_, SearchError>>()?;
+    let probes: Vec<Probe> = runs.iter().map(|r| r.0.clone()).collect();
+    let mut p = combine(&opts.slos, rate, n, &probes);
     if !p.pass {
         return Ok((p, None));
     }
-    let q = saturation::probe(s, seeds, rate, n)?;
-    if !q.sustained {
+    let trends: Vec<saturation::Trend> = runs.iter().map(|r| r.1).collect();
+    let growth = saturation::growth(&trends);
+    if growth > saturation::GROWTH_LIMIT {
         p.pass = false;
         p.seeds_met = 0;
         p.failed.push(NOT_SUSTAINED.into());
     }
-    Ok((p, Some(q.queue_growth)))
+    Ok((p, Some(growth)))
 }
 
 /// One replica count tried.

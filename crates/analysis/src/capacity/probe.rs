@@ -138,9 +138,20 @@ pub fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
 
 /// Runs one probe on the scenario's own seed.
 pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> Result<(Probe, RunResult), SearchError> {
+    probe_seed_observed(base, slos, rate, n, &mut ())
+}
+
+/// [`probe_seed`], also showing the run's events to `extra`.
+pub fn probe_seed_observed<O: llmsim_core::engine::Observer>(
+    base: &Scenario,
+    slos: &[Slo],
+    rate: f64,
+    n: u64,
+    extra: &mut O,
+) -> Result<(Probe, RunResult), SearchError> {
     let mut itl = RequestItl::default();
     let out = llmsim_planner::Run::new(&at_rate(base, rate, n))
-        .observed(&mut itl)
+        .observed(&mut (&mut itl, extra))
         .map_err(|error| SearchError::Run { rate_rps: rate, error })?;
     let r = out.result;
     let good = good_requests(slos, &out.requests, &itl);
@@ -177,7 +188,7 @@ pub fn probe(base: &Scenario, slos: &[Slo], seeds: &[u64], rate: f64, n: u64) ->
     Ok(combine(slos, rate, n, &runs))
 }
 
-fn combine(slos: &[Slo], rate: f64, n: u64, runs: &[Probe]) -> Probe {
+pub(crate) fn combine(slos: &[Slo], rate: f64, n: u64, runs: &[Probe]) -> Probe {
     let k = runs.len().max(1) as f64;
     let mean = |f: fn(&Probe) -> f64| runs.iter().map(f).sum::<f64>() / k;
     let worst = |name: &str| {

@@ -49,7 +49,7 @@ impl Trend {
 }
 
 /// Pooled over seeds: total growth over total arrivals a quarter.
-fn growth(trends: &[Trend]) -> f64 {
+pub(crate) fn growth(trends: &[Trend]) -> f64 {
     let grew: f64 = trends.iter().map(|t| t.waiting_q4 - t.waiting_q3).sum();
     let quarter: f64 = trends.iter().map(|t| t.arrived as f64 / 2.0).sum();
     if quarter > 0.0 { grew / quarter } else { 0.0 }
