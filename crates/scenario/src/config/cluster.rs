@@ -14,7 +14,6 @@
 
 use super::ConfigError;
 use super::check::Check;
-use super::limits;
 use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
 use super::scenario::{Arrivals, Length, Scenario};
 pub use super::scenario::{Cluster, DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool, Router};
@@ -65,7 +64,7 @@ fn replicas_and_router(
     prefix_caching: bool,
 ) -> Result<(u32, Router, Option<f64>), ConfigError> {
     let replicas = match replicas {
-        Some(v) => ck.whole32(&format!("{at}replicas"), v, &limits::REPLICAS)?,
+        Some(v) => ck.whole32_at(&format!("{at}replicas"), v)?,
         None => 1,
     };
     let router = match router {
@@ -85,9 +84,7 @@ fn replicas_and_router(
         ));
     }
     let overlap_weight = match (overlap_weight, router) {
-        (Some(w), Router::PrefixAffinity) => {
-            Some(ck.real(&format!("{at}overlap_weight"), w, &limits::OVERLAP_WEIGHT)?)
-        }
+        (Some(w), Router::PrefixAffinity) => Some(ck.real_at(&format!("{at}overlap_weight"), w)?),
         (None, Router::PrefixAffinity) => Some(DEFAULT_OVERLAP_WEIGHT),
         (Some(_), other) => {
             return Err(ck.err(
@@ -135,8 +132,8 @@ fn disaggregated(ck: &Check, raw: RawCluster, base: &Scenario, pools: PoolBase) 
         return Err(ck.err("cluster.kv_transfer.bandwidth_gbps", "missing: the link's GB/s (10^9 bytes a second)"));
     };
     let kv_transfer = KvTransfer {
-        bandwidth_gbps: ck.real("cluster.kv_transfer.bandwidth_gbps", bandwidth, &limits::KV_TRANSFER_GBPS)?,
-        latency_ms: ck.real("cluster.kv_transfer.latency_ms", t.latency_ms.unwrap_or(0.0), &limits::KV_TRANSFER_MS)?,
+        bandwidth_gbps: ck.real_at("cluster.kv_transfer.bandwidth_gbps", bandwidth)?,
+        latency_ms: ck.real_at("cluster.kv_transfer.latency_ms", t.latency_ms.unwrap_or(0.0))?,
     };
     if decode.router.as_deref().map(str::trim) == Some(Router::PrefixAffinity.as_str()) {
         return Err(ck.err(

@@ -18,6 +18,7 @@ pub mod presets;
 pub mod raw;
 pub mod reference;
 pub mod scenario;
+pub mod schema;
 pub mod sections;
 pub mod validate;
 
