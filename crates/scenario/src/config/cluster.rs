@@ -41,7 +41,7 @@ pub(crate) fn build(
     base: &Scenario,
     pools: Option<PoolBase>,
 ) -> Result<Cluster, ConfigError> {
-    let prefix_caching = base.model.kv_cache.prefix_caching;
+    let prefix_caching = base.prefix_caching();
     if raw.has_pools() {
         let Some(pools) = pools else {
             return Err(ck.err("cluster", "prefill/decode pools need the scenario's raw sections (internal)"));
@@ -154,7 +154,7 @@ fn disaggregated(ck: &Check, raw: RawCluster, base: &Scenario, pools: PoolBase) 
 /// One pool: its router and the scenario one of its replicas runs.
 fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> Result<Pool, ConfigError> {
     let at = format!("cluster.{name}.");
-    let caching = base.model.kv_cache.prefix_caching;
+    let caching = base.prefix_caching();
     let (replicas, router, overlap_weight) =
         replicas_and_router(ck, &at, raw.replicas, raw.router.as_deref(), raw.overlap_weight, caching)?;
     // Errors in an override name its key under the pool.
