@@ -1,6 +1,6 @@
 //! The checker every builder in `config/` uses (`Check`: a value
 //! against its allowed range, the key's in [`super::schema`], an error
-//! naming the file and key path) and the defaults (vLLM's where it has one). Below the builders (`validate`, `deployment`,
+//! naming the file and key path). Below the builders (`validate`, `deployment`,
 //! `architecture`, `cluster`), so none of them needs another for it.
 
 use std::path::Path;
@@ -11,23 +11,8 @@ use super::num::short_float;
 use super::schema;
 use llmsim_core::util::thousands;
 
-/// vLLM's defaults where it has one (docs/scenario.md).
-pub const DEFAULT_BLOCK_SIZE: u32 = 16;
-pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
-pub const DEFAULT_WATERMARK: f64 = 0.01;
-pub const DEFAULT_MAX_NUM_SEQUENCES: u32 = 256;
-/// vLLM V1's default `max_num_batched_tokens` for online serving on large GPUs.
-pub const DEFAULT_MAX_BATCH_TOKENS: u32 = 8192;
-pub const DEFAULT_BYTES_PER_PARAMETER: f64 = 2.0;
-pub const DEFAULT_SEED: u64 = 0;
-/// Where vLLM has no such key: llmsim's choices.
-pub const DEFAULT_EFFICIENCY: f64 = 1.0;
-pub const DEFAULT_TENSOR_PARALLEL: u32 = 1;
-/// Off, unlike vLLM V1: a scenario turns it on (docs/prefix-caching.md).
-pub const DEFAULT_PREFIX_CACHING: bool = false;
-pub const DEFAULT_REPLICAS: u32 = 1;
-/// A length distribution's `min`.
-pub const DEFAULT_MIN_LENGTH: u32 = 1;
+// The defaults moved to `defaults` (the key table reads them too); the old paths stay.
+pub use super::defaults::*;
 
 /// Checks values against their allowed ranges, naming `file` in errors.
 pub struct Check<'a> {

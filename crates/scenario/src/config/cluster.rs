@@ -13,7 +13,7 @@
 //! `prefix_affinity`: a decode replica does no cache lookup.
 
 use super::ConfigError;
-use super::check::Check;
+use super::check::{Check, DEFAULT_REPLICAS};
 use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
 use super::scenario::{Arrivals, Length, Scenario};
 pub use super::scenario::{Cluster, DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool, Router};
@@ -65,7 +65,7 @@ fn replicas_and_router(
 ) -> Result<(u32, Router, Option<f64>), ConfigError> {
     let replicas = match replicas {
         Some(v) => ck.whole32_at(&format!("{at}replicas"), v)?,
-        None => 1,
+        None => DEFAULT_REPLICAS,
     };
     let router = match router {
         None => Router::RoundRobin,

@@ -11,7 +11,9 @@ use super::ConfigError;
 pub use super::architecture::ArchitectureOrigin;
 use super::architecture::{self, Resolved};
 use super::check::{Check, DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER};
-use super::check::{DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_WATERMARK};
+use super::check::{
+    DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PREFIX_CACHING, DEFAULT_TENSOR_PARALLEL, DEFAULT_WATERMARK,
+};
 use super::raw::{RawByGpus, RawInterconnect, RawModel, RawParallelism};
 pub use super::scenario::{ByGpus, Deployment, FigureSource, Interconnect, KvDtype, Parallelism};
 use super::scenario::{Hardware, KvCache, Model, Weights};
@@ -171,7 +173,7 @@ fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, Confi
         )?,
         watermark: ck.real_at("model.kv_cache.watermark", kv.watermark.unwrap_or(DEFAULT_WATERMARK))?,
         num_blocks: kv.num_blocks.map(|n| ck.whole_at("model.kv_cache.num_blocks", n)).transpose()?,
-        prefix_caching: kv.prefix_caching.unwrap_or(false),
+        prefix_caching: kv.prefix_caching.unwrap_or(DEFAULT_PREFIX_CACHING),
     })
 }
 
@@ -187,7 +189,7 @@ fn tensor_parallel(ck: &Check, par: &RawParallelism, arch: Option<&Architecture>
             ),
         ));
     }
-    let Some(t) = par.tensor else { return Ok(1) };
+    let Some(t) = par.tensor else { return Ok(DEFAULT_TENSOR_PARALLEL) };
     let t = ck.whole32_at("parallelism.tensor", t)?;
     if t == 1 {
         return Ok(1);

@@ -814,5 +814,5 @@ impl Router {
     }
 }
 
-/// The default `overlap_weight`.
-pub const DEFAULT_OVERLAP_WEIGHT: f64 = 1.0;
+// The default `overlap_weight` lives with the other defaults; the old path stays.
+pub use super::defaults::DEFAULT_OVERLAP_WEIGHT;
