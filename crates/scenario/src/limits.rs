@@ -1,10 +1,12 @@
 //! Every bound on input, in one place: the allowed range of each numeric
 //! key and the limits of one run, each with the reason for it.
 //!
-//! Validation checks keys against these ranges ([`crate::config::validate`]), the
+//! Each scenario key's row in [`crate::config::schema`] cites the row of
+//! [`row`] that bounds it, and validation takes the range from there
+//! ([`crate::config::check::Check::real_at`]); the
 //! offline driver stops a run that reaches a run limit (`llmsim_planner::sim`),
 //! and the table of input limits in `docs/scenario.md` is generated from
-//! [`TABLE`] ([`crate::config::reference`]) and checked by a test, so the
+//! [`table`] ([`crate::config::reference`]) and checked by a test, so the
 //! documentation cannot drift from the code.
 //!
 //! The ranges are wide: each admits every real deployment by orders of
@@ -198,191 +200,367 @@ pub const MAX_SHARD_BYTES: u64 = 1 << 30;
 pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 
 /// One row of the table of input limits (`docs/scenario.md`).
+#[derive(Debug)]
 pub struct Limit {
     pub key: &'static str,
     pub range: Range,
     pub why: &'static str,
 }
 
-/// Every numeric key of a scenario (and of a trace row), its range and why.
-pub const TABLE: &[Limit] = &[
-    Limit { key: "hardware.hbm_gib", range: HBM_GIB, why: "GiB per GPU; a petabyte is beyond any device" },
-    Limit {
+/// The rows of the table of input limits, one `static` each so a key row
+/// of [`crate::config::schema`] can cite the row that bounds it: the
+/// range lives here once, with the reason for it.
+pub mod row {
+    use super::Limit;
+
+    pub static HBM_GIB: Limit =
+        Limit { key: "hardware.hbm_gib", range: super::HBM_GIB, why: "GiB per GPU; a petabyte is beyond any device" };
+
+    pub static MEMORY_BANDWIDTH_GBPS: Limit = Limit {
         key: "hardware.memory_bandwidth_gbps",
-        range: MEMORY_BANDWIDTH_GBPS,
+        range: super::MEMORY_BANDWIDTH_GBPS,
         why: "below 1 GB/s a step of a real model takes minutes; 1 PB/s is 300x an H100",
-    },
-    Limit {
+    };
+
+    pub static PEAK_TFLOPS: Limit = Limit {
         key: "hardware.peak_tflops",
-        range: PEAK_TFLOPS,
+        range: super::PEAK_TFLOPS,
         why: "a CPU core reaches about 0.1 TFLOPS; 1 EFLOPS is 1000x an H100",
-    },
-    Limit {
+    };
+
+    pub static PEAK_TFLOPS_FP8: Limit = Limit {
         key: "hardware.peak_tflops_fp8",
-        range: PEAK_TFLOPS,
+        range: super::PEAK_TFLOPS,
         why: "as peak_tflops, for 1-byte weights of a model with an architecture",
-    },
-    Limit { key: "hardware.cost_per_hour", range: COST_PER_HOUR, why: "price of one GPU-hour" },
-    Limit {
+    };
+
+    pub static COST_PER_HOUR: Limit =
+        Limit { key: "hardware.cost_per_hour", range: super::COST_PER_HOUR, why: "price of one GPU-hour" };
+
+    pub static INTERCONNECT_BANDWIDTH_GBPS: Limit = Limit {
         key: "hardware.interconnect.bandwidth_gbps",
-        range: INTERCONNECT_BANDWIDTH_GBPS,
+        range: super::INTERCONNECT_BANDWIDTH_GBPS,
         why: "PCIe 3 is about 12 GB/s, NVLink 5 900 GB/s",
-    },
-    Limit { key: "hardware.interconnect.latency_us", range: INTERCONNECT_LATENCY_US, why: "up to a second" },
-    Limit {
+    };
+
+    pub static INTERCONNECT_LATENCY_US: Limit =
+        Limit { key: "hardware.interconnect.latency_us", range: super::INTERCONNECT_LATENCY_US, why: "up to a second" };
+
+    pub static TENSOR_PARALLEL: Limit = Limit {
         key: "parallelism.tensor, interconnect GPU counts",
-        range: TENSOR_PARALLEL,
+        range: super::TENSOR_PARALLEL,
         why: "tensor-parallel groups span at most a few nodes (16-64 GPUs)",
-    },
-    Limit {
+    };
+
+    pub static ARCH_SIZE: Limit = Limit {
         key: "model.architecture sizes",
-        range: ARCH_SIZE,
+        range: super::ARCH_SIZE,
         why: "counted in 32 bits (experts and shared_expert_intermediate_size may be 0); the whole model at most 1e15 parameters",
-    },
-    Limit { key: "model.context_length", range: CONTEXT_LENGTH, why: "10x the longest context of any released model" },
-    Limit {
+    };
+
+    pub static CONTEXT_LENGTH: Limit = Limit {
+        key: "model.context_length",
+        range: super::CONTEXT_LENGTH,
+        why: "10x the longest context of any released model",
+    };
+
+    pub static PARAMETERS_BILLIONS: Limit = Limit {
         key: "model.weights.parameters_billions",
-        range: PARAMETERS_BILLIONS,
+        range: super::PARAMETERS_BILLIONS,
         why: "a thousand to 100 trillion parameters",
-    },
-    Limit {
+    };
+
+    pub static BYTES_PER_PARAMETER: Limit = Limit {
         key: "model.weights.bytes_per_parameter",
-        range: BYTES_PER_PARAMETER,
+        range: super::BYTES_PER_PARAMETER,
         why: "1-bit weights are 0.125 bytes, fp64 8",
-    },
-    Limit {
+    };
+
+    pub static KV_BYTES_PER_TOKEN: Limit = Limit {
         key: "model.kv_cache.bytes_per_token",
-        range: KV_BYTES_PER_TOKEN,
+        range: super::KV_BYTES_PER_TOKEN,
         why: "a 405B model needs about 0.5 MB a token",
-    },
-    Limit { key: "model.kv_cache.block_size", range: BLOCK_SIZE, why: "vLLM uses 1 to 256" },
-    Limit {
+    };
+
+    pub static BLOCK_SIZE: Limit =
+        Limit { key: "model.kv_cache.block_size", range: super::BLOCK_SIZE, why: "vLLM uses 1 to 256" };
+
+    pub static GPU_MEMORY_UTILIZATION: Limit = Limit {
         key: "model.kv_cache.gpu_memory_utilization",
-        range: GPU_MEMORY_UTILIZATION,
+        range: super::GPU_MEMORY_UTILIZATION,
         why: "a share of the GPU's memory",
-    },
-    Limit { key: "model.kv_cache.watermark", range: WATERMARK, why: "a share of the KV blocks" },
-    Limit { key: "model.kv_cache.num_blocks", range: NUM_BLOCKS, why: "blocks are counted in 32 bits" },
-    Limit { key: "scheduler.max_batch_tokens", range: MAX_BATCH_TOKENS, why: "the longest context" },
-    Limit {
+    };
+
+    pub static WATERMARK: Limit =
+        Limit { key: "model.kv_cache.watermark", range: super::WATERMARK, why: "a share of the KV blocks" };
+
+    pub static NUM_BLOCKS: Limit =
+        Limit { key: "model.kv_cache.num_blocks", range: super::NUM_BLOCKS, why: "blocks are counted in 32 bits" };
+
+    pub static MAX_BATCH_TOKENS: Limit =
+        Limit { key: "scheduler.max_batch_tokens", range: super::MAX_BATCH_TOKENS, why: "the longest context" };
+
+    pub static MAX_NUM_SEQUENCES: Limit = Limit {
         key: "scheduler.max_num_sequences",
-        range: MAX_NUM_SEQUENCES,
+        range: super::MAX_NUM_SEQUENCES,
         why: "1000x vLLM's default of 256 (or 1024)",
-    },
-    Limit { key: "latency.step_overhead_ms", range: STEP_OVERHEAD_MS, why: "a minute a step" },
-    Limit {
+    };
+
+    pub static STEP_OVERHEAD_MS: Limit =
+        Limit { key: "latency.step_overhead_ms", range: super::STEP_OVERHEAD_MS, why: "a minute a step" };
+
+    pub static REQUEST_OVERHEAD_MS: Limit = Limit {
         key: "latency.request_overhead_ms, latency.resend_jitter_ms",
-        range: REQUEST_OVERHEAD_MS,
+        range: super::REQUEST_OVERHEAD_MS,
         why: "an hour a request",
-    },
-    Limit {
+    };
+
+    pub static FINE_OVERHEAD_US: Limit = Limit {
         key: "latency.per_layer_overhead_us, latency.per_sequence_overhead_us",
-        range: FINE_OVERHEAD_US,
+        range: super::FINE_OVERHEAD_US,
         why: "a second a layer or a sequence",
-    },
-    Limit {
+    };
+
+    pub static EFFICIENCY: Limit = Limit {
         key: "efficiency.compute, efficiency.memory, efficiency.attention_compute, efficiency.attention_memory",
-        range: EFFICIENCY,
+        range: super::EFFICIENCY,
         why: "a share of the datasheet peak; below 0.1% is a typo",
-    },
-    Limit {
+    };
+
+    pub static GEMM_HALF_TOKENS: Limit = Limit {
         key: "efficiency.gemm_half_tokens",
-        range: GEMM_HALF_TOKENS,
+        range: super::GEMM_HALF_TOKENS,
         why: "a GEMM's half-efficiency point, in tokens; 0 is off",
-    },
-    Limit {
+    };
+
+    pub static ALLREDUCE_EFFICIENCY: Limit = Limit {
         key: "efficiency.allreduce",
-        range: ALLREDUCE_EFFICIENCY,
+        range: super::ALLREDUCE_EFFICIENCY,
         why: "the engine's all-reduce against the link's NCCL bandwidth",
-    },
-    Limit { key: "latency.allreduce_us", range: INTERCONNECT_LATENCY_US, why: "as interconnect.latency_us" },
-    Limit { key: "latency.eager_layer_us, latency.per_expert_us", range: FINE_OVERHEAD_US, why: "a second a layer" },
-    Limit {
+    };
+
+    pub static ALLREDUCE_US: Limit =
+        Limit { key: "latency.allreduce_us", range: super::INTERCONNECT_LATENCY_US, why: "as interconnect.latency_us" };
+
+    pub static LAUNCH_OVERHEAD_US: Limit = Limit {
+        key: "latency.eager_layer_us, latency.per_expert_us",
+        range: super::FINE_OVERHEAD_US,
+        why: "a second a layer",
+    };
+
+    pub static CUDA_GRAPH_MAX_TOKENS: Limit = Limit {
         key: "scheduler.cuda_graph_max_tokens",
-        range: CUDA_GRAPH_MAX_TOKENS,
+        range: super::CUDA_GRAPH_MAX_TOKENS,
         why: "vLLM captures up to 512 by default",
-    },
-    Limit { key: "workload.seed", range: SEED, why: "any 64-bit seed" },
-    Limit {
+    };
+
+    pub static SEED: Limit = Limit { key: "workload.seed", range: super::SEED, why: "any 64-bit seed" };
+
+    pub static REQUESTS: Limit = Limit {
         key: "workload.requests",
-        range: REQUESTS,
+        range: super::REQUESTS,
         why: "a run keeps about 110 bytes a request: 1.1 GB at the limit",
-    },
-    Limit { key: "workload.duration_s", range: DURATION_S, why: "1 ns to the simulated-time limit (about 31.7 years)" },
-    Limit {
+    };
+
+    pub static DURATION_S: Limit = Limit {
+        key: "workload.duration_s",
+        range: super::DURATION_S,
+        why: "1 ns to the simulated-time limit (about 31.7 years)",
+    };
+
+    pub static RATE: Limit = Limit {
         key: "workload.arrivals.{poisson,gamma,constant}.rate",
-        range: RATE,
+        range: super::RATE,
         why: "one request in 11.6 days to one a nanosecond (the clock's resolution)",
-    },
-    Limit {
+    };
+
+    pub static BURSTINESS: Limit = Limit {
         key: "workload.arrivals.gamma.burstiness",
-        range: BURSTINESS,
+        range: super::BURSTINESS,
         why: "`vllm bench serve` uses 0.1 to 10; at 1000 the gaps are already constant within 3%",
-    },
-    Limit {
+    };
+
+    pub static CONCURRENCY: Limit = Limit {
         key: "workload.arrivals.closed.concurrency",
-        range: CONCURRENCY,
+        range: super::CONCURRENCY,
         why: "users are kept in memory; 1000x a large benchmark",
-    },
-    Limit { key: "workload.arrivals.closed.think_time_s", range: THINK_TIME_S, why: "up to the simulated-time limit" },
-    Limit { key: "workload.arrivals.closed.ramp_s", range: THINK_TIME_S, why: "up to the simulated-time limit" },
-    Limit { key: "workload.hash_block_size", range: BLOCK_SIZE, why: "as model.kv_cache.block_size" },
-    Limit {
-        key: "workload.shared_prefix.groups",
-        range: PREFIX_GROUPS,
-        why: "distinct system prompts; each is drawn per request",
-    },
-    Limit { key: "workload.shared_prefix.tokens", range: TOKENS, why: "counted in 32 bits" },
-    Limit {
-        key: "workload.sessions.think_s, its uniform bounds",
-        range: THINK_TIME_S,
+    };
+
+    pub static THINK_TIME_S: Limit = Limit {
+        key: "workload.arrivals.closed.think_time_s",
+        range: super::THINK_TIME_S,
         why: "up to the simulated-time limit",
-    },
-    Limit { key: "workload.sessions.think_s.exponential.mean", range: THINK_MEAN_S, why: "a mean of 0 is a fixed 0" },
-    Limit {
+    };
+
+    pub static RAMP_S: Limit = Limit {
+        key: "workload.arrivals.closed.ramp_s",
+        range: super::THINK_TIME_S,
+        why: "up to the simulated-time limit",
+    };
+
+    pub static HASH_BLOCK_SIZE: Limit =
+        Limit { key: "workload.hash_block_size", range: super::BLOCK_SIZE, why: "as model.kv_cache.block_size" };
+
+    pub static PREFIX_GROUPS: Limit = Limit {
+        key: "workload.shared_prefix.groups",
+        range: super::PREFIX_GROUPS,
+        why: "distinct system prompts; each is drawn per request",
+    };
+
+    pub static PREFIX_TOKENS: Limit =
+        Limit { key: "workload.shared_prefix.tokens", range: super::TOKENS, why: "counted in 32 bits" };
+
+    pub static SESSION_THINK_S: Limit = Limit {
+        key: "workload.sessions.think_s, its uniform bounds",
+        range: super::THINK_TIME_S,
+        why: "up to the simulated-time limit",
+    };
+
+    pub static THINK_MEAN_S: Limit = Limit {
+        key: "workload.sessions.think_s.exponential.mean",
+        range: super::THINK_MEAN_S,
+        why: "a mean of 0 is a fixed 0",
+    };
+
+    pub static TOKENS: Limit = Limit {
         key: "token counts: fixed lengths, uniform bounds, min, max, choice values",
-        range: TOKENS,
+        range: super::TOKENS,
         why: "counted in 32 bits",
-    },
-    Limit {
+    };
+
+    pub static LENGTH_MEAN: Limit = Limit {
         key: "normal, lognormal, exponential: mean",
-        range: LENGTH_MEAN,
+        range: super::LENGTH_MEAN,
         why: "samples are whole tokens, at least 1",
-    },
-    Limit { key: "normal, lognormal: std", range: LENGTH_STD, why: "up to the largest token count" },
-    Limit { key: "choice: weights", range: CHOICE_WEIGHT, why: "relative weights; their sum stays exact enough" },
-    Limit {
+    };
+
+    pub static LENGTH_STD: Limit =
+        Limit { key: "normal, lognormal: std", range: super::LENGTH_STD, why: "up to the largest token count" };
+
+    pub static CHOICE_WEIGHT: Limit = Limit {
+        key: "choice: weights",
+        range: super::CHOICE_WEIGHT,
+        why: "relative weights; their sum stays exact enough",
+    };
+
+    pub static REPLICAS: Limit = Limit {
         key: "cluster.replicas",
-        range: REPLICAS,
+        range: super::REPLICAS,
         why: "each replica is a whole engine in memory; 10,000 is far beyond any fleet behind one router",
-    },
-    Limit {
+    };
+
+    pub static OVERLAP_WEIGHT: Limit = Limit {
         key: "cluster.overlap_weight",
-        range: OVERLAP_WEIGHT,
+        range: super::OVERLAP_WEIGHT,
         why: "weight of a missed prompt block against a busy block; Dynamo's default is 1",
-    },
-    Limit {
+    };
+
+    pub static KV_TRANSFER_GBPS: Limit = Limit {
         key: "cluster.kv_transfer.bandwidth_gbps",
-        range: KV_TRANSFER_GBPS,
+        range: super::KV_TRANSFER_GBPS,
         why: "GB/s of the prefill-to-decode link; 0 would never hand a request over",
-    },
-    Limit { key: "cluster.kv_transfer.latency_ms", range: KV_TRANSFER_MS, why: "a minute" },
-    Limit { key: "trace CSV: arrival_s", range: ARRIVAL_S, why: "the simulated-time limit" },
-    Limit { key: "trace CSV: prompt_tokens, output_tokens", range: TOKENS, why: "counted in 32 bits" },
-    Limit { key: "serve models file: fixed.ttft_overhead_ms, fixed.itl_ms", range: STEP_OVERHEAD_MS, why: "a minute" },
-    Limit {
+    };
+
+    pub static KV_TRANSFER_MS: Limit =
+        Limit { key: "cluster.kv_transfer.latency_ms", range: super::KV_TRANSFER_MS, why: "a minute" };
+
+    pub static TRACE_ARRIVAL_S: Limit =
+        Limit { key: "trace CSV: arrival_s", range: super::ARRIVAL_S, why: "the simulated-time limit" };
+
+    pub static TRACE_TOKENS: Limit =
+        Limit { key: "trace CSV: prompt_tokens, output_tokens", range: super::TOKENS, why: "counted in 32 bits" };
+
+    pub static SERVE_FIXED_MS: Limit = Limit {
+        key: "serve models file: fixed.ttft_overhead_ms, fixed.itl_ms",
+        range: super::STEP_OVERHEAD_MS,
+        why: "a minute",
+    };
+
+    pub static SERVE_PREFILL_TOKENS_PER_S: Limit = Limit {
         key: "serve models file: fixed.prefill_tokens_per_s",
-        range: PREFILL_TOKENS_PER_S,
+        range: super::PREFILL_TOKENS_PER_S,
         why: "keeps the time to first token finite",
-    },
-    Limit { key: "serve models file: fixed.context_length", range: CONTEXT_LENGTH, why: "as model.context_length" },
+    };
+
+    pub static SERVE_CONTEXT_LENGTH: Limit = Limit {
+        key: "serve models file: fixed.context_length",
+        range: super::CONTEXT_LENGTH,
+        why: "as model.context_length",
+    };
+}
+
+/// The rows about scenario keys, in the order the page shows them; each
+/// is cited by at least one key row (a test checks).
+pub static SCENARIO_ROWS: &[&Limit] = &[
+    &row::HBM_GIB,
+    &row::MEMORY_BANDWIDTH_GBPS,
+    &row::PEAK_TFLOPS,
+    &row::PEAK_TFLOPS_FP8,
+    &row::COST_PER_HOUR,
+    &row::INTERCONNECT_BANDWIDTH_GBPS,
+    &row::INTERCONNECT_LATENCY_US,
+    &row::TENSOR_PARALLEL,
+    &row::ARCH_SIZE,
+    &row::CONTEXT_LENGTH,
+    &row::PARAMETERS_BILLIONS,
+    &row::BYTES_PER_PARAMETER,
+    &row::KV_BYTES_PER_TOKEN,
+    &row::BLOCK_SIZE,
+    &row::GPU_MEMORY_UTILIZATION,
+    &row::WATERMARK,
+    &row::NUM_BLOCKS,
+    &row::MAX_BATCH_TOKENS,
+    &row::MAX_NUM_SEQUENCES,
+    &row::STEP_OVERHEAD_MS,
+    &row::REQUEST_OVERHEAD_MS,
+    &row::FINE_OVERHEAD_US,
+    &row::EFFICIENCY,
+    &row::GEMM_HALF_TOKENS,
+    &row::ALLREDUCE_EFFICIENCY,
+    &row::ALLREDUCE_US,
+    &row::LAUNCH_OVERHEAD_US,
+    &row::CUDA_GRAPH_MAX_TOKENS,
+    &row::SEED,
+    &row::REQUESTS,
+    &row::DURATION_S,
+    &row::RATE,
+    &row::BURSTINESS,
+    &row::CONCURRENCY,
+    &row::THINK_TIME_S,
+    &row::RAMP_S,
+    &row::HASH_BLOCK_SIZE,
+    &row::PREFIX_GROUPS,
+    &row::PREFIX_TOKENS,
+    &row::SESSION_THINK_S,
+    &row::THINK_MEAN_S,
+    &row::TOKENS,
+    &row::LENGTH_MEAN,
+    &row::LENGTH_STD,
+    &row::CHOICE_WEIGHT,
+    &row::REPLICAS,
+    &row::OVERLAP_WEIGHT,
+    &row::KV_TRANSFER_GBPS,
+    &row::KV_TRANSFER_MS,
 ];
+
+/// The rows about other files (a trace, the serve models file).
+pub static OTHER_ROWS: &[&Limit] = &[
+    &row::TRACE_ARRIVAL_S,
+    &row::TRACE_TOKENS,
+    &row::SERVE_FIXED_MS,
+    &row::SERVE_PREFILL_TOKENS_PER_S,
+    &row::SERVE_CONTEXT_LENGTH,
+];
+
+/// Every row of the table of input limits: the scenario's, then the other files'.
+pub fn table() -> impl Iterator<Item = &'static Limit> {
+    SCENARIO_ROWS.iter().chain(OTHER_ROWS).copied()
+}
 
 /// The table of input limits, row by row (`docs/scenario.md` holds it;
 /// a test keeps the page equal to it).
 pub fn readme_rows() -> Vec<String> {
-    TABLE
-        .iter()
+    table()
         .map(|l| {
             let key = if l.key.contains(' ') { l.key.to_string() } else { format!("`{}`", l.key) };
             format!("| {key} | {} | {} |", l.range, l.why)

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use llmsim_scenario::yaml::Value;
+use llmsim_scenario::config::{Arrivals, Length};
 
 use super::render::{Model, median_error, median_error_where};
 use super::runs::{LoadOptions, Run, ScenarioSource};
@@ -457,39 +457,19 @@ fn ms(x: f64) -> String {
 
 /// The features a run's simulation used, from its scenario.
 pub fn features(run: &Run) -> String {
-    let v = &run.base.value;
-    let get = |path: &str| -> Option<&Value> {
-        let mut node = v;
-        for seg in path.split('.') {
-            node = node.get(seg)?;
-        }
-        Some(node)
-    };
-    let mut out = Vec::new();
-    let tp = get("parallelism.tensor").and_then(Value::as_u64).unwrap_or(1);
-    out.push(format!("TP {tp}"));
-    if get("model.architecture.experts").and_then(Value::as_u64).unwrap_or(0) > 0 {
+    let s = &run.base.validated;
+    let mut out = vec![format!("TP {}", s.tensor_parallel())];
+    if s.model.architecture.as_ref().is_some_and(|a| a.experts > 0) {
         out.push("MoE".into());
     }
     out.push("chunked prefill".into());
-    let prefix = get("model.kv_cache.prefix_caching").and_then(Value::as_bool).unwrap_or(false);
-    out.push(if prefix { "prefix caching".into() } else { "no prefix caching".into() });
+    out.push(if s.prefix_caching() { "prefix caching".into() } else { "no prefix caching".into() });
     out.join(", ")
 }
 
-fn setting(run: &Run, path: &str) -> String {
-    let mut node = &run.base.value;
-    for seg in path.split('.') {
-        match node.get(seg) {
-            Some(n) => node = n,
-            None => return "-".into(),
-        }
-    }
-    match node {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => "-".into(),
-    }
+/// A number as the scenario's YAML states it (`10.0` for a rate).
+fn yaml_number(v: f64) -> String {
+    llmsim_scenario::yaml::Number::from(v).to_string()
 }
 
 /// The metrics the tables show per run and per GPU.
@@ -501,7 +481,7 @@ const SHOWN: [Metric; 3] = [
 
 /// The GPU a run was simulated on: its hardware profile's name.
 fn gpu(run: &Run) -> String {
-    setting(run, "hardware.name")
+    run.base.validated.hardware.name.clone()
 }
 
 /// The requests a run replays: a measured file's, or its scenario's trace.
@@ -509,8 +489,8 @@ fn trace_rows(run: &Run) -> Option<std::sync::Arc<Vec<llmsim_scenario::trace::Tr
     if let Some(rows) = &run.base.trace {
         return Some(std::sync::Arc::clone(rows));
     }
-    match run.base.scenario(&[], &[]).ok()?.workload.arrivals {
-        llmsim_scenario::config::Arrivals::Trace(t) => Some(t.rows),
+    match &run.base.validated.workload.arrivals {
+        Arrivals::Trace(t) => Some(std::sync::Arc::clone(&t.rows)),
         _ => None,
     }
 }
@@ -522,10 +502,10 @@ fn load_cell(run: &Run) -> String {
             let span = rows.last().map_or(0.0, |r| r.arrival.as_secs_f64());
             format!("{} requests in {span:.1} s", rows.len())
         }
-        None => {
-            let rate = setting(run, "workload.arrivals.constant.rate");
-            if rate == "-" { rate } else { format!("{rate} req/s") }
-        }
+        None => match run.base.validated.workload.arrivals {
+            Arrivals::Constant { rate } => format!("{} req/s", yaml_number(rate)),
+            _ => "-".into(),
+        },
     }
 }
 
@@ -538,7 +518,14 @@ fn lengths_cell(run: &Run) -> String {
             let output = rows.iter().map(|r| f64::from(r.output)).sum::<f64>() / n;
             format!("mean {prompt:.0} / {output:.0}")
         }
-        _ => format!("{} / {}", setting(run, "workload.prompt_tokens"), setting(run, "workload.output_tokens")),
+        _ => {
+            let w = &run.base.validated.workload;
+            let fixed = |l: &Option<Length>| match l {
+                Some(Length::Fixed(n)) => n.to_string(),
+                _ => "-".into(),
+            };
+            format!("{} / {}", fixed(&w.prompt_tokens), fixed(&w.output_tokens))
+        }
     }
 }
 
@@ -557,7 +544,7 @@ fn bias(o: &Outcome, m: Metric, model: Model, keep: &dyn Fn(&Run) -> bool) -> Op
 
 /// The concurrency band of a closed-loop run, for the bias table.
 fn users_band(run: &Run) -> Option<&'static str> {
-    let c = setting(run, "workload.arrivals.closed.concurrency").parse::<u64>().ok()?;
+    let Arrivals::Closed { concurrency: c, .. } = run.base.validated.workload.arrivals else { return None };
     Some(match c {
         0..=8 => "1-8 users",
         9..=32 => "9-32 users",
@@ -741,7 +728,7 @@ fn bias_tables(o: &Outcome) -> String {
         pass_names(o).first().map_or("leave-one-out", String::as_str)
     );
     let mut bands: Vec<String> = Vec::new();
-    let tp_of = |r: &Run| format!("TP {}", setting(r, "parallelism.tensor"));
+    let tp_of = |r: &Run| format!("TP {}", r.base.validated.tensor_parallel());
     for (r, _) in o.fit_runs() {
         if !bands.contains(&tp_of(r)) {
             bands.push(tp_of(r));
@@ -773,7 +760,7 @@ fn runs_table(o: &Outcome) -> String {
         let mut row = format!(
             "| {name} | {} | {} | {} | {} | {} |",
             gpu(r),
-            setting(r, "model.name"),
+            r.base.validated.model.name,
             features(r),
             load_cell(r),
             lengths_cell(r)

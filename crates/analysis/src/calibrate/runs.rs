@@ -85,6 +85,9 @@ pub struct Base {
     pub value: Value,
     /// Replayed instead of the scenario's workload.
     pub trace: Option<Arc<Vec<TraceRow>>>,
+    /// `value`, validated: what reports read (a trace run's workload is
+    /// the placeholder the trace replaces).
+    pub validated: Arc<Scenario>,
 }
 
 /// One measured run.
@@ -189,7 +192,8 @@ impl ScenarioSource {
         if trace.is_some() {
             set_placeholder_workload(&mut effective);
         }
-        Ok(Base { file: self.file.clone(), value: effective, trace: trace.map(Arc::new) })
+        let validated = Arc::new(scenario);
+        Ok(Base { file: self.file.clone(), value: effective, trace: trace.map(Arc::new), validated })
     }
 }
 

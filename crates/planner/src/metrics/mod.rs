@@ -374,7 +374,7 @@ impl Collector {
     pub fn finish(self, scenario: &Scenario) -> RunOutput {
         let mut result = self.summarize(&scenario.name, scenario.workload.seed, &scenario.capacity);
         result.deployment = result::DeploymentOut::of(scenario);
-        if scenario.model.kv_cache.prefix_caching {
+        if scenario.prefix_caching() {
             result.prefix_cache = Some(self.prefix_cache());
         }
         let requests = match self.summary_only {

@@ -28,7 +28,7 @@ impl<W: Write> StepsCsv<W> {
     /// The table of a run of `scenario`, its header written at once.
     pub fn new(out: W, scenario: &Scenario) -> StepsCsv<W> {
         let cluster = scenario.cluster.as_ref().map(|_| cluster::decode_base(scenario));
-        let prefix_caching = scenario.model.kv_cache.prefix_caching;
+        let prefix_caching = scenario.prefix_caching();
         let mut out = csv::Writer::from_writer(out);
         let header = match cluster {
             None => csv_out::step_header(prefix_caching),

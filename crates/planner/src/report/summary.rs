@@ -33,7 +33,7 @@ pub fn deployment_line(s: &Scenario) -> String {
         Some(llmsim_scenario::config::KvDtype::Auto) | None => "16-bit".to_string(),
         Some(k) => k.as_str().to_string(),
     };
-    let t = d.tensor_parallel;
+    let t = s.tensor_parallel();
     let mut out = format!(
         "{}, {} weights, {kv} KV, {t} x {} (TP {t}): {:.2} GB of weights and {} bytes of KV a token per GPU",
         m.name,
@@ -158,7 +158,7 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
         "scheduler  max_batch_tokens {}, max_num_sequences {}, {overheads}{}",
         s.scheduler.max_batch_tokens,
         s.scheduler.max_num_sequences,
-        if m.kv_cache.prefix_caching { ", prefix caching on" } else { "" }
+        if s.prefix_caching() { ", prefix caching on" } else { "" }
     );
     let _ = writeln!(out, "workload   {}", workload_line(s));
     if let Some(c) = &s.cluster {

@@ -11,9 +11,9 @@ use serde_json::Value as Json;
 
 use super::ConfigError;
 use super::check::Check;
-use super::limits;
 use super::presets::{Shelf, Unknown};
 use super::raw::{RawArchitecture, RawModelFile};
+use super::schema;
 use llmsim_core::engine::arch::Architecture;
 
 /// Where an architecture was read from.
@@ -81,7 +81,11 @@ pub(crate) fn preset(ck: &Check, name: &str) -> Result<Resolved, ConfigError> {
     let architecture = validate(&fck, &raw.architecture, &|k| format!("architecture.{k}"))?;
     Ok(Resolved {
         name: Some(raw.name.unwrap_or_else(|| name.to_string())),
-        context_length: Some(fck.whole32("context_length", raw.context_length, &limits::CONTEXT_LENGTH)?),
+        context_length: Some(fck.whole32(
+            "context_length",
+            raw.context_length,
+            schema::range("model.context_length"),
+        )?),
         architecture,
         origin: ArchitectureOrigin::Preset { name: name.to_string(), file, source: raw.source },
     })
@@ -111,7 +115,7 @@ pub(crate) fn hf_config(ck: &Check, rel: &str, kv_given: bool) -> Result<Resolve
     let architecture = validate(&fck, &raw, &|k| names.hf_name(k, prefix))?;
     let context_length = hf
         .int("max_position_embeddings")?
-        .map(|v| fck.whole32(&format!("{prefix}max_position_embeddings"), v, &limits::CONTEXT_LENGTH))
+        .map(|v| fck.whole32(&format!("{prefix}max_position_embeddings"), v, schema::range("model.context_length")))
         .transpose()?;
     let name = file.parent().and_then(|d| d.file_name()).map(|d| d.to_string_lossy().into_owned());
     Ok(Resolved { name, context_length, architecture, origin: ArchitectureOrigin::HfConfig { file } })
@@ -124,21 +128,22 @@ pub(crate) fn validate(
     raw: &RawArchitecture,
     key: &dyn Fn(&str) -> String,
 ) -> Result<Architecture, ConfigError> {
+    // The source may spell a key otherwise (an HF config); the range is ours.
+    let range = |name: &str| arch_range(name);
     let required = |name: &str, v: Option<i64>| -> Result<u64, ConfigError> {
         match v {
-            Some(v) => ck.whole(&key(name), v, &limits::ARCH_SIZE),
+            Some(v) => ck.whole(&key(name), v, range(name)),
             None => Err(ck.err(&key(name), "missing: the architecture needs it")),
         }
     };
-    let optional = |name: &str, v: Option<i64>, min: i64| -> Result<Option<u64>, ConfigError> {
-        let range = if min == 0 { &limits::ARCH_SIZE_OR_ZERO } else { &limits::ARCH_SIZE };
-        v.map(|v| ck.whole(&key(name), v, range)).transpose()
+    let optional = |name: &str, v: Option<i64>| -> Result<Option<u64>, ConfigError> {
+        v.map(|v| ck.whole(&key(name), v, range(name))).transpose()
     };
     let layers = required("layers", raw.layers)?;
     let hidden_size = required("hidden_size", raw.hidden_size)?;
     let attention_heads = required("attention_heads", raw.attention_heads)?;
     let vocab_size = required("vocab_size", raw.vocab_size)?;
-    let kv_heads = optional("kv_heads", raw.kv_heads, 1)?.unwrap_or(attention_heads);
+    let kv_heads = optional("kv_heads", raw.kv_heads)?.unwrap_or(attention_heads);
     if kv_heads > attention_heads || !attention_heads.is_multiple_of(kv_heads) {
         return Err(ck.err(
             &key("kv_heads"),
@@ -148,7 +153,7 @@ pub(crate) fn validate(
             ),
         ));
     }
-    let head_dim = match optional("head_dim", raw.head_dim, 1)? {
+    let head_dim = match optional("head_dim", raw.head_dim)? {
         Some(d) => d,
         None if hidden_size.is_multiple_of(attention_heads) => hidden_size / attention_heads,
         None => {
@@ -161,8 +166,8 @@ pub(crate) fn validate(
             ));
         }
     };
-    let intermediate_size = optional("intermediate_size", raw.intermediate_size, 1)?;
-    let experts = optional("experts", raw.experts, 0)?.unwrap_or(0);
+    let intermediate_size = optional("intermediate_size", raw.intermediate_size)?;
+    let experts = optional("experts", raw.experts)?.unwrap_or(0);
     let (experts_per_token, expert_intermediate_size, shared) = if experts > 0 {
         moe_fields(ck, raw, key, experts, intermediate_size)?
     } else {
@@ -198,6 +203,11 @@ pub(crate) fn validate(
     Ok(a)
 }
 
+/// The range of `model.architecture.NAME`.
+fn arch_range(name: &str) -> &'static crate::limits::Range {
+    schema::range(&format!("model.architecture.{name}"))
+}
+
 fn moe_fields(
     ck: &Check,
     raw: &RawArchitecture,
@@ -208,7 +218,7 @@ fn moe_fields(
     let Some(k) = raw.experts_per_token else {
         return Err(ck.err(&key("experts_per_token"), "missing: a mixture of experts needs it"));
     };
-    let k = ck.whole(&key("experts_per_token"), k, &limits::ARCH_SIZE)?;
+    let k = ck.whole(&key("experts_per_token"), k, arch_range("experts_per_token"))?;
     if k > experts {
         return Err(ck.err(
             &key("experts_per_token"),
@@ -216,13 +226,15 @@ fn moe_fields(
         ));
     }
     let width = match raw.expert_intermediate_size {
-        Some(w) => ck.whole(&key("expert_intermediate_size"), w, &limits::ARCH_SIZE)?,
+        Some(w) => ck.whole(&key("expert_intermediate_size"), w, arch_range("expert_intermediate_size"))?,
         None => intermediate_size.ok_or_else(|| {
             ck.err(&key("expert_intermediate_size"), "missing: give it (or intermediate_size, its default)")
         })?,
     };
     let shared = match raw.shared_expert_intermediate_size {
-        Some(w) => ck.whole(&key("shared_expert_intermediate_size"), w, &limits::ARCH_SIZE_OR_ZERO)?,
+        Some(w) => {
+            ck.whole(&key("shared_expert_intermediate_size"), w, arch_range("shared_expert_intermediate_size"))?
+        }
         None => 0,
     };
     Ok((k, width, shared))

@@ -1,6 +1,6 @@
 //! The checker every builder in `config/` uses (`Check`: a value
-//! against its allowed range, an error naming the file and key path) and
-//! vLLM's defaults. Below the builders (`validate`, `deployment`,
+//! against its allowed range, the key's in [`super::schema`], an error
+//! naming the file and key path). Below the builders (`validate`, `deployment`,
 //! `architecture`, `cluster`), so none of them needs another for it.
 
 use std::path::Path;
@@ -8,17 +8,11 @@ use std::path::Path;
 use super::ConfigError;
 use super::limits::Range;
 use super::num::short_float;
+use super::schema;
 use llmsim_core::util::thousands;
 
-/// vLLM's defaults where it has one (docs/scenario.md).
-pub const DEFAULT_BLOCK_SIZE: u32 = 16;
-pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
-pub const DEFAULT_WATERMARK: f64 = 0.01;
-pub const DEFAULT_MAX_NUM_SEQUENCES: u32 = 256;
-/// vLLM V1's default `max_num_batched_tokens` for online serving on large GPUs.
-pub const DEFAULT_MAX_BATCH_TOKENS: u32 = 8192;
-pub const DEFAULT_BYTES_PER_PARAMETER: f64 = 2.0;
-pub const DEFAULT_SEED: u64 = 0;
+// The defaults moved to `defaults` (the key table reads them too); the old paths stay.
+pub use super::defaults::*;
 
 /// Checks values against their allowed ranges, naming `file` in errors.
 pub struct Check<'a> {
@@ -52,6 +46,21 @@ impl Check<'_> {
             Range::Real { .. } => format!("in {range}"),
         };
         Err(self.err(path, format!("{} is not allowed: must be {allowed}", shown(v))))
+    }
+
+    /// [`Check::real`] in the range [`super::schema`] gives key `path`.
+    pub fn real_at(&self, path: &str, v: f64) -> Result<f64, ConfigError> {
+        self.real(path, v, schema::range(path))
+    }
+
+    /// [`Check::whole`] in the range [`super::schema`] gives key `path`.
+    pub fn whole_at(&self, path: &str, v: i64) -> Result<u64, ConfigError> {
+        self.whole(path, v, schema::range(path))
+    }
+
+    /// [`Check::whole32`] in the range [`super::schema`] gives key `path`.
+    pub fn whole32_at(&self, path: &str, v: i64) -> Result<u32, ConfigError> {
+        self.whole32(path, v, schema::range(path))
     }
 
     /// [`Check::whole`] for a range within `u32`.

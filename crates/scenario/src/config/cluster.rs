@@ -13,8 +13,7 @@
 //! `prefix_affinity`: a decode replica does no cache lookup.
 
 use super::ConfigError;
-use super::check::Check;
-use super::limits;
+use super::check::{Check, DEFAULT_REPLICAS};
 use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
 use super::scenario::{Arrivals, Length, Scenario};
 pub use super::scenario::{Cluster, DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool, Router};
@@ -42,7 +41,7 @@ pub(crate) fn build(
     base: &Scenario,
     pools: Option<PoolBase>,
 ) -> Result<Cluster, ConfigError> {
-    let prefix_caching = base.model.kv_cache.prefix_caching;
+    let prefix_caching = base.prefix_caching();
     if raw.has_pools() {
         let Some(pools) = pools else {
             return Err(ck.err("cluster", "prefill/decode pools need the scenario's raw sections (internal)"));
@@ -65,8 +64,8 @@ fn replicas_and_router(
     prefix_caching: bool,
 ) -> Result<(u32, Router, Option<f64>), ConfigError> {
     let replicas = match replicas {
-        Some(v) => ck.whole32(&format!("{at}replicas"), v, &limits::REPLICAS)?,
-        None => 1,
+        Some(v) => ck.whole32_at(&format!("{at}replicas"), v)?,
+        None => DEFAULT_REPLICAS,
     };
     let router = match router {
         None => Router::RoundRobin,
@@ -85,9 +84,7 @@ fn replicas_and_router(
         ));
     }
     let overlap_weight = match (overlap_weight, router) {
-        (Some(w), Router::PrefixAffinity) => {
-            Some(ck.real(&format!("{at}overlap_weight"), w, &limits::OVERLAP_WEIGHT)?)
-        }
+        (Some(w), Router::PrefixAffinity) => Some(ck.real_at(&format!("{at}overlap_weight"), w)?),
         (None, Router::PrefixAffinity) => Some(DEFAULT_OVERLAP_WEIGHT),
         (Some(_), other) => {
             return Err(ck.err(
@@ -135,8 +132,8 @@ fn disaggregated(ck: &Check, raw: RawCluster, base: &Scenario, pools: PoolBase) 
         return Err(ck.err("cluster.kv_transfer.bandwidth_gbps", "missing: the link's GB/s (10^9 bytes a second)"));
     };
     let kv_transfer = KvTransfer {
-        bandwidth_gbps: ck.real("cluster.kv_transfer.bandwidth_gbps", bandwidth, &limits::KV_TRANSFER_GBPS)?,
-        latency_ms: ck.real("cluster.kv_transfer.latency_ms", t.latency_ms.unwrap_or(0.0), &limits::KV_TRANSFER_MS)?,
+        bandwidth_gbps: ck.real_at("cluster.kv_transfer.bandwidth_gbps", bandwidth)?,
+        latency_ms: ck.real_at("cluster.kv_transfer.latency_ms", t.latency_ms.unwrap_or(0.0))?,
     };
     if decode.router.as_deref().map(str::trim) == Some(Router::PrefixAffinity.as_str()) {
         return Err(ck.err(
@@ -157,7 +154,7 @@ fn disaggregated(ck: &Check, raw: RawCluster, base: &Scenario, pools: PoolBase) 
 /// One pool: its router and the scenario one of its replicas runs.
 fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> Result<Pool, ConfigError> {
     let at = format!("cluster.{name}.");
-    let caching = base.model.kv_cache.prefix_caching;
+    let caching = base.prefix_caching();
     let (replicas, router, overlap_weight) =
         replicas_and_router(ck, &at, raw.replicas, raw.router.as_deref(), raw.overlap_weight, caching)?;
     // Errors in an override name its key under the pool.

@@ -11,11 +11,13 @@ use super::ConfigError;
 pub use super::architecture::ArchitectureOrigin;
 use super::architecture::{self, Resolved};
 use super::check::{Check, DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER};
-use super::check::{DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_WATERMARK};
-use super::limits;
+use super::check::{
+    DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PREFIX_CACHING, DEFAULT_TENSOR_PARALLEL, DEFAULT_WATERMARK,
+};
 use super::raw::{RawByGpus, RawInterconnect, RawModel, RawParallelism};
 pub use super::scenario::{ByGpus, Deployment, FigureSource, Interconnect, KvDtype, Parallelism};
 use super::scenario::{Hardware, KvCache, Model, Weights};
+use super::schema;
 use llmsim_core::engine::arch::Architecture;
 use llmsim_core::engine::cost::Link;
 use llmsim_core::engine::{KvBudget, KvBudgetInput};
@@ -69,7 +71,7 @@ pub(crate) fn build(ck: &Check, raw: RawModel, par: RawParallelism, hw: &Hardwar
     let weights = weights(ck, &raw, arch.is_some())?;
     let kv_cache = kv_cache(ck, &raw, arch.is_some())?;
     let context_length = match (raw.context_length, resolved.as_ref().and_then(|r| r.context_length)) {
-        (Some(c), _) => ck.whole32("model.context_length", c, &limits::CONTEXT_LENGTH)?,
+        (Some(c), _) => ck.whole32_at("model.context_length", c)?,
         (None, Some(c)) => c,
         (None, None) => {
             return Err(ck.err(
@@ -120,7 +122,7 @@ fn resolve(ck: &Check, raw: &RawModel, kv_given: bool) -> Result<Option<Resolved
 fn weights(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<Weights, ConfigError> {
     let w = &raw.weights;
     let parameters_billions = match w.parameters_billions {
-        Some(p) => Some(ck.real("model.weights.parameters_billions", p, &limits::PARAMETERS_BILLIONS)?),
+        Some(p) => Some(ck.real_at("model.weights.parameters_billions", p)?),
         None if has_arch => None,
         None => {
             return Err(ck.err(
@@ -131,16 +133,13 @@ fn weights(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<Weights, Config
         }
     };
     let bytes = w.bytes_per_parameter.unwrap_or(DEFAULT_BYTES_PER_PARAMETER);
-    Ok(Weights {
-        parameters_billions,
-        bytes_per_parameter: ck.real("model.weights.bytes_per_parameter", bytes, &limits::BYTES_PER_PARAMETER)?,
-    })
+    Ok(Weights { parameters_billions, bytes_per_parameter: ck.real_at("model.weights.bytes_per_parameter", bytes)? })
 }
 
 fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, ConfigError> {
     let kv = &raw.kv_cache;
     let bytes_per_token = match kv.bytes_per_token {
-        Some(b) => Some(ck.whole("model.kv_cache.bytes_per_token", b, &limits::KV_BYTES_PER_TOKEN)?),
+        Some(b) => Some(ck.whole_at("model.kv_cache.bytes_per_token", b)?),
         None if has_arch => None,
         None => {
             return Err(ck.err(
@@ -165,21 +164,16 @@ fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, Confi
         bytes_per_token,
         dtype,
         block_size: match kv.block_size {
-            Some(b) => ck.whole32("model.kv_cache.block_size", b, &limits::BLOCK_SIZE)?,
+            Some(b) => ck.whole32_at("model.kv_cache.block_size", b)?,
             None => DEFAULT_BLOCK_SIZE,
         },
-        gpu_memory_utilization: ck.real(
+        gpu_memory_utilization: ck.real_at(
             "model.kv_cache.gpu_memory_utilization",
             kv.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION),
-            &limits::GPU_MEMORY_UTILIZATION,
         )?,
-        watermark: ck.real(
-            "model.kv_cache.watermark",
-            kv.watermark.unwrap_or(DEFAULT_WATERMARK),
-            &limits::WATERMARK,
-        )?,
-        num_blocks: kv.num_blocks.map(|n| ck.whole("model.kv_cache.num_blocks", n, &limits::NUM_BLOCKS)).transpose()?,
-        prefix_caching: kv.prefix_caching.unwrap_or(false),
+        watermark: ck.real_at("model.kv_cache.watermark", kv.watermark.unwrap_or(DEFAULT_WATERMARK))?,
+        num_blocks: kv.num_blocks.map(|n| ck.whole_at("model.kv_cache.num_blocks", n)).transpose()?,
+        prefix_caching: kv.prefix_caching.unwrap_or(DEFAULT_PREFIX_CACHING),
     })
 }
 
@@ -195,8 +189,8 @@ fn tensor_parallel(ck: &Check, par: &RawParallelism, arch: Option<&Architecture>
             ),
         ));
     }
-    let Some(t) = par.tensor else { return Ok(1) };
-    let t = ck.whole32("parallelism.tensor", t, &limits::TENSOR_PARALLEL)?;
+    let Some(t) = par.tensor else { return Ok(DEFAULT_TENSOR_PARALLEL) };
+    let t = ck.whole32_at("parallelism.tensor", t)?;
     if t == 1 {
         return Ok(1);
     }
@@ -380,14 +374,11 @@ pub(crate) fn interconnect(
     raw: RawInterconnect,
     p: &dyn Fn(&str) -> String,
 ) -> Result<Interconnect, ConfigError> {
-    let by_gpus = |key: &str, v: RawByGpus, positive: bool| -> Result<ByGpus, ConfigError> {
+    let by_gpus = |key: &str, v: RawByGpus| -> Result<ByGpus, ConfigError> {
         let path = p(&format!("interconnect.{key}"));
         let value = |path: &str, x: f64| {
-            ck.real(
-                path,
-                x,
-                if positive { &limits::INTERCONNECT_BANDWIDTH_GBPS } else { &limits::INTERCONNECT_LATENCY_US },
-            )
+            // A profile file names it without `hardware.`; the range is the key's.
+            ck.real(path, x, schema::range(&format!("hardware.interconnect.{key}")))
         };
         match v {
             RawByGpus::Fixed(x) => Ok(ByGpus::Fixed(value(&path, x)?)),
@@ -397,7 +388,7 @@ pub(crate) fn interconnect(
                 }
                 let mut out = Vec::new();
                 for (g, x) in m {
-                    let gpus = ck.whole32(&format!("{path}.{g}"), g, &limits::TENSOR_PARALLEL)?;
+                    let gpus = ck.whole32(&format!("{path}.{g}"), g, schema::range("parallelism.tensor"))?;
                     out.push((gpus, value(&format!("{path}.{g}"), x)?));
                 }
                 out.sort_by_key(|(g, _)| *g);
@@ -406,8 +397,8 @@ pub(crate) fn interconnect(
         }
     };
     Ok(Interconnect {
-        bandwidth_gbps: by_gpus("bandwidth_gbps", raw.bandwidth_gbps, true)?,
-        latency_us: by_gpus("latency_us", raw.latency_us, false)?,
+        bandwidth_gbps: by_gpus("bandwidth_gbps", raw.bandwidth_gbps)?,
+        latency_us: by_gpus("latency_us", raw.latency_us)?,
     })
 }
 

@@ -6,6 +6,7 @@ pub mod architecture;
 pub mod calibration;
 pub mod check;
 pub mod cluster;
+pub mod defaults;
 pub mod deployment;
 pub mod error;
 pub mod hardware;
@@ -18,6 +19,7 @@ pub mod presets;
 pub mod raw;
 pub mod reference;
 pub mod scenario;
+pub mod schema;
 pub mod sections;
 pub mod validate;
 

@@ -1,7 +1,7 @@
 //! The generated parts of `docs/scenario.md`: every key path a scenario
 //! accepts (the list `--set` checks against, [`super::keys`]), with what it
-//! holds, its default where the code has a constant for it, and its allowed
-//! range ([`super::limits`]); the table of input limits; the run bounds;
+//! holds, and its default, allowed range and meaning from its row of
+//! [`super::schema`]; the table of input limits; the run bounds;
 //! the size limit of each kind of file; and the shipped hardware profiles.
 //!
 //! The page holds these between `<!-- generated:NAME -->` and
@@ -13,9 +13,9 @@
 use std::path::Path;
 
 use super::keys::{self, Kind};
-use super::limits::{self, Range};
+use super::limits;
 use super::raw::{RawByGpus, RawHardware};
-use super::validate as v;
+use super::schema::{self, Bound};
 use llmsim_core::util::thousands;
 
 /// The page these parts live in, relative to the repository root.
@@ -32,71 +32,6 @@ pub fn parts() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Defaults the code holds as constants (the rest are described in words
-/// on the page: required, computed, or off).
-fn default_of(path: &str) -> Option<String> {
-    let d = match path {
-        "model.kv_cache.block_size" => v::DEFAULT_BLOCK_SIZE.to_string(),
-        "model.kv_cache.gpu_memory_utilization" => v::DEFAULT_GPU_MEMORY_UTILIZATION.to_string(),
-        "model.kv_cache.watermark" => v::DEFAULT_WATERMARK.to_string(),
-        "scheduler.max_num_sequences" => v::DEFAULT_MAX_NUM_SEQUENCES.to_string(),
-        "scheduler.max_batch_tokens" => v::DEFAULT_MAX_BATCH_TOKENS.to_string(),
-        "model.weights.bytes_per_parameter" => v::DEFAULT_BYTES_PER_PARAMETER.to_string(),
-        "workload.seed" => v::DEFAULT_SEED.to_string(),
-        _ => return None,
-    };
-    Some(d)
-}
-
-/// The range of a key path, from the limits table (rows name one path, or
-/// several separated by `, `, or a `{a,b,c}` alternative).
-fn range_of(path: &str) -> Option<Range> {
-    let named = limits::TABLE.iter().find(|l| row_names(l.key).iter().any(|k| k == path)).map(|l| l.range);
-    named.or_else(|| grouped_range(path))
-}
-
-/// Ranges the limits table states for a group of keys in words: an
-/// architecture's sizes, and the parts of a token-length distribution.
-fn grouped_range(path: &str) -> Option<Range> {
-    if let Some(size) = path.strip_prefix("model.architecture.") {
-        return match size {
-            "tie_word_embeddings" => None,
-            "experts" | "shared_expert_intermediate_size" => Some(limits::ARCH_SIZE_OR_ZERO),
-            _ => Some(limits::ARCH_SIZE),
-        };
-    }
-    let rest = ["workload.prompt_tokens", "workload.output_tokens"].iter().find_map(|k| path.strip_prefix(k))?;
-    let leaf = rest.rsplit('.').next().unwrap_or("");
-    match (rest, leaf) {
-        ("" | ".uniform" | ".choice.values", _) | (_, "min" | "max") => Some(limits::TOKENS),
-        (_, "mean") => Some(limits::LENGTH_MEAN),
-        (_, "std") => Some(limits::LENGTH_STD),
-        (".choice.weights", _) => Some(limits::CHOICE_WEIGHT),
-        _ => None,
-    }
-}
-
-/// The exact key paths a limits row names (descriptive rows name none).
-fn row_names(key: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for part in key.split(", ") {
-        // Rows described in words ("token counts: ...", "its uniform
-        // bounds") name no key there.
-        if key.contains(':') || part.contains(' ') || !part.contains('.') {
-            continue;
-        }
-        match (part.find('{'), part.find('}')) {
-            (Some(a), Some(b)) if a < b => {
-                for alt in part[a + 1..b].split(',') {
-                    out.push(format!("{}{alt}{}", &part[..a], &part[b + 1..]));
-                }
-            }
-            _ => out.push(part.to_string()),
-        }
-    }
-    out
-}
-
 fn kind_words(kind: Kind) -> &'static str {
     match kind {
         Kind::Mapping => "a mapping",
@@ -104,13 +39,24 @@ fn kind_words(kind: Kind) -> &'static str {
     }
 }
 
-/// One row per key path, in path order.
+/// One row per key path, in path order, from its row of [`schema`].
 pub fn key_table() -> String {
-    let mut s = String::from("| key | holds | default | allowed |\n| --- | --- | --- | --- |\n");
+    let mut s = String::from("| key | holds | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n");
     for (path, kind) in keys::all() {
-        let default = default_of(path).map(|d| format!("`{d}`")).unwrap_or_default();
-        let allowed = range_of(path).map(|r| r.to_string()).unwrap_or_default();
-        s.push_str(&format!("| `{path}` | {} | {default} | {allowed} |\n", kind_words(*kind)));
+        let Some(row) = schema::row_of(path) else {
+            s.push_str(&format!("| `{path}` | {} | | | (no row in config/schema.rs) |\n", kind_words(*kind)));
+            continue;
+        };
+        let allowed = match row.range {
+            Bound::Unranged(why) => why.to_string(),
+            b => b.range().map(|r| r.to_string()).unwrap_or_default(),
+        };
+        s.push_str(&format!(
+            "| `{path}` | {} | {} | {allowed} | {} |\n",
+            kind_words(*kind),
+            row.unset.shown(),
+            row.doc
+        ));
     }
     s
 }
@@ -263,27 +209,5 @@ mod tests {
     fn write_scenario_reference() {
         let page = std::fs::read_to_string(page_path()).unwrap();
         std::fs::write(page_path(), rewrite(&page).unwrap()).unwrap();
-    }
-
-    #[test]
-    fn every_limit_row_that_names_a_key_names_a_real_one() {
-        // A renamed key must not leave its range behind in the table.
-        let all = keys::all();
-        for l in limits::TABLE {
-            for k in row_names(l.key) {
-                assert!(all.contains_key(&k), "limits row `{}` names `{k}`, which is not a scenario key", l.key);
-            }
-        }
-    }
-
-    #[test]
-    fn ranges_are_found_for_single_and_grouped_rows() {
-        assert_eq!(range_of("workload.arrivals.gamma.rate"), Some(limits::RATE));
-        assert_eq!(range_of("efficiency.memory"), Some(limits::EFFICIENCY));
-        assert_eq!(range_of("model.context_length"), Some(limits::CONTEXT_LENGTH));
-        assert_eq!(range_of("workload.arrivals"), None);
-        assert_eq!(range_of("model.architecture.experts"), Some(limits::ARCH_SIZE_OR_ZERO));
-        assert_eq!(range_of("workload.prompt_tokens.lognormal.std"), Some(limits::LENGTH_STD));
-        assert_eq!(range_of("workload.output_tokens.normal.max"), Some(limits::TOKENS));
     }
 }

@@ -417,6 +417,23 @@ impl Scenario {
     }
 
     /// The engine's limits and costs.
+    /// `latency.request_overhead_ms` in nanoseconds: how long after its
+    /// arrival a request reaches the engine (docs/deployments.md).
+    pub fn request_delay_ns(&self) -> u64 {
+        llmsim_core::time::secs_to_nanos(self.latency.request_overhead_ms / 1e3)
+    }
+
+    /// `model.kv_cache.prefix_caching`: blocks are shared by content, and
+    /// the outputs gain their cache columns.
+    pub fn prefix_caching(&self) -> bool {
+        self.model.kv_cache.prefix_caching
+    }
+
+    /// GPUs of one engine (`parallelism.tensor`, 1 without an architecture).
+    pub fn tensor_parallel(&self) -> u32 {
+        self.deployment.tensor_parallel
+    }
+
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
             capacity: self.capacity.clone(),
@@ -435,7 +452,7 @@ impl Scenario {
                 per_sequence_overhead_us: self.latency.per_sequence_overhead_us,
                 deployment: self.deployment.cost_input(self),
             }),
-            prefix_caching: self.model.kv_cache.prefix_caching,
+            prefix_caching: self.prefix_caching(),
         }
     }
 
@@ -797,5 +814,5 @@ impl Router {
     }
 }
 
-/// The default `overlap_weight`.
-pub const DEFAULT_OVERLAP_WEIGHT: f64 = 1.0;
+// The default `overlap_weight` lives with the other defaults; the old path stays.
+pub use super::defaults::DEFAULT_OVERLAP_WEIGHT;

@@ -7,27 +7,27 @@ use std::path::Path;
 
 use super::ConfigError;
 use super::check::{Check, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NUM_SEQUENCES};
-use super::limits;
 use super::num::short_float;
 use super::raw::{RawHardware, RawScheduler};
 use super::scenario::{Arrivals, Hardware, Scenario, Scheduler};
 use super::{deployment, hardware};
+use super::{limits, schema};
 use llmsim_core::util::thousands;
 
 /// `scheduler:` (or a pool's, merged over it), defaults filled in.
 pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, ConfigError> {
     Ok(Scheduler {
         max_batch_tokens: match raw.max_batch_tokens {
-            Some(v) => ck.whole32("scheduler.max_batch_tokens", v, &limits::MAX_BATCH_TOKENS)?,
+            Some(v) => ck.whole32_at("scheduler.max_batch_tokens", v)?,
             None => DEFAULT_MAX_BATCH_TOKENS,
         },
         max_num_sequences: match raw.max_num_sequences {
-            Some(v) => ck.whole32("scheduler.max_num_sequences", v, &limits::MAX_NUM_SEQUENCES)?,
+            Some(v) => ck.whole32_at("scheduler.max_num_sequences", v)?,
             None => DEFAULT_MAX_NUM_SEQUENCES,
         },
         cuda_graph_max_tokens: raw
             .cuda_graph_max_tokens
-            .map(|v| ck.whole32("scheduler.cuda_graph_max_tokens", v, &limits::CUDA_GRAPH_MAX_TOKENS))
+            .map(|v| ck.whole32_at("scheduler.cuda_graph_max_tokens", v))
             .transpose()?,
     })
 }
@@ -102,24 +102,16 @@ pub(crate) fn hardware_of(value: &crate::yaml::Value, file: &Path) -> Result<Har
 fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) -> Result<Hardware, ConfigError> {
     let ck = Check { file };
     let p = |k: &str| format!("{prefix}{k}");
+    // A profile file names its keys without `hardware.`; the range is the key's.
+    let real = |k: &str, v: f64| ck.real(&p(k), v, schema::range(&format!("hardware.{k}")));
     Ok(Hardware {
         name: raw.name.unwrap_or_else(|| fallback.to_string()),
-        hbm_gib: ck.real(&p("hbm_gib"), raw.hbm_gib, &limits::HBM_GIB)?,
-        memory_bandwidth_gbps: ck.real(
-            &p("memory_bandwidth_gbps"),
-            raw.memory_bandwidth_gbps,
-            &limits::MEMORY_BANDWIDTH_GBPS,
-        )?,
-        peak_tflops: ck.real(&p("peak_tflops"), raw.peak_tflops, &limits::PEAK_TFLOPS)?,
-        peak_tflops_fp8: raw
-            .peak_tflops_fp8
-            .map(|x| ck.real(&p("peak_tflops_fp8"), x, &limits::PEAK_TFLOPS))
-            .transpose()?,
+        hbm_gib: real("hbm_gib", raw.hbm_gib)?,
+        memory_bandwidth_gbps: real("memory_bandwidth_gbps", raw.memory_bandwidth_gbps)?,
+        peak_tflops: real("peak_tflops", raw.peak_tflops)?,
+        peak_tflops_fp8: raw.peak_tflops_fp8.map(|x| real("peak_tflops_fp8", x)).transpose()?,
         interconnect: raw.interconnect.map(|i| deployment::interconnect(&ck, i, &p)).transpose()?,
-        cost_per_hour: raw
-            .cost_per_hour
-            .map(|c| ck.real(&p("cost_per_hour"), c, &limits::COST_PER_HOUR))
-            .transpose()?,
+        cost_per_hour: raw.cost_per_hour.map(|c| real("cost_per_hour", c)).transpose()?,
         kernels: raw
             .kernels
             .as_ref()

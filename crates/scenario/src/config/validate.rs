@@ -9,12 +9,12 @@ use std::sync::Arc;
 // builders that use them; the old paths stay.
 pub(crate) use super::check::Check;
 pub use super::check::{
-    DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
-    DEFAULT_MAX_NUM_SEQUENCES, DEFAULT_SEED, DEFAULT_WATERMARK,
+    DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER, DEFAULT_EFFICIENCY, DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NUM_SEQUENCES, DEFAULT_MIN_LENGTH, DEFAULT_SEED, DEFAULT_WATERMARK,
 };
-use super::limits::{self, Range};
 use super::raw::*;
 use super::scenario::*;
+use super::schema;
 pub(crate) use super::sections::{hardware_of, run_limits, scheduler};
 use super::{ConfigError, deployment};
 
@@ -33,14 +33,14 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     let scheduler = scheduler(&ck, &raw.scheduler)?;
     let latency = latency(&ck, &raw.latency)?;
     let e = &raw.efficiency;
-    let opt = |key: &str, v: Option<f64>, range: &Range| v.map(|v| ck.real(key, v, range)).transpose();
+    let opt = |key: &str, v: Option<f64>| v.map(|v| ck.real_at(key, v)).transpose();
     let mut efficiency = Efficiency {
-        compute: ck.real("efficiency.compute", e.compute.unwrap_or(1.0), &limits::EFFICIENCY)?,
-        memory: ck.real("efficiency.memory", e.memory.unwrap_or(1.0), &limits::EFFICIENCY)?,
-        gemm_half_tokens: opt("efficiency.gemm_half_tokens", e.gemm_half_tokens, &limits::GEMM_HALF_TOKENS)?,
-        attention_compute: opt("efficiency.attention_compute", e.attention_compute, &limits::EFFICIENCY)?,
-        attention_memory: opt("efficiency.attention_memory", e.attention_memory, &limits::EFFICIENCY)?,
-        allreduce: opt("efficiency.allreduce", e.allreduce, &limits::ALLREDUCE_EFFICIENCY)?,
+        compute: ck.real_at("efficiency.compute", e.compute.unwrap_or(DEFAULT_EFFICIENCY))?,
+        memory: ck.real_at("efficiency.memory", e.memory.unwrap_or(DEFAULT_EFFICIENCY))?,
+        gemm_half_tokens: opt("efficiency.gemm_half_tokens", e.gemm_half_tokens)?,
+        attention_compute: opt("efficiency.attention_compute", e.attention_compute)?,
+        attention_memory: opt("efficiency.attention_memory", e.attention_memory)?,
+        allreduce: opt("efficiency.allreduce", e.allreduce)?,
     };
     let mut hardware = hardware;
     let (mut latency, mut calibration) = (latency, calibration);
@@ -149,40 +149,24 @@ fn block_ids_fit(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
 }
 
 fn latency(ck: &Check, raw: &RawLatency) -> Result<Latency, ConfigError> {
-    let real = |key: &str, v: Option<f64>, range: &Range| ck.real(&format!("latency.{key}"), v.unwrap_or(0.0), range);
+    let real = |key: &str, v: Option<f64>| ck.real_at(&format!("latency.{key}"), v.unwrap_or(0.0));
+    let opt = |key: &str, v: Option<f64>| v.map(|v| ck.real_at(&format!("latency.{key}"), v)).transpose();
     Ok(Latency {
-        step_overhead_ms: real("step_overhead_ms", raw.step_overhead_ms, &limits::STEP_OVERHEAD_MS)?,
-        request_overhead_ms: real("request_overhead_ms", raw.request_overhead_ms, &limits::REQUEST_OVERHEAD_MS)?,
-        per_layer_overhead_us: real("per_layer_overhead_us", raw.per_layer_overhead_us, &limits::FINE_OVERHEAD_US)?,
-        per_sequence_overhead_us: real(
-            "per_sequence_overhead_us",
-            raw.per_sequence_overhead_us,
-            &limits::FINE_OVERHEAD_US,
-        )?,
-        allreduce_us: raw
-            .allreduce_us
-            .map(|v| ck.real("latency.allreduce_us", v, &limits::INTERCONNECT_LATENCY_US))
-            .transpose()?,
-        eager_layer_us: raw
-            .eager_layer_us
-            .map(|v| ck.real("latency.eager_layer_us", v, &limits::FINE_OVERHEAD_US))
-            .transpose()?,
-        per_expert_us: raw
-            .per_expert_us
-            .map(|v| ck.real("latency.per_expert_us", v, &limits::FINE_OVERHEAD_US))
-            .transpose()?,
-        resend_jitter_ms: raw
-            .resend_jitter_ms
-            .map(|v| ck.real("latency.resend_jitter_ms", v, &limits::REQUEST_OVERHEAD_MS))
-            .transpose()?,
+        step_overhead_ms: real("step_overhead_ms", raw.step_overhead_ms)?,
+        request_overhead_ms: real("request_overhead_ms", raw.request_overhead_ms)?,
+        per_layer_overhead_us: real("per_layer_overhead_us", raw.per_layer_overhead_us)?,
+        per_sequence_overhead_us: real("per_sequence_overhead_us", raw.per_sequence_overhead_us)?,
+        allreduce_us: opt("allreduce_us", raw.allreduce_us)?,
+        eager_layer_us: opt("eager_layer_us", raw.eager_layer_us)?,
+        per_expert_us: opt("per_expert_us", raw.per_expert_us)?,
+        resend_jitter_ms: opt("resend_jitter_ms", raw.resend_jitter_ms)?,
     })
 }
 
 pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigError> {
-    let requests = raw.requests.map(|n| ck.whole("workload.requests", n, &limits::REQUESTS)).transpose()?;
-    let duration_s = raw.duration_s.map(|d| ck.real("workload.duration_s", d, &limits::DURATION_S)).transpose()?;
-    let hash_block_size =
-        raw.hash_block_size.map(|n| ck.whole32("workload.hash_block_size", n, &limits::BLOCK_SIZE)).transpose()?;
+    let requests = raw.requests.map(|n| ck.whole_at("workload.requests", n)).transpose()?;
+    let duration_s = raw.duration_s.map(|d| ck.real_at("workload.duration_s", d)).transpose()?;
+    let hash_block_size = raw.hash_block_size.map(|n| ck.whole32_at("workload.hash_block_size", n)).transpose()?;
     let arrivals = arrivals(ck, raw.arrivals, hash_block_size)?;
     let is_trace = matches!(arrivals, Arrivals::Trace(_));
     let arrivals_block_size = match &arrivals {
@@ -214,8 +198,8 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
         .shared_prefix
         .map(|sp| {
             Ok::<_, ConfigError>(SharedPrefix {
-                groups: ck.whole32("workload.shared_prefix.groups", sp.groups, &limits::PREFIX_GROUPS)?,
-                tokens: ck.whole32("workload.shared_prefix.tokens", sp.tokens, &limits::TOKENS)?,
+                groups: ck.whole32_at("workload.shared_prefix.groups", sp.groups)?,
+                tokens: ck.whole32_at("workload.shared_prefix.tokens", sp.tokens)?,
             })
         })
         .transpose()?;
@@ -258,10 +242,10 @@ fn sessions(ck: &Check, raw: RawSessions) -> Result<Sessions, ConfigError> {
     let p = "workload.sessions.think_s";
     let think_s = match raw.think_s {
         None => Seconds::Fixed(0.0),
-        Some(RawSeconds::Fixed(x)) => Seconds::Fixed(ck.real(p, x, &limits::THINK_TIME_S)?),
+        Some(RawSeconds::Fixed(x)) => Seconds::Fixed(ck.real_at(p, x)?),
         Some(RawSeconds::Dist(RawSecondsDist::Uniform([lo, hi]))) => {
-            let lo = ck.real(&format!("{p}.uniform[0]"), lo, &limits::THINK_TIME_S)?;
-            let hi = ck.real(&format!("{p}.uniform[1]"), hi, &limits::THINK_TIME_S)?;
+            let lo = ck.real_at(&format!("{p}.uniform[0]"), lo)?;
+            let hi = ck.real_at(&format!("{p}.uniform[1]"), hi)?;
             if hi < lo {
                 return Err(ck.err(
                     &format!("{p}.uniform"),
@@ -271,7 +255,7 @@ fn sessions(ck: &Check, raw: RawSessions) -> Result<Sessions, ConfigError> {
             Seconds::Uniform { lo, hi }
         }
         Some(RawSeconds::Dist(RawSecondsDist::Exponential(m))) => {
-            Seconds::Exponential { mean: ck.real(&format!("{p}.exponential.mean"), m.mean, &limits::THINK_MEAN_S)? }
+            Seconds::Exponential { mean: ck.real_at(&format!("{p}.exponential.mean"), m.mean)? }
         }
     };
     Ok(Sessions { turns: length(ck, "workload.sessions.turns", raw.turns)?, think_s })
@@ -280,24 +264,16 @@ fn sessions(ck: &Check, raw: RawSessions) -> Result<Sessions, ConfigError> {
 fn arrivals(ck: &Check, raw: RawArrivals, hash_block_size: Option<u32>) -> Result<Arrivals, ConfigError> {
     let p = "workload.arrivals";
     Ok(match raw {
-        RawArrivals::Poisson { rate } => {
-            Arrivals::Poisson { rate: ck.real(&format!("{p}.poisson.rate"), rate, &limits::RATE)? }
-        }
+        RawArrivals::Poisson { rate } => Arrivals::Poisson { rate: ck.real_at(&format!("{p}.poisson.rate"), rate)? },
         RawArrivals::Gamma { rate, burstiness } => Arrivals::Gamma {
-            rate: ck.real(&format!("{p}.gamma.rate"), rate, &limits::RATE)?,
-            burstiness: ck.real(&format!("{p}.gamma.burstiness"), burstiness, &limits::BURSTINESS)?,
+            rate: ck.real_at(&format!("{p}.gamma.rate"), rate)?,
+            burstiness: ck.real_at(&format!("{p}.gamma.burstiness"), burstiness)?,
         },
-        RawArrivals::Constant { rate } => {
-            Arrivals::Constant { rate: ck.real(&format!("{p}.constant.rate"), rate, &limits::RATE)? }
-        }
+        RawArrivals::Constant { rate } => Arrivals::Constant { rate: ck.real_at(&format!("{p}.constant.rate"), rate)? },
         RawArrivals::Closed { concurrency, think_time_s, ramp_s } => Arrivals::Closed {
-            concurrency: ck.whole32(&format!("{p}.closed.concurrency"), concurrency, &limits::CONCURRENCY)?,
-            think_time_s: ck.real(
-                &format!("{p}.closed.think_time_s"),
-                think_time_s.unwrap_or(0.0),
-                &limits::THINK_TIME_S,
-            )?,
-            ramp_s: ck.real(&format!("{p}.closed.ramp_s"), ramp_s.unwrap_or(0.0), &limits::THINK_TIME_S)?,
+            concurrency: ck.whole32_at(&format!("{p}.closed.concurrency"), concurrency)?,
+            think_time_s: ck.real_at(&format!("{p}.closed.think_time_s"), think_time_s.unwrap_or(0.0))?,
+            ramp_s: ck.real_at(&format!("{p}.closed.ramp_s"), ramp_s.unwrap_or(0.0))?,
         },
         RawArrivals::Trace(path) => {
             let resolved = ck.file.parent().unwrap_or(Path::new("")).join(&path);
@@ -308,19 +284,22 @@ fn arrivals(ck: &Check, raw: RawArrivals, hash_block_size: Option<u32>) -> Resul
 }
 
 pub(crate) fn length(ck: &Check, path: &str, raw: RawLength) -> Result<Length, ConfigError> {
-    let bounds = |min: Option<i64>, max: Option<i64>| -> Result<(u32, Option<u32>), ConfigError> {
-        let lo = ck.whole32(&format!("{path}.min"), min.unwrap_or(1), &limits::TOKENS)?;
-        let hi = max.map(|m| ck.whole32(&format!("{path}.max"), m, &limits::TOKENS)).transpose()?;
+    // Messages name `{path}.min`; the range is the key's, `{path}.{form}.min`.
+    let bounds = |form: &str, min: Option<i64>, max: Option<i64>| -> Result<(u32, Option<u32>), ConfigError> {
+        let (min_key, max_key) = (format!("{path}.{form}.min"), format!("{path}.{form}.max"));
+        let min = min.unwrap_or(i64::from(DEFAULT_MIN_LENGTH));
+        let lo = ck.whole32(&format!("{path}.min"), min, schema::range(&min_key))?;
+        let hi = max.map(|m| ck.whole32(&format!("{path}.max"), m, schema::range(&max_key))).transpose()?;
         if let Some(hi) = hi.filter(|&h| h < lo) {
             return Err(ck.err(&format!("{path}.max"), format!("{hi} is not allowed: must be >= min ({lo})")));
         }
         Ok((lo, hi))
     };
     Ok(match raw {
-        RawLength::Fixed(n) => Length::Fixed(ck.whole32(path, n, &limits::TOKENS)?),
+        RawLength::Fixed(n) => Length::Fixed(ck.whole32_at(path, n)?),
         RawLength::Dist(RawDist::Uniform([lo, hi])) => {
-            let lo = ck.whole32(&format!("{path}.uniform[0]"), lo, &limits::TOKENS)?;
-            let hi = ck.whole32(&format!("{path}.uniform[1]"), hi, &limits::TOKENS)?;
+            let lo = ck.whole32_at(&format!("{path}.uniform[0]"), lo)?;
+            let hi = ck.whole32_at(&format!("{path}.uniform[1]"), hi)?;
             if hi < lo {
                 return Err(ck.err(
                     &format!("{path}.uniform"),
@@ -330,26 +309,26 @@ pub(crate) fn length(ck: &Check, path: &str, raw: RawLength) -> Result<Length, C
             Length::Uniform { lo, hi }
         }
         RawLength::Dist(RawDist::Normal(m)) => {
-            let (min, max) = bounds(m.min, m.max)?;
+            let (min, max) = bounds("normal", m.min, m.max)?;
             Length::Normal {
-                mean: ck.real(&format!("{path}.normal.mean"), m.mean, &limits::LENGTH_MEAN)?,
-                std: ck.real(&format!("{path}.normal.std"), m.std, &limits::LENGTH_STD)?,
+                mean: ck.real_at(&format!("{path}.normal.mean"), m.mean)?,
+                std: ck.real_at(&format!("{path}.normal.std"), m.std)?,
                 min,
                 max,
             }
         }
         RawLength::Dist(RawDist::Lognormal(m)) => {
-            let (min, max) = bounds(m.min, m.max)?;
+            let (min, max) = bounds("lognormal", m.min, m.max)?;
             Length::Lognormal {
-                mean: ck.real(&format!("{path}.lognormal.mean"), m.mean, &limits::LENGTH_MEAN)?,
-                std: ck.real(&format!("{path}.lognormal.std"), m.std, &limits::LENGTH_STD)?,
+                mean: ck.real_at(&format!("{path}.lognormal.mean"), m.mean)?,
+                std: ck.real_at(&format!("{path}.lognormal.std"), m.std)?,
                 min,
                 max,
             }
         }
         RawLength::Dist(RawDist::Exponential(m)) => {
-            let (min, max) = bounds(m.min, m.max)?;
-            let mean = ck.real(&format!("{path}.exponential.mean"), m.mean, &limits::LENGTH_MEAN)?;
+            let (min, max) = bounds("exponential", m.min, m.max)?;
+            let mean = ck.real_at(&format!("{path}.exponential.mean"), m.mean)?;
             Length::Exponential { mean, min, max }
         }
         RawLength::Dist(RawDist::Choice(c)) => choice(ck, &format!("{path}.choice"), c)?,
@@ -364,7 +343,7 @@ fn choice(ck: &Check, path: &str, c: RawChoice) -> Result<Length, ConfigError> {
         .values
         .iter()
         .enumerate()
-        .map(|(i, &v)| ck.whole32(&format!("{path}.values[{i}]"), v, &limits::TOKENS))
+        .map(|(i, &v)| ck.whole32_at(&format!("{path}.values[{i}]"), v))
         .collect::<Result<Vec<_>, _>>()?;
     let weights = match c.weights {
         None => vec![1.0; values.len()],
@@ -377,7 +356,7 @@ fn choice(ck: &Check, path: &str, c: RawChoice) -> Result<Length, ConfigError> {
         Some(w) => w
             .iter()
             .enumerate()
-            .map(|(i, &x)| ck.real(&format!("{path}.weights[{i}]"), x, &limits::CHOICE_WEIGHT))
+            .map(|(i, &x)| ck.real_at(&format!("{path}.weights[{i}]"), x))
             .collect::<Result<Vec<_>, _>>()?,
     };
     Ok(Length::Choice { values, weights })

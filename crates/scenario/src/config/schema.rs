@@ -1,0 +1,766 @@
+//! One row per scenario key: what it means, what an unset key means, and
+//! the range a number must lie in. The generated key table of
+//! `docs/scenario.md` is printed from these rows ([`super::reference`]),
+//! validation takes its ranges from them ([`range`]), and `--set` and
+//! `explain` share the key paths they document.
+//!
+//! Which keys exist is not written here: [`super::keys::all`] traces them
+//! from the raw serde structs, so parsing and `--set` cannot disagree. A
+//! row's `path` names keys of that list, with `{a,b}` for alternatives
+//! (`{,cluster.prefill.,cluster.decode.}hardware.hbm_gib` is the same key
+//! at the top and under each pool). Tests hold the two together: every
+//! key is covered by exactly one row, every row names only real keys, has
+//! a meaning and a default, and every numeric key has a range or says why
+//! it has none. A range is cited from the table of input limits
+//! ([`crate::limits::row`]), which keeps the reason for it.
+//!
+//! Adding a key: a field in `raw.rs`, a row here, and its use (the check
+//! in a builder with [`range`], the field of the validated `Scenario`).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use super::defaults::{
+    DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER, DEFAULT_EFFICIENCY, DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NUM_SEQUENCES, DEFAULT_MIN_LENGTH, DEFAULT_OVERLAP_WEIGHT,
+    DEFAULT_PREFIX_CACHING, DEFAULT_REPLICAS, DEFAULT_SEED, DEFAULT_TENSOR_PARALLEL, DEFAULT_WATERMARK,
+};
+use crate::limits::{self, Limit, Range, row};
+use crate::trace::MOONCAKE_BLOCK_SIZE;
+
+/// One key (or one family of keys, see the module docs).
+pub struct Key {
+    /// The key path, `{a,b}` marking alternatives (one may be empty).
+    pub path: &'static str,
+    /// One sentence: what the key means, in which unit.
+    pub doc: &'static str,
+    /// What leaving the key out means.
+    pub unset: Unset,
+    /// The range a number must lie in.
+    pub range: Bound,
+}
+
+/// What an unset key means: a value (from the code's constant) or words.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Unset {
+    Whole(u64),
+    Real(f64),
+    Flag(bool),
+    /// "required", "none: ...", "computed from ...", "the scenario's".
+    Words(&'static str),
+}
+
+/// The range of a key.
+#[derive(Copy, Clone, Debug)]
+pub enum Bound {
+    /// The range of this row of the table of input limits.
+    Limit(&'static Limit),
+    /// A range other than its limits row shows, which the row's reason
+    /// states (an architecture size that may be 0).
+    Within(&'static Range, &'static Limit),
+    /// A number with no range of its own, and why.
+    Unranged(&'static str),
+    /// Not a number (text, a flag, a mapping).
+    None,
+}
+
+impl Bound {
+    pub fn range(&self) -> Option<&'static Range> {
+        match self {
+            Bound::Limit(l) => Some(&l.range),
+            Bound::Within(r, _) => Some(r),
+            Bound::Unranged(_) | Bound::None => None,
+        }
+    }
+
+    /// The limits row that gives the reason for the range.
+    pub fn limit(&self) -> Option<&'static Limit> {
+        match self {
+            Bound::Limit(l) | Bound::Within(_, l) => Some(l),
+            Bound::Unranged(_) | Bound::None => None,
+        }
+    }
+}
+
+impl Unset {
+    /// As the key table shows it.
+    pub fn shown(&self) -> String {
+        match self {
+            Unset::Whole(v) => format!("`{v}`"),
+            Unset::Real(v) => format!("`{}`", limits::number(*v)),
+            Unset::Flag(b) => format!("`{b}`"),
+            Unset::Words(w) => (*w).to_string(),
+        }
+    }
+}
+
+const fn key(path: &'static str, doc: &'static str, unset: Unset, range: Bound) -> Key {
+    Key { path, doc, unset, range }
+}
+
+use Bound::{Limit as In, None as Plain, Unranged};
+use Unset::{Flag, Real, Whole, Words};
+
+const REQUIRED: Unset = Words("required");
+const NONE: Unset = Words("none");
+const PER_OPERATOR: Unset = Words("none: the roofline form");
+
+/// Every key of a scenario, grouped as `docs/scenario.md` describes them.
+pub static KEYS: &[Key] = &[
+    key("name", "The scenario's name in reports.", Words("the file name"), Plain),
+    key("description", "Free text about the scenario, shown by `explain`.", NONE, Plain),
+    key(
+        "calibration",
+        "A calibration profile by name (`hardware/calibrations/NAME.yml`) or file, relative to the scenario; it fills the `efficiency` and `latency` keys the scenario leaves unset.",
+        Words("none: the datasheet roofline"),
+        Plain,
+    ),
+    // The GPU, at the top and under each pool.
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware",
+        "The GPU: a profile name from `hardware/` or an inline mapping of its figures; under a pool, it replaces the scenario's.",
+        Words("required (a pool: the scenario's)"),
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.name",
+        "The GPU's name in reports.",
+        Words("the profile's name; `inline` for a mapping"),
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.description",
+        "Free text about the profile, such as its sources.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.hbm_gib",
+        "Memory of one GPU, in GiB.",
+        REQUIRED,
+        In(&row::HBM_GIB),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.memory_bandwidth_gbps",
+        "Memory bandwidth of one GPU, in GB/s (10^9 bytes a second), from the datasheet.",
+        REQUIRED,
+        In(&row::MEMORY_BANDWIDTH_GBPS),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.peak_tflops",
+        "Dense 16-bit tensor TFLOPS of one GPU (without sparsity), from the datasheet.",
+        REQUIRED,
+        In(&row::PEAK_TFLOPS),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.peak_tflops_fp8",
+        "Dense FP8 TFLOPS of one GPU, used for 1-byte weights of a model with an architecture.",
+        Words("none: `peak_tflops`"),
+        In(&row::PEAK_TFLOPS_FP8),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.cost_per_hour",
+        "Price of one GPU-hour, for the cost per million tokens (`llmsim capacity`).",
+        Words("none: no cost figures"),
+        In(&row::COST_PER_HOUR),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.interconnect",
+        "The all-reduce link between the GPUs of one engine, needed when `parallelism.tensor` is above 1.",
+        Words("none: no tensor parallelism"),
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.interconnect.bandwidth_gbps",
+        "The all-reduce's bus bandwidth in GB/s: one figure, or one per GPU count (`{2: 248, 4: 289}`, each count from 1 to 4,096).",
+        Words("required in `interconnect`"),
+        In(&row::INTERCONNECT_BANDWIDTH_GBPS),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.interconnect.latency_us",
+        "The fixed time of one all-reduce in microseconds: one figure, or one per GPU count.",
+        Words("required in `interconnect`"),
+        In(&row::INTERCONNECT_LATENCY_US),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.kernels",
+        "Measured kernel times (all-reduce, GEMM; `llmsim kernels`) that the per-operator form reads instead of its formulas.",
+        Words("none: the formulas"),
+        Plain,
+    ),
+    // The model.
+    key("model", "The model: a name from `models/` (short for `model.preset`) or a mapping.", REQUIRED, Plain),
+    key(
+        "model.name",
+        "The model's name in reports.",
+        Words("the preset's, or the HF config's folder; else `model`"),
+        Plain,
+    ),
+    key(
+        "model.preset",
+        "A model file by name (`models/NAME.yml`), giving the architecture and context length; one of `preset`, `hf_config`, `architecture`.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "model.hf_config",
+        "A Hugging Face `config.json`, relative to the scenario, giving the architecture and context length.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "model.context_length",
+        "The longest prompt plus output a request may have, in tokens (vLLM's `max_model_len`); a longer request is rejected on arrival.",
+        Words("required (a preset or HF config gives `max_position_embeddings`)"),
+        In(&row::CONTEXT_LENGTH),
+    ),
+    key(
+        "model.architecture",
+        "The model's shapes, named as a Hugging Face `config.json` names them ([deployments](deployments.md)).",
+        Words("none: the preset's or HF config's, else the weights and KV sizes as given"),
+        Plain,
+    ),
+    key("model.architecture.layers", "Transformer layers (`num_hidden_layers`).", REQUIRED, In(&row::ARCH_SIZE)),
+    key(
+        "model.architecture.hidden_size",
+        "Width of the residual stream (`hidden_size`).",
+        REQUIRED,
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.attention_heads",
+        "Query heads of a layer (`num_attention_heads`).",
+        REQUIRED,
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.kv_heads",
+        "Key/value heads of a layer (`num_key_value_heads`); fewer than the query heads is grouped-query attention.",
+        Words("`attention_heads`"),
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.head_dim",
+        "Width of one head (`head_dim`).",
+        Words("`hidden_size / attention_heads`"),
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.intermediate_size",
+        "MLP width of a dense layer (`intermediate_size`).",
+        Words("required for a dense model"),
+        In(&row::ARCH_SIZE),
+    ),
+    key("model.architecture.vocab_size", "Tokens in the vocabulary (`vocab_size`).", REQUIRED, In(&row::ARCH_SIZE)),
+    key(
+        "model.architecture.tie_word_embeddings",
+        "Whether the output projection shares the embedding's weights (`tie_word_embeddings`).",
+        Flag(false),
+        Plain,
+    ),
+    key(
+        "model.architecture.experts",
+        "Experts of a mixture-of-experts layer (`num_local_experts`); 0 is a dense model.",
+        Whole(0),
+        Bound::Within(&limits::ARCH_SIZE_OR_ZERO, &row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.experts_per_token",
+        "Experts each token is routed to (`num_experts_per_tok`).",
+        Words("required with experts"),
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.expert_intermediate_size",
+        "MLP width of one expert (`moe_intermediate_size`).",
+        Words("`intermediate_size`"),
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.shared_expert_intermediate_size",
+        "MLP width of the shared expert every token also uses (`shared_expert_intermediate_size`); 0 is none.",
+        Whole(0),
+        Bound::Within(&limits::ARCH_SIZE_OR_ZERO, &row::ARCH_SIZE),
+    ),
+    key("model.weights", "The size of the weights.", Words("computed from the architecture"), Plain),
+    key(
+        "model.weights.parameters_billions",
+        "Parameters in billions; beside an architecture, an override of the count it gives.",
+        Words("required without an architecture (computed from it)"),
+        In(&row::PARAMETERS_BILLIONS),
+    ),
+    key(
+        "model.weights.bytes_per_parameter",
+        "Bytes of one weight: 2 for 16-bit, 1 for FP8, 0.5 for INT4.",
+        Real(DEFAULT_BYTES_PER_PARAMETER),
+        In(&row::BYTES_PER_PARAMETER),
+    ),
+    key(
+        "model.kv_cache",
+        "The KV cache: its size per token, its blocks and the memory it gets.",
+        Words("vLLM's"),
+        Plain,
+    ),
+    key(
+        "model.kv_cache.bytes_per_token",
+        "KV bytes of one token, all layers, K and V; beside an architecture, an override.",
+        Words("required without an architecture (computed from it)"),
+        In(&row::KV_BYTES_PER_TOKEN),
+    ),
+    key(
+        "model.kv_cache.dtype",
+        "The KV cache's element type, as vLLM's `--kv-cache-dtype` (`auto` is the model's 16 bits, `fp8` one byte); needs an architecture.",
+        Words("`auto` with an architecture"),
+        Plain,
+    ),
+    key(
+        "model.kv_cache.block_size",
+        "Tokens of one KV block (vLLM's `--block-size`).",
+        Whole(DEFAULT_BLOCK_SIZE as u64),
+        In(&row::BLOCK_SIZE),
+    ),
+    key(
+        "model.kv_cache.gpu_memory_utilization",
+        "The share of each GPU's memory the engine may use for weights, activations and KV (vLLM's `--gpu-memory-utilization`).",
+        Real(DEFAULT_GPU_MEMORY_UTILIZATION),
+        In(&row::GPU_MEMORY_UTILIZATION),
+    ),
+    key(
+        "model.kv_cache.watermark",
+        "The share of KV blocks kept free when admitting a request, so running requests can grow (vLLM's watermark).",
+        Real(DEFAULT_WATERMARK),
+        In(&row::WATERMARK),
+    ),
+    key(
+        "model.kv_cache.num_blocks",
+        "KV blocks of one engine as measured (vLLM's \"# GPU blocks\"), overriding the formula.",
+        Words("computed from the memory left after the weights"),
+        In(&row::NUM_BLOCKS),
+    ),
+    key(
+        "model.kv_cache.prefix_caching",
+        "Identify KV blocks by content and share them between requests (vLLM's `--enable-prefix-caching`, on by default in V1; [prefix caching](prefix-caching.md)).",
+        Flag(DEFAULT_PREFIX_CACHING),
+        Plain,
+    ),
+    // One engine, at the top and under each pool.
+    key(
+        "{,cluster.prefill.,cluster.decode.}parallelism",
+        "How one engine splits the model over its GPUs; under a pool, it replaces the scenario's.",
+        Words("one GPU (a pool: the scenario's)"),
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}parallelism.tensor",
+        "GPUs one engine splits each layer over (vLLM's `--tensor-parallel-size`); above 1 it needs an architecture and the hardware's interconnect.",
+        Whole(DEFAULT_TENSOR_PARALLEL as u64),
+        In(&row::TENSOR_PARALLEL),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}parallelism.pipeline",
+        "Pipeline stages; only 1, since pipeline parallelism is not modelled (read to refuse any other value).",
+        Whole(1),
+        Unranged("any value but 1 is refused"),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}scheduler",
+        "The engine's batch limits; under a pool, merged over the scenario's key by key.",
+        Words("vLLM's"),
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}scheduler.max_batch_tokens",
+        "Tokens one step may schedule (vLLM's `max_num_batched_tokens`); a longer prompt is prefilled in chunks.",
+        Whole(DEFAULT_MAX_BATCH_TOKENS as u64),
+        In(&row::MAX_BATCH_TOKENS),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}scheduler.max_num_sequences",
+        "Requests one step may hold (vLLM's `max_num_seqs`).",
+        Whole(DEFAULT_MAX_NUM_SEQUENCES as u64),
+        In(&row::MAX_NUM_SEQUENCES),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}scheduler.cuda_graph_max_tokens",
+        "Per-operator form: the largest step, in tokens, run as a CUDA graph (vLLM's `max_cudagraph_capture_size`); larger steps pay `latency.eager_layer_us`.",
+        Words("vLLM's: `min(2 * max_num_sequences, 512, max_batch_tokens)`"),
+        In(&row::CUDA_GRAPH_MAX_TOKENS),
+    ),
+    // Time terms.
+    key("latency", "Fixed times added to steps and requests.", Words("0 each"), Plain),
+    key(
+        "latency.step_overhead_ms",
+        "Time added to every engine step (scheduling, kernel launches), in ms.",
+        Real(0.0),
+        In(&row::STEP_OVERHEAD_MS),
+    ),
+    key(
+        "latency.request_overhead_ms",
+        "Time from a request's arrival to its reaching the engine (API server, tokenization), in ms.",
+        Real(0.0),
+        In(&row::REQUEST_OVERHEAD_MS),
+    ),
+    key(
+        "latency.per_layer_overhead_us",
+        "Time added to every step per layer of the model, in microseconds (needs an architecture).",
+        Real(0.0),
+        In(&row::FINE_OVERHEAD_US),
+    ),
+    key(
+        "latency.per_sequence_overhead_us",
+        "Time added to a step per request it holds, in microseconds.",
+        Real(0.0),
+        In(&row::FINE_OVERHEAD_US),
+    ),
+    key(
+        "latency.resend_jitter_ms",
+        "Closed loops: each request leaves a seeded uniform draw below this many ms later than its think time says, so users do not stay in lockstep.",
+        Real(0.0),
+        In(&row::REQUEST_OVERHEAD_MS),
+    ),
+    key(
+        "latency.allreduce_us",
+        "Per-operator form: the fixed time of the engine's own all-reduce, in microseconds; a message takes the faster of it and NCCL's.",
+        Words("none: NCCL's only"),
+        In(&row::ALLREDUCE_US),
+    ),
+    key(
+        "latency.eager_layer_us",
+        "Per-operator form: host time per layer of a step run without a CUDA graph, in microseconds.",
+        PER_OPERATOR,
+        In(&row::LAUNCH_OVERHEAD_US),
+    ),
+    key(
+        "latency.per_expert_us",
+        "Per-operator form: the least time of one expert's GEMMs in a layer, in microseconds.",
+        PER_OPERATOR,
+        In(&row::LAUNCH_OVERHEAD_US),
+    ),
+    key(
+        "efficiency",
+        "Calibration factors: the share of the datasheet peaks a step reaches.",
+        Words("1 each: the datasheet roofline"),
+        Plain,
+    ),
+    key(
+        "efficiency.compute",
+        "The share of the datasheet TFLOPS a step's matrix work reaches.",
+        Real(DEFAULT_EFFICIENCY),
+        In(&row::EFFICIENCY),
+    ),
+    key(
+        "efficiency.memory",
+        "The share of the datasheet bandwidth a step's reads (weights and KV) reach.",
+        Real(DEFAULT_EFFICIENCY),
+        In(&row::EFFICIENCY),
+    ),
+    key(
+        "efficiency.gemm_half_tokens",
+        "Per-operator form: the tokens at which a GEMM reaches half of `efficiency.compute` (0: every GEMM reaches all of it).",
+        PER_OPERATOR,
+        In(&row::GEMM_HALF_TOKENS),
+    ),
+    key(
+        "efficiency.attention_compute",
+        "Per-operator form: the share of the 16-bit peak attention's FLOPs reach.",
+        PER_OPERATOR,
+        In(&row::EFFICIENCY),
+    ),
+    key(
+        "efficiency.attention_memory",
+        "Per-operator form: the share of the bandwidth attention's KV reads reach.",
+        PER_OPERATOR,
+        In(&row::EFFICIENCY),
+    ),
+    key(
+        "efficiency.allreduce",
+        "Per-operator form: the engine's all-reduce bandwidth as a multiple of the link's NCCL bus bandwidth.",
+        PER_OPERATOR,
+        In(&row::ALLREDUCE_EFFICIENCY),
+    ),
+    // The workload.
+    key("workload", "The requests: when they arrive and how long they are.", REQUIRED, Plain),
+    key(
+        "workload.seed",
+        "Seed of the arrival gaps and lengths (ChaCha8, one stream each).",
+        Whole(DEFAULT_SEED),
+        In(&row::SEED),
+    ),
+    key(
+        "workload.arrivals",
+        "When requests arrive: one of `poisson`, `gamma`, `constant`, `closed` or `trace`.",
+        REQUIRED,
+        Plain,
+    ),
+    key(
+        "workload.arrivals.{poisson,gamma,constant}",
+        "An open loop at a mean rate: exponential gaps (`poisson`), gamma gaps (`gamma`) or equal gaps (`constant`), from t = 0.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "workload.arrivals.{poisson,gamma,constant}.rate",
+        "The mean arrival rate, in requests a second.",
+        REQUIRED,
+        In(&row::RATE),
+    ),
+    key(
+        "workload.arrivals.gamma.burstiness",
+        "The gamma distribution's shape, as `vllm bench serve --burstiness`: below 1 burstier than Poisson, 1 Poisson, above 1 more even.",
+        REQUIRED,
+        In(&row::BURSTINESS),
+    ),
+    key(
+        "workload.arrivals.closed",
+        "A closed loop: users that each send a request, wait for its end and their think time, and send again.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "workload.arrivals.closed.concurrency",
+        "Users of the closed loop, each with at most one request in flight (`vllm bench serve --max-concurrency`).",
+        REQUIRED,
+        In(&row::CONCURRENCY),
+    ),
+    key(
+        "workload.arrivals.closed.think_time_s",
+        "Seconds a user waits after a request ends (or is rejected) before sending the next.",
+        Real(0.0),
+        In(&row::THINK_TIME_S),
+    ),
+    key(
+        "workload.arrivals.closed.ramp_s",
+        "Seconds over which the users start: user u of N first sends at u * ramp_s / N.",
+        Real(0.0),
+        In(&row::RAMP_S),
+    ),
+    key(
+        "workload.arrivals.trace",
+        "A trace to replay (a CSV, or a Mooncake-style JSONL file), relative to the scenario: each request's arrival and lengths.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "workload.requests",
+        "Requests to issue (of a trace, the first this many rows).",
+        Words("unset: `duration_s` ends the run (one of the two, except for a trace)"),
+        In(&row::REQUESTS),
+    ),
+    key(
+        "workload.duration_s",
+        "Seconds of arrivals: no request arrives at or after it.",
+        Words("unset: `requests` ends the run"),
+        In(&row::DURATION_S),
+    ),
+    key(
+        "workload.hash_block_size",
+        "JSONL traces only: tokens per `hash_ids` entry.",
+        Whole(MOONCAKE_BLOCK_SIZE as u64),
+        In(&row::HASH_BLOCK_SIZE),
+    ),
+    key(
+        "workload.shared_prefix",
+        "Every request starts with one of `groups` system prompts of `tokens` tokens; `prompt_tokens` is the rest.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "workload.shared_prefix.groups",
+        "Distinct system prompts, one drawn per request.",
+        REQUIRED,
+        In(&row::PREFIX_GROUPS),
+    ),
+    key("workload.shared_prefix.tokens", "Tokens of each system prompt.", REQUIRED, In(&row::PREFIX_TOKENS)),
+    key(
+        "workload.sessions",
+        "Multi-turn conversations: each turn's prompt holds the conversation so far ([prefix caching](prefix-caching.md)).",
+        NONE,
+        Plain,
+    ),
+    key(
+        "workload.sessions.think_s",
+        "Seconds between a turn's answer and the next turn: a number, `uniform: [lo, hi]` or `exponential: {mean}`.",
+        Real(0.0),
+        In(&row::SESSION_THINK_S),
+    ),
+    key(
+        "workload.sessions.think_s.uniform",
+        "`[lo, hi]`: think times drawn uniformly between the two, in seconds.",
+        REQUIRED,
+        In(&row::SESSION_THINK_S),
+    ),
+    key("workload.sessions.think_s.exponential", "Exponentially distributed think times.", NONE, Plain),
+    key(
+        "workload.sessions.think_s.exponential.mean",
+        "The mean think time, in seconds.",
+        REQUIRED,
+        In(&row::THINK_MEAN_S),
+    ),
+    // Lengths: a whole number or a distribution.
+    key(
+        "workload.prompt_tokens",
+        "Prompt tokens of each request (beside a shared prefix, the rest): a whole number or a distribution.",
+        Words("required (not for traces)"),
+        In(&row::TOKENS),
+    ),
+    key(
+        "workload.output_tokens",
+        "Tokens generated for each request: a whole number or a distribution.",
+        Words("required (not for traces)"),
+        In(&row::TOKENS),
+    ),
+    key(
+        "workload.sessions.turns",
+        "Requests (turns) of each conversation: a whole number or a distribution.",
+        REQUIRED,
+        In(&row::TOKENS),
+    ),
+    key(
+        "workload.{prompt_tokens,output_tokens,sessions.turns}.uniform",
+        "`[lo, hi]`: lengths drawn uniformly between the two, both included.",
+        REQUIRED,
+        In(&row::TOKENS),
+    ),
+    key(
+        "workload.{prompt_tokens,output_tokens,sessions.turns}.{normal,lognormal,exponential}",
+        "Lengths from a normal, lognormal or exponential distribution, rounded and clamped to `[min, max]`.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "workload.{prompt_tokens,output_tokens,sessions.turns}.{normal,lognormal,exponential}.mean",
+        "The mean of the lengths themselves.",
+        REQUIRED,
+        In(&row::LENGTH_MEAN),
+    ),
+    key(
+        "workload.{prompt_tokens,output_tokens,sessions.turns}.{normal,lognormal}.std",
+        "The standard deviation of the lengths themselves.",
+        REQUIRED,
+        In(&row::LENGTH_STD),
+    ),
+    key(
+        "workload.{prompt_tokens,output_tokens,sessions.turns}.{normal,lognormal,exponential}.min",
+        "The shortest length drawn: shorter draws become it.",
+        Whole(DEFAULT_MIN_LENGTH as u64),
+        In(&row::TOKENS),
+    ),
+    key(
+        "workload.{prompt_tokens,output_tokens,sessions.turns}.{normal,lognormal,exponential}.max",
+        "The longest length drawn: longer draws become it.",
+        Words("none"),
+        In(&row::TOKENS),
+    ),
+    key(
+        "workload.{prompt_tokens,output_tokens,sessions.turns}.choice",
+        "Lengths drawn from a list of values, with optional weights.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "workload.{prompt_tokens,output_tokens,sessions.turns}.choice.values",
+        "The lengths to draw from.",
+        REQUIRED,
+        In(&row::TOKENS),
+    ),
+    key(
+        "workload.{prompt_tokens,output_tokens,sessions.turns}.choice.weights",
+        "The relative weight of each value, one per value.",
+        Words("equal weights"),
+        In(&row::CHOICE_WEIGHT),
+    ),
+    // Replicas and pools.
+    key(
+        "cluster",
+        "Replicas of the engine behind a router, or prefill and decode pools ([clusters](clusters.md)).",
+        Words("none: one engine"),
+        Plain,
+    ),
+    key(
+        "cluster.{,prefill.,decode.}replicas",
+        "Engines behind the router (under a pool, that pool's), each a whole copy of the model on its own GPUs.",
+        Whole(DEFAULT_REPLICAS as u64),
+        In(&row::REPLICAS),
+    ),
+    key(
+        "cluster.{,prefill.,decode.}router",
+        "How a request picks a replica: `round_robin`, `random`, `least_outstanding`, `least_kv`, `prefix_affinity` (needs prefix caching; not for decode) or `session_affinity`.",
+        Words("`round_robin`"),
+        Plain,
+    ),
+    key(
+        "cluster.{,prefill.,decode.}overlap_weight",
+        "`prefix_affinity` only: the weight of a missed prompt block against a busy block (Dynamo's `kv_overlap_score_weight`).",
+        Real(DEFAULT_OVERLAP_WEIGHT),
+        In(&row::OVERLAP_WEIGHT),
+    ),
+    key(
+        "cluster.{prefill,decode}",
+        "A pool of prefill/decode disaggregation: the replicas that run prompts, or those that generate the tokens after; keys left out take the scenario's.",
+        Words("none; with pools, both are required"),
+        Plain,
+    ),
+    key(
+        "cluster.kv_transfer",
+        "With pools: the link that moves a prompt's KV from a prefill replica to a decode replica.",
+        Words("required with pools"),
+        Plain,
+    ),
+    key(
+        "cluster.kv_transfer.bandwidth_gbps",
+        "The link's bandwidth in GB/s (10^9 bytes a second).",
+        Words("required with pools"),
+        In(&row::KV_TRANSFER_GBPS),
+    ),
+    key(
+        "cluster.kv_transfer.latency_ms",
+        "The fixed time of one transfer, in ms.",
+        Real(0.0),
+        In(&row::KV_TRANSFER_MS),
+    ),
+];
+
+/// The key paths a row's `path` names: each `{a,b}` expanded.
+pub fn expand(pattern: &str) -> Vec<String> {
+    let Some(open) = pattern.find('{') else { return vec![pattern.to_string()] };
+    let close = open + pattern[open..].find('}').expect("a `{` without `}` in a schema path");
+    let rest = expand(&pattern[close + 1..]);
+    pattern[open + 1..close]
+        .split(',')
+        .flat_map(|alt| rest.iter().map(move |r| format!("{}{alt}{r}", &pattern[..open])))
+        .collect()
+}
+
+/// Every key path and its row. A path named by two rows keeps the first
+/// (a test refuses that).
+fn index() -> &'static BTreeMap<String, &'static Key> {
+    static INDEX: OnceLock<BTreeMap<String, &'static Key>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut map = BTreeMap::new();
+        for k in KEYS {
+            for path in expand(k.path) {
+                map.entry(path).or_insert(k);
+            }
+        }
+        map
+    })
+}
+
+/// The row of a key path; a list item's path (`...uniform[1]`) is its list's.
+pub fn row_of(path: &str) -> Option<&'static Key> {
+    let path = path.find('[').map_or(path, |i| &path[..i]);
+    index().get(path).copied()
+}
+
+/// The allowed range of a key path (see [`row_of`]). Validation asks for
+/// the ranges of the keys it checks: a key without one is a mistake in
+/// this table, caught by its tests.
+pub fn range(path: &str) -> &'static Range {
+    match row_of(path).and_then(|k| k.range.range()) {
+        Some(r) => r,
+        None => panic!("config/schema.rs has no range for the key `{path}`"),
+    }
+}
+
+#[cfg(test)]
+mod tests;
