@@ -91,7 +91,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         write_output(path, llmsim_core::util::to_json(&out.result).as_bytes())?;
     }
     if let Some(path) = &a.requests_csv {
-        let caching = scenario.model.kv_cache.prefix_caching;
+        let caching = scenario.prefix_caching();
         let bytes = match &out.placement {
             Some(p) => report::cluster::requests(&out.requests, caching, p),
             None => report::csv_out::requests_with(&out.requests, caching),

@@ -100,7 +100,7 @@ impl<'a> Run<'a> {
         let mut quiet = |_: &Progress| {};
         let progress = self.progress.unwrap_or(&mut quiet);
         let setup = Setup {
-            delay_ns: llmsim_core::time::secs_to_nanos(s.latency.request_overhead_ms / 1e3),
+            delay_ns: s.request_delay_ns(),
             stepping: self.stepping,
             keep_steps: self.options.keep_steps,
             ..Setup::default()
@@ -168,7 +168,7 @@ impl Parts<'_> {
             false => drive(Replicas::new(&mut engines, &mut router), source, obs, &self.setup, |_, _, _| {}, progress)?,
         };
         let mut out = collector.finish(s);
-        let caching = s.model.kv_cache.prefix_caching;
+        let caching = s.prefix_caching();
         let r = &mut out.result;
         r.router = Some(cluster.router.as_str().to_string());
         r.gpus = Some(cluster.replicas * s.deployment.gpus());
@@ -211,7 +211,7 @@ impl Parts<'_> {
         let run = drive(pools, source, obs, &self.setup, |_, _, _| {}, progress)?;
         // `capacity` is one replica's of the first pool.
         let mut out = collector.finish(first);
-        let caching = s.model.kv_cache.prefix_caching;
+        let caching = s.prefix_caching();
         disagg::add_pools(&mut out, cluster.gpus(s), caching, [&d.prefill, &d.decode], run, &per_pool);
         Ok(out)
     }
