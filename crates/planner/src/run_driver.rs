@@ -2,7 +2,7 @@
 //! share. [`drive`] is the skeleton: the clock, the arrivals, the run's
 //! bounds ([`RunLimits`], from [`llmsim_scenario::config::limits`]),
 //! progress, requests ending, stalls and the delay of
-//! `latency.request_overhead_ms` ([`Delayed`], [`Tap`]). What differs per
+//! `latency.request_overhead_ms` (`Delayed`, `Tap`). What differs per
 //! topology is a small [`Topology`]: what comes next, how an arrival is
 //! placed, and how the topology's own event (a step, a decode stretch, a
 //! transfer's end) runs:
@@ -397,7 +397,7 @@ pub trait Topology {
     fn arrive<S: Source, O: Observer>(&mut self, req: Request, cx: &mut Cx<'_, S, O>) -> Result<(), SimError>;
 
     /// Runs the event [`Topology::next`] announced, counting its steps
-    /// ([`Looping::count_step`]), checking the engines' clocks and calling
+    /// (`Looping::count_step`), checking the engines' clocks and calling
     /// `after_step` after each engine's step or stretch.
     fn event<S, O, F>(&mut self, cx: &mut Cx<'_, S, O>, after_step: &mut F) -> Result<(), SimError>
     where
