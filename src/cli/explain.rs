@@ -13,6 +13,11 @@ use llmsim_scenario::config::Scenario;
 pub struct ExplainArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
+    /// Explain one key instead (repeatable): what it holds, its value in
+    /// this scenario, its default, its range and what it means, from the
+    /// key table (config/schema.rs, docs/scenario.md).
+    #[arg(long = "key", value_name = "KEY.PATH")]
+    pub key: Vec<String>,
 }
 
 /// The effective configuration as a valid scenario, then derived figures
@@ -65,6 +70,41 @@ fn plain(s: &Scenario, out: &mut String) {
     }
 }
 
+/// One key's row of the key table and its value in `s`.
+pub fn render_key(s: &Scenario, path: &str) -> Result<String, CliError> {
+    use llmsim_scenario::config::{overrides::Override, schema};
+    let kind = Override::parse_key(path).map_err(|e| CliError::Usage(format!("--key {e}")))?;
+    let path = path.trim();
+    let effective: llmsim_scenario::yaml::Value =
+        llmsim_scenario::yaml::from_str(&llmsim_scenario::config::effective_yaml(s)).unwrap_or_default();
+    let value = path.split('.').try_fold(&effective, |v, k| v.get(k));
+    let shown = match value {
+        Some(v) => llmsim_scenario::yaml::to_string(v).unwrap_or_default().trim_end().replace('\n', "\n             "),
+        None => "unset".to_string(),
+    };
+    let mut out = format!("{path}\n  holds      {}\n  here       {shown}\n", kind.describe());
+    match schema::row_of(path) {
+        Some(row) => {
+            let allowed = row.allowed();
+            out.push_str(&format!("  unset      {}\n", row.unset.shown().replace('`', "")));
+            if !allowed.is_empty() {
+                out.push_str(&format!("  allowed    {allowed}\n"));
+            }
+            if let Some(limit) = row.range.limit() {
+                out.push_str(&format!("  why        {}\n", limit.why));
+            }
+            out.push_str(&format!("  meaning    {}\n", row.doc));
+        }
+        None => out.push_str("  (a key of a mapping; see the keys under it in docs/scenario.md)\n"),
+    }
+    Ok(out)
+}
+
 pub fn execute(a: ExplainArgs) -> Result<(), CliError> {
-    print(&render(&a.scenario.load()?))
+    let s = a.scenario.load()?;
+    if a.key.is_empty() {
+        return print(&render(&s));
+    }
+    let rows = a.key.iter().map(|k| render_key(&s, k)).collect::<Result<Vec<_>, _>>()?;
+    print(&rows.join("\n"))
 }

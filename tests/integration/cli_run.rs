@@ -162,6 +162,41 @@ fn explain_prints_a_valid_scenario_that_runs_identically() {
 }
 
 #[test]
+fn explain_key_prints_the_keys_row_and_its_value_here() {
+    let out = TestCommand::new(&[
+        "explain",
+        "scenarios/base.yml",
+        "--set",
+        "scheduler.max_batch_tokens=2048",
+        "--key",
+        "scheduler.max_batch_tokens",
+        "--key",
+        "hardware.hbm_gib",
+    ])
+    .ok()
+    .stdout();
+    // The value after --set, the default, the range and the meaning.
+    for line in ["  here       2048", "  unset      8192", "  allowed    whole, 1 to ", "max_num_batched_tokens"] {
+        assert!(out.contains(line), "`{line}` missing:\n{out}");
+    }
+    // base.yml names h100-80gb: 80 GiB; no default, a reason for the range.
+    assert!(
+        out.contains("hardware.hbm_gib\n  holds      a number\n  here       80.0\n  unset      required\n"),
+        "{out}"
+    );
+    let typo = TestCommand::new(&["explain", "scenarios/base.yml", "--key", "sheduler.max_batch_tokens"]).fails_with(2);
+    assert!(typo.stderr().contains("did you mean `scheduler.max_batch_tokens`"), "{}", typo.stderr());
+}
+
+#[test]
+fn a_set_of_the_wrong_shape_is_refused_with_the_keys_row() {
+    let e = TestCommand::new(&["run", "scenarios/base.yml", "--set", "workload.requests=many"]).fails_with(2);
+    let text = e.stderr();
+    assert!(text.contains("`workload.requests` expects a whole number, got the string \"many\""), "{text}");
+    assert!(text.contains("workload.requests: allowed: "), "the key's row follows:\n{text}");
+}
+
+#[test]
 fn run_with_explain_prints_the_configuration_then_the_summary() {
     let out = TestCommand::new(&["run", "scenarios/workloads/trace-replay.yml", "--explain"]).ok().stdout();
     let config = out.find("effective configuration").expect("explanation");

@@ -104,7 +104,13 @@ impl Vars {
         let mut vars = Vars::default();
         let value = effective_value(s);
         vars.flatten("", &value);
-        vars.derive(&value);
+        vars.derive();
+        // The means of the lengths as written (before clamping: what a user quotes).
+        for (name, length) in [("prompt_mean", &s.workload.prompt_tokens), ("output_mean", &s.workload.output_tokens)] {
+            if let Some(l) = length {
+                vars.set(name, l.mean());
+            }
+        }
         if let Arrivals::Trace(t) = &s.workload.arrivals {
             vars.trace(&t.rows);
         }
@@ -169,9 +175,9 @@ impl Vars {
 
     /// The derived figures of [`DERIVED`], from the key paths alone (see
     /// the module docs).
-    fn derive(&mut self, value: &Value) {
+    fn derive(&mut self) {
         let mut d = Derivation { keys: &self.numbers, out: Vec::new(), unavailable: Vec::new() };
-        d.run(value);
+        d.run();
         let Derivation { out, unavailable, .. } = d;
         for (name, v) in out {
             self.set(name, v);
@@ -229,7 +235,7 @@ impl Derivation<'_> {
         self.key(path).ok_or_else(|| format!("the scenario has no number at `{path}`"))
     }
 
-    fn run(&mut self, value: &Value) {
+    fn run(&mut self) {
         let deployment = |what: &str| {
             format!(
                 "the scenario sets {what} (docs/deployments.md), and this figure follows docs/engine.md's formula; write the \
@@ -307,38 +313,6 @@ impl Derivation<'_> {
         ] {
             self.put(name, v);
         }
-        let workload = value.get("workload");
-        for (name, key) in [("prompt_mean", "prompt_tokens"), ("output_mean", "output_tokens")] {
-            if let Some(v) = workload.and_then(|w| w.get(key)) {
-                self.put(name, length_mean(v).ok_or_else(|| format!("workload.{key} is not a length this knows")));
-            }
-        }
-    }
-}
-
-/// The mean of a length as written (before clamping: what a user quotes):
-/// a number, `uniform: [lo, hi]`, `{normal|lognormal|exponential: {mean}}`
-/// or `choice: {values, weights}` (weights default to equal).
-fn length_mean(v: &Value) -> Option<f64> {
-    if let Some(n) = v.as_f64() {
-        return Some(n);
-    }
-    let Value::Mapping(m) = v else { return None };
-    let (kind, body) = m.iter().next()?;
-    match kind.as_str()? {
-        "uniform" => Some((body.get(0)?.as_f64()? + body.get(1)?.as_f64()?) / 2.0),
-        "normal" | "lognormal" | "exponential" => body.get("mean")?.as_f64(),
-        "choice" => {
-            let values: Vec<f64> =
-                body.get("values")?.as_sequence()?.iter().map(Value::as_f64).collect::<Option<_>>()?;
-            let weights: Vec<f64> = match body.get("weights") {
-                Some(w) => w.as_sequence()?.iter().map(Value::as_f64).collect::<Option<_>>()?,
-                None => vec![1.0; values.len()],
-            };
-            let total: f64 = weights.iter().sum();
-            Some(values.iter().zip(&weights).map(|(v, w)| v * w).sum::<f64>() / total)
-        }
-        _ => None,
     }
 }
 
@@ -417,8 +391,16 @@ workload:
         let value = yaml(text);
         let mut v = Vars::default();
         v.flatten("", &value);
-        v.derive(&value);
+        v.derive();
         v
+    }
+
+    /// [`Vars::of`] a scenario validated from `text` (with a workload's arrivals).
+    fn vars_of_scenario(text: &str) -> Vars {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.yml");
+        std::fs::write(&file, format!("{text}  arrivals: {{ poisson: {{ rate: 1.0 }} }}\n  requests: 10\n")).unwrap();
+        Vars::of(&llmsim_scenario::config::load_scenario(&file).unwrap())
     }
 
     #[test]
@@ -438,8 +420,9 @@ workload:
         assert!((get("weights_read_s") - 0.004_493_333).abs() < 1e-9);
         assert_eq!(get("kv_read_s_per_token"), 524_288.0 / 3e12);
         assert_eq!(get("compute_s_per_token"), 2.0 * 6.74e9 / 989e12);
-        assert_eq!((get("prompt_mean"), get("output_mean")), (512.0, 64.0));
         assert_eq!(get("overhead_s"), 0.0);
+        let v = vars_of_scenario(BASE);
+        assert_eq!((v.get("prompt_mean"), v.get("output_mean")), (Ok(512.0), Ok(64.0)));
     }
 
     #[test]
@@ -451,9 +434,10 @@ workload:
         let v = vars_of(&text);
         assert_eq!(v.get("num_blocks"), Ok(1000.0));
         assert_eq!(v.get("watermark_blocks"), Ok(100.0));
-        assert_eq!(v.get("output_mean"), Ok((3.0 * 10.0 + 40.0) / 4.0));
-        let v =
-            vars_of(&BASE.replace("prompt_tokens: 512", "prompt_tokens: { lognormal: { mean: 700, std: 9, min: 1 } }"));
+        assert_eq!(vars_of_scenario(&text).get("output_mean"), Ok((3.0 * 10.0 + 40.0) / 4.0));
+        let v = vars_of_scenario(
+            &BASE.replace("prompt_tokens: 512", "prompt_tokens: { lognormal: { mean: 700, std: 9, min: 1 } }"),
+        );
         assert_eq!(v.get("prompt_mean"), Ok(700.0));
     }
 

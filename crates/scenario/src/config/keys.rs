@@ -147,8 +147,10 @@ pub enum KeyError {
     /// longest valid prefix.
     #[error("unknown key path `{path}`; {hint}")]
     Unknown { path: String, hint: String },
-    #[error("`{path}` expects {expects}, got {got}")]
-    Shape { path: String, expects: String, got: String },
+    /// `about`: the key's row of [`super::schema`] (range, default,
+    /// meaning), after a line break, or empty for a key without one.
+    #[error("`{path}` expects {expects}, got {got}{about}")]
+    Shape { path: String, expects: String, got: String, about: String },
     #[error("`{key}`: a key path is names joined by dots, like scheduler.max_batch_tokens")]
     Malformed { key: String },
     #[error("`{text}`: expected KEY.PATH=VALUE")]
@@ -191,6 +193,7 @@ pub fn check_value(path: &str, kind: Kind, value: &Value) -> Result<(), KeyError
             path: path.to_string(),
             expects: kind.describe().to_string(),
             got: super::describe_value(value),
+            about: super::schema::row_of(path).map(|r| format!("\n  {path}: {}", r.hint())).unwrap_or_default(),
         })
     }
 }

@@ -15,7 +15,7 @@ use std::path::Path;
 use super::keys::{self, Kind};
 use super::limits;
 use super::raw::{RawByGpus, RawHardware};
-use super::schema::{self, Bound};
+use super::schema;
 use llmsim_core::util::thousands;
 
 /// The page these parts live in, relative to the repository root.
@@ -47,14 +47,11 @@ pub fn key_table() -> String {
             s.push_str(&format!("| `{path}` | {} | | | (no row in config/schema.rs) |\n", kind_words(*kind)));
             continue;
         };
-        let allowed = match row.range {
-            Bound::Unranged(why) => why.to_string(),
-            b => b.range().map(|r| r.to_string()).unwrap_or_default(),
-        };
         s.push_str(&format!(
-            "| `{path}` | {} | {} | {allowed} | {} |\n",
+            "| `{path}` | {} | {} | {} | {} |\n",
             kind_words(*kind),
             row.unset.shown(),
+            row.allowed(),
             row.doc
         ));
     }

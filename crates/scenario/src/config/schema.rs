@@ -1,8 +1,9 @@
 //! One row per scenario key: what it means, what an unset key means, and
 //! the range a number must lie in. The generated key table of
 //! `docs/scenario.md` is printed from these rows ([`super::reference`]),
-//! validation takes its ranges from them ([`range`]), and `--set` and
-//! `explain` share the key paths they document.
+//! validation takes its ranges from them ([`range`]), a `--set` of the
+//! wrong shape quotes its row ([`Key::hint`]), and `llmsim explain --key`
+//! prints it.
 //!
 //! Which keys exist is not written here: [`super::keys::all`] traces them
 //! from the raw serde structs, so parsing and `--set` cannot disagree. A
@@ -79,6 +80,25 @@ impl Bound {
             Bound::Limit(l) | Bound::Within(_, l) => Some(l),
             Bound::Unranged(_) | Bound::None => None,
         }
+    }
+}
+
+impl Key {
+    /// The key table's "allowed" cell: the range, why a number has none,
+    /// or nothing for text, flags and mappings.
+    pub fn allowed(&self) -> String {
+        match self.range {
+            Bound::Unranged(why) => why.to_string(),
+            b => b.range().map(|r| r.to_string()).unwrap_or_default(),
+        }
+    }
+
+    /// The row in a sentence or two, for `--set` errors and `explain --key`:
+    /// the range, what unset means, and the meaning.
+    pub fn hint(&self) -> String {
+        let allowed = self.allowed();
+        let range = if allowed.is_empty() { String::new() } else { format!("allowed: {allowed}; ") };
+        format!("{range}unset: {}; {}", self.unset.shown().replace('`', ""), self.doc)
     }
 }
 

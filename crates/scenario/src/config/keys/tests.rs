@@ -141,7 +141,13 @@ fn values_of_the_wrong_shape_are_refused() {
     let n = |s: &str| crate::yaml::from_str::<Value>(s).unwrap();
     assert!(check_value("k", Kind::Integer, &n("2048")).is_ok());
     let e = check_value("scheduler.max_batch_tokens", Kind::Integer, &n("abc")).unwrap_err().to_string();
-    assert_eq!(e, "`scheduler.max_batch_tokens` expects a whole number, got the string \"abc\"");
+    let (first, about) = e.split_once('\n').expect("a second line from the key's row");
+    assert_eq!(first, "`scheduler.max_batch_tokens` expects a whole number, got the string \"abc\"");
+    // The key's row of config/schema.rs, written out here by hand.
+    assert!(about.starts_with("  scheduler.max_batch_tokens: allowed: whole, 1 to 100,000,000; "), "{about}");
+    assert!(about.contains("unset: 8192; "), "{about}");
+    // A key without a row (none exists) would get no second line; `k` is not a key.
+    assert!(!check_value("k", Kind::Integer, &n("abc")).unwrap_err().to_string().contains('\n'));
     assert!(check_value("k", Kind::Integer, &n("1.5")).is_err());
     assert!(check_value("k", Kind::Number, &n("3")).is_ok());
     assert!(check_value("k", Kind::NameOrMapping, &n("h100-80gb")).is_ok());
