@@ -86,7 +86,7 @@ pub fn render_key(s: &Scenario, path: &str) -> Result<String, CliError> {
     match schema::row_of(path) {
         Some(row) => {
             let allowed = row.allowed();
-            out.push_str(&format!("  unset      {}\n", row.unset.shown().replace('`', "")));
+            out.push_str(&format!("  unset      {}\n", row.unset.plain()));
             if !allowed.is_empty() {
                 out.push_str(&format!("  allowed    {allowed}\n"));
             }

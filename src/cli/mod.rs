@@ -150,7 +150,7 @@ impl ScenarioArgs {
         let mut all = self
             .set
             .iter()
-            .map(|s| Override::parse_checked(s).map_err(|e| CliError::Usage(format!("--set {e}"))))
+            .map(|s| Override::parse(s).map_err(|e| CliError::Usage(format!("--set {e}"))))
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(seed) = self.seed {
             all.push(Override {

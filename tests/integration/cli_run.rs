@@ -192,8 +192,11 @@ fn explain_key_prints_the_keys_row_and_its_value_here() {
 fn a_set_of_the_wrong_shape_is_refused_with_the_keys_row() {
     let e = TestCommand::new(&["run", "scenarios/base.yml", "--set", "workload.requests=many"]).fails_with(2);
     let text = e.stderr();
-    assert!(text.contains("`workload.requests` expects a whole number, got the string \"many\""), "{text}");
-    assert!(text.contains("workload.requests: allowed: "), "the key's row follows:\n{text}");
+    assert!(text.contains("got the string \"many\" (after --set overrides)"), "{text}");
+    assert!(text.contains("\n  workload.requests: allowed: "), "the key's row follows:\n{text}");
+    let e = TestCommand::new(&["run", "scenarios/base.yml", "--set", "scheduler.max_batch_tokens=0"]).fails_with(2);
+    let text = e.stderr();
+    assert!(text.contains("\n  scheduler.max_batch_tokens: allowed: whole, 1 to 100,000,000; unset: 8192; "), "{text}");
 }
 
 #[test]

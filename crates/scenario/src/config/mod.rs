@@ -50,8 +50,13 @@ pub fn load_scenario_with(file: &Path, overrides: &[Override]) -> Result<Scenari
     for o in overrides {
         o.apply(&mut value, file)?;
     }
+    // The failing key's row of the key table follows: its range, default
+    // and meaning, for the value a user just typed.
     let with_overrides = |mut e: ConfigError| {
         e.message.push_str(" (after --set overrides)");
+        if let Some(row) = schema::row_of(&e.path) {
+            e.message.push_str(&format!("\n  {}: {}", e.path, row.hint()));
+        }
         e
     };
     let raw: raw::RawScenario = parse_value(value, file, "").map_err(with_overrides)?;

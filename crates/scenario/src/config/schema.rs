@@ -98,11 +98,17 @@ impl Key {
     pub fn hint(&self) -> String {
         let allowed = self.allowed();
         let range = if allowed.is_empty() { String::new() } else { format!("allowed: {allowed}; ") };
-        format!("{range}unset: {}; {}", self.unset.shown().replace('`', ""), self.doc)
+        format!("{range}unset: {}; {}", self.unset.plain(), self.doc)
     }
 }
 
 impl Unset {
+    /// As a line of text shows it after "unset:": no backticks, no "unset: ".
+    pub fn plain(&self) -> String {
+        let shown = self.shown().replace('`', "");
+        shown.strip_prefix("unset: ").map_or(shown.clone(), str::to_string)
+    }
+
     /// As the key table shows it.
     pub fn shown(&self) -> String {
         match self {
