@@ -332,8 +332,17 @@ fn a_bench_result_is_read_by_diff_and_replayed_by_run() {
         assert!((arrival - (start - starts[0])).abs() < 1e-6);
         assert_eq!((&row[2], &row[3]), ("20", "5"));
     }
-    let out = TestCommand::new(&["diff", "--tolerance", "1000000%"]).arg(&pred).arg(&b).ok();
-    assert!(out.stdout().contains("llmsim bench"), "{}", out.stdout());
+    let out = TestCommand::new(&["diff", "--tolerance", "1000000%"]).arg(&pred).arg(&b).output();
+    let text = out.stdout();
+    assert!(text.contains("llmsim bench"), "{text}");
+    // Every figure is inside the tolerance; on a loaded machine the bench
+    // may flag its own lag, which fails the comparison by design (diff's
+    // rule), and only that may.
+    match out.code() {
+        0 => assert!(text.contains("result: PASSED: 0 of "), "{text}"),
+        1 => assert!(text.contains("result: FAILED: 0 of ") && text.contains("reported lag"), "{text}"),
+        code => panic!("diff exited {code}\n{text}"),
+    }
 }
 
 #[test]

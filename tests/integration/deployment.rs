@@ -83,7 +83,12 @@ fn an_hf_config_of_an_unsupported_shape_exits_2() {
         &["config.json: sliding_window", "sliding-window layers are not described", "kv_cache.bytes_per_token"],
     );
     let latent = MIXTRAL.replace(r#""vocab_size""#, r#""kv_lora_rank": 512, "vocab_size""#);
-    refused(HF, &[("config.json", &latent)], &["config.json: kv_lora_rank", "multi-head latent attention"]);
+    // Latent attention is read now; one missing head width is named.
+    refused(
+        HF,
+        &[("config.json", &latent)],
+        &["config.json: qk_nope_head_dim: missing", "multi-head latent attention"],
+    );
 }
 
 #[test]

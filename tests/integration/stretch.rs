@@ -214,6 +214,30 @@ fn decode_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     );
 }
 
+/// Multi-head latent attention prices decode pairs apart from prefill
+/// ones (its absorbed form), in the roofline and the per-operator form:
+/// the stretches must count them as the steps do. The generated scenarios
+/// with an architecture, on DeepSeek-V3 in FP8 with the h200-vllm
+/// calibration (per operator) or without it (roofline).
+#[test]
+fn latent_attention_stretches_give_the_same_bytes_as_the_step_by_step_path() {
+    let (mut runs, mut steps) = (0, 0u64);
+    for i in 0..120 {
+        let text = generate(i);
+        if !text.contains("preset: llama-3.1-70b") {
+            continue;
+        }
+        let hardware = if i % 2 == 0 { "hardware: h200\ncalibration: h200-vllm" } else { "hardware: h200" };
+        let text = text
+            .replace("preset: llama-3.1-70b", "preset: deepseek-v3, weights: {bytes_per_parameter: 1}")
+            .replace("hardware: h100-80gb", hardware);
+        let (out, _) = same_both_ways(i, &text);
+        runs += 1;
+        steps += out.map_or(0, |a| a.result.steps.count);
+    }
+    assert!(runs >= 20 && steps > 20_000, "{runs} runs, {steps} steps");
+}
+
 /// The stretches must actually be taken, or the test above compares the
 /// step-by-step path with itself: a steady decode batch takes far fewer
 /// engine calls with stretches than steps.

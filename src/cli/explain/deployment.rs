@@ -37,15 +37,33 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
                 thousands(derived)
             ),
             _ => format!(
-                "{} = {} layers x {} + embeddings {} + norms {} (architecture)",
+                "{} = {} + embeddings {} + norms {} (architecture)",
                 thousands(derived),
-                a.layers,
-                thousands(a.layer_parameters()),
+                layer_terms(a),
                 thousands(a.embedding_parameters()),
                 thousands(a.norm_parameters())
             ),
         },
     );
+    if let Some(m) = &a.mla {
+        line(
+            out,
+            "attention",
+            format!(
+                "multi-head latent attention: {} a layer (q {}, kv_lora_rank {}, heads {} x (nope {} + rope {}), v {}); \
+                 attention FLOPs a (query, key) pair {} in prefill, {} in decode (absorbed form)",
+                thousands(a.attention_parameters()),
+                if m.q_lora_rank > 0 { format!("through rank {}", m.q_lora_rank) } else { "full".to_string() },
+                m.kv_lora_rank,
+                a.attention_heads,
+                m.qk_nope_head_dim,
+                m.qk_rope_head_dim,
+                m.v_head_dim,
+                thousands(a.attention_flops_per_pair()),
+                thousands(a.decode_attention_flops_per_pair())
+            ),
+        );
+    }
     line(
         out,
         "active",
@@ -119,6 +137,20 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
     }
 }
 
+/// The layers' share of the parameter count, by layer kind.
+fn layer_terms(a: &Architecture) -> String {
+    if a.first_dense_layers == 0 {
+        return format!("{} layers x {}", a.layers, thousands(a.layer_parameters()));
+    }
+    format!(
+        "{} dense layers x {} + {} expert layers x {}",
+        a.dense_layers(),
+        thousands(a.attention_parameters() + a.mlp_parameters()),
+        a.moe_layers(),
+        thousands(a.layer_parameters())
+    )
+}
+
 fn kv_line(s: &Scenario, a: &Architecture) -> String {
     let d = &s.deployment;
     let dtype = s.model.kv_cache.dtype.map_or("auto", |k| k.as_str());
@@ -129,17 +161,30 @@ fn kv_line(s: &Scenario, a: &Architecture) -> String {
             thousands(d.kv_bytes_per_token),
             thousands(a.kv_bytes_per_token(element, 1))
         ),
-        _ => format!(
-            "{} bytes = 2 x {} layers x {} KV heads x {} x {element} bytes (kv_cache.dtype {dtype})",
-            thousands(d.kv_bytes_per_token),
-            a.layers,
-            a.kv_heads,
-            a.head_dim
-        ),
+        _ => match &a.mla {
+            Some(m) => format!(
+                "{} bytes = {} layers x (kv_lora_rank {} + qk_rope_head_dim {}) x {element} bytes (kv_cache.dtype {dtype}): \
+                 the latent and the rotary key",
+                thousands(d.kv_bytes_per_token),
+                a.layers,
+                m.kv_lora_rank,
+                m.qk_rope_head_dim
+            ),
+            None => format!(
+                "{} bytes = 2 x {} layers x {} KV heads x {} x {element} bytes (kv_cache.dtype {dtype})",
+                thousands(d.kv_bytes_per_token),
+                a.layers,
+                a.kv_heads,
+                a.head_dim
+            ),
+        },
     };
     let t = u64::from(d.tensor_parallel);
     if t == 1 {
         return whole;
+    }
+    if a.mla.is_some() {
+        return format!("{whole}; all of it on each GPU (the latent is not split by heads)");
     }
     let heads = a.kv_heads_per_gpu(t);
     let replicated = if t > a.kv_heads { ", replicated: TP exceeds the KV heads" } else { "" };
@@ -182,6 +227,7 @@ fn steps(s: &Scenario, out: &mut String) {
         tokens: b,
         sum_ctx: b * (ctx + 1),
         attention_pairs: u128::from(b) * attention_pairs(1, ctx),
+        decode_pairs: u128::from(b) * attention_pairs(1, ctx),
         sampled: b,
         batch: b,
     };
@@ -202,6 +248,7 @@ fn steps(s: &Scenario, out: &mut String) {
         tokens: budget,
         sum_ctx: budget,
         attention_pairs: attention_pairs(budget, 0),
+        decode_pairs: 0,
         sampled: 1,
         batch: 1,
     };

@@ -5,8 +5,12 @@
 //! matrices), two norms a layer and a final one, the embedding and an
 //! untied LM head. A mixture-of-experts layer holds every expert, a router
 //! (`hidden x experts`) and an optional shared expert; a token runs
-//! `experts_per_token` of them. Everything is integer arithmetic on `u64`:
-//! the largest model shipped (405 B parameters) is far below 2^64.
+//! `experts_per_token` of them; the first `first_dense_layers` layers of a
+//! mixture of experts (DeepSeek's `first_k_dense_replace`) have a dense MLP
+//! instead. Multi-head latent attention ([`Mla`]) replaces the Q, K, V and
+//! O projections by low-rank ones and caches one latent vector a token a
+//! layer. Everything is integer arithmetic on `u64`: the largest model
+//! shipped (about a trillion parameters) is far below 2^64.
 
 use serde::Serialize;
 
@@ -32,6 +36,30 @@ pub struct Architecture {
     pub expert_intermediate_size: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub shared_expert_intermediate_size: u64,
+    /// Leading layers with a dense MLP in a mixture of experts
+    /// (`first_k_dense_replace`); 0 when every layer has experts.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub first_dense_layers: u64,
+    /// Multi-head latent attention; `head_dim` is then
+    /// `qk_nope_head_dim + qk_rope_head_dim` and `kv_heads` the heads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mla: Option<Mla>,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): Q through a
+/// rank-`q_lora_rank` bottleneck (none when 0), K and V from one
+/// `kv_lora_rank` latent a token plus a shared `qk_rope_head_dim` RoPE key.
+/// The cache holds the latent and the RoPE key: `kv_lora_rank +
+/// qk_rope_head_dim` elements a token a layer, the same on every GPU of a
+/// tensor-parallel group (vLLM replicates it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Mla {
+    pub kv_lora_rank: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub q_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -53,10 +81,36 @@ impl Architecture {
         self.kv_heads * self.head_dim
     }
 
-    /// Q, K, V and O projections of one layer.
+    /// Q, K, V and O projections of one layer. With MLA: `q_a` (`hidden x
+    /// q_lora`, or none) and `q_b` (`q_lora x heads*(nope+rope)`, or
+    /// `hidden x ...` without a Q bottleneck), `kv_a` (`hidden x
+    /// (kv_lora+rope)`), `kv_b` (`kv_lora x heads*(nope+v)`), `o`
+    /// (`heads*v x hidden`), and the two latent norms (`q_lora + kv_lora`).
     pub fn attention_parameters(&self) -> u64 {
         let h = self.hidden_size;
-        h * self.q_dim() + 2 * h * self.kv_dim() + self.q_dim() * h
+        let Some(m) = &self.mla else {
+            return h * self.q_dim() + 2 * h * self.kv_dim() + self.q_dim() * h;
+        };
+        let heads = self.attention_heads;
+        let q = match m.q_lora_rank {
+            0 => h * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim),
+            r => h * r + r * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + r,
+        };
+        let kv = h * (m.kv_lora_rank + m.qk_rope_head_dim)
+            + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+            + m.kv_lora_rank;
+        q + kv + heads * m.v_head_dim * h
+    }
+
+    /// Layers with experts: all but the first `first_dense_layers` of a
+    /// mixture of experts, none of a dense model.
+    pub fn moe_layers(&self) -> u64 {
+        if self.is_moe() { self.layers - self.first_dense_layers } else { 0 }
+    }
+
+    /// Layers with a dense MLP.
+    pub fn dense_layers(&self) -> u64 {
+        self.layers - self.moe_layers()
     }
 
     /// One dense gated MLP: `3 * hidden * intermediate_size`.
@@ -74,31 +128,43 @@ impl Architecture {
         self.hidden_size * self.experts + 3 * self.hidden_size * self.shared_expert_intermediate_size
     }
 
-    /// One layer's MLP part: the dense MLP, or every expert plus router and shared expert.
-    fn ffn_parameters(&self) -> u64 {
-        if self.is_moe() {
-            self.experts * self.expert_parameters() + self.router_and_shared()
-        } else {
-            self.mlp_parameters()
-        }
+    /// One expert layer's MLP part: every expert plus router and shared expert.
+    fn moe_ffn_parameters(&self) -> u64 {
+        self.experts * self.expert_parameters() + self.router_and_shared()
     }
 
-    /// One layer's MLP part as one token sees it: `experts_per_token` experts.
-    fn active_ffn_parameters(&self) -> u64 {
-        if self.is_moe() {
-            self.experts_per_token * self.expert_parameters() + self.router_and_shared()
-        } else {
-            self.mlp_parameters()
-        }
+    /// One expert layer's MLP part as one token sees it: `experts_per_token` experts.
+    fn active_moe_ffn_parameters(&self) -> u64 {
+        self.experts_per_token * self.expert_parameters() + self.router_and_shared()
     }
 
+    /// A layer with experts (a dense model's layer when it has none).
     pub fn layer_parameters(&self) -> u64 {
-        self.attention_parameters() + self.ffn_parameters()
+        let ffn = if self.is_moe() { self.moe_ffn_parameters() } else { self.mlp_parameters() };
+        self.attention_parameters() + ffn
     }
 
-    /// The weights one token multiplies in one layer.
+    /// The weights one token multiplies in a layer with experts (in a
+    /// dense model's layer when it has none).
     pub fn active_layer_parameters(&self) -> u64 {
-        self.attention_parameters() + self.active_ffn_parameters()
+        let ffn = if self.is_moe() { self.active_moe_ffn_parameters() } else { self.mlp_parameters() };
+        self.attention_parameters() + ffn
+    }
+
+    /// Every layer's weights: `layers * attention + dense_layers * mlp +
+    /// moe_layers * (experts * expert + router + shared)`.
+    pub fn all_layer_parameters(&self) -> u64 {
+        self.layers * self.attention_parameters()
+            + self.dense_layers() * self.mlp_parameters()
+            + self.moe_layers() * self.moe_ffn_parameters()
+    }
+
+    /// The layers' weights one token multiplies: as
+    /// [`Architecture::all_layer_parameters`] with `experts_per_token` experts.
+    pub fn active_all_layer_parameters(&self) -> u64 {
+        self.layers * self.attention_parameters()
+            + self.dense_layers() * self.mlp_parameters()
+            + self.moe_layers() * self.active_moe_ffn_parameters()
     }
 
     /// The embedding, plus the LM head unless it is tied to it.
@@ -113,17 +179,17 @@ impl Architecture {
 
     /// Every weight of the model.
     pub fn parameters(&self) -> u64 {
-        self.layers * self.layer_parameters() + self.embedding_parameters() + self.norm_parameters()
+        self.all_layer_parameters() + self.embedding_parameters() + self.norm_parameters()
     }
 
     /// The weights one token uses (all of them for a dense model).
     pub fn active_parameters(&self) -> u64 {
-        self.layers * self.active_layer_parameters() + self.embedding_parameters() + self.norm_parameters()
+        self.active_all_layer_parameters() + self.embedding_parameters() + self.norm_parameters()
     }
 
     /// Expert weights over all layers: the part of the model a step may skip.
     pub fn all_expert_parameters(&self) -> u64 {
-        self.layers * self.experts * self.expert_parameters()
+        self.moe_layers() * self.experts * self.expert_parameters()
     }
 
     /// KV heads each of `tensor` GPUs holds: `ceil(kv_heads / tensor)`
@@ -133,20 +199,50 @@ impl Architecture {
     }
 
     /// Bytes of K and V per token on one of `tensor` GPUs:
-    /// `2 * layers * ceil(kv_heads / tensor) * head_dim * element_bytes`.
+    /// `2 * layers * ceil(kv_heads / tensor) * head_dim * element_bytes`;
+    /// with MLA `layers * (kv_lora_rank + qk_rope_head_dim) * element_bytes`
+    /// on every GPU.
     pub fn kv_bytes_per_token(&self, element_bytes: u64, tensor: u64) -> u64 {
-        2 * self.layers * self.kv_heads_per_gpu(tensor) * self.head_dim * element_bytes
+        match &self.mla {
+            Some(m) => self.layers * (m.kv_lora_rank + m.qk_rope_head_dim) * element_bytes,
+            None => 2 * self.layers * self.kv_heads_per_gpu(tensor) * self.head_dim * element_bytes,
+        }
     }
 
-    /// FLOPs of the linear layers per token computed: `2 * layers * active_layer`.
+    /// A GPU's share of `bytes` of KV a token given for the whole model:
+    /// `ceil(bytes * ceil(kv_heads / tensor) / kv_heads)`, or all of it
+    /// with MLA (the latent is not split).
+    pub fn kv_bytes_on_gpu(&self, bytes: u64, tensor: u64) -> u64 {
+        if self.mla.is_some() { bytes } else { (bytes * self.kv_heads_per_gpu(tensor)).div_ceil(self.kv_heads) }
+    }
+
+    /// FLOPs of the linear layers per token computed: `2 * active layer weights`.
     pub fn linear_flops_per_token(&self) -> u64 {
-        2 * self.layers * self.active_layer_parameters()
+        2 * self.active_all_layer_parameters()
     }
 
-    /// FLOPs of causal attention (QK^T and AV) per (query, key) pair:
-    /// `4 * layers * q_dim`.
+    /// FLOPs of causal attention (QK^T and AV) per (query, key) pair of a
+    /// prefill: `4 * layers * q_dim`; with MLA, K and V expanded from the
+    /// latent: `2 * layers * heads * (nope + rope + v)`.
     pub fn attention_flops_per_pair(&self) -> u64 {
-        4 * self.layers * self.q_dim()
+        match &self.mla {
+            Some(m) => {
+                2 * self.layers * self.attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+            }
+            None => 4 * self.layers * self.q_dim(),
+        }
+    }
+
+    /// FLOPs per pair of a decode (a request computing one token): as
+    /// [`Architecture::attention_flops_per_pair`], except with MLA, which
+    /// decodes in the absorbed form vLLM and SGLang use (the query moved
+    /// into the latent space, attention over `kv_lora + rope` keys and
+    /// `kv_lora` values): `2 * layers * heads * (2 * kv_lora + rope)`.
+    pub fn decode_attention_flops_per_pair(&self) -> u64 {
+        match &self.mla {
+            Some(m) => 2 * self.layers * self.attention_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim),
+            None => self.attention_flops_per_pair(),
+        }
     }
 
     /// FLOPs of the LM head per sampled token: `2 * hidden * vocab_size`.
@@ -160,6 +256,11 @@ impl Architecture {
 pub fn attention_pairs(new: u64, cached: u64) -> u128 {
     let (n, c) = (u128::from(new), u128::from(cached));
     n * c + n * (n + 1) / 2
+}
+
+/// Of [`attention_pairs`], those of a decode: `c + 1` when `new` is 1, else 0.
+pub fn decode_pairs(new: u64, cached: u64) -> u128 {
+    if new == 1 { u128::from(cached) + 1 } else { 0 }
 }
 
 /// Experts a step of `tokens` tokens touches on average in one layer:

@@ -47,6 +47,10 @@ pub struct StepShape {
     pub sum_ctx: u64,
     /// `sum(n_i * c_i + n_i * (n_i + 1) / 2)`: causal attention pairs.
     pub attention_pairs: u128,
+    /// Of `attention_pairs`, those of requests computing one token
+    /// (`n_i = 1`): `sum(c_i + 1)` over them. Multi-head latent attention
+    /// prices them in its decode form; other attention prices every pair alike.
+    pub decode_pairs: u128,
     /// Requests that sample a token at the step's end.
     pub sampled: u64,
     /// Requests scheduled.

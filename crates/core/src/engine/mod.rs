@@ -665,6 +665,7 @@ impl Engine {
         // Only a model with an architecture costs attention and the LM head.
         if self.cfg.cost.deployment.is_some() {
             self.shape.attention_pairs += arch::attention_pairs(n, c);
+            self.shape.decode_pairs += arch::decode_pairs(n, c);
             self.shape.sampled += u64::from(c + n == u64::from(seq.known()));
         }
         if seq.remaining() > 1 || seq.generated == 0 {

@@ -489,6 +489,7 @@ impl<'e, 'd> Pass<'e, 'd> {
                     tokens: budget,
                     sum_ctx: max_seqs.saturating_mul(context),
                     attention_pairs: 0,
+                    decode_pairs: 0,
                     sampled: 0,
                     batch: max_seqs,
                 };
@@ -552,6 +553,8 @@ impl<'e, 'd> Pass<'e, 'd> {
             sum_ctx: self.s_ctx + b,
             // sum over requests of attention_pairs(1, c) = c + 1
             attention_pairs: if lim.detailed { u128::from(self.s_ctx + b) } else { 0 },
+            // every request of a decode stretch computes one token
+            decode_pairs: if lim.detailed { u128::from(self.s_ctx + b) } else { 0 },
             sampled: if lim.detailed { b } else { 0 },
             batch: b,
         };
@@ -634,6 +637,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             plan.shape.sum_ctx += p;
             if lim.detailed {
                 plan.shape.attention_pairs += super::arch::attention_pairs(p, 0);
+                plan.shape.decode_pairs += super::arch::decode_pairs(p, 0);
                 plan.shape.sampled += 1;
             }
             plan.shape.batch += 1;
@@ -674,6 +678,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             upper.sum_ctx += p;
             if lim.detailed {
                 upper.attention_pairs += super::arch::attention_pairs(p, 0);
+                upper.decode_pairs += super::arch::decode_pairs(p, 0);
                 upper.sampled += 1;
             }
             upper.batch += 1;
@@ -836,6 +841,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             plan.shape.sum_ctx += u64::from(req.prompt);
             if lim.detailed {
                 plan.shape.attention_pairs += super::arch::attention_pairs(n, u64::from(c));
+                plan.shape.decode_pairs += super::arch::decode_pairs(n, u64::from(c));
                 plan.shape.sampled += 1;
             }
             plan.shape.batch += 1;

@@ -14,7 +14,7 @@ use super::check::Check;
 use super::presets::{Shelf, Unknown};
 use super::raw::{RawArchitecture, RawModelFile};
 use super::schema;
-use llmsim_core::engine::arch::Architecture;
+use llmsim_core::engine::arch::{Architecture, Mla};
 
 /// Where an architecture was read from.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +40,9 @@ impl ArchitectureOrigin {
 /// The shipped model files, by name.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("codellama-34b", include_str!("../../../../scenarios/models/codellama-34b.yml")),
+    ("deepseek-r1", include_str!("../../../../scenarios/models/deepseek-r1.yml")),
+    ("deepseek-v3", include_str!("../../../../scenarios/models/deepseek-v3.yml")),
+    ("kimi-k2", include_str!("../../../../scenarios/models/kimi-k2.yml")),
     ("llama-2-70b", include_str!("../../../../scenarios/models/llama-2-70b.yml")),
     ("llama-2-7b", include_str!("../../../../scenarios/models/llama-2-7b.yml")),
     ("llama-3.1-405b", include_str!("../../../../scenarios/models/llama-3.1-405b.yml")),
@@ -50,6 +53,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("qwen2.5-72b", include_str!("../../../../scenarios/models/qwen2.5-72b.yml")),
     ("qwen2.5-7b", include_str!("../../../../scenarios/models/qwen2.5-7b.yml")),
     ("qwen3-235b-a22b", include_str!("../../../../scenarios/models/qwen3-235b-a22b.yml")),
+    ("qwen3-30b-a3b", include_str!("../../../../scenarios/models/qwen3-30b-a3b.yml")),
     ("qwen3-32b", include_str!("../../../../scenarios/models/qwen3-32b.yml")),
 ];
 
@@ -143,7 +147,10 @@ pub(crate) fn validate(
     let hidden_size = required("hidden_size", raw.hidden_size)?;
     let attention_heads = required("attention_heads", raw.attention_heads)?;
     let vocab_size = required("vocab_size", raw.vocab_size)?;
+    let mla = mla(ck, raw, key)?;
     let kv_heads = optional("kv_heads", raw.kv_heads)?.unwrap_or(attention_heads);
+    // MLA has no KV heads of its own: every head reads the one latent.
+    let kv_heads = if mla.is_some() { attention_heads } else { kv_heads };
     if kv_heads > attention_heads || !attention_heads.is_multiple_of(kv_heads) {
         return Err(ck.err(
             &key("kv_heads"),
@@ -153,7 +160,9 @@ pub(crate) fn validate(
             ),
         ));
     }
-    let head_dim = match optional("head_dim", raw.head_dim)? {
+    let given_head_dim = optional("head_dim", raw.head_dim)?;
+    let head_dim = match mla.as_ref().map(|m| m.qk_nope_head_dim + m.qk_rope_head_dim).or(given_head_dim) {
+        // MLA: a query and key head is its two parts; `head_dim` is not used.
         Some(d) => d,
         None if hidden_size.is_multiple_of(attention_heads) => hidden_size / attention_heads,
         None => {
@@ -175,6 +184,7 @@ pub(crate) fn validate(
             ("experts_per_token", raw.experts_per_token),
             ("expert_intermediate_size", raw.expert_intermediate_size),
             ("shared_expert_intermediate_size", raw.shared_expert_intermediate_size),
+            ("first_dense_layers", raw.first_dense_layers.filter(|&n| n != 0)),
         ] {
             if v.is_some() {
                 return Err(ck.err(&key(name), "only for a mixture of experts: set experts (> 0) or remove it"));
@@ -184,6 +194,22 @@ pub(crate) fn validate(
             return Err(ck.err(&key("intermediate_size"), "missing: a dense model needs its MLP width"));
         }
         (0, 0, 0)
+    };
+    let first_dense_layers = match raw.first_dense_layers {
+        Some(n) if experts > 0 => {
+            let n = ck.whole(&key("first_dense_layers"), n, arch_range("first_dense_layers"))?;
+            if n >= layers {
+                return Err(ck.err(
+                    &key("first_dense_layers"),
+                    format!("{n} is not allowed: a mixture of experts needs a layer with experts after the {n} dense ones, and it has {layers} layers"),
+                ));
+            }
+            if n > 0 && intermediate_size.is_none() {
+                return Err(ck.err(&key("intermediate_size"), "missing: the leading dense layers need their MLP width"));
+            }
+            n
+        }
+        _ => 0,
     };
     let a = Architecture {
         layers,
@@ -198,9 +224,43 @@ pub(crate) fn validate(
         experts_per_token,
         expert_intermediate_size,
         shared_expert_intermediate_size: shared,
+        first_dense_layers,
+        mla,
     };
     check_size(ck, &a, key)?;
     Ok(a)
+}
+
+/// Multi-head latent attention, when `kv_lora_rank` is given: its three
+/// head widths are then required.
+fn mla(ck: &Check, raw: &RawArchitecture, key: &dyn Fn(&str) -> String) -> Result<Option<Mla>, ConfigError> {
+    let Some(rank) = raw.kv_lora_rank else {
+        for (name, v) in [
+            ("q_lora_rank", raw.q_lora_rank),
+            ("qk_nope_head_dim", raw.qk_nope_head_dim),
+            ("qk_rope_head_dim", raw.qk_rope_head_dim),
+            ("v_head_dim", raw.v_head_dim),
+        ] {
+            if v.is_some() {
+                return Err(ck.err(&key(name), "only for multi-head latent attention: set kv_lora_rank or remove it"));
+            }
+        }
+        return Ok(None);
+    };
+    let need = |name: &str, v: Option<i64>| match v {
+        Some(v) => ck.whole(&key(name), v, arch_range(name)),
+        None => Err(ck.err(&key(name), "missing: multi-head latent attention (kv_lora_rank) needs it")),
+    };
+    Ok(Some(Mla {
+        kv_lora_rank: ck.whole(&key("kv_lora_rank"), rank, arch_range("kv_lora_rank"))?,
+        q_lora_rank: match raw.q_lora_rank {
+            Some(r) => ck.whole(&key("q_lora_rank"), r, arch_range("q_lora_rank"))?,
+            None => 0,
+        },
+        qk_nope_head_dim: need("qk_nope_head_dim", raw.qk_nope_head_dim)?,
+        qk_rope_head_dim: need("qk_rope_head_dim", raw.qk_rope_head_dim)?,
+        v_head_dim: need("v_head_dim", raw.v_head_dim)?,
+    }))
 }
 
 /// The range of `model.architecture.NAME`.
@@ -245,7 +305,18 @@ fn moe_fields(
 fn check_size(ck: &Check, a: &Architecture, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
     let f = |x: u64| x as f64;
     let (h, q, kv) = (f(a.hidden_size), f(a.attention_heads) * f(a.head_dim), f(a.kv_heads) * f(a.head_dim));
-    let attn = 2.0 * h * q + 2.0 * h * kv;
+    // MLA's projections are no larger than full Q, K, V and O ones of its
+    // widths (each `<= hidden x heads x max width`, five of them).
+    let attn = match &a.mla {
+        None => 2.0 * h * q + 2.0 * h * kv,
+        Some(m) => {
+            let widest = [m.kv_lora_rank, m.q_lora_rank, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim]
+                .into_iter()
+                .max()
+                .unwrap_or(0);
+            5.0 * (h + f(m.q_lora_rank) + f(m.kv_lora_rank)) * f(a.attention_heads) * f(widest)
+        }
+    };
     let ffn = 3.0 * h * (f(a.intermediate_size.unwrap_or(0)) + f(a.experts) * f(a.expert_intermediate_size))
         + h * f(a.experts)
         + 3.0 * h * f(a.shared_expert_intermediate_size);
@@ -268,6 +339,7 @@ fn check_size(ck: &Check, a: &Architecture, key: &dyn Fn(&str) -> String) -> Res
 struct HfNames {
     experts: &'static str,
     expert_intermediate_size: &'static str,
+    shared_expert_intermediate_size: &'static str,
 }
 
 impl HfNames {
@@ -279,6 +351,10 @@ impl HfNames {
             "experts" => self.experts,
             "experts_per_token" => "num_experts_per_tok",
             "expert_intermediate_size" => self.expert_intermediate_size,
+            "shared_expert_intermediate_size" if !self.shared_expert_intermediate_size.is_empty() => {
+                self.shared_expert_intermediate_size
+            }
+            "first_dense_layers" => "first_k_dense_replace",
             other => other,
         };
         format!("{prefix}{name}")
@@ -323,17 +399,6 @@ impl Hf<'_> {
     /// Shapes the formulas do not describe.
     fn refuse_unsupported(&self, kv_given: bool) -> Result<(), ConfigError> {
         let waiver = "; give model.kv_cache.bytes_per_token to use it anyway (the KV formula is then not used)";
-        if let Some(rank) = self.int("kv_lora_rank")?
-            && !kv_given
-        {
-            return Err(self.err(
-                "kv_lora_rank",
-                format!(
-                    "{rank}: multi-head latent attention is not described by the KV formula \
-                     (2 x layers x kv_heads x head_dim){waiver}"
-                ),
-            ));
-        }
         if !kv_given && let Some(why) = self.active_sliding_window()? {
             return Err(self
                 .err(why.0, format!("{}: sliding-window layers are not described by the KV formula{waiver}", why.1)));
@@ -347,7 +412,9 @@ impl Hf<'_> {
                  (every layer is one or the other)",
             ));
         }
-        for (field, dense_from) in [("decoder_sparse_step", 1), ("first_k_dense_replace", 0)] {
+        // DeepSeek's leading dense layers are read (`first_k_dense_replace`);
+        // dense layers every few layers are not.
+        for (field, dense_from) in [("decoder_sparse_step", 1), ("moe_layer_freq", 1)] {
             if let Some(v) = self.int(field)?
                 && v > dense_from
             {
@@ -356,16 +423,6 @@ impl Hf<'_> {
                     format!("{v}: mixed dense and mixture-of-experts layers are not described by the formulas"),
                 ));
             }
-        }
-        let has_experts = ["num_local_experts", "num_experts"].iter().any(|f| self.obj.contains_key(*f));
-        if !has_experts && let Some(n) = self.int("n_routed_experts")? {
-            return Err(self.err(
-                "n_routed_experts",
-                format!(
-                    "{n}: this mixture-of-experts shape is not read (num_local_experts or num_experts, \
-                     num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size are)"
-                ),
-            ));
         }
         Ok(())
     }
@@ -387,16 +444,36 @@ impl Hf<'_> {
         }))
     }
 
+    /// The shared expert's width: `shared_expert_intermediate_size`, or
+    /// DeepSeek's `n_shared_experts` experts of `moe_intermediate_size`.
+    fn shared_width(&self, expert_width: Option<i64>, names: &mut HfNames) -> Result<Option<i64>, ConfigError> {
+        if let Some(w) = self.int("shared_expert_intermediate_size")? {
+            return Ok(Some(w));
+        }
+        let Some(n) = self.int("n_shared_experts")? else { return Ok(None) };
+        let Some(w) = expert_width else {
+            return Err(self.err("moe_intermediate_size", "missing: n_shared_experts experts need their width"));
+        };
+        names.shared_expert_intermediate_size = "n_shared_experts";
+        n.checked_mul(w)
+            .map(Some)
+            .ok_or_else(|| self.err("n_shared_experts", format!("{n} is not allowed: {n} x {w} overflows")))
+    }
+
     /// The architecture fields, and which HF field each came from.
     fn architecture(&self) -> Result<(RawArchitecture, HfNames), ConfigError> {
         let mut names = HfNames::default();
-        let experts = match (self.int("num_local_experts")?, self.int("num_experts")?) {
-            (Some(e), _) => {
+        let experts = match (self.int("num_local_experts")?, self.int("num_experts")?, self.int("n_routed_experts")?) {
+            (Some(e), _, _) => {
                 names.experts = "num_local_experts";
                 Some(e)
             }
-            (None, e) => {
+            (None, Some(e), _) => {
                 names.experts = "num_experts";
+                Some(e)
+            }
+            (None, None, e) => {
+                names.experts = "n_routed_experts";
                 e
             }
         };
@@ -416,7 +493,13 @@ impl Hf<'_> {
             experts: if moe { experts } else { None },
             experts_per_token: if moe { self.int("num_experts_per_tok")? } else { None },
             expert_intermediate_size: if moe { expert_width } else { None },
-            shared_expert_intermediate_size: if moe { self.int("shared_expert_intermediate_size")? } else { None },
+            shared_expert_intermediate_size: if moe { self.shared_width(expert_width, &mut names)? } else { None },
+            first_dense_layers: if moe { self.int("first_k_dense_replace")? } else { None },
+            kv_lora_rank: self.int("kv_lora_rank")?,
+            q_lora_rank: self.int("q_lora_rank")?,
+            qk_nope_head_dim: self.int("qk_nope_head_dim")?,
+            qk_rope_head_dim: self.int("qk_rope_head_dim")?,
+            v_head_dim: self.int("v_head_dim")?,
         };
         Ok((raw, names))
     }

@@ -289,7 +289,7 @@ fn with_architecture(
     let element = kv.dtype.unwrap_or(KvDtype::Auto).element_bytes();
     let (kv_bytes, kv_per_gpu, kv_from) = match kv.bytes_per_token {
         // An explicit figure scales by the share of KV heads a GPU holds.
-        Some(b) => (b, (b * a.kv_heads_per_gpu(t)).div_ceil(a.kv_heads), FigureSource::Override),
+        Some(b) => (b, a.kv_bytes_on_gpu(b, t), FigureSource::Override),
         None => (a.kv_bytes_per_token(element, 1), a.kv_bytes_per_token(element, t), FigureSource::Architecture),
     };
     let fp8 = hw.peak_tflops_fp8.filter(|_| w.bytes_per_parameter == 1.0);
@@ -342,7 +342,7 @@ fn does_not_fit(
     let block = (input.kv_bytes_per_token * u64::from(input.block_size)) as f64;
     // KV a token on each of g GPUs: the model's share of ceil(kv_heads / g) heads.
     let fits = |g: u64| {
-        let kv = (d.kv_bytes_per_token * a.kv_heads_per_gpu(g)).div_ceil(a.kv_heads);
+        let kv = a.kv_bytes_on_gpu(d.kv_bytes_per_token, g);
         d.weight_bytes / g as f64 + (kv * u64::from(input.block_size)) as f64 <= budget
     };
     let suggestion = (u64::from(t) + 1..=a.attention_heads)

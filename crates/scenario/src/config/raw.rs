@@ -205,9 +205,28 @@ pub struct RawArchitecture {
     /// `moe_intermediate_size`
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub expert_intermediate_size: Option<i64>,
-    /// `shared_expert_intermediate_size`
+    /// `shared_expert_intermediate_size` (`n_shared_experts *
+    /// moe_intermediate_size` in a DeepSeek config)
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub shared_expert_intermediate_size: Option<i64>,
+    /// `first_k_dense_replace`
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub first_dense_layers: Option<i64>,
+    /// `kv_lora_rank`: multi-head latent attention
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub kv_lora_rank: Option<i64>,
+    /// `q_lora_rank`
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub q_lora_rank: Option<i64>,
+    /// `qk_nope_head_dim`
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub qk_nope_head_dim: Option<i64>,
+    /// `qk_rope_head_dim`
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub qk_rope_head_dim: Option<i64>,
+    /// `v_head_dim`
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub v_head_dim: Option<i64>,
 }
 
 /// A model file in `scenarios/models/`: the facts of one model.

@@ -304,9 +304,45 @@ pub static KEYS: &[Key] = &[
     ),
     key(
         "model.architecture.shared_expert_intermediate_size",
-        "MLP width of the shared expert every token also uses (`shared_expert_intermediate_size`); 0 is none.",
+        "MLP width of the shared expert every token also uses (`shared_expert_intermediate_size`, or `n_shared_experts x moe_intermediate_size`); 0 is none.",
         Whole(0),
         Bound::Within(&limits::ARCH_SIZE_OR_ZERO, &row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.first_dense_layers",
+        "Leading layers of a mixture of experts with a dense MLP of `intermediate_size` instead of experts (`first_k_dense_replace`).",
+        Whole(0),
+        Bound::Within(&limits::ARCH_SIZE_OR_ZERO, &row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.kv_lora_rank",
+        "Width of the latent of multi-head latent attention (`kv_lora_rank`): with it the KV cache holds `kv_lora_rank + qk_rope_head_dim` elements a token a layer, on every GPU.",
+        Words("none: grouped-query attention"),
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.q_lora_rank",
+        "Rank of MLA's query bottleneck (`q_lora_rank`); 0 is none.",
+        Whole(0),
+        Bound::Within(&limits::ARCH_SIZE_OR_ZERO, &row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.qk_nope_head_dim",
+        "MLA: the part of a query and key head without rotary embedding (`qk_nope_head_dim`).",
+        Words("required with kv_lora_rank"),
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.qk_rope_head_dim",
+        "MLA: the rotary part of a query and key head, one key a token shared by the heads (`qk_rope_head_dim`).",
+        Words("required with kv_lora_rank"),
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.v_head_dim",
+        "MLA: the width of a value head (`v_head_dim`).",
+        Words("required with kv_lora_rank"),
+        In(&row::ARCH_SIZE),
     ),
     key("model.weights", "The size of the weights.", Words("computed from the architecture"), Plain),
     key(

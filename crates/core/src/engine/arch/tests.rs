@@ -18,6 +18,8 @@ fn dense(layers: u64, hidden: u64, heads: u64, kv_heads: u64, intermediate: u64,
         experts_per_token: 0,
         expert_intermediate_size: 0,
         shared_expert_intermediate_size: 0,
+        first_dense_layers: 0,
+        mla: None,
     }
 }
 
@@ -44,6 +46,71 @@ pub(crate) fn mixtral_8x7b() -> Architecture {
 /// Qwen/Qwen3-32B config.json: head_dim 128 although hidden / heads = 80.
 pub(crate) fn qwen3_32b() -> Architecture {
     Architecture { head_dim: 128, ..dense(64, 5120, 64, 8, 25600, 151936) }
+}
+
+/// deepseek-ai/DeepSeek-V3 config.json: MLA, 3 dense layers then 58 of
+/// 256 routed experts (8 a token) and one shared expert.
+pub(crate) fn deepseek_v3() -> Architecture {
+    Architecture {
+        head_dim: 192,
+        kv_heads: 128,
+        experts: 256,
+        experts_per_token: 8,
+        expert_intermediate_size: 2048,
+        shared_expert_intermediate_size: 2048,
+        first_dense_layers: 3,
+        mla: Some(Mla {
+            kv_lora_rank: 512,
+            q_lora_rank: 1536,
+            qk_nope_head_dim: 128,
+            qk_rope_head_dim: 64,
+            v_head_dim: 128,
+        }),
+        ..dense(61, 7168, 128, 128, 18432, 129280)
+    }
+}
+
+#[test]
+fn deepseek_v3_has_671_b_parameters_37_5_b_active_and_70_272_latent_kv_bytes_a_token() {
+    let a = deepseek_v3();
+    // q_a 7168*1536 = 11,010,048; q_b 1536*128*192 = 37,748,736; q norm 1536
+    // kv_a 7168*576 = 4,128,768; kv_b 512*128*256 = 16,777,216; kv norm 512
+    // o 128*128*7168 = 117,440,512; sum 187,107,328
+    assert_eq!(a.attention_parameters(), 187_107_328);
+    // dense MLP 3*7168*18432 = 396,361,728
+    assert_eq!(a.mlp_parameters(), 396_361_728);
+    // expert layer: 256 * 3*7168*2048 (44,040,192) = 11,274,289,152
+    //   + router 7168*256 = 1,835,008 + shared 44,040,192 = 11,320,164,352 (+ attention)
+    assert_eq!(a.layer_parameters(), 187_107_328 + 11_320_164_352);
+    assert_eq!((a.dense_layers(), a.moe_layers()), (3, 58));
+    // 61*187,107,328 = 11,413,547,008; 3*396,361,728 = 1,189,085,184;
+    // 58*11,320,164,352 = 656,569,532,416; embeddings 2*129280*7168 =
+    // 1,853,358,080; norms 123*7168 = 881,664: 671,026,404,352 (published 671 B)
+    assert_eq!(a.parameters(), 671_026_404_352);
+    // a token: 9 experts (8 + shared) = 396,361,728 + router 1,835,008 a layer
+    // 58*398,196,736 = 23,095,410,688 + 11,413,547,008 + 1,189,085,184
+    // + 1,853,358,080 + 881,664 = 37,552,282,624 (published 37 B)
+    assert_eq!(a.active_parameters(), 37_552_282_624);
+    // the experts a step may skip: 58 * 256 * 44,040,192
+    assert_eq!(a.all_expert_parameters(), 653_908_770_816);
+    // latent 512 + rope key 64 a layer, 61 layers, 2 bytes; not split by TP
+    assert_eq!(a.kv_bytes_per_token(2, 1), 70_272);
+    assert_eq!(a.kv_bytes_per_token(2, 8), 70_272);
+    assert_eq!(a.kv_bytes_per_token(1, 8), 35_136);
+    assert_eq!(a.kv_bytes_on_gpu(35_136, 8), 35_136);
+    // prefill: 2*61*128*(128+64+128) = 4,997,120 a pair; decode (absorbed):
+    // 2*61*128*(2*512+64) = 16,990,208
+    assert_eq!(a.attention_flops_per_pair(), 4_997_120);
+    assert_eq!(a.decode_attention_flops_per_pair(), 16_990_208);
+    assert_eq!(a.linear_flops_per_token(), 2 * (37_552_282_624 - 1_853_358_080 - 881_664));
+}
+
+#[test]
+fn decode_pairs_are_the_pairs_of_one_token_steps() {
+    assert_eq!(decode_pairs(1, 0), 1);
+    assert_eq!(decode_pairs(1, 99), 100);
+    assert_eq!(decode_pairs(2, 99), 0);
+    assert_eq!(decode_pairs(1, 99), attention_pairs(1, 99));
 }
 
 #[test]

@@ -2,10 +2,11 @@
 //! GPUs (docs/deployments.md):
 //!
 //! ```text
-//! flops   = 2*layers*active_layer*T + 4*layers*q_dim*pairs + 2*hidden*vocab*S
+//! flops   = 2*active_layers*T + 4*layers*q_dim*pairs + 2*hidden*vocab*S
+//!           (MLA: prefill and decode pairs each at their form's FLOPs)
 //! compute = flops / (t * peak * 1e12 * efficiency.compute)
 //! touched = experts * (1 - (1 - experts_per_token/experts)^T)      (0 when dense)
-//! read    = (parameters - layers*experts*expert + layers*touched*expert) * bytes_per_parameter
+//! read    = (parameters - moe_layers*experts*expert + moe_layers*touched*expert) * bytes_per_parameter
 //! memory  = (read / t + sum_ctx * kv_bytes_per_token_per_gpu) / (bandwidth * 1e9 * efficiency.memory)
 //! comm    = 2 * layers * (latency + 2*(t-1)/t * T*hidden*2 / interconnect_bandwidth)   (0 at t = 1)
 //! step    = max(compute, memory) + comm + step_overhead + layers*per_layer + batch*per_sequence
@@ -54,8 +55,12 @@ pub struct DeploymentCost {
     pub layers: u64,
     /// `2 * layers * active_layer`.
     pub linear_flops_per_token: f64,
-    /// `4 * layers * q_dim`.
+    /// `4 * layers * q_dim` (MLA: its prefill form, docs/deployments.md).
     pub attention_flops_per_pair: f64,
+    /// MLA only: FLOPs per pair of a decode, in the absorbed form; other
+    /// attention prices decode pairs as prefill ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_attention_flops_per_pair: Option<f64>,
     /// `2 * hidden * vocab_size`.
     pub head_flops_per_sample: f64,
     pub experts: u64,
@@ -94,11 +99,12 @@ impl DeploymentCost {
             layers: a.layers,
             linear_flops_per_token: a.linear_flops_per_token() as f64,
             attention_flops_per_pair: a.attention_flops_per_pair() as f64,
+            decode_attention_flops_per_pair: a.mla.map(|_| a.decode_attention_flops_per_pair() as f64),
             head_flops_per_sample: a.head_flops_per_sample() as f64,
             experts: a.experts,
             experts_per_token: a.experts_per_token,
             always_read_bytes: (d.parameters - experts_bytes) * bytes_per_parameter / t,
-            expert_read_bytes: (a.layers * a.expert_parameters()) as f64 * bytes_per_parameter / t,
+            expert_read_bytes: (a.moe_layers() * a.expert_parameters()) as f64 * bytes_per_parameter / t,
             comm_fixed_s,
             comm_s_per_token,
             layers_overhead_s: layers * d.per_layer_overhead_us / 1e6,
@@ -129,13 +135,22 @@ impl DeploymentCost {
             return ops.cost(m, s);
         }
         let flops = self.linear_flops_per_token * s.tokens as f64
-            + self.attention_flops_per_pair * s.attention_pairs as f64
+            + attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair, s)
             + self.head_flops_per_sample * s.sampled as f64;
         let compute_s = flops / m.flops_per_s;
         let memory_s = (self.weight_read_bytes(s.tokens) + s.sum_ctx as f64 * m.kv_bytes_per_token) / m.bytes_per_s;
         let comm_s = self.comm_s(s.tokens);
         let overhead_s = m.overhead_s + self.layers_overhead_s + s.batch as f64 * m.per_sequence_s;
         StepCost { compute_s, memory_s, comm_s, overhead_s, total_s: compute_s.max(memory_s) + comm_s + overhead_s }
+    }
+}
+
+/// Attention FLOPs of a step: `per_pair * pairs`, or with a decode form
+/// (MLA) `per_pair * (pairs - decode_pairs) + decode * decode_pairs`.
+pub fn attention_flops(per_pair: f64, decode: Option<f64>, s: &StepShape) -> f64 {
+    match decode {
+        None => per_pair * s.attention_pairs as f64,
+        Some(d) => per_pair * (s.attention_pairs - s.decode_pairs) as f64 + d * s.decode_pairs as f64,
     }
 }
 

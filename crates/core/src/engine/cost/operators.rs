@@ -183,6 +183,16 @@ pub struct Operators {
     /// The GEMMs every token runs in one layer (attention projections,
     /// a dense MLP or a MoE layer's router and shared expert).
     pub dense: Vec<Gemm>,
+    /// With leading dense layers (`first_dense_layers`): the router and
+    /// shared expert, run in the `moe_layers` only, and the dense MLP, run
+    /// in the others; `dense` then holds the attention projections alone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub moe_only: Vec<Gemm>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dense_only: Vec<Gemm>,
+    /// Layers with experts (`layers` unless some lead dense).
+    #[serde(skip)]
+    pub moe_layers: f64,
     /// One expert's GEMMs (MoE only).
     pub expert: Vec<Gemm>,
     pub experts: u64,
@@ -198,6 +208,9 @@ pub struct Operators {
     pub bytes_per_parameter: f64,
     /// `4 * layers * q_dim / t`.
     pub attention_flops_per_pair: f64,
+    /// MLA: a decode pair's FLOPs on one GPU, in the absorbed form.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_attention_flops_per_pair: Option<f64>,
     /// `peak_16 * 1e12 * attention_compute`.
     pub attention_flops_per_s: f64,
     /// KV bytes a token on one GPU.
@@ -262,22 +275,45 @@ impl Operators {
             let table = tables.filter(|_| whole).and_then(|kt| kt.gemm(n as u64, k as u64, o.dtype).cloned());
             Gemm { name, n, k, table }
         };
-        let mut dense = vec![gemm("qkv", (q_heads + 2.0 * kv_heads) * hd, h), gemm("o", h, q_heads * hd)];
-        let mut expert = Vec::new();
+        let mut dense = match &a.mla {
+            None => vec![gemm("qkv", (q_heads + 2.0 * kv_heads) * hd, h), gemm("o", h, q_heads * hd)],
+            // The latent down-projections are whole on every GPU (vLLM
+            // replicates them); the up-projections and `o` split by heads.
+            Some(m) => {
+                let (nope, rope, v, kv_lora) =
+                    (m.qk_nope_head_dim as f64, m.qk_rope_head_dim as f64, m.v_head_dim as f64, m.kv_lora_rank as f64);
+                let mut g = match m.q_lora_rank {
+                    0 => vec![gemm("q", q_heads * (nope + rope), h)],
+                    r => vec![gemm("q_a", r as f64, h), gemm("q_b", q_heads * (nope + rope), r as f64)],
+                };
+                g.push(gemm("kv_a", kv_lora + rope, h));
+                g.push(gemm("kv_b", q_heads * (nope + v), kv_lora));
+                g.push(gemm("o", h, q_heads * v));
+                g
+            }
+        };
+        let mlp = |g: &mut Vec<Gemm>| {
+            let i = a.intermediate_size.unwrap_or(0) as f64 / tf;
+            g.push(gemm("gate_up", 2.0 * i, h));
+            g.push(gemm("down", h, i));
+        };
+        let (mut expert, mut moe_only, mut dense_only) = (Vec::new(), Vec::new(), Vec::new());
         if a.is_moe() {
-            dense.push(gemm("router", a.experts as f64, h));
+            let per_moe_layer = if a.first_dense_layers > 0 { &mut moe_only } else { &mut dense };
+            per_moe_layer.push(gemm("router", a.experts as f64, h));
             if a.shared_expert_intermediate_size > 0 {
                 let i = a.shared_expert_intermediate_size as f64 / tf;
-                dense.push(gemm("shared_gate_up", 2.0 * i, h));
-                dense.push(gemm("shared_down", h, i));
+                per_moe_layer.push(gemm("shared_gate_up", 2.0 * i, h));
+                per_moe_layer.push(gemm("shared_down", h, i));
+            }
+            if a.first_dense_layers > 0 {
+                mlp(&mut dense_only);
             }
             let i = a.expert_intermediate_size as f64 / tf;
             expert.push(gemm("expert_gate_up", 2.0 * i, h));
             expert.push(gemm("expert_down", h, i));
         } else {
-            let i = a.intermediate_size.unwrap_or(0) as f64 / tf;
-            dense.push(gemm("gate_up", 2.0 * i, h));
-            dense.push(gemm("down", h, i));
+            mlp(&mut dense);
         }
         let allreduce = match link {
             Some(link) if t > 1 => {
@@ -296,6 +332,9 @@ impl Operators {
         Operators {
             layers,
             dense,
+            moe_only,
+            dense_only,
+            moe_layers: a.moe_layers() as f64,
             expert,
             experts: a.experts,
             experts_per_token: a.experts_per_token,
@@ -306,6 +345,7 @@ impl Operators {
             per_expert_s: o.per_expert_us * 1e-6,
             bytes_per_parameter: r.bytes_per_parameter,
             attention_flops_per_pair: a.attention_flops_per_pair() as f64 / tf,
+            decode_attention_flops_per_pair: a.mla.map(|_| a.decode_attention_flops_per_pair() as f64 / tf),
             attention_flops_per_s: o.peak16_tflops * 1e12 * o.attention_compute,
             kv_bytes_per_token: r.kv_bytes_per_token,
             kv_bytes_per_s: r.bandwidth * o.attention_memory,
@@ -343,13 +383,19 @@ impl Operators {
             for g in &self.dense {
                 add(self.gemm_s(g, m), self.layers);
             }
+            for g in &self.moe_only {
+                add(self.gemm_s(g, m), self.moe_layers);
+            }
+            for g in &self.dense_only {
+                add(self.gemm_s(g, m), self.layers - self.moe_layers);
+            }
             if self.experts > 0 {
                 let touched = touched_experts(self.experts, self.experts_per_token, s.tokens);
                 let per_expert = (m * self.experts_per_token as f64 / touched).max(1.0);
                 for g in &self.expert {
-                    add(self.gemm_s(g, per_expert), self.layers * touched);
+                    add(self.gemm_s(g, per_expert), self.moe_layers * touched);
                 }
-                out.fixed_s += self.layers * touched * self.per_expert_s;
+                out.fixed_s += self.moe_layers * touched * self.per_expert_s;
             }
         }
         if s.sampled > 0 {
@@ -358,7 +404,9 @@ impl Operators {
         if let Some(ar) = self.allreduce.as_ref().filter(|_| s.tokens > 0) {
             out.comm_s = 2.0 * self.layers * ar.seconds(m * self.hidden_bytes);
         }
-        out.attention_compute_s = self.attention_flops_per_pair * s.attention_pairs as f64 / self.attention_flops_per_s;
+        out.attention_compute_s =
+            super::deployment::attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair, s)
+                / self.attention_flops_per_s;
         out.attention_memory_s = s.sum_ctx as f64 * self.kv_bytes_per_token / self.kv_bytes_per_s;
         out.fixed_s += self.layers_overhead_s;
         let busy = out.gpu_s();

@@ -206,15 +206,63 @@ fn an_active_sliding_window_is_refused_unless_kv_bytes_are_given() {
     has(&with_hf(&typed, "").unwrap_err(), &["config.json: layer_types", "sliding_attention"]);
 }
 
+/// deepseek-ai/DeepSeek-V3's config.json, the fields the formulas read
+/// (and some they do not).
+const DEEPSEEK_V3: &str = r#"{
+  "architectures": ["DeepseekV3ForCausalLM"], "first_k_dense_replace": 3, "hidden_size": 7168,
+  "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+  "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8,
+  "n_routed_experts": 256, "n_shared_experts": 1, "num_attention_heads": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+  "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 64,
+  "qk_rope_head_dim": 64, "tie_word_embeddings": false, "topk_group": 4,
+  "v_head_dim": 128, "vocab_size": 129280
+}"#;
+
 #[test]
-fn latent_attention_and_mixed_moe_layers_are_refused() {
+fn a_deepseek_config_reads_latent_attention_shared_experts_and_leading_dense_layers() {
+    // The real config has qk_nope_head_dim 128; 64 here shows the field is read.
+    let real = DEEPSEEK_V3.replace(r#""qk_nope_head_dim": 64"#, r#""qk_nope_head_dim": 128"#);
+    let s = with_hf(&real, ", context_length: 8192, kv_cache: {num_blocks: 1000}").unwrap();
+    let a = s.model.architecture.as_ref().unwrap();
+    // docs/deployments.md's worked DeepSeek-V3 figures.
+    assert_eq!(s.deployment.parameters, 671_026_404_352.0);
+    assert_eq!(s.deployment.active_parameters, 37_552_282_624.0);
+    assert_eq!((a.first_dense_layers, a.shared_expert_intermediate_size, a.head_dim), (3, 2048, 192));
+    // 61 x (512 + 64) x 2 bytes, whole on each of the 2 GPUs.
+    assert_eq!((s.deployment.kv_bytes_per_token, s.deployment.kv_bytes_per_token_per_gpu), (70_272, 70_272));
+    let narrow = with_hf(DEEPSEEK_V3, ", context_length: 8192, kv_cache: {num_blocks: 1000}").unwrap();
+    assert_eq!(narrow.model.architecture.as_ref().unwrap().head_dim, 128);
+    // An explicit KV figure is not split either.
+    let given = with_hf(&real, ", context_length: 8192, kv_cache: {bytes_per_token: 70000, num_blocks: 1000}").unwrap();
+    assert_eq!(given.deployment.kv_bytes_per_token_per_gpu, 70_000);
+}
+
+#[test]
+fn an_incomplete_latent_attention_or_mixed_moe_layers_are_refused() {
+    let no_rope = DEEPSEEK_V3.replace(r#""qk_rope_head_dim": 64,"#, "");
+    has(&with_hf(&no_rope, "").unwrap_err(), &["config.json: qk_rope_head_dim: missing", "kv_lora_rank"]);
     let mla = MIXTRAL.replace(r#""num_key_value_heads": 8"#, r#""num_key_value_heads": 8, "kv_lora_rank": 512"#);
-    has(&with_hf(&mla, "").unwrap_err(), &["config.json: kv_lora_rank", "multi-head latent attention"]);
-    assert!(with_hf(&mla, ", kv_cache: {bytes_per_token: 70000}").is_ok());
+    has(&with_hf(&mla, "").unwrap_err(), &["config.json: qk_nope_head_dim: missing", "multi-head latent attention"]);
+    let all_dense = DEEPSEEK_V3.replace(r#""first_k_dense_replace": 3"#, r#""first_k_dense_replace": 61"#);
+    has(&with_hf(&all_dense, "").unwrap_err(), &["config.json: first_k_dense_replace: 61 is not allowed", "61 layers"]);
+    let sparse = DEEPSEEK_V3.replace(r#""moe_layer_freq": 1"#, r#""moe_layer_freq": 2"#);
+    has(&with_hf(&sparse, "").unwrap_err(), &["config.json: moe_layer_freq", "mixed dense and mixture-of-experts"]);
     let mixed = MIXTRAL.replace(r#""num_local_experts": 8"#, r#""num_local_experts": 8, "decoder_sparse_step": 2"#);
     has(&with_hf(&mixed, "").unwrap_err(), &["config.json: decoder_sparse_step", "mixed dense and mixture-of-experts"]);
-    let deepseek = MIXTRAL.replace(r#""num_local_experts": 8"#, r#""n_routed_experts": 64"#);
-    has(&with_hf(&deepseek, "").unwrap_err(), &["config.json: n_routed_experts", "not read"]);
+    let no_width = DEEPSEEK_V3.replace(r#""moe_intermediate_size": 2048,"#, "");
+    has(&with_hf(&no_width, "").unwrap_err(), &["config.json: moe_intermediate_size: missing"]);
+    // Inline: MLA fields without kv_lora_rank, and leading dense layers of a dense model.
+    let e = err(&h100(
+        "model: {context_length: 4096, architecture: {layers: 2, hidden_size: 64, attention_heads: 4, \
+         intermediate_size: 128, vocab_size: 100, v_head_dim: 16}}",
+    ));
+    has(&e, &["model.architecture.v_head_dim: only for multi-head latent attention"]);
+    let e = err(&h100(
+        "model: {context_length: 4096, architecture: {layers: 2, hidden_size: 64, attention_heads: 4, \
+         intermediate_size: 128, vocab_size: 100, first_dense_layers: 1}}",
+    ));
+    has(&e, &["model.architecture.first_dense_layers: only for a mixture of experts"]);
 }
 
 #[test]
@@ -333,8 +381,8 @@ fn set_reaches_inside_a_model_given_by_name() {
 #[test]
 fn every_shipped_model_loads_and_its_header_states_its_derived_figures() {
     for (name, text) in crate::config::architecture::BUILTIN {
-        // a GPU large enough for 405 B parameters in 16 bits
-        let big = "hardware: {name: big, hbm_gib: 2000, memory_bandwidth_gbps: 3350, peak_tflops: 989}";
+        // a GPU large enough for a trillion parameters in 16 bits
+        let big = "hardware: {name: big, hbm_gib: 4000, memory_bandwidth_gbps: 3350, peak_tflops: 989}";
         let s = load(&format!("{big}\nmodel: {name}\n{WORKLOAD}")).unwrap_or_else(|e| panic!("{name}: {e}"));
         let header: String = text.lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join(" ");
         let params = llmsim_core::util::thousands(s.deployment.parameters as u64);

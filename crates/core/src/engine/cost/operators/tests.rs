@@ -52,7 +52,14 @@ fn model(arch: Architecture, t: u32, kv: u64, link: Option<Link>, o: OperatorInp
 }
 
 fn decode(b: u64, c: u64) -> StepShape {
-    StepShape { tokens: b, sum_ctx: b * (c + 1), attention_pairs: u128::from(b * (c + 1)), sampled: b, batch: b }
+    StepShape {
+        tokens: b,
+        sum_ctx: b * (c + 1),
+        attention_pairs: u128::from(b * (c + 1)),
+        decode_pairs: u128::from(b * (c + 1)),
+        sampled: b,
+        batch: b,
+    }
 }
 
 fn ms(s: f64) -> f64 {
@@ -94,7 +101,8 @@ fn llama_8b_decode_of_one_at_1024_sums_its_kernels_to_4_5224_ms() {
 
 #[test]
 fn llama_8b_prefill_of_2048_is_compute_bound_gemms_plus_attention() {
-    let fresh = StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, sampled: 1, batch: 1 };
+    let fresh =
+        StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, decode_pairs: 0, sampled: 1, batch: 1 };
     let c = model(llama_3_1_8b(), 1, 131_072, None, ops()).cost(&fresh);
     // GEMMs: 2 * 2048 * 218,103,808 weights a layer * 32 layers at 989 TFLOPS = 28.9053 ms;
     // attention: 4*32*4096 * 2,098,176 pairs = 1.1123 ms; the head reads its weights at one sample.
@@ -151,7 +159,8 @@ fn tensor_parallel_all_reduces_follow_the_measured_table_or_the_engine_s_own() {
 
 #[test]
 fn a_step_past_the_largest_graph_takes_at_least_its_launches() {
-    let fresh = StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, sampled: 1, batch: 1 };
+    let fresh =
+        StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, decode_pairs: 0, sampled: 1, batch: 1 };
     let eager = OperatorInput { eager_layer_us: 2000.0, cuda_graph_max_tokens: 512, ..ops() };
     let m = model(llama_3_1_8b(), 1, 131_072, None, eager);
     // 32 layers * 2 ms = 64 ms of launches, more than the 30.4 ms of kernels
@@ -202,6 +211,7 @@ fn a_larger_step_never_costs_less() {
             tokens: rng.random_range(1..4096),
             sum_ctx: rng.random_range(0..100_000),
             attention_pairs: rng.random_range(0..1_000_000),
+            decode_pairs: 0,
             sampled: rng.random_range(0..64),
             batch: rng.random_range(1..64),
         };
@@ -209,6 +219,7 @@ fn a_larger_step_never_costs_less() {
             tokens: small.tokens + rng.random_range(0..4096),
             sum_ctx: small.sum_ctx + rng.random_range(0..100_000),
             attention_pairs: small.attention_pairs + rng.random_range(0..1_000_000),
+            decode_pairs: 0,
             sampled: small.sampled + rng.random_range(0..64),
             batch: small.batch + rng.random_range(0..64),
         };
