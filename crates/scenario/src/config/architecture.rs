@@ -327,7 +327,11 @@ fn check_size(ck: &Check, a: &Architecture, key: &dyn Fn(&str) -> String) -> Res
             format!("the architecture has {total:.3e} parameters: at most {MAX_PARAMETERS:e} are allowed"),
         ));
     }
-    let kv_bytes = 2.0 * f(a.layers) * kv * 2.0;
+    // At 16 bits; MLA caches its latent and rotary key instead of K and V.
+    let kv_bytes = match &a.mla {
+        Some(m) => f(a.layers) * (f(m.kv_lora_rank) + f(m.qk_rope_head_dim)) * 2.0,
+        None => 2.0 * f(a.layers) * kv * 2.0,
+    };
     if kv_bytes > f64::from(u32::MAX) {
         return Err(ck.err(&key("layers"), format!("{kv_bytes} bytes of KV a token: at most {} are allowed", u32::MAX)));
     }

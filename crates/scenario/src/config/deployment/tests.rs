@@ -263,6 +263,13 @@ fn an_incomplete_latent_attention_or_mixed_moe_layers_are_refused() {
          intermediate_size: 128, vocab_size: 100, first_dense_layers: 1}}",
     ));
     has(&e, &["model.architecture.first_dense_layers: only for a mixture of experts"]);
+    // A latent too wide for the KV bound (100,000 x 30,001 x 2 bytes a token).
+    let e = err(&h100(
+        "model: {context_length: 4096, architecture: {layers: 100000, hidden_size: 1, attention_heads: 1, \
+         intermediate_size: 1, vocab_size: 1, kv_lora_rank: 30000, qk_nope_head_dim: 1, qk_rope_head_dim: 1, \
+         v_head_dim: 1}}",
+    ));
+    has(&e, &["model.architecture.layers: 6000200000 bytes of KV a token: at most 4294967295 are allowed"]);
 }
 
 #[test]
