@@ -234,6 +234,12 @@ pub mod row {
         why: "as peak_tflops, for 1-byte weights of a model with an architecture",
     };
 
+    pub static PEAK_TFLOPS_FP4: Limit = Limit {
+        key: "hardware.peak_tflops_fp4",
+        range: super::PEAK_TFLOPS,
+        why: "as peak_tflops, for FP4 weights of a model with an architecture",
+    };
+
     pub static COST_PER_HOUR: Limit =
         Limit { key: "hardware.cost_per_hour", range: super::COST_PER_HOUR, why: "price of one GPU-hour" };
 
@@ -496,6 +502,7 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::MEMORY_BANDWIDTH_GBPS,
     &row::PEAK_TFLOPS,
     &row::PEAK_TFLOPS_FP8,
+    &row::PEAK_TFLOPS_FP4,
     &row::COST_PER_HOUR,
     &row::INTERCONNECT_BANDWIDTH_GBPS,
     &row::INTERCONNECT_LATENCY_US,

@@ -8,7 +8,7 @@ use llmsim_core::engine::arch::{Architecture, attention_pairs};
 use llmsim_core::util::thousands;
 use llmsim_planner::report::summary;
 use llmsim_scenario::config::Scenario;
-use llmsim_scenario::config::deployment::{FigureSource, weight_dtype};
+use llmsim_scenario::config::deployment::{FigureSource, PeakUse, weight_dtype};
 
 fn n(x: f64) -> String {
     thousands(x.round() as u64)
@@ -79,17 +79,23 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
         },
     );
     let per_gpu = if t > 1 { format!("; {:.3} GB a GPU over TP {t}", c.weight_bytes / 1e9) } else { String::new() };
-    line(
-        out,
-        "weights",
-        format!(
-            "{:.3} GB = {} parameters x {} bytes ({}){per_gpu}",
-            d.weight_bytes / 1e9,
-            n(d.parameters),
-            s.model.weights.bytes_per_parameter,
-            weight_dtype(s.model.weights.bytes_per_parameter)
-        ),
-    );
+    let w = &s.model.weights;
+    let dtype = w.dtype.map_or_else(|| weight_dtype(w.bytes_per_parameter), |d| d.as_str().to_string());
+    let weights = match w.expert_dtype {
+        None => format!("{} parameters x {} bytes ({dtype})", n(d.parameters), w.bytes_per_parameter),
+        Some(e) => {
+            let experts = a.all_expert_parameters() as f64;
+            format!(
+                "{} parameters x {} bytes ({dtype}) + {} routed-expert parameters x {} bytes ({}, scales included)",
+                n(d.parameters - experts),
+                w.bytes_per_parameter,
+                n(experts),
+                e.bytes(),
+                e.as_str()
+            )
+        }
+    };
+    line(out, "weights", format!("{:.3} GB = {weights}{per_gpu}", d.weight_bytes / 1e9));
     line(out, "KV per token", kv_line(s, a));
     line(out, "compute peak", peak_line(s));
     if let Some(link) = d.link {
@@ -197,14 +203,34 @@ fn kv_line(s: &Scenario, a: &Architecture) -> String {
 
 fn peak_line(s: &Scenario) -> String {
     let d = &s.deployment;
-    let which = if d.peak_is_fp8 {
-        "peak_tflops_fp8, for 1-byte weights"
-    } else if s.model.weights.bytes_per_parameter == 1.0 {
-        "peak_tflops: the hardware gives no peak_tflops_fp8"
-    } else {
-        "peak_tflops"
+    let w = &s.model.weights;
+    let which = |p: &PeakUse| match p.fallback {
+        Some(own) => format!("peak_tflops: the hardware gives no {own}, so {} runs at 16 bits", p.dtype),
+        None if p.key == "peak_tflops" => "peak_tflops".to_string(),
+        None => format!("{}, for {} weights", p.key, p.dtype),
     };
-    format!("{} x {} TFLOPS ({which}) x efficiency {}", d.tensor_parallel, d.peak_tflops, s.efficiency.compute)
+    let Some((expert_tflops, experts)) = &d.expert_peak else {
+        let which = match w.dtype {
+            Some(_) => which(&d.peak),
+            None if d.peak_is_fp8() => "peak_tflops_fp8, for 1-byte weights".into(),
+            None if w.bytes_per_parameter == 1.0 => "peak_tflops: the hardware gives no peak_tflops_fp8".into(),
+            None => "peak_tflops".into(),
+        };
+        return format!(
+            "{} x {} TFLOPS ({which}) x efficiency {}",
+            d.tensor_parallel, d.peak_tflops, s.efficiency.compute
+        );
+    };
+    let mean = d.cost_input(s).map_or(d.peak_tflops, |c| c.roofline_peak_tflops());
+    format!(
+        "{} x {mean:.1} TFLOPS x efficiency {}: a mean weighted by the parameters a token uses of the experts' {expert_tflops} \
+         ({}) and the rest's {} ({}); the per-operator form runs each GEMM at its own",
+        d.tensor_parallel,
+        s.efficiency.compute,
+        which(experts),
+        d.peak_tflops,
+        which(&d.peak)
+    )
 }
 
 /// The step costs a planner reasons with.

@@ -11,7 +11,7 @@
 pub mod deployment;
 pub mod operators;
 
-pub use deployment::{DeploymentCost, DeploymentInput, Link};
+pub use deployment::{DeploymentCost, DeploymentInput, ExpertWeights, Link};
 pub use operators::{Curve, GemmTable, KernelTables, OperatorInput, Operators};
 
 /// Hardware and model figures folded into the roofline rates.
@@ -104,9 +104,9 @@ impl CostModel {
             let t = f64::from(d.tensor_parallel);
             return CostModel {
                 parameters: d.parameters,
-                weight_bytes: d.parameters * i.bytes_per_parameter / t,
+                weight_bytes: d.weight_bytes(i.bytes_per_parameter) / t,
                 kv_bytes_per_token,
-                flops_per_s: t * d.peak_tflops * 1e12 * i.compute_efficiency,
+                flops_per_s: t * d.roofline_peak_tflops() * 1e12 * i.compute_efficiency,
                 bytes_per_s,
                 overhead_s,
                 per_sequence_s,

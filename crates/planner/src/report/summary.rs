@@ -37,13 +37,18 @@ pub fn deployment_line(s: &Scenario) -> String {
     let mut out = format!(
         "{}, {} weights, {kv} KV, {t} x {} (TP {t}): {:.2} GB of weights and {} bytes of KV a token per GPU",
         m.name,
-        llmsim_scenario::config::deployment::weight_dtype(m.weights.bytes_per_parameter),
+        llmsim_scenario::config::deployment::weights_label(&m.weights),
         s.hardware.name,
         d.weight_bytes / f64::from(t) / 1e9,
         thousands(d.kv_bytes_per_token_per_gpu)
     );
-    if d.peak_is_fp8 {
+    if d.peak_is_fp8() {
         let _ = write!(out, "; FP8 peak {} TFLOPS", d.peak_tflops);
+    } else if d.peak.key == "peak_tflops_fp4" {
+        let _ = write!(out, "; FP4 peak {} TFLOPS", d.peak_tflops);
+    }
+    if let Some((tflops, p)) = &d.expert_peak {
+        let _ = write!(out, "; experts at {tflops} TFLOPS ({})", p.key);
     }
     if let Some(link) = d.link {
         let _ = write!(out, "; all-reduce {} us + bytes at {} GB/s", link.latency_us, link.bandwidth_gbps);

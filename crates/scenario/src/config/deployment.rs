@@ -15,7 +15,9 @@ use super::check::{
     DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PREFIX_CACHING, DEFAULT_TENSOR_PARALLEL, DEFAULT_WATERMARK,
 };
 use super::raw::{RawByGpus, RawInterconnect, RawModel, RawParallelism};
-pub use super::scenario::{ByGpus, Deployment, FigureSource, Interconnect, KvDtype, Parallelism};
+pub use super::scenario::{
+    ByGpus, Deployment, FigureSource, Interconnect, KvDtype, Parallelism, PeakClass, PeakUse, WeightDtype,
+};
 use super::scenario::{Hardware, KvCache, Model, Weights};
 use super::schema;
 use llmsim_core::engine::arch::Architecture;
@@ -47,6 +49,51 @@ impl KvDtype {
     }
 }
 
+impl WeightDtype {
+    fn parse(ck: &Check, key: &str, text: &str) -> Result<WeightDtype, ConfigError> {
+        let aliases = [("bfloat16", WeightDtype::Bf16), ("float16", WeightDtype::Fp16), ("half", WeightDtype::Fp16)];
+        WeightDtype::ALL
+            .iter()
+            .map(|d| (d.as_str(), *d))
+            .chain(aliases)
+            .find(|(n, _)| *n == text)
+            .map(|(_, d)| d)
+            .ok_or_else(|| {
+                let names: Vec<&str> = WeightDtype::ALL.iter().map(|d| d.as_str()).collect();
+                ck.err(key, format!("`{text}` is not one of {}", names.join(", ")))
+            })
+    }
+}
+
+/// The weights' format as a reader names it: the given dtype, else what
+/// `bytes_per_parameter` means.
+pub fn weights_label(w: &Weights) -> String {
+    match (w.dtype, w.expert_dtype) {
+        (Some(d), None) => d.as_str().to_string(),
+        (d, Some(e)) => format!(
+            "{} ({} experts)",
+            d.map_or_else(|| weight_dtype(w.bytes_per_parameter), |d| d.as_str().to_string()),
+            e.as_str()
+        ),
+        (None, None) => weight_dtype(w.bytes_per_parameter),
+    }
+}
+
+/// The peak a class of weights runs at on `hw`: the class's own, or
+/// `peak_tflops` where the GPU lacks it (FP8 then runs as 16-bit; FP4 as
+/// W4A16, as vLLM's Marlin kernels run it on Hopper).
+pub fn peak_for(class: PeakClass, dtype: String, hw: &Hardware) -> (f64, PeakUse) {
+    let own = match class {
+        PeakClass::Sixteen => Some(hw.peak_tflops),
+        PeakClass::Eight => hw.peak_tflops_fp8,
+        PeakClass::Four => hw.peak_tflops_fp4,
+    };
+    match own {
+        Some(tflops) => (tflops, PeakUse { dtype, key: class.key(), fallback: None }),
+        None => (hw.peak_tflops, PeakUse { dtype, key: "peak_tflops", fallback: Some(class.key()) }),
+    }
+}
+
 /// `fp8`, `bf16`, `int4` or `N bytes`: what `bytes_per_parameter` means.
 pub fn weight_dtype(bytes_per_parameter: f64) -> String {
     let known = [(2.0, "bf16"), (1.0, "fp8"), (0.5, "int4"), (4.0, "fp32")];
@@ -68,7 +115,7 @@ pub(crate) fn build(ck: &Check, raw: RawModel, par: RawParallelism, hw: &Hardwar
     let kv_given = raw.kv_cache.bytes_per_token.is_some();
     let resolved = resolve(ck, &raw, kv_given)?;
     let arch = resolved.as_ref().map(|r| &r.architecture);
-    let weights = weights(ck, &raw, arch.is_some())?;
+    let weights = weights(ck, &raw, arch)?;
     let kv_cache = kv_cache(ck, &raw, arch.is_some())?;
     let context_length = match (raw.context_length, resolved.as_ref().and_then(|r| r.context_length)) {
         (Some(c), _) => ck.whole32_at("model.context_length", c)?,
@@ -119,7 +166,8 @@ fn resolve(ck: &Check, raw: &RawModel, kv_given: bool) -> Result<Option<Resolved
     raw.architecture.as_ref().map(|a| architecture::inline(ck, a)).transpose()
 }
 
-fn weights(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<Weights, ConfigError> {
+fn weights(ck: &Check, raw: &RawModel, arch: Option<&Architecture>) -> Result<Weights, ConfigError> {
+    let has_arch = arch.is_some();
     let w = &raw.weights;
     let parameters_billions = match w.parameters_billions {
         Some(p) => Some(ck.real_at("model.weights.parameters_billions", p)?),
@@ -132,8 +180,30 @@ fn weights(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<Weights, Config
             ));
         }
     };
-    let bytes = w.bytes_per_parameter.unwrap_or(DEFAULT_BYTES_PER_PARAMETER);
-    Ok(Weights { parameters_billions, bytes_per_parameter: ck.real_at("model.weights.bytes_per_parameter", bytes)? })
+    let dtype = w.dtype.as_deref().map(|d| WeightDtype::parse(ck, "model.weights.dtype", d)).transpose()?;
+    let expert_dtype =
+        w.expert_dtype.as_deref().map(|d| WeightDtype::parse(ck, "model.weights.expert_dtype", d)).transpose()?;
+    if dtype.is_some() && !has_arch {
+        return Err(ck.err(
+            "model.weights.dtype",
+            "needs a model architecture (the peak a format runs at is the deployment's); \
+             without one, give bytes_per_parameter",
+        ));
+    }
+    if expert_dtype.is_some() && !arch.is_some_and(Architecture::is_moe) {
+        return Err(ck.err(
+            "model.weights.expert_dtype",
+            "needs an architecture with routed experts (architecture.experts above 0); \
+             a dense model's format is weights.dtype",
+        ));
+    }
+    let bytes = w.bytes_per_parameter.or(dtype.map(WeightDtype::bytes)).unwrap_or(DEFAULT_BYTES_PER_PARAMETER);
+    Ok(Weights {
+        parameters_billions,
+        bytes_per_parameter: ck.real_at("model.weights.bytes_per_parameter", bytes)?,
+        dtype,
+        expert_dtype,
+    })
 }
 
 fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, ConfigError> {
@@ -257,6 +327,7 @@ fn plain(w: &Weights, kv: &KvCache, hw: &Hardware) -> Deployment {
         kv_bytes_per_token: kv_bytes,
         kv_bytes_per_token_per_gpu: kv_bytes,
         peak_tflops: hw.peak_tflops,
+        peak: PeakUse { dtype: weight_dtype(w.bytes_per_parameter), key: "peak_tflops", fallback: None },
         ..Deployment::default()
     }
 }
@@ -292,19 +363,32 @@ fn with_architecture(
         Some(b) => (b, a.kv_bytes_on_gpu(b, t), FigureSource::Override),
         None => (a.kv_bytes_per_token(element, 1), a.kv_bytes_per_token(element, t), FigureSource::Architecture),
     };
-    let fp8 = hw.peak_tflops_fp8.filter(|_| w.bytes_per_parameter == 1.0);
+    // Without a dtype, 1-byte weights are FP8 and any other size 16-bit
+    // for the peak (INT4 of 0.5 bytes is W4A16).
+    let (class, label) = match w.dtype {
+        Some(d) => (d.peak_class(), d.as_str().to_string()),
+        None if w.bytes_per_parameter == 1.0 => (PeakClass::Eight, weight_dtype(1.0)),
+        None => (PeakClass::Sixteen, weight_dtype(w.bytes_per_parameter)),
+    };
+    let (peak_tflops, peak) = peak_for(class, label, hw);
+    let expert_peak = w.expert_dtype.map(|e| peak_for(e.peak_class(), e.as_str().to_string(), hw));
+    let weight_bytes = match w.expert_dtype {
+        None => parameters * w.bytes_per_parameter,
+        Some(e) => (parameters - experts) * w.bytes_per_parameter + experts * e.bytes(),
+    };
     Ok(Deployment {
         architecture_origin: None,
         tensor_parallel: tensor,
         parameters,
         parameters_from,
         active_parameters: parameters - (a.parameters() - a.active_parameters()) as f64,
-        weight_bytes: parameters * w.bytes_per_parameter,
+        weight_bytes,
         kv_bytes_per_token: kv_bytes,
         kv_from,
         kv_bytes_per_token_per_gpu: kv_per_gpu,
-        peak_tflops: fp8.unwrap_or(hw.peak_tflops),
-        peak_is_fp8: fp8.is_some(),
+        peak_tflops,
+        peak,
+        expert_peak,
         link,
     })
 }

@@ -97,6 +97,9 @@ pub struct RawHardware {
     /// Dense FP8 TFLOPS, used for 1-byte weights of a model with an architecture.
     #[serde(default, deserialize_with = "num::opt_real")]
     pub peak_tflops_fp8: Option<f64>,
+    /// Dense FP4 TFLOPS (Blackwell, MI355X), used for `nvfp4`/`mxfp4` weights.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub peak_tflops_fp4: Option<f64>,
     /// The all-reduce link between GPUs of one engine (tensor parallelism).
     pub interconnect: Option<RawInterconnect>,
     /// Price of one GPU-hour, for cost per million tokens.
@@ -250,6 +253,10 @@ pub struct RawWeights {
     pub parameters_billions: Option<f64>,
     #[serde(default, deserialize_with = "num::opt_real")]
     pub bytes_per_parameter: Option<f64>,
+    /// `bf16`, `fp8`, `int4`, `nvfp4`, `mxfp4`, ...: sets the bytes and the peak.
+    pub dtype: Option<String>,
+    /// The routed experts' own dtype (gpt-oss: `mxfp4` experts, 16-bit rest).
+    pub expert_dtype: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

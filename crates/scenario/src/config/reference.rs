@@ -134,8 +134,8 @@ fn by_gpus(x: &RawByGpus, unit: &str) -> String {
 /// The profiles shipped in `hardware/` (and built into the binary).
 pub fn hardware_table() -> String {
     let mut s = String::from(
-        "| name | HBM GiB | bandwidth GB/s | dense 16-bit TFLOPS | dense FP8 TFLOPS | all-reduce (tensor parallelism) |\n\
-         | --- | --- | --- | --- | --- | --- |\n",
+        "| name | HBM GiB | bandwidth GB/s | dense 16-bit TFLOPS | dense FP8 TFLOPS | dense FP4 TFLOPS | all-reduce (tensor parallelism) |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for (name, text) in super::hardware::BUILTIN {
         let file = format!("hardware/{name}.yml");
@@ -144,6 +144,7 @@ pub fn hardware_table() -> String {
             Err(e) => return format!("{file} does not parse: {e}\n"),
         };
         let fp8 = hw.peak_tflops_fp8.map(limits::number).unwrap_or_else(|| "none".into());
+        let fp4 = hw.peak_tflops_fp4.map(limits::number).unwrap_or_else(|| "none".into());
         let link = match &hw.interconnect {
             Some(i) => format!(
                 "latency {}; bus bandwidth {}",
@@ -153,7 +154,7 @@ pub fn hardware_table() -> String {
             None => "none: give `hardware.interconnect` inline".into(),
         };
         s.push_str(&format!(
-            "| [`{name}`](../{file}) | {} | {} | {} | {fp8} | {link} |\n",
+            "| [`{name}`](../{file}) | {} | {} | {} | {fp8} | {fp4} | {link} |\n",
             limits::number(hw.hbm_gib),
             limits::number(hw.memory_bandwidth_gbps),
             limits::number(hw.peak_tflops)

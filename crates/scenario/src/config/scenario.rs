@@ -55,6 +55,8 @@ pub struct Hardware {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_tflops_fp8: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_tflops_fp4: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub interconnect: Option<Interconnect>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_per_hour: Option<f64>,
@@ -85,6 +87,114 @@ pub struct Weights {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parameters_billions: Option<f64>,
     pub bytes_per_parameter: f64,
+    /// The weights' format, when given (it sets the peak they run at).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<WeightDtype>,
+    /// The routed experts' format, when it differs from the rest's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_dtype: Option<WeightDtype>,
+}
+
+/// `model.weights.dtype`: how the weights are stored and which of the
+/// GPU's peaks their GEMMs run at (docs/deployments.md, "Weight formats").
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WeightDtype {
+    Bf16,
+    Fp16,
+    /// W8A8 FP8 (DeepSeek-V3's block-scaled FP8, `fp8` checkpoints).
+    Fp8,
+    /// W8A8 INT8 (SmoothQuant, `w8a8` checkpoints): the 8-bit peak.
+    Int8,
+    /// W4A16 INT4 (AWQ, GPTQ): 4 bits and a 16-bit scale per group of
+    /// 128; dequantized to 16 bits for the GEMM.
+    Int4,
+    /// NVFP4: 4 bits and an FP8 scale per 16.
+    Nvfp4,
+    /// MXFP4 (OCP microscaling): 4 bits and an 8-bit scale per 32.
+    Mxfp4,
+}
+
+/// Which of a GPU's peaks a weight format's GEMMs run at.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PeakClass {
+    Sixteen,
+    Eight,
+    Four,
+}
+
+impl PeakClass {
+    /// The hardware key of this class's peak.
+    pub fn key(self) -> &'static str {
+        match self {
+            PeakClass::Sixteen => "peak_tflops",
+            PeakClass::Eight => "peak_tflops_fp8",
+            PeakClass::Four => "peak_tflops_fp4",
+        }
+    }
+}
+
+impl WeightDtype {
+    pub const ALL: [WeightDtype; 7] = [
+        WeightDtype::Bf16,
+        WeightDtype::Fp16,
+        WeightDtype::Fp8,
+        WeightDtype::Int8,
+        WeightDtype::Int4,
+        WeightDtype::Nvfp4,
+        WeightDtype::Mxfp4,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WeightDtype::Bf16 => "bf16",
+            WeightDtype::Fp16 => "fp16",
+            WeightDtype::Fp8 => "fp8",
+            WeightDtype::Int8 => "int8",
+            WeightDtype::Int4 => "int4",
+            WeightDtype::Nvfp4 => "nvfp4",
+            WeightDtype::Mxfp4 => "mxfp4",
+        }
+    }
+
+    /// Bytes a weight, block scales included.
+    pub fn bytes(self) -> f64 {
+        match self {
+            WeightDtype::Bf16 | WeightDtype::Fp16 => 2.0,
+            WeightDtype::Fp8 | WeightDtype::Int8 => 1.0,
+            // (4 + 16/128) / 8
+            WeightDtype::Int4 => 0.515625,
+            // (4 + 8/16) / 8
+            WeightDtype::Nvfp4 => 0.5625,
+            // (4 + 8/32) / 8
+            WeightDtype::Mxfp4 => 0.53125,
+        }
+    }
+
+    /// The peak the format's GEMMs want: INT4 is dequantized to 16 bits
+    /// (W4A16); the FP4 formats run W4A4 where the GPU has an FP4 peak.
+    pub fn peak_class(self) -> PeakClass {
+        match self {
+            WeightDtype::Bf16 | WeightDtype::Fp16 | WeightDtype::Int4 => PeakClass::Sixteen,
+            WeightDtype::Fp8 | WeightDtype::Int8 => PeakClass::Eight,
+            WeightDtype::Nvfp4 | WeightDtype::Mxfp4 => PeakClass::Four,
+        }
+    }
+
+    /// The per-operator form's measured-GEMM dtype (`config/kernels.rs`).
+    pub fn kernel_dtype(self) -> &'static str {
+        match self.peak_class() {
+            PeakClass::Sixteen if self == WeightDtype::Int4 => "int4",
+            PeakClass::Sixteen => "bf16",
+            PeakClass::Eight => "fp8",
+            PeakClass::Four => "fp4",
+        }
+    }
+}
+
+impl Serialize for WeightDtype {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -599,10 +709,13 @@ pub struct Deployment {
     pub kv_bytes_per_token: u64,
     pub kv_from: FigureSource,
     pub kv_bytes_per_token_per_gpu: u64,
-    /// The compute peak that applies (per GPU, before efficiency).
+    /// The compute peak of the weights' GEMMs (per GPU, before
+    /// efficiency); of all but the routed experts when those have their own.
     pub peak_tflops: f64,
-    /// Whether that is `peak_tflops_fp8`.
-    pub peak_is_fp8: bool,
+    /// Which peak that is, and why.
+    pub peak: PeakUse,
+    /// The routed experts' own format and peak (`model.weights.expert_dtype`).
+    pub expert_peak: Option<(f64, PeakUse)>,
     /// The all-reduce link at this tensor degree (`None` at 1).
     pub link: Option<Link>,
 }
@@ -620,13 +733,30 @@ impl Default for Deployment {
             kv_from: FigureSource::Given,
             kv_bytes_per_token_per_gpu: 0,
             peak_tflops: 0.0,
-            peak_is_fp8: false,
+            peak: PeakUse::default(),
+            expert_peak: None,
             link: None,
         }
     }
 }
 
+/// Which of the hardware's peaks a class of weights runs at.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PeakUse {
+    /// The weights' format: as given, or read from `bytes_per_parameter`.
+    pub dtype: String,
+    /// The hardware key whose figure is used.
+    pub key: &'static str,
+    /// The format's own peak is missing from the hardware and `key` stands in.
+    pub fallback: Option<&'static str>,
+}
+
 impl Deployment {
+    /// Whether every weight computes at `peak_tflops_fp8`.
+    pub fn peak_is_fp8(&self) -> bool {
+        self.peak.key == "peak_tflops_fp8" && self.expert_peak.is_none()
+    }
+
     /// GPUs one engine (one replica) uses.
     pub fn gpus(&self) -> u32 {
         self.tensor_parallel
@@ -641,6 +771,11 @@ impl Deployment {
             tensor_parallel: self.tensor_parallel,
             peak_tflops: self.peak_tflops,
             link: self.link,
+            expert_weights: self.expert_peak.as_ref().map(|(tflops, _)| llmsim_core::engine::cost::ExpertWeights {
+                bytes_per_parameter: s.model.weights.expert_dtype.map_or(0.0, WeightDtype::bytes),
+                peak_tflops: *tflops,
+                dtype: s.model.weights.expert_dtype.map_or("bf16", WeightDtype::kernel_dtype),
+            }),
             per_layer_overhead_us: s.latency.per_layer_overhead_us,
             operators: s.per_operator().map(|_| {
                 let e = &s.efficiency;
@@ -655,7 +790,9 @@ impl Deployment {
                     eager_layer_us: s.latency.eager_layer_us.unwrap_or(0.0),
                     cuda_graph_max_tokens: u64::from(s.scheduler.graph_max_tokens()),
                     peak16_tflops: s.hardware.peak_tflops,
-                    dtype: if bpp <= 0.5 {
+                    dtype: if let Some(d) = s.model.weights.dtype {
+                        d.kernel_dtype()
+                    } else if bpp <= 0.5 {
                         "int4"
                     } else if bpp <= 1.0 {
                         "fp8"

@@ -22,9 +22,9 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use super::defaults::{
-    DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER, DEFAULT_EFFICIENCY, DEFAULT_GPU_MEMORY_UTILIZATION,
-    DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NUM_SEQUENCES, DEFAULT_MIN_LENGTH, DEFAULT_OVERLAP_WEIGHT,
-    DEFAULT_PREFIX_CACHING, DEFAULT_REPLICAS, DEFAULT_SEED, DEFAULT_TENSOR_PARALLEL, DEFAULT_WATERMARK,
+    DEFAULT_BLOCK_SIZE, DEFAULT_EFFICIENCY, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_BATCH_TOKENS,
+    DEFAULT_MAX_NUM_SEQUENCES, DEFAULT_MIN_LENGTH, DEFAULT_OVERLAP_WEIGHT, DEFAULT_PREFIX_CACHING, DEFAULT_REPLICAS,
+    DEFAULT_SEED, DEFAULT_TENSOR_PARALLEL, DEFAULT_WATERMARK,
 };
 use crate::limits::{self, Limit, Range, row};
 use crate::trace::MOONCAKE_BLOCK_SIZE;
@@ -180,9 +180,15 @@ pub static KEYS: &[Key] = &[
     ),
     key(
         "{,cluster.prefill.,cluster.decode.}hardware.peak_tflops_fp8",
-        "Dense FP8 TFLOPS of one GPU, used for 1-byte weights of a model with an architecture.",
+        "Dense FP8 TFLOPS of one GPU, used for FP8 and INT8 weights (or 1-byte weights without a dtype) of a model with an architecture.",
         Words("none: `peak_tflops`"),
         In(&row::PEAK_TFLOPS_FP8),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.peak_tflops_fp4",
+        "Dense FP4 TFLOPS of one GPU (Blackwell, MI355X), used for `nvfp4` and `mxfp4` weights of a model with an architecture.",
+        Words("none: `peak_tflops` (FP4 weights run W4A16)"),
+        In(&row::PEAK_TFLOPS_FP4),
     ),
     key(
         "{,cluster.prefill.,cluster.decode.}hardware.cost_per_hour",
@@ -353,9 +359,21 @@ pub static KEYS: &[Key] = &[
     ),
     key(
         "model.weights.bytes_per_parameter",
-        "Bytes of one weight: 2 for 16-bit, 1 for FP8, 0.5 for INT4.",
-        Real(DEFAULT_BYTES_PER_PARAMETER),
+        "Bytes of one weight: 2 for 16-bit, 1 for FP8, 0.5 for INT4; beside `dtype`, an override of the format's bytes.",
+        Words("the dtype's bytes, else 2"),
         In(&row::BYTES_PER_PARAMETER),
+    ),
+    key(
+        "model.weights.dtype",
+        "The weights' format: `bf16`, `fp16`, `fp8`, `int8`, `int4` (W4A16, AWQ/GPTQ), `nvfp4` or `mxfp4`; sets the bytes a weight (scales included) and the peak their GEMMs run at; needs an architecture.",
+        Words("none: read from bytes_per_parameter (1 byte is FP8, else 16-bit)"),
+        Plain,
+    ),
+    key(
+        "model.weights.expert_dtype",
+        "The routed experts' format when it differs from the rest's (gpt-oss: `mxfp4` experts, 16-bit attention); same names as `dtype`.",
+        Words("none: the experts are stored as the rest"),
+        Plain,
     ),
     key(
         "model.kv_cache",

@@ -110,6 +110,7 @@ fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) 
         memory_bandwidth_gbps: real("memory_bandwidth_gbps", raw.memory_bandwidth_gbps)?,
         peak_tflops: real("peak_tflops", raw.peak_tflops)?,
         peak_tflops_fp8: raw.peak_tflops_fp8.map(|x| real("peak_tflops_fp8", x)).transpose()?,
+        peak_tflops_fp4: raw.peak_tflops_fp4.map(|x| real("peak_tflops_fp4", x)).transpose()?,
         interconnect: raw.interconnect.map(|i| deployment::interconnect(&ck, i, &p)).transpose()?,
         cost_per_hour: raw.cost_per_hour.map(|c| real("cost_per_hour", c)).transpose()?,
         kernels: raw

@@ -46,6 +46,48 @@ pub struct DeploymentInput {
     pub per_layer_overhead_us: f64,
     /// The per-operator form's inputs, when the scenario uses it.
     pub operators: Option<super::operators::OperatorInput>,
+    /// The routed experts' weights when their precision differs from the
+    /// rest's (`model.weights.expert_dtype`, e.g. gpt-oss's MXFP4 experts
+    /// beside 16-bit attention).
+    pub expert_weights: Option<ExpertWeights>,
+}
+
+/// The routed experts' own precision: bytes a weight and the peak their
+/// GEMMs run at.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ExpertWeights {
+    pub bytes_per_parameter: f64,
+    pub peak_tflops: f64,
+    /// The measured-GEMM table's dtype for them (`bf16`, `fp8`, `int4`).
+    pub dtype: &'static str,
+}
+
+impl DeploymentInput {
+    /// All GPUs' weight bytes at `bytes_per_parameter` (the experts at
+    /// their own bytes when they have them).
+    pub fn weight_bytes(&self, bytes_per_parameter: f64) -> f64 {
+        match self.expert_weights {
+            None => self.parameters * bytes_per_parameter,
+            Some(e) => {
+                let experts = self.architecture.all_expert_parameters() as f64;
+                (self.parameters - experts) * bytes_per_parameter + experts * e.bytes_per_parameter
+            }
+        }
+    }
+
+    /// The one peak of the roofline form: `peak_tflops`, or with experts
+    /// of their own precision the harmonic mean weighted by the parameters
+    /// a token uses, `active / (rest/peak + experts/expert_peak)`, so
+    /// each weight's two FLOPs a token run at its own peak (attention and
+    /// the head are priced at that mean, a small error; the per-operator
+    /// form prices each GEMM at its own).
+    pub fn roofline_peak_tflops(&self) -> f64 {
+        let Some(e) = self.expert_weights else { return self.peak_tflops };
+        let a = &self.architecture;
+        let experts = (a.moe_layers() * a.experts_per_token * a.expert_parameters()) as f64;
+        let active = a.active_parameters() as f64;
+        active / ((active - experts) / self.peak_tflops + experts / e.peak_tflops)
+    }
 }
 
 /// The architecture's terms of the step cost, folded into rates.
@@ -86,7 +128,8 @@ impl DeploymentCost {
         let a = &d.architecture;
         let t = f64::from(d.tensor_parallel);
         let layers = a.layers as f64;
-        let experts_bytes = a.all_expert_parameters() as f64;
+        let experts = a.all_expert_parameters() as f64;
+        let expert_bpp = d.expert_weights.map_or(bytes_per_parameter, |e| e.bytes_per_parameter);
         let (comm_fixed_s, comm_s_per_token) = match d.link {
             Some(link) if d.tensor_parallel > 1 => (
                 2.0 * layers * link.latency_us * 1e-6,
@@ -103,15 +146,15 @@ impl DeploymentCost {
             head_flops_per_sample: a.head_flops_per_sample() as f64,
             experts: a.experts,
             experts_per_token: a.experts_per_token,
-            always_read_bytes: (d.parameters - experts_bytes) * bytes_per_parameter / t,
-            expert_read_bytes: (a.moe_layers() * a.expert_parameters()) as f64 * bytes_per_parameter / t,
+            always_read_bytes: (d.parameters - experts) * bytes_per_parameter / t,
+            expert_read_bytes: (a.moe_layers() * a.expert_parameters()) as f64 * expert_bpp / t,
             comm_fixed_s,
             comm_s_per_token,
             layers_overhead_s: layers * d.per_layer_overhead_us / 1e6,
             operators: d
                 .operators
                 .as_ref()
-                .map(|o| super::operators::Operators::new(a, d.tensor_parallel, d.link, rates, o)),
+                .map(|o| super::operators::Operators::new(a, d.tensor_parallel, d.link, rates, o, d.expert_weights)),
         }
     }
 

@@ -206,6 +206,10 @@ pub struct Operators {
     /// `latency.per_expert_us` in seconds: each touched expert's fixed cost in a layer.
     pub per_expert_s: f64,
     pub bytes_per_parameter: f64,
+    /// The routed experts' peak and bytes a weight (the rest's unless
+    /// `model.weights.expert_dtype` differs).
+    pub expert_gemm_flops_per_s: f64,
+    pub expert_bytes_per_parameter: f64,
     /// `4 * layers * q_dim / t`.
     pub attention_flops_per_pair: f64,
     /// MLA: a decode pair's FLOPs on one GPU, in the absorbed form.
@@ -262,19 +266,28 @@ pub struct Rates {
 }
 
 impl Operators {
-    pub fn new(a: &Architecture, t: u32, link: Option<super::Link>, r: &Rates, o: &OperatorInput) -> Operators {
+    pub fn new(
+        a: &Architecture,
+        t: u32,
+        link: Option<super::Link>,
+        r: &Rates,
+        o: &OperatorInput,
+        experts: Option<super::deployment::ExpertWeights>,
+    ) -> Operators {
         let tf = f64::from(t);
         let h = a.hidden_size as f64;
         let q_heads = a.attention_heads as f64 / tf;
         let kv_heads = a.kv_heads_per_gpu(u64::from(t)) as f64;
         let hd = a.head_dim as f64;
         let tables = o.kernels.as_deref();
-        let gemm = |name: &'static str, n: f64, k: f64| {
+        let gemm_of = |dtype: &str, name: &'static str, n: f64, k: f64| {
             // A measured shape matches whole numbers of outputs and inputs.
             let whole = n.fract() == 0.0 && k.fract() == 0.0;
-            let table = tables.filter(|_| whole).and_then(|kt| kt.gemm(n as u64, k as u64, o.dtype).cloned());
+            let table = tables.filter(|_| whole).and_then(|kt| kt.gemm(n as u64, k as u64, dtype).cloned());
             Gemm { name, n, k, table }
         };
+        let gemm = |name: &'static str, n: f64, k: f64| gemm_of(o.dtype, name, n, k);
+        let expert_dtype = experts.map_or(o.dtype, |e| e.dtype);
         let mut dense = match &a.mla {
             None => vec![gemm("qkv", (q_heads + 2.0 * kv_heads) * hd, h), gemm("o", h, q_heads * hd)],
             // The latent down-projections are whole on every GPU (vLLM
@@ -310,8 +323,8 @@ impl Operators {
                 mlp(&mut dense_only);
             }
             let i = a.expert_intermediate_size as f64 / tf;
-            expert.push(gemm("expert_gate_up", 2.0 * i, h));
-            expert.push(gemm("expert_down", h, i));
+            expert.push(gemm_of(expert_dtype, "expert_gate_up", 2.0 * i, h));
+            expert.push(gemm_of(expert_dtype, "expert_down", h, i));
         } else {
             mlp(&mut dense);
         }
@@ -344,6 +357,8 @@ impl Operators {
             weight_bytes_per_s: r.bandwidth * r.memory_efficiency,
             per_expert_s: o.per_expert_us * 1e-6,
             bytes_per_parameter: r.bytes_per_parameter,
+            expert_gemm_flops_per_s: experts.map_or(r.peak_tflops, |e| e.peak_tflops) * 1e12 * r.compute_efficiency,
+            expert_bytes_per_parameter: experts.map_or(r.bytes_per_parameter, |e| e.bytes_per_parameter),
             attention_flops_per_pair: a.attention_flops_per_pair() as f64 / tf,
             decode_attention_flops_per_pair: a.mla.map(|_| a.decode_attention_flops_per_pair() as f64 / tf),
             attention_flops_per_s: o.peak16_tflops * 1e12 * o.attention_compute,
@@ -359,12 +374,21 @@ impl Operators {
 
     /// One GEMM at `m` tokens: (seconds, whether bound by its weight reads).
     pub fn gemm_s(&self, g: &Gemm, m: f64) -> (f64, bool) {
+        self.gemm_at(g, m, self.gemm_flops_per_s, self.bytes_per_parameter)
+    }
+
+    /// An expert's GEMM at `m` tokens, at the experts' own precision.
+    fn expert_gemm_s(&self, g: &Gemm, m: f64) -> (f64, bool) {
+        self.gemm_at(g, m, self.expert_gemm_flops_per_s, self.expert_bytes_per_parameter)
+    }
+
+    fn gemm_at(&self, g: &Gemm, m: f64, flops_per_s: f64, bytes_per_parameter: f64) -> (f64, bool) {
         if let Some(c) = &g.table {
             return (c.at(m) * 1e-6, false);
         }
         // 2*m*n*k / (flops * m / (m + half)) = 2*n*k*(m + half) / flops
-        let compute = 2.0 * g.n * g.k * (m + self.gemm_half_tokens) / self.gemm_flops_per_s;
-        let bytes = g.n * g.k * self.bytes_per_parameter + 2.0 * m * (g.n + g.k);
+        let compute = 2.0 * g.n * g.k * (m + self.gemm_half_tokens) / flops_per_s;
+        let bytes = g.n * g.k * bytes_per_parameter + 2.0 * m * (g.n + g.k);
         let memory = bytes / self.weight_bytes_per_s;
         if memory >= compute { (memory, true) } else { (compute, false) }
     }
@@ -393,7 +417,7 @@ impl Operators {
                 let touched = touched_experts(self.experts, self.experts_per_token, s.tokens);
                 let per_expert = (m * self.experts_per_token as f64 / touched).max(1.0);
                 for g in &self.expert {
-                    add(self.gemm_s(g, per_expert), self.moe_layers * touched);
+                    add(self.expert_gemm_s(g, per_expert), self.moe_layers * touched);
                 }
                 out.fixed_s += self.moe_layers * touched * self.per_expert_s;
             }

@@ -88,11 +88,11 @@ fn fp8_weights_fit_70b_on_one_gpu_and_use_the_fp8_peak() {
     let s = load(&h100("model: {preset: llama-3.1-70b, weights: {bytes_per_parameter: 1}}")).unwrap();
     // (77,309,411,328 - 70,553,706,496) / (327,680 * 16) = 1,288.5
     assert_eq!(s.capacity.num_blocks, 1_288);
-    assert!(s.deployment.peak_is_fp8);
+    assert!(s.deployment.peak_is_fp8());
     assert_eq!(s.engine_config().cost.flops_per_s, 1979e12);
     // INT4 computes at the 16-bit peak
     let s = load(&h100("model: {preset: llama-3.1-70b, weights: {bytes_per_parameter: 0.5}}")).unwrap();
-    assert!(!s.deployment.peak_is_fp8);
+    assert!(!s.deployment.peak_is_fp8());
     assert_eq!(s.engine_config().cost.flops_per_s, 989e12);
 }
 
@@ -437,4 +437,63 @@ fn shipped_interconnects_reproduce_measured_all_reduce_times() {
         // the decode-sized (64 KiB) and prefill-sized (32 MiB) messages fit within 20%
         assert!(err < 0.2, "{profile} x{n} at {kib} KiB: model {model:.1} us, measured {measured} us");
     }
+}
+
+/// A Blackwell-like GPU with all three peaks.
+fn fp4_gpu(model: &str) -> String {
+    format!(
+        "hardware: {{name: b, hbm_gib: 180, memory_bandwidth_gbps: 8000, peak_tflops: 2250, peak_tflops_fp8: 4500, \
+         peak_tflops_fp4: 9000}}\n{model}\n{WORKLOAD}"
+    )
+}
+
+#[test]
+fn a_weight_format_sets_the_bytes_with_scales_and_the_peak() {
+    // llama-3.1-8b: 8,030,261,248 parameters
+    for (dtype, bytes, peak) in [
+        ("bf16", 2.0, 2250.0),
+        ("fp8", 1.0, 4500.0),
+        ("int8", 1.0, 4500.0),
+        ("int4", 0.515625, 2250.0),
+        ("nvfp4", 0.5625, 9000.0),
+        ("mxfp4", 0.53125, 9000.0),
+    ] {
+        let s = load(&fp4_gpu(&format!("model: {{preset: llama-3.1-8b, weights: {{dtype: {dtype}}}}}"))).unwrap();
+        assert_eq!(s.model.weights.bytes_per_parameter, bytes, "{dtype}");
+        assert_eq!(s.deployment.weight_bytes, 8_030_261_248.0 * bytes, "{dtype}");
+        assert_eq!(s.engine_config().cost.flops_per_s, peak * 1e12, "{dtype}");
+    }
+    // Without an FP4 peak (Hopper), FP4 weights run at the 16-bit one.
+    let s = load(&h100("model: {preset: llama-3.1-8b, weights: {dtype: nvfp4}}")).unwrap();
+    assert_eq!(s.engine_config().cost.flops_per_s, 989e12);
+    assert_eq!(s.deployment.peak.fallback, Some("peak_tflops_fp4"));
+    // bytes_per_parameter beside a dtype overrides its bytes, not its peak
+    let s = load(&fp4_gpu("model: {preset: llama-3.1-8b, weights: {dtype: nvfp4, bytes_per_parameter: 0.5}}")).unwrap();
+    assert_eq!(s.deployment.weight_bytes, 8_030_261_248.0 * 0.5);
+    assert_eq!(s.engine_config().cost.flops_per_s, 9000e12);
+}
+
+#[test]
+fn experts_of_their_own_format_weigh_and_compute_apart() {
+    let s = load(&fp4_gpu("model: {preset: mixtral-8x7b, weights: {expert_dtype: mxfp4}}")).unwrap();
+    // 1,605,636,096 non-expert parameters x 2 + 45,097,156,608 expert x 0.53125
+    assert_eq!(s.deployment.weight_bytes, 27_169_136_640.0);
+    // 12,879,925,248 active / (1,605,636,096 / 2250 + 11,274,289,152 / 9000) TFLOPS
+    let peak = 12_879_925_248.0 / (1_605_636_096.0 / 2250.0 + 11_274_289_152.0 / 9000.0);
+    let got = s.engine_config().cost.flops_per_s;
+    assert!((got / (peak * 1e12) - 1.0).abs() < 1e-12, "{got}");
+    assert_eq!(s.deployment.expert_peak.as_ref().map(|(t, p)| (*t, p.key)), Some((9000.0, "peak_tflops_fp4")));
+}
+
+#[test]
+fn weight_formats_refuse_what_they_cannot_mean() {
+    let e = err(&fp4_gpu("model: {preset: llama-3.1-8b, weights: {dtype: fp6}}"));
+    has(&e, &["model.weights.dtype", "`fp6` is not one of", "nvfp4", "mxfp4"]);
+    let e = err(&fp4_gpu("model: {preset: llama-3.1-8b, weights: {expert_dtype: mxfp4}}"));
+    has(&e, &["model.weights.expert_dtype", "routed experts"]);
+    let e = err(&fp4_gpu(
+        "model: {name: m, context_length: 4096, weights: {parameters_billions: 8, dtype: fp8}, \
+         kv_cache: {bytes_per_token: 131072}}",
+    ));
+    has(&e, &["model.weights.dtype", "needs a model architecture"]);
 }

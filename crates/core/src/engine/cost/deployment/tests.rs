@@ -31,6 +31,7 @@ fn with_layer_overhead(arch: Architecture, t: u32, kv: u64, link: Option<Link>, 
             link,
             per_layer_overhead_us: per_layer_us,
             operators: None,
+            expert_weights: None,
         }),
     })
 }
@@ -191,6 +192,7 @@ fn overheads_add_step_layer_and_sequence_terms() {
             link: None,
             per_layer_overhead_us: 10.0,
             operators: None,
+            expert_weights: None,
         }),
     };
     let c = CostModel::new(&input).cost(&decode(16, 100));
@@ -229,6 +231,7 @@ fn an_explicit_parameter_count_sets_the_bytes_read_but_not_the_flops() {
             link: None,
             per_layer_overhead_us: 0.0,
             operators: None,
+            expert_weights: None,
         }),
     };
     let c = CostModel::new(&input).cost(&decode(1, 1024));
@@ -240,4 +243,42 @@ fn an_explicit_parameter_count_sets_the_bytes_read_but_not_the_flops() {
         d.parameters = 8_030_261_248.0;
     }
     assert!(CostModel::new(&input).cost(&decode(1, 1024)).compute_s == c.compute_s);
+}
+
+#[test]
+fn experts_of_their_own_precision_read_their_bytes_and_run_at_their_peak() {
+    // Mixtral with 16-bit attention and MXFP4 experts (0.53125 bytes) on a
+    // GPU of 2,250 TFLOPS at 16 bits and 9,000 at FP4.
+    let arch = mixtral_8x7b();
+    let parameters = arch.parameters() as f64;
+    let c = CostModel::new(&CostInput {
+        parameters_billions: 0.0,
+        bytes_per_parameter: 2.0,
+        kv_bytes_per_token: 131_072,
+        peak_tflops: 2250.0,
+        memory_bandwidth_gbps: 8000.0,
+        compute_efficiency: 1.0,
+        memory_efficiency: 1.0,
+        step_overhead_ms: 0.0,
+        per_sequence_overhead_us: 0.0,
+        deployment: Some(DeploymentInput {
+            architecture: arch,
+            parameters,
+            tensor_parallel: 1,
+            peak_tflops: 2250.0,
+            link: None,
+            per_layer_overhead_us: 0.0,
+            operators: None,
+            expert_weights: Some(ExpertWeights { bytes_per_parameter: 0.53125, peak_tflops: 9000.0, dtype: "int4" }),
+        }),
+    });
+    // all weights: 1,605,636,096 * 2 + 45,097,156,608 * 0.53125 = 27,169,136,640
+    assert_eq!(c.weight_bytes, 27_169_136_640.0);
+    let one = c.cost(&decode(1, 1024));
+    // read: 3,211,272,192 + 2 experts of 32 layers: 11,274,289,152 * 0.53125 = 5,989,466,112
+    close(one.memory_s * 8e12, 9_200_738_304.0 + 1025.0 * 131_072.0, 3);
+    // peak: 12,879,925,248 / (1,605,636,096 / 2250 + 11,274,289,152 / 9000) TFLOPS
+    let peak = 12_879_925_248.0 / (1_605_636_096.0 / 2250.0 + 11_274_289_152.0 / 9000.0);
+    close(one.compute_s * peak * 1e12, 26_034_569_216.0, 0);
+    assert!((peak - 6550.286).abs() < 0.001, "{peak}");
 }

@@ -47,6 +47,7 @@ fn model(arch: Architecture, t: u32, kv: u64, link: Option<Link>, o: OperatorInp
             link,
             per_layer_overhead_us: 0.0,
             operators: Some(o),
+            expert_weights: None,
         }),
     })
 }
