@@ -120,7 +120,13 @@ fn an_unknown_hardware_name_lists_the_known_ones() {
 
 #[test]
 fn every_shipped_hardware_profile_loads() {
-    for name in ["h100-80gb", "h200", "a100-80gb", "a100-40gb", "l40s", "a10g", "l4", "rtx-4090", "rtx-pro-6000"] {
+    let mut names: Vec<String> = std::fs::read_dir(repo("hardware"))
+        .expect("hardware/")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".yml").map(str::to_string))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 16, "{names:?}");
+    for name in &names {
         let set = format!("hardware={name}");
         let out = TestCommand::new(&["explain", BASE, "--set", &set]).ok().stdout();
         assert!(out.contains(&format!("name: {name}")), "{out}");
