@@ -80,7 +80,7 @@ fn an_hf_config_of_an_unsupported_shape_exits_2() {
     refused(
         HF,
         &[("config.json", &windowed)],
-        &["config.json: sliding_window", "sliding-window layers are not described", "kv_cache.bytes_per_token"],
+        &["config.json: sliding_window", "this config's pattern is not described", "kv_cache.bytes_per_token"],
     );
     let latent = MIXTRAL.replace(r#""vocab_size""#, r#""kv_lora_rank": 512, "vocab_size""#);
     // Latent attention is read now; one missing head width is named.

@@ -238,6 +238,27 @@ fn latent_attention_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     assert!(runs >= 20 && steps > 20_000, "{runs} runs, {steps} steps");
 }
 
+/// The same with sliding-window layers (gpt-oss-120b: 18 of 36 layers see
+/// 128 tokens): a stretch runs only while every request's window is full,
+/// and prices each decode's window reads and pairs as the step does; the
+/// generated prompts are short enough that many requests are younger than
+/// their window at first.
+#[test]
+fn sliding_window_stretches_give_the_same_bytes_as_the_step_by_step_path() {
+    let (mut runs, mut steps) = (0, 0u64);
+    for i in 0..120 {
+        let text = generate(i);
+        if !text.contains("preset: llama-3.1-70b") || text.contains("prefix_caching: true") {
+            continue;
+        }
+        let text = text.replace("preset: llama-3.1-70b", "preset: gpt-oss-120b");
+        let (out, _) = same_both_ways(i, &text);
+        runs += 1;
+        steps += out.map_or(0, |a| a.result.steps.count);
+    }
+    assert!(runs >= 20 && steps > 20_000, "{runs} runs, {steps} steps");
+}
+
 /// The stretches must actually be taken, or the test above compares the
 /// step-by-step path with itself: a steady decode batch takes far fewer
 /// engine calls with stretches than steps.

@@ -177,14 +177,30 @@ fn kv_line(s: &Scenario, a: &Architecture) -> String {
                 m.qk_rope_head_dim
             ),
             None => format!(
-                "{} bytes = 2 x {} layers x {} KV heads x {} x {element} bytes (kv_cache.dtype {dtype})",
+                "{} bytes = 2 x {} {}layers x {} KV heads x {} x {element} bytes (kv_cache.dtype {dtype})",
                 thousands(d.kv_bytes_per_token),
-                a.layers,
+                a.full_layers(),
+                if a.sliding_layers > 0 { "full-attention " } else { "" },
                 a.kv_heads,
                 a.head_dim
             ),
         },
     };
+    let window = if a.sliding_layers > 0 {
+        format!(
+            "; and {} bytes a token in the {} sliding-window layers, for the last {} tokens only: {} blocks a \
+             request (ceil({} / {}) + 1 of the window, in full-layer blocks)",
+            thousands(d.window_kv_bytes_per_token),
+            a.sliding_layers,
+            a.sliding_window,
+            s.capacity.window_blocks,
+            a.sliding_window,
+            s.model.kv_cache.block_size
+        )
+    } else {
+        String::new()
+    };
+    let whole = whole + &window;
     let t = u64::from(d.tensor_parallel);
     if t == 1 {
         return whole;
@@ -256,6 +272,8 @@ fn steps(s: &Scenario, out: &mut String) {
         decode_pairs: u128::from(b) * attention_pairs(1, ctx),
         sampled: b,
         batch: b,
+        window_ctx: 0,
+        window_pairs: 0,
     };
     let _ = writeln!(out, "#   decode floor  batch 1 at context 0: {}", fmt(cost.cost(&decode(1, 0))));
     let b = u64::from(s.scheduler.max_num_sequences);
@@ -277,6 +295,8 @@ fn steps(s: &Scenario, out: &mut String) {
         decode_pairs: 0,
         sampled: 1,
         batch: 1,
+        window_ctx: 0,
+        window_pairs: 0,
     };
     let p = cost.cost(&prefill);
     let _ =

@@ -44,6 +44,22 @@ pub struct Architecture {
     /// `qk_nope_head_dim + qk_rope_head_dim` and `kv_heads` the heads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mla: Option<Mla>,
+    /// Sliding-window attention: a layer of this kind attends to the last
+    /// `sliding_window` tokens only and keeps only their KV (0: none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sliding_window: u64,
+    /// How many of the layers are sliding-window ones (`layer_types`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sliding_layers: u64,
+    /// Biases on Q, K, V and O (HF's `attention_bias`; gpt-oss).
+    #[serde(skip_serializing_if = "is_false")]
+    pub attention_bias: bool,
+    /// Biases on the MLPs, experts and router (gpt-oss).
+    #[serde(skip_serializing_if = "is_false")]
+    pub mlp_bias: bool,
+    /// A learned sink logit per head a layer (gpt-oss): weights, no KV.
+    #[serde(skip_serializing_if = "is_false")]
+    pub attention_sinks: bool,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): Q through a
@@ -64,6 +80,10 @@ pub struct Mla {
 
 fn is_zero(x: &u64) -> bool {
     *x == 0
+}
+
+fn is_false(x: &bool) -> bool {
+    !*x
 }
 
 impl Architecture {
@@ -89,7 +109,9 @@ impl Architecture {
     pub fn attention_parameters(&self) -> u64 {
         let h = self.hidden_size;
         let Some(m) = &self.mla else {
-            return h * self.q_dim() + 2 * h * self.kv_dim() + self.q_dim() * h;
+            let bias = if self.attention_bias { self.q_dim() + 2 * self.kv_dim() + h } else { 0 };
+            let sinks = if self.attention_sinks { self.attention_heads } else { 0 };
+            return h * self.q_dim() + 2 * h * self.kv_dim() + self.q_dim() * h + bias + sinks;
         };
         let heads = self.attention_heads;
         let q = match m.q_lora_rank {
@@ -113,19 +135,27 @@ impl Architecture {
         self.layers - self.moe_layers()
     }
 
+    /// A gated MLP of width `i`: `3 * hidden * i`, plus `2i + hidden` of
+    /// biases with `mlp_bias`.
+    fn gated_mlp(&self, i: u64) -> u64 {
+        let bias = if self.mlp_bias && i > 0 { 2 * i + self.hidden_size } else { 0 };
+        3 * self.hidden_size * i + bias
+    }
+
     /// One dense gated MLP: `3 * hidden * intermediate_size`.
     pub fn mlp_parameters(&self) -> u64 {
-        3 * self.hidden_size * self.intermediate_size.unwrap_or(0)
+        self.gated_mlp(self.intermediate_size.unwrap_or(0))
     }
 
     /// One expert: `3 * hidden * expert_intermediate_size`.
     pub fn expert_parameters(&self) -> u64 {
-        3 * self.hidden_size * self.expert_intermediate_size
+        self.gated_mlp(self.expert_intermediate_size)
     }
 
     /// The router plus the shared expert of one MoE layer.
     fn router_and_shared(&self) -> u64 {
-        self.hidden_size * self.experts + 3 * self.hidden_size * self.shared_expert_intermediate_size
+        let router_bias = if self.mlp_bias { self.experts } else { 0 };
+        self.hidden_size * self.experts + router_bias + self.gated_mlp(self.shared_expert_intermediate_size)
     }
 
     /// One expert layer's MLP part: every expert plus router and shared expert.
@@ -198,15 +228,28 @@ impl Architecture {
         self.kv_heads.div_ceil(tensor.max(1))
     }
 
-    /// Bytes of K and V per token on one of `tensor` GPUs:
-    /// `2 * layers * ceil(kv_heads / tensor) * head_dim * element_bytes`;
+    /// Layers attending to the whole context (all but the sliding-window ones).
+    pub fn full_layers(&self) -> u64 {
+        self.layers - self.sliding_layers
+    }
+
+    /// Bytes of K and V per token on one of `tensor` GPUs in the layers
+    /// that keep every token (all layers without sliding windows):
+    /// `2 * full_layers * ceil(kv_heads / tensor) * head_dim * element_bytes`;
     /// with MLA `layers * (kv_lora_rank + qk_rope_head_dim) * element_bytes`
     /// on every GPU.
     pub fn kv_bytes_per_token(&self, element_bytes: u64, tensor: u64) -> u64 {
         match &self.mla {
             Some(m) => self.layers * (m.kv_lora_rank + m.qk_rope_head_dim) * element_bytes,
-            None => 2 * self.layers * self.kv_heads_per_gpu(tensor) * self.head_dim * element_bytes,
+            None => 2 * self.full_layers() * self.kv_heads_per_gpu(tensor) * self.head_dim * element_bytes,
         }
+    }
+
+    /// The same for the sliding-window layers, which keep a token only
+    /// while it is in the window: `2 * sliding_layers * ceil(kv_heads /
+    /// tensor) * head_dim * element_bytes`.
+    pub fn window_kv_bytes_per_token(&self, element_bytes: u64, tensor: u64) -> u64 {
+        2 * self.sliding_layers * self.kv_heads_per_gpu(tensor) * self.head_dim * element_bytes
     }
 
     /// A GPU's share of `bytes` of KV a token given for the whole model:
@@ -229,8 +272,14 @@ impl Architecture {
             Some(m) => {
                 2 * self.layers * self.attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
             }
-            None => 4 * self.layers * self.q_dim(),
+            None => 4 * self.full_layers() * self.q_dim(),
         }
+    }
+
+    /// The same for the sliding-window layers, per pair inside the window:
+    /// `4 * sliding_layers * q_dim`.
+    pub fn window_attention_flops_per_pair(&self) -> u64 {
+        4 * self.sliding_layers * self.q_dim()
     }
 
     /// FLOPs per pair of a decode (a request computing one token): as
@@ -261,6 +310,28 @@ pub fn attention_pairs(new: u64, cached: u64) -> u128 {
 /// Of [`attention_pairs`], those of a decode: `c + 1` when `new` is 1, else 0.
 pub fn decode_pairs(new: u64, cached: u64) -> u128 {
     if new == 1 { u128::from(cached) + 1 } else { 0 }
+}
+
+/// Tokens of KV a sliding-window layer reads when `new` tokens are
+/// computed on top of `cached` ones: those of the first query's window
+/// and every new one, `min(cached + new, window - 1 + new)`.
+pub fn window_ctx(new: u64, cached: u64, window: u64) -> u64 {
+    (cached + new).min(window.saturating_sub(1) + new)
+}
+
+/// (query, key) pairs of a sliding-window layer: query `p` (1-based
+/// position) attends to `min(p, window)` keys, summed over `p = cached +
+/// 1 ..= cached + new`.
+pub fn window_pairs(new: u64, cached: u64, window: u64) -> u128 {
+    let (c, end, w) = (u128::from(cached), u128::from(cached + new), u128::from(window));
+    if end <= w {
+        return attention_pairs(new, cached);
+    }
+    if c >= w {
+        return u128::from(new) * w;
+    }
+    // positions c+1..=w grow, the rest see the whole window
+    attention_pairs((w - c) as u64, cached) + (end - w) * w
 }
 
 /// Experts a step of `tokens` tokens touches on average in one layer:

@@ -55,6 +55,11 @@ pub struct StepShape {
     pub sampled: u64,
     /// Requests scheduled.
     pub batch: u64,
+    /// Sliding-window layers only (0 without them): the KV tokens they
+    /// read, `sum(min(c_i + n_i, window - 1 + n_i))`, and their (query,
+    /// key) pairs, each query seeing at most `window` keys.
+    pub window_ctx: u64,
+    pub window_pairs: u128,
 }
 
 /// The parts of one step's duration, in seconds.

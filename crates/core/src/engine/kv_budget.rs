@@ -22,6 +22,9 @@ pub struct KvBudgetInput {
     pub watermark: f64,
     /// `kv_cache.num_blocks`: measured capacity that overrides the formula.
     pub num_blocks_override: Option<u64>,
+    /// Blocks each running request holds for its sliding-window layers
+    /// beside its tokens' blocks (0 without them).
+    pub window_blocks: u32,
 }
 
 /// The derived KV budget the engine runs with (shown as `capacity` in
@@ -39,6 +42,14 @@ pub struct KvBudget {
     pub block_bytes: u64,
     /// True when `kv_cache.num_blocks` was given instead of computed.
     pub overridden: bool,
+    /// Blocks a request holds for its sliding-window layers, whatever its
+    /// length (0 without them).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub window_blocks: u32,
+}
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
 }
 
 /// The weights (plus the reserved share) do not leave room for one block.
@@ -94,12 +105,20 @@ impl KvBudget {
             usable_bytes,
             block_bytes,
             overridden,
+            window_blocks: input.window_blocks,
         })
     }
 
-    /// Blocks that hold `tokens` tokens.
+    /// Blocks that hold `tokens` tokens, and the window's (a request's
+    /// sliding-window layers) beside them.
     pub fn blocks_for(&self, tokens: u64) -> u64 {
-        tokens.div_ceil(u64::from(self.block_size))
+        tokens.div_ceil(u64::from(self.block_size)) + u64::from(self.window_blocks)
+    }
+
+    /// Tokens of KV `blocks` held by a request cover (its window's blocks
+    /// hold none of them).
+    pub fn tokens_in(&self, blocks: u32) -> u64 {
+        u64::from(blocks.saturating_sub(self.window_blocks)) * u64::from(self.block_size)
     }
 
     /// The admission rule's bound (docs/engine.md section 3, step 3): a
@@ -130,6 +149,7 @@ pub(crate) mod tests {
             block_size: 16,
             watermark: 0.01,
             num_blocks_override: None,
+            window_blocks: 0,
         }
     }
 

@@ -663,10 +663,14 @@ impl Engine {
         self.shape.tokens += n;
         self.shape.sum_ctx += c + n;
         // Only a model with an architecture costs attention and the LM head.
-        if self.cfg.cost.deployment.is_some() {
+        if let Some(d) = &self.cfg.cost.deployment {
             self.shape.attention_pairs += arch::attention_pairs(n, c);
             self.shape.decode_pairs += arch::decode_pairs(n, c);
             self.shape.sampled += u64::from(c + n == u64::from(seq.known()));
+            if d.sliding_window > 0 {
+                self.shape.window_ctx += arch::window_ctx(n, c, d.sliding_window);
+                self.shape.window_pairs += arch::window_pairs(n, c, d.sliding_window);
+            }
         }
         if seq.remaining() > 1 || seq.generated == 0 {
             self.prefill += n;
@@ -714,7 +718,7 @@ impl Engine {
     fn extra_blocks(&self, seq: &Seq, tokens: u32) -> u32 {
         let tokens = u64::from(seq.computed + tokens);
         // Most steps stay inside the blocks held: no division then.
-        if tokens <= u64::from(seq.blocks) * u64::from(self.cfg.capacity.block_size) {
+        if tokens <= self.cfg.capacity.tokens_in(seq.blocks) {
             return 0;
         }
         let want = self.cfg.capacity.blocks_for(tokens) as u32;

@@ -315,6 +315,10 @@ impl Engine {
         }
         let bs = self.cfg.capacity.block_size;
         let bs64 = u64::from(bs);
+        let window = self.cfg.cost.deployment.as_ref().map_or(0, |d| d.sliding_window);
+        if window > 0 && matches!(self.kv, Kv::Prefix(_)) {
+            return None; // not modelled together (the scenario refuses it)
+        }
         let scratch = &mut self.stretch;
         scratch.members.clear();
         scratch.requests.clear();
@@ -337,7 +341,11 @@ impl Engine {
                 // Its last token comes from a step of its own.
                 k = k.min(u64::from(left - 1));
             }
-            let room = (u64::from(s.blocks) * bs64).checked_sub(u64::from(s.computed));
+            // Sliding-window layers: each member's window must be full.
+            if u64::from(s.computed) + 1 < window {
+                return None;
+            }
+            let room = self.cfg.capacity.tokens_in(s.blocks).checked_sub(u64::from(s.computed));
             let room = room.filter(|&r| r < bs64)?;
             // It crosses into a new block in steps room + 1, room + 1 + bs, ...
             scratch.crossings[room as usize] += 1;
@@ -413,6 +421,11 @@ struct Limits {
     /// With prefix caching and no deployment: the cost of the costliest
     /// step the engine could take (see [`Pass::new`]).
     worst_ns: Option<u64>,
+    /// Sliding-window layers' window (0 without them) and the blocks a
+    /// request holds for them. Every member of a stretch has a full
+    /// window behind each decode, so each reads `window` tokens there.
+    window: u64,
+    window_blocks: u32,
 }
 
 /// A stretch under way: the engine, its driver, and what the loop carries
@@ -492,6 +505,8 @@ impl<'e, 'd> Pass<'e, 'd> {
                     decode_pairs: 0,
                     sampled: 0,
                     batch: max_seqs,
+                    window_ctx: 0,
+                    window_pairs: 0,
                 };
                 Some(crate::time::secs_to_nanos(e.cfg.cost.cost(&worst).total_s).max(1))
             }
@@ -509,6 +524,8 @@ impl<'e, 'd> Pass<'e, 'd> {
             max_seqs,
             context,
             worst_ns,
+            window: e.cfg.cost.deployment.as_ref().map_or(0, |d| d.sliding_window),
+            window_blocks: cap.window_blocks,
         };
         e.stretch.steps.clear();
         let (free, used, clock) = (e.kv.free(), e.kv.used(), e.clock);
@@ -557,6 +574,9 @@ impl<'e, 'd> Pass<'e, 'd> {
             decode_pairs: if lim.detailed { u128::from(self.s_ctx + b) } else { 0 },
             sampled: if lim.detailed { b } else { 0 },
             batch: b,
+            // each member's window is full (`Engine::stretch_members`)
+            window_ctx: b * lim.window,
+            window_pairs: u128::from(b * lim.window),
         };
         Some(Plan { new, shape, admitted: 0, prompts: 0, priced: None })
     }
@@ -631,6 +651,9 @@ impl<'e, 'd> Pass<'e, 'd> {
             if p > left {
                 return false; // a prompt to chunk
             }
+            if p + 1 < lim.window {
+                return false; // it would decode with its window not yet full
+            }
             free_after -= need;
             plan.prompts += p;
             plan.shape.tokens += p;
@@ -639,6 +662,10 @@ impl<'e, 'd> Pass<'e, 'd> {
                 plan.shape.attention_pairs += super::arch::attention_pairs(p, 0);
                 plan.shape.decode_pairs += super::arch::decode_pairs(p, 0);
                 plan.shape.sampled += 1;
+            }
+            if lim.window > 0 {
+                plan.shape.window_ctx += super::arch::window_ctx(p, 0, lim.window);
+                plan.shape.window_pairs += super::arch::window_pairs(p, 0, lim.window);
             }
             plan.shape.batch += 1;
             plan.admitted += 1;
@@ -1071,7 +1098,7 @@ fn push_joiner(
     need: u32,
     hit: Option<(u32, bool)>,
 ) {
-    let room = need * lim.bs - req.prompt;
+    let room = (need - lim.window_blocks) * lim.bs - req.prompt;
     let key = ((j + u64::from(room)) % lim.bs64) as u32;
     let fin = j + u64::from(req.output) - 1;
     let i = scratch.members.len() as u32;

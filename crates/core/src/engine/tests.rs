@@ -55,6 +55,7 @@ fn engine(l: Limits) -> Engine {
             usable_bytes: 0.0,
             block_bytes: 0,
             overridden: true,
+            window_blocks: 0,
         },
         max_batch_tokens: l.budget,
         max_num_sequences: l.max_seqs,

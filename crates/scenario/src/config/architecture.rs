@@ -42,12 +42,15 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("codellama-34b", include_str!("../../../../scenarios/models/codellama-34b.yml")),
     ("deepseek-r1", include_str!("../../../../scenarios/models/deepseek-r1.yml")),
     ("deepseek-v3", include_str!("../../../../scenarios/models/deepseek-v3.yml")),
+    ("gpt-oss-120b", include_str!("../../../../scenarios/models/gpt-oss-120b.yml")),
+    ("gpt-oss-20b", include_str!("../../../../scenarios/models/gpt-oss-20b.yml")),
     ("kimi-k2", include_str!("../../../../scenarios/models/kimi-k2.yml")),
     ("llama-2-70b", include_str!("../../../../scenarios/models/llama-2-70b.yml")),
     ("llama-2-7b", include_str!("../../../../scenarios/models/llama-2-7b.yml")),
     ("llama-3.1-405b", include_str!("../../../../scenarios/models/llama-3.1-405b.yml")),
     ("llama-3.1-70b", include_str!("../../../../scenarios/models/llama-3.1-70b.yml")),
     ("llama-3.1-8b", include_str!("../../../../scenarios/models/llama-3.1-8b.yml")),
+    ("minimax-m2", include_str!("../../../../scenarios/models/minimax-m2.yml")),
     ("mistral-7b", include_str!("../../../../scenarios/models/mistral-7b.yml")),
     ("mixtral-8x7b", include_str!("../../../../scenarios/models/mixtral-8x7b.yml")),
     ("qwen2.5-72b", include_str!("../../../../scenarios/models/qwen2.5-72b.yml")),
@@ -69,12 +72,21 @@ pub struct Resolved {
     pub context_length: Option<u32>,
     pub architecture: Architecture,
     pub origin: ArchitectureOrigin,
+    /// A model file's checkpoint format: `(dtype, expert_dtype)` as
+    /// written (checked by the deployment, naming the file).
+    pub formats: (Option<String>, Option<String>),
 }
 
 /// `model.architecture` written in the scenario.
 pub(crate) fn inline(ck: &Check, raw: &RawArchitecture) -> Result<Resolved, ConfigError> {
     let architecture = validate(ck, raw, &|k| format!("model.architecture.{k}"))?;
-    Ok(Resolved { name: None, context_length: None, architecture, origin: ArchitectureOrigin::Inline })
+    Ok(Resolved {
+        name: None,
+        context_length: None,
+        architecture,
+        origin: ArchitectureOrigin::Inline,
+        formats: (None, None),
+    })
 }
 
 /// `model: NAME`: a model file found from the scenario's directory.
@@ -84,6 +96,7 @@ pub(crate) fn preset(ck: &Check, name: &str) -> Result<Resolved, ConfigError> {
     let fck = Check { file: &file };
     let architecture = validate(&fck, &raw.architecture, &|k| format!("architecture.{k}"))?;
     Ok(Resolved {
+        formats: (raw.weights.dtype, raw.weights.expert_dtype),
         name: Some(raw.name.unwrap_or_else(|| name.to_string())),
         context_length: Some(fck.whole32(
             "context_length",
@@ -122,7 +135,13 @@ pub(crate) fn hf_config(ck: &Check, rel: &str, kv_given: bool) -> Result<Resolve
         .map(|v| fck.whole32(&format!("{prefix}max_position_embeddings"), v, schema::range("model.context_length")))
         .transpose()?;
     let name = file.parent().and_then(|d| d.file_name()).map(|d| d.to_string_lossy().into_owned());
-    Ok(Resolved { name, context_length, architecture, origin: ArchitectureOrigin::HfConfig { file } })
+    Ok(Resolved {
+        name,
+        context_length,
+        architecture,
+        origin: ArchitectureOrigin::HfConfig { file },
+        formats: (None, None),
+    })
 }
 
 /// Checks a raw architecture and fills its defaults. `key` names a field
@@ -226,9 +245,51 @@ pub(crate) fn validate(
         shared_expert_intermediate_size: shared,
         first_dense_layers,
         mla,
+        sliding_window: 0,
+        sliding_layers: 0,
+        attention_bias: raw.attention_bias.unwrap_or(false),
+        mlp_bias: raw.mlp_bias.unwrap_or(false),
+        attention_sinks: raw.attention_sinks.unwrap_or(false),
     };
+    let (sliding_window, sliding_layers) = sliding(ck, raw, key, &a)?;
+    let a = Architecture { sliding_window, sliding_layers, ..a };
     check_size(ck, &a, key)?;
     Ok(a)
+}
+
+/// Sliding-window layers: a window and how many layers use it, both or
+/// neither; not with MLA.
+fn sliding(
+    ck: &Check,
+    raw: &RawArchitecture,
+    key: &dyn Fn(&str) -> String,
+    a: &Architecture,
+) -> Result<(u64, u64), ConfigError> {
+    let (window, layers) = match (raw.sliding_window, raw.sliding_layers) {
+        (None, None) => return Ok((0, 0)),
+        (Some(_), None) => {
+            return Err(ck.err(&key("sliding_layers"), "missing: how many layers use the sliding window (all: layers)"));
+        }
+        (None, Some(_)) => return Err(ck.err(&key("sliding_window"), "missing: the window of the sliding layers")),
+        (Some(w), Some(n)) => (
+            ck.whole(&key("sliding_window"), w, arch_range("sliding_window"))?,
+            ck.whole(&key("sliding_layers"), n, arch_range("sliding_layers"))?,
+        ),
+    };
+    if layers >= a.layers {
+        return Err(ck.err(
+            &key("sliding_layers"),
+            format!(
+                "{layers} is not allowed: the model has {} layers, and at least one must attend to the whole \
+                 context (the KV blocks are counted in full-attention layers)",
+                a.layers
+            ),
+        ));
+    }
+    if a.mla.is_some() && layers > 0 {
+        return Err(ck.err(&key("sliding_layers"), "sliding windows with multi-head latent attention are not modelled"));
+    }
+    Ok((window, layers))
 }
 
 /// Multi-head latent attention, when `kv_lora_rank` is given: its three
@@ -403,9 +464,18 @@ impl Hf<'_> {
     /// Shapes the formulas do not describe.
     fn refuse_unsupported(&self, kv_given: bool) -> Result<(), ConfigError> {
         let waiver = "; give model.kv_cache.bytes_per_token to use it anyway (the KV formula is then not used)";
-        if !kv_given && let Some(why) = self.active_sliding_window()? {
-            return Err(self
-                .err(why.0, format!("{}: sliding-window layers are not described by the KV formula{waiver}", why.1)));
+        if !kv_given
+            && self.sliding()?.is_none()
+            && let Some(why) = self.active_sliding_window()?
+        {
+            return Err(self.err(
+                why.0,
+                format!(
+                    "{}: sliding windows are read from layer_types, and at least one layer must attend \
+                     to the whole context; this config's pattern is not described{waiver}",
+                    why.1
+                ),
+            ));
         }
         if let Some(Json::Array(layers)) = self.obj.get("mlp_only_layers")
             && !layers.is_empty()
@@ -448,6 +518,49 @@ impl Hf<'_> {
         }))
     }
 
+    /// The sliding-window layers `(window, count)`: the `sliding_attention`
+    /// entries of `layer_types` (every entry `full_attention` or
+    /// `sliding_attention`, one a layer). `None` when there are none; a
+    /// window without `layer_types` (Mistral-7B v0.1 on every layer,
+    /// Gemma's patterns) is refused by [`Hf::refuse_unsupported`].
+    fn sliding(&self) -> Result<Option<(i64, i64)>, ConfigError> {
+        let count = match self.obj.get("layer_types") {
+            None | Some(Json::Null) => return Ok(None),
+            Some(Json::Array(types)) => {
+                let mut sliding = 0;
+                for (i, t) in types.iter().enumerate() {
+                    match t.as_str() {
+                        Some("full_attention") => {}
+                        Some("sliding_attention") => sliding += 1,
+                        _ => {
+                            return Err(self.err(
+                                &format!("layer_types[{i}]"),
+                                format!("{t} is not one of \"full_attention\", \"sliding_attention\""),
+                            ));
+                        }
+                    }
+                }
+                if let Some(n) = self.int("num_hidden_layers")?
+                    && types.len() as i64 != n
+                {
+                    return Err(self.err(
+                        "layer_types",
+                        format!("{} entries for the {n} layers of num_hidden_layers: one a layer", types.len()),
+                    ));
+                }
+                sliding
+            }
+            Some(other) => return Err(self.err("layer_types", format!("expected a list of layer types, got {other}"))),
+        };
+        if count == 0 {
+            return Ok(None);
+        }
+        match self.int("sliding_window")? {
+            Some(w) => Ok(Some((w, count))),
+            None => Err(self.err("sliding_window", "missing: layer_types has sliding_attention layers")),
+        }
+    }
+
     /// The shared expert's width: `shared_expert_intermediate_size`, or
     /// DeepSeek's `n_shared_experts` experts of `moe_intermediate_size`.
     fn shared_width(&self, expert_width: Option<i64>, names: &mut HfNames) -> Result<Option<i64>, ConfigError> {
@@ -485,6 +598,8 @@ impl Hf<'_> {
         let expert_width = self.int("moe_intermediate_size")?;
         names.expert_intermediate_size =
             if expert_width.is_some() { "moe_intermediate_size" } else { "intermediate_size" };
+        let sliding = self.sliding()?;
+        let gpt_oss = self.obj.get("model_type").and_then(Json::as_str) == Some("gpt_oss");
         let raw = RawArchitecture {
             layers: self.int("num_hidden_layers")?,
             hidden_size: self.int("hidden_size")?,
@@ -504,6 +619,13 @@ impl Hf<'_> {
             qk_nope_head_dim: self.int("qk_nope_head_dim")?,
             qk_rope_head_dim: self.int("qk_rope_head_dim")?,
             v_head_dim: self.int("v_head_dim")?,
+            sliding_window: sliding.map(|s| s.0),
+            sliding_layers: sliding.map(|s| s.1),
+            attention_bias: self.bool("attention_bias")?,
+            // gpt-oss has biases on its experts and router, and a sink
+            // logit a head, with no config field for either.
+            mlp_bias: if gpt_oss { Some(true) } else { self.bool("mlp_bias")? },
+            attention_sinks: gpt_oss.then_some(true),
         };
         Ok((raw, names))
     }

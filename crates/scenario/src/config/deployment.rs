@@ -50,7 +50,7 @@ impl KvDtype {
 }
 
 impl WeightDtype {
-    fn parse(ck: &Check, key: &str, text: &str) -> Result<WeightDtype, ConfigError> {
+    pub(crate) fn parse(ck: &Check, key: &str, text: &str) -> Result<WeightDtype, ConfigError> {
         let aliases = [("bfloat16", WeightDtype::Bf16), ("float16", WeightDtype::Fp16), ("half", WeightDtype::Fp16)];
         WeightDtype::ALL
             .iter()
@@ -115,8 +115,24 @@ pub(crate) fn build(ck: &Check, raw: RawModel, par: RawParallelism, hw: &Hardwar
     let kv_given = raw.kv_cache.bytes_per_token.is_some();
     let resolved = resolve(ck, &raw, kv_given)?;
     let arch = resolved.as_ref().map(|r| &r.architecture);
-    let weights = weights(ck, &raw, arch)?;
+    let formats = match &resolved {
+        Some(Resolved { formats, origin: ArchitectureOrigin::Preset { file, .. }, .. }) => {
+            let fck = Check { file };
+            let format =
+                |key: &str, v: &Option<String>| v.as_deref().map(|d| WeightDtype::parse(&fck, key, d)).transpose();
+            (format("weights.dtype", &formats.0)?, format("weights.expert_dtype", &formats.1)?)
+        }
+        _ => (None, None),
+    };
+    let weights = weights(ck, &raw, arch, formats)?;
     let kv_cache = kv_cache(ck, &raw, arch.is_some())?;
+    if kv_cache.prefix_caching && arch.is_some_and(|a| a.sliding_layers > 0) {
+        return Err(ck.err(
+            "model.kv_cache.prefix_caching",
+            "prefix caching with sliding-window layers is not modelled yet (vLLM's hybrid KV manager caches \
+             both kinds; llmsim holds a window's blocks per request): set it to false",
+        ));
+    }
     let context_length = match (raw.context_length, resolved.as_ref().and_then(|r| r.context_length)) {
         (Some(c), _) => ck.whole32_at("model.context_length", c)?,
         (None, Some(c)) => c,
@@ -166,7 +182,14 @@ fn resolve(ck: &Check, raw: &RawModel, kv_given: bool) -> Result<Option<Resolved
     raw.architecture.as_ref().map(|a| architecture::inline(ck, a)).transpose()
 }
 
-fn weights(ck: &Check, raw: &RawModel, arch: Option<&Architecture>) -> Result<Weights, ConfigError> {
+/// `formats`: a model file's checkpoint format, used where the scenario
+/// names none.
+fn weights(
+    ck: &Check,
+    raw: &RawModel,
+    arch: Option<&Architecture>,
+    formats: (Option<WeightDtype>, Option<WeightDtype>),
+) -> Result<Weights, ConfigError> {
     let has_arch = arch.is_some();
     let w = &raw.weights;
     let parameters_billions = match w.parameters_billions {
@@ -183,6 +206,12 @@ fn weights(ck: &Check, raw: &RawModel, arch: Option<&Architecture>) -> Result<We
     let dtype = w.dtype.as_deref().map(|d| WeightDtype::parse(ck, "model.weights.dtype", d)).transpose()?;
     let expert_dtype =
         w.expert_dtype.as_deref().map(|d| WeightDtype::parse(ck, "model.weights.expert_dtype", d)).transpose()?;
+    // A scenario that sizes its weights in bytes keeps the model file's
+    // format out (its bytes win); one that names a dtype replaces both.
+    let (dtype, expert_dtype) = match (dtype, expert_dtype, w.bytes_per_parameter) {
+        (None, None, None) => formats,
+        given => (given.0, given.1),
+    };
     if dtype.is_some() && !has_arch {
         return Err(ck.err(
             "model.weights.dtype",
@@ -386,11 +415,28 @@ fn with_architecture(
         kv_bytes_per_token: kv_bytes,
         kv_from,
         kv_bytes_per_token_per_gpu: kv_per_gpu,
+        window_kv_bytes_per_token: a.window_kv_bytes_per_token(element, 1),
+        window_kv_bytes_per_token_per_gpu: a.window_kv_bytes_per_token(element, t),
         peak_tflops,
         peak,
         expert_peak,
         link,
     })
+}
+
+/// Blocks a request holds for its sliding-window layers: the window's
+/// blocks at most, `ceil(window / block_size) + 1` (vLLM frees a block
+/// once every token in it has left the window, so a decode holds the
+/// window's tokens and the block being filled), in units of the full
+/// layers' block: `ceil(that * window_bytes / full_bytes)`. Held from
+/// admission to the end, so a request shorter than the window is charged
+/// the whole window (documented in docs/deployments.md).
+fn window_blocks(m: &Model, d: &Deployment) -> u32 {
+    let Some(a) = m.architecture.as_ref().filter(|a| a.sliding_layers > 0) else { return 0 };
+    let bs = u64::from(m.kv_cache.block_size);
+    let window = a.sliding_window.div_ceil(bs) + 1;
+    let full = d.kv_bytes_per_token_per_gpu.max(1);
+    u32::try_from((window * d.window_kv_bytes_per_token_per_gpu).div_ceil(full)).unwrap_or(u32::MAX)
 }
 
 /// KV capacity of one GPU. Without an architecture, docs/engine.md's figure
@@ -406,6 +452,7 @@ pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> 
         block_size: m.kv_cache.block_size,
         watermark: m.kv_cache.watermark,
         num_blocks_override: m.kv_cache.num_blocks,
+        window_blocks: window_blocks(m, d),
     };
     KvBudget::compute(&input).map_err(|e| match &m.architecture {
         None => ck.err("model.weights", e.to_string()),

@@ -230,6 +230,18 @@ pub struct RawArchitecture {
     /// `v_head_dim`
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub v_head_dim: Option<i64>,
+    /// `sliding_window`: the window of the sliding-window layers
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub sliding_window: Option<i64>,
+    /// How many `layer_types` are `sliding_attention`
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub sliding_layers: Option<i64>,
+    /// `attention_bias`: biases on Q, K, V and O
+    pub attention_bias: Option<bool>,
+    /// Biases on the MLPs, experts and router (gpt-oss)
+    pub mlp_bias: Option<bool>,
+    /// A sink logit per head a layer (gpt-oss)
+    pub attention_sinks: Option<bool>,
 }
 
 /// A model file in `scenarios/models/`: the facts of one model.
@@ -244,6 +256,18 @@ pub struct RawModelFile {
     #[serde(deserialize_with = "num::whole")]
     pub context_length: i64,
     pub architecture: RawArchitecture,
+    /// The checkpoint's format, a default the scenario's
+    /// `model.weights.dtype`/`expert_dtype` replace.
+    #[serde(default)]
+    pub weights: RawModelFileWeights,
+}
+
+/// `weights:` of a model file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModelFileWeights {
+    pub dtype: Option<String>,
+    pub expert_dtype: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

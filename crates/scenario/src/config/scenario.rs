@@ -709,6 +709,10 @@ pub struct Deployment {
     pub kv_bytes_per_token: u64,
     pub kv_from: FigureSource,
     pub kv_bytes_per_token_per_gpu: u64,
+    /// Sliding-window layers' KV bytes a token, whole model and one GPU
+    /// (0 without them; `kv_bytes_per_token` then counts the full layers).
+    pub window_kv_bytes_per_token: u64,
+    pub window_kv_bytes_per_token_per_gpu: u64,
     /// The compute peak of the weights' GEMMs (per GPU, before
     /// efficiency); of all but the routed experts when those have their own.
     pub peak_tflops: f64,
@@ -732,6 +736,8 @@ impl Default for Deployment {
             kv_bytes_per_token: 0,
             kv_from: FigureSource::Given,
             kv_bytes_per_token_per_gpu: 0,
+            window_kv_bytes_per_token: 0,
+            window_kv_bytes_per_token_per_gpu: 0,
             peak_tflops: 0.0,
             peak: PeakUse::default(),
             expert_peak: None,
@@ -766,6 +772,8 @@ impl Deployment {
     pub fn cost_input(&self, s: &Scenario) -> Option<DeploymentInput> {
         let architecture = s.model.architecture.clone()?;
         Some(DeploymentInput {
+            sliding_window: architecture.sliding_window,
+            window_kv_bytes_per_token: self.window_kv_bytes_per_token_per_gpu,
             architecture,
             parameters: self.parameters,
             tensor_parallel: self.tensor_parallel,

@@ -350,6 +350,36 @@ pub static KEYS: &[Key] = &[
         Words("required with kv_lora_rank"),
         In(&row::ARCH_SIZE),
     ),
+    key(
+        "model.architecture.sliding_window",
+        "Tokens a sliding-window layer attends to and keeps (`sliding_window`); needs sliding_layers.",
+        Words("none: every layer attends to the whole context"),
+        In(&row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.sliding_layers",
+        "How many layers use the sliding window (the `sliding_attention` entries of `layer_types`; all layers for Mistral-7B v0.1).",
+        Words("none"),
+        Bound::Within(&limits::ARCH_SIZE_OR_ZERO, &row::ARCH_SIZE),
+    ),
+    key(
+        "model.architecture.attention_bias",
+        "Biases on the Q, K, V and O projections (`attention_bias`).",
+        Flag(false),
+        Plain,
+    ),
+    key(
+        "model.architecture.mlp_bias",
+        "Biases on the MLPs, experts and router (gpt-oss has them).",
+        Flag(false),
+        Plain,
+    ),
+    key(
+        "model.architecture.attention_sinks",
+        "A learned sink logit per head a layer (gpt-oss): weights only, no KV.",
+        Flag(false),
+        Plain,
+    ),
     key("model.weights", "The size of the weights.", Words("computed from the architecture"), Plain),
     key(
         "model.weights.parameters_billions",

@@ -20,6 +20,11 @@ fn dense(layers: u64, hidden: u64, heads: u64, kv_heads: u64, intermediate: u64,
         shared_expert_intermediate_size: 0,
         first_dense_layers: 0,
         mla: None,
+        sliding_window: 0,
+        sliding_layers: 0,
+        attention_bias: false,
+        mlp_bias: false,
+        attention_sinks: false,
     }
 }
 
@@ -246,4 +251,83 @@ fn touched_experts_grow_from_k_to_all_with_the_tokens() {
     assert_eq!(touched_experts(0, 0, 64), 0.0);
     // every expert chosen by every token
     assert_eq!(touched_experts(4, 4, 3), 4.0);
+}
+
+/// openai/gpt-oss-120b config.json: 36 layers alternating sliding (128
+/// tokens) and full attention, 128 experts of 2,880 (4 a token), biases
+/// on attention, experts and router, a sink a head.
+pub(crate) fn gpt_oss_120b() -> Architecture {
+    Architecture {
+        head_dim: 64,
+        intermediate_size: None,
+        experts: 128,
+        experts_per_token: 4,
+        expert_intermediate_size: 2880,
+        sliding_window: 128,
+        sliding_layers: 18,
+        attention_bias: true,
+        mlp_bias: true,
+        attention_sinks: true,
+        ..dense(36, 2880, 64, 8, 0, 201088)
+    }
+}
+
+#[test]
+fn gpt_oss_120b_has_116_83_b_parameters_and_5_13_b_active_without_the_embedding() {
+    let a = gpt_oss_120b();
+    // attention: 2880*4096 + 2*2880*512 + 4096*2880 + biases (4096 + 2*512 + 2880) + sinks 64 = 26,550,144
+    assert_eq!(a.attention_parameters(), 26_550_144);
+    // an expert: 3*2880*2880 + biases 2*2880 + 2880 = 24,891,840
+    assert_eq!(a.expert_parameters(), 24_891_840);
+    // a layer: 26,550,144 + 128*24,891,840 + router 2880*128 + 128 + norms 2*2880 = 3,213,080,192;
+    // 36 of them + embedding and head 2*201,088*2880 + final norm 2880
+    assert_eq!(a.parameters(), 36 * 3_213_080_192 + 2 * 579_133_440 + 2880);
+    assert_eq!(a.parameters(), 116_829_156_672);
+    // a token: 26,550,144 + 4*24,891,840 + 368,768 + 5760 = 126,492,032 a layer
+    assert_eq!(a.active_parameters(), 36 * 126_492_032 + 2 * 579_133_440 + 2880);
+    // the published 5.13 B leaves out the embedding (a lookup)
+    assert_eq!(a.active_parameters() - 579_133_440 - 2880, 5_132_846_592);
+    // KV a token at 16 bits: 2*18*8*64*2 = 73,728 bytes in the full layers, as much in the sliding ones
+    assert_eq!(a.kv_bytes_per_token(2, 1), 36_864);
+    assert_eq!(a.window_kv_bytes_per_token(2, 1), 36_864);
+    // attention FLOPs a pair: 4*18*4096 each kind
+    assert_eq!(a.attention_flops_per_pair(), 294_912);
+    assert_eq!(a.window_attention_flops_per_pair(), 294_912);
+}
+
+#[test]
+fn gpt_oss_20b_has_20_91_b_parameters_and_3_61_b_active() {
+    // 24 layers, 32 experts: a layer 26,550,144 + 32*24,891,840 + 2880*32 + 32 + 5760 = 823,186,976
+    let a = Architecture { layers: 24, experts: 32, sliding_layers: 12, ..gpt_oss_120b() };
+    assert_eq!(a.parameters(), 24 * 823_186_976 + 2 * 579_133_440 + 2880);
+    assert_eq!(a.parameters(), 20_914_757_184);
+    // 26,550,144 + 4*24,891,840 + 92,192 + 5760 = 126,215,456 a layer; less the embedding: 3.61 B
+    assert_eq!(a.active_parameters() - 579_133_440 - 2880, 24 * 126_215_456 + 579_133_440);
+    assert_eq!(a.active_parameters() - 579_133_440 - 2880, 3_608_304_384);
+}
+
+#[test]
+fn a_sliding_window_bounds_the_keys_each_query_reads() {
+    // window 4: a prompt of 6 reads pairs 1+2+3+4+4+4 = 18 and all 6 tokens
+    assert_eq!(window_pairs(6, 0, 4), 18);
+    assert_eq!(window_ctx(6, 0, 4), 6);
+    // a decode at 10 cached: 4 pairs, 4 tokens (3 before it and itself)
+    assert_eq!(window_pairs(1, 10, 4), 4);
+    assert_eq!(window_ctx(1, 10, 4), 4);
+    // a chunk of 3 on 2 cached: positions 3, 4, 5 see 3, 4, 4; tokens 2..5 of the window: 5
+    assert_eq!(window_pairs(3, 2, 4), 11);
+    assert_eq!(window_ctx(3, 2, 4), 5);
+    // inside the window it is plain causal attention
+    assert_eq!(window_pairs(3, 0, 128), attention_pairs(3, 0));
+    // by brute force over a grid
+    for w in 1..7u64 {
+        for c in 0..9u64 {
+            for n in 1..9u64 {
+                let pairs: u64 = (c + 1..=c + n).map(|p| p.min(w)).sum();
+                assert_eq!(window_pairs(n, c, w), u128::from(pairs), "n {n} c {c} w {w}");
+                let first = (c + 1).saturating_sub(w); // the oldest key the first query sees (0-based)
+                assert_eq!(window_ctx(n, c, w), c + n - first, "n {n} c {c} w {w}");
+            }
+        }
+    }
 }

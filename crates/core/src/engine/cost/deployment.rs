@@ -46,6 +46,10 @@ pub struct DeploymentInput {
     pub per_layer_overhead_us: f64,
     /// The per-operator form's inputs, when the scenario uses it.
     pub operators: Option<super::operators::OperatorInput>,
+    /// Sliding-window layers: their window and the KV bytes a token they
+    /// hold on one GPU (0 and 0 without them).
+    pub sliding_window: u64,
+    pub window_kv_bytes_per_token: u64,
     /// The routed experts' weights when their precision differs from the
     /// rest's (`model.weights.expert_dtype`, e.g. gpt-oss's MXFP4 experts
     /// beside 16-bit attention).
@@ -105,6 +109,15 @@ pub struct DeploymentCost {
     pub decode_attention_flops_per_pair: Option<f64>,
     /// `2 * hidden * vocab_size`.
     pub head_flops_per_sample: f64,
+    /// The sliding-window layers' window (0 without them).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub sliding_window: u64,
+    /// Sliding-window layers: `4 * sliding_layers * q_dim`, and their KV
+    /// bytes a token on one GPU (both 0 without them).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub window_attention_flops_per_pair: f64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub window_kv_bytes_per_token: f64,
     pub experts: u64,
     pub experts_per_token: u64,
     /// Bytes every step reads on one GPU: all weights but the experts', over `t`.
@@ -144,6 +157,9 @@ impl DeploymentCost {
             attention_flops_per_pair: a.attention_flops_per_pair() as f64,
             decode_attention_flops_per_pair: a.mla.map(|_| a.decode_attention_flops_per_pair() as f64),
             head_flops_per_sample: a.head_flops_per_sample() as f64,
+            sliding_window: if d.window_kv_bytes_per_token > 0 { d.sliding_window } else { 0 },
+            window_attention_flops_per_pair: a.window_attention_flops_per_pair() as f64,
+            window_kv_bytes_per_token: d.window_kv_bytes_per_token as f64,
             experts: a.experts,
             experts_per_token: a.experts_per_token,
             always_read_bytes: (d.parameters - experts) * bytes_per_parameter / t,
@@ -151,10 +167,17 @@ impl DeploymentCost {
             comm_fixed_s,
             comm_s_per_token,
             layers_overhead_s: layers * d.per_layer_overhead_us / 1e6,
-            operators: d
-                .operators
-                .as_ref()
-                .map(|o| super::operators::Operators::new(a, d.tensor_parallel, d.link, rates, o, d.expert_weights)),
+            operators: d.operators.as_ref().map(|o| {
+                super::operators::Operators::new(
+                    a,
+                    d.tensor_parallel,
+                    d.link,
+                    rates,
+                    o,
+                    d.expert_weights,
+                    d.window_kv_bytes_per_token,
+                )
+            }),
         }
     }
 
@@ -177,15 +200,28 @@ impl DeploymentCost {
         if let Some(ops) = &self.operators {
             return ops.cost(m, s);
         }
-        let flops = self.linear_flops_per_token * s.tokens as f64
+        let mut flops = self.linear_flops_per_token * s.tokens as f64
             + attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair, s)
             + self.head_flops_per_sample * s.sampled as f64;
+        let mut read = self.weight_read_bytes(s.tokens) + s.sum_ctx as f64 * m.kv_bytes_per_token;
+        if s.window_ctx > 0 {
+            flops += self.window_attention_flops_per_pair * s.window_pairs as f64;
+            read += s.window_ctx as f64 * self.window_kv_bytes_per_token;
+        }
         let compute_s = flops / m.flops_per_s;
-        let memory_s = (self.weight_read_bytes(s.tokens) + s.sum_ctx as f64 * m.kv_bytes_per_token) / m.bytes_per_s;
+        let memory_s = read / m.bytes_per_s;
         let comm_s = self.comm_s(s.tokens);
         let overhead_s = m.overhead_s + self.layers_overhead_s + s.batch as f64 * m.per_sequence_s;
         StepCost { compute_s, memory_s, comm_s, overhead_s, total_s: compute_s.max(memory_s) + comm_s + overhead_s }
     }
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+fn is_zero_u64(x: &u64) -> bool {
+    *x == 0
 }
 
 /// Attention FLOPs of a step: `per_pair * pairs`, or with a decode form

@@ -131,6 +131,10 @@ pub struct OperatorInput {
     pub kernels: Option<Arc<KernelTables>>,
 }
 
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
 /// One GEMM of a layer on one GPU.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Gemm {
@@ -215,6 +219,11 @@ pub struct Operators {
     /// MLA: a decode pair's FLOPs on one GPU, in the absorbed form.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decode_attention_flops_per_pair: Option<f64>,
+    /// Sliding-window layers: FLOPs a pair and KV bytes a token on one GPU.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub window_attention_flops_per_pair: f64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub window_kv_bytes_per_token: f64,
     /// `peak_16 * 1e12 * attention_compute`.
     pub attention_flops_per_s: f64,
     /// KV bytes a token on one GPU.
@@ -273,6 +282,7 @@ impl Operators {
         r: &Rates,
         o: &OperatorInput,
         experts: Option<super::deployment::ExpertWeights>,
+        window_kv_bytes_per_token: u64,
     ) -> Operators {
         let tf = f64::from(t);
         let h = a.hidden_size as f64;
@@ -361,6 +371,8 @@ impl Operators {
             expert_bytes_per_parameter: experts.map_or(r.bytes_per_parameter, |e| e.bytes_per_parameter),
             attention_flops_per_pair: a.attention_flops_per_pair() as f64 / tf,
             decode_attention_flops_per_pair: a.mla.map(|_| a.decode_attention_flops_per_pair() as f64 / tf),
+            window_attention_flops_per_pair: a.window_attention_flops_per_pair() as f64 / tf,
+            window_kv_bytes_per_token: window_kv_bytes_per_token as f64,
             attention_flops_per_s: o.peak16_tflops * 1e12 * o.attention_compute,
             kv_bytes_per_token: r.kv_bytes_per_token,
             kv_bytes_per_s: r.bandwidth * o.attention_memory,
@@ -432,6 +444,11 @@ impl Operators {
             super::deployment::attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair, s)
                 / self.attention_flops_per_s;
         out.attention_memory_s = s.sum_ctx as f64 * self.kv_bytes_per_token / self.kv_bytes_per_s;
+        if s.window_ctx > 0 {
+            out.attention_compute_s +=
+                self.window_attention_flops_per_pair * s.window_pairs as f64 / self.attention_flops_per_s;
+            out.attention_memory_s += s.window_ctx as f64 * self.window_kv_bytes_per_token / self.kv_bytes_per_s;
+        }
         out.fixed_s += self.layers_overhead_s;
         let busy = out.gpu_s();
         if s.tokens > self.cuda_graph_max_tokens && busy < self.eager_floor_s {

@@ -210,6 +210,7 @@ fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
             usable_bytes: 0.0,
             block_bytes: 0,
             overridden: true,
+            window_blocks: 0,
         },
         max_batch_tokens: budget,
         max_num_sequences: 8,

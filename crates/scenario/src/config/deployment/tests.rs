@@ -193,7 +193,7 @@ fn an_active_sliding_window_is_refused_unless_kv_bytes_are_given() {
     // Mistral 7B v0.1: a 4,096-token window below 32,768 positions, no use_sliding_window key
     let v01 = MIXTRAL.replace(r#""sliding_window": null"#, r#""sliding_window": 4096"#);
     let e = with_hf(&v01, "").unwrap_err();
-    has(&e, &["config.json: sliding_window", "4096 tokens", "sliding-window layers are not described"]);
+    has(&e, &["config.json: sliding_window", "4096 tokens", "read from layer_types", "not described"]);
     has(&e, &["model.kv_cache.bytes_per_token"]);
     assert!(with_hf(&v01, ", kv_cache: {bytes_per_token: 131072}").is_ok());
     // Qwen2.5 turns it off
@@ -203,7 +203,67 @@ fn an_active_sliding_window_is_refused_unless_kv_bytes_are_given() {
     assert!(with_hf(&MIXTRAL.replace(r#""sliding_window": null"#, r#""sliding_window": 32768"#), "").is_ok());
     let typed =
         MIXTRAL.replace(r#""sliding_window": null"#, r#""layer_types": ["full_attention", "sliding_attention"]"#);
-    has(&with_hf(&typed, "").unwrap_err(), &["config.json: layer_types", "sliding_attention"]);
+    has(&with_hf(&typed, "").unwrap_err(), &["config.json: layer_types", "2 entries for the 32 layers"]);
+}
+
+/// Mixtral's config.json with `layer_types` of 32 entries, every other one
+/// sliding, and `window` as its `sliding_window`.
+fn alternating(window: &str, odd: &str) -> String {
+    let types: Vec<String> =
+        (0..32).map(|i| if i % 2 == 0 { "\"sliding_attention\"".into() } else { odd.to_string() }).collect();
+    MIXTRAL.replace(
+        r#""sliding_window": null"#,
+        &format!(r#""sliding_window": {window}, "layer_types": [{}]"#, types.join(", ")),
+    )
+}
+
+#[test]
+fn layer_types_give_the_sliding_layers_and_refuse_an_unknown_kind() {
+    let s = with_hf(&alternating("128", "\"full_attention\""), "").unwrap();
+    let a = s.model.architecture.as_ref().unwrap();
+    assert_eq!((a.sliding_window, a.sliding_layers), (128, 16));
+    // 16 full layers: 2*16*8*128*2 = 65,536 bytes a token; as much in the window's layers
+    assert_eq!((s.deployment.kv_bytes_per_token, s.deployment.window_kv_bytes_per_token), (65_536, 65_536));
+    // the window's blocks: ceil(128 / 16) + 1 = 9 of equal size
+    assert_eq!(s.capacity.window_blocks, 9);
+    let e = with_hf(&alternating("128", "\"chunked_attention\""), "").unwrap_err();
+    has(&e, &["config.json: layer_types[1]", "chunked_attention", "is not one of"]);
+    let e = with_hf(&alternating("null", "\"full_attention\""), "").unwrap_err();
+    has(&e, &["config.json: sliding_window", "missing", "sliding_attention"]);
+    // every layer sliding: refused, the blocks count full layers
+    let all = alternating("128", "\"sliding_attention\"");
+    has(&with_hf(&all, "").unwrap_err(), &["config.json: sliding_layers: 32 is not allowed", "whole context"]);
+}
+
+#[test]
+fn gpt_oss_presets_weigh_their_mxfp4_experts_and_hold_a_window_a_request() {
+    let s = load(&h100("model: gpt-oss-120b")).unwrap();
+    let d = &s.deployment;
+    assert_eq!(d.parameters, 116_829_156_672.0);
+    // 2,127,557,952 x 2 + 114,701,598,720 x 0.53125
+    assert_eq!(d.weight_bytes, 65_190_340_224.0);
+    assert_eq!((d.kv_bytes_per_token, d.window_kv_bytes_per_token), (36_864, 36_864));
+    // (77,309,411,328 - 65,190,340,224) / (36,864 * 16) = 20,546.6
+    assert_eq!(s.capacity.num_blocks, 20_546);
+    assert_eq!(s.capacity.window_blocks, 9);
+    // a request of 1,000 tokens: ceil(1000 / 16) = 63 blocks + the window's 9
+    assert_eq!(s.capacity.blocks_for(1000), 72);
+    // TP 2: 4 of 8 KV heads a GPU, half of each kind
+    let s = load(&h100("model: gpt-oss-120b\nparallelism: {tensor: 2}")).unwrap();
+    assert_eq!(s.deployment.window_kv_bytes_per_token_per_gpu, 18_432);
+    let s = load(&h100("model: gpt-oss-20b")).unwrap();
+    assert_eq!(s.deployment.parameters, 20_914_757_184.0);
+    // 1,797,824,064 x 2 + 19,116,933,120 x 0.53125
+    assert_eq!(s.deployment.weight_bytes, 13_751_518_848.0);
+    // a scenario's bytes replace the file's format
+    let s = load(&h100("model: {preset: gpt-oss-20b, weights: {bytes_per_parameter: 2}}")).unwrap();
+    assert_eq!(s.deployment.weight_bytes, 20_914_757_184.0 * 2.0);
+    let e = err(&h100("model: {preset: gpt-oss-20b, kv_cache: {prefix_caching: true}}"));
+    has(&e, &["model.kv_cache.prefix_caching", "sliding-window"]);
+    let s = load(&h100("model: minimax-m2\nparallelism: {tensor: 4}")).unwrap();
+    assert_eq!(s.deployment.parameters, 228_689_304_576.0);
+    assert_eq!(s.deployment.weight_bytes, 228_689_304_576.0);
+    assert!(s.deployment.peak_is_fp8());
 }
 
 /// deepseek-ai/DeepSeek-V3's config.json, the fields the formulas read

@@ -31,6 +31,8 @@ fn with_layer_overhead(arch: Architecture, t: u32, kv: u64, link: Option<Link>, 
             link,
             per_layer_overhead_us: per_layer_us,
             operators: None,
+            sliding_window: 0,
+            window_kv_bytes_per_token: 0,
             expert_weights: None,
         }),
     })
@@ -45,6 +47,8 @@ fn decode(b: u64, c: u64) -> StepShape {
         decode_pairs: u128::from(b * (c + 1)),
         sampled: b,
         batch: b,
+        window_ctx: 0,
+        window_pairs: 0,
     }
 }
 
@@ -87,8 +91,16 @@ fn llama_8b_decode_of_64_requests_at_1024() {
 fn llama_8b_prefill_chunk_of_2048_costs_30_ms_and_twice_that_over_30k_cached_tokens() {
     let m = model(llama_3_1_8b(), 1, 131_072, None);
     // nothing cached: pairs = 2048*2049/2 = 2,098,176; one sample (the chunk completes the prompt)
-    let fresh =
-        StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, decode_pairs: 0, sampled: 1, batch: 1 };
+    let fresh = StepShape {
+        tokens: 2048,
+        sum_ctx: 2048,
+        attention_pairs: 2_098_176,
+        decode_pairs: 0,
+        sampled: 1,
+        batch: 1,
+        window_ctx: 0,
+        window_pairs: 0,
+    };
     let c = m.cost(&fresh);
     // 13,958,643,712*2048 + 524,288*2,098,176 + 1,050,673,152 = 29,688,401,494,016 flops
     close(ms(c.compute_s), 29_688_401_494_016.0 / 989e12 * 1e3, 12);
@@ -96,8 +108,16 @@ fn llama_8b_prefill_chunk_of_2048_costs_30_ms_and_twice_that_over_30k_cached_tok
     // 16,060,522,496 + 2048*131072 = 16,328,957,952 bytes
     close(ms(c.memory_s), 4.8743, 4);
     // 30,000 cached: pairs = 2048*30000 + 2,098,176 = 63,538,176; KV after = 32,048 tokens
-    let cached =
-        StepShape { tokens: 2048, sum_ctx: 32_048, attention_pairs: 63_538_176, decode_pairs: 0, sampled: 1, batch: 1 };
+    let cached = StepShape {
+        tokens: 2048,
+        sum_ctx: 32_048,
+        attention_pairs: 63_538_176,
+        decode_pairs: 0,
+        sampled: 1,
+        batch: 1,
+        window_ctx: 0,
+        window_pairs: 0,
+    };
     let c = m.cost(&cached);
     close(ms(c.compute_s), 62.5891, 4);
     close(ms(c.memory_s), 6.0481, 4);
@@ -106,8 +126,16 @@ fn llama_8b_prefill_chunk_of_2048_costs_30_ms_and_twice_that_over_30k_cached_tok
 #[test]
 fn a_chunk_that_does_not_complete_its_prompt_skips_the_lm_head() {
     let m = model(llama_3_1_8b(), 1, 131_072, None);
-    let sampled =
-        StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, decode_pairs: 0, sampled: 1, batch: 1 };
+    let sampled = StepShape {
+        tokens: 2048,
+        sum_ctx: 2048,
+        attention_pairs: 2_098_176,
+        decode_pairs: 0,
+        sampled: 1,
+        batch: 1,
+        window_ctx: 0,
+        window_pairs: 0,
+    };
     let chunk = StepShape { sampled: 0, ..sampled };
     // the head is 2*4096*128256 = 1,050,673,152 flops
     let diff = m.cost(&sampled).compute_s - m.cost(&chunk).compute_s;
@@ -192,6 +220,8 @@ fn overheads_add_step_layer_and_sequence_terms() {
             link: None,
             per_layer_overhead_us: 10.0,
             operators: None,
+            sliding_window: 0,
+            window_kv_bytes_per_token: 0,
             expert_weights: None,
         }),
     };
@@ -231,6 +261,8 @@ fn an_explicit_parameter_count_sets_the_bytes_read_but_not_the_flops() {
             link: None,
             per_layer_overhead_us: 0.0,
             operators: None,
+            sliding_window: 0,
+            window_kv_bytes_per_token: 0,
             expert_weights: None,
         }),
     };
@@ -269,6 +301,8 @@ fn experts_of_their_own_precision_read_their_bytes_and_run_at_their_peak() {
             link: None,
             per_layer_overhead_us: 0.0,
             operators: None,
+            sliding_window: 0,
+            window_kv_bytes_per_token: 0,
             expert_weights: Some(ExpertWeights { bytes_per_parameter: 0.53125, peak_tflops: 9000.0, dtype: "int4" }),
         }),
     });

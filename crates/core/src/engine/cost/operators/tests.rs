@@ -47,6 +47,8 @@ fn model(arch: Architecture, t: u32, kv: u64, link: Option<Link>, o: OperatorInp
             link,
             per_layer_overhead_us: 0.0,
             operators: Some(o),
+            sliding_window: 0,
+            window_kv_bytes_per_token: 0,
             expert_weights: None,
         }),
     })
@@ -60,6 +62,8 @@ fn decode(b: u64, c: u64) -> StepShape {
         decode_pairs: u128::from(b * (c + 1)),
         sampled: b,
         batch: b,
+        window_ctx: 0,
+        window_pairs: 0,
     }
 }
 
@@ -102,8 +106,16 @@ fn llama_8b_decode_of_one_at_1024_sums_its_kernels_to_4_5224_ms() {
 
 #[test]
 fn llama_8b_prefill_of_2048_is_compute_bound_gemms_plus_attention() {
-    let fresh =
-        StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, decode_pairs: 0, sampled: 1, batch: 1 };
+    let fresh = StepShape {
+        tokens: 2048,
+        sum_ctx: 2048,
+        attention_pairs: 2_098_176,
+        decode_pairs: 0,
+        sampled: 1,
+        batch: 1,
+        window_ctx: 0,
+        window_pairs: 0,
+    };
     let c = model(llama_3_1_8b(), 1, 131_072, None, ops()).cost(&fresh);
     // GEMMs: 2 * 2048 * 218,103,808 weights a layer * 32 layers at 989 TFLOPS = 28.9053 ms;
     // attention: 4*32*4096 * 2,098,176 pairs = 1.1123 ms; the head reads its weights at one sample.
@@ -160,8 +172,16 @@ fn tensor_parallel_all_reduces_follow_the_measured_table_or_the_engine_s_own() {
 
 #[test]
 fn a_step_past_the_largest_graph_takes_at_least_its_launches() {
-    let fresh =
-        StepShape { tokens: 2048, sum_ctx: 2048, attention_pairs: 2_098_176, decode_pairs: 0, sampled: 1, batch: 1 };
+    let fresh = StepShape {
+        tokens: 2048,
+        sum_ctx: 2048,
+        attention_pairs: 2_098_176,
+        decode_pairs: 0,
+        sampled: 1,
+        batch: 1,
+        window_ctx: 0,
+        window_pairs: 0,
+    };
     let eager = OperatorInput { eager_layer_us: 2000.0, cuda_graph_max_tokens: 512, ..ops() };
     let m = model(llama_3_1_8b(), 1, 131_072, None, eager);
     // 32 layers * 2 ms = 64 ms of launches, more than the 30.4 ms of kernels
@@ -215,6 +235,8 @@ fn a_larger_step_never_costs_less() {
             decode_pairs: 0,
             sampled: rng.random_range(0..64),
             batch: rng.random_range(1..64),
+            window_ctx: 0,
+            window_pairs: 0,
         };
         let big = StepShape {
             tokens: small.tokens + rng.random_range(0..4096),
@@ -223,6 +245,8 @@ fn a_larger_step_never_costs_less() {
             decode_pairs: 0,
             sampled: small.sampled + rng.random_range(0..64),
             batch: small.batch + rng.random_range(0..64),
+            window_ctx: 0,
+            window_pairs: 0,
         };
         let (a, b) = (m.cost(&small).total_s, m.cost(&big).total_s);
         assert!(b >= a * (1.0 - 1e-12), "{small:?} costs {a}, more than {big:?} at {b}");
