@@ -198,6 +198,28 @@ pub(crate) mod tests {
         CostModel::new(&base_input())
     }
 
+    /// `b` requests decoding one token each at context `c` (written out,
+    /// not from the engine's pair counts).
+    pub(crate) fn decode(b: u64, c: u64) -> StepShape {
+        let pairs = u128::from(b * (c + 1));
+        StepShape {
+            tokens: b,
+            sum_ctx: b * (c + 1),
+            attention_pairs: pairs,
+            decode_pairs: pairs,
+            sampled: b,
+            batch: b,
+            ..StepShape::default()
+        }
+    }
+
+    /// One request computing a `n`-token chunk that completes its prompt
+    /// on `c` cached tokens: pairs `n*c + n*(n+1)/2`, one token sampled.
+    pub(crate) fn prefill(n: u64, c: u64) -> StepShape {
+        let pairs = u128::from(n * c + n * (n + 1) / 2);
+        StepShape { tokens: n, sum_ctx: c + n, attention_pairs: pairs, sampled: 1, batch: 1, ..StepShape::default() }
+    }
+
     fn ms(x: f64) -> f64 {
         x * 1000.0
     }

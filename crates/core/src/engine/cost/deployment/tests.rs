@@ -5,6 +5,7 @@
 use super::*;
 use crate::engine::arch::tests::{llama_3_1_8b, llama_3_1_70b, mixtral_8x7b};
 use crate::engine::cost::CostInput;
+use crate::engine::cost::tests::{decode, prefill};
 
 fn model(arch: Architecture, t: u32, kv_bytes_per_token: u64, link: Option<Link>) -> CostModel {
     with_layer_overhead(arch, t, kv_bytes_per_token, link, 0.0)
@@ -36,20 +37,6 @@ fn with_layer_overhead(arch: Architecture, t: u32, kv: u64, link: Option<Link>, 
             expert_weights: None,
         }),
     })
-}
-
-/// `b` requests decoding one token each at context `c`.
-fn decode(b: u64, c: u64) -> StepShape {
-    StepShape {
-        tokens: b,
-        sum_ctx: b * (c + 1),
-        attention_pairs: u128::from(b * (c + 1)),
-        decode_pairs: u128::from(b * (c + 1)),
-        sampled: b,
-        batch: b,
-        window_ctx: 0,
-        window_pairs: 0,
-    }
 }
 
 fn ms(s: f64) -> f64 {
@@ -91,16 +78,7 @@ fn llama_8b_decode_of_64_requests_at_1024() {
 fn llama_8b_prefill_chunk_of_2048_costs_30_ms_and_twice_that_over_30k_cached_tokens() {
     let m = model(llama_3_1_8b(), 1, 131_072, None);
     // nothing cached: pairs = 2048*2049/2 = 2,098,176; one sample (the chunk completes the prompt)
-    let fresh = StepShape {
-        tokens: 2048,
-        sum_ctx: 2048,
-        attention_pairs: 2_098_176,
-        decode_pairs: 0,
-        sampled: 1,
-        batch: 1,
-        window_ctx: 0,
-        window_pairs: 0,
-    };
+    let fresh = prefill(2048, 0);
     let c = m.cost(&fresh);
     // 13,958,643,712*2048 + 524,288*2,098,176 + 1,050,673,152 = 29,688,401,494,016 flops
     close(ms(c.compute_s), 29_688_401_494_016.0 / 989e12 * 1e3, 12);
@@ -108,16 +86,7 @@ fn llama_8b_prefill_chunk_of_2048_costs_30_ms_and_twice_that_over_30k_cached_tok
     // 16,060,522,496 + 2048*131072 = 16,328,957,952 bytes
     close(ms(c.memory_s), 4.8743, 4);
     // 30,000 cached: pairs = 2048*30000 + 2,098,176 = 63,538,176; KV after = 32,048 tokens
-    let cached = StepShape {
-        tokens: 2048,
-        sum_ctx: 32_048,
-        attention_pairs: 63_538_176,
-        decode_pairs: 0,
-        sampled: 1,
-        batch: 1,
-        window_ctx: 0,
-        window_pairs: 0,
-    };
+    let cached = prefill(2048, 30_000);
     let c = m.cost(&cached);
     close(ms(c.compute_s), 62.5891, 4);
     close(ms(c.memory_s), 6.0481, 4);
@@ -126,16 +95,7 @@ fn llama_8b_prefill_chunk_of_2048_costs_30_ms_and_twice_that_over_30k_cached_tok
 #[test]
 fn a_chunk_that_does_not_complete_its_prompt_skips_the_lm_head() {
     let m = model(llama_3_1_8b(), 1, 131_072, None);
-    let sampled = StepShape {
-        tokens: 2048,
-        sum_ctx: 2048,
-        attention_pairs: 2_098_176,
-        decode_pairs: 0,
-        sampled: 1,
-        batch: 1,
-        window_ctx: 0,
-        window_pairs: 0,
-    };
+    let sampled = prefill(2048, 0);
     let chunk = StepShape { sampled: 0, ..sampled };
     // the head is 2*4096*128256 = 1,050,673,152 flops
     let diff = m.cost(&sampled).compute_s - m.cost(&chunk).compute_s;

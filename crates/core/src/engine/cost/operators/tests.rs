@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::engine::arch::tests::{llama_3_1_8b, llama_3_1_70b, mixtral_8x7b};
+use crate::engine::cost::tests::{decode, prefill};
 use crate::engine::cost::{CostInput, DeploymentInput, Link};
 
 /// Every efficiency 1, no overheads, no graphs.
@@ -54,19 +55,6 @@ fn model(arch: Architecture, t: u32, kv: u64, link: Option<Link>, o: OperatorInp
     })
 }
 
-fn decode(b: u64, c: u64) -> StepShape {
-    StepShape {
-        tokens: b,
-        sum_ctx: b * (c + 1),
-        attention_pairs: u128::from(b * (c + 1)),
-        decode_pairs: u128::from(b * (c + 1)),
-        sampled: b,
-        batch: b,
-        window_ctx: 0,
-        window_pairs: 0,
-    }
-}
-
 fn ms(s: f64) -> f64 {
     s * 1e3
 }
@@ -106,16 +94,7 @@ fn llama_8b_decode_of_one_at_1024_sums_its_kernels_to_4_5224_ms() {
 
 #[test]
 fn llama_8b_prefill_of_2048_is_compute_bound_gemms_plus_attention() {
-    let fresh = StepShape {
-        tokens: 2048,
-        sum_ctx: 2048,
-        attention_pairs: 2_098_176,
-        decode_pairs: 0,
-        sampled: 1,
-        batch: 1,
-        window_ctx: 0,
-        window_pairs: 0,
-    };
+    let fresh = prefill(2048, 0);
     let c = model(llama_3_1_8b(), 1, 131_072, None, ops()).cost(&fresh);
     // GEMMs: 2 * 2048 * 218,103,808 weights a layer * 32 layers at 989 TFLOPS = 28.9053 ms;
     // attention: 4*32*4096 * 2,098,176 pairs = 1.1123 ms; the head reads its weights at one sample.
@@ -172,16 +151,7 @@ fn tensor_parallel_all_reduces_follow_the_measured_table_or_the_engine_s_own() {
 
 #[test]
 fn a_step_past_the_largest_graph_takes_at_least_its_launches() {
-    let fresh = StepShape {
-        tokens: 2048,
-        sum_ctx: 2048,
-        attention_pairs: 2_098_176,
-        decode_pairs: 0,
-        sampled: 1,
-        batch: 1,
-        window_ctx: 0,
-        window_pairs: 0,
-    };
+    let fresh = prefill(2048, 0);
     let eager = OperatorInput { eager_layer_us: 2000.0, cuda_graph_max_tokens: 512, ..ops() };
     let m = model(llama_3_1_8b(), 1, 131_072, None, eager);
     // 32 layers * 2 ms = 64 ms of launches, more than the 30.4 ms of kernels
