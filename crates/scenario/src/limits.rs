@@ -107,6 +107,8 @@ pub const INTERCONNECT_BANDWIDTH_GBPS: Range = Range::closed(1.0, 1e6);
 pub const INTERCONNECT_LATENCY_US: Range = Range::closed(0.0, 1e6);
 /// GPUs of one engine (and the GPU counts of an interconnect table).
 pub const TENSOR_PARALLEL: Range = Range::whole(1, 4096);
+pub const DATA_PARALLEL: Range = Range::whole(1, 1024);
+pub const EXPERT_IMBALANCE: Range = Range::closed(1.0, 64.0);
 /// An architecture's sizes (layers, widths, heads, vocabulary, experts);
 /// the whole model is checked separately against its parameter count.
 pub const ARCH_SIZE: Range = Range::whole(1, u32::MAX as u64);
@@ -256,6 +258,21 @@ pub mod row {
         key: "parallelism.tensor, interconnect GPU counts",
         range: super::TENSOR_PARALLEL,
         why: "tensor-parallel groups span at most a few nodes (16-64 GPUs)",
+    };
+
+    pub static DATA_PARALLEL: Limit = Limit {
+        key: "parallelism.data",
+        range: super::DATA_PARALLEL,
+        why: "wide expert-parallel deployments run 8 to a few hundred ranks (GB200 NVL72: 72)",
+    };
+
+    pub static EXPERT_PARALLEL: Limit =
+        Limit { key: "parallelism.expert", range: super::TENSOR_PARALLEL, why: "tensor x data, the engine's GPUs" };
+
+    pub static EXPERT_IMBALANCE: Limit = Limit {
+        key: "parallelism.expert_imbalance",
+        range: super::EXPERT_IMBALANCE,
+        why: "1 is uniform routing; the busiest GPU cannot take more than every token",
     };
 
     pub static ARCH_SIZE: Limit = Limit {
@@ -507,6 +524,9 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::INTERCONNECT_BANDWIDTH_GBPS,
     &row::INTERCONNECT_LATENCY_US,
     &row::TENSOR_PARALLEL,
+    &row::DATA_PARALLEL,
+    &row::EXPERT_PARALLEL,
+    &row::EXPERT_IMBALANCE,
     &row::ARCH_SIZE,
     &row::CONTEXT_LENGTH,
     &row::PARAMETERS_BILLIONS,

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use llmsim_core::engine::StepShape;
-use llmsim_core::engine::arch::{Architecture, attention_pairs};
+use llmsim_core::engine::arch::{Architecture, attention_pairs, window_ctx, window_pairs};
 use llmsim_core::util::thousands;
 use llmsim_planner::report::summary;
 use llmsim_scenario::config::Scenario;
@@ -78,24 +78,11 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
             format!("{} a token (dense: all of them)", n(d.active_parameters))
         },
     );
-    let per_gpu = if t > 1 { format!("; {:.3} GB a GPU over TP {t}", c.weight_bytes / 1e9) } else { String::new() };
-    let w = &s.model.weights;
-    let dtype = w.dtype.map_or_else(|| weight_dtype(w.bytes_per_parameter), |d| d.as_str().to_string());
-    let weights = match w.expert_dtype {
-        None => format!("{} parameters x {} bytes ({dtype})", n(d.parameters), w.bytes_per_parameter),
-        Some(e) => {
-            let experts = a.all_expert_parameters() as f64;
-            format!(
-                "{} parameters x {} bytes ({dtype}) + {} routed-expert parameters x {} bytes ({}, scales included)",
-                n(d.parameters - experts),
-                w.bytes_per_parameter,
-                n(experts),
-                e.bytes(),
-                e.as_str()
-            )
-        }
-    };
-    line(out, "weights", format!("{:.3} GB = {weights}{per_gpu}", d.weight_bytes / 1e9));
+    let (parallelism, weights) = weight_lines(s, a);
+    if let Some(p) = parallelism {
+        line(out, "parallelism", p);
+    }
+    line(out, "weights", weights);
     line(out, "KV per token", kv_line(s, a));
     line(out, "compute peak", peak_line(s));
     if let Some(link) = d.link {
@@ -141,6 +128,53 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
     {
         line(out, "overheads", overheads(s));
     }
+}
+
+/// The `parallelism` line (data and expert parallelism only) and the `weights` line.
+fn weight_lines(s: &Scenario, a: &Architecture) -> (Option<String>, String) {
+    let (d, c, t) = (&s.deployment, &s.capacity, s.deployment.tensor_parallel);
+    let per_gpu = match d.wide {
+        Some(w) => format!(
+            "; {:.3} GB a GPU: the rest over TP {t}, the routed experts whole over EP {} ({} a GPU)",
+            c.weight_bytes / 1e9,
+            w.expert,
+            a.experts / u64::from(w.expert)
+        ),
+        None if t > 1 => format!("; {:.3} GB a GPU over TP {t}", c.weight_bytes / 1e9),
+        None => String::new(),
+    };
+    let parallelism = d.wide.map(|w| {
+        format!(
+            "{} GPUs = tensor {t} x data {}: each rank its own batch and KV (priced balanced: 1/{} of the \
+                 batch each; the scheduler's limits are a rank's); routed experts over {} GPUs{}",
+            d.gpus(),
+            w.data,
+            w.data,
+            w.expert,
+            if w.data > 1 {
+                " with an all-to-all dispatch and combine a MoE layer"
+            } else {
+                ", their outputs summed by the all-reduce"
+            }
+        )
+    });
+    let w = &s.model.weights;
+    let dtype = w.dtype.map_or_else(|| weight_dtype(w.bytes_per_parameter), |d| d.as_str().to_string());
+    let weights = match w.expert_dtype {
+        None => format!("{} parameters x {} bytes ({dtype})", n(d.parameters), w.bytes_per_parameter),
+        Some(e) => {
+            let experts = a.all_expert_parameters() as f64;
+            format!(
+                "{} parameters x {} bytes ({dtype}) + {} routed-expert parameters x {} bytes ({}, scales included)",
+                n(d.parameters - experts),
+                w.bytes_per_parameter,
+                n(experts),
+                e.bytes(),
+                e.as_str()
+            )
+        }
+    };
+    (parallelism, format!("{:.3} GB = {weights}{per_gpu}", d.weight_bytes / 1e9))
 }
 
 /// The layers' share of the parameter count, by layer kind.
@@ -265,6 +299,11 @@ fn steps(s: &Scenario, out: &mut String) {
             if c.compute_bound() { "compute-bound" } else { "memory-bound" }
         )
     };
+    let window = s.model.architecture.as_ref().map_or(0, |a| if a.sliding_layers > 0 { a.sliding_window } else { 0 });
+    let windowed = |n: u64, c: u64| match window {
+        0 => (0, 0),
+        w => (window_ctx(n, c, w), window_pairs(n, c, w)),
+    };
     let decode = |b: u64, ctx: u64| StepShape {
         tokens: b,
         sum_ctx: b * (ctx + 1),
@@ -272,21 +311,20 @@ fn steps(s: &Scenario, out: &mut String) {
         decode_pairs: u128::from(b) * attention_pairs(1, ctx),
         sampled: b,
         batch: b,
-        window_ctx: 0,
-        window_pairs: 0,
+        window_ctx: b * windowed(1, ctx).0,
+        window_pairs: u128::from(b) * windowed(1, ctx).1,
     };
     let _ = writeln!(out, "#   decode floor  batch 1 at context 0: {}", fmt(cost.cost(&decode(1, 0))));
-    let b = u64::from(s.scheduler.max_num_sequences);
+    let data = s.deployment.data_parallel();
+    let b = u64::from(s.scheduler.max_num_sequences) * u64::from(data);
+    let limit = if data > 1 { "max_num_sequences x data" } else { "max_num_sequences" };
     let _ = writeln!(
         out,
         "#   decode        batch 1 at context {ctx} (mean prompt + output / 2): {}",
         fmt(cost.cost(&decode(1, ctx)))
     );
-    let _ = writeln!(
-        out,
-        "#                 batch {b} (max_num_sequences) at context {ctx}: {}",
-        fmt(cost.cost(&decode(b, ctx)))
-    );
+    let _ =
+        writeln!(out, "#                 batch {b} ({limit}) at context {ctx}: {}", fmt(cost.cost(&decode(b, ctx))));
     let budget = u64::from(s.scheduler.max_batch_tokens);
     let prefill = StepShape {
         tokens: budget,
@@ -295,13 +333,28 @@ fn steps(s: &Scenario, out: &mut String) {
         decode_pairs: 0,
         sampled: 1,
         batch: 1,
-        window_ctx: 0,
-        window_pairs: 0,
+        window_ctx: windowed(budget, 0).0,
+        window_pairs: windowed(budget, 0).1,
     };
     let p = cost.cost(&prefill);
     let _ =
         writeln!(out, "#   full prefill  one prompt of {budget} tokens (max_batch_tokens), nothing cached: {}", fmt(p));
-    if s.deployment.tensor_parallel > 1 {
+    let wide = cost.deployment.as_ref().and_then(|d| Some((d, d.wide.as_ref()?)));
+    if let Some((d, w)) = wide {
+        let split = |tokens: u64| {
+            let c = d.wide_comm(tokens).unwrap_or_default();
+            format!("all-reduce {:.3} + all-to-all {:.3}", c.allreduce_s * 1e3, c.all_to_all_s * 1e3)
+        };
+        let _ = writeln!(
+            out,
+            "#   comm (ms)     a decode step of 1: {}; of {b}: {}; a full prefill: {} (experts over {} GPUs, imbalance {})",
+            split(1),
+            split(b),
+            split(budget),
+            w.expert,
+            w.imbalance
+        );
+    } else if s.deployment.tensor_parallel > 1 {
         let _ = writeln!(
             out,
             "#   comm          {:.3} ms a decode step of 1, {:.3} of {b}, {:.3} a full prefill (2 all-reduces a layer)",

@@ -11,7 +11,7 @@
 pub mod deployment;
 pub mod operators;
 
-pub use deployment::{DeploymentCost, DeploymentInput, ExpertWeights, Link};
+pub use deployment::{DeploymentCost, DeploymentInput, ExpertWeights, Link, Wide, WideComm};
 pub use operators::{Curve, GemmTable, KernelTables, OperatorInput, Operators};
 
 /// Hardware and model figures folded into the roofline rates.

@@ -25,6 +25,18 @@ pub struct KvBudgetInput {
     /// Blocks each running request holds for its sliding-window layers
     /// beside its tokens' blocks (0 without them).
     pub window_blocks: u32,
+    /// Data and expert parallelism: `data` ranks, each with the blocks one
+    /// of its GPUs holds, and the routed experts' bytes spread over
+    /// `expert` GPUs instead of split over `tensor_parallel`.
+    pub wide: Option<WideKv>,
+}
+
+/// See [`KvBudgetInput::wide`].
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct WideKv {
+    pub data: u32,
+    pub expert: u32,
+    pub expert_weight_bytes: f64,
 }
 
 /// The derived KV budget the engine runs with (shown as `capacity` in
@@ -79,7 +91,14 @@ impl fmt::Display for KvBudgetError {
 
 impl KvBudget {
     pub fn compute(input: &KvBudgetInput) -> Result<KvBudget, KvBudgetError> {
-        let weight_bytes = input.weight_bytes / f64::from(input.tensor_parallel.max(1));
+        let weight_bytes = match input.wide {
+            None => input.weight_bytes / f64::from(input.tensor_parallel.max(1)),
+            Some(w) => {
+                (input.weight_bytes - w.expert_weight_bytes) / f64::from(input.tensor_parallel.max(1))
+                    + w.expert_weight_bytes / f64::from(w.expert.max(1))
+            }
+        };
+        let ranks = input.wide.map_or(1, |w| u64::from(w.data.max(1)));
         let budget_bytes = input.hbm_gib * GIB * input.gpu_memory_utilization;
         let usable_bytes = budget_bytes - weight_bytes;
         let block_bytes = input.kv_bytes_per_token * u64::from(input.block_size);
@@ -90,7 +109,8 @@ impl KvBudget {
                 if n < 1.0 {
                     return Err(KvBudgetError { weight_bytes, budget_bytes, block_bytes });
                 }
-                (n as u64, false)
+                // Each rank holds its own requests' KV: its GPU's blocks.
+                ((n as u64).saturating_mul(ranks), false)
             }
         };
         // u32 blocks address 2^32 * block_size tokens: far beyond any GPU.
@@ -150,6 +170,7 @@ pub(crate) mod tests {
             watermark: 0.01,
             num_blocks_override: None,
             window_blocks: 0,
+            wide: None,
         }
     }
 

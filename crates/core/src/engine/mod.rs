@@ -23,7 +23,7 @@ use std::collections::{HashMap, VecDeque};
 pub use cost::{CostInput, CostModel, StepCost, StepShape};
 pub use events::{Arrived, Joined, Observer, RejectReason, RequestId, StepRecord, Stretch};
 use kv::KvBlocks;
-pub use kv_budget::{KvBudget, KvBudgetError, KvBudgetInput};
+pub use kv_budget::{KvBudget, KvBudgetError, KvBudgetInput, WideKv};
 use prefix::PrefixPool;
 
 use crate::time::SimTime;

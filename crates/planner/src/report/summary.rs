@@ -34,12 +34,16 @@ pub fn deployment_line(s: &Scenario) -> String {
         Some(k) => k.as_str().to_string(),
     };
     let t = s.tensor_parallel();
+    let (gpus, split, per_gpu) = match d.wide {
+        None => (t, format!("TP {t}"), d.weight_bytes / f64::from(t)),
+        Some(w) => (d.gpus(), format!("TP {t}, DP {}, EP {}", w.data, w.expert), s.capacity.weight_bytes),
+    };
     let mut out = format!(
-        "{}, {} weights, {kv} KV, {t} x {} (TP {t}): {:.2} GB of weights and {} bytes of KV a token per GPU",
+        "{}, {} weights, {kv} KV, {gpus} x {} ({split}): {:.2} GB of weights and {} bytes of KV a token per GPU",
         m.name,
         llmsim_scenario::config::deployment::weights_label(&m.weights),
         s.hardware.name,
-        d.weight_bytes / f64::from(t) / 1e9,
+        per_gpu / 1e9,
         thousands(d.kv_bytes_per_token_per_gpu)
     );
     if d.peak_is_fp8() {

@@ -150,9 +150,16 @@ pub(crate) fn build(ck: &Check, raw: RawModel, par: RawParallelism, hw: &Hardwar
         Some(r) => with_architecture(ck, &r.architecture, &weights, &kv_cache, hw, tensor, link)?,
     };
     let name = raw.name.or_else(|| resolved.as_ref().and_then(|r| r.name.clone())).unwrap_or_else(|| "model".into());
-    let deployment = Deployment { architecture_origin: resolved.as_ref().map(|r| r.origin.clone()), ..deployment };
+    let wide = wide(ck, &par, arch, tensor, hw)?;
+    let deployment =
+        Deployment { architecture_origin: resolved.as_ref().map(|r| r.origin.clone()), wide, ..deployment };
     let model = Model { name, context_length, architecture: resolved.map(|r| r.architecture), weights, kv_cache };
-    let parallelism = model.architecture.is_some().then_some(Parallelism { tensor });
+    let parallelism = model.architecture.is_some().then_some(Parallelism {
+        tensor,
+        data: wide.map_or(1, |w| w.data),
+        expert: wide.map_or(1, |w| w.expert),
+        expert_imbalance: wide.map(|w| w.imbalance).filter(|_| par.expert_imbalance.is_some()),
+    });
     Ok(Built { model, parallelism, deployment })
 }
 
@@ -315,11 +322,16 @@ fn tensor_parallel(ck: &Check, par: &RawParallelism, arch: Option<&Architecture>
 
 /// The interconnect's figures at `t` GPUs.
 fn link(ck: &Check, hw: &Hardware, t: u32) -> Result<Link, ConfigError> {
+    link_at(ck, hw, t, "parallelism.tensor")
+}
+
+/// The link at `t` GPUs, for the degree `what`.
+fn link_at(ck: &Check, hw: &Hardware, t: u32, what: &str) -> Result<Link, ConfigError> {
     let Some(ic) = &hw.interconnect else {
         return Err(ck.err(
             "hardware.interconnect",
             format!(
-                "missing: parallelism.tensor {t} needs the all-reduce link between the GPUs; hardware `{}` \
+                "missing: {what} {t} needs the link between the GPUs; hardware `{}` \
                  gives none, so give it inline: interconnect: {{bandwidth_gbps: BUS_GBPS, latency_us: US}} \
                  (nccl-tests all_reduce_perf reports both)",
                 hw.name
@@ -331,7 +343,7 @@ fn link(ck: &Check, hw: &Hardware, t: u32) -> Result<Link, ConfigError> {
             ck.err(
                 &format!("hardware.interconnect.{key}"),
                 format!(
-                    "hardware `{}` gives it for {} GPUs, not for the {t} of parallelism.tensor; give \
+                    "hardware `{}` gives it for {} GPUs, not for the {t} of {what}; give \
                      hardware.interconnect inline with a figure for {t}",
                     hw.name,
                     v.counts()
@@ -421,7 +433,61 @@ fn with_architecture(
         peak,
         expert_peak,
         link,
+        wide: None,
     })
+}
+
+/// `parallelism.data`, `expert` and `expert_imbalance`: attention
+/// data-parallel ranks and expert parallelism inside one engine, for a
+/// mixture of experts only (a dense model's data parallelism is
+/// `cluster.replicas`). Expert parallelism spans the engine's GPUs, as
+/// vLLM's `--enable-expert-parallel` does (EP = TP x DP).
+fn wide(
+    ck: &Check,
+    par: &RawParallelism,
+    arch: Option<&Architecture>,
+    tensor: u32,
+    hw: &Hardware,
+) -> Result<Option<llmsim_core::engine::cost::Wide>, ConfigError> {
+    let range = |k: &str| schema::range(&format!("parallelism.{k}"));
+    let data = par.data.map(|d| ck.whole32("parallelism.data", d, range("data"))).transpose()?.unwrap_or(1);
+    let expert = par.expert.map(|e| ck.whole32("parallelism.expert", e, range("expert"))).transpose()?.unwrap_or(1);
+    let imbalance = par
+        .expert_imbalance
+        .map(|x| ck.real("parallelism.expert_imbalance", x, range("expert_imbalance")))
+        .transpose()?;
+    if data == 1 && expert == 1 {
+        if imbalance.is_some() {
+            return Err(ck.err("parallelism.expert_imbalance", "needs parallelism.expert above 1"));
+        }
+        return Ok(None);
+    }
+    let key = if data > 1 { "parallelism.data" } else { "parallelism.expert" };
+    let Some(a) = arch.filter(|a| a.is_moe()) else {
+        return Err(ck.err(
+            key,
+            "needs a mixture of experts (model.architecture.experts above 0); a dense model's data parallelism \
+             is replicas: cluster.replicas",
+        ));
+    };
+    let gpus = u64::from(tensor) * u64::from(data);
+    if u64::from(expert) != gpus {
+        return Err(ck.err(
+            "parallelism.expert",
+            format!(
+                "{expert} is not allowed: expert parallelism spans the engine's {gpus} GPUs (tensor {tensor} x data \
+                 {data}), as vLLM's --enable-expert-parallel does; allowed: {gpus}"
+            ),
+        ));
+    }
+    if !a.experts.is_multiple_of(u64::from(expert)) {
+        return Err(ck.err(
+            "parallelism.expert",
+            format!("{expert} does not divide the {} experts: each GPU holds whole experts", a.experts),
+        ));
+    }
+    let expert_link = if data > 1 { Some(link_at(ck, hw, expert, "parallelism.expert")?) } else { None };
+    Ok(Some(llmsim_core::engine::cost::Wide { data, expert, imbalance: imbalance.unwrap_or(1.0), expert_link }))
 }
 
 /// Blocks a request holds for its sliding-window layers: the window's
@@ -453,6 +519,12 @@ pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> 
         watermark: m.kv_cache.watermark,
         num_blocks_override: m.kv_cache.num_blocks,
         window_blocks: window_blocks(m, d),
+        wide: d.wide.zip(m.architecture.as_ref()).map(|(w, a)| llmsim_core::engine::WideKv {
+            data: w.data,
+            expert: w.expert,
+            expert_weight_bytes: a.all_expert_parameters() as f64
+                * m.weights.expert_dtype.map_or(m.weights.bytes_per_parameter, WeightDtype::bytes),
+        }),
     };
     KvBudget::compute(&input).map_err(|e| match &m.architecture {
         None => ck.err("model.weights", e.to_string()),

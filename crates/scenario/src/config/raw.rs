@@ -346,6 +346,15 @@ pub struct RawParallelism {
     /// Read only to refuse it: pipeline parallelism is not modelled.
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub pipeline: Option<i64>,
+    /// Attention data-parallel ranks inside one engine (mixture of experts).
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub data: Option<i64>,
+    /// Expert parallelism: GPUs the routed experts spread over (`tensor x data`).
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub expert: Option<i64>,
+    /// The busiest GPU's expert tokens over the mean.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub expert_imbalance: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -547,8 +547,9 @@ impl Scenario {
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
             capacity: self.capacity.clone(),
-            max_batch_tokens: self.scheduler.max_batch_tokens,
-            max_num_sequences: self.scheduler.max_num_sequences,
+            // Each data-parallel rank schedules with these limits.
+            max_batch_tokens: self.scheduler.max_batch_tokens.saturating_mul(self.deployment.data_parallel()),
+            max_num_sequences: self.scheduler.max_num_sequences.saturating_mul(self.deployment.data_parallel()),
             context_length: self.model.context_length,
             cost: CostModel::new(&CostInput {
                 parameters_billions: self.model.weights.parameters_billions.unwrap_or(0.0),
@@ -599,6 +600,18 @@ impl Scenario {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Parallelism {
     pub tensor: u32,
+    /// Attention data-parallel ranks (1: none).
+    #[serde(skip_serializing_if = "is_one")]
+    pub data: u32,
+    /// Expert parallelism's GPUs (1: none).
+    #[serde(skip_serializing_if = "is_one")]
+    pub expert: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_imbalance: Option<f64>,
+}
+
+fn is_one(x: &u32) -> bool {
+    *x == 1
 }
 
 /// A figure that may depend on the GPU count.
@@ -722,6 +735,8 @@ pub struct Deployment {
     pub expert_peak: Option<(f64, PeakUse)>,
     /// The all-reduce link at this tensor degree (`None` at 1).
     pub link: Option<Link>,
+    /// Data and expert parallelism, when used.
+    pub wide: Option<llmsim_core::engine::cost::Wide>,
 }
 
 impl Default for Deployment {
@@ -741,6 +756,7 @@ impl Default for Deployment {
             peak_tflops: 0.0,
             peak: PeakUse::default(),
             expert_peak: None,
+            wide: None,
             link: None,
         }
     }
@@ -763,9 +779,14 @@ impl Deployment {
         self.peak.key == "peak_tflops_fp8" && self.expert_peak.is_none()
     }
 
-    /// GPUs one engine (one replica) uses.
+    /// GPUs one engine (one replica) uses: `tensor x data`.
     pub fn gpus(&self) -> u32 {
-        self.tensor_parallel
+        self.tensor_parallel * self.wide.map_or(1, |w| w.data)
+    }
+
+    /// Attention data-parallel ranks (1 without them).
+    pub fn data_parallel(&self) -> u32 {
+        self.wide.map_or(1, |w| w.data)
     }
 
     /// The architecture's cost terms, when the model has one.
@@ -779,6 +800,7 @@ impl Deployment {
             tensor_parallel: self.tensor_parallel,
             peak_tflops: self.peak_tflops,
             link: self.link,
+            wide: self.wide,
             expert_weights: self.expert_peak.as_ref().map(|(tflops, _)| llmsim_core::engine::cost::ExpertWeights {
                 bytes_per_parameter: s.model.weights.expert_dtype.map_or(0.0, WeightDtype::bytes),
                 peak_tflops: *tflops,

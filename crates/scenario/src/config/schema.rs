@@ -467,6 +467,24 @@ pub static KEYS: &[Key] = &[
         In(&row::TENSOR_PARALLEL),
     ),
     key(
+        "{,cluster.prefill.,cluster.decode.}parallelism.data",
+        "Attention data-parallel ranks inside one engine, each with its own batch and KV (vLLM's `--data-parallel-size` beside expert parallelism, SGLang's DP attention); a mixture of experts only (a dense model's is `cluster.replicas`).",
+        Whole(1),
+        In(&row::DATA_PARALLEL),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}parallelism.expert",
+        "GPUs the routed experts spread over, whole (expert parallelism); `tensor x data` when used, as vLLM's `--enable-expert-parallel`.",
+        Whole(1),
+        In(&row::EXPERT_PARALLEL),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}parallelism.expert_imbalance",
+        "The busiest GPU's routed tokens over the mean (1: uniform routing); scales the experts' FLOPs and the all-to-all bytes a step waits for.",
+        Real(1.0),
+        In(&row::EXPERT_IMBALANCE),
+    ),
+    key(
         "{,cluster.prefill.,cluster.decode.}parallelism.pipeline",
         "Pipeline stages; only 1, since pipeline parallelism is not modelled (read to refuse any other value).",
         Whole(1),

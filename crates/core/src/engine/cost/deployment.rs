@@ -54,6 +54,23 @@ pub struct DeploymentInput {
     /// rest's (`model.weights.expert_dtype`, e.g. gpt-oss's MXFP4 experts
     /// beside 16-bit attention).
     pub expert_weights: Option<ExpertWeights>,
+    /// Data and expert parallelism (docs/deployments.md), when used.
+    pub wide: Option<Wide>,
+}
+
+/// Attention data parallelism and expert parallelism inside one engine:
+/// `data` ranks of `tensor_parallel` GPUs each, with their own batches and
+/// KV, and the routed experts spread whole over `expert` GPUs. The step is
+/// priced for balanced ranks: each holds `1/data` of the batch.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Wide {
+    pub data: u32,
+    pub expert: u32,
+    /// The busiest GPU's expert tokens over the mean (1: uniform routing).
+    pub imbalance: f64,
+    /// The link between the `expert` GPUs, for the all-to-all dispatch and
+    /// combine of a mixture-of-experts layer (`None` when `expert` is 1).
+    pub expert_link: Option<Link>,
 }
 
 /// The routed experts' own precision: bytes a weight and the peak their
@@ -133,6 +150,38 @@ pub struct DeploymentCost {
     /// The per-operator form, when the scenario uses it (it then prices
     /// every step).
     pub operators: Option<super::operators::Operators>,
+    /// Data and expert parallelism's terms, when used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wide: Option<WideCost>,
+}
+
+/// [`Wide`] folded into rates.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WideCost {
+    pub data: f64,
+    pub expert: f64,
+    pub imbalance: f64,
+    /// `2 * moe_layers * experts_per_token * expert`: the routed experts'
+    /// FLOPs a token (in `linear_flops_per_token`).
+    pub expert_flops_per_token: f64,
+    /// All-reduces inside a rank: one a layer after attention, one more a
+    /// dense layer (0 at `tensor` 1): fixed seconds, and seconds a token of
+    /// the rank.
+    pub rank_allreduce_fixed_s: f64,
+    pub rank_allreduce_s_per_token: f64,
+    /// All-to-all of the mixture-of-experts layers (0 with one rank, where
+    /// the experts' outputs join the attention's all-reduce as under
+    /// tensor parallelism): `2 * moe_layers * latency`, and seconds a
+    /// token of the engine.
+    pub all_to_all_fixed_s: f64,
+    pub all_to_all_s_per_token: f64,
+}
+
+/// What a step of the wide form spends on communication, seconds.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct WideComm {
+    pub allreduce_s: f64,
+    pub all_to_all_s: f64,
 }
 
 impl DeploymentCost {
@@ -167,6 +216,7 @@ impl DeploymentCost {
             comm_fixed_s,
             comm_s_per_token,
             layers_overhead_s: layers * d.per_layer_overhead_us / 1e6,
+            wide: d.wide.map(|w| WideCost::new(a, d, &w)),
             operators: d.operators.as_ref().map(|o| {
                 super::operators::Operators::new(
                     a,
@@ -200,6 +250,9 @@ impl DeploymentCost {
         if let Some(ops) = &self.operators {
             return ops.cost(m, s);
         }
+        if let Some(w) = &self.wide {
+            return self.wide_cost(w, m, s);
+        }
         let mut flops = self.linear_flops_per_token * s.tokens as f64
             + attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair, s)
             + self.head_flops_per_sample * s.sampled as f64;
@@ -222,6 +275,88 @@ fn is_zero(x: &f64) -> bool {
 
 fn is_zero_u64(x: &u64) -> bool {
     *x == 0
+}
+
+impl WideCost {
+    fn new(a: &Architecture, d: &DeploymentInput, w: &Wide) -> WideCost {
+        let t = f64::from(d.tensor_parallel);
+        let hidden_bytes = a.hidden_size as f64 * 2.0;
+        let (rank_allreduce_fixed_s, rank_allreduce_s_per_token) = match d.link {
+            Some(link) if d.tensor_parallel > 1 => {
+                // With one rank the experts' outputs are summed by an
+                // all-reduce, as under tensor parallelism.
+                let second = if w.data > 1 { a.dense_layers() } else { a.layers };
+                let calls = (a.layers + second) as f64;
+                (
+                    calls * link.latency_us * 1e-6,
+                    calls * (2.0 * (t - 1.0) / t) * hidden_bytes / (link.bandwidth_gbps * 1e9),
+                )
+            }
+            _ => (0.0, 0.0),
+        };
+        let e = f64::from(w.expert);
+        let (all_to_all_fixed_s, all_to_all_s_per_token) = match w.expert_link {
+            // A token of the engine: one GPU of `e` dispatches `1/e` of
+            // them, each to `experts_per_token` experts, `(e-1)/e` of them
+            // off the GPU, 16-bit activations; the combine sends them back.
+            Some(link) if w.data > 1 && w.expert > 1 => {
+                let calls = 2.0 * a.moe_layers() as f64;
+                let bytes = a.experts_per_token as f64 * hidden_bytes * (e - 1.0) / e / e * w.imbalance;
+                (calls * link.latency_us * 1e-6, calls * bytes / (link.bandwidth_gbps * 1e9))
+            }
+            _ => (0.0, 0.0),
+        };
+        WideCost {
+            data: f64::from(w.data),
+            expert: e,
+            imbalance: w.imbalance,
+            expert_flops_per_token: 2.0 * (a.moe_layers() * a.experts_per_token * a.expert_parameters()) as f64,
+            rank_allreduce_fixed_s,
+            rank_allreduce_s_per_token,
+            all_to_all_fixed_s,
+            all_to_all_s_per_token,
+        }
+    }
+}
+
+impl DeploymentCost {
+    /// The communication of a wide step of `tokens` tokens (the engine's).
+    pub fn wide_comm(&self, tokens: u64) -> Option<WideComm> {
+        let w = self.wide.as_ref()?;
+        if tokens == 0 {
+            return Some(WideComm::default());
+        }
+        let n = tokens as f64;
+        Some(WideComm {
+            allreduce_s: w.rank_allreduce_fixed_s + w.rank_allreduce_s_per_token * n / w.data,
+            all_to_all_s: w.all_to_all_fixed_s + w.all_to_all_s_per_token * n,
+        })
+    }
+
+    /// The roofline of one GPU of a wide engine: its rank's `1/data` of
+    /// the batch through attention and the rest over `tensor` GPUs, its
+    /// `1/expert` of the experts' tokens (times the imbalance), the
+    /// weights it holds and touches, its rank's KV.
+    fn wide_cost(&self, w: &WideCost, m: &CostModel, s: &StepShape) -> StepCost {
+        let t = f64::from(self.tensor_parallel);
+        let n = s.tokens as f64;
+        let rank_flops = (self.linear_flops_per_token - w.expert_flops_per_token) * n
+            + attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair, s)
+            + self.head_flops_per_sample * s.sampled as f64
+            + self.window_attention_flops_per_pair * s.window_pairs as f64;
+        let gpu_flops = rank_flops / (w.data * t) + w.expert_flops_per_token * n * w.imbalance / w.expert;
+        // `m.flops_per_s` is the rank's `tensor` GPUs together.
+        let compute_s = gpu_flops * t / m.flops_per_s;
+        let touched = touched_experts(self.experts, self.experts_per_token, s.tokens);
+        let read = self.always_read_bytes
+            + touched * self.expert_read_bytes * t / w.expert
+            + (s.sum_ctx as f64 * m.kv_bytes_per_token + s.window_ctx as f64 * self.window_kv_bytes_per_token) / w.data;
+        let memory_s = read / m.bytes_per_s;
+        let comm = self.wide_comm(s.tokens).unwrap_or_default();
+        let comm_s = comm.allreduce_s + comm.all_to_all_s;
+        let overhead_s = m.overhead_s + self.layers_overhead_s + s.batch as f64 / w.data * m.per_sequence_s;
+        StepCost { compute_s, memory_s, comm_s, overhead_s, total_s: compute_s.max(memory_s) + comm_s + overhead_s }
+    }
 }
 
 /// Attention FLOPs of a step: `per_pair * pairs`, or with a decode form

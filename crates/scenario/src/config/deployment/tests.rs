@@ -557,3 +557,42 @@ fn weight_formats_refuse_what_they_cannot_mean() {
     ));
     has(&e, &["model.weights.dtype", "needs a model architecture"]);
 }
+
+#[test]
+fn deepseek_v3_over_8_data_parallel_ranks_holds_a_rank_of_kv_a_gpu() {
+    let text = "hardware: h200\nmodel: {preset: deepseek-v3, weights: {dtype: fp8}}\n\
+                parallelism: {data: 8, expert: 8}\nscheduler: {max_num_sequences: 64, max_batch_tokens: 4096}\n";
+    let s = load(&format!("{text}{WORKLOAD}")).unwrap();
+    // a GPU: the non-expert 17,117,633,536 bytes + 653,908,770,816 / 8 of experts = 98,856,229,888
+    assert_eq!(s.capacity.weight_bytes, 98_856_229_888.0);
+    // (141 GiB x 0.9 - that) / (70,272 x 16) = 33,265.4 blocks a GPU, one rank each
+    assert_eq!(s.capacity.num_blocks, 8 * 33_265);
+    assert_eq!(s.deployment.gpus(), 8);
+    let e = s.engine_config();
+    assert_eq!((e.max_num_sequences, e.max_batch_tokens), (512, 32_768));
+    let w = s.deployment.wide.unwrap();
+    // h200's NCCL figures at 8 GPUs carry the all-to-all
+    assert_eq!(w.expert_link.map(|l| (l.bandwidth_gbps, l.latency_us)), Some((298.0, 17.5)));
+}
+
+#[test]
+fn data_and_expert_parallelism_refuse_what_they_cannot_mean() {
+    let h200 = |model: &str, par: &str| format!("hardware: h200\nmodel: {model}\nparallelism: {par}\n{WORKLOAD}");
+    let e = err(&h200("llama-3.1-8b", "{data: 2}"));
+    has(&e, &["parallelism.data", "mixture of experts", "cluster.replicas"]);
+    let e = err(&h200("{preset: deepseek-v3, weights: {dtype: fp8}}", "{tensor: 2, data: 4, expert: 4}"));
+    has(&e, &["parallelism.expert", "4 is not allowed", "spans the engine's 8 GPUs", "allowed: 8"]);
+    let e = err(&h200("mixtral-8x7b", "{data: 16, expert: 16}"));
+    has(&e, &["parallelism.expert", "16 does not divide the 8 experts"]);
+    let e = err(&h200("mixtral-8x7b", "{expert_imbalance: 1.5}"));
+    has(&e, &["parallelism.expert_imbalance", "needs parallelism.expert above 1"]);
+    let e = err(&h200("mixtral-8x7b", "{data: 2, expert: 2, expert_imbalance: 0.5}"));
+    has(&e, &["parallelism.expert_imbalance", "0.5"]);
+    let e = err(&h200("mixtral-8x7b", "{data: 5000, expert: 5000}"));
+    has(&e, &["parallelism.data", "5000"]);
+    // h200's link figures stop at 8 GPUs
+    let e = err(&h200("{preset: deepseek-v3, weights: {dtype: fp8}}", "{data: 16, expert: 16}"));
+    has(&e, &["hardware.interconnect", "not for the 16 of parallelism.expert"]);
+    let e = err(&format!("calibration: h200-vllm\n{}", h200("mixtral-8x7b", "{data: 2, expert: 2}")));
+    has(&e, &["per-operator form", "data or expert parallelism"]);
+}

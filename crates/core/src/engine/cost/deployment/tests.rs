@@ -34,6 +34,7 @@ fn with_layer_overhead(arch: Architecture, t: u32, kv: u64, link: Option<Link>, 
             operators: None,
             sliding_window: 0,
             window_kv_bytes_per_token: 0,
+            wide: None,
             expert_weights: None,
         }),
     })
@@ -182,6 +183,7 @@ fn overheads_add_step_layer_and_sequence_terms() {
             operators: None,
             sliding_window: 0,
             window_kv_bytes_per_token: 0,
+            wide: None,
             expert_weights: None,
         }),
     };
@@ -223,6 +225,7 @@ fn an_explicit_parameter_count_sets_the_bytes_read_but_not_the_flops() {
             operators: None,
             sliding_window: 0,
             window_kv_bytes_per_token: 0,
+            wide: None,
             expert_weights: None,
         }),
     };
@@ -263,6 +266,7 @@ fn experts_of_their_own_precision_read_their_bytes_and_run_at_their_peak() {
             operators: None,
             sliding_window: 0,
             window_kv_bytes_per_token: 0,
+            wide: None,
             expert_weights: Some(ExpertWeights { bytes_per_parameter: 0.53125, peak_tflops: 9000.0, dtype: "int4" }),
         }),
     });
@@ -275,4 +279,52 @@ fn experts_of_their_own_precision_read_their_bytes_and_run_at_their_peak() {
     let peak = 12_879_925_248.0 / (1_605_636_096.0 / 2250.0 + 11_274_289_152.0 / 9000.0);
     close(one.compute_s * peak * 1e12, 26_034_569_216.0, 0);
     assert!((peak - 6550.286).abs() < 0.001, "{peak}");
+}
+
+#[test]
+fn two_data_parallel_ranks_with_experts_over_both_gpus_price_a_gpu_of_them() {
+    // Mixtral on 2 H100s: data 2, tensor 1, the 8 experts 4 a GPU, a link
+    // of 350 GB/s and 10 us between them; 4 requests decoding at 1024.
+    let link = Link { bandwidth_gbps: 350.0, latency_us: 10.0 };
+    let wide = |imbalance: f64| {
+        CostModel::new(&CostInput {
+            parameters_billions: 0.0,
+            bytes_per_parameter: 2.0,
+            kv_bytes_per_token: 131_072,
+            peak_tflops: 989.0,
+            memory_bandwidth_gbps: 3350.0,
+            compute_efficiency: 1.0,
+            memory_efficiency: 1.0,
+            step_overhead_ms: 0.0,
+            per_sequence_overhead_us: 0.0,
+            deployment: Some(DeploymentInput {
+                architecture: mixtral_8x7b(),
+                parameters: mixtral_8x7b().parameters() as f64,
+                tensor_parallel: 1,
+                peak_tflops: 989.0,
+                link: None,
+                per_layer_overhead_us: 0.0,
+                operators: None,
+                sliding_window: 0,
+                window_kv_bytes_per_token: 0,
+                wide: Some(Wide { data: 2, expert: 2, imbalance, expert_link: Some(link) }),
+                expert_weights: None,
+            }),
+        })
+    };
+    let c = wide(1.0).cost(&decode(4, 1024));
+    // a rank's non-expert FLOPs: (2*12,617,515,008 - 22,548,578,304)*4 + 524,288*4,100 + 262,144,000*4
+    //   = 13,943,963,648, half of them on each rank's GPU; the experts' 22,548,578,304*4 over 2 GPUs:
+    //   6,971,981,824 + 45,097,156,608 = 52,069,138,432 FLOPs a GPU
+    close(c.compute_s * 989e12, 52_069_138_432.0, 0);
+    // reads: the rest 1,605,636,096*2; 8*(1 - 0.75^4) = 5.46875 experts touched, half of them on
+    // each GPU, 32*176,160,768*2 bytes each; half the KV of 4*1025 tokens
+    //   3,211,272,192 + 5.46875*11,274,289,152/2 + 4,100*131,072/2 = 34,308,104,192
+    close(c.memory_s * 3.35e12, 34_308_104_192.0, 0);
+    // 2 all-to-alls a MoE layer: 64 x 10 us + 4 tokens x 64 x (2 experts x 8,192 bytes x 1/2 / 2) / 350 GB/s
+    close(c.comm_s, 0.64e-3 + 4.0 * 64.0 * 4096.0 / 350e9, 15);
+    // twice the imbalance: twice the experts' FLOPs and all-to-all bytes
+    let s = wide(2.0).cost(&decode(4, 1024));
+    close(s.compute_s * 989e12, 6_971_981_824.0 + 2.0 * 45_097_156_608.0, 0);
+    close(s.comm_s, 0.64e-3 + 2.0 * 4.0 * 64.0 * 4096.0 / 350e9, 15);
 }

@@ -50,6 +50,7 @@ fn model(arch: Architecture, t: u32, kv: u64, link: Option<Link>, o: OperatorInp
             operators: Some(o),
             sliding_window: 0,
             window_kv_bytes_per_token: 0,
+            wide: None,
             expert_weights: None,
         }),
     })
