@@ -111,7 +111,9 @@ pub(crate) fn preset(ck: &Check, name: &str) -> Result<Resolved, ConfigError> {
 /// `model.hf_config: FILE`, relative to the scenario. `kv_given`: the
 /// scenario gives `kv_cache.bytes_per_token`, which makes attention kinds
 /// the KV formula does not describe acceptable.
-pub(crate) fn hf_config(ck: &Check, rel: &str, kv_given: bool) -> Result<Resolved, ConfigError> {
+/// `weights_given`: the scenario names the weights' format or bytes, so a
+/// `quantization_config` llmsim cannot read does not matter.
+pub(crate) fn hf_config(ck: &Check, rel: &str, kv_given: bool, weights_given: bool) -> Result<Resolved, ConfigError> {
     let file = ck.file.parent().unwrap_or(Path::new("")).join(rel);
     let text = crate::input::read_text(crate::input::Kind::HfConfig, &file)?;
     let root: Json = serde_json::from_str(&text).map_err(|e| {
@@ -135,13 +137,8 @@ pub(crate) fn hf_config(ck: &Check, rel: &str, kv_given: bool) -> Result<Resolve
         .map(|v| fck.whole32(&format!("{prefix}max_position_embeddings"), v, schema::range("model.context_length")))
         .transpose()?;
     let name = file.parent().and_then(|d| d.file_name()).map(|d| d.to_string_lossy().into_owned());
-    Ok(Resolved {
-        name,
-        context_length,
-        architecture,
-        origin: ArchitectureOrigin::HfConfig { file },
-        formats: (None, None),
-    })
+    let formats = if weights_given { (None, None) } else { hf.quantization(top)? };
+    Ok(Resolved { name, context_length, architecture, origin: ArchitectureOrigin::HfConfig { file }, formats })
 }
 
 /// Checks a raw architecture and fills its defaults. `key` names a field
@@ -559,6 +556,49 @@ impl Hf<'_> {
             Some(w) => Ok(Some((w, count))),
             None => Err(self.err("sliding_window", "missing: layer_types has sliding_attention layers")),
         }
+    }
+
+    /// The checkpoint's format from `quantization_config` (at the top of
+    /// the file): `(dtype, expert_dtype)` in `model.weights` names.
+    /// `fp8` (DeepSeek's block-scaled FP8, `fbgemm_fp8`) is FP8; `mxfp4`
+    /// is gpt-oss's MXFP4 experts beside 16-bit rest; `awq` and `gptq` of
+    /// 4 bits are INT4 (W4A16); `modelopt` with `quant_algo` `NVFP4` or
+    /// `FP8` those. Anything else is refused: give `model.weights.dtype`.
+    fn quantization(
+        &self,
+        top: &serde_json::Map<String, Json>,
+    ) -> Result<(Option<String>, Option<String>), ConfigError> {
+        let Some(q) = top.get("quantization_config").filter(|q| !q.is_null()) else { return Ok((None, None)) };
+        let field = |k: &str| q.get(k).and_then(Json::as_str).map(str::to_ascii_lowercase);
+        let method = field("quant_method").unwrap_or_default();
+        let bits = q.get("bits").and_then(Json::as_i64);
+        let both = |d: &str| Ok((Some(d.to_string()), None));
+        match (method.as_str(), bits) {
+            ("fp8" | "fbgemm_fp8", _) => both("fp8"),
+            ("mxfp4", _) => Ok((Some("bf16".into()), Some("mxfp4".into()))),
+            ("awq" | "gptq", Some(4) | None) => both("int4"),
+            ("modelopt", _) => match field("quant_algo").as_deref() {
+                Some("nvfp4") => both("nvfp4"),
+                Some("fp8") => both("fp8"),
+                other => Err(self.top_err(
+                    "quantization_config.quant_algo",
+                    format!("{other:?} is not read (NVFP4 and FP8 are); give model.weights.dtype"),
+                )),
+            },
+            _ => Err(self.top_err(
+                "quantization_config.quant_method",
+                format!(
+                    "`{method}`{} is not read (fp8, mxfp4, awq or gptq of 4 bits, modelopt NVFP4/FP8 are): give \
+                     model.weights.dtype (or bytes_per_parameter)",
+                    bits.map_or(String::new(), |b| format!(" of {b} bits"))
+                ),
+            )),
+        }
+    }
+
+    /// An error about a top-level field (outside `text_config`).
+    fn top_err(&self, field: &str, msg: impl std::fmt::Display) -> ConfigError {
+        ConfigError::new(self.file, field, msg)
     }
 
     /// The shared expert's width: `shared_expert_intermediate_size`, or

@@ -116,7 +116,11 @@ pub(crate) fn build(ck: &Check, raw: RawModel, par: RawParallelism, hw: &Hardwar
     let resolved = resolve(ck, &raw, kv_given)?;
     let arch = resolved.as_ref().map(|r| &r.architecture);
     let formats = match &resolved {
-        Some(Resolved { formats, origin: ArchitectureOrigin::Preset { file, .. }, .. }) => {
+        Some(Resolved {
+            formats,
+            origin: ArchitectureOrigin::Preset { file, .. } | ArchitectureOrigin::HfConfig { file },
+            ..
+        }) => {
             let fck = Check { file };
             let format =
                 |key: &str, v: &Option<String>| v.as_deref().map(|d| WeightDtype::parse(&fck, key, d)).transpose();
@@ -184,7 +188,9 @@ fn resolve(ck: &Check, raw: &RawModel, kv_given: bool) -> Result<Option<Resolved
         return architecture::preset(ck, name).map(Some);
     }
     if let Some(file) = &raw.hf_config {
-        return architecture::hf_config(ck, file, kv_given).map(Some);
+        let w = &raw.weights;
+        let weights_given = w.dtype.is_some() || w.expert_dtype.is_some() || w.bytes_per_parameter.is_some();
+        return architecture::hf_config(ck, file, kv_given, weights_given).map(Some);
     }
     raw.architecture.as_ref().map(|a| architecture::inline(ck, a)).transpose()
 }

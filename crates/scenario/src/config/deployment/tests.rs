@@ -596,3 +596,45 @@ fn data_and_expert_parallelism_refuse_what_they_cannot_mean() {
     let e = err(&format!("calibration: h200-vllm\n{}", h200("mixtral-8x7b", "{data: 2, expert: 2}")));
     has(&e, &["per-operator form", "data or expert parallelism"]);
 }
+
+/// openai/gpt-oss-120b's config.json, the fields the formulas read (and
+/// some they do not), its 36 layer types alternating from sliding.
+fn gpt_oss_120b_config() -> String {
+    let types: Vec<&str> =
+        (0..36).map(|i| if i % 2 == 0 { "\"sliding_attention\"" } else { "\"full_attention\"" }).collect();
+    format!(
+        r#"{{"architectures": ["GptOssForCausalLM"], "attention_bias": true, "head_dim": 64, "hidden_size": 2880,
+  "intermediate_size": 2880, "layer_types": [{}], "max_position_embeddings": 131072, "model_type": "gpt_oss",
+  "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8,
+  "num_local_experts": 128, "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": false,
+  "vocab_size": 201088, "quantization_config": {{"quant_method": "mxfp4",
+  "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}}}"#,
+        types.join(", ")
+    )
+}
+
+#[test]
+fn gpt_oss_config_json_gives_the_preset_figures_and_its_mxfp4_experts() {
+    let s = with_hf(&gpt_oss_120b_config(), "").unwrap();
+    let p = load(&h100("model: gpt-oss-120b\nparallelism: {tensor: 2}")).unwrap();
+    // the same shape (config.json's intermediate_size is the experts' width, unused beside them)
+    let hf =
+        s.model.architecture.clone().map(|a| llmsim_core::engine::arch::Architecture { intermediate_size: None, ..a });
+    assert_eq!(hf, p.model.architecture);
+    assert_eq!(s.deployment.parameters, 116_829_156_672.0);
+    assert_eq!(s.deployment.weight_bytes, 65_190_340_224.0);
+    assert_eq!(s.model.weights.expert_dtype.map(|d| d.as_str()), Some("mxfp4"));
+    // the scenario's format wins, and then an unread method does not matter
+    let s = with_hf(&gpt_oss_120b_config(), ", weights: {dtype: fp8}").unwrap();
+    assert_eq!(s.deployment.weight_bytes, 116_829_156_672.0);
+    let odd = gpt_oss_120b_config().replace(r#""quant_method": "mxfp4""#, r#""quant_method": "bitsandbytes""#);
+    has(
+        &with_hf(&odd, "").unwrap_err(),
+        &["config.json: quantization_config.quant_method", "bitsandbytes", "model.weights.dtype"],
+    );
+    assert!(with_hf(&odd, ", weights: {bytes_per_parameter: 1}").is_ok());
+    // AWQ of 4 bits: INT4 everywhere
+    let awq = MIXTRAL.replacen('{', r#"{"quantization_config": {"quant_method": "awq", "bits": 4}, "#, 1);
+    let s = with_hf(&awq, "").unwrap();
+    assert_eq!(s.model.weights.bytes_per_parameter, 0.515625);
+}
