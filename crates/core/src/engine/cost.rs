@@ -62,6 +62,17 @@ pub struct StepShape {
     pub window_pairs: u128,
 }
 
+impl StepShape {
+    /// Attention FLOPs of the step: `per_pair * pairs`, or with a decode
+    /// form (MLA) `per_pair * (pairs - decode_pairs) + decode * decode_pairs`.
+    pub fn attention_flops(&self, per_pair: f64, decode: Option<f64>) -> f64 {
+        match decode {
+            None => per_pair * self.attention_pairs as f64,
+            Some(d) => per_pair * (self.attention_pairs - self.decode_pairs) as f64 + d * self.decode_pairs as f64,
+        }
+    }
+}
+
 /// The parts of one step's duration, in seconds.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct StepCost {

@@ -18,6 +18,7 @@
 
 use serde::Serialize;
 
+pub use super::operators::ExpertWeights;
 use super::{CostModel, StepCost, StepShape};
 use crate::engine::arch::{Architecture, touched_experts};
 
@@ -71,16 +72,6 @@ pub struct Wide {
     /// The link between the `expert` GPUs, for the all-to-all dispatch and
     /// combine of a mixture-of-experts layer (`None` when `expert` is 1).
     pub expert_link: Option<Link>,
-}
-
-/// The routed experts' own precision: bytes a weight and the peak their
-/// GEMMs run at.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct ExpertWeights {
-    pub bytes_per_parameter: f64,
-    pub peak_tflops: f64,
-    /// The measured-GEMM table's dtype for them (`bf16`, `fp8`, `int4`).
-    pub dtype: &'static str,
 }
 
 impl DeploymentInput {
@@ -254,7 +245,7 @@ impl DeploymentCost {
             return self.wide_cost(w, m, s);
         }
         let mut flops = self.linear_flops_per_token * s.tokens as f64
-            + attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair, s)
+            + s.attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair)
             + self.head_flops_per_sample * s.sampled as f64;
         let mut read = self.weight_read_bytes(s.tokens) + s.sum_ctx as f64 * m.kv_bytes_per_token;
         if s.window_ctx > 0 {
@@ -341,7 +332,7 @@ impl DeploymentCost {
         let t = f64::from(self.tensor_parallel);
         let n = s.tokens as f64;
         let rank_flops = (self.linear_flops_per_token - w.expert_flops_per_token) * n
-            + attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair, s)
+            + s.attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair)
             + self.head_flops_per_sample * s.sampled as f64
             + self.window_attention_flops_per_pair * s.window_pairs as f64;
         let gpu_flops = rank_flops / (w.data * t) + w.expert_flops_per_token * n * w.imbalance / w.expert;
@@ -356,15 +347,6 @@ impl DeploymentCost {
         let comm_s = comm.allreduce_s + comm.all_to_all_s;
         let overhead_s = m.overhead_s + self.layers_overhead_s + s.batch as f64 / w.data * m.per_sequence_s;
         StepCost { compute_s, memory_s, comm_s, overhead_s, total_s: compute_s.max(memory_s) + comm_s + overhead_s }
-    }
-}
-
-/// Attention FLOPs of a step: `per_pair * pairs`, or with a decode form
-/// (MLA) `per_pair * (pairs - decode_pairs) + decode * decode_pairs`.
-pub fn attention_flops(per_pair: f64, decode: Option<f64>, s: &StepShape) -> f64 {
-    match decode {
-        None => per_pair * s.attention_pairs as f64,
-        Some(d) => per_pair * (s.attention_pairs - s.decode_pairs) as f64 + d * s.decode_pairs as f64,
     }
 }
 

@@ -135,6 +135,16 @@ fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
 
+/// The routed experts' own precision: bytes a weight and the peak their
+/// GEMMs run at.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ExpertWeights {
+    pub bytes_per_parameter: f64,
+    pub peak_tflops: f64,
+    /// The measured-GEMM table's dtype for them (`bf16`, `fp8`, `int4`).
+    pub dtype: &'static str,
+}
+
 /// One GEMM of a layer on one GPU.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Gemm {
@@ -281,7 +291,7 @@ impl Operators {
         link: Option<super::Link>,
         r: &Rates,
         o: &OperatorInput,
-        experts: Option<super::deployment::ExpertWeights>,
+        experts: Option<ExpertWeights>,
         window_kv_bytes_per_token: u64,
     ) -> Operators {
         let tf = f64::from(t);
@@ -440,9 +450,9 @@ impl Operators {
         if let Some(ar) = self.allreduce.as_ref().filter(|_| s.tokens > 0) {
             out.comm_s = 2.0 * self.layers * ar.seconds(m * self.hidden_bytes);
         }
-        out.attention_compute_s =
-            super::deployment::attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair, s)
-                / self.attention_flops_per_s;
+        out.attention_compute_s = s
+            .attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair)
+            / self.attention_flops_per_s;
         out.attention_memory_s = s.sum_ctx as f64 * self.kv_bytes_per_token / self.kv_bytes_per_s;
         if s.window_ctx > 0 {
             out.attention_compute_s +=
