@@ -11,15 +11,17 @@ fn model(arch: Architecture, t: u32, kv_bytes_per_token: u64, link: Option<Link>
     with_layer_overhead(arch, t, kv_bytes_per_token, link, 0.0)
 }
 
-fn with_layer_overhead(arch: Architecture, t: u32, kv: u64, link: Option<Link>, per_layer_us: f64) -> CostModel {
-    let kv_bytes_per_token = kv;
+/// The cost inputs of `arch` on one GPU of `peak` TFLOPS and `bandwidth`
+/// GB/s, efficiency 1, 16-bit weights, no overheads; tests change the
+/// fields they are about.
+fn input(arch: Architecture, peak: f64, bandwidth: f64, kv: u64) -> CostInput {
     let parameters = arch.parameters() as f64;
-    CostModel::new(&CostInput {
+    CostInput {
         parameters_billions: 0.0,
         bytes_per_parameter: 2.0,
-        kv_bytes_per_token,
-        peak_tflops: 989.0,
-        memory_bandwidth_gbps: 3350.0,
+        kv_bytes_per_token: kv,
+        peak_tflops: peak,
+        memory_bandwidth_gbps: bandwidth,
         compute_efficiency: 1.0,
         memory_efficiency: 1.0,
         step_overhead_ms: 0.0,
@@ -27,17 +29,29 @@ fn with_layer_overhead(arch: Architecture, t: u32, kv: u64, link: Option<Link>, 
         deployment: Some(DeploymentInput {
             architecture: arch,
             parameters,
-            tensor_parallel: t,
-            peak_tflops: 989.0,
-            link,
-            per_layer_overhead_us: per_layer_us,
+            tensor_parallel: 1,
+            peak_tflops: peak,
+            link: None,
+            per_layer_overhead_us: 0.0,
             operators: None,
             sliding_window: 0,
             window_kv_bytes_per_token: 0,
             wide: None,
             expert_weights: None,
         }),
-    })
+    }
+}
+
+/// `input`'s deployment, to change.
+fn deployment(i: &mut CostInput) -> &mut DeploymentInput {
+    i.deployment.as_mut().expect("input() gives a deployment")
+}
+
+fn with_layer_overhead(arch: Architecture, t: u32, kv: u64, link: Option<Link>, per_layer_us: f64) -> CostModel {
+    let mut i = input(arch, 989.0, 3350.0, kv);
+    let d = deployment(&mut i);
+    (d.tensor_parallel, d.link, d.per_layer_overhead_us) = (t, link, per_layer_us);
+    CostModel::new(&i)
 }
 
 fn ms(s: f64) -> f64 {
@@ -204,39 +218,14 @@ fn overheads_add_step_layer_and_sequence_terms() {
 
 #[test]
 fn an_explicit_parameter_count_sets_the_bytes_read_but_not_the_flops() {
-    let arch = llama_3_1_8b();
-    let mut input = CostInput {
-        parameters_billions: 0.0,
-        bytes_per_parameter: 2.0,
-        kv_bytes_per_token: 131_072,
-        peak_tflops: 989.0,
-        memory_bandwidth_gbps: 3350.0,
-        compute_efficiency: 1.0,
-        memory_efficiency: 1.0,
-        step_overhead_ms: 0.0,
-        per_sequence_overhead_us: 0.0,
-        deployment: Some(DeploymentInput {
-            architecture: arch,
-            parameters: 9e9,
-            tensor_parallel: 1,
-            peak_tflops: 989.0,
-            link: None,
-            per_layer_overhead_us: 0.0,
-            operators: None,
-            sliding_window: 0,
-            window_kv_bytes_per_token: 0,
-            wide: None,
-            expert_weights: None,
-        }),
-    };
+    let mut input = input(llama_3_1_8b(), 989.0, 3350.0, 131_072);
+    deployment(&mut input).parameters = 9e9;
     let c = CostModel::new(&input).cost(&decode(1, 1024));
     // 9e9 * 2 bytes + 1025 tokens of KV
     close(c.memory_s * 3.35e12, 18e9 + 1025.0 * 131_072.0, 3);
     // the architecture's 15,546,712,064 flops, as without the override
     close(ms(c.compute_s), 0.0157, 4);
-    if let Some(d) = &mut input.deployment {
-        d.parameters = 8_030_261_248.0;
-    }
+    deployment(&mut input).parameters = 8_030_261_248.0;
     assert!(CostModel::new(&input).cost(&decode(1, 1024)).compute_s == c.compute_s);
 }
 
@@ -244,32 +233,10 @@ fn an_explicit_parameter_count_sets_the_bytes_read_but_not_the_flops() {
 fn experts_of_their_own_precision_read_their_bytes_and_run_at_their_peak() {
     // Mixtral with 16-bit attention and MXFP4 experts (0.53125 bytes) on a
     // GPU of 2,250 TFLOPS at 16 bits and 9,000 at FP4.
-    let arch = mixtral_8x7b();
-    let parameters = arch.parameters() as f64;
-    let c = CostModel::new(&CostInput {
-        parameters_billions: 0.0,
-        bytes_per_parameter: 2.0,
-        kv_bytes_per_token: 131_072,
-        peak_tflops: 2250.0,
-        memory_bandwidth_gbps: 8000.0,
-        compute_efficiency: 1.0,
-        memory_efficiency: 1.0,
-        step_overhead_ms: 0.0,
-        per_sequence_overhead_us: 0.0,
-        deployment: Some(DeploymentInput {
-            architecture: arch,
-            parameters,
-            tensor_parallel: 1,
-            peak_tflops: 2250.0,
-            link: None,
-            per_layer_overhead_us: 0.0,
-            operators: None,
-            sliding_window: 0,
-            window_kv_bytes_per_token: 0,
-            wide: None,
-            expert_weights: Some(ExpertWeights { bytes_per_parameter: 0.53125, peak_tflops: 9000.0, dtype: "int4" }),
-        }),
-    });
+    let mut i = input(mixtral_8x7b(), 2250.0, 8000.0, 131_072);
+    deployment(&mut i).expert_weights =
+        Some(ExpertWeights { bytes_per_parameter: 0.53125, peak_tflops: 9000.0, dtype: "int4" });
+    let c = CostModel::new(&i);
     // all weights: 1,605,636,096 * 2 + 45,097,156,608 * 0.53125 = 27,169,136,640
     assert_eq!(c.weight_bytes, 27_169_136_640.0);
     let one = c.cost(&decode(1, 1024));
@@ -287,30 +254,9 @@ fn two_data_parallel_ranks_with_experts_over_both_gpus_price_a_gpu_of_them() {
     // of 350 GB/s and 10 us between them; 4 requests decoding at 1024.
     let link = Link { bandwidth_gbps: 350.0, latency_us: 10.0 };
     let wide = |imbalance: f64| {
-        CostModel::new(&CostInput {
-            parameters_billions: 0.0,
-            bytes_per_parameter: 2.0,
-            kv_bytes_per_token: 131_072,
-            peak_tflops: 989.0,
-            memory_bandwidth_gbps: 3350.0,
-            compute_efficiency: 1.0,
-            memory_efficiency: 1.0,
-            step_overhead_ms: 0.0,
-            per_sequence_overhead_us: 0.0,
-            deployment: Some(DeploymentInput {
-                architecture: mixtral_8x7b(),
-                parameters: mixtral_8x7b().parameters() as f64,
-                tensor_parallel: 1,
-                peak_tflops: 989.0,
-                link: None,
-                per_layer_overhead_us: 0.0,
-                operators: None,
-                sliding_window: 0,
-                window_kv_bytes_per_token: 0,
-                wide: Some(Wide { data: 2, expert: 2, imbalance, expert_link: Some(link) }),
-                expert_weights: None,
-            }),
-        })
+        let mut i = input(mixtral_8x7b(), 989.0, 3350.0, 131_072);
+        deployment(&mut i).wide = Some(Wide { data: 2, expert: 2, imbalance, expert_link: Some(link) });
+        CostModel::new(&i)
     };
     let c = wide(1.0).cost(&decode(4, 1024));
     // a rank's non-expert FLOPs: (2*12,617,515,008 - 22,548,578,304)*4 + 524,288*4,100 + 262,144,000*4
