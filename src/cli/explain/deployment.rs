@@ -339,7 +339,8 @@ fn steps(s: &Scenario, out: &mut String) {
     let p = cost.cost(&prefill);
     let _ =
         writeln!(out, "#   full prefill  one prompt of {budget} tokens (max_batch_tokens), nothing cached: {}", fmt(p));
-    let wide = cost.deployment.as_ref().and_then(|d| Some((d, d.wide.as_ref()?)));
+    // The per-operator form says its own communication below.
+    let wide = cost.deployment.as_ref().filter(|d| d.operators.is_none()).and_then(|d| Some((d, d.wide.as_ref()?)));
     if let Some((d, w)) = wide {
         let split = |tokens: u64| {
             let c = d.wide_comm(tokens).unwrap_or_default();
@@ -367,13 +368,14 @@ fn steps(s: &Scenario, out: &mut String) {
         let split = |shape: &StepShape| {
             let t = ops.times(shape);
             format!(
-                "GEMMs {:.3} ({:.3} of it reading weights) / attention {:.3} compute + {:.3} KV / all-reduce {:.3} / \
+                "GEMMs {:.3} ({:.3} of it reading weights) / attention {:.3} compute + {:.3} KV / all-reduce {:.3}{} / \
                  fixed {:.3}",
                 t.gemm_s * 1e3,
                 t.gemm_memory_bound_s * 1e3,
                 t.attention_compute_s * 1e3,
                 t.attention_memory_s * 1e3,
-                t.comm_s * 1e3,
+                (t.comm_s - t.all_to_all_s) * 1e3,
+                if ops.wide.is_some() { format!(" + all-to-all {:.3}", t.all_to_all_s * 1e3) } else { String::new() },
                 t.fixed_s * 1e3
             )
         };
@@ -388,6 +390,14 @@ fn steps(s: &Scenario, out: &mut String) {
                 ""
             }
         );
+        if let Some(w) = &ops.wide {
+            let _ = writeln!(
+                out,
+                "#                 one GPU of the busiest of {} ranks (a step's tokens split evenly), experts over {} \
+                 GPUs, imbalance {}",
+                w.data, w.expert, w.imbalance
+            );
+        }
         let _ = writeln!(out, "#                 decode of {b} at context {ctx} (ms): {}", split(&decode(b, ctx)));
         let _ = writeln!(out, "#                 prefill of {budget} tokens (ms): {}", split(&prefill));
     }

@@ -140,7 +140,10 @@ pub fn render(o: &Outcome, name: &str, scenario: &str, command: &str) -> String 
             let excluded = match (oc.in_fit, oc.holdout) {
                 (true, _) => None,
                 (false, true) => Some("held out".to_string()),
-                (false, false) => Some(format!("saturated: {}", r.saturated.as_deref().unwrap_or(""))),
+                (false, false) => match r.saturated.as_deref() {
+                    Some(why) if why == super::runs::HELD_OUT => Some(why.to_string()),
+                    why => Some(format!("saturated: {}", why.unwrap_or(""))),
+                },
             };
             RunRecord {
                 name: r.name.clone(),

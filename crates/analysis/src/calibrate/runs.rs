@@ -681,45 +681,103 @@ fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions
 /// 1,500` tokens, a context of `isl + osl + 1,500`, CUDA graphs captured
 /// for every batch up to the concurrency; vLLM's 0.9 memory utilisation
 /// and its 1,024 sequences (or the concurrency, if more).
-fn aic_settings(r: &aic::AicRow, c: u32, rounds: u32) -> Vec<(String, String)> {
+fn aic_settings(r: &aic::AicRow, rounds: u32) -> Vec<(String, String)> {
     let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
+    // `batch_size` is a rank's users; the scheduler's limits are a rank's.
+    let c = r.batch_size.unwrap_or(1);
+    let layout = r.layout(r.moe()).unwrap_or(aic::Layout { tensor: r.tp.unwrap_or(1), data: 1, expert: 1 });
+    let users = u64::from(c) * u64::from(layout.data);
     let budget = u64::from(c) + isl + 1500;
     let budget = if r.backend == "trtllm" { budget.div_ceil(32) * 32 } else { budget };
-    vec![
+    let mut out: Vec<(String, String)> = vec![
         ("hardware".into(), r.hardware().unwrap_or("").into()),
         ("model.preset".into(), r.preset().unwrap_or("").into()),
         ("model.context_length".into(), (isl + osl + 1500).to_string()),
-        ("model.weights.bytes_per_parameter".into(), r.bytes_per_parameter().to_string()),
-        ("model.kv_cache.gpu_memory_utilization".into(), "0.9".into()),
-        ("parallelism.tensor".into(), r.tp.unwrap_or(1).to_string()),
+    ];
+    let sixteen = r.gemm_quant_mode.is_empty();
+    match r.format() {
+        Some(aic::Format::Bytes) | None => {
+            out.push(("model.weights.bytes_per_parameter".into(), r.bytes_per_parameter().to_string()));
+        }
+        Some(aic::Format::Dtype) => {
+            out.push(("model.weights.dtype".into(), if sixteen { "bf16" } else { "fp8" }.into()));
+        }
+        Some(aic::Format::Int4Experts) => {
+            out.push(("model.weights.dtype".into(), "bf16".into()));
+            out.push(("model.weights.expert_dtype".into(), "int4".into()));
+        }
+        // Sliding-window layers (gpt-oss) run without prefix caching
+        // (docs/deployments.md); the closed loop's prompts are unique.
+        Some(aic::Format::Preset) => out.push(("model.kv_cache.prefix_caching".into(), "false".into())),
+    }
+    out.push(("model.kv_cache.gpu_memory_utilization".into(), "0.9".into()));
+    out.push(("parallelism.tensor".into(), layout.tensor.to_string()));
+    if layout.data > 1 {
+        out.push(("parallelism.data".into(), layout.data.to_string()));
+    }
+    if layout.expert > 1 {
+        out.push(("parallelism.expert".into(), layout.expert.to_string()));
+    }
+    out.extend([
         ("scheduler.max_batch_tokens".into(), budget.to_string()),
         ("scheduler.max_num_sequences".into(), c.max(1024).to_string()),
         ("scheduler.cuda_graph_max_tokens".into(), c.to_string()),
         (
             "workload".into(),
             format!(
-                "{{arrivals: {{closed: {{concurrency: {c}}}}}, requests: {}, prompt_tokens: {isl}, output_tokens: {osl}}}",
-                u64::from(c) * u64::from(rounds)
+                "{{arrivals: {{closed: {{concurrency: {users}}}}}, requests: {}, prompt_tokens: {isl}, output_tokens: {osl}}}",
+                users * u64::from(rounds)
             ),
         ),
-    ]
+    ]);
+    out
 }
+
+/// Why a row of an AIConfigurator file is predicted but not fitted: a
+/// kind of model or deployment the suites hold out (`AicRow::frontier`).
+pub const HELD_OUT: &str = "held out: MLA, sliding windows, a format of its own, or expert or data parallelism; \
+    predicted by the fit of the other runs to check that it transfers";
 
 fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
     let rounds = if opts.aic_rounds == 0 { aic::DEFAULT_ROUNDS } else { opts.aic_rounds };
     let mut out = Loaded::default();
+    // The same measurement filed twice (a later dump that re-encodes an
+    // earlier one's parallelism): the first row that llmsim can run is kept.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for r in &f.rows {
         let source = format!("{} line {}", f.file.display(), r.line);
         let mut measured = BTreeMap::new();
         measured.insert(Metric::Latency(Family::Ttft, Stat::Mean), r.ttft_ms);
         measured.insert(Metric::Latency(Family::Tpot, Stat::Mean), r.tpot_ms);
-        if let Some(reason) = r.unsupported() {
+        // Exact figures: the bits of both times.
+        let key = format!(
+            "{} {} {} {} {} {} {}",
+            r.model_path,
+            r.system,
+            r.backend,
+            r.isl,
+            r.osl,
+            r.ttft_ms.to_bits(),
+            r.tpot_ms.to_bits()
+        );
+        let reason = match r.unsupported() {
+            Some(why) => Some(why),
+            None => match seen.get(&key) {
+                Some(line) => Some(format!(
+                    "the same measurement (model, GPU, engine, lengths, TTFT and TPOT) as line {line}, filed again"
+                )),
+                None => {
+                    seen.insert(key, r.line);
+                    None
+                }
+            },
+        };
+        if let Some(reason) = reason {
             out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });
             continue;
         }
-        let c = r.batch_size.unwrap_or(1);
         let mut settings = Vec::new();
-        for (key, value) in aic_settings(r, c, rounds) {
+        for (key, value) in aic_settings(r, rounds) {
             let value = Override::parse_value(&value).map_err(|m| ConfigError::new(&f.file, &key, m))?;
             settings.push(Override { path: key.split('.').map(str::to_string).collect(), value });
         }
@@ -728,22 +786,40 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         let base = src.base(&settings, None, &label)?;
         let model =
             base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
+        let c = r.batch_size.unwrap_or(1);
+        let (layout, tp) = (r.layout(r.moe()).ok(), r.tp.unwrap_or(1));
+        let (users, shape) = match layout {
+            Some(l) if l.data > 1 || l.expert > 1 => {
+                (u64::from(c) * u64::from(l.data), format!("x{} (TP {tp}, DP {}, EP {})", l.gpus(), l.data, l.expert))
+            }
+            _ => (u64::from(c), format!("x{tp}")),
+        };
         let notes = vec![format!(
-            "{} {} on {} x{}: {c} users, {} / {} tokens, {} requests",
+            "{} {} on {} {shape}: {users} users, {} / {} tokens, {} requests",
             r.backend,
             r.backend_version,
             r.system,
-            r.tp.unwrap_or(1),
             r.isl,
             r.osl,
-            u64::from(c) * u64::from(rounds)
+            users * u64::from(rounds)
         )];
+        let wide = layout
+            .filter(|l| l.data > 1 || l.expert > 1)
+            .map_or(String::new(), |l| format!(" dp{} ep{}", l.data, l.expert));
+        let saturated = if r.frontier() { Some(HELD_OUT.to_string()) } else { implausible_prefill(r, &base) };
         out.runs.push(Run {
             name: r.id.clone(),
-            group: format!("{} {} {} {} tp{}", r.backend, r.system, r.model_path, r.gemm_quant_mode, r.tp.unwrap_or(1)),
+            group: format!(
+                "{} {} {} {} tp{}{wide}",
+                r.backend,
+                r.system,
+                r.model_path,
+                r.gemm_quant_mode,
+                r.tp.unwrap_or(1)
+            ),
             source,
             kind: InputKind::Aic,
-            saturated: implausible_prefill(r, &base),
+            saturated,
             base,
             measured,
             notes,
@@ -756,7 +832,7 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
     // too, so none of them is fitted.
     let suspect: Vec<(String, usize)> = {
         let mut by: Vec<(String, usize)> = Vec::new();
-        for r in out.runs.iter().filter(|r| r.saturated.is_some()) {
+        for r in out.runs.iter().filter(|r| r.saturated.as_deref().is_some_and(|s| s != HELD_OUT)) {
             match by.iter_mut().find(|(o, _)| *o == r.origin) {
                 Some(e) => e.1 += 1,
                 None => by.push((r.origin.clone(), 1)),

@@ -287,15 +287,20 @@ fn an_unidentified_key_is_reported_and_held_at_its_prior() {
     assert_eq!(o.identified[0].prior, None);
 }
 
+/// The Hopper AIConfigurator rows of one engine, read with its suite's scenario.
+fn hopper_rows(backend: &str) -> runs::Loaded {
+    let src = ScenarioSource::load(&repo(&format!("scenarios/fidelity/hopper-{backend}.yml")), &[]).unwrap();
+    let filters = vec![crate::measured::aic::Filter::parse(&format!("backend={backend}")).unwrap()];
+    let opts = LoadOptions { aic_filters: filters, ..LoadOptions::default() };
+    runs::load(&src, &repo("scenarios/fidelity/aic-hopper.csv"), &opts).unwrap()
+}
+
 /// The AIConfigurator transcription reads as runs of the engine: a row's
 /// closed loop, lengths, TP, budget and request count, the rows it cannot
 /// express listed with their reason.
 #[test]
 fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
-    let src = ScenarioSource::load(&repo("scenarios/fidelity/hopper-vllm.yml"), &[]).unwrap();
-    let filters = vec![crate::measured::aic::Filter::parse("backend=vllm").unwrap()];
-    let opts = LoadOptions { aic_filters: filters, ..LoadOptions::default() };
-    let loaded = runs::load(&src, &repo("scenarios/fidelity/aic-hopper.csv"), &opts).unwrap();
+    let loaded = hopper_rows("vllm");
     let run = loaded
         .runs
         .iter()
@@ -319,11 +324,44 @@ fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
     let rows = std::fs::read_to_string(repo("scenarios/fidelity/aic-hopper.csv")).unwrap();
     let vllm = rows.lines().filter(|l| l.contains(",vllm,")).count();
     assert_eq!(loaded.runs.len() + loaded.excluded.len(), vllm);
-    assert!(loaded.excluded.iter().any(|e| e.reason.contains("sliding-window")), "gpt-oss is listed");
+    // a later dump's copy of a measurement is listed once, naming the first
+    let copy = loaded
+        .excluded
+        .iter()
+        .find(|e| e.name == "2026_04_06_gpt_oss_120b_h200_sxm_vllm_fp4_agg_1024x1024_c4_tp1_ep1_356");
+    assert!(copy.expect("listed").reason.contains("as line 596"), "{copy:?}");
     // the vLLM 0.12 Llama-3.1-8B rows that need more than 60% of the FP8
     // peak for their prefill alone are predicted, not fitted
     let odd = loaded.runs.iter().filter(|r| r.saturated.as_deref().is_some_and(|s| s.contains("prefix-cache"))).count();
     assert!(odd >= 3, "{odd}");
+}
+
+/// A row with attention data parallelism is a closed loop of every rank's
+/// users on one engine of `tp x dp` GPUs, with the experts over all of
+/// them and a rank's limits; a kind of model no suite fits on is held out.
+#[test]
+fn aic_rows_with_expert_and_data_parallelism_run_held_out() {
+    let loaded = hopper_rows("trtllm");
+    let name = "2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c128_tp8_0_ep8_0_1244";
+    let run = loaded.runs.iter().find(|r| r.name == name).expect("DeepSeek-R1 at DP 8 / EP 8, 16 users a rank");
+    let s = run.base.scenario(&[], &[]).unwrap();
+    assert_eq!(s.model.name, "deepseek-r1");
+    assert_eq!(s.deployment.tensor_parallel, 1);
+    let wide = s.deployment.wide.expect("data and expert parallelism");
+    assert_eq!((wide.data, wide.expert), (8, 8));
+    // 8 ranks x 16 users, 20 requests each
+    assert!(matches!(s.workload.arrivals, llmsim_scenario::config::Arrivals::Closed { concurrency: 128, .. }));
+    assert_eq!(s.workload.requests, Some(2560));
+    // a rank's budget: 16 + 1,024 + 1,500 = 2,540, TensorRT-LLM's multiple of 32
+    assert_eq!(s.scheduler.max_batch_tokens, 2560);
+    assert_eq!(s.scheduler.cuda_graph_max_tokens, Some(16));
+    assert_eq!(run.saturated.as_deref(), Some(runs::HELD_OUT));
+    // its copy in a later dump says 64 ranks of 2 users: beyond one node
+    let copy =
+        loaded.excluded.iter().find(|e| e.name.starts_with("2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024"));
+    assert!(copy.is_some_and(|e| e.reason.contains("more than one 8-GPU node")), "{copy:?}");
+    // a dense model's run at TP 1 stays in the fit
+    assert!(loaded.runs.iter().any(|r| r.model == "llama-3.1-8b" && r.saturated.is_none()));
 }
 
 /// `llmsim fidelity --check` predicts at a recorded fit instead of fitting

@@ -81,29 +81,70 @@ pub const DEFAULT_ROUNDS: u32 = 20;
 /// Its `system` names and the shipped hardware profiles they are.
 pub const SYSTEMS: [(&str, &str); 2] = [("h100_sxm", "h100-80gb"), ("h200_sxm", "h200")];
 
+/// GPUs one node of a `system` has: an engine wider than that spans
+/// nodes, whose links llmsim does not model.
+pub const NODE_GPUS: u32 = 8;
+
+/// How a row's weights are stored, as scenario keys.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Format {
+    /// `model.weights.bytes_per_parameter` from `gemm_quant_mode` (the
+    /// dense models and Qwen3's MoE, as fitted since the first suites).
+    Bytes,
+    /// `model.weights.dtype` from `gemm_quant_mode` (fp8, or 16 bits).
+    Dtype,
+    /// The preset's own checkpoint format (gpt-oss: MXFP4 experts beside
+    /// 16-bit attention; the file says `nvfp4`, which gpt-oss does not ship).
+    Preset,
+    /// `int4_wo`: 16-bit attention, INT4 routed experts (Kimi-K2.5's
+    /// checkpoint quantises only the experts).
+    Int4Experts,
+}
+
 /// Its `model_path` names (Hugging Face repositories), the shipped model
-/// presets with the same shape, and whether they are a mixture of experts
-/// (whose `moe_tp_size` and `moe_ep_size` then matter).
-pub const MODELS: [(&str, &str, bool); 8] = [
-    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b", false),
-    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", false),
-    ("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b", false),
-    ("meta-llama/Llama-3.1-70B", "llama-3.1-70b", false),
-    ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b", false),
-    ("Qwen/Qwen3-32B", "qwen3-32b", false),
-    ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b", true),
-    ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b", true),
+/// presets with the same shape, whether they are a mixture of experts
+/// (whose `moe_tp_size` and `moe_ep_size` then matter), and how their
+/// weights are read. Kimi-K2.5 is Kimi-K2's language model (the same
+/// DeepSeek-V3 shape; its vision encoder is not counted) and MiniMax-M2.5
+/// has MiniMax-M2's: both are assumptions the file cannot confirm
+/// (docs/calibration.md).
+pub const MODELS: [(&str, &str, bool, Format); 13] = [
+    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b", false, Format::Bytes),
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", false, Format::Bytes),
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b", false, Format::Bytes),
+    ("meta-llama/Llama-3.1-70B", "llama-3.1-70b", false, Format::Bytes),
+    ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b", false, Format::Bytes),
+    ("Qwen/Qwen3-32B", "qwen3-32b", false, Format::Bytes),
+    ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b", true, Format::Bytes),
+    ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b", true, Format::Bytes),
+    ("deepseek-ai/DeepSeek-V3", "deepseek-v3", true, Format::Dtype),
+    ("deepseek-ai/DeepSeek-R1", "deepseek-r1", true, Format::Dtype),
+    ("moonshotai/Kimi-K2.5", "kimi-k2", true, Format::Int4Experts),
+    ("MiniMaxAI/MiniMax-M2.5", "minimax-m2", true, Format::Dtype),
+    ("openai/gpt-oss-120b", "gpt-oss-120b", true, Format::Preset),
 ];
 
 /// Models llmsim cannot express yet, and why.
-pub const UNSUPPORTED: [(&str, &str); 6] = [
-    ("deepseek-ai/", "multi-head latent attention (DeepSeek-V3/R1) is not modelled"),
-    ("moonshotai/", "multi-head latent attention (Kimi) is not modelled"),
-    ("openai/gpt-oss", "sliding-window layers with attention sinks (gpt-oss) are not modelled"),
-    ("zhipuai/", "GLM-5's attention is not modelled"),
-    ("MiniMaxAI/", "no MiniMax-M2.5 preset: its architecture is not transcribed"),
-    ("Qwen/Qwen3.5", "Qwen3.5's hybrid attention is not modelled"),
+pub const UNSUPPORTED: [(&str, &str); 2] = [
+    ("zhipuai/", "no GLM-5 preset: its sparse attention is not modelled"),
+    ("Qwen/Qwen3.5", "Qwen3.5's hybrid attention (linear-attention layers) is not modelled"),
 ];
+
+/// How a row is deployed, as llmsim's `parallelism` keys.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Layout {
+    pub tensor: u32,
+    /// Attention data parallelism (1 without).
+    pub data: u32,
+    /// Expert parallelism (1 without: experts split by TP).
+    pub expert: u32,
+}
+
+impl Layout {
+    pub fn gpus(&self) -> u32 {
+        self.tensor * self.data
+    }
+}
 
 impl AicRow {
     /// The source family of the row: the first field of
@@ -127,30 +168,81 @@ impl AicRow {
         if let Some((_, why)) = UNSUPPORTED.iter().find(|(p, _)| self.model_path.starts_with(p)) {
             return Some((*why).to_string());
         }
-        let Some(&(_, _, moe)) = MODELS.iter().find(|(m, _, _)| *m == self.model_path) else {
+        let Some(&(_, _, moe, _)) = MODELS.iter().find(|(m, ..)| *m == self.model_path) else {
             return Some(format!("no model preset for `{}`", self.model_path));
         };
         if !SYSTEMS.iter().any(|(s, _)| *s == self.system) {
             return Some(format!("no hardware profile for `{}`", self.system));
         }
-        let tp = self.tp.unwrap_or(1);
         if self.pp.unwrap_or(1) > 1 {
             return Some(format!("pipeline parallelism {} is not modelled", self.pp.unwrap_or(1)));
         }
-        if self.attention_dp.unwrap_or(1) > 1 {
-            return Some(format!("data-parallel attention {} is not modelled", self.attention_dp.unwrap_or(1)));
-        }
-        if moe && self.moe_ep.unwrap_or(1) > 1 {
-            return Some(format!("expert parallelism {} is not modelled", self.moe_ep.unwrap_or(1)));
-        }
-        if moe && self.moe_tp.is_some_and(|m| m != tp) {
-            return Some(format!("MoE tensor parallelism {} differs from attention's {tp}", self.moe_tp.unwrap_or(1)));
+        if let Err(why) = self.layout(moe) {
+            return Some(why);
         }
         match self.gemm_quant_mode.as_str() {
             "" | "fp8" | "fp8_block" | "int4_wo" => None,
-            "nvfp4" => Some("NVFP4 weights (an FP4 peak) are not modelled".into()),
+            "nvfp4" if self.format() == Some(Format::Preset) => None,
+            "nvfp4" => Some("NVFP4 weights on Hopper (no FP4 peak) are not modelled".into()),
             q => Some(format!("weights quantised as `{q}` are not modelled")),
         }
+    }
+
+    /// The row's parallelism as llmsim's keys, or why it has none: `moe_ep`
+    /// must be the GPUs of `tp x attention_dp` (vLLM's and SGLang's
+    /// expert parallelism, TensorRT-LLM's `moe_ep` with `moe_tp` 1), or 1
+    /// with `moe_tp = tp` and no data parallelism (experts split by TP).
+    pub fn layout(&self, moe: bool) -> Result<Layout, String> {
+        let tensor = self.tp.unwrap_or(1);
+        let data = self.attention_dp.unwrap_or(1);
+        let gpus = u64::from(tensor) * u64::from(data);
+        if gpus > u64::from(NODE_GPUS) {
+            return Err(format!(
+                "TP {tensor} x attention DP {data} spans more than one {NODE_GPUS}-GPU node: links between nodes are \
+                 not modelled"
+            ));
+        }
+        if !moe {
+            if data > 1 {
+                return Err(format!("data-parallel attention {data} of a dense model is replicas, not one engine"));
+            }
+            return Ok(Layout { tensor, data, expert: 1 });
+        }
+        let (moe_tp, moe_ep) = (self.moe_tp.unwrap_or(tensor), self.moe_ep.unwrap_or(1));
+        if moe_ep > 1 {
+            if moe_tp != 1 || u64::from(moe_ep) != gpus {
+                return Err(format!(
+                    "MoE tensor parallelism {moe_tp} x expert parallelism {moe_ep} over TP {tensor} x DP {data}: \
+                     only expert parallelism over every GPU is modelled"
+                ));
+            }
+            return Ok(Layout { tensor, data, expert: moe_ep });
+        }
+        if data > 1 || moe_tp != tensor {
+            return Err(format!(
+                "MoE tensor parallelism {moe_tp} differs from attention's {tensor} x DP {data}: only experts split \
+                 like attention, or spread by expert parallelism, are modelled"
+            ));
+        }
+        Ok(Layout { tensor, data: 1, expert: 1 })
+    }
+
+    /// Whether its model is a mixture of experts (false without a preset).
+    pub fn moe(&self) -> bool {
+        MODELS.iter().any(|m| m.0 == self.model_path && m.2)
+    }
+
+    /// How the row's weights are read (None: no preset).
+    pub fn format(&self) -> Option<Format> {
+        MODELS.iter().find(|(m, ..)| *m == self.model_path).map(|m| m.3)
+    }
+
+    /// Whether the row is of a kind the fidelity suites predict without
+    /// fitting on it: a model with MLA, sliding windows or a format of its
+    /// own, or expert or data parallelism.
+    pub fn frontier(&self) -> bool {
+        let layout = self.format().and_then(|_| self.layout(self.moe()).ok());
+        self.format().is_some_and(|f| f != Format::Bytes) || layout.is_some_and(|l| l.data > 1 || l.expert > 1)
     }
 
     /// Bytes a weight takes at its quantisation.
@@ -163,7 +255,7 @@ impl AicRow {
     }
 
     pub fn preset(&self) -> Option<&'static str> {
-        MODELS.iter().find(|(m, _, _)| *m == self.model_path).map(|(_, p, _)| *p)
+        MODELS.iter().find(|(m, ..)| *m == self.model_path).map(|m| m.1)
     }
 
     pub fn hardware(&self) -> Option<&'static str> {
@@ -375,6 +467,48 @@ mod tests {
         assert_eq!((r.isl, r.osl, r.batch_size, r.tp, r.moe_ep), (1024, 1024, Some(16), Some(4), Some(1)));
         assert_eq!((r.ttft_ms, r.tpot_ms), (126.2, 10.94));
         assert_eq!((r.system.as_str(), r.backend.as_str(), r.line), ("h200_sxm", "vllm", 2));
+    }
+
+    /// A row of `model` at `quant`, `tp`, `dp`, `moe_tp` and `moe_ep` (empty: not given).
+    fn shaped(model: &str, quant: &str, shape: [&str; 4]) -> AicRow {
+        let [tp, dp, mtp, ep] = shape;
+        let row = format!(
+            "r,db,vllm,0.19.0,{model},h200_sxm,fp8,agg,1024,1024,{quant},{quant},16,{tp},1,{dp},{mtp},{ep},\
+            ,,,,,,,,,,,,,,126.2,10.94"
+        );
+        one(&row).unwrap().rows.remove(0)
+    }
+
+    #[test]
+    fn expert_and_data_parallelism_read_as_the_engine_s_keys() {
+        let ds = |shape| shaped("deepseek-ai/DeepSeek-R1", "fp8", shape);
+        let layout = |r: &AicRow| r.layout(r.moe());
+        assert_eq!(layout(&ds(["1", "8", "1", "8"])), Ok(Layout { tensor: 1, data: 8, expert: 8 }));
+        assert_eq!(layout(&ds(["8", "1", "1", "8"])), Ok(Layout { tensor: 8, data: 1, expert: 8 }));
+        assert_eq!(layout(&ds(["8", "1", "8", "1"])), Ok(Layout { tensor: 8, data: 1, expert: 1 }));
+        // MLA: held out even at plain TP; a dense FP8 model at TP 4 is not
+        assert!(ds(["8", "1", "8", "1"]).frontier());
+        assert!(ds(["8", "1", "8", "1"]).unsupported().is_none());
+        let llama = |shape| shaped("meta-llama/Llama-3.1-70B", "fp8", shape);
+        assert!(!llama(["4", "1", "4", "1"]).frontier());
+        let why = |r: AicRow| r.unsupported().unwrap_or_default();
+        assert!(why(ds(["64", "1", "8", "8"])).contains("more than one 8-GPU node"));
+        assert!(why(ds(["1", "64", "8", "8"])).contains("more than one 8-GPU node"));
+        assert!(why(ds(["4", "1", "2", "2"])).contains("only expert parallelism over every GPU"));
+        assert!(why(ds(["2", "2", "4", "1"])).contains("MoE tensor parallelism 4"));
+        assert!(why(llama(["4", "2", "4", "1"])).contains("of a dense model"));
+        // a Qwen3 MoE split like attention stays in the fit; with EP it is held out
+        let qwen = |shape| shaped("Qwen/Qwen3-235B-A22B-FP8", "fp8_block", shape);
+        assert_eq!(layout(&qwen(["2", "", "2", "1"])), Ok(Layout { tensor: 2, data: 1, expert: 1 }));
+        assert!(!qwen(["2", "", "2", "1"]).frontier());
+        assert!(qwen(["4", "", "1", "4"]).frontier());
+        // gpt-oss's `nvfp4` is its own MXFP4 checkpoint; a dense NVFP4 model on Hopper is not run
+        assert!(shaped("openai/gpt-oss-120b", "nvfp4", ["2", "1", "2", "1"]).unsupported().is_none());
+        assert!(why(shaped("meta-llama/Llama-3.1-70B", "nvfp4", ["4", "1", "4", "1"])).contains("NVFP4"));
+        assert!(why(shaped("zhipuai/GLM-5", "fp8", ["8", "1", "8", "1"])).contains("GLM-5"));
+        let mut pp = ds(["8", "1", "8", "1"]);
+        pp.pp = Some(2);
+        assert!(why(pp).contains("pipeline parallelism 2"));
     }
 
     #[test]

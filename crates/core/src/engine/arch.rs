@@ -42,7 +42,7 @@ pub struct Architecture {
     pub first_dense_layers: u64,
     /// Multi-head latent attention; `head_dim` is then
     /// `qk_nope_head_dim + qk_rope_head_dim` and `kv_heads` the heads.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub mla: Option<Mla>,
     /// Sliding-window attention: a layer of this kind attends to the last
     /// `sliding_window` tokens only and keeps only their KV (0: none).

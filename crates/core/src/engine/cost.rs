@@ -136,6 +136,7 @@ impl CostModel {
                         memory_efficiency: i.memory_efficiency,
                         bytes_per_parameter: i.bytes_per_parameter,
                         kv_bytes_per_token,
+                        window_kv_bytes_per_token: d.window_kv_bytes_per_token,
                         per_layer_overhead_us: d.per_layer_overhead_us,
                     },
                 )),

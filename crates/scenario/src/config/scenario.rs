@@ -773,6 +773,21 @@ pub struct PeakUse {
     pub fallback: Option<&'static str>,
 }
 
+impl PeakUse {
+    /// `bytes` a weight over the bytes of the precision this peak is native
+    /// to (2 at `peak_tflops`, 1 at `peak_tflops_fp8`, 0.5 at
+    /// `peak_tflops_fp4`), at most 1: the per-operator form's GEMM ramp
+    /// shrinks by it for weights narrower than the arithmetic (W4A16).
+    pub fn ramp_scale(&self, bytes: f64) -> f64 {
+        let native = match self.key {
+            "peak_tflops_fp8" => 1.0,
+            "peak_tflops_fp4" => 0.5,
+            _ => 2.0,
+        };
+        (bytes / native).min(1.0)
+    }
+}
+
 impl Deployment {
     /// Whether every weight computes at `peak_tflops_fp8`.
     pub fn peak_is_fp8(&self) -> bool {
@@ -801,10 +816,14 @@ impl Deployment {
             peak_tflops: self.peak_tflops,
             link: self.link,
             wide: self.wide,
-            expert_weights: self.expert_peak.as_ref().map(|(tflops, _)| llmsim_core::engine::cost::ExpertWeights {
-                bytes_per_parameter: s.model.weights.expert_dtype.map_or(0.0, WeightDtype::bytes),
-                peak_tflops: *tflops,
-                dtype: s.model.weights.expert_dtype.map_or("bf16", WeightDtype::kernel_dtype),
+            expert_weights: self.expert_peak.as_ref().map(|(tflops, peak)| {
+                let bytes = s.model.weights.expert_dtype.map_or(0.0, WeightDtype::bytes);
+                llmsim_core::engine::cost::ExpertWeights {
+                    bytes_per_parameter: bytes,
+                    peak_tflops: *tflops,
+                    dtype: s.model.weights.expert_dtype.map_or("bf16", WeightDtype::kernel_dtype),
+                    ramp_scale: peak.ramp_scale(bytes),
+                }
             }),
             per_layer_overhead_us: s.latency.per_layer_overhead_us,
             operators: s.per_operator().map(|_| {
@@ -812,6 +831,7 @@ impl Deployment {
                 let bpp = s.model.weights.bytes_per_parameter;
                 llmsim_core::engine::cost::OperatorInput {
                     gemm_half_tokens: e.gemm_half_tokens.unwrap_or(0.0),
+                    ramp_scale: self.peak.ramp_scale(bpp),
                     attention_compute: e.attention_compute.unwrap_or(e.compute),
                     attention_memory: e.attention_memory.unwrap_or(e.memory),
                     allreduce_us: s.latency.allreduce_us,

@@ -82,14 +82,6 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
                  describe the model with model: NAME, model.architecture or model.hf_config",
             ));
         }
-        Some(key) if built.deployment.wide.is_some() => {
-            return Err(ck.err(
-                key,
-                "prices each operator of a step (the per-operator form), which does not model data or expert \
-                 parallelism yet: drop the per-operator keys (and a calibration that sets them) to use the \
-                 roofline form, which does",
-            ));
-        }
         // The roofline form reads no kernel table: drop it, so `explain`
         // shows only what is used.
         None => hardware.kernels = None,

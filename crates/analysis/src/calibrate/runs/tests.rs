@@ -15,12 +15,17 @@ fn metric(f: Family, s: Stat) -> Metric {
 
 #[test]
 fn a_run_s_restated_scenario_is_the_scenario() {
-    for rel in [
-        "scenarios/base.yml",
-        "scenarios/deployments/llama-3.1-70b-tp4-h100.yml",
-        "scenarios/deployments/mixtral-8x7b-tp2-h100.yml",
-        "scenarios/workloads/mixed-lengths.yml",
-    ] {
+    // Every shipped deployment (MLA, sliding windows, expert and data
+    // parallelism, formats of their own), beside a plain scenario.
+    let mut rels: Vec<String> = std::fs::read_dir(repo("scenarios/deployments"))
+        .unwrap()
+        .map(|e| format!("scenarios/deployments/{}", e.unwrap().file_name().to_string_lossy()))
+        .filter(|r| r.ends_with(".yml"))
+        .collect();
+    rels.sort();
+    assert!(rels.len() >= 10, "{rels:?}");
+    rels.extend(["scenarios/base.yml".into(), "scenarios/workloads/mixed-lengths.yml".into()]);
+    for rel in rels.iter().map(String::as_str) {
         let src = source(rel);
         let base = src.base(&[], None, "x").unwrap();
         let again = base.scenario(&[], &[]).unwrap();

@@ -190,6 +190,19 @@ impl DeploymentCost {
             ),
             _ => (0.0, 0.0),
         };
+        let wide = d.wide.map(|w| WideCost::new(a, d, &w));
+        let operators = d.operators.as_ref().map(|o| {
+            let wide_ops = wide.as_ref().map(|w| super::operators::WideOperators {
+                data: w.data,
+                expert: w.expert,
+                imbalance: w.imbalance,
+                allreduce_calls: (a.layers + if w.data > 1.0 { a.dense_layers() } else { a.layers }) as f64,
+                all_to_all_fixed_s: w.all_to_all_fixed_s,
+                all_to_all_s_per_token: w.all_to_all_s_per_token,
+            });
+            let (a, t, link) = (&d.architecture, d.tensor_parallel, d.link);
+            super::operators::Operators::new(a, t, link, rates, o, d.expert_weights, wide_ops)
+        });
         DeploymentCost {
             tensor_parallel: d.tensor_parallel,
             layers: a.layers,
@@ -207,18 +220,8 @@ impl DeploymentCost {
             comm_fixed_s,
             comm_s_per_token,
             layers_overhead_s: layers * d.per_layer_overhead_us / 1e6,
-            wide: d.wide.map(|w| WideCost::new(a, d, &w)),
-            operators: d.operators.as_ref().map(|o| {
-                super::operators::Operators::new(
-                    a,
-                    d.tensor_parallel,
-                    d.link,
-                    rates,
-                    o,
-                    d.expert_weights,
-                    d.window_kv_bytes_per_token,
-                )
-            }),
+            wide,
+            operators,
         }
     }
 

@@ -9,8 +9,9 @@
 //!
 //! ```text
 //! M        = tokens in the step (T); per expert, M_e = T * k / touched
+//! ramp_scale = min(1, bytes_per_parameter / bytes of the peak's precision)   (W4A16 at the 16-bit peak: 0.53125/2)
 //! gemm(M, n, k) = table(M)                       if the hardware measured this shape
-//!               = max(2*M*n*k / (peak_w * compute * M / (M + half)),
+//!               = max(2*M*n*k / (peak_w * compute * M / (M + half)),   half = gemm_half_tokens * ramp_scale
 //!                     (n*k*bytes_per_parameter + 2*M*(n + k)) / (bandwidth * memory))
 //! linear   = layers * sum over the layer's GEMMs (per GPU shapes) + the LM head at M = S
 //!            + layers * touched * per_expert_us          (a fixed cost for each expert a layer's tokens touch)
@@ -23,6 +24,17 @@
 //! gpu      = max(gpu, layers * eager_layer_us)    when T > cuda_graph_max_tokens (no CUDA graph)
 //! step     = gpu + step_overhead + batch * per_sequence_overhead
 //! ```
+//!
+//! With attention data parallelism `d` and expert parallelism `e`
+//! (docs/deployments.md) one GPU of the busiest rank is priced: its rank
+//! runs `T/d` tokens through the GEMMs split over `t` (attention, router,
+//! shared and dense MLPs), `1/d` of the pairs, context and samples, and
+//! `layers + dense layers` all-reduces of its `T/d` tokens (`2 * layers`
+//! at `d = 1`, where the experts' outputs are summed as under TP); the GPU
+//! holds `experts/e` whole experts and runs `touched/e` of them at
+//! `imbalance * M_e` tokens each; with `d > 1` each MoE layer adds the
+//! all-to-all dispatch and combine of the roofline form; `T/d` against
+//! the largest CUDA graph (a rank's), `batch/d` sequences.
 //!
 //! Every term grows with the step's tokens, context, pairs, samples and
 //! batch, so a larger step never costs less (the stretch's bounds rely on
@@ -109,6 +121,10 @@ pub struct OperatorInput {
     /// `efficiency.gemm_half_tokens`: tokens at which a GEMM reaches half
     /// of `efficiency.compute` (0: every GEMM at `efficiency.compute`).
     pub gemm_half_tokens: f64,
+    /// The weights' bytes over the bytes of the precision their peak is
+    /// native to (at most 1): W4A16 at the 16-bit peak streams a quarter of
+    /// a 16-bit GEMM's bytes, so its ramp (the small-M floor) is a quarter.
+    pub ramp_scale: f64,
     /// `efficiency.attention_compute`, of the 16-bit peak.
     pub attention_compute: f64,
     /// `efficiency.attention_memory`: of the bandwidth, for KV reads.
@@ -143,6 +159,8 @@ pub struct ExpertWeights {
     pub peak_tflops: f64,
     /// The measured-GEMM table's dtype for them (`bf16`, `fp8`, `int4`).
     pub dtype: &'static str,
+    /// As [`OperatorInput::ramp_scale`], for the experts' own format.
+    pub ramp_scale: f64,
 }
 
 /// One GEMM of a layer on one GPU.
@@ -214,7 +232,10 @@ pub struct Operators {
     pub head: Gemm,
     /// `peak_w * 1e12 * efficiency.compute`, one GPU.
     pub gemm_flops_per_s: f64,
+    /// `efficiency.gemm_half_tokens` scaled by the weights' `ramp_scale`,
+    /// and by the routed experts' own.
     pub gemm_half_tokens: f64,
+    pub expert_half_tokens: f64,
     /// `bandwidth * efficiency.memory`, one GPU.
     pub weight_bytes_per_s: f64,
     /// `latency.per_expert_us` in seconds: each touched expert's fixed cost in a layer.
@@ -248,6 +269,24 @@ pub struct Operators {
     /// `layers * eager_layer_us`, s: the least a step without a graph takes.
     pub eager_floor_s: f64,
     pub cuda_graph_max_tokens: u64,
+    /// Data and expert parallelism, when used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wide: Option<WideOperators>,
+}
+
+/// The per-operator form's terms of data and expert parallelism.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WideOperators {
+    pub data: f64,
+    pub expert: f64,
+    pub imbalance: f64,
+    /// All-reduces a step inside a rank: one a layer after attention, one
+    /// more a dense layer, or every layer with one rank.
+    pub allreduce_calls: f64,
+    /// The MoE layers' all-to-all: fixed seconds a step, and seconds a
+    /// token of the engine (both 0 with one rank).
+    pub all_to_all_fixed_s: f64,
+    pub all_to_all_s_per_token: f64,
 }
 
 /// A step's time by operator, seconds (what `explain` shows).
@@ -259,7 +298,10 @@ pub struct OperatorTimes {
     pub gemm_memory_bound_s: f64,
     pub attention_compute_s: f64,
     pub attention_memory_s: f64,
+    /// All-reduces, and with data parallelism the MoE all-to-all.
     pub comm_s: f64,
+    /// Of `comm_s`: the all-to-all.
+    pub all_to_all_s: f64,
     /// `layers * per_layer_overhead`, plus what the eager floor adds.
     pub fixed_s: f64,
 }
@@ -281,10 +323,14 @@ pub struct Rates {
     pub memory_efficiency: f64,
     pub bytes_per_parameter: f64,
     pub kv_bytes_per_token: f64,
+    /// Sliding-window layers' KV bytes a token on one GPU (0 without them).
+    pub window_kv_bytes_per_token: u64,
     pub per_layer_overhead_us: f64,
 }
 
 impl Operators {
+    /// `experts`: the routed experts' own precision; `wide`: data and
+    /// expert parallelism.
     pub fn new(
         a: &Architecture,
         t: u32,
@@ -292,7 +338,7 @@ impl Operators {
         r: &Rates,
         o: &OperatorInput,
         experts: Option<ExpertWeights>,
-        window_kv_bytes_per_token: u64,
+        wide: Option<WideOperators>,
     ) -> Operators {
         let tf = f64::from(t);
         let h = a.hidden_size as f64;
@@ -342,7 +388,8 @@ impl Operators {
             if a.first_dense_layers > 0 {
                 mlp(&mut dense_only);
             }
-            let i = a.expert_intermediate_size as f64 / tf;
+            // Under expert parallelism a GPU holds whole experts.
+            let i = a.expert_intermediate_size as f64 / if wide.is_some() { 1.0 } else { tf };
             expert.push(gemm_of(expert_dtype, "expert_gate_up", 2.0 * i, h));
             expert.push(gemm_of(expert_dtype, "expert_down", h, i));
         } else {
@@ -373,7 +420,8 @@ impl Operators {
             experts_per_token: a.experts_per_token,
             head: gemm("lm_head", a.vocab_size as f64 / tf, h),
             gemm_flops_per_s: r.peak_tflops * 1e12 * r.compute_efficiency,
-            gemm_half_tokens: o.gemm_half_tokens,
+            gemm_half_tokens: o.gemm_half_tokens * o.ramp_scale,
+            expert_half_tokens: o.gemm_half_tokens * experts.map_or(o.ramp_scale, |e| e.ramp_scale),
             weight_bytes_per_s: r.bandwidth * r.memory_efficiency,
             per_expert_s: o.per_expert_us * 1e-6,
             bytes_per_parameter: r.bytes_per_parameter,
@@ -382,7 +430,7 @@ impl Operators {
             attention_flops_per_pair: a.attention_flops_per_pair() as f64 / tf,
             decode_attention_flops_per_pair: a.mla.map(|_| a.decode_attention_flops_per_pair() as f64 / tf),
             window_attention_flops_per_pair: a.window_attention_flops_per_pair() as f64 / tf,
-            window_kv_bytes_per_token: window_kv_bytes_per_token as f64,
+            window_kv_bytes_per_token: r.window_kv_bytes_per_token as f64,
             attention_flops_per_s: o.peak16_tflops * 1e12 * o.attention_compute,
             kv_bytes_per_token: r.kv_bytes_per_token,
             kv_bytes_per_s: r.bandwidth * o.attention_memory,
@@ -391,25 +439,26 @@ impl Operators {
             layers_overhead_s: layers * r.per_layer_overhead_us * 1e-6,
             eager_floor_s: layers * o.eager_layer_us * 1e-6,
             cuda_graph_max_tokens: o.cuda_graph_max_tokens,
+            wide,
         }
     }
 
     /// One GEMM at `m` tokens: (seconds, whether bound by its weight reads).
     pub fn gemm_s(&self, g: &Gemm, m: f64) -> (f64, bool) {
-        self.gemm_at(g, m, self.gemm_flops_per_s, self.bytes_per_parameter)
+        self.gemm_at(g, m, self.gemm_flops_per_s, self.bytes_per_parameter, self.gemm_half_tokens)
     }
 
     /// An expert's GEMM at `m` tokens, at the experts' own precision.
     fn expert_gemm_s(&self, g: &Gemm, m: f64) -> (f64, bool) {
-        self.gemm_at(g, m, self.expert_gemm_flops_per_s, self.expert_bytes_per_parameter)
+        self.gemm_at(g, m, self.expert_gemm_flops_per_s, self.expert_bytes_per_parameter, self.expert_half_tokens)
     }
 
-    fn gemm_at(&self, g: &Gemm, m: f64, flops_per_s: f64, bytes_per_parameter: f64) -> (f64, bool) {
+    fn gemm_at(&self, g: &Gemm, m: f64, flops_per_s: f64, bytes_per_parameter: f64, half: f64) -> (f64, bool) {
         if let Some(c) = &g.table {
             return (c.at(m) * 1e-6, false);
         }
         // 2*m*n*k / (flops * m / (m + half)) = 2*n*k*(m + half) / flops
-        let compute = 2.0 * g.n * g.k * (m + self.gemm_half_tokens) / flops_per_s;
+        let compute = 2.0 * g.n * g.k * (m + half) / flops_per_s;
         let bytes = g.n * g.k * bytes_per_parameter + 2.0 * m * (g.n + g.k);
         let memory = bytes / self.weight_bytes_per_s;
         if memory >= compute { (memory, true) } else { (compute, false) }
@@ -417,7 +466,19 @@ impl Operators {
 
     /// The step's time by operator.
     pub fn times(&self, s: &StepShape) -> OperatorTimes {
-        let m = s.tokens as f64;
+        let Some(w) = &self.wide else { return self.times_of(s, s.tokens as f64, 1.0, 1.0, 1.0) };
+        let rank = s.tokens as f64 / w.data;
+        let mut out = self.times_of(s, rank, w.data, w.expert, w.imbalance);
+        if s.tokens > 0 {
+            out.all_to_all_s = w.all_to_all_fixed_s + w.all_to_all_s_per_token * s.tokens as f64;
+            out.comm_s += out.all_to_all_s;
+        }
+        out
+    }
+
+    /// One GPU of a rank of `m` tokens, among `d` ranks, holding `1/e` of
+    /// the experts (each 1 without data and expert parallelism).
+    fn times_of(&self, s: &StepShape, m: f64, d: f64, e: f64, imbalance: f64) -> OperatorTimes {
         let mut out = OperatorTimes::default();
         let mut add = |(secs, memory_bound): (f64, bool), times: f64| {
             out.gemm_s += secs * times;
@@ -436,32 +497,37 @@ impl Operators {
                 add(self.gemm_s(g, m), self.layers - self.moe_layers);
             }
             if self.experts > 0 {
+                // Every token of the engine is routed: the experts touched
+                // are the engine's, `1/e` of them on this GPU.
                 let touched = touched_experts(self.experts, self.experts_per_token, s.tokens);
-                let per_expert = (m * self.experts_per_token as f64 / touched).max(1.0);
+                let per_expert = (s.tokens as f64 * self.experts_per_token as f64 / touched).max(1.0);
+                let here = touched / e;
                 for g in &self.expert {
-                    add(self.expert_gemm_s(g, per_expert), self.moe_layers * touched);
+                    add(self.expert_gemm_s(g, per_expert * imbalance), self.moe_layers * here);
                 }
-                out.fixed_s += self.moe_layers * touched * self.per_expert_s;
+                out.fixed_s += self.moe_layers * here * self.per_expert_s;
             }
         }
         if s.sampled > 0 {
-            add(self.gemm_s(&self.head, s.sampled as f64), 1.0);
+            add(self.gemm_s(&self.head, s.sampled as f64 / d), 1.0);
         }
         if let Some(ar) = self.allreduce.as_ref().filter(|_| s.tokens > 0) {
-            out.comm_s = 2.0 * self.layers * ar.seconds(m * self.hidden_bytes);
+            let calls = self.wide.as_ref().map_or(2.0 * self.layers, |w| w.allreduce_calls);
+            out.comm_s = calls * ar.seconds(m * self.hidden_bytes);
         }
         out.attention_compute_s = s
             .attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair)
+            / d
             / self.attention_flops_per_s;
-        out.attention_memory_s = s.sum_ctx as f64 * self.kv_bytes_per_token / self.kv_bytes_per_s;
+        out.attention_memory_s = s.sum_ctx as f64 / d * self.kv_bytes_per_token / self.kv_bytes_per_s;
         if s.window_ctx > 0 {
             out.attention_compute_s +=
-                self.window_attention_flops_per_pair * s.window_pairs as f64 / self.attention_flops_per_s;
-            out.attention_memory_s += s.window_ctx as f64 * self.window_kv_bytes_per_token / self.kv_bytes_per_s;
+                self.window_attention_flops_per_pair * (s.window_pairs as f64 / d) / self.attention_flops_per_s;
+            out.attention_memory_s += s.window_ctx as f64 / d * self.window_kv_bytes_per_token / self.kv_bytes_per_s;
         }
         out.fixed_s += self.layers_overhead_s;
         let busy = out.gpu_s();
-        if s.tokens > self.cuda_graph_max_tokens && busy < self.eager_floor_s {
+        if m > self.cuda_graph_max_tokens as f64 && busy < self.eager_floor_s {
             out.fixed_s += self.eager_floor_s - busy;
         }
         out
@@ -474,13 +540,14 @@ impl Operators {
         let t = self.times(s);
         let compute_s = t.gemm_s - t.gemm_memory_bound_s + t.attention_compute_s;
         let memory_s = t.gemm_memory_bound_s + t.attention_memory_s;
-        let overhead_s = t.fixed_s + m.overhead_s + s.batch as f64 * m.per_sequence_s;
+        let batch = s.batch as f64 / self.wide.as_ref().map_or(1.0, |w| w.data);
+        let overhead_s = t.fixed_s + m.overhead_s + batch * m.per_sequence_s;
         StepCost {
             compute_s,
             memory_s,
             comm_s: t.comm_s,
             overhead_s,
-            total_s: t.gpu_s() + m.overhead_s + s.batch as f64 * m.per_sequence_s,
+            total_s: t.gpu_s() + m.overhead_s + batch * m.per_sequence_s,
         }
     }
 }

@@ -443,6 +443,53 @@ fn set_reaches_inside_a_model_given_by_name() {
     assert_eq!(s.model.name, "llama-3.1-8b");
 }
 
+/// The per-operator form prices data and expert parallelism too (a
+/// calibration that sets its keys applies to a wide deployment).
+#[test]
+fn a_wide_deployment_takes_the_per_operator_form() {
+    let file =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/deployments/deepseek-v3-dp8-ep8-h200.yml"));
+    let sets = [Override::parse("calibration=h200-sglang").unwrap()];
+    let s = load_scenario_with(file, &sets).unwrap();
+    let wide = s.deployment.wide.expect("DP 8, EP 8");
+    assert_eq!((wide.data, wide.expert), (8, 8));
+    let cost = s.engine_config().cost;
+    let ops = cost.deployment.as_ref().and_then(|d| d.operators.as_ref()).expect("the per-operator form");
+    let w = ops.wide.as_ref().expect("its wide terms");
+    assert_eq!((w.data, w.expert), (8.0, 8.0));
+    // DeepSeek-V3's 3 dense layers and 58 MoE layers: at tensor 1 no all-reduce
+    // is priced, only the MoE layers' all-to-all
+    assert_eq!(w.allreduce_calls, 61.0 + 3.0);
+    assert!(w.all_to_all_fixed_s > 0.0);
+}
+
+/// Weights narrower than their peak's arithmetic (gpt-oss's MXFP4 experts
+/// on Hopper, run as W4A16) stream fewer bytes: their GEMM ramp shrinks by
+/// bytes over the peak's 2; 16-bit attention keeps the fitted ramp.
+#[test]
+fn the_gemm_ramp_scales_with_the_bytes_a_weight_streams() {
+    let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/deployments/gpt-oss-120b-h100.yml"));
+    let sets = [Override::parse("efficiency.gemm_half_tokens=200").unwrap()];
+    let s = load_scenario_with(file, &sets).unwrap();
+    let cost = s.engine_config().cost;
+    let ops = cost.deployment.as_ref().and_then(|d| d.operators.as_ref()).expect("the per-operator form");
+    assert_eq!(ops.gemm_half_tokens, 200.0);
+    // (4 + 8/32) / 8 = 0.53125 bytes against the 16-bit peak's 2
+    assert_eq!(ops.expert_half_tokens, 200.0 * 0.53125 / 2.0);
+    // FP8 weights at the FP8 peak and NVFP4 at the FP4 peak keep it whole
+    let fp8 = [
+        "efficiency.gemm_half_tokens=200",
+        "model.weights.dtype=fp8",
+        "model.weights.expert_dtype=fp8",
+        "parallelism.tensor=2",
+    ]
+    .map(|o| Override::parse(o).unwrap());
+    let s = load_scenario_with(file, &fp8).unwrap();
+    let cost = s.engine_config().cost;
+    let ops = cost.deployment.as_ref().and_then(|d| d.operators.as_ref()).unwrap();
+    assert_eq!((ops.gemm_half_tokens, ops.expert_half_tokens), (200.0, 200.0));
+}
+
 /// Each shipped model file states its derived figures in its header; they
 /// must be what the formulas give.
 #[test]
@@ -593,8 +640,8 @@ fn data_and_expert_parallelism_refuse_what_they_cannot_mean() {
     // h200's link figures stop at 8 GPUs
     let e = err(&h200("{preset: deepseek-v3, weights: {dtype: fp8}}", "{data: 16, expert: 16}"));
     has(&e, &["hardware.interconnect", "not for the 16 of parallelism.expert"]);
-    let e = err(&format!("calibration: h200-vllm\n{}", h200("mixtral-8x7b", "{data: 2, expert: 2}")));
-    has(&e, &["per-operator form", "data or expert parallelism"]);
+    // the per-operator form takes them (it refused them before 2026-12-04)
+    assert!(load(&format!("calibration: h200-vllm\n{}", h200("mixtral-8x7b", "{data: 2, expert: 2}"))).is_ok());
 }
 
 /// openai/gpt-oss-120b's config.json, the fields the formulas read (and

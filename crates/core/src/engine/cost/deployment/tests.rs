@@ -235,7 +235,7 @@ fn experts_of_their_own_precision_read_their_bytes_and_run_at_their_peak() {
     // GPU of 2,250 TFLOPS at 16 bits and 9,000 at FP4.
     let mut i = input(mixtral_8x7b(), 2250.0, 8000.0, 131_072);
     deployment(&mut i).expert_weights =
-        Some(ExpertWeights { bytes_per_parameter: 0.53125, peak_tflops: 9000.0, dtype: "int4" });
+        Some(ExpertWeights { bytes_per_parameter: 0.53125, peak_tflops: 9000.0, dtype: "int4", ramp_scale: 1.0 });
     let c = CostModel::new(&i);
     // all weights: 1,605,636,096 * 2 + 45,097,156,608 * 0.53125 = 27,169,136,640
     assert_eq!(c.weight_bytes, 27_169_136_640.0);

@@ -15,6 +15,7 @@ use crate::engine::cost::{CostInput, DeploymentInput, Link};
 fn ops() -> OperatorInput {
     OperatorInput {
         gemm_half_tokens: 0.0,
+        ramp_scale: 1.0,
         attention_compute: 1.0,
         attention_memory: 1.0,
         allreduce_us: None,
@@ -29,8 +30,12 @@ fn ops() -> OperatorInput {
 }
 
 fn model(arch: Architecture, t: u32, kv: u64, link: Option<Link>, o: OperatorInput) -> CostModel {
+    CostModel::new(&input(arch, t, kv, link, o))
+}
+
+fn input(arch: Architecture, t: u32, kv: u64, link: Option<Link>, o: OperatorInput) -> CostInput {
     let parameters = arch.parameters() as f64;
-    CostModel::new(&CostInput {
+    CostInput {
         parameters_billions: 0.0,
         bytes_per_parameter: 2.0,
         kv_bytes_per_token: kv,
@@ -53,7 +58,7 @@ fn model(arch: Architecture, t: u32, kv: u64, link: Option<Link>, o: OperatorInp
             wide: None,
             expert_weights: None,
         }),
-    })
+    }
 }
 
 fn ms(s: f64) -> f64 {
@@ -125,6 +130,66 @@ fn a_mixture_of_experts_reads_only_the_experts_its_tokens_touch() {
     let fixed =
         model(mixtral_8x7b(), 1, 131_072, None, OperatorInput { per_expert_us: 5.0, ..ops() }).cost(&decode(1, 1024));
     close(ms(fixed.total_s - c.total_s), 32.0 * 2.0 * 5e-3, 9);
+}
+
+#[test]
+fn data_and_expert_parallel_ranks_price_one_gpu_of_the_busiest_rank() {
+    // Mixtral on 2 H100s: data 2, expert 2, tensor 1 (each GPU a rank with
+    // 4 whole experts), a link of 350 GB/s and 10 us; 4 decodes at 1024.
+    let link = Link { bandwidth_gbps: 350.0, latency_us: 10.0 };
+    let wide = |imbalance: f64| {
+        let mut i = input(mixtral_8x7b(), 1, 131_072, None, ops());
+        if let Some(d) = &mut i.deployment {
+            d.wide = Some(crate::engine::cost::Wide { data: 2, expert: 2, imbalance, expert_link: Some(link) });
+        }
+        CostModel::new(&i)
+    };
+    let c = wide(1.0).cost(&decode(4, 1024));
+    // A rank runs 2 tokens through attention's projections and the router.
+    let rank =
+        32.0 * (gemm_bytes(6144.0, 4096.0, 2.0) + gemm_bytes(4096.0, 4096.0, 2.0) + gemm_bytes(8.0, 4096.0, 2.0));
+    // The engine's 4 tokens touch 8 * (1 - (6/8)^4) = 5.46875 experts, 8/5.46875
+    // tokens each; half of them are on this GPU, whole (14,336 wide).
+    let (touched, each) = (5.46875, 8.0 / 5.46875);
+    let expert = gemm_bytes(28672.0, 4096.0, each) + gemm_bytes(4096.0, 14336.0, each);
+    // The head samples the rank's 2 tokens; the rank holds half the KV.
+    let head = gemm_bytes(32000.0, 4096.0, 2.0);
+    let bytes = rank + 32.0 * touched / 2.0 * expert + head + 4100.0 / 2.0 * 131_072.0;
+    close(ms(c.memory_s), ms(bytes / 3.35e12), 9);
+    // Every GEMM here reads its weights; attention computes half the 4 x 1,025
+    // pairs at 4 * 32 * 4,096 FLOPs each.
+    close(ms(c.compute_s), ms(524_288.0 * 4100.0 / 2.0 / 989e12), 9);
+    // No all-reduce at tensor 1; 2 all-to-alls a MoE layer:
+    // 64 x 10 us + 4 tokens x 2 experts x 8,192 bytes x (1/2) / 2 GPUs / 350 GB/s each
+    close(ms(c.comm_s), ms(0.64e-3 + 64.0 * 4.0 * 2.0 * 8192.0 * 0.5 / 2.0 / 350e9), 9);
+    // Twice the imbalance: twice the busiest GPU's expert tokens (still
+    // reading weights) and all-to-all bytes.
+    let s = wide(2.0).cost(&decode(4, 1024));
+    let busier = gemm_bytes(28672.0, 4096.0, 2.0 * each) + gemm_bytes(4096.0, 14336.0, 2.0 * each);
+    close(ms(s.memory_s - c.memory_s), ms(32.0 * touched / 2.0 * (busier - expert) / 3.35e12), 9);
+    close(ms(s.comm_s), ms(0.64e-3 + 2.0 * 64.0 * 4.0 * 2.0 * 8192.0 * 0.5 / 2.0 / 350e9), 9);
+}
+
+#[test]
+fn experts_over_the_tensor_group_read_the_bytes_tensor_parallelism_reads() {
+    // Mixtral on 2 GPUs at TP 2: `expert: 2` (whole experts, half of the
+    // touched ones a GPU) against experts split in two (every touched one,
+    // half its width). One all-reduce pair a layer either way.
+    let link = Some(Link { bandwidth_gbps: 300.0, latency_us: 10.0 });
+    let ep = {
+        let mut i = input(mixtral_8x7b(), 2, 65_536, link, ops());
+        if let Some(d) = &mut i.deployment {
+            d.wide = Some(crate::engine::cost::Wide { data: 1, expert: 2, imbalance: 1.0, expert_link: link });
+        }
+        CostModel::new(&i).cost(&decode(1, 1024))
+    };
+    let tp = model(mixtral_8x7b(), 2, 65_536, link, ops()).cost(&decode(1, 1024));
+    // 2 experts touched at one token: EP reads one whole (28,672 x 4,096 and
+    // 4,096 x 14,336 weights), TP both halves; only the activations differ.
+    let whole = gemm_bytes(28672.0, 4096.0, 1.0) + gemm_bytes(4096.0, 14336.0, 1.0);
+    let halves = 2.0 * (gemm_bytes(14336.0, 4096.0, 1.0) + gemm_bytes(4096.0, 7168.0, 1.0));
+    close(ms(ep.memory_s - tp.memory_s), ms(32.0 * (whole - halves) / 3.35e12), 9);
+    assert_eq!(ep.comm_s, tp.comm_s);
 }
 
 #[test]
