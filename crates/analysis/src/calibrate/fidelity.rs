@@ -81,7 +81,7 @@ pub struct Suite {
 pub const OPERATOR_KEYS: [&str; 14] = llmsim_scenario::config::calibration::KEYS;
 
 /// The suites `llmsim fidelity` runs.
-pub const SUITES: [Suite; 5] = [
+pub const SUITES: [Suite; 7] = [
     Suite {
         id: "h100-blis",
         title: "H100 SXM, vLLM, inference-perf load tests (BLIS training data), roofline form",
@@ -190,7 +190,54 @@ pub const SUITES: [Suite; 5] = [
         max_evals: 250,
         about: HOPPER_SGLANG,
     },
+    Suite {
+        id: "b200-vllm",
+        title: "B200 SXM, vLLM: per-operator form (AIConfigurator closed loops)",
+        scenario: "scenarios/fidelity/blackwell-vllm.yml",
+        inputs: &[Input { path: "scenarios/fidelity/aic-blackwell.csv", filters: &["backend=vllm"] }],
+        sample_s: None,
+        profiles: &["b200-vllm"],
+        goal: Goal::Transfer,
+        keys: &OPERATOR_KEYS,
+        loss: "cauchy:25",
+        leave_out: &[LeaveOut::Experiment, LeaveOut::Source],
+        priors: true,
+        max_evals: 200,
+        about: BLACKWELL_VLLM,
+    },
+    Suite {
+        id: "b200-trtllm",
+        title: "B200 SXM and GB200, TensorRT-LLM: per-operator form (AIConfigurator closed loops)",
+        scenario: "scenarios/fidelity/blackwell-trtllm.yml",
+        inputs: &[Input { path: "scenarios/fidelity/aic-blackwell.csv", filters: &["backend=trtllm"] }],
+        sample_s: None,
+        profiles: &["b200-trtllm"],
+        goal: Goal::Transfer,
+        keys: &OPERATOR_KEYS,
+        loss: "cauchy:25",
+        leave_out: &[LeaveOut::Experiment, LeaveOut::Source],
+        priors: true,
+        max_evals: 200,
+        about: BLACKWELL_TRTLLM,
+    },
 ];
+
+const BLACKWELL_VLLM: &str = "vLLM on B200: the vllm rows of AIConfigurator's silicon CSV on Blackwell \
+    (`aic-blackwell.csv`). The fit has one model, Llama-3.1-70B, FP8 and NVFP4 (at the FP4 peak) at TP 1 to 8, \
+    so leave-one-experiment-out (an experiment: one format at one TP degree) is the transfer figure: a TP \
+    degree or format the profile never saw. `b200-vllm` is this fit. Held out: gpt-oss-120b, Kimi-K2.5 and \
+    MiniMax-M2.5 on B200 and B300 (B300 runs are predicted with the B200 fit against B300's own datasheet, a \
+    GPU the profile never saw). NVFP4 is NVIDIA's checkpoints' format: every linear layer at NVFP4 (their \
+    attention projections may be kept wider; not modelled). No Blackwell SGLang suite: its rows are DeepSeek, \
+    GLM-5 and Qwen3.5 only, nothing a profile could be fitted on.";
+
+const BLACKWELL_TRTLLM: &str = "TensorRT-LLM on B200 and GB200: the trtllm rows of AIConfigurator's silicon \
+    CSV on Blackwell. Fitted: Llama-3.1-70B FP8 and NVFP4 (at the FP4 peak) at TP 1 to 8 on B200, one model, so \
+    leave-one-experiment-out (a format at a TP degree) is the transfer figure. `b200-trtllm` is this fit. \
+    GB200's Qwen3-32B rows are predicted, not fitted: their ids name twice their `batch_size` (`c288` at \
+    144) and their TPOT does not follow it (8 ms and 42 ms at the same `batch_size` of 1, 28 ms at 4), so what \
+    their client ran is not known. Held out: DeepSeek-V3/R1 (MLA; TP, EP and DP attention, up to TP 64 in the NVL72 domain) and \
+    gpt-oss-120b. TensorRT-LLM's own scheduler is not modelled (vLLM's with its token budget stands in).";
 
 /// How AIConfigurator's closed loops are simulated (every AIC suite).
 const AIC_RUNS: &str = "Each AIConfigurator row is a closed loop at fixed lengths, simulated as the benchmark \

@@ -695,7 +695,14 @@ fn aic_settings(r: &aic::AicRow, rounds: u32) -> Vec<(String, String)> {
         ("model.context_length".into(), (isl + osl + 1500).to_string()),
     ];
     let sixteen = r.gemm_quant_mode.is_empty();
+    let nvfp4 = r.gemm_quant_mode == "nvfp4";
     match r.format() {
+        // Sliding-window layers (gpt-oss) run without prefix caching
+        // (docs/deployments.md); the closed loop's prompts are unique.
+        Some(aic::Format::Preset) => out.push(("model.kv_cache.prefix_caching".into(), "false".into())),
+        // NVIDIA's NVFP4 checkpoints: every linear layer at NVFP4, run at
+        // the FP4 peak (only on GPUs that have one).
+        _ if nvfp4 => out.push(("model.weights.dtype".into(), "nvfp4".into())),
         Some(aic::Format::Bytes) | None => {
             out.push(("model.weights.bytes_per_parameter".into(), r.bytes_per_parameter().to_string()));
         }
@@ -706,9 +713,6 @@ fn aic_settings(r: &aic::AicRow, rounds: u32) -> Vec<(String, String)> {
             out.push(("model.weights.dtype".into(), "bf16".into()));
             out.push(("model.weights.expert_dtype".into(), "int4".into()));
         }
-        // Sliding-window layers (gpt-oss) run without prefix caching
-        // (docs/deployments.md); the closed loop's prompts are unique.
-        Some(aic::Format::Preset) => out.push(("model.kv_cache.prefix_caching".into(), "false".into())),
     }
     out.push(("model.kv_cache.gpu_memory_utilization".into(), "0.9".into()));
     out.push(("parallelism.tensor".into(), layout.tensor.to_string()));
@@ -743,7 +747,7 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
     let mut out = Loaded::default();
     // The same measurement filed twice (a later dump that re-encodes an
     // earlier one's parallelism): the first row that llmsim can run is kept.
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for r in &f.rows {
         let source = format!("{} line {}", f.file.display(), r.line);
         let mut measured = BTreeMap::new();
@@ -760,18 +764,14 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
             r.ttft_ms.to_bits(),
             r.tpot_ms.to_bits()
         );
-        let reason = match r.unsupported() {
-            Some(why) => Some(why),
-            None => match seen.get(&key) {
-                Some(line) => Some(format!(
-                    "the same measurement (model, GPU, engine, lengths, TTFT and TPOT) as line {line}, filed again"
-                )),
-                None => {
-                    seen.insert(key, r.line);
-                    None
-                }
-            },
-        };
+        // The copy's line is its source; the reason is one for every copy,
+        // so tables count them together.
+        let reason = r.unsupported().or_else(|| {
+            (!seen.insert(key)).then(|| {
+                "the same measurement (model, GPU, engine, lengths, TTFT and TPOT) as an earlier row, filed again"
+                    .to_string()
+            })
+        });
         if let Some(reason) = reason {
             out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });
             continue;
@@ -783,7 +783,17 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         }
         settings.push(seed_override(&src.value));
         let label = format!("{} ({} line {})", r.id, file_name(&f.file), r.line);
-        let base = src.base(&settings, None, &label)?;
+        // A deployment the engine refuses (heads that do not divide, a
+        // link without figures at its size) is listed with the reason.
+        let base = match src.base(&settings, None, &label) {
+            Ok(b) => b,
+            Err(e) if r.frontier() => {
+                let reason = format!("the engine refuses it: {}: {}", e.path, e.message.lines().next().unwrap_or(""));
+                out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let model =
             base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
         let c = r.batch_size.unwrap_or(1);
@@ -806,7 +816,11 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         let wide = layout
             .filter(|l| l.data > 1 || l.expert > 1)
             .map_or(String::new(), |l| format!(" dp{} ep{}", l.data, l.expert));
-        let saturated = if r.frontier() { Some(HELD_OUT.to_string()) } else { implausible_prefill(r, &base) };
+        let saturated = if r.frontier() {
+            Some(HELD_OUT.to_string())
+        } else {
+            concurrency_unclear(r).or_else(|| implausible_prefill(r, &base))
+        };
         out.runs.push(Run {
             name: r.id.clone(),
             group: format!(
@@ -830,25 +844,44 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
     // A source some of whose runs must have hit a prefix cache ran its
     // other runs with the same client: what their prefill cost is unknown
     // too, so none of them is fitted.
-    let suspect: Vec<(String, usize)> = {
+    // A source some of whose runs are set aside for how its client ran
+    // (prompts that must have hit a prefix cache, an id that contradicts
+    // the concurrency) ran its other runs with the same client: none of
+    // them is fitted.
+    let kinds: [(&str, &str); 2] = [
+        (IMPLAUSIBLE, "runs that must have hit a prefix cache: its client's prompts are not known to be unique"),
+        (UNCLEAR, "runs whose id contradicts their batch_size: what its client ran is not known"),
+    ];
+    for (prefix, why) in kinds {
         let mut by: Vec<(String, usize)> = Vec::new();
-        for r in out.runs.iter().filter(|r| r.saturated.as_deref().is_some_and(|s| s != HELD_OUT)) {
+        for r in out.runs.iter().filter(|r| r.saturated.as_deref().is_some_and(|s| s.starts_with(prefix))) {
             match by.iter_mut().find(|(o, _)| *o == r.origin) {
                 Some(e) => e.1 += 1,
                 None => by.push((r.origin.clone(), 1)),
             }
         }
-        by
-    };
-    for r in out.runs.iter_mut().filter(|r| r.saturated.is_none()) {
-        if let Some((origin, n)) = suspect.iter().find(|(o, _)| *o == r.origin) {
-            r.saturated = Some(format!(
-                "from the same source ({origin}) as {n} runs that must have hit a prefix cache: its client's prompts \
-                 are not known to be unique"
-            ));
+        for r in out.runs.iter_mut().filter(|r| r.saturated.is_none()) {
+            if let Some((origin, n)) = by.iter().find(|(o, _)| *o == r.origin) {
+                r.saturated = Some(format!("from the same source ({origin}) as {n} {why}"));
+            }
         }
     }
     Ok(out)
+}
+
+/// How the reasons of [`implausible_prefill`] and [`concurrency_unclear`] begin.
+const IMPLAUSIBLE: &str = "implausible without prefix-cache hits";
+const UNCLEAR: &str = "its id says";
+
+/// A row whose id names a concurrency (`_c288_`) other than its
+/// `batch_size x attention_dp_size` (GB200's Qwen3-32B rows name twice
+/// theirs): which one the client ran is unclear, so it is predicted at
+/// `batch_size`, not fitted.
+fn concurrency_unclear(r: &aic::AicRow) -> Option<String> {
+    let named = r.id.split('_').find_map(|part| part.strip_prefix('c').and_then(|n| n.parse::<u64>().ok()))?;
+    let users = u64::from(r.batch_size?) * u64::from(r.attention_dp.unwrap_or(1));
+    (named != users)
+        .then(|| format!("{UNCLEAR} {named} users, its batch_size x attention_dp_size {users}: which ran is not known"))
 }
 
 /// A run whose measured cycle would need the prompts' prefill alone to
@@ -858,9 +891,12 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
 /// of fits, still predicted.
 fn implausible_prefill(r: &aic::AicRow, base: &Base) -> Option<String> {
     let get = |path: &[&str]| path.iter().try_fold(&base.value, |v, k| v.get(*k)).and_then(Value::as_f64);
-    let peak = get(&["hardware", "peak_tflops_fp8"])
-        .filter(|_| r.bytes_per_parameter() == 1.0)
-        .or_else(|| get(&["hardware", "peak_tflops"]))?;
+    let own = match r.gemm_quant_mode.as_str() {
+        "nvfp4" => get(&["hardware", "peak_tflops_fp4"]),
+        _ if r.bytes_per_parameter() == 1.0 => get(&["hardware", "peak_tflops_fp8"]),
+        _ => None,
+    };
+    let peak = own.or_else(|| get(&["hardware", "peak_tflops"]))?;
     let scenario = base.scenario(&[], &[]).ok()?;
     let active = scenario.model.architecture.as_ref()?.active_parameters() as f64;
     let c = f64::from(r.batch_size?);
@@ -868,7 +904,7 @@ fn implausible_prefill(r: &aic::AicRow, base: &Base) -> Option<String> {
     let share = c / cycle_s * f64::from(r.isl) * 2.0 * active / (f64::from(r.tp.unwrap_or(1)) * peak * 1e12);
     (share > 0.6).then(|| {
         format!(
-            "implausible without prefix-cache hits: the measured cycle needs the prefill alone at {:.0}% of the \
+            "{IMPLAUSIBLE}: the measured cycle needs the prefill alone at {:.0}% of the \
              weights' dense peak",
             share * 100.0
         )

@@ -289,10 +289,16 @@ fn an_unidentified_key_is_reported_and_held_at_its_prior() {
 
 /// The Hopper AIConfigurator rows of one engine, read with its suite's scenario.
 fn hopper_rows(backend: &str) -> runs::Loaded {
-    let src = ScenarioSource::load(&repo(&format!("scenarios/fidelity/hopper-{backend}.yml")), &[]).unwrap();
-    let filters = vec![crate::measured::aic::Filter::parse(&format!("backend={backend}")).unwrap()];
+    aic_rows(&format!("hopper-{backend}"), "aic-hopper", &format!("backend={backend}"))
+}
+
+/// The rows of `scenarios/fidelity/{file}.csv` that pass `filter`, read
+/// with `scenarios/fidelity/{suite}.yml`.
+fn aic_rows(suite: &str, file: &str, filter: &str) -> runs::Loaded {
+    let src = ScenarioSource::load(&repo(&format!("scenarios/fidelity/{suite}.yml")), &[]).unwrap();
+    let filters = vec![crate::measured::aic::Filter::parse(filter).unwrap()];
     let opts = LoadOptions { aic_filters: filters, ..LoadOptions::default() };
-    runs::load(&src, &repo("scenarios/fidelity/aic-hopper.csv"), &opts).unwrap()
+    runs::load(&src, &repo(&format!("scenarios/fidelity/{file}.csv")), &opts).unwrap()
 }
 
 /// The AIConfigurator transcription reads as runs of the engine: a row's
@@ -329,7 +335,14 @@ fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
         .excluded
         .iter()
         .find(|e| e.name == "2026_04_06_gpt_oss_120b_h200_sxm_vllm_fp4_agg_1024x1024_c4_tp1_ep1_356");
-    assert!(copy.expect("listed").reason.contains("as line 596"), "{copy:?}");
+    assert!(copy.expect("listed").reason.contains("as an earlier row"), "{copy:?}");
+    // the earlier row (line 596, the 2026-03-25 dump) runs
+    assert!(
+        loaded
+            .runs
+            .iter()
+            .any(|r| r.name == "2026_03_25_gpt_oss_120b_h200_sxm_vllm_fp4_agg_1024x1024_c4_tp1_0_ep1_0_199")
+    );
     // the vLLM 0.12 Llama-3.1-8B rows that need more than 60% of the FP8
     // peak for their prefill alone are predicted, not fitted
     let odd = loaded.runs.iter().filter(|r| r.saturated.as_deref().is_some_and(|s| s.contains("prefix-cache"))).count();
@@ -362,6 +375,40 @@ fn aic_rows_with_expert_and_data_parallelism_run_held_out() {
     assert!(copy.is_some_and(|e| e.reason.contains("more than one 8-GPU node")), "{copy:?}");
     // a dense model's run at TP 1 stays in the fit
     assert!(loaded.runs.iter().any(|r| r.model == "llama-3.1-8b" && r.saturated.is_none()));
+}
+
+/// The Blackwell transcription: NVFP4 rows run at the FP4 peak and are
+/// fitted; a GPU without a profile (GB300) is listed.
+#[test]
+fn blackwell_rows_run_nvfp4_at_the_fp4_peak() {
+    let loaded = aic_rows("blackwell-vllm", "aic-blackwell", "backend=vllm");
+    let llama: Vec<&Run> = loaded.runs.iter().filter(|r| r.model == "llama-3.1-70b").collect();
+    assert_eq!(llama.len(), 120, "FP8 and NVFP4 at TP 1, 2, 4 and 8, 15 runs each");
+    assert!(llama.iter().all(|r| r.saturated.is_none()), "all fitted");
+    let fp4 = llama.iter().find(|r| r.name.contains("nvfp4") || r.group.contains("nvfp4")).expect("an NVFP4 run");
+    let s = fp4.base.scenario(&[], &[]).unwrap();
+    assert_eq!(s.hardware.name, "b200");
+    assert_eq!(s.model.weights.dtype.map(|d| d.as_str()), Some("nvfp4"));
+    assert_eq!(s.deployment.peak.key, "peak_tflops_fp4");
+    let text = std::fs::read_to_string(repo("scenarios/fidelity/aic-blackwell.csv")).unwrap();
+    let vllm = text.lines().filter(|l| l.contains(",vllm,")).count();
+    assert_eq!(loaded.runs.len() + loaded.excluded.len(), vllm, "every vLLM row is a run or listed");
+}
+
+/// A row whose id names another concurrency than its `batch_size` is
+/// predicted, not fitted, and so is the rest of its source.
+#[test]
+fn a_row_whose_id_contradicts_its_concurrency_is_not_fitted() {
+    let loaded = aic_rows("blackwell-trtllm", "aic-blackwell", "system=gb200");
+    let why = |name: &str| loaded.runs.iter().find(|r| r.name == name).and_then(|r| r.saturated.clone());
+    let c288 = why("qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_2000x500_c288_tp2_epnone_1").unwrap();
+    assert!(c288.contains("its id says 288 users, its batch_size x attention_dp_size 144"), "{c288}");
+    // c1 at batch_size 1 agrees, but its source's client is not known either
+    let c1 = why("qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_2000x500_c1_tp2_epnone_2").unwrap();
+    assert!(c1.contains("from the same source") && c1.contains("contradicts their batch_size"), "{c1}");
+    let same: Vec<&Run> = loaded.runs.iter().filter(|r| r.origin.contains("source_file=Qwen_Qwen3-32B.csv")).collect();
+    assert_eq!(same.len(), 15);
+    assert!(same.iter().all(|r| r.saturated.is_some()), "none of that source is fitted");
 }
 
 /// `llmsim fidelity --check` predicts at a recorded fit instead of fitting

@@ -78,12 +78,16 @@ const REQUIRED: [&str; 13] = [
 /// `bench_run.sh` template), after warm-up requests that drain first.
 pub const DEFAULT_ROUNDS: u32 = 20;
 
-/// Its `system` names and the shipped hardware profiles they are.
-pub const SYSTEMS: [(&str, &str); 2] = [("h100_sxm", "h100-80gb"), ("h200_sxm", "h200")];
-
-/// GPUs one node of a `system` has: an engine wider than that spans
-/// nodes, whose links llmsim does not model.
-pub const NODE_GPUS: u32 = 8;
+/// Its `system` names, the shipped hardware profiles they are, the GPUs
+/// one engine may span over NVLink (a node; GB200's NVL72 domain), and
+/// whether the GPU has an FP4 peak (NVFP4 weights run there).
+pub const SYSTEMS: [(&str, &str, u32, bool); 5] = [
+    ("h100_sxm", "h100-80gb", 8, false),
+    ("h200_sxm", "h200", 8, false),
+    ("b200_sxm", "b200", 8, true),
+    ("b300_sxm", "b300", 8, true),
+    ("gb200", "gb200", 72, true),
+];
 
 /// How a row's weights are stored, as scenario keys.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -171,7 +175,7 @@ impl AicRow {
         let Some(&(_, _, moe, _)) = MODELS.iter().find(|(m, ..)| *m == self.model_path) else {
             return Some(format!("no model preset for `{}`", self.model_path));
         };
-        if !SYSTEMS.iter().any(|(s, _)| *s == self.system) {
+        if !SYSTEMS.iter().any(|s| s.0 == self.system) {
             return Some(format!("no hardware profile for `{}`", self.system));
         }
         if self.pp.unwrap_or(1) > 1 {
@@ -183,7 +187,8 @@ impl AicRow {
         match self.gemm_quant_mode.as_str() {
             "" | "fp8" | "fp8_block" | "int4_wo" => None,
             "nvfp4" if self.format() == Some(Format::Preset) => None,
-            "nvfp4" => Some("NVFP4 weights on Hopper (no FP4 peak) are not modelled".into()),
+            "nvfp4" if SYSTEMS.iter().any(|s| s.0 == self.system && s.3) => None,
+            "nvfp4" => Some("NVFP4 weights on a GPU without an FP4 peak (Hopper) are not modelled".into()),
             q => Some(format!("weights quantised as `{q}` are not modelled")),
         }
     }
@@ -196,9 +201,10 @@ impl AicRow {
         let tensor = self.tp.unwrap_or(1);
         let data = self.attention_dp.unwrap_or(1);
         let gpus = u64::from(tensor) * u64::from(data);
-        if gpus > u64::from(NODE_GPUS) {
+        let node = SYSTEMS.iter().find(|s| s.0 == self.system).map_or(8, |s| s.2);
+        if gpus > u64::from(node) {
             return Err(format!(
-                "TP {tensor} x attention DP {data} spans more than one {NODE_GPUS}-GPU node: links between nodes are \
+                "TP {tensor} x attention DP {data} spans more than one {node}-GPU node: links between nodes are \
                  not modelled"
             ));
         }
@@ -259,7 +265,7 @@ impl AicRow {
     }
 
     pub fn hardware(&self) -> Option<&'static str> {
-        SYSTEMS.iter().find(|(s, _)| *s == self.system).map(|(_, h)| *h)
+        SYSTEMS.iter().find(|s| s.0 == self.system).map(|s| s.1)
     }
 }
 
@@ -397,6 +403,9 @@ fn row(cells: &[(&str, &str)], file: &Path, line: usize) -> Result<AicRow, Confi
             .map(|x| Some(x as u32))
             .ok_or_else(|| ConfigError::new(file, at(c), format!("`{v}` is not a whole number from 1 to {max}")))
     };
+    // The file writes 0 for a degree that does not apply (a dense model's
+    // MoE sizes): read as not given.
+    let unused_zero = |c: &str| if text(c) == "0" { Ok(None) } else { count(c, 4096) };
     let required = |c: &str, max: u64| -> Result<u32, ConfigError> {
         count(c, max)?.ok_or_else(|| ConfigError::new(file, at(c), "empty: the run needs it"))
     };
@@ -433,9 +442,9 @@ fn row(cells: &[(&str, &str)], file: &Path, line: usize) -> Result<AicRow, Confi
         batch_size,
         tp: count("tp_size", 4096)?,
         pp: count("pp_size", 4096)?,
-        attention_dp: count("attention_dp_size", 4096)?,
-        moe_tp: count("moe_tp_size", 4096)?,
-        moe_ep: count("moe_ep_size", 4096)?,
+        attention_dp: unused_zero("attention_dp_size")?,
+        moe_tp: unused_zero("moe_tp_size")?,
+        moe_ep: unused_zero("moe_ep_size")?,
         ttft_ms: ms("silicon_ttft_ms")?,
         tpot_ms: ms("silicon_tpot_ms")?,
         mode,
@@ -509,6 +518,33 @@ mod tests {
         let mut pp = ds(["8", "1", "8", "1"]);
         pp.pp = Some(2);
         assert!(why(pp).contains("pipeline parallelism 2"));
+    }
+
+    #[test]
+    fn blackwell_systems_take_nvfp4_and_gb200_spans_its_nvlink_domain() {
+        let on = |system: &str, model: &str, quant: &str, shape: [&str; 4]| {
+            let mut r = shaped(model, quant, shape);
+            r.system = system.to_string();
+            r
+        };
+        let llama = "meta-llama/Llama-3.1-70B";
+        assert!(on("b200_sxm", llama, "nvfp4", ["4", "1", "4", "1"]).unsupported().is_none());
+        assert!(on("h100_sxm", llama, "nvfp4", ["4", "1", "4", "1"]).unsupported().unwrap().contains("FP4 peak"));
+        let ds = "deepseek-ai/DeepSeek-R1";
+        let gb = on("gb200", ds, "nvfp4", ["36", "1", "36", "1"]);
+        assert_eq!(gb.layout(true), Ok(Layout { tensor: 36, data: 1, expert: 1 }));
+        assert!(on("gb200", ds, "nvfp4", ["72", "2", "1", "144"]).unsupported().unwrap().contains("72-GPU node"));
+        assert!(on("b200_sxm", ds, "fp8", ["16", "1", "4", "4"]).unsupported().unwrap().contains("8-GPU node"));
+        assert_eq!(
+            on("gb300", ds, "fp8", ["8", "1", "8", "1"]).unsupported().unwrap(),
+            "no hardware profile for `gb300`"
+        );
+        assert_eq!(on("b300_sxm", ds, "fp8", ["8", "1", "8", "1"]).hardware(), Some("b300"));
+        // the file's 0 for a degree that does not apply reads as not given
+        let r = shaped("Qwen/Qwen3-32B", "", ["2", "0", "0", "0"]);
+        assert_eq!((r.attention_dp, r.moe_tp, r.moe_ep), (None, None, None));
+        assert_eq!(r.layout(false), Ok(Layout { tensor: 2, data: 1, expert: 1 }));
+        assert!(one(&GOOD.replace(",16,4,1,1,4,1,", ",16,0,1,1,4,1,")).unwrap_err().contains("column tp_size"));
     }
 
     #[test]

@@ -26,6 +26,8 @@ use crate::input::{Kind, Reason};
 
 /// The shipped profiles, by name (copies of `hardware/calibrations/`).
 pub const BUILTIN: &[(&str, &str)] = &[
+    ("b200-trtllm", include_str!("../../../../hardware/calibrations/b200-trtllm.yml")),
+    ("b200-vllm", include_str!("../../../../hardware/calibrations/b200-vllm.yml")),
     ("h100-trtllm", include_str!("../../../../hardware/calibrations/h100-trtllm.yml")),
     ("h100-vllm", include_str!("../../../../hardware/calibrations/h100-vllm.yml")),
     ("h200-sglang", include_str!("../../../../hardware/calibrations/h200-sglang.yml")),
