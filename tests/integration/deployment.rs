@@ -118,11 +118,11 @@ fn weights_larger_than_the_gpus_exit_2_saying_by_how_much_and_which_tp_fits() {
 }
 
 #[test]
-fn pipeline_parallelism_exits_2() {
+fn pipeline_parallelism_past_the_layers_exits_2() {
     refused(
-        "hardware: h100-80gb\nmodel: llama-3.1-8b\nparallelism: {pipeline: 2}",
+        "hardware: h100-80gb\nmodel: llama-3.1-8b\nparallelism: {pipeline: 40}",
         &[],
-        &["parallelism.pipeline: 2 is not allowed", "not modelled"],
+        &["parallelism.pipeline: 40 is more stages than the 32 layers", "allowed: 1 to 32"],
     );
 }
 
@@ -188,6 +188,32 @@ fn the_summary_has_a_deployment_line_and_explain_every_derived_figure() {
     // the base scenario's explain output has none of it
     let base = TestCommand::new(&["explain", "scenarios/base.yml"]).ok().stdout();
     assert!(!base.contains("parallelism") && !base.contains("architecture") && !base.contains("interconnect"));
+}
+
+/// DeepSeek-V3 FP8 on two nodes of 8 H200 (TP 8 x PP 2): explain says
+/// how the layers split, what a GPU holds, and where a step's time goes,
+/// hand-offs and bubble included. Figures worked by hand: 671,026,404,352
+/// x 31/61 / 8 = 42.627 GB; 61 x 576 bytes of FP8 latent x 31/61 = 17,856;
+/// a hand-off between nodes 10 us + 2 x 7,168 x 2 / 8 = 3,584 bytes a token
+/// at 50 GB/s = 71.68 ns, so 8,192 tokens take 0.597 ms.
+#[test]
+fn a_pipeline_deployment_explains_its_stages_hand_offs_and_bubble() {
+    let path = "scenarios/deployments/deepseek-v3-pp2-tp8-h200.yml";
+    let explain = TestCommand::new(&["explain", path]).ok().stdout();
+    for want in [
+        "42.627 GB a GPU: over TP 8 in the largest of 2 pipeline stages (31 of the 61 layers; 16 GPUs)",
+        "a GPU of the largest pipeline stage holds 31 of the 61 layers' share: 17,856 bytes",
+        "#   pipeline      2 stages of at most 31 of the 61 layers",
+        "decode of 256: 2 micro-batches, the busiest 128 tokens",
+        "prefill of 8192: 1 micro-batch, the busiest 8192 tokens",
+        "+ hand-offs 0.597 ms",
+        "pipeline bubble",
+    ] {
+        assert!(explain.contains(want), "explain lacks {want:?}:\n{explain}");
+    }
+    let out = TestCommand::new(&["run", path, "--set", "workload.requests=64"]).ok().stdout();
+    assert!(out.contains("16 x h200 (TP 8 x PP 2): 42.63 GB of weights and 17,856 bytes"), "{out}");
+    assert!(out.contains("hand-off 10.0 us + 71.68 ns a token"), "{out}");
 }
 
 #[test]

@@ -259,6 +259,30 @@ fn sliding_window_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     assert!(runs >= 20 && steps > 20_000, "{runs} runs, {steps} steps");
 }
 
+/// The same with pipeline stages (docs/deployments.md): a step is priced
+/// on its busiest micro-batch, whose size depends on the largest request
+/// in the step, so the stretches must track it as the steps do; TP 4 x
+/// PP 2 hands off inside a node, TP 8 x PP 2 between nodes.
+#[test]
+fn pipeline_stretches_give_the_same_bytes_as_the_step_by_step_path() {
+    let (mut runs, mut steps) = (0, 0u64);
+    for i in 0..120 {
+        let text = generate(i);
+        if !text.contains("preset: llama-3.1-70b") {
+            continue;
+        }
+        let text = text.replace("parallelism: {tensor: 4}", "parallelism: {tensor: 4, pipeline: 2}").replace(
+            "parallelism: {tensor: 8}",
+            &format!("parallelism: {{tensor: 8, pipeline: {}}}", if i % 3 == 0 { 4 } else { 2 }),
+        );
+        assert!(text.contains("pipeline:"), "{text}");
+        let (out, _) = same_both_ways(i, &text);
+        runs += 1;
+        steps += out.map_or(0, |a| a.result.steps.count);
+    }
+    assert!(runs >= 20 && steps > 20_000, "{runs} runs, {steps} steps");
+}
+
 /// The stretches must actually be taken, or the test above compares the
 /// step-by-step path with itself: a steady decode batch takes far fewer
 /// engine calls with stretches than steps.

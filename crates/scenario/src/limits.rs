@@ -108,6 +108,10 @@ pub const INTERCONNECT_LATENCY_US: Range = Range::closed(0.0, 1e6);
 /// GPUs of one engine (and the GPU counts of an interconnect table).
 pub const TENSOR_PARALLEL: Range = Range::whole(1, 4096);
 pub const DATA_PARALLEL: Range = Range::whole(1, 1024);
+/// Pipeline stages: past the layers of any model.
+pub const PIPELINE_PARALLEL: Range = Range::whole(1, 256);
+/// GPUs one node joins (an NVL72 rack: 72).
+pub const GPUS_PER_NODE: Range = Range::whole(1, 4096);
 pub const EXPERT_IMBALANCE: Range = Range::closed(1.0, 64.0);
 /// An architecture's sizes (layers, widths, heads, vocabulary, experts);
 /// the whole model is checked separately against its parameter count.
@@ -264,6 +268,30 @@ pub mod row {
         key: "parallelism.data",
         range: super::DATA_PARALLEL,
         why: "wide expert-parallel deployments run 8 to a few hundred ranks (GB200 NVL72: 72)",
+    };
+
+    pub static PIPELINE_PARALLEL: Limit = Limit {
+        key: "parallelism.pipeline",
+        range: super::PIPELINE_PARALLEL,
+        why: "stages of at least one layer; the largest models have about 128 layers",
+    };
+
+    pub static GPUS_PER_NODE: Limit = Limit {
+        key: "hardware.gpus_per_node",
+        range: super::GPUS_PER_NODE,
+        why: "8 in an HGX node, 72 in an NVL72 rack",
+    };
+
+    pub static SEND_RECV_BANDWIDTH_GBPS: Limit = Limit {
+        key: "hardware.send_recv.bandwidth_gbps, hardware.network.bandwidth_gbps",
+        range: super::INTERCONNECT_BANDWIDTH_GBPS,
+        why: "as interconnect.bandwidth_gbps (a 400 Gb/s NIC is 50 GB/s)",
+    };
+
+    pub static SEND_RECV_LATENCY_US: Limit = Limit {
+        key: "hardware.send_recv.latency_us, hardware.network.latency_us",
+        range: super::INTERCONNECT_LATENCY_US,
+        why: "up to a second",
     };
 
     pub static EXPERT_PARALLEL: Limit =
@@ -523,8 +551,12 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::COST_PER_HOUR,
     &row::INTERCONNECT_BANDWIDTH_GBPS,
     &row::INTERCONNECT_LATENCY_US,
+    &row::GPUS_PER_NODE,
+    &row::SEND_RECV_BANDWIDTH_GBPS,
+    &row::SEND_RECV_LATENCY_US,
     &row::TENSOR_PARALLEL,
     &row::DATA_PARALLEL,
+    &row::PIPELINE_PARALLEL,
     &row::EXPERT_PARALLEL,
     &row::EXPERT_IMBALANCE,
     &row::ARCH_SIZE,

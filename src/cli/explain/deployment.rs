@@ -83,7 +83,17 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
         line(out, "parallelism", p);
     }
     line(out, "weights", weights);
-    line(out, "KV per token", kv_line(s, a));
+    let kv = kv_line(s, a);
+    let kv = match s.deployment.pipeline {
+        Some(p) => format!(
+            "{kv}; a GPU of the largest pipeline stage holds {} of the {} layers' share: {} bytes",
+            p.stage_layers,
+            p.layers,
+            thousands(s.capacity.block_bytes / u64::from(s.capacity.block_size))
+        ),
+        None => kv,
+    };
+    line(out, "KV per token", kv);
     line(out, "compute peak", peak_line(s));
     if let Some(link) = d.link {
         line(
@@ -114,7 +124,11 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
                 c.usable_bytes / 1e9,
                 s.hardware.hbm_gib,
                 s.model.kv_cache.gpu_memory_utilization,
-                if t > 1 { " / TP" } else { "" }
+                match (t > 1, s.deployment.pipeline.is_some()) {
+                    (_, true) => " of the largest pipeline stage",
+                    (true, false) => " / TP",
+                    (false, false) => "",
+                }
             ),
         );
     }
@@ -140,8 +154,18 @@ fn weight_lines(s: &Scenario, a: &Architecture) -> (Option<String>, String) {
             w.expert,
             a.experts / u64::from(w.expert)
         ),
-        None if t > 1 => format!("; {:.3} GB a GPU over TP {t}", c.weight_bytes / 1e9),
-        None => String::new(),
+        None => match d.pipeline {
+            Some(p) => format!(
+                "; {:.3} GB a GPU: over TP {t} in the largest of {} pipeline stages ({} of the {} layers; {} GPUs)",
+                c.weight_bytes / 1e9,
+                p.stages,
+                p.stage_layers,
+                p.layers,
+                d.gpus()
+            ),
+            None if t > 1 => format!("; {:.3} GB a GPU over TP {t}", c.weight_bytes / 1e9),
+            None => String::new(),
+        },
     };
     let parallelism = d.wide.map(|w| {
         format!(
@@ -313,6 +337,7 @@ fn steps(s: &Scenario, out: &mut String) {
         batch: b,
         window_ctx: b * windowed(1, ctx).0,
         window_pairs: u128::from(b) * windowed(1, ctx).1,
+        largest: 1,
     };
     let _ = writeln!(out, "#   decode floor  batch 1 at context 0: {}", fmt(cost.cost(&decode(1, 0))));
     let data = s.deployment.data_parallel();
@@ -335,10 +360,20 @@ fn steps(s: &Scenario, out: &mut String) {
         batch: 1,
         window_ctx: windowed(budget, 0).0,
         window_pairs: windowed(budget, 0).1,
+        largest: budget,
     };
     let p = cost.cost(&prefill);
     let _ =
         writeln!(out, "#   full prefill  one prompt of {budget} tokens (max_batch_tokens), nothing cached: {}", fmt(p));
+    if let Some(pipe) = &cost.pipeline {
+        pipeline_lines(
+            s,
+            &cost,
+            pipe,
+            [(format!("decode of {b}"), decode(b, ctx)), (format!("prefill of {budget}"), prefill)],
+            out,
+        );
+    }
     // The per-operator form says its own communication below.
     let wide = cost.deployment.as_ref().filter(|d| d.operators.is_none()).and_then(|d| Some((d, d.wide.as_ref()?)));
     if let Some((d, w)) = wide {
@@ -400,6 +435,47 @@ fn steps(s: &Scenario, out: &mut String) {
         }
         let _ = writeln!(out, "#                 decode of {b} at context {ctx} (ms): {}", split(&decode(b, ctx)));
         let _ = writeln!(out, "#                 prefill of {budget} tokens (ms): {}", split(&prefill));
+    }
+}
+
+/// The pipeline's stages, and for each step its pass, hand-offs and bubble.
+fn pipeline_lines(
+    s: &Scenario,
+    cost: &llmsim_core::engine::CostModel,
+    pipe: &llmsim_core::engine::Pipeline,
+    shapes: [(String, StepShape); 2],
+    out: &mut String,
+) {
+    let layers = s.model.architecture.as_ref().map_or(0, |a| a.layers);
+    let _ = writeln!(
+        out,
+        "#   pipeline      {} stages of at most {} of the {layers} layers, as many micro-batches in flight; a step \
+         lasts its busiest micro-batch's pass through every stage plus {} hand-off(s) (docs/deployments.md)",
+        pipe.stages,
+        pipe.stage_layers,
+        pipe.stages - 1
+    );
+    for (what, shape) in shapes {
+        let split = pipe.split(&shape);
+        let period = cost.cost(&shape).total_s;
+        // The largest stage runs its layers' share of each micro-batch's
+        // pass, at most the busiest one's.
+        let pass = period - split.handoffs_s;
+        let share = pipe.stage_layers as f64 / layers.max(1) as f64;
+        let busy = (split.micro_batches as f64 * pass / split.stage_factor * share).min(period);
+        let _ = writeln!(
+            out,
+            "#                 {what}: {} micro-batch{}, the busiest {} tokens; pass {:.3} ms + hand-offs {:.3} ms; \
+             a stage busy {:.3} ms of it, pipeline bubble {:.3} ms ({:.0}%)",
+            split.micro_batches,
+            if split.micro_batches == 1 { "" } else { "es" },
+            split.busiest.tokens,
+            pass * 1e3,
+            split.handoffs_s * 1e3,
+            busy * 1e3,
+            (period - busy) * 1e3,
+            (period - busy) / period * 100.0
+        );
     }
 }
 

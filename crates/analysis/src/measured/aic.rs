@@ -179,7 +179,11 @@ impl AicRow {
             return Some(format!("no hardware profile for `{}`", self.system));
         }
         if self.pp.unwrap_or(1) > 1 {
-            return Some(format!("pipeline parallelism {} is not modelled", self.pp.unwrap_or(1)));
+            return Some(format!(
+                "pipeline parallelism {} is not read from this file yet (the sample holds no such row to check \
+                 the mapping against)",
+                self.pp.unwrap_or(1)
+            ));
         }
         if let Err(why) = self.layout(moe) {
             return Some(why);
@@ -517,7 +521,7 @@ mod tests {
         assert!(why(shaped("zhipuai/GLM-5", "fp8", ["8", "1", "8", "1"])).contains("GLM-5"));
         let mut pp = ds(["8", "1", "8", "1"]);
         pp.pp = Some(2);
-        assert!(why(pp).contains("pipeline parallelism 2"));
+        assert!(why(pp).contains("pipeline parallelism 2 is not read"));
     }
 
     #[test]

@@ -34,6 +34,92 @@ pub struct CostModel {
     pub per_sequence_s: f64,
     /// The architecture's terms, when the model has one.
     pub deployment: Option<DeploymentCost>,
+    /// Pipeline parallelism, when the model is split into stages.
+    pub pipeline: Option<Pipeline>,
+}
+
+/// Pipeline parallelism (docs/deployments.md, "Pipeline parallelism"):
+/// `stages` groups of the tensor-parallel GPUs, each holding a run of the
+/// layers (vLLM's split: `floor(layers / stages)` each, one more for the
+/// `layers mod stages` stages before the last), with as many
+/// micro-batches in flight as stages (vLLM's batch queue). A step's
+/// requests split into `k = min(stages, batch)` micro-batches; each goes
+/// through every stage and `stages - 1` hand-offs of its activations, and
+/// each stage runs the `k` micro-batches one after the other. A step ends
+/// when its busiest micro-batch has been through every stage, or when the
+/// largest stage has run all `k` of them, whichever is later:
+///
+/// ```text
+/// m        = max(ceil(T / k), largest request's tokens)     (the busiest micro-batch's tokens)
+/// busiest  = the step's shape scaled by m / T (context, pairs, samples, requests; rounded up)
+/// period   = cost(busiest) * max(1, k * ceil(layers / stages) / layers)
+///            + (stages - 1) * (handoff_latency + m * 2 * hidden * 2 / t / link)
+/// ```
+///
+/// `cost(busiest)` is the whole model's time on one tensor-parallel
+/// group at that micro-batch: a stage runs its layers' share of it, and
+/// the busiest micro-batch visits every stage. The stage GPUs idle for
+/// the rest of the period (the bubble): with `k < stages` micro-batches
+/// most of it, with `k = stages` balanced ones only the hand-offs.
+#[derive(Copy, Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Pipeline {
+    pub stages: u32,
+    /// The model's layers, and the most any stage holds (`ceil(layers / stages)`).
+    pub layers: u64,
+    pub stage_layers: u64,
+    /// One hand-off's fixed time, seconds.
+    pub handoff_fixed_s: f64,
+    /// One hand-off's time per token of the micro-batch, seconds.
+    pub handoff_s_per_token: f64,
+}
+
+/// A step as the pipeline runs it ([`Pipeline::split`]).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct PipelineStep {
+    /// Micro-batches in flight: `min(stages, batch)`.
+    pub micro_batches: u64,
+    /// The busiest micro-batch's shape.
+    pub busiest: StepShape,
+    /// What the largest stage running all `k` micro-batches adds to the
+    /// busiest one's pass: `max(1, k * stage_layers / layers)`.
+    pub stage_factor: f64,
+    /// Its `stages - 1` hand-offs, seconds.
+    pub handoffs_s: f64,
+}
+
+impl Pipeline {
+    /// The busiest micro-batch of step `s` and its hand-offs.
+    pub fn split(&self, s: &StepShape) -> PipelineStep {
+        let k = u64::from(self.stages).min(s.batch).max(1);
+        let largest = if s.largest == 0 { s.tokens } else { s.largest.min(s.tokens) };
+        let m = s.tokens.div_ceil(k).max(largest);
+        let busiest = if m >= s.tokens || s.tokens == 0 {
+            *s
+        } else {
+            // ceil(x * m / T) in integers, so a micro-batch never rounds to less.
+            let share = |x: u64| ((u128::from(x) * u128::from(m)).div_ceil(u128::from(s.tokens))) as u64;
+            let share128 = |x: u128| (x * u128::from(m)).div_ceil(u128::from(s.tokens));
+            StepShape {
+                tokens: m,
+                sum_ctx: share(s.sum_ctx),
+                attention_pairs: share128(s.attention_pairs),
+                decode_pairs: share128(s.decode_pairs).min(share128(s.attention_pairs)),
+                sampled: share(s.sampled),
+                batch: share(s.batch).max(1),
+                window_ctx: share(s.window_ctx),
+                window_pairs: share128(s.window_pairs),
+                largest: largest.min(m),
+            }
+        };
+        let handoffs = f64::from(self.stages - 1);
+        let handoffs_s = if s.tokens == 0 {
+            0.0
+        } else {
+            handoffs * (self.handoff_fixed_s + self.handoff_s_per_token * busiest.tokens as f64)
+        };
+        let stage_factor = (k as f64 * self.stage_layers as f64 / self.layers.max(1) as f64).max(1.0);
+        PipelineStep { micro_batches: k, busiest, stage_factor, handoffs_s }
+    }
 }
 
 /// What the cost of a step depends on, summed over its scheduled requests
@@ -60,6 +146,10 @@ pub struct StepShape {
     /// key) pairs, each query seeing at most `window` keys.
     pub window_ctx: u64,
     pub window_pairs: u128,
+    /// The most tokens one request computes in the step (`max(n_i)`; 0
+    /// when not tracked, read as `tokens`). Only pipeline parallelism
+    /// reads it: a request's tokens stay in one micro-batch.
+    pub largest: u64,
 }
 
 impl StepShape {
@@ -108,6 +198,8 @@ pub struct CostInput {
     pub step_overhead_ms: f64,
     pub per_sequence_overhead_us: f64,
     pub deployment: Option<DeploymentInput>,
+    /// Pipeline parallelism; needs `deployment`.
+    pub pipeline: Option<Pipeline>,
 }
 
 impl CostModel {
@@ -126,6 +218,7 @@ impl CostModel {
                 bytes_per_s,
                 overhead_s,
                 per_sequence_s,
+                pipeline: i.pipeline,
                 deployment: Some(DeploymentCost::new(
                     d,
                     i.bytes_per_parameter,
@@ -152,6 +245,7 @@ impl CostModel {
             overhead_s,
             per_sequence_s,
             deployment: None,
+            pipeline: None,
         }
     }
 
@@ -169,6 +263,21 @@ impl CostModel {
     /// architecture (plus `batch * per_sequence_overhead`, which adds
     /// exactly zero at its default), docs/deployments.md's with one.
     pub fn cost(&self, s: &StepShape) -> StepCost {
+        let Some(p) = &self.pipeline else { return self.one_pass(s) };
+        let split = p.split(s);
+        let mut c = self.one_pass(&split.busiest);
+        if split.stage_factor > 1.0 {
+            let f = split.stage_factor;
+            (c.compute_s, c.memory_s, c.comm_s, c.overhead_s, c.total_s) =
+                (c.compute_s * f, c.memory_s * f, c.comm_s * f, c.overhead_s * f, c.total_s * f);
+        }
+        c.comm_s += split.handoffs_s;
+        c.total_s += split.handoffs_s;
+        c
+    }
+
+    /// One pass of `s` through every layer on one tensor-parallel group.
+    fn one_pass(&self, s: &StepShape) -> StepCost {
         if let Some(d) = &self.deployment {
             return d.cost(self, s);
         }
@@ -203,6 +312,7 @@ pub(crate) mod tests {
             step_overhead_ms: 0.0,
             per_sequence_overhead_us: 0.0,
             deployment: None,
+            pipeline: None,
         }
     }
 
@@ -328,6 +438,63 @@ pub(crate) mod tests {
                 assert!((c - by_hand(&shape)).abs() <= 1e-9 * c.max(1e-12), "{c} against {}", by_hand(&shape));
             }
         }
+    }
+
+    /// The base model split into pipeline stages with a 10 us + 1 ns a
+    /// token hand-off; every figure below is worked from the docs/engine.md
+    /// formulas by hand (13.48 GB of weights at 3,000 GB/s, 524,288 KV
+    /// bytes a token, 2 x 6.74e9 FLOPs a token at 989 TFLOPS).
+    fn piped(stages: u32, layers: u64) -> CostModel {
+        let mut m = base_cost();
+        m.pipeline = Some(Pipeline {
+            stages,
+            layers,
+            stage_layers: layers.div_ceil(u64::from(stages)),
+            handoff_fixed_s: 10e-6,
+            handoff_s_per_token: 1e-9,
+        });
+        m
+    }
+
+    #[test]
+    fn a_pipelined_decode_step_costs_its_busiest_micro_batch_plus_the_hand_offs() {
+        // Four decodes at context 100 over 2 stages: 2 micro-batches of 2,
+        // each holding half the step's KV (202 tokens).
+        let shape = StepShape { tokens: 4, sum_ctx: 404, batch: 4, largest: 1, ..StepShape::default() };
+        let c = piped(2, 32).cost(&shape);
+        let memory = (13.48e9 + 202.0 * 524_288.0) / 3e12; // 4.528635 ms
+        assert!((ms(c.memory_s) - 4.528_635).abs() < 1e-6, "{}", ms(c.memory_s));
+        assert!((c.total_s - (memory + 10e-6 + 2e-9)).abs() < 1e-12, "{}", ms(c.total_s));
+        assert!((ms(c.comm_s) - 0.010_002).abs() < 1e-9);
+        // Four stages: four micro-batches of one request, three hand-offs.
+        let c = piped(4, 32).cost(&shape);
+        let memory = (13.48e9 + 101.0 * 524_288.0) / 3e12;
+        assert!((c.total_s - (memory + 3.0 * (10e-6 + 1e-9))).abs() < 1e-12, "{}", ms(c.total_s));
+        // One stage is no pipeline at all.
+        assert_eq!(piped(1, 32).cost(&shape), base_cost().cost(&shape));
+    }
+
+    #[test]
+    fn a_prompt_stays_in_one_micro_batch_and_an_uneven_split_waits_for_the_largest_stage() {
+        // A 1,000-token prompt beside one decode at context 100: the prompt
+        // cannot split, so the busiest micro-batch is its 1,000 tokens and
+        // ceil(1,101 x 1,000 / 1,001) = 1,100 tokens of KV.
+        let shape = StepShape { tokens: 1001, sum_ctx: 1101, batch: 2, largest: 1000, ..StepShape::default() };
+        let c = piped(2, 32).cost(&shape);
+        let compute = 2.0 * 6.74e9 * 1000.0 / 989e12; // 13.6299 ms
+        assert!((ms(c.compute_s) - ms(compute)).abs() < 1e-9);
+        assert!((ms(c.memory_s) - ms((13.48e9 + 1100.0 * 524_288.0) / 3e12)).abs() < 1e-9);
+        assert!((c.total_s - (compute + 10e-6 + 1000e-9)).abs() < 1e-12, "{}", ms(c.total_s));
+        // 61 layers in 2 stages of 31 and 30 (vLLM's split): two decodes
+        // make 2 micro-batches, and the 31-layer stage runs both, so the
+        // step lasts 2 x 31/61 of a micro-batch's pass.
+        let decode = StepShape { tokens: 2, sum_ctx: 202, batch: 2, largest: 1, ..StepShape::default() };
+        let pass = (13.48e9 + 101.0 * 524_288.0) / 3e12;
+        let c = piped(2, 61).cost(&decode);
+        assert!((c.total_s - (pass * 62.0 / 61.0 + 10e-6 + 1e-9)).abs() < 1e-12, "{}", ms(c.total_s));
+        // One decode: one micro-batch, whose pass through both stages is the step.
+        let one = StepShape { tokens: 1, sum_ctx: 101, batch: 1, largest: 1, ..StepShape::default() };
+        assert!((piped(2, 61).cost(&one).total_s - (pass + 10e-6 + 1e-9)).abs() < 1e-12);
     }
 
     #[test]

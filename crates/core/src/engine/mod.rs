@@ -20,7 +20,7 @@ pub mod stretch;
 
 use std::collections::{HashMap, VecDeque};
 
-pub use cost::{CostInput, CostModel, StepCost, StepShape};
+pub use cost::{CostInput, CostModel, Pipeline, PipelineStep, StepCost, StepShape};
 pub use events::{Arrived, Joined, Observer, RejectReason, RequestId, StepRecord, Stretch};
 use kv::KvBlocks;
 pub use kv_budget::{KvBudget, KvBudgetError, KvBudgetInput, WideKv};
@@ -662,6 +662,7 @@ impl Engine {
         let (n, c) = (u64::from(tokens), u64::from(seq.computed));
         self.shape.tokens += n;
         self.shape.sum_ctx += c + n;
+        self.shape.largest = self.shape.largest.max(n);
         // Only a model with an architecture costs attention and the LM head.
         if let Some(d) = &self.cfg.cost.deployment {
             self.shape.attention_pairs += arch::attention_pairs(n, c);

@@ -507,6 +507,7 @@ impl<'e, 'd> Pass<'e, 'd> {
                     batch: max_seqs,
                     window_ctx: 0,
                     window_pairs: 0,
+                    largest: budget,
                 };
                 Some(crate::time::secs_to_nanos(e.cfg.cost.cost(&worst).total_s).max(1))
             }
@@ -577,6 +578,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             // each member's window is full (`Engine::stretch_members`)
             window_ctx: b * lim.window,
             window_pairs: u128::from(b * lim.window),
+            largest: 1,
         };
         Some(Plan { new, shape, admitted: 0, prompts: 0, priced: None })
     }
@@ -658,6 +660,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             plan.prompts += p;
             plan.shape.tokens += p;
             plan.shape.sum_ctx += p;
+            plan.shape.largest = plan.shape.largest.max(p);
             if lim.detailed {
                 plan.shape.attention_pairs += super::arch::attention_pairs(p, 0);
                 plan.shape.decode_pairs += super::arch::decode_pairs(p, 0);
@@ -688,6 +691,11 @@ impl<'e, 'd> Pass<'e, 'd> {
     #[inline(always)]
     fn bound_joiners(&mut self, plan: &mut Plan, queued: usize) -> bool {
         let lim = self.lim;
+        if self.e.cfg.cost.pipeline.is_some() {
+            // The busiest micro-batch's share of the context does not
+            // shrink with every hit, so the bound below would not hold.
+            return false;
+        }
         let reach = (queued as u64).min(lim.max_seqs.saturating_sub(self.running)) as usize;
         let mut upper = plan.shape;
         for q in 0..queued.min(reach + 1) {
@@ -866,6 +874,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             plan.prompts += n;
             plan.shape.tokens += n;
             plan.shape.sum_ctx += u64::from(req.prompt);
+            plan.shape.largest = plan.shape.largest.max(n);
             if lim.detailed {
                 plan.shape.attention_pairs += super::arch::attention_pairs(n, u64::from(c));
                 plan.shape.decode_pairs += super::arch::decode_pairs(n, u64::from(c));

@@ -107,7 +107,11 @@ pub struct DeploymentOut {
     pub parameters: u64,
     /// Parameters one token uses (fewer than `parameters` for a mixture of experts).
     pub active_parameters: u64,
+    /// With pipeline stages, a GPU of the largest stage's share.
     pub kv_bytes_per_token_per_gpu: u64,
+    /// Pipeline stages, when more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_parallel: Option<u32>,
 }
 
 impl DeploymentOut {
@@ -120,7 +124,11 @@ impl DeploymentOut {
             tensor_parallel: d.tensor_parallel,
             parameters: d.parameters.round() as u64,
             active_parameters: d.active_parameters.round() as u64,
-            kv_bytes_per_token_per_gpu: d.kv_bytes_per_token_per_gpu,
+            kv_bytes_per_token_per_gpu: match d.pipeline {
+                Some(_) => s.capacity.block_bytes / u64::from(s.capacity.block_size),
+                None => d.kv_bytes_per_token_per_gpu,
+            },
+            pipeline_parallel: d.pipeline.map(|p| p.stages),
         })
     }
 }

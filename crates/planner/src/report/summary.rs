@@ -34,9 +34,15 @@ pub fn deployment_line(s: &Scenario) -> String {
         Some(k) => k.as_str().to_string(),
     };
     let t = s.tensor_parallel();
-    let (gpus, split, per_gpu) = match d.wide {
-        None => (t, format!("TP {t}"), d.weight_bytes / f64::from(t)),
-        Some(w) => (d.gpus(), format!("TP {t}, DP {}, EP {}", w.data, w.expert), s.capacity.weight_bytes),
+    let (gpus, split, per_gpu) = match (d.wide, d.pipeline) {
+        (None, None) => (t, format!("TP {t}"), d.weight_bytes / f64::from(t)),
+        (Some(w), _) => (d.gpus(), format!("TP {t}, DP {}, EP {}", w.data, w.expert), s.capacity.weight_bytes),
+        (None, Some(p)) => (d.gpus(), format!("TP {t} x PP {}", p.stages), s.capacity.weight_bytes),
+    };
+    // A pipeline stage's GPU holds its layers' share of every token's KV.
+    let kv_per_gpu = match d.pipeline {
+        Some(_) => s.capacity.block_bytes / u64::from(s.capacity.block_size),
+        None => d.kv_bytes_per_token_per_gpu,
     };
     let mut out = format!(
         "{}, {} weights, {kv} KV, {gpus} x {} ({split}): {:.2} GB of weights and {} bytes of KV a token per GPU",
@@ -44,7 +50,7 @@ pub fn deployment_line(s: &Scenario) -> String {
         llmsim_scenario::config::deployment::weights_label(&m.weights),
         s.hardware.name,
         per_gpu / 1e9,
-        thousands(d.kv_bytes_per_token_per_gpu)
+        thousands(kv_per_gpu)
     );
     if d.peak_is_fp8() {
         let _ = write!(out, "; FP8 peak {} TFLOPS", d.peak_tflops);
@@ -56,6 +62,14 @@ pub fn deployment_line(s: &Scenario) -> String {
     }
     if let Some(link) = d.link {
         let _ = write!(out, "; all-reduce {} us + bytes at {} GB/s", link.latency_us, link.bandwidth_gbps);
+    }
+    if let Some(p) = d.pipeline {
+        let _ = write!(
+            out,
+            "; hand-off {:.1} us + {:.2} ns a token between stages",
+            p.handoff_fixed_s * 1e6,
+            p.handoff_s_per_token * 1e9
+        );
     }
     out
 }

@@ -14,7 +14,7 @@ use super::check::{Check, DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER};
 use super::check::{
     DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PREFIX_CACHING, DEFAULT_TENSOR_PARALLEL, DEFAULT_WATERMARK,
 };
-use super::raw::{RawByGpus, RawInterconnect, RawModel, RawParallelism};
+use super::raw::{RawByGpus, RawInterconnect, RawLink, RawModel, RawParallelism};
 pub use super::scenario::{
     ByGpus, Deployment, FigureSource, Interconnect, KvDtype, Parallelism, PeakClass, PeakUse, WeightDtype,
 };
@@ -155,14 +155,16 @@ pub(crate) fn build(ck: &Check, raw: RawModel, par: RawParallelism, hw: &Hardwar
     };
     let name = raw.name.or_else(|| resolved.as_ref().and_then(|r| r.name.clone())).unwrap_or_else(|| "model".into());
     let wide = wide(ck, &par, arch, tensor, hw)?;
+    let pipeline = pipeline(ck, &par, arch, tensor, hw)?;
     let deployment =
-        Deployment { architecture_origin: resolved.as_ref().map(|r| r.origin.clone()), wide, ..deployment };
+        Deployment { architecture_origin: resolved.as_ref().map(|r| r.origin.clone()), wide, pipeline, ..deployment };
     let model = Model { name, context_length, architecture: resolved.map(|r| r.architecture), weights, kv_cache };
     let parallelism = model.architecture.is_some().then_some(Parallelism {
         tensor,
         data: wide.map_or(1, |w| w.data),
         expert: wide.map_or(1, |w| w.expert),
         expert_imbalance: wide.map(|w| w.imbalance).filter(|_| par.expert_imbalance.is_some()),
+        pipeline: pipeline.map_or(1, |p| p.stages),
     });
     Ok(Built { model, parallelism, deployment })
 }
@@ -289,18 +291,85 @@ fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, Confi
     })
 }
 
-fn tensor_parallel(ck: &Check, par: &RawParallelism, arch: Option<&Architecture>) -> Result<u32, ConfigError> {
-    if let Some(p) = par.pipeline
-        && p != 1
-    {
+/// GPUs one node joins when the hardware does not say.
+pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
+
+/// `parallelism.pipeline`: stages of `layers / stages` layers each, handing
+/// a micro-batch's activations on over NVLink inside a node
+/// (`hardware.send_recv`) or the network between nodes
+/// (`hardware.network`) once `tensor x pipeline` passes
+/// `hardware.gpus_per_node` (docs/deployments.md, "Pipeline parallelism").
+fn pipeline(
+    ck: &Check,
+    par: &RawParallelism,
+    arch: Option<&Architecture>,
+    tensor: u32,
+    hw: &Hardware,
+) -> Result<Option<llmsim_core::engine::Pipeline>, ConfigError> {
+    let Some(p) = par.pipeline else { return Ok(None) };
+    let stages = ck.whole32("parallelism.pipeline", p, schema::range("parallelism.pipeline"))?;
+    if stages == 1 {
+        return Ok(None);
+    }
+    let Some(a) = arch else {
         return Err(ck.err(
             "parallelism.pipeline",
             format!(
-                "{p} is not allowed: pipeline parallelism is not modelled (only 1); split the model with \
-                 parallelism.tensor, or model each pipeline stage as its own scenario"
+                "{stages} needs a model architecture (its layers are split into the stages): use model: NAME, \
+                 model.architecture or model.hf_config"
+            ),
+        ));
+    };
+    if u64::from(stages) > a.layers {
+        return Err(ck.err(
+            "parallelism.pipeline",
+            format!(
+                "{stages} is more stages than the {} layers (each stage holds at least one); allowed: 1 to {}",
+                a.layers, a.layers
             ),
         ));
     }
+    if par.data.is_some_and(|d| d > 1) || par.expert.is_some_and(|e| e > 1) {
+        return Err(ck.err(
+            "parallelism.pipeline",
+            format!(
+                "{stages} beside parallelism.data or parallelism.expert is not modelled: give pipeline stages \
+                 of tensor-parallel GPUs only"
+            ),
+        ));
+    }
+    let node = hw.gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE);
+    let gpus = u64::from(tensor) * u64::from(stages);
+    let (key, link, what) = if gpus <= u64::from(node) {
+        ("send_recv", hw.send_recv, "inside one node")
+    } else {
+        ("network", hw.network, "between nodes")
+    };
+    let Some(link) = link else {
+        return Err(ck.err(
+            &format!("hardware.{key}"),
+            format!(
+                "missing: pipeline {stages} x tensor {tensor} = {gpus} GPUs hand activations on {what} \
+                 ({node} GPUs a node, hardware.gpus_per_node), and hardware `{}` gives no {key} link; give it \
+                 inline: {key}: {{bandwidth_gbps: GBPS, latency_us: US}} (nccl-tests sendrecv_perf reports both)",
+                hw.name
+            ),
+        ));
+    };
+    // Each GPU of a stage sends its share of the hidden states and the
+    // residual (16-bit) to its peer in the next stage (vLLM splits them
+    // over the tensor-parallel ranks and gathers them on arrival).
+    let bytes_per_token = 2.0 * a.hidden_size as f64 * 2.0 / f64::from(tensor);
+    Ok(Some(llmsim_core::engine::Pipeline {
+        stages,
+        layers: a.layers,
+        stage_layers: a.layers.div_ceil(u64::from(stages)),
+        handoff_fixed_s: link.latency_us * 1e-6,
+        handoff_s_per_token: bytes_per_token / (link.bandwidth_gbps * 1e9),
+    }))
+}
+
+fn tensor_parallel(ck: &Check, par: &RawParallelism, arch: Option<&Architecture>) -> Result<u32, ConfigError> {
     let Some(t) = par.tensor else { return Ok(DEFAULT_TENSOR_PARALLEL) };
     let t = ck.whole32_at("parallelism.tensor", t)?;
     if t == 1 {
@@ -440,6 +509,7 @@ fn with_architecture(
         expert_peak,
         link,
         wide: None,
+        pipeline: None,
     })
 }
 
@@ -515,12 +585,22 @@ fn window_blocks(m: &Model, d: &Deployment) -> u32 {
 /// and error; with one, an error that says how short the GPUs are and
 /// which tensor degree would fit.
 pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> Result<KvBudget, ConfigError> {
+    // The largest pipeline stage's GPUs hold `stage_layers / layers` of
+    // the weights and of every token's KV, and set the blocks every
+    // stage has (vLLM sizes the cache by its fullest worker).
+    let (weight_bytes, kv_per_gpu) = match d.pipeline {
+        None => (d.weight_bytes, d.kv_bytes_per_token_per_gpu),
+        Some(p) => (
+            d.weight_bytes * p.stage_layers as f64 / p.layers as f64,
+            (d.kv_bytes_per_token_per_gpu * p.stage_layers).div_ceil(p.layers),
+        ),
+    };
     let input = KvBudgetInput {
         hbm_gib: hw.hbm_gib,
         gpu_memory_utilization: m.kv_cache.gpu_memory_utilization,
-        weight_bytes: d.weight_bytes,
+        weight_bytes,
         tensor_parallel: d.tensor_parallel,
-        kv_bytes_per_token: d.kv_bytes_per_token_per_gpu,
+        kv_bytes_per_token: kv_per_gpu,
         block_size: m.kv_cache.block_size,
         watermark: m.kv_cache.watermark,
         num_blocks_override: m.kv_cache.num_blocks,
@@ -575,6 +655,22 @@ fn does_not_fit(
             (per_gpu + block - budget) / 1e9
         ),
     )
+}
+
+/// Validates a point-to-point link (`hardware.send_recv`, `hardware.network`); `p` prefixes key paths.
+pub(crate) fn point_to_point(
+    ck: &Check,
+    raw: RawLink,
+    key: &str,
+    p: &dyn Fn(&str) -> String,
+) -> Result<Link, ConfigError> {
+    let value = |field: &str, x: f64| {
+        ck.real(&p(&format!("{key}.{field}")), x, schema::range(&format!("hardware.{key}.{field}")))
+    };
+    Ok(Link {
+        bandwidth_gbps: value("bandwidth_gbps", raw.bandwidth_gbps)?,
+        latency_us: value("latency_us", raw.latency_us)?,
+    })
 }
 
 /// Validates `hardware.interconnect`; `p` prefixes key paths.

@@ -102,12 +102,28 @@ pub struct RawHardware {
     pub peak_tflops_fp4: Option<f64>,
     /// The all-reduce link between GPUs of one engine (tensor parallelism).
     pub interconnect: Option<RawInterconnect>,
+    /// GPUs one node's NVLink joins (8 unless given).
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub gpus_per_node: Option<i64>,
+    /// Point-to-point sends between two GPUs of one node (pipeline hand-offs).
+    pub send_recv: Option<RawLink>,
+    /// Point-to-point sends between GPUs of two nodes: one GPU's NIC.
+    pub network: Option<RawLink>,
     /// Price of one GPU-hour, for cost per million tokens.
     #[serde(default, deserialize_with = "num::opt_real")]
     pub cost_per_hour: Option<f64>,
     /// Measured kernel times (all-reduce, GEMM) the per-operator cost form
     /// reads; checked row by row in `config/kernels.rs`.
     pub kernels: Option<crate::yaml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLink {
+    #[serde(deserialize_with = "num::real")]
+    pub bandwidth_gbps: f64,
+    #[serde(deserialize_with = "num::real")]
+    pub latency_us: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -343,7 +359,7 @@ pub struct RawLatency {
 pub struct RawParallelism {
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub tensor: Option<i64>,
-    /// Read only to refuse it: pipeline parallelism is not modelled.
+    /// Pipeline stages, each holding `layers / pipeline` of the layers.
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub pipeline: Option<i64>,
     /// Attention data-parallel ranks inside one engine (mixture of experts).

@@ -58,6 +58,14 @@ pub struct Hardware {
     pub peak_tflops_fp4: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interconnect: Option<Interconnect>,
+    /// GPUs one node's NVLink joins (`None`: 8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<u32>,
+    /// Point-to-point sends inside a node and between nodes (pipeline hand-offs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_recv: Option<Link>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<Link>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_per_hour: Option<f64>,
     /// Measured kernel times; kept only when the per-operator form reads
@@ -562,6 +570,7 @@ impl Scenario {
                 step_overhead_ms: self.latency.step_overhead_ms,
                 per_sequence_overhead_us: self.latency.per_sequence_overhead_us,
                 deployment: self.deployment.cost_input(self),
+                pipeline: self.deployment.pipeline,
             }),
             prefix_caching: self.prefix_caching(),
         }
@@ -608,6 +617,9 @@ pub struct Parallelism {
     pub expert: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expert_imbalance: Option<f64>,
+    /// Pipeline stages (1: none).
+    #[serde(skip_serializing_if = "is_one")]
+    pub pipeline: u32,
 }
 
 fn is_one(x: &u32) -> bool {
@@ -737,6 +749,8 @@ pub struct Deployment {
     pub link: Option<Link>,
     /// Data and expert parallelism, when used.
     pub wide: Option<llmsim_core::engine::cost::Wide>,
+    /// Pipeline parallelism, when used: its stages and hand-offs.
+    pub pipeline: Option<llmsim_core::engine::Pipeline>,
 }
 
 impl Default for Deployment {
@@ -758,6 +772,7 @@ impl Default for Deployment {
             expert_peak: None,
             wide: None,
             link: None,
+            pipeline: None,
         }
     }
 }
@@ -794,9 +809,14 @@ impl Deployment {
         self.peak.key == "peak_tflops_fp8" && self.expert_peak.is_none()
     }
 
-    /// GPUs one engine (one replica) uses: `tensor x data`.
+    /// GPUs one engine (one replica) uses: `tensor x data x pipeline`.
     pub fn gpus(&self) -> u32 {
-        self.tensor_parallel * self.wide.map_or(1, |w| w.data)
+        self.tensor_parallel * self.wide.map_or(1, |w| w.data) * self.pipeline_stages()
+    }
+
+    /// Pipeline stages (1 without pipeline parallelism).
+    pub fn pipeline_stages(&self) -> u32 {
+        self.pipeline.map_or(1, |p| p.stages)
     }
 
     /// Attention data-parallel ranks (1 without them).

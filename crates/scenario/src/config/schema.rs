@@ -124,7 +124,7 @@ const fn key(path: &'static str, doc: &'static str, unset: Unset, range: Bound) 
     Key { path, doc, unset, range }
 }
 
-use Bound::{Limit as In, None as Plain, Unranged};
+use Bound::{Limit as In, None as Plain};
 use Unset::{Flag, Real, Whole, Words};
 
 const REQUIRED: Unset = Words("required");
@@ -213,6 +213,48 @@ pub static KEYS: &[Key] = &[
         "The fixed time of one all-reduce in microseconds: one figure, or one per GPU count.",
         Words("required in `interconnect`"),
         In(&row::INTERCONNECT_LATENCY_US),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.gpus_per_node",
+        "GPUs one node's NVLink joins: pipeline stages past it hand off over `network`.",
+        Whole(8),
+        In(&row::GPUS_PER_NODE),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.send_recv",
+        "Point-to-point sends between two GPUs of one node (NVLink), for pipeline hand-offs: time = latency_us + bytes / bandwidth_gbps.",
+        Words("none: no pipeline inside a node"),
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.send_recv.bandwidth_gbps",
+        "Bandwidth of one send in GB/s (nccl-tests sendrecv_perf's busbw).",
+        Words("required in `send_recv`"),
+        In(&row::SEND_RECV_BANDWIDTH_GBPS),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.send_recv.latency_us",
+        "The fixed time of one send in microseconds.",
+        Words("required in `send_recv`"),
+        In(&row::SEND_RECV_LATENCY_US),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.network",
+        "Point-to-point sends between GPUs of two nodes (one GPU's InfiniBand or RoCE NIC), for pipeline hand-offs across nodes.",
+        Words("none: no pipeline across nodes"),
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.network.bandwidth_gbps",
+        "Bandwidth of one GPU's NIC in GB/s (400 Gb/s is 50).",
+        Words("required in `network`"),
+        In(&row::SEND_RECV_BANDWIDTH_GBPS),
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}hardware.network.latency_us",
+        "The fixed time of one send between nodes in microseconds.",
+        Words("required in `network`"),
+        In(&row::SEND_RECV_LATENCY_US),
     ),
     key(
         "{,cluster.prefill.,cluster.decode.}hardware.kernels",
@@ -486,9 +528,9 @@ pub static KEYS: &[Key] = &[
     ),
     key(
         "{,cluster.prefill.,cluster.decode.}parallelism.pipeline",
-        "Pipeline stages; only 1, since pipeline parallelism is not modelled (read to refuse any other value).",
+        "Pipeline stages, each of `parallelism.tensor` GPUs holding `layers / pipeline` of the layers, with as many micro-batches in flight (vLLM's `--pipeline-parallel-size`); hand-offs over `hardware.send_recv` inside a node, `hardware.network` between nodes; not beside `data` or `expert`.",
         Whole(1),
-        Unranged("any value but 1 is refused"),
+        In(&row::PIPELINE_PARALLEL),
     ),
     key(
         "{,cluster.prefill.,cluster.decode.}scheduler",

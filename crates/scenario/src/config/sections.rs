@@ -112,6 +112,12 @@ fn hardware_fields(raw: RawHardware, file: &Path, prefix: &str, fallback: &str) 
         peak_tflops_fp8: raw.peak_tflops_fp8.map(|x| real("peak_tflops_fp8", x)).transpose()?,
         peak_tflops_fp4: raw.peak_tflops_fp4.map(|x| real("peak_tflops_fp4", x)).transpose()?,
         interconnect: raw.interconnect.map(|i| deployment::interconnect(&ck, i, &p)).transpose()?,
+        gpus_per_node: raw
+            .gpus_per_node
+            .map(|g| ck.whole32(&p("gpus_per_node"), g, schema::range("hardware.gpus_per_node")))
+            .transpose()?,
+        send_recv: raw.send_recv.map(|l| deployment::point_to_point(&ck, l, "send_recv", &p)).transpose()?,
+        network: raw.network.map(|l| deployment::point_to_point(&ck, l, "network", &p)).transpose()?,
         cost_per_hour: raw.cost_per_hour.map(|c| real("cost_per_hour", c)).transpose()?,
         kernels: raw
             .kernels

@@ -72,6 +72,81 @@ fn llama_70b_splits_over_2_4_and_8_gpus_as_the_worked_checks_say() {
     }
 }
 
+/// [`h100`] with point-to-point links: 300 GB/s and 5 us inside a node,
+/// 50 GB/s and 12 us between nodes of 4 GPUs.
+fn h100_nodes(model: &str) -> String {
+    h100(model).replacen(
+        "latency_us: 10}}",
+        "latency_us: 10}, gpus_per_node: 4, send_recv: {bandwidth_gbps: 300, latency_us: 5}, \
+         network: {bandwidth_gbps: 50, latency_us: 12}}",
+        1,
+    )
+}
+
+#[test]
+fn pipeline_stages_hold_their_layers_share_and_hand_off_over_the_link_they_span() {
+    // Llama-3.1-70B's 80 layers: 141,107,412,992 bytes of weights, 327,680
+    // KV bytes a token. A GPU of TP t x PP p holds 80/p layers over t:
+    // TP 2 x PP 2: 141,107,412,992 / 2 / 2 = 35,276,853,248 bytes, KV
+    // 327,680 / 2 (heads) / 2 (layers) = 81,920 a token; the budget
+    // 80 GiB x 0.9 = 77,309,411,328: (77,309,411,328 - 35,276,853,248)
+    // / (81,920 x 16) = 32,068.3 blocks, as TP 4 alone has.
+    // TP 4 x PP 2 and TP 2 x PP 4: 17,638,426,624 bytes and 40,960 a
+    // token: 91,050.7 blocks, as TP 8 alone.
+    for (t, p, blocks, fixed_us, per_token_s) in [
+        // 4 GPUs in a node of 4: NVLink, 2 x 8,192 x 2 / 2 bytes a token at 300 GB/s
+        (2u32, 2u32, 32_068u32, 5.0, 2.0 * 8192.0 * 2.0 / 2.0 / 300e9),
+        // 8 GPUs: two nodes, the network
+        (4, 2, 91_050, 12.0, 2.0 * 8192.0 * 2.0 / 4.0 / 50e9),
+        (2, 4, 91_050, 12.0, 2.0 * 8192.0 * 2.0 / 2.0 / 50e9),
+    ] {
+        let s =
+            load(&h100_nodes(&format!("model: llama-3.1-70b\nparallelism: {{tensor: {t}, pipeline: {p}}}"))).unwrap();
+        assert_eq!(s.capacity.num_blocks, blocks, "TP {t} x PP {p}");
+        assert_eq!(s.deployment.gpus(), t * p);
+        let pipe = s.deployment.pipeline.unwrap();
+        assert_eq!((pipe.stages, pipe.layers, pipe.stage_layers), (p, 80, u64::from(80 / p)));
+        assert!((pipe.handoff_fixed_s - fixed_us * 1e-6).abs() < 1e-15);
+        assert!((pipe.handoff_s_per_token - per_token_s).abs() < 1e-20, "{} {per_token_s}", pipe.handoff_s_per_token);
+        assert_eq!(s.parallelism.as_ref().map(|x| x.pipeline), Some(p));
+        assert_eq!(s.engine_config().cost.pipeline, Some(pipe));
+    }
+    // DeepSeek-V3's 61 layers over 2 stages: 31 and 30, as vLLM splits
+    // them; the larger stage sets the memory: 671,026,404,352 x 31/61 / 8
+    // bytes of FP8 weights a GPU, and of the 16-bit latent KV's 61 x
+    // (512 + 64) x 2 = 70,272 bytes a token, 31/61: 35,712 (MLA's KV is
+    // not split by TP).
+    let s = load(&h100_nodes(
+        "model: {preset: deepseek-v3, weights: {bytes_per_parameter: 1}}\nparallelism: {tensor: 8, pipeline: 2}",
+    ))
+    .unwrap();
+    let pipe = s.deployment.pipeline.unwrap();
+    assert_eq!((pipe.layers, pipe.stage_layers), (61, 31));
+    assert!((s.capacity.weight_bytes - 671_026_404_352.0 * 31.0 / 61.0 / 8.0).abs() < 1.0);
+    assert_eq!(s.capacity.block_bytes, 35_712 * 16);
+}
+
+#[test]
+fn pipeline_errors_name_the_key_and_what_is_allowed() {
+    let e = err(&h100_nodes("model: llama-3.1-70b\nparallelism: {tensor: 2, pipeline: 81}"));
+    has(&e, &["parallelism.pipeline: 81 is more stages than the 80 layers", "allowed: 1 to 80"]);
+    let e = err(&h100_nodes("model: llama-3.1-70b\nparallelism: {tensor: 2, pipeline: 0}"));
+    has(&e, &["parallelism.pipeline"]);
+    let plain = "model: {context_length: 4096, weights: {parameters_billions: 7}, kv_cache: {bytes_per_token: 524288}}";
+    let e = err(&h100_nodes(&format!("{plain}\nparallelism: {{pipeline: 2}}")));
+    has(&e, &["parallelism.pipeline: 2 needs a model architecture"]);
+    let e = err(&h100_nodes("model: qwen3-30b-a3b\nparallelism: {tensor: 2, data: 2, expert: 4, pipeline: 2}"));
+    has(&e, &["parallelism.pipeline: 2 beside parallelism.data or parallelism.expert is not modelled"]);
+    // The spec's H100 has no point-to-point link: the error names the key and the GPUs.
+    let e = err(&h100("model: llama-3.1-70b\nparallelism: {tensor: 2, pipeline: 2}"));
+    has(&e, &["hardware.send_recv: missing", "pipeline 2 x tensor 2 = 4 GPUs", "inside one node", "send_recv: {"]);
+    let e = err(&h100("model: llama-3.1-70b\nparallelism: {tensor: 8, pipeline: 2}"));
+    has(&e, &["hardware.network: missing", "16 GPUs", "between nodes"]);
+    let e = err(&h100_nodes("model: llama-3.1-70b\nparallelism: {tensor: 2, pipeline: 2}")
+        .replace("latency_us: 5}", "latency_us: -5}"));
+    has(&e, &["hardware.send_recv.latency_us", "-5"]);
+}
+
 #[test]
 fn weights_larger_than_memory_say_by_how_much_and_which_tp_fits() {
     let e = err(&h100("model: llama-3.1-70b"));
@@ -339,8 +414,6 @@ fn tensor_parallelism_errors_say_what_is_allowed() {
     let plain = "model: {context_length: 4096, weights: {parameters_billions: 7}, kv_cache: {bytes_per_token: 524288}}";
     let e = err(&h100(&format!("{plain}\nparallelism: {{tensor: 2}}")));
     has(&e, &["parallelism.tensor: 2 needs a model architecture"]);
-    let e = err(&h100("model: llama-3.1-70b\nparallelism: {tensor: 2, pipeline: 2}"));
-    has(&e, &["parallelism.pipeline: 2 is not allowed", "pipeline parallelism is not modelled"]);
     let no_link = "hardware: {name: box, hbm_gib: 80, memory_bandwidth_gbps: 3350, peak_tflops: 989}\n";
     let e = load(&format!("{no_link}model: llama-3.1-70b\nparallelism: {{tensor: 4}}\n{WORKLOAD}")).unwrap_err();
     has(&e, &["hardware.interconnect: missing", "parallelism.tensor 4", "hardware `box` gives none"]);

@@ -26,6 +26,7 @@ fn input(arch: Architecture, peak: f64, bandwidth: f64, kv: u64) -> CostInput {
         memory_efficiency: 1.0,
         step_overhead_ms: 0.0,
         per_sequence_overhead_us: 0.0,
+        pipeline: None,
         deployment: Some(DeploymentInput {
             architecture: arch,
             parameters,
@@ -187,6 +188,7 @@ fn overheads_add_step_layer_and_sequence_terms() {
         memory_efficiency: 1.0,
         step_overhead_ms: 1.5,
         per_sequence_overhead_us: 20.0,
+        pipeline: None,
         deployment: Some(DeploymentInput {
             architecture: llama_3_1_8b(),
             parameters: 8_030_261_248.0,

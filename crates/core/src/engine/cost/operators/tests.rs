@@ -45,6 +45,7 @@ fn input(arch: Architecture, t: u32, kv: u64, link: Option<Link>, o: OperatorInp
         memory_efficiency: 1.0,
         step_overhead_ms: 0.0,
         per_sequence_overhead_us: 0.0,
+        pipeline: None,
         deployment: Some(DeploymentInput {
             architecture: arch,
             parameters,
@@ -273,6 +274,7 @@ fn a_larger_step_never_costs_less() {
             batch: rng.random_range(1..64),
             window_ctx: 0,
             window_pairs: 0,
+            largest: 0,
         };
         let big = StepShape {
             tokens: small.tokens + rng.random_range(0..4096),
@@ -283,6 +285,7 @@ fn a_larger_step_never_costs_less() {
             batch: small.batch + rng.random_range(0..64),
             window_ctx: 0,
             window_pairs: 0,
+            largest: 0,
         };
         let (a, b) = (m.cost(&small).total_s, m.cost(&big).total_s);
         assert!(b >= a * (1.0 - 1e-12), "{small:?} costs {a}, more than {big:?} at {b}");
