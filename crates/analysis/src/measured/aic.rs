@@ -206,10 +206,12 @@ impl AicRow {
         let data = self.attention_dp.unwrap_or(1);
         let gpus = u64::from(tensor) * u64::from(data);
         let node = SYSTEMS.iter().find(|s| s.0 == self.system).map_or(8, |s| s.2);
-        if gpus > u64::from(node) {
+        // Data-parallel ranks and expert parallelism may span nodes (the
+        // all-to-all then crosses the network); a tensor-parallel group
+        // may not (its all-reduce is the NVLink's).
+        if tensor > node {
             return Err(format!(
-                "TP {tensor} x attention DP {data} spans more than one {node}-GPU node: links between nodes are \
-                 not modelled"
+                "TP {tensor} spans more than one {node}-GPU node: all-reduces between nodes are not modelled"
             ));
         }
         if !moe {
@@ -506,7 +508,9 @@ mod tests {
         assert!(!llama(["4", "1", "4", "1"]).frontier());
         let why = |r: AicRow| r.unsupported().unwrap_or_default();
         assert!(why(ds(["64", "1", "8", "8"])).contains("more than one 8-GPU node"));
-        assert!(why(ds(["1", "64", "8", "8"])).contains("more than one 8-GPU node"));
+        // data-parallel ranks and experts across nodes: the all-to-all crosses the network
+        assert_eq!(layout(&ds(["1", "64", "1", "64"])), Ok(Layout { tensor: 1, data: 64, expert: 64 }));
+        assert!(why(ds(["1", "64", "8", "8"])).contains("only expert parallelism over every GPU"));
         assert!(why(ds(["4", "1", "2", "2"])).contains("only expert parallelism over every GPU"));
         assert!(why(ds(["2", "2", "4", "1"])).contains("MoE tensor parallelism 4"));
         assert!(why(llama(["4", "2", "4", "1"])).contains("of a dense model"));
@@ -537,7 +541,12 @@ mod tests {
         let ds = "deepseek-ai/DeepSeek-R1";
         let gb = on("gb200", ds, "nvfp4", ["36", "1", "36", "1"]);
         assert_eq!(gb.layout(true), Ok(Layout { tensor: 36, data: 1, expert: 1 }));
-        assert!(on("gb200", ds, "nvfp4", ["72", "2", "1", "144"]).unsupported().unwrap().contains("72-GPU node"));
+        assert!(on("gb200", ds, "nvfp4", ["144", "1", "1", "144"]).unsupported().unwrap().contains("72-GPU node"));
+        // two NVL72 racks of data-parallel ranks: the all-to-all crosses the network
+        assert_eq!(
+            on("gb200", ds, "nvfp4", ["72", "2", "1", "144"]).layout(true),
+            Ok(Layout { tensor: 72, data: 2, expert: 144 })
+        );
         assert!(on("b200_sxm", ds, "fp8", ["16", "1", "4", "4"]).unsupported().unwrap().contains("8-GPU node"));
         assert_eq!(
             on("gb300", ds, "fp8", ["8", "1", "8", "1"]).unsupported().unwrap(),

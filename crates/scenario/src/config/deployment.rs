@@ -562,8 +562,39 @@ fn wide(
             format!("{expert} does not divide the {} experts: each GPU holds whole experts", a.experts),
         ));
     }
-    let expert_link = if data > 1 { Some(link_at(ck, hw, expert, "parallelism.expert")?) } else { None };
+    let expert_link = if data > 1 { Some(expert_link(ck, hw, expert)?) } else { None };
     Ok(Some(llmsim_core::engine::cost::Wide { data, expert, imbalance: imbalance.unwrap_or(1.0), expert_link }))
+}
+
+/// The all-to-all's link over `e` GPUs. Inside a node, the interconnect's
+/// figures at `e`. Across nodes (`e > gpus_per_node`), each GPU sends the
+/// share `f = (e - node) / (e - 1)` of its bytes to other nodes through
+/// its NIC (`hardware.network`) and the rest over NVLink (the
+/// interconnect at `node` GPUs), both at once, so the bytes move at
+/// `1 / max(f / network, (1 - f) / nvlink)` and the fixed cost is the
+/// larger of the two latencies (docs/deployments.md).
+fn expert_link(ck: &Check, hw: &Hardware, e: u32) -> Result<Link, ConfigError> {
+    let node = hw.gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE);
+    if e <= node {
+        return link_at(ck, hw, e, "parallelism.expert");
+    }
+    let nvlink = link_at(ck, hw, node, "parallelism.expert (inside a node)")?;
+    let Some(net) = hw.network else {
+        return Err(ck.err(
+            "hardware.network",
+            format!(
+                "missing: parallelism.expert {e} spans more than one {node}-GPU node (hardware.gpus_per_node), and \
+                 hardware `{}` gives no network link; give it inline: network: {{bandwidth_gbps: GBPS, latency_us: \
+                 US}} (one GPU's NIC; nccl-tests alltoall_perf over two nodes)",
+                hw.name
+            ),
+        ));
+    };
+    let f = f64::from(e - node) / f64::from(e - 1);
+    Ok(Link {
+        bandwidth_gbps: 1.0 / (f / net.bandwidth_gbps).max((1.0 - f) / nvlink.bandwidth_gbps),
+        latency_us: net.latency_us.max(nvlink.latency_us),
+    })
 }
 
 /// Blocks a request holds for its sliding-window layers: the window's

@@ -127,6 +127,35 @@ fn pipeline_stages_hold_their_layers_share_and_hand_off_over_the_link_they_span(
 }
 
 #[test]
+fn an_all_to_all_across_nodes_moves_its_bytes_over_the_nic_and_nvlink_at_once() {
+    // MiniMax-M2 at TP 4 x DP 4 with EP 16 on two 8-GPU H100 nodes: 8 of a
+    // GPU's 15 peers are on the other node, so f = 8/15 of its bytes go
+    // through its 50 GB/s NIC while 7/15 go over NVLink (the interconnect
+    // at 8 GPUs: 338 GB/s): 1 / max(8/15 / 50, 7/15 / 338) = 93.75 GB/s;
+    // the fixed cost is the larger latency, NVLink's 21.1 us over the
+    // network's 10.
+    let text = format!(
+        "hardware: h100-80gb\nmodel: {{preset: minimax-m2, weights: {{bytes_per_parameter: 1}}}}\n\
+         parallelism: {{tensor: 4, data: 4, expert: 16}}\n{WORKLOAD}"
+    );
+    let s = load(&text).unwrap();
+    let link = s.deployment.wide.unwrap().expert_link.unwrap();
+    assert!((link.bandwidth_gbps - 93.75).abs() < 1e-9, "{}", link.bandwidth_gbps);
+    assert_eq!(link.latency_us, 21.1);
+    // Inside one node it is the interconnect's figure at E GPUs.
+    let s = load(&text.replace("tensor: 4, data: 4, expert: 16", "tensor: 4, data: 2, expert: 8")).unwrap();
+    let link = s.deployment.wide.unwrap().expert_link.unwrap();
+    assert_eq!((link.bandwidth_gbps, link.latency_us), (338.0, 21.1));
+    // Without a network link the error names the key.
+    let e = err(&h100(
+        "model: {preset: minimax-m2, weights: {bytes_per_parameter: 1}}\n\
+                      parallelism: {tensor: 1, data: 16, expert: 16}",
+    )
+    .replace("latency_us: 10}", "latency_us: {8: 20, 16: 30}}"));
+    has(&e, &["hardware.network: missing", "parallelism.expert 16 spans more than one 8-GPU node"]);
+}
+
+#[test]
 fn pipeline_errors_name_the_key_and_what_is_allowed() {
     let e = err(&h100_nodes("model: llama-3.1-70b\nparallelism: {tensor: 2, pipeline: 81}"));
     has(&e, &["parallelism.pipeline: 81 is more stages than the 80 layers", "allowed: 1 to 80"]);
