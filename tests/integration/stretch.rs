@@ -214,6 +214,24 @@ fn decode_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     );
 }
 
+/// Runs the generated scenarios with an architecture (Llama-3.1-70B at
+/// TP 4 or 8), each rewritten by `rewrite` (`None` skips it), both ways,
+/// and checks that enough of them ran for enough steps.
+fn architecture_variants(rewrite: impl Fn(u64, &str) -> Option<String>) {
+    let (mut runs, mut steps) = (0, 0u64);
+    for i in 0..120 {
+        let text = generate(i);
+        if !text.contains("preset: llama-3.1-70b") {
+            continue;
+        }
+        let Some(text) = rewrite(i, &text) else { continue };
+        let (out, _) = same_both_ways(i, &text);
+        runs += 1;
+        steps += out.map_or(0, |a| a.result.steps.count);
+    }
+    assert!(runs >= 20 && steps > 20_000, "{runs} runs, {steps} steps");
+}
+
 /// Multi-head latent attention prices decode pairs apart from prefill
 /// ones (its absorbed form), in the roofline and the per-operator form:
 /// the stretches must count them as the steps do. The generated scenarios
@@ -221,21 +239,13 @@ fn decode_stretches_give_the_same_bytes_as_the_step_by_step_path() {
 /// calibration (per operator) or without it (roofline).
 #[test]
 fn latent_attention_stretches_give_the_same_bytes_as_the_step_by_step_path() {
-    let (mut runs, mut steps) = (0, 0u64);
-    for i in 0..120 {
-        let text = generate(i);
-        if !text.contains("preset: llama-3.1-70b") {
-            continue;
-        }
+    architecture_variants(|i, text| {
         let hardware = if i % 2 == 0 { "hardware: h200\ncalibration: h200-vllm" } else { "hardware: h200" };
-        let text = text
-            .replace("preset: llama-3.1-70b", "preset: deepseek-v3, weights: {bytes_per_parameter: 1}")
-            .replace("hardware: h100-80gb", hardware);
-        let (out, _) = same_both_ways(i, &text);
-        runs += 1;
-        steps += out.map_or(0, |a| a.result.steps.count);
-    }
-    assert!(runs >= 20 && steps > 20_000, "{runs} runs, {steps} steps");
+        Some(
+            text.replace("preset: llama-3.1-70b", "preset: deepseek-v3, weights: {bytes_per_parameter: 1}")
+                .replace("hardware: h100-80gb", hardware),
+        )
+    });
 }
 
 /// The same with sliding-window layers (gpt-oss-120b: 18 of 36 layers see
@@ -245,42 +255,25 @@ fn latent_attention_stretches_give_the_same_bytes_as_the_step_by_step_path() {
 /// their window at first.
 #[test]
 fn sliding_window_stretches_give_the_same_bytes_as_the_step_by_step_path() {
-    let (mut runs, mut steps) = (0, 0u64);
-    for i in 0..120 {
-        let text = generate(i);
-        if !text.contains("preset: llama-3.1-70b") || text.contains("prefix_caching: true") {
-            continue;
-        }
-        let text = text.replace("preset: llama-3.1-70b", "preset: gpt-oss-120b");
-        let (out, _) = same_both_ways(i, &text);
-        runs += 1;
-        steps += out.map_or(0, |a| a.result.steps.count);
-    }
-    assert!(runs >= 20 && steps > 20_000, "{runs} runs, {steps} steps");
+    architecture_variants(|_, text| {
+        (!text.contains("prefix_caching: true")).then(|| text.replace("preset: llama-3.1-70b", "preset: gpt-oss-120b"))
+    });
 }
 
 /// The same with pipeline stages (docs/deployments.md): a step is priced
 /// on its busiest micro-batch, whose size depends on the largest request
 /// in the step, so the stretches must track it as the steps do; TP 4 x
-/// PP 2 hands off inside a node, TP 8 x PP 2 between nodes.
+/// PP 2 hands off inside a node, TP 8 x PP 2 or 4 between nodes.
 #[test]
 fn pipeline_stretches_give_the_same_bytes_as_the_step_by_step_path() {
-    let (mut runs, mut steps) = (0, 0u64);
-    for i in 0..120 {
-        let text = generate(i);
-        if !text.contains("preset: llama-3.1-70b") {
-            continue;
-        }
+    architecture_variants(|i, text| {
         let text = text.replace("parallelism: {tensor: 4}", "parallelism: {tensor: 4, pipeline: 2}").replace(
             "parallelism: {tensor: 8}",
             &format!("parallelism: {{tensor: 8, pipeline: {}}}", if i % 3 == 0 { 4 } else { 2 }),
         );
         assert!(text.contains("pipeline:"), "{text}");
-        let (out, _) = same_both_ways(i, &text);
-        runs += 1;
-        steps += out.map_or(0, |a| a.result.steps.count);
-    }
-    assert!(runs >= 20 && steps > 20_000, "{runs} runs, {steps} steps");
+        Some(text)
+    });
 }
 
 /// The stretches must actually be taken, or the test above compares the
