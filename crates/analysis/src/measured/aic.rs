@@ -78,15 +78,30 @@ const REQUIRED: [&str; 13] = [
 /// `bench_run.sh` template), after warm-up requests that drain first.
 pub const DEFAULT_ROUNDS: u32 = 20;
 
-/// Its `system` names, the shipped hardware profiles they are, the GPUs
-/// one engine may span over NVLink (a node; GB200's NVL72 domain), and
-/// whether the GPU has an FP4 peak (NVFP4 weights run there).
-pub const SYSTEMS: [(&str, &str, u32, bool); 5] = [
-    ("h100_sxm", "h100-80gb", 8, false),
-    ("h200_sxm", "h200", 8, false),
-    ("b200_sxm", "b200", 8, true),
-    ("b300_sxm", "b300", 8, true),
-    ("gb200", "gb200", 72, true),
+/// One of the file's `system` names.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct System {
+    pub name: &'static str,
+    /// The shipped hardware profile it is.
+    pub hardware: &'static str,
+    /// The GPUs a tensor-parallel group may span over NVLink (a node;
+    /// GB200's NVL72 domain).
+    pub node_gpus: u32,
+    /// Whether the GPU has an FP4 peak (NVFP4 weights run there).
+    pub fp4: bool,
+}
+
+const fn system(name: &'static str, hardware: &'static str, node_gpus: u32, fp4: bool) -> System {
+    System { name, hardware, node_gpus, fp4 }
+}
+
+/// The systems the suites read.
+pub const SYSTEMS: [System; 5] = [
+    system("h100_sxm", "h100-80gb", 8, false),
+    system("h200_sxm", "h200", 8, false),
+    system("b200_sxm", "b200", 8, true),
+    system("b300_sxm", "b300", 8, true),
+    system("gb200", "gb200", 72, true),
 ];
 
 /// How a row's weights are stored, as scenario keys.
@@ -105,27 +120,40 @@ pub enum Format {
     Int4Experts,
 }
 
-/// Its `model_path` names (Hugging Face repositories), the shipped model
-/// presets with the same shape, whether they are a mixture of experts
-/// (whose `moe_tp_size` and `moe_ep_size` then matter), and how their
-/// weights are read. Kimi-K2.5 is Kimi-K2's language model (the same
-/// DeepSeek-V3 shape; its vision encoder is not counted) and MiniMax-M2.5
-/// has MiniMax-M2's: both are assumptions the file cannot confirm
-/// (docs/calibration.md).
-pub const MODELS: [(&str, &str, bool, Format); 13] = [
-    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b", false, Format::Bytes),
-    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", false, Format::Bytes),
-    ("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b", false, Format::Bytes),
-    ("meta-llama/Llama-3.1-70B", "llama-3.1-70b", false, Format::Bytes),
-    ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b", false, Format::Bytes),
-    ("Qwen/Qwen3-32B", "qwen3-32b", false, Format::Bytes),
-    ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b", true, Format::Bytes),
-    ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b", true, Format::Bytes),
-    ("deepseek-ai/DeepSeek-V3", "deepseek-v3", true, Format::Dtype),
-    ("deepseek-ai/DeepSeek-R1", "deepseek-r1", true, Format::Dtype),
-    ("moonshotai/Kimi-K2.5", "kimi-k2", true, Format::Int4Experts),
-    ("MiniMaxAI/MiniMax-M2.5", "minimax-m2", true, Format::Dtype),
-    ("openai/gpt-oss-120b", "gpt-oss-120b", true, Format::Preset),
+/// One of the file's `model_path` names (a Hugging Face repository).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Model {
+    pub path: &'static str,
+    /// The shipped model preset with the same shape.
+    pub preset: &'static str,
+    /// A mixture of experts (whose `moe_tp_size` and `moe_ep_size` then matter).
+    pub moe: bool,
+    /// How its weights are read.
+    pub format: Format,
+}
+
+const fn model(path: &'static str, preset: &'static str, moe: bool, format: Format) -> Model {
+    Model { path, preset, moe, format }
+}
+
+/// The models the suites read. Kimi-K2.5 is Kimi-K2's language model
+/// (the same DeepSeek-V3 shape; its vision encoder is not counted) and
+/// MiniMax-M2.5 has MiniMax-M2's: both are assumptions the file cannot
+/// confirm (docs/calibration.md).
+pub const MODELS: [Model; 13] = [
+    model("meta-llama/Llama-3.1-8B", "llama-3.1-8b", false, Format::Bytes),
+    model("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", false, Format::Bytes),
+    model("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b", false, Format::Bytes),
+    model("meta-llama/Llama-3.1-70B", "llama-3.1-70b", false, Format::Bytes),
+    model("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b", false, Format::Bytes),
+    model("Qwen/Qwen3-32B", "qwen3-32b", false, Format::Bytes),
+    model("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b", true, Format::Bytes),
+    model("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b", true, Format::Bytes),
+    model("deepseek-ai/DeepSeek-V3", "deepseek-v3", true, Format::Dtype),
+    model("deepseek-ai/DeepSeek-R1", "deepseek-r1", true, Format::Dtype),
+    model("moonshotai/Kimi-K2.5", "kimi-k2", true, Format::Int4Experts),
+    model("MiniMaxAI/MiniMax-M2.5", "minimax-m2", true, Format::Dtype),
+    model("openai/gpt-oss-120b", "gpt-oss-120b", true, Format::Preset),
 ];
 
 /// Models llmsim cannot express yet, and why.
@@ -172,12 +200,12 @@ impl AicRow {
         if let Some((_, why)) = UNSUPPORTED.iter().find(|(p, _)| self.model_path.starts_with(p)) {
             return Some((*why).to_string());
         }
-        let Some(&(_, _, moe, _)) = MODELS.iter().find(|(m, ..)| *m == self.model_path) else {
+        let Some(model) = self.model() else {
             return Some(format!("no model preset for `{}`", self.model_path));
         };
-        if !SYSTEMS.iter().any(|s| s.0 == self.system) {
+        let Some(system) = self.system() else {
             return Some(format!("no hardware profile for `{}`", self.system));
-        }
+        };
         if self.pp.unwrap_or(1) > 1 {
             return Some(format!(
                 "pipeline parallelism {} is not read from this file yet (the sample holds no such row to check \
@@ -185,13 +213,13 @@ impl AicRow {
                 self.pp.unwrap_or(1)
             ));
         }
-        if let Err(why) = self.layout(moe) {
+        if let Err(why) = self.layout(model.moe) {
             return Some(why);
         }
         match self.gemm_quant_mode.as_str() {
             "" | "fp8" | "fp8_block" | "int4_wo" => None,
             "nvfp4" if self.format() == Some(Format::Preset) => None,
-            "nvfp4" if SYSTEMS.iter().any(|s| s.0 == self.system && s.3) => None,
+            "nvfp4" if system.fp4 => None,
             "nvfp4" => Some("NVFP4 weights on a GPU without an FP4 peak (Hopper) are not modelled".into()),
             q => Some(format!("weights quantised as `{q}` are not modelled")),
         }
@@ -205,7 +233,7 @@ impl AicRow {
         let tensor = self.tp.unwrap_or(1);
         let data = self.attention_dp.unwrap_or(1);
         let gpus = u64::from(tensor) * u64::from(data);
-        let node = SYSTEMS.iter().find(|s| s.0 == self.system).map_or(8, |s| s.2);
+        let node = self.system().map_or(8, |s| s.node_gpus);
         // Data-parallel ranks and expert parallelism may span nodes (the
         // all-to-all then crosses the network); a tensor-parallel group
         // may not (its all-reduce is the NVLink's).
@@ -239,14 +267,24 @@ impl AicRow {
         Ok(Layout { tensor, data: 1, expert: 1 })
     }
 
+    /// Its model's entry in [`MODELS`] (None: no preset).
+    pub fn model(&self) -> Option<&'static Model> {
+        MODELS.iter().find(|m| m.path == self.model_path)
+    }
+
+    /// Its system's entry in [`SYSTEMS`] (None: no hardware profile).
+    pub fn system(&self) -> Option<&'static System> {
+        SYSTEMS.iter().find(|s| s.name == self.system)
+    }
+
     /// Whether its model is a mixture of experts (false without a preset).
     pub fn moe(&self) -> bool {
-        MODELS.iter().any(|m| m.0 == self.model_path && m.2)
+        self.model().is_some_and(|m| m.moe)
     }
 
     /// How the row's weights are read (None: no preset).
     pub fn format(&self) -> Option<Format> {
-        MODELS.iter().find(|(m, ..)| *m == self.model_path).map(|m| m.3)
+        self.model().map(|m| m.format)
     }
 
     /// Whether the row is of a kind the fidelity suites predict without
@@ -267,11 +305,11 @@ impl AicRow {
     }
 
     pub fn preset(&self) -> Option<&'static str> {
-        MODELS.iter().find(|(m, ..)| *m == self.model_path).map(|m| m.1)
+        self.model().map(|m| m.preset)
     }
 
     pub fn hardware(&self) -> Option<&'static str> {
-        SYSTEMS.iter().find(|s| s.0 == self.system).map(|s| s.1)
+        self.system().map(|s| s.hardware)
     }
 }
 
