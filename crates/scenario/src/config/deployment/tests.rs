@@ -739,9 +739,15 @@ fn data_and_expert_parallelism_refuse_what_they_cannot_mean() {
     has(&e, &["parallelism.expert_imbalance", "0.5"]);
     let e = err(&h200("mixtral-8x7b", "{data: 5000, expert: 5000}"));
     has(&e, &["parallelism.data", "5000"]);
-    // h200's link figures stop at 8 GPUs
-    let e = err(&h200("{preset: deepseek-v3, weights: {dtype: fp8}}", "{data: 16, expert: 16}"));
+    // a 16-GPU NVLink domain whose link figures stop at 8 GPUs
+    let e = err(&format!(
+        "hardware: {{name: box, hbm_gib: 141, memory_bandwidth_gbps: 4800, peak_tflops: 989, peak_tflops_fp8: 1979, \
+         gpus_per_node: 16, interconnect: {{bandwidth_gbps: {{8: 298}}, latency_us: {{8: 17.5}}}}}}\n\
+         model: {{preset: deepseek-v3, weights: {{dtype: fp8}}}}\nparallelism: {{data: 16, expert: 16}}\n{WORKLOAD}"
+    ));
     has(&e, &["hardware.interconnect", "not for the 16 of parallelism.expert"]);
+    // h200's 8-GPU nodes: 16 GPUs reach the other node over the network
+    assert!(load(&h200("{preset: deepseek-v3, weights: {dtype: fp8}}", "{data: 16, expert: 16}")).is_ok());
     // the per-operator form takes them (it refused them before 2026-12-04)
     assert!(load(&format!("calibration: h200-vllm\n{}", h200("mixtral-8x7b", "{data: 2, expert: 2}"))).is_ok());
 }
