@@ -297,6 +297,12 @@ pub mod row {
     pub static EXPERT_PARALLEL: Limit =
         Limit { key: "parallelism.expert", range: super::TENSOR_PARALLEL, why: "tensor x data, the engine's GPUs" };
 
+    pub static EXPERT_TENSOR: Limit = Limit {
+        key: "parallelism.expert_tensor",
+        range: super::TENSOR_PARALLEL,
+        why: "expert x expert_tensor is the engine's GPUs",
+    };
+
     pub static EXPERT_IMBALANCE: Limit = Limit {
         key: "parallelism.expert_imbalance",
         range: super::EXPERT_IMBALANCE,
@@ -558,6 +564,7 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::DATA_PARALLEL,
     &row::PIPELINE_PARALLEL,
     &row::EXPERT_PARALLEL,
+    &row::EXPERT_TENSOR,
     &row::EXPERT_IMBALANCE,
     &row::ARCH_SIZE,
     &row::CONTEXT_LENGTH,

@@ -148,6 +148,14 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
 fn weight_lines(s: &Scenario, a: &Architecture) -> (Option<String>, String) {
     let (d, c, t) = (&s.deployment, &s.capacity, s.deployment.tensor_parallel);
     let per_gpu = match d.wide {
+        Some(w) if w.expert_tensor > 1 => format!(
+            "; {:.3} GB a GPU: the rest over TP {t}, the routed experts over EP {} ({} a group), each split over \
+             its group's {} GPUs",
+            c.weight_bytes / 1e9,
+            w.expert,
+            a.experts / u64::from(w.expert),
+            w.expert_tensor
+        ),
         Some(w) => format!(
             "; {:.3} GB a GPU: the rest over TP {t}, the routed experts whole over EP {} ({} a GPU)",
             c.weight_bytes / 1e9,

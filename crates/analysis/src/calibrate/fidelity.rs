@@ -520,10 +520,27 @@ fn ms(x: f64) -> String {
     if x.abs() < 100.0 { format!("{x:.2}") } else { format!("{x:.1}") }
 }
 
+/// A run's parallelism: `TP 4`, `TP 4, DP 4, EP 16`, `TP 4, DP 1, EP 2,
+/// MoE TP 2`, `TP 8, PP 2`.
+fn parallelism(run: &Run) -> String {
+    let d = &run.base.validated.deployment;
+    let mut out = format!("TP {}", d.tensor_parallel);
+    if let Some(w) = d.wide {
+        out += &format!(", DP {}, EP {}", w.data, w.expert);
+        if w.expert_tensor > 1 {
+            out += &format!(", MoE TP {}", w.expert_tensor);
+        }
+    }
+    if let Some(p) = d.pipeline {
+        out += &format!(", PP {}", p.stages);
+    }
+    out
+}
+
 /// The features a run's simulation used, from its scenario.
 pub fn features(run: &Run) -> String {
     let s = &run.base.validated;
-    let mut out = vec![format!("TP {}", s.tensor_parallel())];
+    let mut out = vec![parallelism(run)];
     if s.model.architecture.as_ref().is_some_and(|a| a.experts > 0) {
         out.push("MoE".into());
     }
@@ -795,14 +812,7 @@ fn held_out(o: &Outcome) -> String {
         return String::new();
     }
     let (ttft, tpot) = (Metric::Latency(Family::Ttft, Stat::Mean), Metric::Latency(Family::Tpot, Stat::Mean));
-    let layout = |r: &Run| {
-        let d = &r.base.validated.deployment;
-        match d.wide {
-            Some(w) => format!("TP {}, DP {}, EP {}", d.tensor_parallel, w.data, w.expert),
-            None => format!("TP {}", d.tensor_parallel),
-        }
-    };
-    let key = |r: &Run| (gpu(r), r.model.clone(), layout(r));
+    let key = |r: &Run| (gpu(r), r.model.clone(), parallelism(r));
     let mut rows: Vec<(String, String, String)> = Vec::new();
     for r in o.runs.iter().filter(|r| held(r)) {
         if !rows.contains(&key(r)) {

@@ -685,7 +685,8 @@ fn aic_settings(r: &aic::AicRow, rounds: u32) -> Vec<(String, String)> {
     let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
     // `batch_size` is a rank's users; the scheduler's limits are a rank's.
     let c = r.batch_size.unwrap_or(1);
-    let layout = r.layout(r.moe()).unwrap_or(aic::Layout { tensor: r.tp.unwrap_or(1), data: 1, expert: 1 });
+    let layout =
+        r.layout(r.moe()).unwrap_or(aic::Layout { tensor: r.tp.unwrap_or(1), data: 1, expert: 1, expert_tensor: 1 });
     let users = u64::from(c) * u64::from(layout.data);
     let budget = u64::from(c) + isl + 1500;
     let budget = if r.backend == "trtllm" { budget.div_ceil(32) * 32 } else { budget };
@@ -721,6 +722,9 @@ fn aic_settings(r: &aic::AicRow, rounds: u32) -> Vec<(String, String)> {
     }
     if layout.expert > 1 {
         out.push(("parallelism.expert".into(), layout.expert.to_string()));
+    }
+    if layout.expert_tensor > 1 {
+        out.push(("parallelism.expert_tensor".into(), layout.expert_tensor.to_string()));
     }
     out.extend([
         ("scheduler.max_batch_tokens".into(), budget.to_string()),
@@ -800,7 +804,11 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         let (layout, tp) = (r.layout(r.moe()).ok(), r.tp.unwrap_or(1));
         let (users, shape) = match layout {
             Some(l) if l.data > 1 || l.expert > 1 => {
-                (u64::from(c) * u64::from(l.data), format!("x{} (TP {tp}, DP {}, EP {})", l.gpus(), l.data, l.expert))
+                let split = if l.expert_tensor > 1 { format!(", MoE TP {}", l.expert_tensor) } else { String::new() };
+                (
+                    u64::from(c) * u64::from(l.data),
+                    format!("x{} (TP {tp}, DP {}, EP {}{split})", l.gpus(), l.data, l.expert),
+                )
             }
             _ => (u64::from(c), format!("x{tp}")),
         };
@@ -813,9 +821,10 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
             r.osl,
             users * u64::from(rounds)
         )];
-        let wide = layout
-            .filter(|l| l.data > 1 || l.expert > 1)
-            .map_or(String::new(), |l| format!(" dp{} ep{}", l.data, l.expert));
+        let wide = layout.filter(|l| l.data > 1 || l.expert > 1).map_or(String::new(), |l| match l.expert_tensor {
+            1 => format!(" dp{} ep{}", l.data, l.expert),
+            g => format!(" dp{} ep{} etp{g}", l.data, l.expert),
+        });
         let saturated = if r.frontier() {
             Some(HELD_OUT.to_string())
         } else {

@@ -170,6 +170,8 @@ pub struct Layout {
     pub data: u32,
     /// Expert parallelism (1 without: experts split by TP).
     pub expert: u32,
+    /// MoE tensor parallelism inside each expert group (`moe_tp_size`; 1: whole experts).
+    pub expert_tensor: u32,
 }
 
 impl Layout {
@@ -246,17 +248,21 @@ impl AicRow {
             if data > 1 {
                 return Err(format!("data-parallel attention {data} of a dense model is replicas, not one engine"));
             }
-            return Ok(Layout { tensor, data, expert: 1 });
+            return Ok(Layout { tensor, data, expert: 1, expert_tensor: 1 });
         }
         let (moe_tp, moe_ep) = (self.moe_tp.unwrap_or(tensor), self.moe_ep.unwrap_or(1));
         if moe_ep > 1 {
-            if moe_tp != 1 || u64::from(moe_ep) != gpus {
+            // Expert parallelism over every GPU, or groups of `moe_tp`
+            // GPUs splitting their experts (without data parallelism).
+            let spans = u64::from(moe_ep) * u64::from(moe_tp) == gpus;
+            if !spans || (moe_tp > 1 && data > 1) {
                 return Err(format!(
                     "MoE tensor parallelism {moe_tp} x expert parallelism {moe_ep} over TP {tensor} x DP {data}: \
-                     only expert parallelism over every GPU is modelled"
+                     only expert parallelism over every GPU, or MoE tensor parallelism inside it without data \
+                     parallelism, is modelled"
                 ));
             }
-            return Ok(Layout { tensor, data, expert: moe_ep });
+            return Ok(Layout { tensor, data, expert: moe_ep, expert_tensor: moe_tp });
         }
         if data > 1 || moe_tp != tensor {
             return Err(format!(
@@ -264,7 +270,7 @@ impl AicRow {
                  like attention, or spread by expert parallelism, are modelled"
             ));
         }
-        Ok(Layout { tensor, data: 1, expert: 1 })
+        Ok(Layout { tensor, data: 1, expert: 1, expert_tensor: 1 })
     }
 
     /// Its model's entry in [`MODELS`] (None: no preset).
@@ -536,9 +542,9 @@ mod tests {
     fn expert_and_data_parallelism_read_as_the_engine_s_keys() {
         let ds = |shape| shaped("deepseek-ai/DeepSeek-R1", "fp8", shape);
         let layout = |r: &AicRow| r.layout(r.moe());
-        assert_eq!(layout(&ds(["1", "8", "1", "8"])), Ok(Layout { tensor: 1, data: 8, expert: 8 }));
-        assert_eq!(layout(&ds(["8", "1", "1", "8"])), Ok(Layout { tensor: 8, data: 1, expert: 8 }));
-        assert_eq!(layout(&ds(["8", "1", "8", "1"])), Ok(Layout { tensor: 8, data: 1, expert: 1 }));
+        assert_eq!(layout(&ds(["1", "8", "1", "8"])), Ok(Layout { tensor: 1, data: 8, expert: 8, expert_tensor: 1 }));
+        assert_eq!(layout(&ds(["8", "1", "1", "8"])), Ok(Layout { tensor: 8, data: 1, expert: 8, expert_tensor: 1 }));
+        assert_eq!(layout(&ds(["8", "1", "8", "1"])), Ok(Layout { tensor: 8, data: 1, expert: 1, expert_tensor: 1 }));
         // MLA: held out even at plain TP; a dense FP8 model at TP 4 is not
         assert!(ds(["8", "1", "8", "1"]).frontier());
         assert!(ds(["8", "1", "8", "1"]).unsupported().is_none());
@@ -547,14 +553,20 @@ mod tests {
         let why = |r: AicRow| r.unsupported().unwrap_or_default();
         assert!(why(ds(["64", "1", "8", "8"])).contains("more than one 8-GPU node"));
         // data-parallel ranks and experts across nodes: the all-to-all crosses the network
-        assert_eq!(layout(&ds(["1", "64", "1", "64"])), Ok(Layout { tensor: 1, data: 64, expert: 64 }));
+        assert_eq!(
+            layout(&ds(["1", "64", "1", "64"])),
+            Ok(Layout { tensor: 1, data: 64, expert: 64, expert_tensor: 1 })
+        );
         assert!(why(ds(["1", "64", "8", "8"])).contains("only expert parallelism over every GPU"));
-        assert!(why(ds(["4", "1", "2", "2"])).contains("only expert parallelism over every GPU"));
+        // MoE tensor parallelism 2 inside expert parallelism 2 over TP 4; not beside data parallelism
+        assert_eq!(layout(&ds(["4", "1", "2", "2"])), Ok(Layout { tensor: 4, data: 1, expert: 2, expert_tensor: 2 }));
+        assert!(why(ds(["2", "2", "2", "2"])).contains("only expert parallelism over every GPU"));
+        assert!(why(ds(["4", "1", "2", "4"])).contains("only expert parallelism over every GPU"));
         assert!(why(ds(["2", "2", "4", "1"])).contains("MoE tensor parallelism 4"));
         assert!(why(llama(["4", "2", "4", "1"])).contains("of a dense model"));
         // a Qwen3 MoE split like attention stays in the fit; with EP it is held out
         let qwen = |shape| shaped("Qwen/Qwen3-235B-A22B-FP8", "fp8_block", shape);
-        assert_eq!(layout(&qwen(["2", "", "2", "1"])), Ok(Layout { tensor: 2, data: 1, expert: 1 }));
+        assert_eq!(layout(&qwen(["2", "", "2", "1"])), Ok(Layout { tensor: 2, data: 1, expert: 1, expert_tensor: 1 }));
         assert!(!qwen(["2", "", "2", "1"]).frontier());
         assert!(qwen(["4", "", "1", "4"]).frontier());
         // gpt-oss's `nvfp4` is its own MXFP4 checkpoint; a dense NVFP4 model on Hopper is not run
@@ -578,12 +590,12 @@ mod tests {
         assert!(on("h100_sxm", llama, "nvfp4", ["4", "1", "4", "1"]).unsupported().unwrap().contains("FP4 peak"));
         let ds = "deepseek-ai/DeepSeek-R1";
         let gb = on("gb200", ds, "nvfp4", ["36", "1", "36", "1"]);
-        assert_eq!(gb.layout(true), Ok(Layout { tensor: 36, data: 1, expert: 1 }));
+        assert_eq!(gb.layout(true), Ok(Layout { tensor: 36, data: 1, expert: 1, expert_tensor: 1 }));
         assert!(on("gb200", ds, "nvfp4", ["144", "1", "1", "144"]).unsupported().unwrap().contains("72-GPU node"));
         // two NVL72 racks of data-parallel ranks: the all-to-all crosses the network
         assert_eq!(
             on("gb200", ds, "nvfp4", ["72", "2", "1", "144"]).layout(true),
-            Ok(Layout { tensor: 72, data: 2, expert: 144 })
+            Ok(Layout { tensor: 72, data: 2, expert: 144, expert_tensor: 1 })
         );
         assert!(on("b200_sxm", ds, "fp8", ["16", "1", "4", "4"]).unsupported().unwrap().contains("8-GPU node"));
         assert_eq!(
@@ -594,7 +606,7 @@ mod tests {
         // the file's 0 for a degree that does not apply reads as not given
         let r = shaped("Qwen/Qwen3-32B", "", ["2", "0", "0", "0"]);
         assert_eq!((r.attention_dp, r.moe_tp, r.moe_ep), (None, None, None));
-        assert_eq!(r.layout(false), Ok(Layout { tensor: 2, data: 1, expert: 1 }));
+        assert_eq!(r.layout(false), Ok(Layout { tensor: 2, data: 1, expert: 1, expert_tensor: 1 }));
         assert!(one(&GOOD.replace(",16,4,1,1,4,1,", ",16,0,1,1,4,1,")).unwrap_err().contains("column tp_size"));
     }
 

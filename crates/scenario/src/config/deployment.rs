@@ -163,6 +163,7 @@ pub(crate) fn build(ck: &Check, raw: RawModel, par: RawParallelism, hw: &Hardwar
         tensor,
         data: wide.map_or(1, |w| w.data),
         expert: wide.map_or(1, |w| w.expert),
+        expert_tensor: wide.map_or(1, |w| w.expert_tensor),
         expert_imbalance: wide.map(|w| w.imbalance).filter(|_| par.expert_imbalance.is_some()),
         pipeline: pipeline.map_or(1, |p| p.stages),
     });
@@ -528,6 +529,11 @@ fn wide(
     let range = |k: &str| schema::range(&format!("parallelism.{k}"));
     let data = par.data.map(|d| ck.whole32("parallelism.data", d, range("data"))).transpose()?.unwrap_or(1);
     let expert = par.expert.map(|e| ck.whole32("parallelism.expert", e, range("expert"))).transpose()?.unwrap_or(1);
+    let expert_tensor = par
+        .expert_tensor
+        .map(|g| ck.whole32("parallelism.expert_tensor", g, range("expert_tensor")))
+        .transpose()?
+        .unwrap_or(1);
     let imbalance = par
         .expert_imbalance
         .map(|x| ck.real("parallelism.expert_imbalance", x, range("expert_imbalance")))
@@ -535,6 +541,15 @@ fn wide(
     if data == 1 && expert == 1 {
         if imbalance.is_some() {
             return Err(ck.err("parallelism.expert_imbalance", "needs parallelism.expert above 1"));
+        }
+        if expert_tensor > 1 {
+            return Err(ck.err(
+                "parallelism.expert_tensor",
+                format!(
+                    "{expert_tensor} needs parallelism.expert above 1 (without expert parallelism the experts \
+                     split over parallelism.tensor, as attention does)"
+                ),
+            ));
         }
         return Ok(None);
     }
@@ -547,12 +562,41 @@ fn wide(
         ));
     };
     let gpus = u64::from(tensor) * u64::from(data);
-    if u64::from(expert) != gpus {
+    if expert_tensor > 1 {
+        if u64::from(expert) * u64::from(expert_tensor) != gpus {
+            return Err(ck.err(
+                "parallelism.expert_tensor",
+                format!(
+                    "{expert_tensor} is not allowed: expert {expert} x expert_tensor {expert_tensor} must be the \
+                     engine's {gpus} GPUs (tensor {tensor} x data {data})"
+                ),
+            ));
+        }
+        if data > 1 {
+            return Err(ck.err(
+                "parallelism.expert_tensor",
+                format!(
+                    "{expert_tensor} beside parallelism.data {data} is not modelled (the all-to-all into split \
+                     experts): give it with data 1"
+                ),
+            ));
+        }
+        if !a.expert_intermediate_size.is_multiple_of(u64::from(expert_tensor)) {
+            return Err(ck.err(
+                "parallelism.expert_tensor",
+                format!(
+                    "{expert_tensor} does not divide the experts' {} intermediate size",
+                    a.expert_intermediate_size
+                ),
+            ));
+        }
+    } else if u64::from(expert) != gpus {
         return Err(ck.err(
             "parallelism.expert",
             format!(
                 "{expert} is not allowed: expert parallelism spans the engine's {gpus} GPUs (tensor {tensor} x data \
-                 {data}), as vLLM's --enable-expert-parallel does; allowed: {gpus}"
+                 {data}), as vLLM's --enable-expert-parallel does; allowed: {gpus} (or fewer with \
+                 parallelism.expert_tensor)"
             ),
         ));
     }
@@ -563,7 +607,13 @@ fn wide(
         ));
     }
     let expert_link = if data > 1 { Some(expert_link(ck, hw, expert)?) } else { None };
-    Ok(Some(llmsim_core::engine::cost::Wide { data, expert, imbalance: imbalance.unwrap_or(1.0), expert_link }))
+    Ok(Some(llmsim_core::engine::cost::Wide {
+        data,
+        expert,
+        expert_tensor,
+        imbalance: imbalance.unwrap_or(1.0),
+        expert_link,
+    }))
 }
 
 /// The all-to-all's link over `e` GPUs. Inside a node, the interconnect's
@@ -638,7 +688,8 @@ pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> 
         window_blocks: window_blocks(m, d),
         wide: d.wide.zip(m.architecture.as_ref()).map(|(w, a)| llmsim_core::engine::WideKv {
             data: w.data,
-            expert: w.expert,
+            // the GPUs the experts' bytes spread over
+            expert: w.expert * w.expert_tensor,
             expert_weight_bytes: a.all_expert_parameters() as f64
                 * m.weights.expert_dtype.map_or(m.weights.bytes_per_parameter, WeightDtype::bytes),
         }),

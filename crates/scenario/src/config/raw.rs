@@ -368,6 +368,9 @@ pub struct RawParallelism {
     /// Expert parallelism: GPUs the routed experts spread over (`tensor x data`).
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub expert: Option<i64>,
+    /// GPUs each expert-parallel group splits its experts over.
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub expert_tensor: Option<i64>,
     /// The busiest GPU's expert tokens over the mean.
     #[serde(default, deserialize_with = "num::opt_real")]
     pub expert_imbalance: Option<f64>,

@@ -615,6 +615,9 @@ pub struct Parallelism {
     /// Expert parallelism's GPUs (1: none).
     #[serde(skip_serializing_if = "is_one")]
     pub expert: u32,
+    /// GPUs each expert group splits its experts over (1: whole experts).
+    #[serde(skip_serializing_if = "is_one")]
+    pub expert_tensor: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expert_imbalance: Option<f64>,
     /// Pipeline stages (1: none).

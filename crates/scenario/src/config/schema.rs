@@ -521,6 +521,12 @@ pub static KEYS: &[Key] = &[
         In(&row::EXPERT_PARALLEL),
     ),
     key(
+        "{,cluster.prefill.,cluster.decode.}parallelism.expert_tensor",
+        "GPUs each expert-parallel group splits its experts over (MoE tensor parallelism inside expert parallelism: TensorRT-LLM's `moe_tp_size`, SGLang's `--tp` over `--ep`); `expert x expert_tensor = tensor x data`, with data 1.",
+        Whole(1),
+        In(&row::EXPERT_TENSOR),
+    ),
+    key(
         "{,cluster.prefill.,cluster.decode.}parallelism.expert_imbalance",
         "The busiest GPU's routed tokens over the mean (1: uniform routing); scales the experts' FLOPs and the all-to-all bytes a step waits for.",
         Real(1.0),

@@ -66,7 +66,12 @@ pub struct DeploymentInput {
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct Wide {
     pub data: u32,
+    /// Expert-parallel groups: each holds `experts / expert` whole experts.
     pub expert: u32,
+    /// GPUs each group splits its experts over (MoE tensor parallelism
+    /// inside expert parallelism: TensorRT-LLM's `moe_tp_size`, SGLang's
+    /// `--tp` over `--ep`); `expert x expert_tensor = tensor x data`.
+    pub expert_tensor: u32,
     /// The busiest GPU's expert tokens over the mean (1: uniform routing).
     pub imbalance: f64,
     /// The link between the `expert` GPUs, for the all-to-all dispatch and
@@ -151,6 +156,7 @@ pub struct DeploymentCost {
 pub struct WideCost {
     pub data: f64,
     pub expert: f64,
+    pub expert_tensor: f64,
     pub imbalance: f64,
     /// `2 * moe_layers * experts_per_token * expert`: the routed experts'
     /// FLOPs a token (in `linear_flops_per_token`).
@@ -195,6 +201,7 @@ impl DeploymentCost {
             let wide_ops = wide.as_ref().map(|w| super::operators::WideOperators {
                 data: w.data,
                 expert: w.expert,
+                expert_tensor: w.expert_tensor,
                 imbalance: w.imbalance,
                 allreduce_calls: (a.layers + if w.data > 1.0 { a.dense_layers() } else { a.layers }) as f64,
                 all_to_all_fixed_s: w.all_to_all_fixed_s,
@@ -303,6 +310,7 @@ impl WideCost {
         WideCost {
             data: f64::from(w.data),
             expert: e,
+            expert_tensor: f64::from(w.expert_tensor),
             imbalance: w.imbalance,
             expert_flops_per_token: 2.0 * (a.moe_layers() * a.experts_per_token * a.expert_parameters()) as f64,
             rank_allreduce_fixed_s,
@@ -338,12 +346,14 @@ impl DeploymentCost {
             + s.attention_flops(self.attention_flops_per_pair, self.decode_attention_flops_per_pair)
             + self.head_flops_per_sample * s.sampled as f64
             + self.window_attention_flops_per_pair * s.window_pairs as f64;
-        let gpu_flops = rank_flops / (w.data * t) + w.expert_flops_per_token * n * w.imbalance / w.expert;
+        // A GPU holds `1/expert` of the experts, `1/expert_tensor` of each.
+        let shards = w.expert * w.expert_tensor;
+        let gpu_flops = rank_flops / (w.data * t) + w.expert_flops_per_token * n * w.imbalance / shards;
         // `m.flops_per_s` is the rank's `tensor` GPUs together.
         let compute_s = gpu_flops * t / m.flops_per_s;
         let touched = touched_experts(self.experts, self.experts_per_token, s.tokens);
         let read = self.always_read_bytes
-            + touched * self.expert_read_bytes * t / w.expert
+            + touched * self.expert_read_bytes * t / shards
             + (s.sum_ctx as f64 * m.kv_bytes_per_token + s.window_ctx as f64 * self.window_kv_bytes_per_token) / w.data;
         let memory_s = read / m.bytes_per_s;
         let comm = self.wide_comm(s.tokens).unwrap_or_default();

@@ -279,6 +279,8 @@ pub struct Operators {
 pub struct WideOperators {
     pub data: f64,
     pub expert: f64,
+    /// GPUs each expert group splits its experts over (1: whole experts).
+    pub expert_tensor: f64,
     pub imbalance: f64,
     /// All-reduces a step inside a rank: one a layer after attention, one
     /// more a dense layer, or every layer with one rank.
@@ -388,8 +390,9 @@ impl Operators {
             if a.first_dense_layers > 0 {
                 mlp(&mut dense_only);
             }
-            // Under expert parallelism a GPU holds whole experts.
-            let i = a.expert_intermediate_size as f64 / if wide.is_some() { 1.0 } else { tf };
+            // Under expert parallelism a GPU holds whole experts, or its
+            // `1/expert_tensor` of each of its group's.
+            let i = a.expert_intermediate_size as f64 / wide.as_ref().map_or(tf, |w| w.expert_tensor);
             expert.push(gemm_of(expert_dtype, "expert_gate_up", 2.0 * i, h));
             expert.push(gemm_of(expert_dtype, "expert_down", h, i));
         } else {

@@ -156,6 +156,26 @@ fn an_all_to_all_across_nodes_moves_its_bytes_over_the_nic_and_nvlink_at_once() 
 }
 
 #[test]
+fn experts_split_inside_expert_groups_hold_what_every_gpu_would_and_refuse_what_they_cannot_mean() {
+    // Mixtral on 4 GPUs: TP 4 with `expert: 2, expert_tensor: 2` holds a
+    // quarter of every weight a GPU, as TP 4 alone: the same blocks.
+    let tp4 = load(&h100("model: mixtral-8x7b\nparallelism: {tensor: 4}")).unwrap();
+    let s = load(&h100("model: mixtral-8x7b\nparallelism: {tensor: 4, expert: 2, expert_tensor: 2}")).unwrap();
+    assert_eq!(s.capacity.num_blocks, tp4.capacity.num_blocks);
+    let w = s.deployment.wide.unwrap();
+    assert_eq!((w.data, w.expert, w.expert_tensor), (1, 2, 2));
+    assert_eq!(s.parallelism.as_ref().map(|p| p.expert_tensor), Some(2));
+    let e = err(&h100("model: mixtral-8x7b\nparallelism: {tensor: 4, expert: 2, expert_tensor: 4}"));
+    has(&e, &["parallelism.expert_tensor: 4 is not allowed", "expert 2 x expert_tensor 4", "4 GPUs"]);
+    let e = err(&h100("model: mixtral-8x7b\nparallelism: {tensor: 2, data: 2, expert: 2, expert_tensor: 2}"));
+    has(&e, &["parallelism.expert_tensor: 2 beside parallelism.data 2 is not modelled"]);
+    let e = err(&h100("model: mixtral-8x7b\nparallelism: {tensor: 4, expert_tensor: 2}"));
+    has(&e, &["parallelism.expert_tensor: 2 needs parallelism.expert above 1"]);
+    let e = err(&h100("model: mixtral-8x7b\nparallelism: {tensor: 4, expert: 2, expert_tensor: 0}"));
+    has(&e, &["parallelism.expert_tensor"]);
+}
+
+#[test]
 fn pipeline_errors_name_the_key_and_what_is_allowed() {
     let e = err(&h100_nodes("model: llama-3.1-70b\nparallelism: {tensor: 2, pipeline: 81}"));
     has(&e, &["parallelism.pipeline: 81 is more stages than the 80 layers", "allowed: 1 to 80"]);

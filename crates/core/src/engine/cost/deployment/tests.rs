@@ -251,13 +251,44 @@ fn experts_of_their_own_precision_read_their_bytes_and_run_at_their_peak() {
 }
 
 #[test]
+fn experts_split_inside_two_expert_groups_cost_what_tensor_parallelism_costs_in_the_roofline() {
+    // Mixtral on 4 GPUs: TP 4 splits every expert in four; `expert: 2,
+    // expert_tensor: 2` gives each GPU 4 experts at half their width. A
+    // GPU then computes and reads a quarter of the touched experts'
+    // FLOPs and bytes either way, and the outputs are summed by the same
+    // all-reduces; an imbalance of 1.5 adds half the experts' FLOPs.
+    let link = Link { bandwidth_gbps: 350.0, latency_us: 10.0 };
+    let at = |wide: Option<Wide>| {
+        let mut i = input(mixtral_8x7b(), 989.0, 3350.0, 32_768);
+        let d = deployment(&mut i);
+        d.tensor_parallel = 4;
+        d.link = Some(link);
+        d.wide = wide;
+        CostModel::new(&i)
+    };
+    let split = |imbalance| Some(Wide { data: 1, expert: 2, expert_tensor: 2, imbalance, expert_link: None });
+    for shape in [decode(4, 1024), decode(64, 512)] {
+        let (tp, ep) = (at(None).cost(&shape), at(split(1.0)).cost(&shape));
+        close(ep.compute_s * 1e15, tp.compute_s * 1e15, 3);
+        close(ep.memory_s * 1e15, tp.memory_s * 1e15, 3);
+        close(ep.comm_s * 1e15, tp.comm_s * 1e15, 3);
+    }
+    // 4 tokens: the experts' 2 x 32 x 2 x 176,160,768 FLOPs a token, a
+    // quarter of them a GPU, half again with the imbalance.
+    let (even, skewed) = (at(split(1.0)).cost(&decode(4, 1024)), at(split(1.5)).cost(&decode(4, 1024)));
+    let experts = 2.0 * 32.0 * 2.0 * 176_160_768.0 * 4.0 / 4.0;
+    close((skewed.compute_s - even.compute_s) * 989e12, 0.5 * experts, 0);
+}
+
+#[test]
 fn two_data_parallel_ranks_with_experts_over_both_gpus_price_a_gpu_of_them() {
     // Mixtral on 2 H100s: data 2, tensor 1, the 8 experts 4 a GPU, a link
     // of 350 GB/s and 10 us between them; 4 requests decoding at 1024.
     let link = Link { bandwidth_gbps: 350.0, latency_us: 10.0 };
     let wide = |imbalance: f64| {
         let mut i = input(mixtral_8x7b(), 989.0, 3350.0, 131_072);
-        deployment(&mut i).wide = Some(Wide { data: 2, expert: 2, imbalance, expert_link: Some(link) });
+        deployment(&mut i).wide =
+            Some(Wide { data: 2, expert: 2, expert_tensor: 1, imbalance, expert_link: Some(link) });
         CostModel::new(&i)
     };
     let c = wide(1.0).cost(&decode(4, 1024));

@@ -141,7 +141,13 @@ fn data_and_expert_parallel_ranks_price_one_gpu_of_the_busiest_rank() {
     let wide = |imbalance: f64| {
         let mut i = input(mixtral_8x7b(), 1, 131_072, None, ops());
         if let Some(d) = &mut i.deployment {
-            d.wide = Some(crate::engine::cost::Wide { data: 2, expert: 2, imbalance, expert_link: Some(link) });
+            d.wide = Some(crate::engine::cost::Wide {
+                data: 2,
+                expert: 2,
+                expert_tensor: 1,
+                imbalance,
+                expert_link: Some(link),
+            });
         }
         CostModel::new(&i)
     };
@@ -180,7 +186,13 @@ fn experts_over_the_tensor_group_read_the_bytes_tensor_parallelism_reads() {
     let ep = {
         let mut i = input(mixtral_8x7b(), 2, 65_536, link, ops());
         if let Some(d) = &mut i.deployment {
-            d.wide = Some(crate::engine::cost::Wide { data: 1, expert: 2, imbalance: 1.0, expert_link: link });
+            d.wide = Some(crate::engine::cost::Wide {
+                data: 1,
+                expert: 2,
+                expert_tensor: 1,
+                imbalance: 1.0,
+                expert_link: link,
+            });
         }
         CostModel::new(&i).cost(&decode(1, 1024))
     };
@@ -191,6 +203,37 @@ fn experts_over_the_tensor_group_read_the_bytes_tensor_parallelism_reads() {
     let halves = 2.0 * (gemm_bytes(14336.0, 4096.0, 1.0) + gemm_bytes(4096.0, 7168.0, 1.0));
     close(ms(ep.memory_s - tp.memory_s), ms(32.0 * (whole - halves) / 3.35e12), 9);
     assert_eq!(ep.comm_s, tp.comm_s);
+}
+
+#[test]
+fn experts_split_inside_expert_groups_run_half_the_experts_at_half_the_width() {
+    // Mixtral on 4 GPUs at TP 4: `expert: 2, expert_tensor: 2` (each GPU
+    // holds 4 experts at half their width, so runs half the touched
+    // ones) against TP 4 alone (every touched expert at a quarter of its
+    // width). At one token 2 experts are touched: 1 a GPU of width 7,168
+    // against 2 of width 3,584: the same weight bytes, other activation
+    // bytes, and half the experts' fixed cost (3 us each, 32 layers).
+    let link = Some(Link { bandwidth_gbps: 300.0, latency_us: 10.0 });
+    let o = OperatorInput { per_expert_us: 3.0, ..ops() };
+    let split = {
+        let mut i = input(mixtral_8x7b(), 4, 32_768, link, o.clone());
+        if let Some(d) = &mut i.deployment {
+            d.wide = Some(crate::engine::cost::Wide {
+                data: 1,
+                expert: 2,
+                expert_tensor: 2,
+                imbalance: 1.0,
+                expert_link: None,
+            });
+        }
+        CostModel::new(&i).cost(&decode(1, 1024))
+    };
+    let tp = model(mixtral_8x7b(), 4, 32_768, link, o).cost(&decode(1, 1024));
+    let ep = gemm_bytes(14336.0, 4096.0, 1.0) + gemm_bytes(4096.0, 7168.0, 1.0);
+    let tp_bytes = 2.0 * (gemm_bytes(7168.0, 4096.0, 1.0) + gemm_bytes(4096.0, 3584.0, 1.0));
+    close(ms(split.memory_s - tp.memory_s), ms(32.0 * (ep - tp_bytes) / 3.35e12), 9);
+    close(ms(tp.overhead_s - split.overhead_s), ms(32.0 * 1.0 * 3e-6), 9);
+    assert_eq!(split.comm_s, tp.comm_s);
 }
 
 #[test]
