@@ -89,7 +89,7 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
             "{kv}; a GPU of the largest pipeline stage holds {} of the {} layers' share: {} bytes",
             p.stage_layers,
             p.layers,
-            thousands(s.capacity.block_bytes / u64::from(s.capacity.block_size))
+            thousands(s.deployment.kv_bytes_per_token_held())
         ),
         None => kv,
     };

@@ -124,10 +124,7 @@ impl DeploymentOut {
             tensor_parallel: d.tensor_parallel,
             parameters: d.parameters.round() as u64,
             active_parameters: d.active_parameters.round() as u64,
-            kv_bytes_per_token_per_gpu: match d.pipeline {
-                Some(_) => s.capacity.block_bytes / u64::from(s.capacity.block_size),
-                None => d.kv_bytes_per_token_per_gpu,
-            },
+            kv_bytes_per_token_per_gpu: d.kv_bytes_per_token_held(),
             pipeline_parallel: d.pipeline.map(|p| p.stages),
         })
     }

@@ -39,18 +39,14 @@ pub fn deployment_line(s: &Scenario) -> String {
         (Some(w), _) => (d.gpus(), format!("TP {t}, DP {}, EP {}", w.data, w.expert), s.capacity.weight_bytes),
         (None, Some(p)) => (d.gpus(), format!("TP {t} x PP {}", p.stages), s.capacity.weight_bytes),
     };
-    // A pipeline stage's GPU holds its layers' share of every token's KV.
-    let kv_per_gpu = match d.pipeline {
-        Some(_) => s.capacity.block_bytes / u64::from(s.capacity.block_size),
-        None => d.kv_bytes_per_token_per_gpu,
-    };
+
     let mut out = format!(
         "{}, {} weights, {kv} KV, {gpus} x {} ({split}): {:.2} GB of weights and {} bytes of KV a token per GPU",
         m.name,
         llmsim_scenario::config::deployment::weights_label(&m.weights),
         s.hardware.name,
         per_gpu / 1e9,
-        thousands(kv_per_gpu)
+        thousands(d.kv_bytes_per_token_held())
     );
     if d.peak_is_fp8() {
         let _ = write!(out, "; FP8 peak {} TFLOPS", d.peak_tflops);

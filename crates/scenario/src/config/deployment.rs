@@ -669,13 +669,8 @@ pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> 
     // The largest pipeline stage's GPUs hold `stage_layers / layers` of
     // the weights and of every token's KV, and set the blocks every
     // stage has (vLLM sizes the cache by its fullest worker).
-    let (weight_bytes, kv_per_gpu) = match d.pipeline {
-        None => (d.weight_bytes, d.kv_bytes_per_token_per_gpu),
-        Some(p) => (
-            d.weight_bytes * p.stage_layers as f64 / p.layers as f64,
-            (d.kv_bytes_per_token_per_gpu * p.stage_layers).div_ceil(p.layers),
-        ),
-    };
+    let weight_bytes = d.pipeline.map_or(d.weight_bytes, |p| d.weight_bytes * p.stage_layers as f64 / p.layers as f64);
+    let kv_per_gpu = d.kv_bytes_per_token_held();
     let input = KvBudgetInput {
         hbm_gib: hw.hbm_gib,
         gpu_memory_utilization: m.kv_cache.gpu_memory_utilization,

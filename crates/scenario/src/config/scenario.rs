@@ -822,6 +822,15 @@ impl Deployment {
         self.pipeline.map_or(1, |p| p.stages)
     }
 
+    /// KV bytes a token one GPU holds: its tensor-parallel share, and with
+    /// pipeline stages the largest stage's layers' share of that.
+    pub fn kv_bytes_per_token_held(&self) -> u64 {
+        match self.pipeline {
+            None => self.kv_bytes_per_token_per_gpu,
+            Some(p) => (self.kv_bytes_per_token_per_gpu * p.stage_layers).div_ceil(p.layers),
+        }
+    }
+
     /// Attention data-parallel ranks (1 without them).
     pub fn data_parallel(&self) -> u32 {
         self.wide.map_or(1, |w| w.data)

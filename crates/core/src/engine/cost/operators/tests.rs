@@ -177,25 +177,31 @@ fn data_and_expert_parallel_ranks_price_one_gpu_of_the_busiest_rank() {
     close(ms(s.comm_s), ms(0.64e-3 + 2.0 * 64.0 * 4.0 * 2.0 * 8192.0 * 0.5 / 2.0 / 350e9), 9);
 }
 
+/// [`model`] with the experts over `expert` groups of `expert_tensor`
+/// GPUs, one data-parallel rank, uniform routing.
+fn one_rank_ep(
+    arch: Architecture,
+    t: u32,
+    kv: u64,
+    link: Option<Link>,
+    o: OperatorInput,
+    expert: u32,
+    expert_tensor: u32,
+) -> CostModel {
+    let mut i = input(arch, t, kv, link, o);
+    if let Some(d) = &mut i.deployment {
+        d.wide = Some(crate::engine::cost::Wide { data: 1, expert, expert_tensor, imbalance: 1.0, expert_link: link });
+    }
+    CostModel::new(&i)
+}
+
 #[test]
 fn experts_over_the_tensor_group_read_the_bytes_tensor_parallelism_reads() {
     // Mixtral on 2 GPUs at TP 2: `expert: 2` (whole experts, half of the
     // touched ones a GPU) against experts split in two (every touched one,
     // half its width). One all-reduce pair a layer either way.
     let link = Some(Link { bandwidth_gbps: 300.0, latency_us: 10.0 });
-    let ep = {
-        let mut i = input(mixtral_8x7b(), 2, 65_536, link, ops());
-        if let Some(d) = &mut i.deployment {
-            d.wide = Some(crate::engine::cost::Wide {
-                data: 1,
-                expert: 2,
-                expert_tensor: 1,
-                imbalance: 1.0,
-                expert_link: link,
-            });
-        }
-        CostModel::new(&i).cost(&decode(1, 1024))
-    };
+    let ep = one_rank_ep(mixtral_8x7b(), 2, 65_536, link, ops(), 2, 1).cost(&decode(1, 1024));
     let tp = model(mixtral_8x7b(), 2, 65_536, link, ops()).cost(&decode(1, 1024));
     // 2 experts touched at one token: EP reads one whole (28,672 x 4,096 and
     // 4,096 x 14,336 weights), TP both halves; only the activations differ.
@@ -215,19 +221,7 @@ fn experts_split_inside_expert_groups_run_half_the_experts_at_half_the_width() {
     // bytes, and half the experts' fixed cost (3 us each, 32 layers).
     let link = Some(Link { bandwidth_gbps: 300.0, latency_us: 10.0 });
     let o = OperatorInput { per_expert_us: 3.0, ..ops() };
-    let split = {
-        let mut i = input(mixtral_8x7b(), 4, 32_768, link, o.clone());
-        if let Some(d) = &mut i.deployment {
-            d.wide = Some(crate::engine::cost::Wide {
-                data: 1,
-                expert: 2,
-                expert_tensor: 2,
-                imbalance: 1.0,
-                expert_link: None,
-            });
-        }
-        CostModel::new(&i).cost(&decode(1, 1024))
-    };
+    let split = one_rank_ep(mixtral_8x7b(), 4, 32_768, link, o.clone(), 2, 2).cost(&decode(1, 1024));
     let tp = model(mixtral_8x7b(), 4, 32_768, link, o).cost(&decode(1, 1024));
     let ep = gemm_bytes(14336.0, 4096.0, 1.0) + gemm_bytes(4096.0, 7168.0, 1.0);
     let tp_bytes = 2.0 * (gemm_bytes(7168.0, 4096.0, 1.0) + gemm_bytes(4096.0, 3584.0, 1.0));
