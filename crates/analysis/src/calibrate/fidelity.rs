@@ -32,6 +32,8 @@ use super::{Error, Fit, FoldSet, LeaveOut, Outcome, Recorded, Setup, error_pct, 
 use crate::measured::aic;
 use crate::sweep::metric::{Family, Metric, Stat};
 
+pub mod moe;
+
 /// A measured file a suite reads, and the rows of an AIConfigurator CSV it keeps.
 pub struct Input {
     /// Relative to the repository root.
@@ -317,6 +319,9 @@ pub struct SuiteRecord {
     pub loss: f64,
     pub evaluations: usize,
     pub passes: Vec<PassRecord>,
+    /// The MoE stage fitted after the main fit ([`moe`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<moe::StageRecord>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -350,6 +355,7 @@ impl SuiteRecord {
                     folds: f.folds.iter().map(|(g, x)| FoldRecord { group: g.clone(), values: x.clone() }).collect(),
                 })
                 .collect(),
+            moe: None,
         }
     }
 
@@ -412,10 +418,15 @@ pub fn generate_with(
 ) -> Result<Vec<Generated>, Error> {
     let record = read_record(root)?;
     if let Mode::Fit { refit } = mode
-        && let Some(unknown) = refit.iter().find(|r| !SUITES.iter().any(|s| s.id == r.as_str()))
+        && let Some(unknown) = refit
+            .iter()
+            .find(|r| !SUITES.iter().any(|s| s.id == r.as_str() || (moe::applies(s) && format!("{}.moe", s.id) == **r)))
     {
         let ids: Vec<&str> = SUITES.iter().map(|s| s.id).collect();
-        return Err(Error::Input(format!("--refit `{unknown}` is not a suite; suites: {}", ids.join(", "))));
+        return Err(Error::Input(format!(
+            "--refit `{unknown}` is not a suite; suites: {} (`ID.moe` refits only a suite's MoE stage)",
+            ids.join(", ")
+        )));
     }
     let mut sections = Vec::new();
     let mut out = Vec::new();
@@ -432,14 +443,32 @@ pub fn generate_with(
             Mode::Fit { refit } if refit.is_empty() || refit.iter().any(|r| r == suite.id) => None,
             Mode::Fit { .. } => old,
         };
-        let o = run_suite(root, suite, replay)?;
+        // The stage is fitted again with its main fit, or when named alone.
+        let stage_replay = match mode {
+            Mode::Fit { refit } if replay.is_none() || refit.iter().any(|r| *r == format!("{}.moe", suite.id)) => None,
+            _ => replay.and_then(|r| r.moe.as_ref()),
+        };
+        let mut o = run_suite(root, suite, replay)?;
+        let mut record = SuiteRecord::of(suite, &o);
+        let may_fit = matches!(mode, Mode::Fit { .. });
+        let stage = if moe::applies(suite) { moe::run(suite, &o, stage_replay, may_fit)? } else { None };
+        record.moe = stage.as_ref().map(moe::StageRecord::of);
+        let main_value = o.setup.keys.iter().position(|k| k.key == moe::KEY).map_or(0.0, |k| o.fit.x[k]);
+        if let Some(st) = &stage {
+            moe::apply(&mut o, st);
+        }
         done(suite, &o);
-        sections.push(section(suite, &o));
-        new_record.suites.push(SuiteRecord::of(suite, &o));
+        sections.push(section(suite, &o, stage.as_ref(), main_value));
+        new_record.suites.push(record);
+        let note = stage.as_ref().map_or_else(String::new, |st| {
+            let n = st.outcome.outcomes.iter().filter(|x| x.in_fit).count();
+            format!("; {} then fitted alone on its {n} MoE runs, the other keys fixed", moe::KEY)
+        });
         for name in suite.profiles {
+            let command = format!("llmsim fidelity --refit {}", suite.id);
             out.push(Generated {
                 path: PathBuf::from(format!("hardware/calibrations/{name}.yml")),
-                text: profile::render(&o, name, suite.scenario, &format!("llmsim fidelity --refit {}", suite.id)),
+                text: profile::render_noted(&o, name, suite.scenario, &command, &note),
             });
         }
     }
@@ -636,7 +665,7 @@ fn users_band(run: &Run) -> Option<&'static str> {
 }
 
 /// One suite's section of `results/fidelity.md`.
-pub fn section(suite: &Suite, o: &Outcome) -> String {
+pub fn section(suite: &Suite, o: &Outcome, stage: Option<&moe::Stage>, main_value: f64) -> String {
     let fit_count = o.outcomes.iter().filter(|x| x.in_fit).count();
     let groups: std::collections::BTreeSet<&str> =
         o.runs.iter().zip(&o.outcomes).filter(|(_, x)| x.in_fit).map(|(r, _)| r.group.as_str()).collect();
@@ -716,7 +745,7 @@ pub fn section(suite: &Suite, o: &Outcome) -> String {
     if suite.goal == Goal::Transfer {
         md.push_str(&transfer_goal(o, &gpus));
     }
-    md.push_str(&held_out(o));
+    md.push_str(&held_out(o, stage));
     md.push_str(&format!(
         "\n### By GPU\n\nMedian absolute error over each GPU's fitted runs (uncalibrated / calibrated / {}).\n\n",
         passes.first().map_or("leave-one-out", String::as_str)
@@ -764,7 +793,10 @@ pub fn section(suite: &Suite, o: &Outcome) -> String {
         let verdict = id.map_or("", |d| d.verdict());
         md.push_str(&format!("- `{}` = {x} (bounds {} to {}{prior}{interval}): {verdict}\n", k.key, k.lo, k.hi));
     }
-    md.push_str(&runs_table(o));
+    if let Some(st) = stage {
+        md.push_str(&moe::section(st, main_value));
+    }
+    md.push_str(&runs_table(o, stage));
     if !o.excluded.is_empty() {
         md.push_str(&not_simulated(o));
     }
@@ -806,7 +838,7 @@ fn transfer_goal(o: &Outcome, gpus: &[String]) -> String {
 /// predicted by the fit of the others: median |error| and signed median
 /// by GPU, model and parallelism, against issue 29's goal (TPOT <= 15%,
 /// TTFT <= 25%).
-fn held_out(o: &Outcome) -> String {
+fn held_out(o: &Outcome, stage: Option<&moe::Stage>) -> String {
     let held = |r: &Run| r.saturated.as_deref() == Some(super::runs::HELD_OUT);
     if !o.runs.iter().any(held) {
         return String::new();
@@ -820,8 +852,14 @@ fn held_out(o: &Outcome) -> String {
         }
     }
     rows.sort();
-    let errors = |m: Metric, keep: &dyn Fn(&Run) -> bool| {
-        super::render::errors_where(o, m, Model::Calibrated, &|r, _| held(r) && keep(r))
+    let errors = |m: Metric, keep: &dyn Fn(&Run) -> bool| -> Vec<f64> {
+        (0..o.runs.len())
+            .filter(|&i| held(&o.runs[i]) && keep(&o.runs[i]))
+            .filter_map(|i| {
+                let p = moe::held_out_figures(stage, o, i)?.get(&m).copied();
+                error_pct(p, *o.runs[i].measured.get(&m)?)
+            })
+            .collect()
     };
     let cells = |keep: &dyn Fn(&Run) -> bool| {
         let mut cell = String::new();
@@ -836,8 +874,8 @@ fn held_out(o: &Outcome) -> String {
     let mut md = String::from(
         "\n### Held out: models and deployments the fit never saw\n\nRuns of a kind this suite does not fit on \
          (MLA, sliding windows, weights of a format of their own, expert or data parallelism), each predicted by \
-         the calibrated fit of the other runs: median |error| and signed median (calibrated), against issue 29's \
-         goal TPOT <= 15% and TTFT <= 25%.\n\n| GPU | model | parallelism | runs | TPOT \\|error\\| | TPOT bias | \
+         the calibrated fit of the other runs (a MoE model's by the MoE stage below fitted without any run of its \
+         model): median |error| and signed median, against issue 29's goal TPOT <= 15% and TTFT <= 25%.\n\n| GPU | model | parallelism | runs | TPOT \\|error\\| | TPOT bias | \
          TTFT \\|error\\| | TTFT bias |\n|---|---|---|---:|---:|---:|---:|---:|\n",
     );
     for k in &rows {
@@ -888,13 +926,19 @@ fn bias_tables(o: &Outcome) -> String {
     md
 }
 
-fn runs_table(o: &Outcome) -> String {
-    let mut md = String::from("\n### Runs\n\nMeasured, then each prediction with its error. Times in ms.\n\n");
+fn runs_table(o: &Outcome, stage: Option<&moe::Stage>) -> String {
+    let mut md = String::from(
+        "\n### Runs\n\nMeasured, then each prediction with its error. Times in ms. `loo` is the first \
+         leave-one-out pass for a fitted run; for a run not fitted, the calibrated prediction (a held-out MoE \
+         run's: the MoE stage's without its model, as in *Held out*).\n\n",
+    );
     md.push_str(
         "| run | GPU | model | features | load | prompt / output | TTFT mean | uncal. | loo | E2E mean | uncal. | loo \
          | TPOT mean | uncal. | loo |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for (r, oc) in o.runs.iter().zip(&o.outcomes) {
+    for (i, (r, oc)) in o.runs.iter().zip(&o.outcomes).enumerate() {
+        let held = r.saturated.as_deref() == Some(super::runs::HELD_OUT);
+        let not_fitted = if held { moe::held_out_figures(stage, o, i) } else { Some(&oc.calibrated) };
         let name = if oc.in_fit { r.name.clone() } else { format!("{} (not fitted: {})", r.name, sat(r)) };
         let mut row = format!(
             "| {name} | {} | {} | {} | {} | {} |",
@@ -911,7 +955,7 @@ fn runs_table(o: &Outcome) -> String {
             };
             let u = oc.uncalibrated.get(&m).copied();
             let l = oc.loo.as_ref().and_then(|(f, _)| f.get(&m).copied());
-            let c = oc.calibrated.get(&m).copied();
+            let c = not_fitted.and_then(|f| f.get(&m).copied());
             let cell = |p: Option<f64>| {
                 p.map_or_else(|| "-".into(), |p| format!("{} ({})", ms(p), pct(error_pct(Some(p), q))))
             };

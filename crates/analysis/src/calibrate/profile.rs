@@ -103,6 +103,12 @@ fn round2(x: f64) -> f64 {
 /// The profile's YAML text. `name` is its name (the file's stem).
 /// The profile `name` of outcome `o`, fitted with `scenario` by `command`.
 pub fn render(o: &Outcome, name: &str, scenario: &str, command: &str) -> String {
+    render_noted(o, name, scenario, command, "")
+}
+
+/// [`render`], with `note` added to the description (how a key was fitted
+/// after the others).
+pub fn render_noted(o: &Outcome, name: &str, scenario: &str, command: &str, note: &str) -> String {
     let mut efficiency = BTreeMap::new();
     let mut latency = BTreeMap::new();
     for (k, x) in o.setup.keys.iter().zip(&o.fit.x) {
@@ -164,7 +170,7 @@ pub fn render(o: &Outcome, name: &str, scenario: &str, command: &str) -> String 
     let fit_count = o.outcomes.iter().filter(|x| x.in_fit).count();
     let profile = Profile {
         name: name.to_string(),
-        description: format!("fitted by llmsim calibrate on {fit_count} measured runs with {scenario}"),
+        description: format!("fitted by llmsim calibrate on {fit_count} measured runs with {scenario}{note}"),
         efficiency,
         latency,
         fit: FitRecord {

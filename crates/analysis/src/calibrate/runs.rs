@@ -224,14 +224,26 @@ fn build(value: &Value, file: &Path) -> Result<Scenario, ConfigError> {
 }
 
 impl Base {
-    /// The scenario with each fitted key at its value.
-    pub fn scenario(&self, keys: &[FitKey], x: &[f64]) -> Result<Scenario, ConfigError> {
+    /// `value` with each fitted key at its value.
+    fn value_at(&self, keys: &[FitKey], x: &[f64]) -> Result<Value, ConfigError> {
         let mut value = self.value.clone();
         for (k, v) in keys.iter().zip(x) {
             let number = if k.integer { Value::Number((v.round() as i64).into()) } else { Value::Number((*v).into()) };
             let path = k.key.split('.').map(str::to_string).collect();
             Override { path, value: number }.apply(&mut value, &self.file)?;
         }
+        Ok(value)
+    }
+
+    /// This base with each fitted key's value written into its scenario:
+    /// what a later stage of a fit starts from.
+    pub fn with_values(&self, keys: &[FitKey], x: &[f64]) -> Result<Base, ConfigError> {
+        Ok(Base { value: self.value_at(keys, x)?, ..self.clone() })
+    }
+
+    /// The scenario with each fitted key at its value.
+    pub fn scenario(&self, keys: &[FitKey], x: &[f64]) -> Result<Scenario, ConfigError> {
+        let value = self.value_at(keys, x)?;
         let mut s = build(&value, &self.file)?;
         if let Some(rows) = &self.trace {
             let w = &mut s.workload;
