@@ -75,6 +75,8 @@ pub struct Suite {
     pub priors: bool,
     /// Most loss evaluations of the fit (each fold gets half).
     pub max_evals: usize,
+    /// Requests a user of an AIConfigurator row (0: [`aic::DEFAULT_ROUNDS`]).
+    pub aic_rounds: u32,
     /// What the reader should know: provenance and what is not modelled.
     pub about: &'static str,
 }
@@ -97,6 +99,7 @@ pub const SUITES: [Suite; 7] = [
         leave_out: &[LeaveOut::Experiment],
         priors: false,
         max_evals: 400,
+        aic_rounds: 0,
         about: "16 inference-perf load tests of vLLM (early 2026) on 1, 2 and 4 H100 SXM GPUs, one row per load \
             stage, transcribed from github.com/inference-sim/training (commit ed5c1d2, `default_args/`; the \
             measured file's header says how each figure was read). Constant arrivals, fixed prompt and output \
@@ -128,6 +131,7 @@ pub const SUITES: [Suite; 7] = [
         leave_out: &[LeaveOut::Experiment],
         priors: false,
         max_evals: 400,
+        aic_rounds: 0,
         about: "4 runs of vLLM 0.19.0's offline driver, 300 ShareGPT requests each at about 10.3 req/s, \
             transcribed from github.com/casys-kaist/LLMServingSim (commit 5daddb2, `bench/examples/`; the \
             measured file's header says how each figure was read). Each run is replayed request by request \
@@ -180,16 +184,19 @@ pub const SUITES: [Suite; 7] = [
         250,
         HOPPER_SGLANG,
     ),
-    operator_suite(
-        "b200-vllm",
-        "B200 SXM, vLLM: per-operator form (AIConfigurator closed loops)",
-        "scenarios/fidelity/blackwell-vllm.yml",
-        &[Input { path: "scenarios/fidelity/aic-blackwell.csv", filters: &["backend=vllm"] }],
-        &["b200-vllm"],
-        &[LeaveOut::Experiment, LeaveOut::Source],
-        200,
-        BLACKWELL_VLLM,
-    ),
+    Suite {
+        aic_rounds: 7,
+        ..operator_suite(
+            "b200-vllm",
+            "B200 SXM, vLLM: per-operator form (AIConfigurator closed loops)",
+            "scenarios/fidelity/blackwell-vllm.yml",
+            &[Input { path: "scenarios/fidelity/aic-blackwell.csv", filters: &["backend=vllm"] }],
+            &["b200-vllm"],
+            &[LeaveOut::Experiment, LeaveOut::Source],
+            200,
+            BLACKWELL_VLLM,
+        )
+    },
     operator_suite(
         "b200-trtllm",
         "B200 SXM and GB200, TensorRT-LLM: per-operator form (AIConfigurator closed loops)",
@@ -228,6 +235,7 @@ const fn operator_suite(
         leave_out,
         priors: true,
         max_evals,
+        aic_rounds: 0,
         about,
     }
 }
@@ -239,7 +247,14 @@ const BLACKWELL_VLLM: &str = "vLLM on B200: the vllm rows of AIConfigurator's si
     MiniMax-M2.5 on B200 and B300 (B300 runs are predicted with the B200 fit against B300's own datasheet, a \
     GPU the profile never saw). NVFP4 is NVIDIA's checkpoints' format: every linear layer at NVFP4 (their \
     attention projections may be kept wider; not modelled). No Blackwell SGLang suite: its rows are DeepSeek, \
-    GLM-5 and Qwen3.5 only, nothing a profile could be fitted on.";
+    GLM-5 and Qwen3.5 only, nothing a profile could be fitted on.\n\n\
+    Its runs are simulated with 7 requests a user, not the template's 20: the file does not record the client, \
+    and the measured TTFT grows with users x prompt length as the first round's queue (every user starting \
+    together) does, more than 20 rounds leave of it. Chosen by the fit's loss on the fitted Llama-3.1-70B runs \
+    alone, the same fit (`llmsim calibrate ... --aic-rounds R`, 13 keys, 150 evaluations) at R = 2, 3, 5, 7, \
+    10, 14 and 20: loss 0.0358, 0.0258, 0.0188, 0.0176, 0.0190, 0.0210, 0.0233; TTFT median |error| 10.4% at 7 \
+    against 17.5% at 20, TPOT 5.4% and 5.5% (docs/calibration.md). The other suites keep 20 until they are \
+    fitted again.";
 
 const BLACKWELL_TRTLLM: &str = "TensorRT-LLM on B200 and GB200: the trtllm rows of AIConfigurator's silicon \
     CSV on Blackwell. Fitted: Llama-3.1-70B FP8 and NVFP4 (at the FP4 peak) at TP 1 to 8 on B200, one model, so \
@@ -253,7 +268,7 @@ const BLACKWELL_TRTLLM: &str = "TensorRT-LLM on B200 and GB200: the trtllm rows 
 const AIC_RUNS: &str = "Each AIConfigurator row is a closed loop at fixed lengths, simulated as the benchmark \
     AIConfigurator generates for it runs (its `bench_run.sh` and `rule_plugin/benchmark` templates; the file does \
     not record the client): `batch_size` users starting together and sending again the moment an answer ends \
-    (AIPerf's concurrency mode), 20 requests a user, a step budget of `concurrency + isl + 1,500` tokens, a \
+    (AIPerf's concurrency mode), 20 requests a user (unless the suite says otherwise), a step budget of `concurrency + isl + 1,500` tokens, a \
     context of `isl + osl + 1,500`, CUDA graphs for batches up to the concurrency, 0.9 of the memory for weights \
     and KV, 16-bit KV. With attention data parallelism `batch_size` is a rank's users (the engine's are \
     `batch_size x attention_dp_size`) and the step budget, graphs and sequence limit are a rank's; \
@@ -510,17 +525,23 @@ pub fn setup(suite: &Suite) -> Result<Setup, Error> {
     Ok(Setup { loss, leave_out: suite.leave_out.to_vec(), priors, optim, ..Setup::new(keys) })
 }
 
-/// Loads, then fits (or, with `replay`, takes the recorded fit) and
-/// leaves each group out.
-pub fn run_suite(root: &Path, suite: &Suite, replay: Option<&SuiteRecord>) -> Result<Outcome, Error> {
+/// Every run of a suite's measured files, as its scenario and settings make them.
+pub fn load_suite(root: &Path, suite: &Suite) -> Result<super::runs::Loaded, Error> {
     let src = ScenarioSource::load(&root.join(suite.scenario), &[]).map_err(|e| Error::Input(e.to_string()))?;
     let mut loaded = super::runs::Loaded::default();
     for input in suite.inputs {
         let aic_filters =
             input.filters.iter().map(|f| aic::Filter::parse(f)).collect::<Result<Vec<_>, _>>().map_err(Error::Input)?;
-        let opts = LoadOptions { sample_s: suite.sample_s, aic_filters, aic_rounds: 0 };
+        let opts = LoadOptions { sample_s: suite.sample_s, aic_filters, aic_rounds: suite.aic_rounds };
         loaded.extend(super::runs::load(&src, &root.join(input.path), &opts).map_err(|e| Error::Input(e.to_string()))?);
     }
+    Ok(loaded)
+}
+
+/// Loads, then fits (or, with `replay`, takes the recorded fit) and
+/// leaves each group out.
+pub fn run_suite(root: &Path, suite: &Suite, replay: Option<&SuiteRecord>) -> Result<Outcome, Error> {
+    let loaded = load_suite(root, suite)?;
     let setup = setup(suite)?;
     let recorded = match replay {
         Some(r) => Some(r.recorded(&setup).ok_or_else(|| {
@@ -839,7 +860,7 @@ fn transfer_goal(o: &Outcome, gpus: &[String]) -> String {
 /// by GPU, model and parallelism, against issue 29's goal (TPOT <= 15%,
 /// TTFT <= 25%).
 fn held_out(o: &Outcome, stage: Option<&moe::Stage>) -> String {
-    let held = |r: &Run| r.saturated.as_deref() == Some(super::runs::HELD_OUT);
+    let held = |r: &Run| r.is_held_out();
     if !o.runs.iter().any(held) {
         return String::new();
     }
@@ -937,7 +958,7 @@ fn runs_table(o: &Outcome, stage: Option<&moe::Stage>) -> String {
          | TPOT mean | uncal. | loo |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (i, (r, oc)) in o.runs.iter().zip(&o.outcomes).enumerate() {
-        let held = r.saturated.as_deref() == Some(super::runs::HELD_OUT);
+        let held = r.is_held_out();
         let not_fitted = if held { moe::held_out_figures(stage, o, i) } else { Some(&oc.calibrated) };
         let name = if oc.in_fit { r.name.clone() } else { format!("{} (not fitted: {})", r.name, sat(r)) };
         let mut row = format!(

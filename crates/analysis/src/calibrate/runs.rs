@@ -114,6 +114,14 @@ pub struct Run {
     pub origin: String,
 }
 
+impl Run {
+    /// Whether it is held out of the fit by kind ([`HELD_OUT`]): predicted
+    /// to check that the fit transfers, never fitted.
+    pub fn is_held_out(&self) -> bool {
+        self.saturated.as_deref() == Some(HELD_OUT)
+    }
+}
+
 /// A measured run the engine cannot represent (a measured table's
 /// `excluded` row): listed with its reason wherever runs are reported,
 /// never simulated nor fitted.

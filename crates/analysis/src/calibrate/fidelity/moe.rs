@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::super::render::{Model, errors_where};
-use super::super::runs::{HELD_OUT, Run};
+use super::super::runs::Run;
 use super::super::{Error, Figures, Fit, FoldSet, LeaveOut, Outcome, Recorded, Setup, keys, median_abs};
 use super::{Suite, med, pct};
 use crate::sweep::metric::{Family, Metric, Stat};
@@ -119,7 +119,7 @@ pub fn run(suite: &Suite, main: &Outcome, replay: Option<&StageRecord>, may_fit:
             r.base.with_values(&main.setup.keys, &main.fit.x).map_err(|e| Error::Work(format!("{}: {e}", r.name)))?;
         // A held-out run is fitted here; a run that is not fitted for what
         // was measured (saturated, an unclear client) stays out.
-        let saturated = r.saturated.clone().filter(|s| s != HELD_OUT);
+        let saturated = if r.is_held_out() { None } else { r.saturated.clone() };
         runs.push(Run { base, saturated, ..r.clone() });
         index.push(i);
     }
@@ -182,8 +182,16 @@ pub fn section(stage: &Stage, main_value: f64) -> String {
         o.fit.x[0], o.start_loss, o.fit.loss, o.fit.evals,
     );
     let folds = o.folds.first();
-    let cell = |m: Metric, model: Model, keep: &dyn Fn(&Run) -> bool| {
-        med(median_abs(&errors_where(o, m, model, &|r, oc| oc.in_fit && keep(r))))
+    // The six medians of a row: TPOT, then TTFT, each by the main fit, the
+    // stage and the stage without the run's model.
+    let cells = |keep: &dyn Fn(&Run) -> bool| {
+        let mut out = Vec::new();
+        for m in [tpot, ttft] {
+            for model in [Model::Uncalibrated, Model::Calibrated, Model::Pass(0)] {
+                out.push(med(median_abs(&errors_where(o, m, model, &|r, oc| oc.in_fit && keep(r)))));
+            }
+        }
+        out.join(" | ")
     };
     for name in &models {
         let keep = |r: &Run| r.model == *name;
@@ -191,17 +199,8 @@ pub fn section(stage: &Stage, main_value: f64) -> String {
         let without = folds
             .and_then(|f| f.folds.iter().find(|(g, _)| g == name))
             .map_or_else(|| "-".into(), |(_, x)| x[0].to_string());
-        md.push_str(&format!(
-            "| {name} | {n} | {} | {} | {} | {} | {} | {} | {without} |\n",
-            cell(tpot, Model::Uncalibrated, &keep),
-            cell(tpot, Model::Calibrated, &keep),
-            cell(tpot, Model::Pass(0), &keep),
-            cell(ttft, Model::Uncalibrated, &keep),
-            cell(ttft, Model::Calibrated, &keep),
-            cell(ttft, Model::Pass(0), &keep),
-        ));
+        md.push_str(&format!("| {name} | {n} | {} | {without} |\n", cells(&keep)));
     }
-    let all = |_: &Run| true;
     let (a, b) = (
         median_abs(&errors_where(o, tpot, Model::Pass(0), &|_, oc| oc.in_fit)),
         median_abs(&errors_where(o, ttft, Model::Pass(0), &|_, oc| oc.in_fit)),
@@ -212,14 +211,9 @@ pub fn section(stage: &Stage, main_value: f64) -> String {
         _ => "-",
     };
     md.push_str(&format!(
-        "| all | {fitted} | {} | {} | {} | {} | {} | {} | |\n\nGoal (leave-one-model-out, every MoE run): {verdict}. \
-         Signed median (leave-one-model-out): TPOT {}, TTFT {}.\n",
-        cell(tpot, Model::Uncalibrated, &all),
-        cell(tpot, Model::Calibrated, &all),
-        cell(tpot, Model::Pass(0), &all),
-        cell(ttft, Model::Uncalibrated, &all),
-        cell(ttft, Model::Calibrated, &all),
-        cell(ttft, Model::Pass(0), &all),
+        "| all | {fitted} | {} | |\n\nGoal (leave-one-model-out, every MoE run): {verdict}. Signed median \
+         (leave-one-model-out): TPOT {}, TTFT {}.\n",
+        cells(&|_| true),
         pct(signed(o, tpot)),
         pct(signed(o, ttft)),
     ));
@@ -292,7 +286,7 @@ mod tests {
             for (m, v) in &mut r.measured {
                 *v = fig[m];
             }
-            r.saturated = is_moe(r).then(|| HELD_OUT.to_string());
+            r.saturated = is_moe(r).then(|| runs::HELD_OUT.to_string());
         }
         let setup = Setup { leave_one_out: false, ..Setup::new(keys) };
         let recorded =
