@@ -197,16 +197,19 @@ pub const SUITES: [Suite; 7] = [
             BLACKWELL_VLLM,
         )
     },
-    operator_suite(
-        "b200-trtllm",
-        "B200 SXM and GB200, TensorRT-LLM: per-operator form (AIConfigurator closed loops)",
-        "scenarios/fidelity/blackwell-trtllm.yml",
-        &[Input { path: "scenarios/fidelity/aic-blackwell.csv", filters: &["backend=trtllm"] }],
-        &["b200-trtllm"],
-        &[LeaveOut::Experiment, LeaveOut::Source],
-        200,
-        BLACKWELL_TRTLLM,
-    ),
+    Suite {
+        aic_rounds: 10,
+        ..operator_suite(
+            "b200-trtllm",
+            "B200 SXM and GB200, TensorRT-LLM: per-operator form (AIConfigurator closed loops)",
+            "scenarios/fidelity/blackwell-trtllm.yml",
+            &[Input { path: "scenarios/fidelity/aic-blackwell.csv", filters: &["backend=trtllm"] }],
+            &["b200-trtllm"],
+            &[LeaveOut::Experiment, LeaveOut::Source],
+            200,
+            BLACKWELL_TRTLLM,
+        )
+    },
 ];
 
 /// A suite of the per-operator form on AIConfigurator closed loops: the
@@ -253,7 +256,7 @@ const BLACKWELL_VLLM: &str = "vLLM on B200: the vllm rows of AIConfigurator's si
     together) does, more than 20 rounds leave of it. Chosen by the fit's loss on the fitted Llama-3.1-70B runs \
     alone, the same fit (`llmsim calibrate ... --aic-rounds R`, 13 keys, 150 evaluations) at R = 2, 3, 5, 7, \
     10, 14 and 20: loss 0.0358, 0.0258, 0.0188, 0.0176, 0.0190, 0.0210, 0.0233; TTFT median |error| 10.4% at 7 \
-    against 17.5% at 20, TPOT 5.4% and 5.5% (docs/calibration.md). The other suites keep 20 until they are \
+    against 17.5% at 20, TPOT 5.4% and 5.5% (docs/calibration.md). The Hopper suites keep 20 until they are \
     fitted again.";
 
 const BLACKWELL_TRTLLM: &str = "TensorRT-LLM on B200 and GB200: the trtllm rows of AIConfigurator's silicon \
@@ -262,7 +265,10 @@ const BLACKWELL_TRTLLM: &str = "TensorRT-LLM on B200 and GB200: the trtllm rows 
     GB200's Qwen3-32B rows are predicted, not fitted: their ids name twice their `batch_size` (`c288` at \
     144) and their TPOT does not follow it (8 ms and 42 ms at the same `batch_size` of 1, 28 ms at 4), so what \
     their client ran is not known. Held out: DeepSeek-V3/R1 (MLA; TP, EP and DP attention, up to TP 64 in the NVL72 domain) and \
-    gpt-oss-120b. TensorRT-LLM's own scheduler is not modelled (vLLM's with its token budget stands in).";
+    gpt-oss-120b. TensorRT-LLM's own scheduler is not modelled (vLLM's with its token budget stands in).\n\n\
+    Its runs are simulated with 10 requests a user, chosen as the B200 vLLM suite's are (the argmin of the fit's \
+    loss on the fitted runs alone): R = 5, 7, 10, 14, 20 give loss 0.0389, 0.0383, 0.0369, 0.0388, 0.0412; TTFT median |error| 16.6% at 10 against 25.7% at 20, TPOT 7.0% at both \
+    (docs/calibration.md).";
 
 /// How AIConfigurator's closed loops are simulated (every AIC suite).
 const AIC_RUNS: &str = "Each AIConfigurator row is a closed loop at fixed lengths, simulated as the benchmark \

@@ -433,8 +433,9 @@ fn replaying_a_recorded_fit_gives_the_same_outcome() {
     assert!(replayed.simulations.0 * 10 < fitted.simulations.0, "{:?} {:?}", replayed.simulations, fitted.simulations);
 }
 
-/// A suite's requests a user: the B200 vLLM suite's AIConfigurator runs
-/// have 7 a user (chosen by its fit's loss), the others the template's 20.
+/// A suite's requests a user: the B200 suites' AIConfigurator runs have 7
+/// (vLLM) and 10 (TensorRT-LLM) a user, chosen by their fits' loss; the
+/// others the template's 20.
 #[test]
 fn each_suite_simulates_its_own_requests_a_user() {
     let requests = |id: &str, name: &str| {
@@ -449,6 +450,10 @@ fn each_suite_simulates_its_own_requests_a_user() {
     assert_eq!(
         requests("b200-vllm", "2026_04_06_llama_3_1_70b_b200_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_637"),
         (16, Some(112))
+    );
+    assert_eq!(
+        requests("b200-trtllm", "2026_04_06_llama_3_1_70b_b200_sxm_trtllm_fp8_agg_1024x8192_c16_tp4_ep1_420"),
+        (16, Some(160))
     );
     assert_eq!(
         requests("hopper-vllm", "2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_860"),
