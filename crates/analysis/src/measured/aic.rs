@@ -519,6 +519,23 @@ mod tests {
     const GOOD: &str = "r1,db,vllm,0.19.0,meta-llama/Llama-3.1-70B,h200_sxm,fp8,agg,1024,1024,fp8,fp8,16,4,1,1,4,1,\
         ,,,,,,,,,,,,,,126.2,10.94";
 
+    /// The table's node sizes are the shipped hardware profiles'
+    /// `gpus_per_node` (8 when a profile does not say): read from the
+    /// profiles' own text, so a profile that changes fails here.
+    #[test]
+    fn each_system_spans_its_hardware_profiles_node() {
+        use llmsim_scenario::config::hardware::BUILTIN;
+        for s in SYSTEMS {
+            let text = BUILTIN.iter().find(|(name, _)| *name == s.hardware).map(|(_, t)| *t);
+            let text = text.unwrap_or_else(|| panic!("{}: no shipped hardware profile `{}`", s.name, s.hardware));
+            let node = text
+                .lines()
+                .find_map(|l| l.strip_prefix("gpus_per_node:"))
+                .map_or(8, |v| v.split('#').next().unwrap_or("").trim().parse::<u32>().unwrap());
+            assert_eq!(s.node_gpus, node, "{} ({})", s.name, s.hardware);
+        }
+    }
+
     #[test]
     fn a_row_reads_as_written() {
         let f = one(GOOD).unwrap();
