@@ -476,11 +476,8 @@ pub fn calibrate_or_replay(
     let all: Vec<Run> = runs.into_iter().chain(holdout).collect();
     check_names(&all)?;
     if !in_fit.iter().any(|b| *b) {
-        let list: Vec<String> = all
-            .iter()
-            .take(fitted_inputs)
-            .map(|r| format!("  {}: {}", r.name, r.saturated.as_deref().unwrap_or("")))
-            .collect();
+        let list: Vec<String> =
+            all.iter().take(fitted_inputs).map(|r| format!("  {}: {}", r.name, r.why_not_fitted())).collect();
         return Err(Error::Input(format!(
             "every run is saturated, so none can be fitted (a saturated run shows the engine fell behind, not how \
              fast it runs; --include-saturated fits them anyway):\n{}",

@@ -865,7 +865,7 @@ fn transfer_goal(o: &Outcome, gpus: &[String]) -> String {
     md
 }
 
-/// The runs held out of the fit by kind (`runs::HELD_OUT`: MLA, sliding
+/// The runs held out of the fit by kind (`runs::NotFitted::HeldOut`: MLA, sliding
 /// windows, formats of their own, expert or data parallelism), each
 /// predicted by the fit of the others: median |error| and signed median
 /// by GPU, model and parallelism, against issue 29's goal (TPOT <= 15%,
@@ -1034,5 +1034,5 @@ fn not_simulated(o: &Outcome) -> String {
 }
 
 fn sat(r: &Run) -> String {
-    r.saturated.clone().unwrap_or_default()
+    r.why_not_fitted()
 }

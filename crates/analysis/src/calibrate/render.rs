@@ -137,7 +137,7 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
     if !excluded.is_empty() {
         out.push_str("\nexcluded (saturated; predicted, not fitted; --include-saturated fits them)\n");
         for (r, _) in &excluded {
-            out.push_str(&format!("  {}: {}\n", r.name, r.saturated.as_deref().unwrap_or("")));
+            out.push_str(&format!("  {}: {}\n", r.name, r.why_not_fitted()));
         }
     }
     if !o.excluded.is_empty() {

@@ -103,7 +103,7 @@ pub struct Run {
     /// Measured figures (milliseconds, per second), by sweep metric.
     pub measured: BTreeMap<Metric, f64>,
     /// Why it is left out of fits by default.
-    pub saturated: Option<String>,
+    pub saturated: Option<NotFitted>,
     /// What a reader should know about how it is modelled.
     pub notes: Vec<String>,
     /// The model it served (the scenario's model name): runs of one model
@@ -115,10 +115,45 @@ pub struct Run {
 }
 
 impl Run {
-    /// Whether it is held out of the fit by kind ([`HELD_OUT`]): predicted
-    /// to check that the fit transfers, never fitted.
+    /// Whether it is held out of the fit by kind ([`NotFitted::HeldOut`]):
+    /// predicted to check that the fit transfers, never fitted.
     pub fn is_held_out(&self) -> bool {
-        self.saturated.as_deref() == Some(HELD_OUT)
+        self.saturated == Some(NotFitted::HeldOut)
+    }
+
+    /// Why it is not fitted, as reports print it ("" when it is).
+    pub fn why_not_fitted(&self) -> String {
+        self.saturated.as_ref().map(NotFitted::to_string).unwrap_or_default()
+    }
+}
+
+/// Why a run is predicted but left out of fits by default.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NotFitted {
+    /// It cannot tell what the engine costs: requests failed, its queue
+    /// grew, or its measured file marks it (the text says which).
+    Saturated(String),
+    /// A kind of model or deployment the suites hold out ([`HELD_OUT`]).
+    HeldOut,
+    /// Its measured cycle needs an implausible prefill: its prompts must
+    /// have hit a prefix cache ([`implausible_prefill`]).
+    CachedPrompts(String),
+    /// Its id names another concurrency than it ran ([`concurrency_unclear`]).
+    UnclearClient(String),
+    /// From a source some of whose runs are set aside for how their
+    /// client ran: its client is not known either.
+    SameSource(String),
+}
+
+impl std::fmt::Display for NotFitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotFitted::HeldOut => f.write_str(HELD_OUT),
+            NotFitted::Saturated(why)
+            | NotFitted::CachedPrompts(why)
+            | NotFitted::UnclearClient(why)
+            | NotFitted::SameSource(why) => f.write_str(why),
+        }
     }
 }
 
@@ -350,7 +385,8 @@ fn from_json(src: &ScenarioSource, input: input::Input, file: &Path) -> Result<V
         let saturated = match failed {
             0 => trend,
             n => Some(format!("{n} requests failed")),
-        };
+        }
+        .map(NotFitted::Saturated);
         runs.push(Run {
             name,
             group: format!("{}#{}", file.display(), i + 1),
@@ -521,7 +557,8 @@ fn from_trace_csv(src: &ScenarioSource, file: &Path) -> Result<Vec<Run>, ConfigE
     }
     let name = file_name(file);
     let base = src.base(&[], Some(rows), &name)?;
-    let saturated = if failed > 0 { Some(format!("{failed} requests failed")) } else { growing_queue(trend) };
+    let saturated = if failed > 0 { Some(format!("{failed} requests failed")) } else { growing_queue(trend) }
+        .map(NotFitted::Saturated);
     Ok(vec![Run {
         name,
         group: file.display().to_string(),
@@ -629,7 +666,7 @@ fn from_inference_perf(
             kind: InputKind::InferencePerf,
             base,
             measured,
-            saturated: stage.saturated(),
+            saturated: stage.saturated().map(NotFitted::Saturated),
             notes,
             model: String::new(),
             origin: dir_name.clone(),
@@ -684,7 +721,7 @@ fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions
             kind: InputKind::Table,
             base,
             measured: row.measured.clone(),
-            saturated: row.saturation(),
+            saturated: row.saturation().map(NotFitted::Saturated),
             notes,
             model: String::new(),
             origin: t.file.display().to_string(),
@@ -846,9 +883,11 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
             g => format!(" dp{} ep{} etp{g}", l.data, l.expert),
         });
         let saturated = if r.frontier() {
-            Some(HELD_OUT.to_string())
+            Some(NotFitted::HeldOut)
         } else {
-            concurrency_unclear(r).or_else(|| implausible_prefill(r, &base))
+            concurrency_unclear(r)
+                .map(NotFitted::UnclearClient)
+                .or_else(|| implausible_prefill(r, &base).map(NotFitted::CachedPrompts))
         };
         out.runs.push(Run {
             name: r.id.clone(),
@@ -877,13 +916,20 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
     // (prompts that must have hit a prefix cache, an id that contradicts
     // the concurrency) ran its other runs with the same client: none of
     // them is fitted.
-    let kinds: [(&str, &str); 2] = [
-        (IMPLAUSIBLE, "runs that must have hit a prefix cache: its client's prompts are not known to be unique"),
-        (UNCLEAR, "runs whose id contradicts their batch_size: what its client ran is not known"),
+    type Kind = fn(&NotFitted) -> bool;
+    let kinds: [(Kind, &str); 2] = [
+        (
+            |n| matches!(n, NotFitted::CachedPrompts(_)),
+            "runs that must have hit a prefix cache: its client's prompts are not known to be unique",
+        ),
+        (
+            |n| matches!(n, NotFitted::UnclearClient(_)),
+            "runs whose id contradicts their batch_size: what its client ran is not known",
+        ),
     ];
-    for (prefix, why) in kinds {
+    for (kind, why) in kinds {
         let mut by: Vec<(String, usize)> = Vec::new();
-        for r in out.runs.iter().filter(|r| r.saturated.as_deref().is_some_and(|s| s.starts_with(prefix))) {
+        for r in out.runs.iter().filter(|r| r.saturated.as_ref().is_some_and(kind)) {
             match by.iter_mut().find(|(o, _)| *o == r.origin) {
                 Some(e) => e.1 += 1,
                 None => by.push((r.origin.clone(), 1)),
@@ -891,16 +937,12 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         }
         for r in out.runs.iter_mut().filter(|r| r.saturated.is_none()) {
             if let Some((origin, n)) = by.iter().find(|(o, _)| *o == r.origin) {
-                r.saturated = Some(format!("from the same source ({origin}) as {n} {why}"));
+                r.saturated = Some(NotFitted::SameSource(format!("from the same source ({origin}) as {n} {why}")));
             }
         }
     }
     Ok(out)
 }
-
-/// How the reasons of [`implausible_prefill`] and [`concurrency_unclear`] begin.
-const IMPLAUSIBLE: &str = "implausible without prefix-cache hits";
-const UNCLEAR: &str = "its id says";
 
 /// A row whose id names a concurrency (`_c288_`) other than its
 /// `batch_size x attention_dp_size` (GB200's Qwen3-32B rows name twice
@@ -909,8 +951,9 @@ const UNCLEAR: &str = "its id says";
 fn concurrency_unclear(r: &aic::AicRow) -> Option<String> {
     let named = r.id.split('_').find_map(|part| part.strip_prefix('c').and_then(|n| n.parse::<u64>().ok()))?;
     let users = u64::from(r.batch_size?) * u64::from(r.attention_dp.unwrap_or(1));
-    (named != users)
-        .then(|| format!("{UNCLEAR} {named} users, its batch_size x attention_dp_size {users}: which ran is not known"))
+    (named != users).then(|| {
+        format!("its id says {named} users, its batch_size x attention_dp_size {users}: which ran is not known")
+    })
 }
 
 /// A run whose measured cycle would need the prompts' prefill alone to
@@ -933,7 +976,7 @@ fn implausible_prefill(r: &aic::AicRow, base: &Base) -> Option<String> {
     let share = c / cycle_s * f64::from(r.isl) * 2.0 * active / (f64::from(r.tp.unwrap_or(1)) * peak * 1e12);
     (share > 0.6).then(|| {
         format!(
-            "{IMPLAUSIBLE}: the measured cycle needs the prefill alone at {:.0}% of the \
+            "implausible without prefix-cache hits: the measured cycle needs the prefill alone at {:.0}% of the \
              weights' dense peak",
             share * 100.0
         )

@@ -286,7 +286,7 @@ mod tests {
             for (m, v) in &mut r.measured {
                 *v = fig[m];
             }
-            r.saturated = is_moe(r).then(|| runs::HELD_OUT.to_string());
+            r.saturated = is_moe(r).then_some(runs::NotFitted::HeldOut);
         }
         let setup = Setup { leave_one_out: false, ..Setup::new(keys) };
         let recorded =

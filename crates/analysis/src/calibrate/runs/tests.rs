@@ -86,7 +86,7 @@ fn a_trace_with_measured_latencies_gives_its_own_summary_and_leaves_failures_out
     let runs = load(&source("scenarios/base.yml"), &file, &LoadOptions::default()).unwrap().runs;
     let r = &runs[0];
     assert_eq!(r.base.trace.as_ref().unwrap().len(), 3);
-    assert_eq!(r.saturated.as_deref(), Some("1 requests failed"));
+    assert_eq!(r.saturated, Some(NotFitted::Saturated("1 requests failed".into())));
     assert_eq!(r.measured[&metric(Family::Ttft, Stat::Mean)], 20.0);
     assert_eq!(r.measured[&metric(Family::Ttft, Stat::P90)], 28.0); // 20 + 0.8 * (30 - 20)
     assert_eq!(r.measured[&metric(Family::E2e, Stat::Max)], 330.0);
@@ -207,7 +207,7 @@ fn an_inference_perf_stage_is_a_constant_rate_run_with_nominal_output_and_derive
     let tpot = r.measured[&metric(Family::Tpot, Stat::Mean)];
     assert!((tpot - 1785.0 / 246.0).abs() < 1e-9, "{tpot}");
     assert_eq!(r.saturated, None);
-    assert_eq!(runs[1].saturated.as_deref(), Some("7 of 3007 requests failed"));
+    assert_eq!(runs[1].saturated, Some(NotFitted::Saturated("7 of 3007 requests failed".into())));
 }
 
 #[test]
