@@ -738,12 +738,11 @@ fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions
 /// 1,500` tokens, a context of `isl + osl + 1,500`, CUDA graphs captured
 /// for every batch up to the concurrency; vLLM's 0.9 memory utilisation
 /// and its 1,024 sequences (or the concurrency, if more).
-fn aic_settings(r: &aic::AicRow, rounds: u32) -> Vec<(String, String)> {
+fn aic_settings(r: &aic::AicRow, layout: Option<aic::Layout>, rounds: u32) -> Vec<(String, String)> {
     let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
     // `batch_size` is a rank's users; the scheduler's limits are a rank's.
     let c = r.batch_size.unwrap_or(1);
-    let layout =
-        r.layout(r.moe()).unwrap_or(aic::Layout { tensor: r.tp.unwrap_or(1), data: 1, expert: 1, expert_tensor: 1 });
+    let layout = layout.unwrap_or(aic::Layout { tensor: r.tp.unwrap_or(1), data: 1, expert: 1, expert_tensor: 1 });
     let users = u64::from(c) * u64::from(layout.data);
     let budget = u64::from(c) + isl + 1500;
     let budget = if r.backend == "trtllm" { budget.div_ceil(32) * 32 } else { budget };
@@ -837,8 +836,10 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
             out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });
             continue;
         }
+        // The row's parallelism, read once: its settings, notes and group.
+        let layout = r.layout(r.moe()).ok();
         let mut settings = Vec::new();
-        for (key, value) in aic_settings(r, rounds) {
+        for (key, value) in aic_settings(r, layout, rounds) {
             let value = Override::parse_value(&value).map_err(|m| ConfigError::new(&f.file, &key, m))?;
             settings.push(Override { path: key.split('.').map(str::to_string).collect(), value });
         }
@@ -858,7 +859,7 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         let model =
             base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
         let c = r.batch_size.unwrap_or(1);
-        let (layout, tp) = (r.layout(r.moe()).ok(), r.tp.unwrap_or(1));
+        let tp = r.tp.unwrap_or(1);
         let (users, shape) = match layout {
             Some(l) if l.data > 1 || l.expert > 1 => {
                 let split = if l.expert_tensor > 1 { format!(", MoE TP {}", l.expert_tensor) } else { String::new() };
