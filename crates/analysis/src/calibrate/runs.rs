@@ -136,9 +136,9 @@ pub enum NotFitted {
     /// A kind of model or deployment the suites hold out ([`HELD_OUT`]).
     HeldOut,
     /// Its measured cycle needs an implausible prefill: its prompts must
-    /// have hit a prefix cache ([`implausible_prefill`]).
+    /// have hit a prefix cache (`implausible_prefill`).
     CachedPrompts(String),
-    /// Its id names another concurrency than it ran ([`concurrency_unclear`]).
+    /// Its id names another concurrency than it ran (`concurrency_unclear`).
     UnclearClient(String),
     /// From a source some of whose runs are set aside for how their
     /// client ran: its client is not known either.
