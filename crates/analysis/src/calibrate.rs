@@ -472,7 +472,7 @@ pub fn calibrate_or_replay(
     recorded: Option<&Recorded>,
 ) -> Result<Outcome, Error> {
     let fitted_inputs = runs.len();
-    let in_fit: Vec<bool> = runs.iter().map(|r| setup.include_saturated || r.saturated.is_none()).collect();
+    let in_fit: Vec<bool> = runs.iter().map(|r| setup.include_saturated || r.not_fitted.is_none()).collect();
     let all: Vec<Run> = runs.into_iter().chain(holdout).collect();
     check_names(&all)?;
     if !in_fit.iter().any(|b| *b) {

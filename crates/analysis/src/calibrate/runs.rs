@@ -103,7 +103,7 @@ pub struct Run {
     /// Measured figures (milliseconds, per second), by sweep metric.
     pub measured: BTreeMap<Metric, f64>,
     /// Why it is left out of fits by default.
-    pub saturated: Option<NotFitted>,
+    pub not_fitted: Option<NotFitted>,
     /// What a reader should know about how it is modelled.
     pub notes: Vec<String>,
     /// The model it served (the scenario's model name): runs of one model
@@ -118,12 +118,12 @@ impl Run {
     /// Whether it is held out of the fit by kind ([`NotFitted::HeldOut`]):
     /// predicted to check that the fit transfers, never fitted.
     pub fn is_held_out(&self) -> bool {
-        self.saturated == Some(NotFitted::HeldOut)
+        self.not_fitted == Some(NotFitted::HeldOut)
     }
 
     /// Why it is not fitted, as reports print it ("" when it is).
     pub fn why_not_fitted(&self) -> String {
-        self.saturated.as_ref().map(NotFitted::to_string).unwrap_or_default()
+        self.not_fitted.as_ref().map(NotFitted::to_string).unwrap_or_default()
     }
 }
 
@@ -394,7 +394,7 @@ fn from_json(src: &ScenarioSource, input: input::Input, file: &Path) -> Result<V
             kind: InputKind::PerRequest(measured.tool),
             base,
             measured: measured_figures,
-            saturated,
+            not_fitted: saturated,
             notes,
             model: String::new(),
             origin: file.display().to_string(),
@@ -566,7 +566,7 @@ fn from_trace_csv(src: &ScenarioSource, file: &Path) -> Result<Vec<Run>, ConfigE
         kind: InputKind::TraceCsv,
         base,
         measured,
-        saturated,
+        not_fitted: saturated,
         notes: Vec::new(),
         model: String::new(),
         origin: file.display().to_string(),
@@ -666,7 +666,7 @@ fn from_inference_perf(
             kind: InputKind::InferencePerf,
             base,
             measured,
-            saturated: stage.saturated().map(NotFitted::Saturated),
+            not_fitted: stage.saturated().map(NotFitted::Saturated),
             notes,
             model: String::new(),
             origin: dir_name.clone(),
@@ -721,7 +721,7 @@ fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions
             kind: InputKind::Table,
             base,
             measured: row.measured.clone(),
-            saturated: row.saturation().map(NotFitted::Saturated),
+            not_fitted: row.saturation().map(NotFitted::Saturated),
             notes,
             model: String::new(),
             origin: t.file.display().to_string(),
@@ -902,7 +902,7 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
             ),
             source,
             kind: InputKind::Aic,
-            saturated,
+            not_fitted: saturated,
             base,
             measured,
             notes,
@@ -930,15 +930,15 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
     ];
     for (kind, why) in kinds {
         let mut by: Vec<(String, usize)> = Vec::new();
-        for r in out.runs.iter().filter(|r| r.saturated.as_ref().is_some_and(kind)) {
+        for r in out.runs.iter().filter(|r| r.not_fitted.as_ref().is_some_and(kind)) {
             match by.iter_mut().find(|(o, _)| *o == r.origin) {
                 Some(e) => e.1 += 1,
                 None => by.push((r.origin.clone(), 1)),
             }
         }
-        for r in out.runs.iter_mut().filter(|r| r.saturated.is_none()) {
+        for r in out.runs.iter_mut().filter(|r| r.not_fitted.is_none()) {
             if let Some((origin, n)) = by.iter().find(|(o, _)| *o == r.origin) {
-                r.saturated = Some(NotFitted::SameSource(format!("from the same source ({origin}) as {n} {why}")));
+                r.not_fitted = Some(NotFitted::SameSource(format!("from the same source ({origin}) as {n} {why}")));
             }
         }
     }

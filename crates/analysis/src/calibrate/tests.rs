@@ -64,7 +64,7 @@ fn hidden_values_are_fitted_back_within_two_percent_from_several_starts() {
     // every hidden value, and a point on the far side of two of them.
     for start in [[1.0, 1.0, 0.0, 0.0], [0.3, 0.4, 10.0, 50.0], [0.9, 0.5, 0.5, 1.0]] {
         let runs = runs_from(&start, &files);
-        assert!(runs.iter().all(|r| r.saturated.is_none()), "every shape is below the knee");
+        assert!(runs.iter().all(|r| r.not_fitted.is_none()), "every shape is below the knee");
         let o = calibrate(runs, Vec::new(), &setup).unwrap();
         assert_eq!(o.start, start.to_vec());
         for ((key, hidden), got) in HIDDEN.iter().zip(&o.fit.x) {
@@ -141,7 +141,7 @@ fn bad_inputs_are_refused_before_any_fit() {
     // Every run saturated.
     let mut runs = runs_from(&[1.0, 1.0, 0.0, 0.0], &files[..2]);
     for r in &mut runs {
-        r.saturated = Some(NotFitted::Saturated("3 requests failed".into()));
+        r.not_fitted = Some(NotFitted::Saturated("3 requests failed".into()));
     }
     let e = calibrate(runs, Vec::new(), &Setup::new(keys.clone())).unwrap_err();
     assert!(matches!(&e, Error::Input(m) if m.contains("every run is saturated") && m.contains("3 requests failed")));
@@ -219,12 +219,12 @@ fn the_shipped_fidelity_table_is_read_as_twenty_fitted_runs_of_twelve_experiment
     let opts = LoadOptions { sample_s: Some(30.0), ..LoadOptions::default() };
     let runs = runs::load(&src, &repo("scenarios/fidelity/h100-inference-perf.csv"), &opts).unwrap().runs;
     assert_eq!(runs.len(), 24);
-    let fitted: Vec<&Run> = runs.iter().filter(|r| r.saturated.is_none()).collect();
+    let fitted: Vec<&Run> = runs.iter().filter(|r| r.not_fitted.is_none()).collect();
     assert_eq!(fitted.len(), 20);
     let groups: std::collections::BTreeSet<&str> = fitted.iter().map(|r| r.group.as_str()).collect();
     assert_eq!(groups.len(), 12);
     // Every overloaded run is a `reasoning` experiment.
-    assert!(runs.iter().filter(|r| r.saturated.is_some()).all(|r| r.name.contains("reasoning")));
+    assert!(runs.iter().filter(|r| r.not_fitted.is_some()).all(|r| r.name.contains("reasoning")));
     // A row's settings reach its scenario: Llama-2-70B on 4 GPUs at 20 req/s,
     // 30 of its 600 s simulated.
     let r = runs.iter().find(|r| r.name == "llama-2-70b-tp4-general stage 1").unwrap();
@@ -325,7 +325,7 @@ fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
     assert_eq!(s.workload.requests, Some(320));
     assert_eq!(run.measured[&Metric::Latency(Family::Ttft, Stat::Mean)], 126.21115);
     assert_eq!(run.model, "llama-3.1-70b");
-    assert!(run.saturated.is_none());
+    assert!(run.not_fitted.is_none());
     // every vLLM row is either a run or excluded with a reason
     let rows = std::fs::read_to_string(repo("scenarios/fidelity/aic-hopper.csv")).unwrap();
     let vllm = rows.lines().filter(|l| l.contains(",vllm,")).count();
@@ -345,7 +345,7 @@ fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
     );
     // the vLLM 0.12 Llama-3.1-8B rows that need more than 60% of the FP8
     // peak for their prefill alone are predicted, not fitted
-    let odd = loaded.runs.iter().filter(|r| matches!(r.saturated, Some(NotFitted::CachedPrompts(_)))).count();
+    let odd = loaded.runs.iter().filter(|r| matches!(r.not_fitted, Some(NotFitted::CachedPrompts(_)))).count();
     assert!(odd >= 3, "{odd}");
 }
 
@@ -368,13 +368,13 @@ fn aic_rows_with_expert_and_data_parallelism_run_held_out() {
     // a rank's budget: 16 + 1,024 + 1,500 = 2,540, TensorRT-LLM's multiple of 32
     assert_eq!(s.scheduler.max_batch_tokens, 2560);
     assert_eq!(s.scheduler.cuda_graph_max_tokens, Some(16));
-    assert!(run.is_held_out(), "{:?}", run.saturated);
+    assert!(run.is_held_out(), "{:?}", run.not_fitted);
     // its copy in a later dump says 64 ranks of 2 users: beyond one node
     let copy =
         loaded.excluded.iter().find(|e| e.name.starts_with("2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024"));
     assert!(copy.is_some_and(|e| e.reason.contains("more than one 8-GPU node")), "{copy:?}");
     // a dense model's run at TP 1 stays in the fit
-    assert!(loaded.runs.iter().any(|r| r.model == "llama-3.1-8b" && r.saturated.is_none()));
+    assert!(loaded.runs.iter().any(|r| r.model == "llama-3.1-8b" && r.not_fitted.is_none()));
 }
 
 /// The Blackwell transcription: NVFP4 rows run at the FP4 peak and are
@@ -384,7 +384,7 @@ fn blackwell_rows_run_nvfp4_at_the_fp4_peak() {
     let loaded = aic_rows("blackwell-vllm", "aic-blackwell", "backend=vllm");
     let llama: Vec<&Run> = loaded.runs.iter().filter(|r| r.model == "llama-3.1-70b").collect();
     assert_eq!(llama.len(), 120, "FP8 and NVFP4 at TP 1, 2, 4 and 8, 15 runs each");
-    assert!(llama.iter().all(|r| r.saturated.is_none()), "all fitted");
+    assert!(llama.iter().all(|r| r.not_fitted.is_none()), "all fitted");
     let fp4 = llama.iter().find(|r| r.name.contains("nvfp4") || r.group.contains("nvfp4")).expect("an NVFP4 run");
     let s = fp4.base.scenario(&[], &[]).unwrap();
     assert_eq!(s.hardware.name, "b200");
@@ -401,7 +401,7 @@ fn blackwell_rows_run_nvfp4_at_the_fp4_peak() {
 fn a_row_whose_id_contradicts_its_concurrency_is_not_fitted() {
     let loaded = aic_rows("blackwell-trtllm", "aic-blackwell", "system=gb200");
     let why = |name: &str| {
-        loaded.runs.iter().find(|r| r.name == name).and_then(|r| r.saturated.as_ref().map(NotFitted::to_string))
+        loaded.runs.iter().find(|r| r.name == name).and_then(|r| r.not_fitted.as_ref().map(NotFitted::to_string))
     };
     let c288 = why("qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_2000x500_c288_tp2_epnone_1").unwrap();
     assert!(c288.contains("its id says 288 users, its batch_size x attention_dp_size 144"), "{c288}");
@@ -410,7 +410,7 @@ fn a_row_whose_id_contradicts_its_concurrency_is_not_fitted() {
     assert!(c1.contains("from the same source") && c1.contains("contradicts their batch_size"), "{c1}");
     let same: Vec<&Run> = loaded.runs.iter().filter(|r| r.origin.contains("source_file=Qwen_Qwen3-32B.csv")).collect();
     assert_eq!(same.len(), 15);
-    assert!(same.iter().all(|r| r.saturated.is_some()), "none of that source is fitted");
+    assert!(same.iter().all(|r| r.not_fitted.is_some()), "none of that source is fitted");
 }
 
 /// `llmsim fidelity --check` predicts at a recorded fit instead of fitting

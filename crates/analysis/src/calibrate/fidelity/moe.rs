@@ -119,11 +119,11 @@ pub fn run(suite: &Suite, main: &Outcome, replay: Option<&StageRecord>, may_fit:
             r.base.with_values(&main.setup.keys, &main.fit.x).map_err(|e| Error::Work(format!("{}: {e}", r.name)))?;
         // A held-out run is fitted here; a run that is not fitted for what
         // was measured (saturated, an unclear client) stays out.
-        let saturated = if r.is_held_out() { None } else { r.saturated.clone() };
-        runs.push(Run { base, saturated, ..r.clone() });
+        let saturated = if r.is_held_out() { None } else { r.not_fitted.clone() };
+        runs.push(Run { base, not_fitted: saturated, ..r.clone() });
         index.push(i);
     }
-    if !runs.iter().any(|r| r.saturated.is_none()) {
+    if !runs.iter().any(|r| r.not_fitted.is_none()) {
         return Ok(None);
     }
     let setup = setup(suite)?;
@@ -286,7 +286,7 @@ mod tests {
             for (m, v) in &mut r.measured {
                 *v = fig[m];
             }
-            r.saturated = is_moe(r).then_some(runs::NotFitted::HeldOut);
+            r.not_fitted = is_moe(r).then_some(runs::NotFitted::HeldOut);
         }
         let setup = Setup { leave_one_out: false, ..Setup::new(keys) };
         let recorded =

@@ -66,7 +66,7 @@ fn a_vllm_result_with_per_request_data_is_replayed_and_mapped_like_with_like() {
     assert!((r.measured[&metric(Family::Tpot, Stat::P90)] - 9.424403810336916).abs() < 1e-9);
     assert!((r.measured[&metric(Family::E2e, Stat::P99)] - 1288.154790137029).abs() < 1e-9);
     assert!((r.measured[&Metric::RequestsPerS] - 2.4712985589075447).abs() < 1e-12);
-    assert_eq!(r.saturated, None);
+    assert_eq!(r.not_fitted, None);
     let s = r.base.scenario(&[], &[]).unwrap();
     assert!(matches!(s.workload.arrivals, Arrivals::Trace(_)));
 }
@@ -86,7 +86,7 @@ fn a_trace_with_measured_latencies_gives_its_own_summary_and_leaves_failures_out
     let runs = load(&source("scenarios/base.yml"), &file, &LoadOptions::default()).unwrap().runs;
     let r = &runs[0];
     assert_eq!(r.base.trace.as_ref().unwrap().len(), 3);
-    assert_eq!(r.saturated, Some(NotFitted::Saturated("1 requests failed".into())));
+    assert_eq!(r.not_fitted, Some(NotFitted::Saturated("1 requests failed".into())));
     assert_eq!(r.measured[&metric(Family::Ttft, Stat::Mean)], 20.0);
     assert_eq!(r.measured[&metric(Family::Ttft, Stat::P90)], 28.0); // 20 + 0.8 * (30 - 20)
     assert_eq!(r.measured[&metric(Family::E2e, Stat::Max)], 330.0);
@@ -206,8 +206,8 @@ fn an_inference_perf_stage_is_a_constant_rate_run_with_nominal_output_and_derive
     // (1810 - 25) / 246, not the tool's chunk-based 3.6 ms.
     let tpot = r.measured[&metric(Family::Tpot, Stat::Mean)];
     assert!((tpot - 1785.0 / 246.0).abs() < 1e-9, "{tpot}");
-    assert_eq!(r.saturated, None);
-    assert_eq!(runs[1].saturated, Some(NotFitted::Saturated("7 of 3007 requests failed".into())));
+    assert_eq!(r.not_fitted, None);
+    assert_eq!(runs[1].not_fitted, Some(NotFitted::Saturated("7 of 3007 requests failed".into())));
 }
 
 #[test]
