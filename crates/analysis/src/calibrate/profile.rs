@@ -146,7 +146,7 @@ pub fn render_noted(o: &Outcome, name: &str, scenario: &str, command: &str, note
             let excluded = match (oc.in_fit, oc.holdout) {
                 (true, _) => None,
                 (false, true) => Some("held out".to_string()),
-                (false, false) if r.is_held_out() => Some(r.why_not_fitted()),
+                (false, false) if r.is_held_out() || r.is_disaggregated() => Some(r.why_not_fitted()),
                 (false, false) => Some(format!("saturated: {}", r.why_not_fitted())),
             };
             RunRecord {

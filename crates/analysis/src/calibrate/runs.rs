@@ -121,6 +121,12 @@ impl Run {
         self.not_fitted == Some(NotFitted::HeldOut)
     }
 
+    /// Whether it runs prefill and decode pools ([`NotFitted::Disaggregated`]):
+    /// predicted, fitted by no stage.
+    pub fn is_disaggregated(&self) -> bool {
+        self.not_fitted == Some(NotFitted::Disaggregated)
+    }
+
     /// Why it is not fitted, as reports print it ("" when it is).
     pub fn why_not_fitted(&self) -> String {
         self.not_fitted.as_ref().map(NotFitted::to_string).unwrap_or_default()
@@ -143,12 +149,16 @@ pub enum NotFitted {
     /// From a source some of whose runs are set aside for how their
     /// client ran: its client is not known either.
     SameSource(String),
+    /// Prefill and decode pools ([`DISAGGREGATED`]): predicted at the
+    /// shipped profile's values, fitted by no stage.
+    Disaggregated,
 }
 
 impl std::fmt::Display for NotFitted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             NotFitted::HeldOut => f.write_str(HELD_OUT),
+            NotFitted::Disaggregated => f.write_str(DISAGGREGATED),
             NotFitted::Saturated(why)
             | NotFitted::CachedPrompts(why)
             | NotFitted::UnclearClient(why)
@@ -744,8 +754,104 @@ fn aic_settings(r: &aic::AicRow, layout: Option<aic::Layout>, rounds: u32) -> Ve
     let c = r.batch_size.unwrap_or(1);
     let layout = layout.unwrap_or(aic::Layout { tensor: r.tp.unwrap_or(1), data: 1, expert: 1, expert_tensor: 1 });
     let users = u64::from(c) * u64::from(layout.data);
-    let budget = u64::from(c) + isl + 1500;
-    let budget = if r.backend == "trtllm" { budget.div_ceil(32) * 32 } else { budget };
+    let budget = token_budget(r, u64::from(c) + isl + 1500);
+    let mut out = model_settings(r);
+    out.extend(parallelism_settings("parallelism.", layout));
+    out.extend([
+        ("scheduler.max_batch_tokens".into(), budget.to_string()),
+        ("scheduler.max_num_sequences".into(), c.max(1024).to_string()),
+        ("scheduler.cuda_graph_max_tokens".into(), c.to_string()),
+        ("workload".into(), closed_loop(users, rounds, isl, osl)),
+    ]);
+    out
+}
+
+/// A batch-token budget as the engine sets it: TensorRT-LLM's
+/// `max_num_tokens` in multiples of 32.
+fn token_budget(r: &aic::AicRow, tokens: u64) -> u64 {
+    if r.backend == "trtllm" { tokens.div_ceil(32) * 32 } else { tokens }
+}
+
+/// The closed loop of an AIConfigurator run: `users`, each sending
+/// `rounds` requests of the row's lengths.
+fn closed_loop(users: u64, rounds: u32, isl: u64, osl: u64) -> String {
+    format!(
+        "{{arrivals: {{closed: {{concurrency: {users}}}}}, requests: {}, prompt_tokens: {isl}, output_tokens: {osl}}}",
+        users * u64::from(rounds)
+    )
+}
+
+/// `layout` as `parallelism` keys under `at` (degrees of 1 left out but TP's).
+fn parallelism_settings(at: &str, layout: aic::Layout) -> Vec<(String, String)> {
+    let mut out = vec![(format!("{at}tensor"), layout.tensor.to_string())];
+    for (key, degree) in [("data", layout.data), ("expert", layout.expert), ("expert_tensor", layout.expert_tensor)] {
+        if degree > 1 {
+            out.push((format!("{at}{key}"), degree.to_string()));
+        }
+    }
+    out
+}
+
+/// A disaggregated row as a scenario (docs/calibration.md, "Disaggregated
+/// runs"): the decode pool's engine at the top (so the scenario alone
+/// is valid), `cluster.prefill` and `cluster.decode` with the pools'
+/// workers, parallelism and batch limits, routed `least_outstanding`, and
+/// the KV hand-over over the hardware profile's network link (one NIC).
+/// `None` when the profile gives no network link.
+fn disagg_settings(r: &aic::AicRow, rounds: u32) -> Option<Vec<(String, String)>> {
+    let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
+    let (moe, node) = (r.moe(), r.node_gpus());
+    let layout = |p: &aic::Pool| {
+        p.layout(moe, node).unwrap_or(aic::Layout { tensor: p.tp.unwrap_or(1), data: 1, expert: 1, expert_tensor: 1 })
+    };
+    // A prefill rank runs `batch` prompts a step; a decode rank serves
+    // `batch` users (and recomputes a preempted one).
+    let scheduler = |kind: aic::PoolKind| {
+        let batch = r.pool(kind).batch_size.unwrap_or(1);
+        let tokens = match kind {
+            aic::PoolKind::Prefill => u64::from(batch) * isl,
+            aic::PoolKind::Decode => u64::from(batch) + isl + 1500,
+        };
+        [
+            ("max_batch_tokens", token_budget(r, tokens).to_string()),
+            ("max_num_sequences", batch.to_string()),
+            ("cuda_graph_max_tokens", batch.to_string()),
+        ]
+    };
+    let (bandwidth, latency_us) = network_link(r.hardware()?)?;
+    let mut out = model_settings(r);
+    let decode = r.pool(aic::PoolKind::Decode);
+    out.extend(parallelism_settings("parallelism.", layout(decode)));
+    out.extend(scheduler(aic::PoolKind::Decode).map(|(k, v)| (format!("scheduler.{k}"), v)));
+    for kind in [aic::PoolKind::Prefill, aic::PoolKind::Decode] {
+        let p = r.pool(kind);
+        let at = format!("cluster.{}.", kind.name());
+        out.push((format!("{at}replicas"), p.workers.unwrap_or(1).to_string()));
+        out.push((format!("{at}router"), "least_outstanding".into()));
+        out.extend(parallelism_settings(&format!("{at}parallelism."), layout(p)));
+        out.extend(scheduler(kind).map(|(k, v)| (format!("{at}scheduler.{k}"), v)));
+    }
+    out.push(("cluster.kv_transfer.bandwidth_gbps".into(), llmsim_scenario::yaml::Number::from(bandwidth).to_string()));
+    out.push((
+        "cluster.kv_transfer.latency_ms".into(),
+        llmsim_scenario::yaml::Number::from(latency_us / 1000.0).to_string(),
+    ));
+    out.push(("workload".into(), closed_loop(r.users().unwrap_or(1), rounds, isl, osl)));
+    Some(out)
+}
+
+/// The `network` link (GB/s, us) of shipped hardware profile `name`.
+fn network_link(name: &str) -> Option<(f64, f64)> {
+    let (_, text) = llmsim_scenario::config::hardware::BUILTIN.iter().find(|(n, _)| *n == name)?;
+    let profile: Value = llmsim_scenario::yaml::from_str(text).ok()?;
+    let net = profile.get("network")?;
+    Some((net.get("bandwidth_gbps")?.as_f64()?, net.get("latency_us")?.as_f64()?))
+}
+
+/// What every AIConfigurator row's scenario sets: the GPU, the model,
+/// its weights and the memory the cache may take.
+fn model_settings(r: &aic::AicRow) -> Vec<(String, String)> {
+    let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
     let mut out: Vec<(String, String)> = vec![
         ("hardware".into(), r.hardware().unwrap_or("").into()),
         ("model.preset".into(), r.preset().unwrap_or("").into()),
@@ -772,30 +878,12 @@ fn aic_settings(r: &aic::AicRow, layout: Option<aic::Layout>, rounds: u32) -> Ve
         }
     }
     out.push(("model.kv_cache.gpu_memory_utilization".into(), "0.9".into()));
-    out.push(("parallelism.tensor".into(), layout.tensor.to_string()));
-    if layout.data > 1 {
-        out.push(("parallelism.data".into(), layout.data.to_string()));
-    }
-    if layout.expert > 1 {
-        out.push(("parallelism.expert".into(), layout.expert.to_string()));
-    }
-    if layout.expert_tensor > 1 {
-        out.push(("parallelism.expert_tensor".into(), layout.expert_tensor.to_string()));
-    }
-    out.extend([
-        ("scheduler.max_batch_tokens".into(), budget.to_string()),
-        ("scheduler.max_num_sequences".into(), c.max(1024).to_string()),
-        ("scheduler.cuda_graph_max_tokens".into(), c.to_string()),
-        (
-            "workload".into(),
-            format!(
-                "{{arrivals: {{closed: {{concurrency: {users}}}}}, requests: {}, prompt_tokens: {isl}, output_tokens: {osl}}}",
-                users * u64::from(rounds)
-            ),
-        ),
-    ]);
     out
 }
+
+/// Why a disaggregated row is predicted but never fitted.
+pub const DISAGGREGATED: &str = "held out: prefill and decode pools (disaggregated); predicted at the shipped \
+    profile's values, fitted by no stage";
 
 /// Why a row of an AIConfigurator file is predicted but not fitted: a
 /// kind of model or deployment the suites hold out (`AicRow::frontier`).
@@ -815,10 +903,11 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         measured.insert(Metric::Latency(Family::Tpot, Stat::Mean), r.tpot_ms);
         // Exact figures: the bits of both times.
         let key = format!(
-            "{} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {}",
             r.model_path,
             r.system,
             r.backend,
+            r.mode,
             r.isl,
             r.osl,
             r.ttft_ms.to_bits(),
@@ -828,7 +917,7 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         // so tables count them together.
         let reason = r.unsupported().or_else(|| {
             (!seen.insert(key)).then(|| {
-                "the same measurement (model, GPU, engine, lengths, TTFT and TPOT) as an earlier row, filed again"
+                "the same measurement (model, GPU, engine, mode, lengths, TTFT and TPOT) as an earlier row, filed again"
                     .to_string()
             })
         });
@@ -837,9 +926,16 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
             continue;
         }
         // The row's parallelism, read once: its settings, notes and group.
-        let layout = r.layout(r.moe()).ok();
+        let disagg = r.mode == "disagg";
+        let layout = if disagg { None } else { r.layout(r.moe()).ok() };
+        let pairs = if disagg { disagg_settings(r, rounds) } else { Some(aic_settings(r, layout, rounds)) };
+        let Some(pairs) = pairs else {
+            let reason = format!("disaggregated on `{}`, whose hardware profile gives no network link", r.system);
+            out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });
+            continue;
+        };
         let mut settings = Vec::new();
-        for (key, value) in aic_settings(r, layout, rounds) {
+        for (key, value) in pairs {
             let value = Override::parse_value(&value).map_err(|m| ConfigError::new(&f.file, &key, m))?;
             settings.push(Override { path: key.split('.').map(str::to_string).collect(), value });
         }
@@ -849,8 +945,12 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         // link without figures at its size) is listed with the reason.
         let base = match src.base(&settings, None, &label) {
             Ok(b) => b,
-            Err(e) if r.frontier() => {
-                let reason = format!("the engine refuses it: {}: {}", e.path, e.message.lines().next().unwrap_or(""));
+            Err(e) if disagg || r.frontier() => {
+                // The engine's own words, without the run's name that
+                // `in_run` adds, so the tables count one reason once.
+                let first = e.message.lines().next().unwrap_or("");
+                let first = first.split(" (for measured run ").next().unwrap_or(first);
+                let reason = format!("the engine refuses it: {}: {first}", e.path);
                 out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });
                 continue;
             }
@@ -858,32 +958,10 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         };
         let model =
             base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
-        let c = r.batch_size.unwrap_or(1);
-        let tp = r.tp.unwrap_or(1);
-        let (users, shape) = match layout {
-            Some(l) if l.data > 1 || l.expert > 1 => {
-                let split = if l.expert_tensor > 1 { format!(", MoE TP {}", l.expert_tensor) } else { String::new() };
-                (
-                    u64::from(c) * u64::from(l.data),
-                    format!("x{} (TP {tp}, DP {}, EP {}{split})", l.gpus(), l.data, l.expert),
-                )
-            }
-            _ => (u64::from(c), format!("x{tp}")),
-        };
-        let notes = vec![format!(
-            "{} {} on {} {shape}: {users} users, {} / {} tokens, {} requests",
-            r.backend,
-            r.backend_version,
-            r.system,
-            r.isl,
-            r.osl,
-            users * u64::from(rounds)
-        )];
-        let wide = layout.filter(|l| l.data > 1 || l.expert > 1).map_or(String::new(), |l| match l.expert_tensor {
-            1 => format!(" dp{} ep{}", l.data, l.expert),
-            g => format!(" dp{} ep{} etp{g}", l.data, l.expert),
-        });
-        let saturated = if r.frontier() {
+        let (notes, group) = describe(r, layout, rounds);
+        let saturated = if disagg {
+            Some(NotFitted::Disaggregated)
+        } else if r.frontier() {
             Some(NotFitted::HeldOut)
         } else {
             concurrency_unclear(r)
@@ -892,14 +970,7 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         };
         out.runs.push(Run {
             name: r.id.clone(),
-            group: format!(
-                "{} {} {} {} tp{}{wide}",
-                r.backend,
-                r.system,
-                r.model_path,
-                r.gemm_quant_mode,
-                r.tp.unwrap_or(1)
-            ),
+            group,
             source,
             kind: InputKind::Aic,
             not_fitted: saturated,
@@ -943,6 +1014,70 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         }
     }
     Ok(out)
+}
+
+/// An AIConfigurator run's note (engine, GPUs and parallelism, users,
+/// lengths, requests) and its group (engine, GPU, model, format and
+/// parallelism: `tp8 dp1 ep8`, or `disagg p1 tp8 dp1 ep8 d9 tp8 dp1 ep8`).
+fn describe(r: &aic::AicRow, layout: Option<aic::Layout>, rounds: u32) -> (Vec<String>, String) {
+    let disagg = r.mode == "disagg";
+    let tp = r.tp.unwrap_or(1);
+    let users = r.users().unwrap_or(1);
+    let shape = match layout {
+        _ if disagg => pools_text(r),
+        Some(l) if l.data > 1 || l.expert > 1 => format!("x{} ({})", l.gpus(), layout_text(l)),
+        _ => format!("x{tp}"),
+    };
+    let notes = vec![format!(
+        "{} {} on {} {shape}: {users} users, {} / {} tokens, {} requests",
+        r.backend,
+        r.backend_version,
+        r.system,
+        r.isl,
+        r.osl,
+        users * u64::from(rounds)
+    )];
+    let short = |l: aic::Layout| match l.expert_tensor {
+        1 => format!("dp{} ep{}", l.data, l.expert),
+        g => format!("dp{} ep{} etp{g}", l.data, l.expert),
+    };
+    let shape = if disagg {
+        let pool = |kind: aic::PoolKind| {
+            let p = r.pool(kind);
+            let l = p.layout(r.moe(), r.node_gpus()).ok();
+            format!(
+                "{}{} tp{} {}",
+                &kind.name()[..1],
+                p.workers.unwrap_or(1),
+                p.tp.unwrap_or(1),
+                l.map_or(String::new(), short)
+            )
+        };
+        format!("disagg {} {}", pool(aic::PoolKind::Prefill), pool(aic::PoolKind::Decode))
+    } else {
+        let wide = layout.filter(|l| l.data > 1 || l.expert > 1).map_or(String::new(), |l| format!(" {}", short(l)));
+        format!("tp{tp}{wide}")
+    };
+    (notes, format!("{} {} {} {} {shape}", r.backend, r.system, r.model_path, r.gemm_quant_mode))
+}
+
+/// A layout as the notes write it: `TP 8, DP 1, EP 8` (`, MoE TP g` when above 1).
+fn layout_text(l: aic::Layout) -> String {
+    let split = if l.expert_tensor > 1 { format!(", MoE TP {}", l.expert_tensor) } else { String::new() };
+    format!("TP {}, DP {}, EP {}{split}", l.tensor, l.data, l.expert)
+}
+
+/// A disaggregated row's pools as the notes write them: `prefill 1 x 8
+/// GPUs (TP 8, DP 1, EP 8), decode 9 x 8 GPUs (...)`.
+fn pools_text(r: &aic::AicRow) -> String {
+    let pool = |kind: aic::PoolKind| {
+        let p = r.pool(kind);
+        match p.layout(r.moe(), r.node_gpus()) {
+            Ok(l) => format!("{} {} x {} GPUs ({})", kind.name(), p.workers.unwrap_or(1), l.gpus(), layout_text(l)),
+            Err(_) => format!("{} {} x TP {}", kind.name(), p.workers.unwrap_or(1), p.tp.unwrap_or(1)),
+        }
+    };
+    format!("{}, {}", pool(aic::PoolKind::Prefill), pool(aic::PoolKind::Decode))
 }
 
 /// A row whose id names a concurrency (`_c288_`) other than its

@@ -462,3 +462,82 @@ fn each_suite_simulates_its_own_requests_a_user() {
         (16, Some(320))
     );
 }
+
+/// A disaggregated row runs its pools: the prefill and decode workers,
+/// each pool's parallelism and a rank's batch limits, the KV hand-over
+/// over the H200 profile's network link, and the closed loop of every
+/// decode rank's users (576 = 64 x 9, the row's `silicon_concurrency`).
+/// Predicted, never fitted; the fitted keys reach both pools.
+#[test]
+fn aic_disaggregated_rows_run_their_pools() {
+    let loaded = hopper_rows("trtllm");
+    let run = loaded.runs.iter().find(|r| r.name == "dsr1_h200_trtllm_fp8_disagg_1024x1024_c576_cfg303");
+    let run = run.expect("DeepSeek-V3 on 1 prefill + 9 decode engines of TP 8 / EP 8");
+    let s = run.base.scenario(&[], &[]).unwrap();
+    let d = s.cluster.as_ref().and_then(|c| c.disagg.as_ref()).expect("pools");
+    assert_eq!((d.prefill.replicas, d.decode.replicas), (1, 9));
+    for pool in [&d.prefill, &d.decode] {
+        let dep = &pool.scenario.deployment;
+        let wide = dep.wide.expect("expert parallelism");
+        assert_eq!((dep.tensor_parallel, wide.data, wide.expert), (8, 1, 8));
+        assert_eq!(pool.router, llmsim_scenario::config::cluster::Router::LeastOutstanding);
+    }
+    // prefill: 1 prompt of 1,024 tokens a step; decode: 64 users, a
+    // budget of 64 + 1,024 + 1,500 = 2,588 tokens, TensorRT-LLM's
+    // multiple of 32 above it
+    let (p, q) = (&d.prefill.scenario.scheduler, &d.decode.scenario.scheduler);
+    assert_eq!((p.max_batch_tokens, p.max_num_sequences), (1024, 1));
+    assert_eq!((q.max_batch_tokens, q.max_num_sequences, q.cuda_graph_max_tokens), (2592, 64, Some(64)));
+    // hardware/h200.yml: network { bandwidth_gbps: 50, latency_us: 10 }
+    assert_eq!((d.kv_transfer.bandwidth_gbps, d.kv_transfer.latency_ms), (50.0, 0.01));
+    assert!(matches!(s.workload.arrivals, llmsim_scenario::config::Arrivals::Closed { concurrency: 576, .. }));
+    assert_eq!(s.workload.requests, Some(576 * 20));
+    assert!(run.is_disaggregated() && !run.is_held_out(), "{:?}", run.not_fitted);
+    assert!(run.group.ends_with("disagg p1 tp8 dp1 ep8 d9 tp8 dp1 ep8"), "{}", run.group);
+    let keys = keys::parse(&["efficiency.compute".into()]).unwrap();
+    let moved = run.base.scenario(&keys, &[0.31]).unwrap();
+    let d = moved.cluster.as_ref().and_then(|c| c.disagg.as_ref()).unwrap();
+    assert_eq!((d.prefill.scenario.efficiency.compute, d.decode.scenario.efficiency.compute), (0.31, 0.31));
+    // the 2026-03-25 dump records no worker counts; TP 16 spans two H100 nodes
+    let why = |name: &str| loaded.excluded.iter().find(|e| e.name == name).map(|e| e.reason.clone());
+    let unrecorded = why("2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_disagg_1024x1024_c288_tp8_0_ep8_0_353").unwrap();
+    assert!(unrecorded.contains("worker counts"), "{unrecorded}");
+    let wide = why("dsr1_h100_trtllm_fp8_disagg_1024x1024_c30_cfg494").unwrap();
+    assert!(wide.starts_with("the decode pool: TP 16 spans more than one 8-GPU node"), "{wide}");
+    let rows = std::fs::read_to_string(repo("scenarios/fidelity/aic-hopper.csv")).unwrap();
+    let trt = rows.lines().filter(|l| l.contains(",trtllm,")).count();
+    assert_eq!(loaded.runs.len() + loaded.excluded.len(), trt, "every row a run or listed");
+}
+
+/// One user, a prefill engine and a decode engine of the agg row's shape:
+/// the same first token as the agg row (its prefill is the same step),
+/// and each answer later by the KV hand-over alone, `10 us + 1,024 x
+/// 70,272 bytes / 50 GB/s` (DeepSeek-V3's 16-bit latent KV: 61 layers x
+/// 576 x 2 bytes a token), spread over the 63 gaps TPOT averages.
+#[test]
+fn a_disaggregated_user_waits_for_the_hand_over_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = "id,silicon_data_source,backend,backend_version,model_path,system,mode,isl,osl,gemm_quant_mode,\
+        moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,\
+        prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,\
+        prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,\
+        decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms";
+    let rows = [
+        "agg,db,trtllm,1,deepseek-ai/DeepSeek-V3,h200_sxm,agg,1024,64,fp8,fp8,1,8,1,1,1,8,,,,,,,,,,,,,,,300,10",
+        "disagg,db,trtllm,1,deepseek-ai/DeepSeek-V3,h200_sxm,disagg,1024,64,fp8,fp8,,,,,,,1,1,8,1,1,1,8,1,1,8,1,1,1,8,\
+         300,10",
+    ];
+    let file = dir.path().join("aic.csv");
+    std::fs::write(&file, format!("{head}\n{}\n", rows.join("\n"))).unwrap();
+    let src = ScenarioSource::load(&repo("scenarios/fidelity/hopper-trtllm.yml"), &[]).unwrap();
+    let loaded = runs::load(&src, &file, &LoadOptions::default()).unwrap();
+    assert!(loaded.excluded.is_empty(), "{:?}", loaded.excluded);
+    let keys = keys::parse(&[]).unwrap();
+    let figures: Vec<Figures> = loaded.runs.iter().map(|r| predict(r, &keys, &[]).unwrap()).collect();
+    let (ttft, tpot) = (Metric::Latency(Family::Ttft, Stat::Mean), Metric::Latency(Family::Tpot, Stat::Mean));
+    let (agg, disagg) = (&figures[0], &figures[1]);
+    assert!((agg[&ttft] - disagg[&ttft]).abs() < 1e-9, "TTFT {} vs {}", agg[&ttft], disagg[&ttft]);
+    let hand_over_ms = 0.01 + 1024.0 * 70_272.0 / 50e9 * 1e3;
+    let extra = (disagg[&tpot] - agg[&tpot]) * 63.0;
+    assert!((extra - hand_over_ms).abs() < 1e-6, "{extra} ms against {hand_over_ms} ms");
+}

@@ -180,6 +180,93 @@ impl Layout {
     }
 }
 
+/// One pool of a disaggregated run: its `prefill_*` or `decode_*`
+/// columns (empty: not recorded; 0: does not apply, as in the agg columns).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Pool {
+    /// Requests a data-parallel rank batches (`*_batch_size`): prompts in
+    /// a prefill step, users a decode rank serves.
+    pub batch_size: Option<u32>,
+    /// Engines in the pool (`*_num_workers`).
+    pub workers: Option<u32>,
+    pub tp: Option<u32>,
+    pub pp: Option<u32>,
+    pub attention_dp: Option<u32>,
+    pub moe_tp: Option<u32>,
+    pub moe_ep: Option<u32>,
+}
+
+/// Which pool of a disaggregated run.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum PoolKind {
+    Prefill,
+    Decode,
+}
+
+impl PoolKind {
+    /// The column prefix and the scenario's key: `prefill` or `decode`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolKind::Prefill => "prefill",
+            PoolKind::Decode => "decode",
+        }
+    }
+}
+
+/// A deployment's parallelism as llmsim's keys, or why it has none: `moe_ep`
+/// must be the GPUs of `tp x attention_dp` (vLLM's and SGLang's expert
+/// parallelism, TensorRT-LLM's `moe_ep` with `moe_tp` 1), or 1 with
+/// `moe_tp = tp` and no data parallelism (experts split by TP). `node` is
+/// the GPUs a tensor-parallel group may span.
+fn layout_of(degrees: [Option<u32>; 4], moe: bool, node: u32) -> Result<Layout, String> {
+    let [tp, dp, moe_tp, moe_ep] = degrees;
+    let tensor = tp.unwrap_or(1);
+    let data = dp.unwrap_or(1);
+    let gpus = u64::from(tensor) * u64::from(data);
+    // Data-parallel ranks and expert parallelism may span nodes (the
+    // all-to-all then crosses the network); a tensor-parallel group
+    // may not (its all-reduce is the NVLink's).
+    if tensor > node {
+        return Err(format!(
+            "TP {tensor} spans more than one {node}-GPU node: all-reduces between nodes are not modelled"
+        ));
+    }
+    if !moe {
+        if data > 1 {
+            return Err(format!("data-parallel attention {data} of a dense model is replicas, not one engine"));
+        }
+        return Ok(Layout { tensor, data, expert: 1, expert_tensor: 1 });
+    }
+    let (moe_tp, moe_ep) = (moe_tp.unwrap_or(tensor), moe_ep.unwrap_or(1));
+    if moe_ep > 1 {
+        // Expert parallelism over every GPU, or groups of `moe_tp`
+        // GPUs splitting their experts (without data parallelism).
+        let spans = u64::from(moe_ep) * u64::from(moe_tp) == gpus;
+        if !spans || (moe_tp > 1 && data > 1) {
+            return Err(format!(
+                "MoE tensor parallelism {moe_tp} x expert parallelism {moe_ep} over TP {tensor} x DP {data}: \
+                 only expert parallelism over every GPU, or MoE tensor parallelism inside it without data \
+                 parallelism, is modelled"
+            ));
+        }
+        return Ok(Layout { tensor, data, expert: moe_ep, expert_tensor: moe_tp });
+    }
+    if data > 1 || moe_tp != tensor {
+        return Err(format!(
+            "MoE tensor parallelism {moe_tp} differs from attention's {tensor} x DP {data}: only experts split \
+             like attention, or spread by expert parallelism, are modelled"
+        ));
+    }
+    Ok(Layout { tensor, data: 1, expert: 1, expert_tensor: 1 })
+}
+
+impl Pool {
+    /// The pool's engine as llmsim's `parallelism` keys (`layout_of`).
+    pub fn layout(&self, moe: bool, node: u32) -> Result<Layout, String> {
+        layout_of([self.tp, self.attention_dp, self.moe_tp, self.moe_ep], moe, node)
+    }
+}
+
 impl AicRow {
     /// The source family of the row: the first field of
     /// `silicon_data_source` (`db-dump/...`, `source_file=...`), a path
@@ -196,9 +283,6 @@ impl AicRow {
 
     /// Why llmsim cannot simulate this run, if it cannot.
     pub fn unsupported(&self) -> Option<String> {
-        if self.mode == "disagg" {
-            return Some("prefill/decode pools of their own parallelism are not read from this file yet".into());
-        }
         if let Some((_, why)) = UNSUPPORTED.iter().find(|(p, _)| self.model_path.starts_with(p)) {
             return Some((*why).to_string());
         }
@@ -208,14 +292,20 @@ impl AicRow {
         let Some(system) = self.system() else {
             return Some(format!("no hardware profile for `{}`", self.system));
         };
-        if self.pp.unwrap_or(1) > 1 {
+        if self.mode == "disagg" {
+            if let Some(why) = self.pools_unsupported(model.moe) {
+                return Some(why);
+            }
+        } else if self.pp.unwrap_or(1) > 1 {
             return Some(format!(
                 "pipeline parallelism {} is not read from this file yet (the sample holds no such row to check \
                  the mapping against)",
                 self.pp.unwrap_or(1)
             ));
         }
-        if let Err(why) = self.layout(model.moe) {
+        if self.mode == "agg"
+            && let Err(why) = self.layout(model.moe)
+        {
             return Some(why);
         }
         match self.gemm_quant_mode.as_str() {
@@ -227,50 +317,60 @@ impl AicRow {
         }
     }
 
-    /// The row's parallelism as llmsim's keys, or why it has none: `moe_ep`
-    /// must be the GPUs of `tp x attention_dp` (vLLM's and SGLang's
-    /// expert parallelism, TensorRT-LLM's `moe_ep` with `moe_tp` 1), or 1
-    /// with `moe_tp = tp` and no data parallelism (experts split by TP).
+    /// The row's parallelism as llmsim's keys, or why it has none
+    /// (`layout_of`; an agg row's columns).
     pub fn layout(&self, moe: bool) -> Result<Layout, String> {
-        let tensor = self.tp.unwrap_or(1);
-        let data = self.attention_dp.unwrap_or(1);
-        let gpus = u64::from(tensor) * u64::from(data);
-        let node = self.system().map_or(8, |s| s.node_gpus);
-        // Data-parallel ranks and expert parallelism may span nodes (the
-        // all-to-all then crosses the network); a tensor-parallel group
-        // may not (its all-reduce is the NVLink's).
-        if tensor > node {
-            return Err(format!(
-                "TP {tensor} spans more than one {node}-GPU node: all-reduces between nodes are not modelled"
-            ));
+        layout_of([self.tp, self.attention_dp, self.moe_tp, self.moe_ep], moe, self.node_gpus())
+    }
+
+    /// The GPUs a tensor-parallel group of its system may span (8 without a profile).
+    pub fn node_gpus(&self) -> u32 {
+        self.system().map_or(8, |s| s.node_gpus)
+    }
+
+    /// A disaggregated run's pool.
+    pub fn pool(&self, kind: PoolKind) -> &Pool {
+        match kind {
+            PoolKind::Prefill => &self.prefill,
+            PoolKind::Decode => &self.decode,
         }
-        if !moe {
-            if data > 1 {
-                return Err(format!("data-parallel attention {data} of a dense model is replicas, not one engine"));
+    }
+
+    /// The client's users: `batch_size x attention_dp_size` of an agg row;
+    /// a disaggregated row's decode pool full, `decode_batch_size x
+    /// decode_attention_dp_size x decode_num_workers` (the
+    /// `silicon_concurrency` of every such row that records one).
+    pub fn users(&self) -> Option<u64> {
+        if self.mode == "disagg" {
+            let d = &self.decode;
+            return Some(u64::from(d.batch_size?) * u64::from(d.attention_dp.unwrap_or(1)) * u64::from(d.workers?));
+        }
+        Some(u64::from(self.batch_size?) * u64::from(self.attention_dp.unwrap_or(1)))
+    }
+
+    /// Why a disaggregated row's pools cannot be run (None: they can).
+    fn pools_unsupported(&self, moe: bool) -> Option<String> {
+        for kind in [PoolKind::Prefill, PoolKind::Decode] {
+            let p = self.pool(kind);
+            let name = kind.name();
+            if p.workers.is_none() || p.batch_size.is_none() {
+                return Some(
+                    "disaggregated, without its pools' worker counts and batch sizes: how many engines ran is not \
+                     recorded"
+                        .into(),
+                );
             }
-            return Ok(Layout { tensor, data, expert: 1, expert_tensor: 1 });
-        }
-        let (moe_tp, moe_ep) = (self.moe_tp.unwrap_or(tensor), self.moe_ep.unwrap_or(1));
-        if moe_ep > 1 {
-            // Expert parallelism over every GPU, or groups of `moe_tp`
-            // GPUs splitting their experts (without data parallelism).
-            let spans = u64::from(moe_ep) * u64::from(moe_tp) == gpus;
-            if !spans || (moe_tp > 1 && data > 1) {
-                return Err(format!(
-                    "MoE tensor parallelism {moe_tp} x expert parallelism {moe_ep} over TP {tensor} x DP {data}: \
-                     only expert parallelism over every GPU, or MoE tensor parallelism inside it without data \
-                     parallelism, is modelled"
+            if p.pp.unwrap_or(1) > 1 {
+                return Some(format!(
+                    "the {name} pool's pipeline parallelism {} is not read from this file yet",
+                    p.pp.unwrap_or(1)
                 ));
             }
-            return Ok(Layout { tensor, data, expert: moe_ep, expert_tensor: moe_tp });
+            if let Err(why) = p.layout(moe, self.node_gpus()) {
+                return Some(format!("the {name} pool: {why}"));
+            }
         }
-        if data > 1 || moe_tp != tensor {
-            return Err(format!(
-                "MoE tensor parallelism {moe_tp} differs from attention's {tensor} x DP {data}: only experts split \
-                 like attention, or spread by expert parallelism, are modelled"
-            ));
-        }
-        Ok(Layout { tensor, data: 1, expert: 1, expert_tensor: 1 })
+        None
     }
 
     /// Its model's entry in [`MODELS`] (None: no preset).
@@ -349,6 +449,9 @@ pub struct AicRow {
     pub attention_dp: Option<u32>,
     pub moe_tp: Option<u32>,
     pub moe_ep: Option<u32>,
+    /// A disaggregated run's pools (every field empty in an agg row).
+    pub prefill: Pool,
+    pub decode: Pool,
     pub ttft_ms: f64,
     pub tpot_ms: f64,
 }
@@ -466,6 +569,18 @@ fn row(cells: &[(&str, &str)], file: &Path, line: usize) -> Result<AicRow, Confi
             .filter(|x| x.is_finite() && *x > 0.0 && *x < 1e9)
             .ok_or_else(|| ConfigError::new(file, at(c), format!("`{v}` is not a positive number of milliseconds")))
     };
+    let pool = |kind: PoolKind| -> Result<Pool, ConfigError> {
+        let c = |what: &str| format!("{}_{what}", kind.name());
+        Ok(Pool {
+            batch_size: count(&c("batch_size"), 1_000_000)?,
+            workers: count(&c("num_workers"), 4096)?,
+            tp: unused_zero(&c("tp_size"))?,
+            pp: unused_zero(&c("pp_size"))?,
+            attention_dp: unused_zero(&c("attention_dp_size"))?,
+            moe_tp: unused_zero(&c("moe_tp_size"))?,
+            moe_ep: unused_zero(&c("moe_ep_size"))?,
+        })
+    };
     let id = text("id");
     if id.is_empty() {
         return Err(ConfigError::new(file, at("id"), "empty: every run needs an id"));
@@ -495,6 +610,8 @@ fn row(cells: &[(&str, &str)], file: &Path, line: usize) -> Result<AicRow, Confi
         attention_dp: unused_zero("attention_dp_size")?,
         moe_tp: unused_zero("moe_tp_size")?,
         moe_ep: unused_zero("moe_ep_size")?,
+        prefill: pool(PoolKind::Prefill)?,
+        decode: pool(PoolKind::Decode)?,
         ttft_ms: ms("silicon_ttft_ms")?,
         tpot_ms: ms("silicon_tpot_ms")?,
         mode,
@@ -528,11 +645,9 @@ mod tests {
         for s in SYSTEMS {
             let text = BUILTIN.iter().find(|(name, _)| *name == s.hardware).map(|(_, t)| *t);
             let text = text.unwrap_or_else(|| panic!("{}: no shipped hardware profile `{}`", s.name, s.hardware));
-            let node = text
-                .lines()
-                .find_map(|l| l.strip_prefix("gpus_per_node:"))
-                .map_or(8, |v| v.split('#').next().unwrap_or("").trim().parse::<u32>().unwrap());
-            assert_eq!(s.node_gpus, node, "{} ({})", s.name, s.hardware);
+            let profile: llmsim_scenario::yaml::Value = llmsim_scenario::yaml::from_str(text).unwrap();
+            let node = profile.get("gpus_per_node").map_or(8, |v| v.as_u64().expect("a whole number"));
+            assert_eq!(u64::from(s.node_gpus), node, "{} ({})", s.name, s.hardware);
         }
     }
 
@@ -638,6 +753,51 @@ mod tests {
         assert!(Filter::parse("system").unwrap_err().contains("COLUMN=VALUE"));
     }
 
+    /// A disaggregated row: DeepSeek-V3 on 2 prefill engines at DP 8 / EP 8
+    /// and 7 decode engines at TP 8 / EP 8 of 16 users (the file's
+    /// cfg328 shape); empty pool columns are not recorded.
+    fn disagg(workers: &str) -> AicRow {
+        let row = format!(
+            "d,db,trtllm,1,deepseek-ai/DeepSeek-V3,h200_sxm,fp8,disagg,1024,1024,fp8,fp8,,,,,,,\
+            1,{workers},1,1,8,1,8,16,7,8,1,1,1,8,900,30"
+        );
+        one(&row).unwrap().rows.remove(0)
+    }
+
+    #[test]
+    fn a_disaggregated_row_reads_its_pools() {
+        let r = disagg("2");
+        let p = Pool {
+            batch_size: Some(1),
+            workers: Some(2),
+            tp: Some(1),
+            pp: Some(1),
+            attention_dp: Some(8),
+            moe_tp: Some(1),
+            moe_ep: Some(8),
+        };
+        assert_eq!(r.prefill, p);
+        assert_eq!(
+            (r.decode.batch_size, r.decode.workers, r.decode.tp, r.decode.moe_ep),
+            (Some(16), Some(7), Some(8), Some(8))
+        );
+        assert_eq!((r.batch_size, r.tp), (None, None), "no agg columns");
+        // 16 users a decode engine x 7 engines
+        assert_eq!(r.users(), Some(112));
+        assert_eq!(r.unsupported(), None);
+        let l = |p: &Pool| p.layout(true, 8).unwrap();
+        assert_eq!(l(&r.prefill), Layout { tensor: 1, data: 8, expert: 8, expert_tensor: 1 });
+        assert_eq!(l(&r.decode), Layout { tensor: 8, data: 1, expert: 8, expert_tensor: 1 });
+        // without worker counts, how many engines ran is unknown
+        let r = disagg("");
+        assert!(r.unsupported().is_some_and(|w| w.contains("worker counts")), "{:?}", r.unsupported());
+        assert_eq!(r.users(), Some(112), "the decode pool's are recorded");
+        // an agg row has no pools
+        let a = one(GOOD).unwrap().rows.remove(0);
+        assert_eq!((a.prefill, a.decode), (Pool::default(), Pool::default()));
+        assert_eq!(a.users(), Some(16));
+    }
+
     #[test]
     fn bad_input_names_file_line_and_column() {
         let unknown = format!("{HEAD},extra\n{GOOD},1\n");
@@ -651,6 +811,16 @@ mod tests {
             (GOOD.replace(",agg,", ",mixed,"), "neither agg nor disagg"),
             (GOOD.replace(",1024,1024,", ",0,1024,"), "column isl"),
             (GOOD.replace("r1,", ","), "column id"),
+            (
+                GOOD.replace(
+                    "1,4,1,\
+        ,,",
+                    "1,4,1,\
+        x,,",
+                ),
+                "line 2, column prefill_batch_size",
+            ),
+            (GOOD.replace(",,,,126.2", ",,-2,,126.2"), "line 2, column decode_moe_tp_size"),
         ];
         for (row, want) in cases {
             let e = one(&row).unwrap_err();
