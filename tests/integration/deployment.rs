@@ -208,6 +208,9 @@ fn a_pipeline_deployment_explains_its_stages_hand_offs_and_bubble() {
         "prefill of 8192: 1 micro-batch, the busiest 8192 tokens",
         "+ hand-offs 0.597 ms",
         "pipeline bubble",
+        // docs/deployments.md: DeepSeek-V3's MTP module, apart from the weights
+        "13,463,426,048 parameters in 1 multi-token-prediction module (mtp_layers;",
+        "not in the weights below",
     ] {
         assert!(explain.contains(want), "explain lacks {want:?}:\n{explain}");
     }

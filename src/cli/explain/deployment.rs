@@ -78,6 +78,20 @@ pub fn render(s: &Scenario, a: &Architecture, out: &mut String) {
             format!("{} a token (dense: all of them)", n(d.active_parameters))
         },
     );
+    if a.mtp_layers > 0 {
+        line(
+            out,
+            "MTP",
+            format!(
+                "{} parameters in {} multi-token-prediction module{} (mtp_layers; a layer, a projection, norms and \
+                 an embedding and head of their own each), not in the weights below: engines load them only to \
+                 draft tokens for speculative decoding",
+                thousands(a.mtp_parameters()),
+                a.mtp_layers,
+                if a.mtp_layers == 1 { "" } else { "s" }
+            ),
+        );
+    }
     let (parallelism, weights) = weight_lines(s, a);
     if let Some(p) = parallelism {
         line(out, "parallelism", p);

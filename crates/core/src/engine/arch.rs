@@ -60,6 +60,12 @@ pub struct Architecture {
     /// A learned sink logit per head a layer (gpt-oss): weights, no KV.
     #[serde(skip_serializing_if = "is_false")]
     pub attention_sinks: bool,
+    /// Multi-token-prediction modules (DeepSeek's `num_nextn_predict_layers`):
+    /// weights of the checkpoint that the engines load only to draft tokens
+    /// for speculative decoding, so not in [`Architecture::parameters`]
+    /// ([`Architecture::mtp_parameters`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub mtp_layers: u64,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): Q through a
@@ -210,6 +216,18 @@ impl Architecture {
     /// Every weight of the model.
     pub fn parameters(&self) -> u64 {
         self.all_layer_parameters() + self.embedding_parameters() + self.norm_parameters()
+    }
+
+    /// The multi-token-prediction modules' weights, DeepSeek-V3's layout:
+    /// each is one more layer of the model's last kind (with experts in a
+    /// mixture of experts) and its two norms, the projection of the joined
+    /// embedding and hidden state (`2 hidden x hidden`), three norms
+    /// (`enorm`, `hnorm`, the shared head's), and its own copy of the
+    /// embedding and LM head (the checkpoint stores them; vLLM loads them).
+    pub fn mtp_parameters(&self) -> u64 {
+        let h = self.hidden_size;
+        let layer = self.layer_parameters() + 2 * h;
+        self.mtp_layers * (layer + 2 * h * h + 3 * h + self.vocab_size * h * 2)
     }
 
     /// The weights one token uses (all of them for a dense model).

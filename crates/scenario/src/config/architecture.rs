@@ -247,6 +247,15 @@ pub(crate) fn validate(
         attention_bias: raw.attention_bias.unwrap_or(false),
         mlp_bias: raw.mlp_bias.unwrap_or(false),
         attention_sinks: raw.attention_sinks.unwrap_or(false),
+        mtp_layers: match optional("mtp_layers", raw.mtp_layers)? {
+            Some(n) if n > layers => {
+                return Err(ck.err(
+                    &key("mtp_layers"),
+                    format!("{n} is not allowed: at most the model's {layers} layers (DeepSeek-V3 has 1)"),
+                ));
+            }
+            n => n.unwrap_or(0),
+        },
     };
     let (sliding_window, sliding_layers) = sliding(ck, raw, key, &a)?;
     let a = Architecture { sliding_window, sliding_layers, ..a };
@@ -379,6 +388,9 @@ fn check_size(ck: &Check, a: &Architecture, key: &dyn Fn(&str) -> String) -> Res
         + h * f(a.experts)
         + 3.0 * h * f(a.shared_expert_intermediate_size);
     let total = f(a.layers) * (attn + ffn) + 2.0 * f(a.vocab_size) * h + (2.0 * f(a.layers) + 1.0) * h;
+    // Multi-token-prediction modules: a layer each, a projection, norms
+    // and an embedding and head of their own.
+    let total = total + f(a.mtp_layers) * (attn + ffn + 2.0 * h * h + 2.0 * f(a.vocab_size) * h + 5.0 * h);
     if total > MAX_PARAMETERS {
         return Err(ck.err(
             &key("layers"),
@@ -417,6 +429,7 @@ impl HfNames {
                 self.shared_expert_intermediate_size
             }
             "first_dense_layers" => "first_k_dense_replace",
+            "mtp_layers" => "num_nextn_predict_layers",
             other => other,
         };
         format!("{prefix}{name}")
@@ -666,6 +679,7 @@ impl Hf<'_> {
             // logit a head, with no config field for either.
             mlp_bias: if gpt_oss { Some(true) } else { self.bool("mlp_bias")? },
             attention_sinks: gpt_oss.then_some(true),
+            mtp_layers: self.int("num_nextn_predict_layers")?,
         };
         Ok((raw, names))
     }

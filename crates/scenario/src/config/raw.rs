@@ -258,6 +258,9 @@ pub struct RawArchitecture {
     pub mlp_bias: Option<bool>,
     /// A sink logit per head a layer (gpt-oss)
     pub attention_sinks: Option<bool>,
+    /// `num_nextn_predict_layers`: multi-token-prediction modules
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub mtp_layers: Option<i64>,
 }
 
 /// A model file in `scenarios/models/`: the facts of one model.

@@ -363,6 +363,12 @@ pub static KEYS: &[Key] = &[
         Bound::Within(&limits::ARCH_SIZE_OR_ZERO, &row::ARCH_SIZE),
     ),
     key(
+        "model.architecture.mtp_layers",
+        "Multi-token-prediction modules (`num_nextn_predict_layers`, DeepSeek's layout): their weights are counted and shown by `explain`, not loaded (vLLM, SGLang and TensorRT-LLM load them only to draft tokens for speculative decoding).",
+        Whole(0),
+        Bound::Within(&limits::ARCH_SIZE_OR_ZERO, &row::ARCH_SIZE),
+    ),
+    key(
         "model.architecture.kv_lora_rank",
         "Width of the latent of multi-head latent attention (`kv_lora_rank`): with it the KV cache holds `kv_lora_rank + qk_rope_head_dim` elements a token a layer, on every GPU.",
         Words("none: grouped-query attention"),

@@ -25,6 +25,7 @@ fn dense(layers: u64, hidden: u64, heads: u64, kv_heads: u64, intermediate: u64,
         attention_bias: false,
         mlp_bias: false,
         attention_sinks: false,
+        mtp_layers: 0,
     }
 }
 
@@ -98,6 +99,8 @@ fn deepseek_v3_has_671_b_parameters_37_5_b_active_and_70_272_latent_kv_bytes_a_t
     assert_eq!(a.active_parameters(), 37_552_282_624);
     // the experts a step may skip: 58 * 256 * 44,040,192
     assert_eq!(a.all_expert_parameters(), 653_908_770_816);
+    // no multi-token-prediction module unless given
+    assert_eq!(a.mtp_parameters(), 0);
     // latent 512 + rope key 64 a layer, 61 layers, 2 bytes; not split by TP
     assert_eq!(a.kv_bytes_per_token(2, 1), 70_272);
     assert_eq!(a.kv_bytes_per_token(2, 8), 70_272);
@@ -330,4 +333,26 @@ fn a_sliding_window_bounds_the_keys_each_query_reads() {
             }
         }
     }
+}
+
+/// DeepSeek-V3's multi-token-prediction module (`num_nextn_predict_layers`
+/// 1): one more expert layer (187,107,328 + 11,320,164,352) and its two
+/// norms (2 x 7,168), `eh_proj` 14,336 x 7,168 = 102,760,448, `enorm`,
+/// `hnorm` and the shared head's norm (3 x 7,168 = 21,504), and its own
+/// embedding and LM head (2 x 129,280 x 7,168 = 1,853,358,080):
+/// 13,463,426,048. With the main model's 671,026,404,352 that is
+/// 684,489,830,400: the checkpoint's published 685 B (671 B of the main
+/// model and 14 B of the MTP module, in the model card's rounding).
+#[test]
+fn deepseek_v3_mtp_module_holds_13_5_b_parameters_beside_the_671_b() {
+    let a = Architecture { mtp_layers: 1, ..deepseek_v3() };
+    let by_hand = 187_107_328 + 11_320_164_352 + 14_336 + 102_760_448 + 21_504 + 1_853_358_080;
+    assert_eq!(by_hand, 13_463_426_048_u64);
+    assert_eq!(a.mtp_parameters(), by_hand);
+    // not loaded without speculative decoding: the model's own counts stay
+    assert_eq!((a.parameters(), a.active_parameters()), (671_026_404_352, 37_552_282_624));
+    let total = (a.parameters() + a.mtp_parameters()) as f64 / 1e9;
+    assert!((total - 685.0).abs() < 0.6, "{total} B against the published 685 B");
+    // two modules hold twice as much
+    assert_eq!(Architecture { mtp_layers: 2, ..a }.mtp_parameters(), 2 * by_hand);
 }

@@ -413,6 +413,9 @@ fn a_deepseek_config_reads_latent_attention_shared_experts_and_leading_dense_lay
     assert_eq!(s.deployment.parameters, 671_026_404_352.0);
     assert_eq!(s.deployment.active_parameters, 37_552_282_624.0);
     assert_eq!((a.first_dense_layers, a.shared_expert_intermediate_size, a.head_dim), (3, 2048, 192));
+    // num_nextn_predict_layers: one MTP module, counted apart from the weights
+    // (docs/deployments.md: 13,463,426,048 parameters).
+    assert_eq!((a.mtp_layers, a.mtp_parameters()), (1, 13_463_426_048));
     // 61 x (512 + 64) x 2 bytes, whole on each of the 2 GPUs.
     assert_eq!((s.deployment.kv_bytes_per_token, s.deployment.kv_bytes_per_token_per_gpu), (70_272, 70_272));
     let narrow = with_hf(DEEPSEEK_V3, ", context_length: 8192, kv_cache: {num_blocks: 1000}").unwrap();
@@ -447,6 +450,13 @@ fn an_incomplete_latent_attention_or_mixed_moe_layers_are_refused() {
          intermediate_size: 128, vocab_size: 100, first_dense_layers: 1}}",
     ));
     has(&e, &["model.architecture.first_dense_layers: only for a mixture of experts"]);
+    // More MTP modules than layers, or a negative count.
+    let arch = "model: {context_length: 4096, architecture: {layers: 2, hidden_size: 64, attention_heads: 4, \
+         intermediate_size: 128, vocab_size: 100, mtp_layers: MTP}}";
+    has(&err(&h100(&arch.replace("MTP", "3"))), &["model.architecture.mtp_layers: 3 is not allowed", "2 layers"]);
+    has(&err(&h100(&arch.replace("MTP", "-1"))), &["model.architecture.mtp_layers"]);
+    let odd = DEEPSEEK_V3.replace(r#""num_nextn_predict_layers": 1"#, r#""num_nextn_predict_layers": 1.5"#);
+    has(&with_hf(&odd, "").unwrap_err(), &["config.json: num_nextn_predict_layers: 1.5 is not allowed"]);
     // A latent too wide for the KV bound (100,000 x 30,001 x 2 bytes a token).
     let e = err(&h100(
         "model: {context_length: 4096, architecture: {layers: 100000, hidden_size: 1, attention_heads: 1, \
