@@ -185,6 +185,17 @@ fn a_workload_that_never_ends_is_refused() {
 }
 
 #[test]
+fn an_engine_llmsim_does_not_model_is_named_with_the_ones_it_does() {
+    bad_set(&["engine=sglang"], &["base.yml", "engine", "SGLang's scheduler", "not modelled yet", "vllm, trtllm"]);
+    bad_set(&["engine=tgi"], &["engine", "unknown engine `tgi`", "vllm, trtllm"]);
+    // trtllm runs, and the effective configuration says so; vLLM's is the default, unsaid
+    let out = TestCommand::new(&["explain", BASE, "--set", "engine=trtllm"]).ok().stdout();
+    assert!(out.contains("\nengine: trtllm\n"), "{out}");
+    let out = TestCommand::new(&["explain", BASE]).ok().stdout();
+    assert!(!out.contains("engine:"), "{out}");
+}
+
+#[test]
 fn an_unknown_arrival_kind_lists_the_kinds() {
     bad_set(
         &["workload.arrivals={poison: {rate: 3}}"],

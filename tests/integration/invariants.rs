@@ -400,6 +400,25 @@ fn every_generated_scenario_keeps_the_engine_invariants() {
     eprintln!("invariants held over {SCENARIOS} scenarios: {cov:?}");
 }
 
+/// TensorRT-LLM's scheduler (`engine: trtllm`) on the same generated
+/// scenarios: the invariants hold (the engine's check includes that the
+/// running requests' blocks to completion are free), and nothing is ever
+/// preempted.
+#[test]
+fn generated_scenarios_under_trtllm_keep_the_invariants_and_never_preempt() {
+    let mut cov = Coverage::default();
+    for i in 0..SCENARIOS / 4 {
+        let text = generate(i).replacen("scheduler:", "engine: trtllm\nscheduler:", 1);
+        let s = scenario(&text);
+        let label = format!("trtllm scenario {i}");
+        if let Err(e) = check_scenario(&label, &text, &s, &RunLimits::default(), &mut cov, &mut ()) {
+            panic!("{label} stopped at a run limit: {e}\n{text}");
+        }
+    }
+    assert_eq!(cov.preemptions, 0, "{cov:?}");
+    assert!(cov.rejected_kv > 10 && cov.finished > cov.requests / 2, "{cov:?}");
+}
+
 /// How an extreme scenario must end.
 #[derive(Copy, Clone, Debug, PartialEq)]
 enum Expect {

@@ -395,6 +395,9 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         name: Some(name.to_string()),
         description: None,
         calibration: None,
+        // A served model's `engine` is scheduler or fixed; another engine's
+        // scheduling rules come with `scenario: FILE` (docs/serve.md).
+        engine: None,
         hardware,
         model,
         parallelism: raw.parallelism.unwrap_or_default(),

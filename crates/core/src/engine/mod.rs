@@ -40,6 +40,24 @@ pub struct EngineConfig {
     /// `kv_cache.prefix_caching`: blocks are identified by content and
     /// shared (docs/prefix-caching.md). Off, the pool only counts.
     pub prefix_caching: bool,
+    /// Whose scheduling rules a step follows (`engine:`; docs/engine.md).
+    pub policy: Policy,
+}
+
+/// The serving engine whose scheduler the core follows (docs/engine.md,
+/// "The engine's scheduler").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Policy {
+    /// vLLM V1: running requests first, then waiting ones while their
+    /// known length fits beside the watermark, chunked to the budget;
+    /// growth that does not fit preempts the newest.
+    #[default]
+    Vllm,
+    /// TensorRT-LLM's default scheduler (`GUARANTEED_NO_EVICT`, chunked
+    /// prefill off): a waiting request is admitted only while the blocks
+    /// every admitted request needs to complete fit, and only with its
+    /// whole prompt in the step; nothing is preempted.
+    Trtllm,
 }
 
 /// A request as submitted: `output` is its length `N`, used only to stop it.
@@ -476,7 +494,10 @@ impl Engine {
         let mut budget = self.cfg.max_batch_tokens;
         let preempted = self.schedule_running(start, &mut budget, obs);
         if preempted == 0 {
-            self.admit_waiting(start, &mut budget, obs);
+            match self.cfg.policy {
+                Policy::Vllm => self.admit_waiting(start, &mut budget, obs),
+                Policy::Trtllm => self.admit_no_evict(start, &mut budget, obs),
+            }
         }
         if self.batch.is_empty() {
             return None;
@@ -539,11 +560,7 @@ impl Engine {
             let seq = &self.slots[slot as usize];
             let need = self.cfg.capacity.blocks_for(u64::from(seq.known())) as i64;
             if need > admissible {
-                self.waiting.pop_front();
-                self.queued_blocks -= need as u64;
-                self.waiting_resumes -= u64::from(seq.resumes());
-                obs.rejected(seq.req.id, at, RejectReason::NeverFits);
-                self.release(slot);
+                self.reject_head(need as u64, at, obs);
                 continue;
             }
             let full = self.running.len() >= self.cfg.max_num_sequences as usize;
@@ -588,20 +605,108 @@ impl Engine {
                     }
                 }
             };
-            self.waiting.pop_front();
-            self.queued_blocks -= need as u64;
-            self.waiting_resumes -= u64::from(self.slots[slot as usize].resumes());
-            let seq = &mut self.slots[slot as usize];
-            seq.blocks = need as u32;
-            seq.computed = computed;
-            seq.arriving_kv = 0;
-            seq.register_at = 0;
-            seq.state = State::Running;
-            let tokens = seq.remaining().min(*budget);
-            self.running.push(slot);
-            self.add_to_batch(slot, tokens, at, obs);
-            *budget -= tokens;
+            self.admit_head(need as u32, computed, at, budget, obs);
         }
+    }
+
+    /// Step 3 under [`Policy::Trtllm`] (TensorRT-LLM's
+    /// `GuaranteedNoEvictPolicy` and `PyMicroBatchScheduler` without
+    /// context chunking): from the head of `waiting`, no skipping, admit a
+    /// request while (a) the blocks it needs to complete (`P + N - 1`
+    /// tokens' KV, less a prefix hit) fit in the free blocks less those
+    /// every running request still needs to complete, with no watermark,
+    /// and (b) its whole prompt fits the step's budget (a prompt longer
+    /// than the whole budget runs in chunks of it, where TensorRT-LLM
+    /// refuses it). A request whose completion needs more blocks than the
+    /// cache has is rejected.
+    fn admit_no_evict<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) {
+        let total = i64::from(self.cfg.capacity.num_blocks);
+        let reserved: i64 = self
+            .running
+            .iter()
+            .map(|&r| {
+                let seq = &self.slots[r as usize];
+                self.completion_blocks(seq) as i64 - i64::from(seq.blocks)
+            })
+            .sum();
+        let mut reserved = reserved;
+        while let Some(&slot) = self.waiting.front() {
+            let seq = &self.slots[slot as usize];
+            let need = self.cfg.capacity.blocks_for(u64::from(seq.known())) as i64;
+            let completion = self.completion_blocks(seq) as i64;
+            if completion > total {
+                self.reject_head(need as u64, at, obs);
+                continue;
+            }
+            let full = self.running.len() >= self.cfg.max_num_sequences as usize;
+            let whole = seq.remaining() <= *budget || *budget == self.cfg.max_batch_tokens;
+            if *budget == 0 || full || !whole {
+                break;
+            }
+            let arriving = seq.arriving_kv;
+            let computed = match &mut self.kv {
+                Kv::Count(k) => {
+                    if i64::from(k.free()) - reserved < completion {
+                        break;
+                    }
+                    k.take(need as u32);
+                    arriving
+                }
+                Kv::Prefix(p) => {
+                    // KV that arrives by transfer looks nothing up.
+                    let hit = p.lookup(slot, if arriving > 0 { 0 } else { seq.known() });
+                    let room = i64::from(p.free()) - i64::from(hit.free_blocks) - reserved;
+                    if room < completion - i64::from(hit.blocks) {
+                        break;
+                    }
+                    p.admit(slot, (need - i64::from(hit.blocks)) as u32);
+                    if arriving > 0 {
+                        arriving
+                    } else {
+                        let c = hit.blocks * self.cfg.capacity.block_size;
+                        obs.prefix_lookup(seq.req.id, at, seq.known(), c);
+                        c
+                    }
+                }
+            };
+            reserved += completion - need;
+            self.admit_head(need as u32, computed, at, budget, obs);
+        }
+    }
+
+    /// The head of `waiting`, whose known length takes `need` blocks, can
+    /// never fit: rejected.
+    fn reject_head<O: Observer>(&mut self, need: u64, at: SimTime, obs: &mut O) {
+        let Some(slot) = self.waiting.pop_front() else { return };
+        let seq = &self.slots[slot as usize];
+        self.queued_blocks -= need;
+        self.waiting_resumes -= u64::from(seq.resumes());
+        obs.rejected(seq.req.id, at, RejectReason::NeverFits);
+        self.release(slot);
+    }
+
+    /// The head of `waiting` joins `running` holding `need` blocks with `c =
+    /// computed`, and is scheduled for what the budget leaves of it.
+    fn admit_head<O: Observer>(&mut self, need: u32, computed: u32, at: SimTime, budget: &mut u32, obs: &mut O) {
+        let Some(slot) = self.waiting.pop_front() else { return };
+        self.queued_blocks -= u64::from(need);
+        self.waiting_resumes -= u64::from(self.slots[slot as usize].resumes());
+        let seq = &mut self.slots[slot as usize];
+        seq.blocks = need;
+        seq.computed = computed;
+        seq.arriving_kv = 0;
+        seq.register_at = 0;
+        seq.state = State::Running;
+        let tokens = seq.remaining().min(*budget);
+        self.running.push(slot);
+        self.add_to_batch(slot, tokens, at, obs);
+        *budget -= tokens;
+    }
+
+    /// Blocks a request holds when it completes: the KV of its `P + N - 1`
+    /// tokens (the last token is released, never computed).
+    fn completion_blocks(&self, seq: &Seq) -> u64 {
+        self.cfg.capacity.blocks_for(u64::from(seq.req.prompt) + u64::from(seq.req.output) - 1)
     }
 
     /// Steps 4 and 5: the step's duration, then the counters, the tokens and
@@ -809,6 +914,24 @@ impl Engine {
         }
         if self.kv.used() + self.kv.free() != self.kv.total() {
             return Err("used + free != total".into());
+        }
+        // TensorRT-LLM's no-evict guarantee: what the running requests still
+        // need to complete is free.
+        if self.cfg.policy == Policy::Trtllm {
+            let owed: u64 = self
+                .running
+                .iter()
+                .map(|&s| {
+                    let seq = &self.slots[s as usize];
+                    self.completion_blocks(seq).saturating_sub(u64::from(seq.blocks))
+                })
+                .sum();
+            if owed > u64::from(self.kv.free()) {
+                return Err(format!(
+                    "running requests need {owed} more blocks to complete, {} are free",
+                    self.kv.free()
+                ));
+            }
         }
         let resumes = self.waiting.iter().filter(|&&s| self.slots[s as usize].resumes()).count() as u64;
         if resumes != self.waiting_resumes {

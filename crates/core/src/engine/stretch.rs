@@ -41,7 +41,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{Arrived, Engine, Joined, Kv, Request, RequestId, Seq, State, StepCost, StepRecord, StepShape, Stretch};
+use super::{
+    Arrived, Engine, Joined, Kv, Policy, Request, RequestId, Seq, State, StepCost, StepRecord, StepShape, Stretch,
+};
 use crate::time::SimTime;
 
 /// What a stretch that runs through finishes and arrivals asks its driver
@@ -302,7 +304,8 @@ impl Engine {
     /// stretch may take and the members' summed KV, or `None` (then
     /// [`Engine::step`] must run). Only the scratch space changes.
     fn stretch_members(&mut self, max_steps: u64, through: bool) -> Option<(u64, u64)> {
-        if max_steps == 0 || self.running.is_empty() || !self.pending.is_empty() {
+        // Stretches follow vLLM's rules; another engine's steps run one by one.
+        if max_steps == 0 || self.running.is_empty() || !self.pending.is_empty() || self.cfg.policy != Policy::Vllm {
             return None;
         }
         // Waiting requests are admitted inside a stretch only if they are

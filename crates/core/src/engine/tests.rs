@@ -62,7 +62,15 @@ fn engine(l: Limits) -> Engine {
         context_length: l.context,
         cost: cost::tests::base_cost(),
         prefix_caching: false,
+        policy: Policy::Vllm,
     })
+}
+
+/// [`engine`] under TensorRT-LLM's scheduler ([`Policy::Trtllm`]).
+fn trtllm(l: Limits) -> Engine {
+    let mut e = engine(l);
+    e.cfg.policy = Policy::Trtllm;
+    e
 }
 
 fn limits() -> Limits {
@@ -274,6 +282,7 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         context_length: 32_768,
         cost: cost::tests::base_cost(),
         prefix_caching: false,
+        policy: Policy::Vllm,
     })
 }
 
@@ -413,4 +422,111 @@ impl Observer for StepLog<'_> {
     fn step(&mut self, step: &StepRecord) {
         self.0.push(step.clone());
     }
+}
+
+/// TensorRT-LLM's `GUARANTEED_NO_EVICT`: the two requests of the vLLM
+/// preemption case above (4 blocks of 4 tokens, prompts of 8, 4 output
+/// tokens: 11 tokens of KV at completion, 3 blocks each). The first
+/// reserves 3 of the 4 blocks, so the second waits, unpreempted, until the
+/// first has finished: 1 prefill + 3 decodes, then its own.
+#[test]
+fn trtllm_admits_only_what_completes_and_never_preempts() {
+    let mut e = trtllm(Limits { num_blocks: 4, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 8, 4), &mut log).unwrap();
+    e.submit(req(1, 0, 8, 4), &mut log).unwrap();
+    let mut steps = Vec::new();
+    while let Some(s) = e.step(&mut log) {
+        steps.push(s);
+    }
+    assert!(steps.iter().all(|s| s.preempted == 0 && s.batch_size == 1), "one at a time, nothing preempted");
+    let events = log.take();
+    let finish0 = events.iter().position(|e| e == "finish 0").unwrap();
+    assert_eq!(
+        events[..finish0 + 2],
+        [
+            "sched 0 8@0",
+            "token 0#1",
+            "sched 0 1@8",
+            "token 0#2",
+            "sched 0 1@9",
+            "token 0#3",
+            "sched 0 1@10",
+            "token 0#4",
+            "finish 0",
+            "sched 1 8@0"
+        ]
+    );
+    assert_eq!(steps.len(), 8);
+    assert_eq!(e.kv_blocks_used(), 0);
+    // The same two under vLLM's rules preempt (the test above).
+    let mut v = engine(Limits { num_blocks: 4, ..limits() });
+    v.submit(req(0, 0, 8, 4), &mut ()).unwrap();
+    v.submit(req(1, 0, 8, 4), &mut ()).unwrap();
+    let mut preempted = 0;
+    while let Some(s) = v.step(&mut ()) {
+        preempted += s.preempted;
+    }
+    assert!(preempted > 0);
+}
+
+/// Chunked prefill is off: a prompt runs whole or waits, and nothing
+/// behind it skips ahead. A budget of 12 with one decode running leaves
+/// 11 tokens, where vLLM would chunk a 20-token prompt to 11 (the test
+/// above). A prompt longer than the whole budget (which TensorRT-LLM
+/// refuses) runs in chunks of the whole budget once the engine is idle.
+#[test]
+fn trtllm_runs_a_prompt_whole_or_not_at_all() {
+    let mut e = trtllm(Limits { budget: 12, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 4, 5), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    e.submit(req(1, 1, 10, 5), &mut log).unwrap();
+    e.submit(req(2, 1, 3, 5), &mut log).unwrap();
+    log.take();
+    // 1 decode + the 10-token prompt = 11; the 3-token one does not fit
+    // the 1 left, and nothing skips ahead of it.
+    let s = e.step(&mut log).unwrap();
+    assert_eq!(log.take(), ["sched 0 1@4", "sched 1 10@0", "token 0#2", "token 1#1"]);
+    assert_eq!((s.batch_size, s.tokens), (2, 11));
+    let s = e.step(&mut log).unwrap();
+    assert_eq!(log.take(), ["sched 0 1@5", "sched 1 1@10", "sched 2 3@0", "token 0#3", "token 1#2", "token 2#1"]);
+    assert_eq!(s.tokens, 5);
+    // A 20-token prompt behind a decode waits until the engine is idle,
+    // then takes the whole budget a step: 12, then 8.
+    let mut e = trtllm(Limits { budget: 12, ..limits() });
+    e.submit(req(0, 0, 4, 3), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    e.submit(req(1, 1, 20, 1), &mut log).unwrap();
+    log.take();
+    while e.step(&mut log).is_some() {}
+    assert_eq!(
+        log.take(),
+        [
+            "sched 0 1@4",
+            "token 0#2",
+            "sched 0 1@5",
+            "token 0#3",
+            "finish 0",
+            "sched 1 12@0",
+            "sched 1 8@12",
+            "token 1#1",
+            "finish 1"
+        ]
+    );
+}
+
+/// A request whose completion needs more blocks than the cache has is
+/// rejected, not left to wait forever (12 + 9 - 1 = 20 tokens: 5 blocks of
+/// 4, against 4), even when its prompt alone would fit.
+#[test]
+fn trtllm_rejects_a_request_that_could_never_complete() {
+    let mut e = trtllm(Limits { num_blocks: 4, ..limits() });
+    let mut log = Log::default();
+    e.submit(req(0, 0, 12, 9), &mut log).unwrap();
+    e.submit(req(1, 0, 4, 2), &mut log).unwrap();
+    while e.step(&mut log).is_some() {}
+    let events = log.take();
+    assert_eq!(events[0], "reject 0 rejected_kv_capacity");
+    assert_eq!(events.last().unwrap(), "finish 1");
 }

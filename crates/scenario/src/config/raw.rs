@@ -24,6 +24,8 @@ pub struct RawScenario {
     /// A calibration profile by name (`hardware/calibrations/NAME.yml`) or
     /// file: fills the `efficiency` and `latency` keys left unset.
     pub calibration: Option<String>,
+    /// Whose scheduler: `vllm` (default) or `trtllm`.
+    pub engine: Option<String>,
     /// A profile name (a file in `hardware/`) or an inline mapping.
     pub hardware: crate::yaml::Value,
     /// A model name (a file in `scenarios/models/`) or a mapping.

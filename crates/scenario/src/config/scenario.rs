@@ -25,6 +25,9 @@ pub struct Scenario {
     /// Shown when the model has an architecture (tensor parallelism needs one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallelism: Option<Parallelism>,
+    /// Whose scheduler the engine follows (shown when not vLLM's).
+    #[serde(skip_serializing_if = "EngineKind::is_vllm")]
+    pub engine: EngineKind,
     pub scheduler: Scheduler,
     pub latency: Latency,
     pub efficiency: Efficiency,
@@ -44,6 +47,58 @@ pub struct Scenario {
     /// were used (the effective configuration shows the values themselves).
     #[serde(skip)]
     pub calibration: Option<super::calibration::CalibrationUse>,
+}
+
+/// `engine:`: whose scheduling rules the core follows (docs/engine.md,
+/// "The engine's scheduler").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    #[default]
+    Vllm,
+    Trtllm,
+}
+
+impl EngineKind {
+    /// The names `engine:` takes.
+    pub const KNOWN: &'static str = "vllm, trtllm";
+
+    pub fn is_vllm(&self) -> bool {
+        *self == EngineKind::Vllm
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vllm",
+            EngineKind::Trtllm => "trtllm",
+        }
+    }
+
+    /// The core's scheduling policy.
+    pub fn policy(self) -> llmsim_core::engine::Policy {
+        match self {
+            EngineKind::Vllm => llmsim_core::engine::Policy::Vllm,
+            EngineKind::Trtllm => llmsim_core::engine::Policy::Trtllm,
+        }
+    }
+
+    /// `engine:` as written, or why it is not an engine llmsim models.
+    pub fn parse(name: &str) -> Result<EngineKind, String> {
+        match name.trim() {
+            "vllm" => Ok(EngineKind::Vllm),
+            "trtllm" => Ok(EngineKind::Trtllm),
+            "sglang" => {
+                Err("SGLang's scheduler (prefill first, its new-token ratio for admission and retraction) is not \
+                 modelled yet; the engines are vllm, trtllm"
+                    .into())
+            }
+            other => Err(format!(
+                "unknown engine `{}`; the engines are {}",
+                super::num::short_text(other),
+                EngineKind::KNOWN
+            )),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -573,6 +628,7 @@ impl Scenario {
                 pipeline: self.deployment.pipeline,
             }),
             prefix_caching: self.prefix_caching(),
+            policy: self.engine.policy(),
         }
     }
 

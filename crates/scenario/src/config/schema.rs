@@ -141,6 +141,12 @@ pub static KEYS: &[Key] = &[
         Words("none: the datasheet roofline"),
         Plain,
     ),
+    key(
+        "engine",
+        "Whose scheduler the engine follows: `vllm` (vLLM V1: chunked prefill, running requests first, preemption by recompute) or `trtllm` (TensorRT-LLM's default: a request is admitted only while every admitted request's blocks to completion fit, with its whole prompt in the step, and nothing is preempted); `sglang` is not modelled yet (docs/engine.md, \"The engine's scheduler\").",
+        Words("`vllm`"),
+        Plain,
+    ),
     // The GPU, at the top and under each pool.
     key(
         "{,cluster.prefill.,cluster.decode.}hardware",

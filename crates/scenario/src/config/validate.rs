@@ -92,9 +92,14 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     let name = raw
         .name
         .unwrap_or_else(|| file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned()));
+    let engine = match raw.engine.as_deref() {
+        None => EngineKind::Vllm,
+        Some(name) => EngineKind::parse(name).map_err(|m| ck.err("engine", m))?,
+    };
     let mut scenario = Scenario {
         name,
         description: raw.description,
+        engine,
         hardware,
         model: built.model,
         parallelism: built.parallelism,

@@ -217,6 +217,7 @@ fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
         context_length: 1000,
         cost: cost::tests::base_cost(),
         prefix_caching: true,
+        policy: super::super::Policy::Vllm,
     })
 }
 

@@ -133,7 +133,7 @@ fn a_stranger_gets_the_valid_keys_of_its_parent() {
     let e = check_path("scheduler.max_batch_tokens.something.deeper").unwrap_err().to_string();
     assert!(e.contains("holds a whole number, not further keys"), "{e}");
     let e = check_path("completely_unrelated_thing").unwrap_err().to_string();
-    assert!(e.contains("top-level keys: calibration, cluster, description, efficiency, hardware"), "{e}");
+    assert!(e.contains("top-level keys: calibration, cluster, description, efficiency, engine, hardware"), "{e}");
 }
 
 #[test]
