@@ -490,6 +490,17 @@ models:
         let EngineKind::Scheduler(s) = &m.models[0].engine else { panic!("scheduler expected") };
         assert_eq!(s.engine.capacity.num_blocks, 7609);
         assert_eq!(s.scenario_file.as_deref(), Some(dir.path().join("base.yml").as_path()));
+        assert_eq!(s.engine.policy, llmsim_core::engine::Policy::Vllm);
+        // The scenario's engine comes with it: TensorRT-LLM's scheduling rules.
+        let trt = std::fs::read_to_string(dir.path().join("base.yml")).unwrap().replacen(
+            "scheduler:",
+            "engine: trtllm\nscheduler:",
+            1,
+        );
+        std::fs::write(dir.path().join("base.yml"), trt).unwrap();
+        let m = load_models(&path).unwrap();
+        let EngineKind::Scheduler(s) = &m.models[0].engine else { panic!("scheduler expected") };
+        assert_eq!(s.engine.policy, llmsim_core::engine::Policy::Trtllm);
     }
 
     #[test]
