@@ -752,7 +752,7 @@ fn aic_settings(r: &aic::AicRow, layout: Option<aic::Layout>, rounds: u32) -> Ve
     let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
     // `batch_size` is a rank's users; the scheduler's limits are a rank's.
     let c = r.batch_size.unwrap_or(1);
-    let layout = layout.unwrap_or(aic::Layout { tensor: r.tp.unwrap_or(1), data: 1, expert: 1, expert_tensor: 1 });
+    let layout = layout.unwrap_or(aic::Layout::tensor_only(r.tp.unwrap_or(1)));
     let users = u64::from(c) * u64::from(layout.data);
     let budget = token_budget(r, u64::from(c) + isl + 1500);
     let mut out = model_settings(r);
@@ -797,13 +797,12 @@ fn parallelism_settings(at: &str, layout: aic::Layout) -> Vec<(String, String)> 
 /// is valid), `cluster.prefill` and `cluster.decode` with the pools'
 /// workers, parallelism and batch limits, routed `least_outstanding`, and
 /// the KV hand-over over the hardware profile's network link (one NIC).
-/// `None` when the profile gives no network link.
-fn disagg_settings(r: &aic::AicRow, rounds: u32) -> Option<Vec<(String, String)>> {
+/// `None` when the profile (found as the scenario in `file` finds it)
+/// gives no network link.
+fn disagg_settings(r: &aic::AicRow, rounds: u32, file: &Path) -> Option<Vec<(String, String)>> {
     let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
     let (moe, node) = (r.moe(), r.node_gpus());
-    let layout = |p: &aic::Pool| {
-        p.layout(moe, node).unwrap_or(aic::Layout { tensor: p.tp.unwrap_or(1), data: 1, expert: 1, expert_tensor: 1 })
-    };
+    let layout = |p: &aic::Pool| p.layout(moe, node).unwrap_or(aic::Layout::tensor_only(p.tp.unwrap_or(1)));
     // A prefill rank runs `batch` prompts a step; a decode rank serves
     // `batch` users (and recomputes a preempted one).
     let scheduler = |kind: aic::PoolKind| {
@@ -818,7 +817,7 @@ fn disagg_settings(r: &aic::AicRow, rounds: u32) -> Option<Vec<(String, String)>
             ("cuda_graph_max_tokens", batch.to_string()),
         ]
     };
-    let (bandwidth, latency_us) = network_link(r.hardware()?)?;
+    let (bandwidth, latency_us) = network_link(r.hardware()?, file)?;
     let mut out = model_settings(r);
     let decode = r.pool(aic::PoolKind::Decode);
     out.extend(parallelism_settings("parallelism.", layout(decode)));
@@ -840,10 +839,12 @@ fn disagg_settings(r: &aic::AicRow, rounds: u32) -> Option<Vec<(String, String)>
     Some(out)
 }
 
-/// The `network` link (GB/s, us) of shipped hardware profile `name`.
-fn network_link(name: &str) -> Option<(f64, f64)> {
-    let (_, text) = llmsim_scenario::config::hardware::BUILTIN.iter().find(|(n, _)| *n == name)?;
-    let profile: Value = llmsim_scenario::yaml::from_str(text).ok()?;
+/// The `network` link (GB/s, us) of hardware profile `name`, looked up
+/// as a scenario in `file` looks it up (`hardware/NAME.yml`, then the
+/// shipped one).
+fn network_link(name: &str, file: &Path) -> Option<(f64, f64)> {
+    let found = llmsim_scenario::config::hardware::find(name, file).ok()?;
+    let profile: Value = llmsim_scenario::yaml::from_str(&found.text).ok()?;
     let net = profile.get("network")?;
     Some((net.get("bandwidth_gbps")?.as_f64()?, net.get("latency_us")?.as_f64()?))
 }
@@ -928,7 +929,7 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         // The row's parallelism, read once: its settings, notes and group.
         let disagg = r.mode == "disagg";
         let layout = if disagg { None } else { r.layout(r.moe()).ok() };
-        let pairs = if disagg { disagg_settings(r, rounds) } else { Some(aic_settings(r, layout, rounds)) };
+        let pairs = if disagg { disagg_settings(r, rounds, &src.file) } else { Some(aic_settings(r, layout, rounds)) };
         let Some(pairs) = pairs else {
             let reason = format!("disaggregated on `{}`, whose hardware profile gives no network link", r.system);
             out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });

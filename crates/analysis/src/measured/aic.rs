@@ -175,6 +175,11 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Tensor parallelism alone over `tensor` GPUs.
+    pub fn tensor_only(tensor: u32) -> Layout {
+        Layout { tensor, data: 1, expert: 1, expert_tensor: 1 }
+    }
+
     pub fn gpus(&self) -> u32 {
         self.tensor * self.data
     }
@@ -257,7 +262,7 @@ fn layout_of(degrees: [Option<u32>; 4], moe: bool, node: u32) -> Result<Layout, 
              like attention, or spread by expert parallelism, are modelled"
         ));
     }
-    Ok(Layout { tensor, data: 1, expert: 1, expert_tensor: 1 })
+    Ok(Layout::tensor_only(tensor))
 }
 
 impl Pool {
