@@ -196,6 +196,32 @@ fn an_engine_llmsim_does_not_model_is_named_with_the_ones_it_does() {
 }
 
 #[test]
+fn bad_speculative_settings_name_the_key_and_a_good_one_runs() {
+    let spec = ["speculative.method=ngram", "speculative.num_speculative_tokens=3"];
+    let with = |extra: &str| -> Vec<String> { spec.iter().map(|s| s.to_string()).chain([extra.to_string()]).collect() };
+    let bad = |extra: &str, parts: &[&str]| {
+        let sets = with(extra);
+        bad_set(&sets.iter().map(String::as_str).collect::<Vec<_>>(), parts);
+    };
+    bad("speculative.acceptance_rate=1.5", &["base.yml", "speculative.acceptance_rate", "1.5 is not allowed"]);
+    bad("speculative.acceptance_by_position=[0.5, 0.7, 0.1]", &["acceptance_by_position[1]", "cannot exceed"]);
+    bad_set(
+        &[spec[0], spec[1], "speculative.acceptance_rate=0.5", "speculative.draft_model=llama-3.2-1b"],
+        &["speculative.draft_model", "not allowed with method ngram"],
+    );
+    bad_set(&["speculative.method=medusa"], &["speculative.method", "unknown method `medusa`"]);
+    // A good one runs, says what it drafts, and reports vLLM's counters.
+    let sets = with("speculative.acceptance_rate=0.7");
+    let mut args = vec!["run", BASE, "--set", "workload.requests=50"];
+    for s in &sets {
+        args.extend(["--set", s.as_str()]);
+    }
+    let out = TestCommand::new(&args).ok().stdout();
+    assert!(out.contains("speculative ngram, 3 draft tokens a step, acceptance 0.7 a token (2.53 tokens"), "{out}");
+    assert!(out.contains("speculative ") && out.contains("draft tokens accepted, mean acceptance length"), "{out}");
+}
+
+#[test]
 fn an_unknown_arrival_kind_lists_the_kinds() {
     bad_set(
         &["workload.arrivals={poison: {rate: 3}}"],

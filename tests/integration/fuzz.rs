@@ -533,11 +533,28 @@ fn make_case(i: u64, seeds: &Seeds) -> Case {
                 &std::fs::read_to_string(repo("scenarios/workloads/trace-replay.csv")).unwrap(),
             );
         }
-        // Every third such case under TensorRT-LLM's scheduler (chosen by
-        // the case's number, so the random draws stay those of before).
+        // Every third such case under TensorRT-LLM's scheduler, and every
+        // third with speculative decoding (its keys first, so an edge value
+        // on one of them wins), chosen by the case's number, so the random
+        // draws stay those of before.
         let mut sets = vec![format!("{key}={v}")];
-        if i.is_multiple_of(3) {
-            sets.push("engine=trtllm".into());
+        match i % 3 {
+            0 => sets.push("engine=trtllm".into()),
+            1 => {
+                let method = ["ngram", "eagle", "draft_model"][(i / 3 % 3) as usize];
+                let mut spec = vec![
+                    format!("speculative.method={method}"),
+                    "speculative.num_speculative_tokens=3".to_string(),
+                    "speculative.acceptance_rate=0.7".to_string(),
+                ];
+                if method == "draft_model" {
+                    spec.push("speculative.draft_parameters_billions=0.5".into());
+                    spec.push("speculative.draft_kv_bytes_per_token=4096".into());
+                }
+                spec.append(&mut sets);
+                sets = spec;
+            }
+            _ => {}
         }
         (write(d, &name, &text), format!("{name} --set {}", sets.join(" --set ")), sets)
     };

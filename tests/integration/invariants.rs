@@ -27,6 +27,8 @@ struct Req {
     held: u32,
     terminal: u32,
     finished: bool,
+    /// Speculative decoding: drafts proposed for its next step.
+    drafts: u32,
 }
 
 /// An independent model of the engine's bookkeeping, fed by its events.
@@ -46,6 +48,12 @@ pub(crate) struct Checker {
     preemptions: u64,
     rejected: [u64; 2],
     errors: Vec<String>,
+    /// Speculative decoding (docs/speculative.md): `k`, the lookahead
+    /// slots a running request is given, and the context length that caps
+    /// the drafts; the requests that received tokens in the step.
+    spec: Option<(u32, u32, u32)>,
+    tokened_this_step: BTreeSet<RequestId>,
+    pub(crate) verified: u64,
 }
 
 impl Checker {
@@ -66,6 +74,9 @@ impl Checker {
             preemptions: 0,
             rejected: [0; 2],
             errors: Vec::new(),
+            spec: s.engine_config().speculative.map(|sp| (sp.tokens, sp.lookahead, s.model.context_length)),
+            tokened_this_step: BTreeSet::new(),
+            verified: 0,
         }
     }
 
@@ -135,19 +146,42 @@ impl Observer for Checker {
             self.fail(format!("request {id}: engine says {computed} computed, model {}", r.computed));
         }
         let known = r.prompt + r.generated;
-        if tokens == 0 || r.computed + tokens > known {
-            self.fail(format!("request {id}: {tokens} tokens with {} of {known} computed", r.computed));
+        // Drafts ride along only while decoding (one known token left).
+        if r.drafts > 0 && r.computed + 1 != known {
+            self.fail(format!("request {id} holds {} drafts with {} of {known} computed", r.drafts, r.computed));
         }
+        if tokens == 0 || r.computed + tokens > known + r.drafts {
+            self.fail(format!(
+                "request {id}: {tokens} tokens with {} of {known} computed and {} drafts",
+                r.computed, r.drafts
+            ));
+        }
+        // Lookahead slots only in a step that verifies drafts.
+        let lookahead = if r.computed + tokens > known { self.spec.map_or(0, |(_, l, _)| l) } else { 0 };
         let want = if r.held == 0 {
             // admission takes the whole known length at once
             self.admitted_this_step += 1;
             self.blocks(known)
         } else {
-            r.held.max(self.blocks(r.computed + tokens))
+            r.held.max(self.blocks(r.computed + tokens + lookahead))
         };
         self.set_held(id, want);
         self.reqs[id as usize].computed += tokens;
+        self.reqs[id as usize].drafts = 0;
         self.tokens_this_step += u64::from(tokens);
+    }
+
+    fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {
+        self.time(at, "speculated");
+        self.verified += 1;
+        let r = &mut self.reqs[id as usize];
+        let known = r.prompt + r.generated;
+        if self.spec.is_none() || drafted == 0 || accepted > drafted || r.computed != known + drafted {
+            let c = r.computed;
+            self.fail(format!("request {id}: verified {accepted} of {drafted} drafts with {c} of {known} computed"));
+            return;
+        }
+        r.computed -= drafted - accepted;
     }
 
     fn preempted(&mut self, id: RequestId, at: SimTime) {
@@ -158,6 +192,7 @@ impl Observer for Checker {
         self.preemptions += 1;
         self.set_held(id, 0);
         self.reqs[id as usize].computed = 0;
+        self.reqs[id as usize].drafts = 0;
     }
 
     fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
@@ -168,7 +203,11 @@ impl Observer for Checker {
         if index != g {
             self.fail(format!("request {id}: token #{index} but {g} generated"));
         }
-        if computed != known {
+        // With drafts a step releases several tokens: the KV matches the
+        // last one's (checked at the step's end).
+        if self.spec.is_some() {
+            self.tokened_this_step.insert(id);
+        } else if computed != known {
             self.fail(format!("request {id} sampled with {computed} of {known} tokens computed"));
         }
     }
@@ -227,6 +266,22 @@ impl Observer for Checker {
         }
         if s.preempted > 0 && self.admitted_this_step > 0 {
             self.fail(format!("step {}: admitted requests in a step that preempted", s.index));
+        }
+        if let Some((k, _, context)) = self.spec {
+            for id in std::mem::take(&mut self.tokened_this_step) {
+                let r = &mut self.reqs[id as usize];
+                let known = r.prompt + r.generated;
+                // (A finished request may have kept drafts past its end.)
+                if r.finished {
+                    continue;
+                }
+                if r.computed + 1 != known {
+                    let c = r.computed;
+                    self.fail(format!("request {id} released its tokens with {c} of {known} computed"));
+                    continue;
+                }
+                r.drafts = k.min(context - known);
+            }
         }
         self.scheduled_this_step.clear();
         self.freed_this_step = 0;
@@ -398,6 +453,49 @@ fn every_generated_scenario_keeps_the_engine_invariants() {
     assert!(cov.rejected_context > 100 && cov.rejected_kv > 100, "{cov:?}");
     assert!(cov.finished > cov.requests / 2, "{cov:?}");
     eprintln!("invariants held over {SCENARIOS} scenarios: {cov:?}");
+}
+
+/// Speculative decoding on the same generated scenarios: drafts of 1 to 7
+/// tokens kept at a random rate, drafted free (n-gram) or by a small draft
+/// model on the GPU (lookahead slots, the drafter's passes in every step).
+/// The checker models drafts, verifies and several tokens a step; every
+/// request still ends once with exactly its tokens.
+#[test]
+fn generated_scenarios_with_speculative_decoding_keep_the_invariants() {
+    let (mut cov, mut verified) = (Coverage::default(), 0);
+    for i in 0..SCENARIOS / 4 {
+        let mut rng = ChaCha8Rng::seed_from_u64(0x5bec + i);
+        let k = rng.random_range(1..=7u32);
+        let rate = pick(&mut rng, &[0.0, 0.3, 0.7, 0.95, 1.0]);
+        let drafter = match rng.random_bool(0.5) {
+            true => "method: ngram".to_string(),
+            false => "method: draft_model, draft_parameters_billions: 0.1, draft_kv_bytes_per_token: 4096".into(),
+        };
+        let spec = format!(
+            "speculative: {{{drafter}, num_speculative_tokens: {k}, acceptance_rate: {rate}}}
+"
+        );
+        let text = generate(i).replacen("scheduler:", &format!("{spec}scheduler:"), 1);
+        let s = scenario(&text);
+        let label = format!("speculative scenario {i}");
+        let mut counted = VerifyCount(0);
+        if let Err(e) = check_scenario(&label, &text, &s, &RunLimits::default(), &mut cov, &mut counted) {
+            panic!("{label} stopped at a run limit: {e}\n{text}");
+        }
+        verified += counted.0;
+    }
+    assert!(cov.preemptions > 100 && verified > 10_000, "{cov:?}, {verified} verifies");
+    assert!(cov.finished > cov.requests / 2, "{cov:?}");
+    eprintln!("invariants held over {} speculative scenarios: {cov:?}, {verified} verifies", SCENARIOS / 4);
+}
+
+/// Counts verify events.
+struct VerifyCount(u64);
+
+impl Observer for VerifyCount {
+    fn speculated(&mut self, _: RequestId, _: SimTime, _: u32, _: u32) {
+        self.0 += 1;
+    }
 }
 
 /// TensorRT-LLM's scheduler (`engine: trtllm`) on the same generated

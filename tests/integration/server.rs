@@ -19,5 +19,6 @@ mod memory;
 mod parity;
 mod prefix;
 mod python;
+mod speculative;
 mod structured;
 mod tools;

@@ -335,6 +335,9 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
     fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
         self.inner.scheduled(id, at, tokens, computed);
     }
+    fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {
+        self.inner.speculated(id, at, drafted, accepted);
+    }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         if self.pool.is_some() || self.prefill.is_some() {
             // (Pools step one by one; were it otherwise, their events

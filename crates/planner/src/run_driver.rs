@@ -201,6 +201,9 @@ impl<O: Observer> Observer for Tap<'_, O> {
     fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
         self.inner.prefix_lookup(id, at, queried, hit);
     }
+    fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {
+        self.inner.speculated(id, at, drafted, accepted);
+    }
     fn decode_stretch(&mut self, s: &llmsim_core::engine::Stretch<'_>) {
         // The driver told the source of its finishes already
         // (`Engine::decode_stretch_through`); its joiners arrived at the

@@ -140,6 +140,10 @@ pub const ALLREDUCE_EFFICIENCY: Range = Range::closed(0.01, 100.0);
 /// `scheduler.cuda_graph_max_tokens`: 0 (no graphs) to vLLM's largest.
 pub const CUDA_GRAPH_MAX_TOKENS: Range = Range::whole(0, 1_000_000);
 pub const SEED: Range = Range::whole(0, u64::MAX);
+/// Draft tokens a speculative step proposes (the core's most).
+pub const SPECULATIVE_TOKENS: Range = Range::whole(1, llmsim_core::engine::speculative::MAX_TOKENS as u64);
+/// A probability.
+pub const PROBABILITY: Range = Range::closed(0.0, 1.0);
 pub const REQUESTS: Range = Range::whole(1, MAX_REQUESTS);
 pub const DURATION_S: Range = Range::closed(1e-9, MAX_SIM_SECONDS);
 /// From one request in 11.6 days to one a nanosecond, the clock's resolution.
@@ -413,6 +417,32 @@ pub mod row {
 
     pub static SEED: Limit = Limit { key: "workload.seed", range: super::SEED, why: "any 64-bit seed" };
 
+    pub static SPECULATIVE_TOKENS: Limit = Limit {
+        key: "speculative.num_speculative_tokens",
+        range: super::SPECULATIVE_TOKENS,
+        why: "vLLM's examples draft 1 to 7; a step's acceptance draws are laid out for 32",
+    };
+
+    pub static ACCEPTANCE: Limit = Limit {
+        key: "speculative.acceptance_rate, speculative.acceptance_by_position",
+        range: super::PROBABILITY,
+        why: "a probability",
+    };
+
+    pub static DRAFT_PARAMETERS_BILLIONS: Limit = Limit {
+        key: "speculative.draft_parameters_billions",
+        range: super::PARAMETERS_BILLIONS,
+        why: "as model.weights.parameters_billions (and no more than the model's)",
+    };
+
+    pub static DRAFT_KV_BYTES_PER_TOKEN: Limit = Limit {
+        key: "speculative.draft_kv_bytes_per_token",
+        range: super::KV_BYTES_PER_TOKEN,
+        why: "as model.kv_cache.bytes_per_token",
+    };
+
+    pub static SPECULATIVE_SEED: Limit = Limit { key: "speculative.seed", range: super::SEED, why: "any 64-bit seed" };
+
     pub static REQUESTS: Limit = Limit {
         key: "workload.requests",
         range: super::REQUESTS,
@@ -586,6 +616,11 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::ALLREDUCE_US,
     &row::LAUNCH_OVERHEAD_US,
     &row::CUDA_GRAPH_MAX_TOKENS,
+    &row::SPECULATIVE_TOKENS,
+    &row::ACCEPTANCE,
+    &row::DRAFT_PARAMETERS_BILLIONS,
+    &row::DRAFT_KV_BYTES_PER_TOKEN,
+    &row::SPECULATIVE_SEED,
     &row::SEED,
     &row::REQUESTS,
     &row::DURATION_S,

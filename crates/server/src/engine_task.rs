@@ -97,6 +97,8 @@ struct StepObserver<'a> {
     in_step: &'a mut Vec<RequestId>,
     /// Prefix-cache lookups of the step: (tokens queried, hit).
     lookups: Vec<(u32, u32)>,
+    /// Speculative decoding's verifies of the step: (drafted, accepted).
+    verified: Vec<(u32, u32)>,
     /// Requests that finished or were rejected in the step.
     ended: u64,
 }
@@ -132,6 +134,9 @@ impl Observer for StepObserver<'_> {
             l.story.rec.cached_tokens.get_or_insert(hit);
         }
         self.lookups.push((queried, hit));
+    }
+    fn speculated(&mut self, _id: RequestId, _at: SimTime, drafted: u32, accepted: u32) {
+        self.verified.push((drafted, accepted));
     }
     fn step(&mut self, step: &StepRecord) {
         for id in self.in_step.drain(..) {
@@ -351,16 +356,20 @@ impl EngineTask {
             out: &mut rep.out,
             in_step: &mut self.in_step,
             lookups: Vec::new(),
+            verified: Vec::new(),
             ended: 0,
         };
         let record = rep.engine.step(&mut obs);
-        let (lookups, ended) = (obs.lookups, obs.ended);
+        let (lookups, verified, ended) = (obs.lookups, obs.verified, obs.ended);
         self.in_step.clear();
         rep.outstanding = rep.outstanding.saturating_sub(ended);
-        if !lookups.is_empty() {
+        if !lookups.is_empty() || !verified.is_empty() {
             let mut stats = lock(&rep.sinks.stats);
             for (queried, hit) in lookups {
                 stats.prefix_lookup(queried, hit);
+            }
+            for (drafted, accepted) in verified {
+                stats.speculated(drafted, accepted);
             }
         }
         if let Some(rec) = &record {

@@ -214,6 +214,7 @@ impl FixedFeed {
         match token {
             TokenGap::First { ttft_ns } => u.ttft_ns = Some(ttft_ns),
             TokenGap::Next { .. } => u.gaps += 1,
+            TokenGap::Same => {}
         }
         u.lags_ns.push(lag);
         FeedEvent::Token { index, due }

@@ -48,6 +48,8 @@ pub struct RawServedModel {
     pub efficiency: Option<RawEfficiency>,
     /// Replicas behind a router, as a scenario's `cluster:` (docs/serve.md).
     pub cluster: Option<RawCluster>,
+    /// Speculative decoding, as a scenario's `speculative:`.
+    pub speculative: Option<llmsim_scenario::config::raw::RawSpeculative>,
     pub fixed: Option<RawFixed>,
     /// A Hugging Face tokenizer.json (relative to the models file); the
     /// built-in tokenizer without one (`server::tokenize`).
@@ -276,6 +278,7 @@ fn fixed(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result<Ser
         ("latency", raw.latency.is_some()),
         ("efficiency", raw.efficiency.is_some()),
         ("cluster", raw.cluster.is_some()),
+        ("speculative", raw.speculative.is_some()),
         ("max_num_queued_reqs", raw.max_num_queued_reqs.is_some()),
         ("max_num_queued_tokens", raw.max_num_queued_tokens.is_some()),
     ];
@@ -329,11 +332,13 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
         Some(rel) => {
             let inline =
                 [raw.hardware.is_some(), raw.model.is_some(), raw.scheduler.is_some(), raw.parallelism.is_some()];
-            if inline.iter().any(|&x| x) || raw.latency.is_some() || raw.efficiency.is_some() || raw.cluster.is_some() {
+            let more = raw.latency.is_some() || raw.efficiency.is_some() || raw.cluster.is_some();
+            if inline.iter().any(|&x| x) || more || raw.speculative.is_some() {
                 return Err(ConfigError::new(
                     file,
                     format!("{at}.scenario"),
-                    "give either `scenario: FILE` or inline hardware/model/scheduler/cluster sections, not both",
+                    "give either `scenario: FILE` or inline hardware/model/scheduler/cluster/speculative sections, not \
+                     both",
                 ));
             }
             let path = file.parent().unwrap_or(Path::new("")).join(&rel);
@@ -406,6 +411,7 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         efficiency: raw.efficiency.unwrap_or_default(),
         workload: placeholder,
         cluster: raw.cluster,
+        speculative: raw.speculative,
     };
     llmsim_scenario::config::validate::scenario(scenario, file).map_err(|mut e| {
         if e.file == file {

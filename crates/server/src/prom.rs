@@ -176,12 +176,49 @@ fn counters(out: &mut String, snaps: &[Snapshot]) {
             sample(out, name, &labels(s), f(&s.stats.prom) as f64);
         }
     }
+    speculative(out, snaps);
     let name = "vllm:request_success_total";
     head(out, name, "counter", "Count of successfully processed requests.");
     for s in snaps {
         for (i, f) in Finish::ALL.iter().enumerate() {
             let l = labels_with(s, &[("finished_reason", f.as_str().to_string())]);
             sample(out, name, &l, s.stats.prom.success[i] as f64);
+        }
+    }
+}
+
+/// vLLM's speculative-decoding counters (`vllm/v1/spec_decode/metrics.py`),
+/// for the models that draft (docs/speculative.md); `vllm bench serve`
+/// reads them around a run for its `spec_decode_*` results. Per position,
+/// a `position` label from 0 to `k - 1`, every series made up front.
+fn speculative(out: &mut String, snaps: &[Snapshot]) {
+    let drafting: Vec<(&Snapshot, u32)> = snaps
+        .iter()
+        .filter_map(|s| match &s.model.spec.engine {
+            EngineKind::Scheduler(m) => m.engine.speculative.as_ref().map(|sp| (s, sp.tokens)),
+            EngineKind::Fixed(_) => None,
+        })
+        .collect();
+    if drafting.is_empty() {
+        return;
+    }
+    let families: [Family<Prom, u64>; 3] = [
+        ("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", |p| p.spec.drafts),
+        ("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", |p| p.spec.draft_tokens),
+        ("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", |p| p.spec.accepted()),
+    ];
+    for (name, help, f) in families {
+        head(out, name, "counter", help);
+        for (s, _) in &drafting {
+            sample(out, name, &labels(s), f(&s.stats.prom) as f64);
+        }
+    }
+    let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+    head(out, name, "counter", "Accepted tokens per draft position.");
+    for (s, k) in &drafting {
+        for pos in 0..*k as usize {
+            let n = s.stats.prom.spec.accepted_per_pos.get(pos).copied().unwrap_or(0);
+            sample(out, name, &labels_with(s, &[("position", pos.to_string())]), n as f64);
         }
     }
 }

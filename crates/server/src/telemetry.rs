@@ -219,6 +219,8 @@ pub struct Prom {
     /// Requests turned away with 503 by vLLM's admission limits, by
     /// [`Busy`] (`vllm:admission_rejections_total{reason}`).
     pub admission_rejections: [u64; 2],
+    /// Speculative decoding (`vllm:spec_decode_*`).
+    pub spec: llmsim_planner::metrics::SpecTotals,
 }
 
 impl Prom {
@@ -247,6 +249,7 @@ impl Prom {
             prefix_queries: 0,
             prefix_hits: 0,
             admission_rejections: [0; 2],
+            spec: Default::default(),
         }
     }
 }
@@ -407,6 +410,12 @@ impl ModelTelemetry {
     pub fn prefix_lookup(&mut self, queried: u32, hit: u32) {
         self.prom.prefix_queries += u64::from(queried);
         self.prom.prefix_hits += u64::from(hit);
+    }
+
+    /// A verify step of one request: `drafted` drafts, the leading
+    /// `accepted` kept.
+    pub fn speculated(&mut self, drafted: u32, accepted: u32) {
+        self.prom.spec.add(drafted, accepted);
     }
 
     pub fn step(&mut self, tokens: u32, preempted: u32) {

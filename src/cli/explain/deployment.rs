@@ -329,6 +329,48 @@ fn peak_line(s: &Scenario) -> String {
     )
 }
 
+/// Speculative decoding (docs/speculative.md): what the drafter holds, a
+/// verify step against a decode step, and the batch where it stops paying.
+fn speculative_lines(s: &Scenario, ctx: u64, max_batch: u64, out: &mut String) {
+    let (Some(sp), Some(spec)) = (&s.speculative, s.engine_config().speculative) else { return };
+    let cost = s.engine_config().cost;
+    let k = sp.num_speculative_tokens;
+    let _ = writeln!(out, "#   speculative   {}", summary::speculative_line(sp));
+    if let Some(d) = &sp.drafter {
+        let _ = writeln!(
+            out,
+            "#   drafter       holds {:.3} GB of weights beside the model's and {} KV bytes a token a GPU (in the \
+             block above); {k} lookahead slots a request",
+            d.resident_bytes / f64::from(s.deployment.tensor_parallel) / 1e9,
+            thousands(d.kv_bytes_per_token_per_gpu),
+        );
+    }
+    for batch in [1, max_batch] {
+        let x = spec.decode_vs_verify(&cost, batch, ctx);
+        let _ = writeln!(
+            out,
+            "#   verify        batch {batch} at context {ctx}: {:.3} ms for {} tokens a request + drafter {:.3} ms, \
+             {:.2} tokens expected: {:.3} ms a token against {:.3} ms decoding ({:+.0}%)",
+            x.verify_s * 1e3,
+            k + 1,
+            x.draft_s * 1e3,
+            spec.mean_acceptance_length(),
+            x.per_token_s * 1e3,
+            x.decode_s * 1e3,
+            (x.per_token_s / x.decode_s - 1.0) * 100.0
+        );
+    }
+    let _ = match spec.break_even(&cost, max_batch, ctx) {
+        Some(b) => {
+            writeln!(out, "#   break-even    from batch {b} at context {ctx}, a token costs more speculating than not")
+        }
+        None => writeln!(
+            out,
+            "#   break-even    none up to batch {max_batch} at context {ctx}: speculating pays at every batch"
+        ),
+    };
+}
+
 /// The step costs a planner reasons with.
 fn steps(s: &Scenario, out: &mut String) {
     let cost = s.engine_config().cost;
@@ -372,6 +414,7 @@ fn steps(s: &Scenario, out: &mut String) {
     );
     let _ =
         writeln!(out, "#                 batch {b} ({limit}) at context {ctx}: {}", fmt(cost.cost(&decode(b, ctx))));
+    speculative_lines(s, ctx, b, out);
     let budget = u64::from(s.scheduler.max_batch_tokens);
     let prefill = StepShape {
         tokens: budget,

@@ -140,7 +140,11 @@ impl Observer for RequestItl {
 
     fn token(&mut self, id: RequestId, at: SimTime, _index: u32) {
         let i = id as usize;
-        if let Some(Some(prev)) = self.last.get(i) {
+        // Tokens released together (a speculative verify step) are one
+        // chunk: one gap, as the run's ITL counts them.
+        if let Some(Some(prev)) = self.last.get(i)
+            && *prev != at
+        {
             self.gaps[i].push(at.nanos_since(*prev));
         }
         if let Some(l) = self.last.get_mut(i) {

@@ -172,6 +172,13 @@ fn flatten(path: &str, v: &serde_json::Value, out: &mut BTreeMap<String, Option<
                 flatten(&p, v, out);
             }
         }
+        // List elements by index (`speculative.acceptance_by_position.2`),
+        // as the scenario's variables are.
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                flatten(&format!("{path}.{i}"), v, out);
+            }
+        }
         Value::Number(n) => {
             out.insert(path.to_string(), n.as_f64());
         }

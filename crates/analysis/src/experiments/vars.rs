@@ -176,7 +176,12 @@ impl Vars {
     /// The derived figures of [`DERIVED`], from the key paths alone (see
     /// the module docs).
     fn derive(&mut self) {
-        let mut d = Derivation { keys: &self.numbers, out: Vec::new(), unavailable: Vec::new() };
+        // `speculative.method` as written (a string: held in `others` as
+        // `the string "eagle3"`).
+        let method =
+            self.others.get("speculative.method").map(|m| m.trim_start_matches("the string ").trim_matches('"'));
+        let drafter = method.filter(|m| *m != "ngram").map(str::to_string);
+        let mut d = Derivation { keys: &self.numbers, drafter, out: Vec::new(), unavailable: Vec::new() };
         d.run();
         let Derivation { out, unavailable, .. } = d;
         for (name, v) in out {
@@ -208,6 +213,8 @@ impl Vars {
 /// The derived figures, by hand from the scenario's keys.
 struct Derivation<'a> {
     keys: &'a BTreeMap<String, f64>,
+    /// `speculative.method` when its drafter runs on the GPU.
+    drafter: Option<String>,
     out: Vec<(&'static str, f64)>,
     unavailable: Vec<(&'static str, String)>,
 }
@@ -268,9 +275,18 @@ impl Derivation<'_> {
         let kv = self.need("model.kv_cache.bytes_per_token");
         let block_size = self.need("model.kv_cache.block_size");
         let block_bytes = kv.clone().and_then(|k| Ok(k * block_size.clone()?));
+        // A drafter on the GPU holds weights and KV in the model's memory
+        // (docs/speculative.md); n-gram drafting holds none.
+        let drafter = match &self.drafter {
+            Some(m) => Err(format!(
+                "the scenario drafts with `speculative.method: {m}`, whose weights and KV share the GPU \
+                 (docs/speculative.md); write the derivation from the scenario's key paths"
+            )),
+            _ => Ok(()),
+        };
         let num_blocks = match self.key("model.kv_cache.num_blocks") {
             Some(n) => Ok(n),
-            None => tp.clone().and(weight_bytes.clone()).and_then(|w| {
+            None => drafter.and(tp.clone()).and(weight_bytes.clone()).and_then(|w| {
                 let usable = self.need("hardware.hbm_gib")?
                     * 1_073_741_824.0
                     * self.need("model.kv_cache.gpu_memory_utilization")?

@@ -147,6 +147,10 @@ pub trait Observer {
     /// `hit` were found in the cache (its `c`, a whole number of blocks).
     /// Sent just before its `scheduled` event.
     fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {}
+    /// Speculative decoding only: the step ending at `at` verified
+    /// `drafted` draft tokens of the request and kept the leading
+    /// `accepted` (docs/speculative.md). Sent before its `token` events.
+    fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {}
     /// A decode stretch ([`crate::engine::stretch`]): several steps at
     /// once. By default replayed as the events the steps one by one send
     /// (per step: `scheduled` for every request in it, `token` for every
@@ -258,6 +262,10 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.prefix_lookup(id, at, queried, hit);
         self.1.prefix_lookup(id, at, queried, hit);
     }
+    fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {
+        self.0.speculated(id, at, drafted, accepted);
+        self.1.speculated(id, at, drafted, accepted);
+    }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         self.0.decode_stretch(s);
         self.1.decode_stretch(s);
@@ -296,6 +304,9 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
     fn prefix_lookup(&mut self, id: RequestId, at: SimTime, queried: u32, hit: u32) {
         (**self).prefix_lookup(id, at, queried, hit);
+    }
+    fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {
+        (**self).speculated(id, at, drafted, accepted);
     }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         (**self).decode_stretch(s);

@@ -16,6 +16,7 @@ pub mod events;
 pub mod kv;
 pub mod kv_budget;
 pub mod prefix;
+pub mod speculative;
 pub mod stretch;
 
 use std::collections::{HashMap, VecDeque};
@@ -25,6 +26,7 @@ pub use events::{Arrived, Joined, Observer, RejectReason, RequestId, StepRecord,
 use kv::KvBlocks;
 pub use kv_budget::{KvBudget, KvBudgetError, KvBudgetInput, WideKv};
 use prefix::PrefixPool;
+pub use speculative::Speculative;
 
 use crate::time::SimTime;
 
@@ -42,6 +44,9 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Whose scheduling rules a step follows (`engine:`; docs/engine.md).
     pub policy: Policy,
+    /// Speculative decoding (docs/speculative.md); `None`: one token a
+    /// decode step.
+    pub speculative: Option<Speculative>,
 }
 
 /// The serving engine whose scheduler the core follows (docs/engine.md,
@@ -95,13 +100,16 @@ struct Seq {
     /// KV tokens that arrive with it by transfer (a disaggregated decode
     /// replica's request): its `c` at its first admission, then 0.
     arriving_kv: u32,
+    /// Speculative decoding: draft tokens proposed after its last sampled
+    /// token, to be verified in its next step (0 otherwise).
+    drafts: u32,
 }
 
 impl Seq {
     /// A request just submitted, in `state` (pending, or waiting when a
     /// stretch takes it in): nothing generated, computed or allocated.
     fn new(req: Request, state: State) -> Seq {
-        Seq { req, generated: 0, computed: 0, blocks: 0, state, register_at: 0, arriving_kv: 0 }
+        Seq { req, generated: 0, computed: 0, blocks: 0, state, register_at: 0, arriving_kv: 0, drafts: 0 }
     }
 
     /// Not new: it resumes after tokens of its own (a preemption) or with
@@ -197,6 +205,12 @@ pub struct Engine {
     waiting_resumes: u64,
     /// Scratch space of [`Engine::decode_stretch`].
     stretch: stretch::Scratch,
+    /// Speculative decoding: the acceptance draws' generator, and the
+    /// requests of the step being built that sample a token (so draft)
+    /// with their KV after it.
+    spec_rng: Option<rand_chacha::ChaCha8Rng>,
+    drafting: u64,
+    drafting_ctx: u64,
 }
 
 /// The hasher of [`Engine::by_id`]: one multiply and a rotation per id,
@@ -237,6 +251,7 @@ impl std::hash::BuildHasher for IdHasher {
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
         let (blocks, block_size) = (cfg.capacity.num_blocks, cfg.capacity.block_size);
+        let cfg_rng = cfg.speculative.as_ref().map(Speculative::rng);
         let kv = match cfg.prefix_caching {
             false => Kv::Count(KvBlocks::new(blocks)),
             true => Kv::Prefix(Box::new(PrefixPool::new(blocks, block_size))),
@@ -260,6 +275,9 @@ impl Engine {
             queued_blocks: 0,
             waiting_resumes: 0,
             stretch: stretch::Scratch::default(),
+            spec_rng: cfg_rng,
+            drafting: 0,
+            drafting_ctx: 0,
         }
     }
 
@@ -418,6 +436,7 @@ impl Engine {
             state: State::Pending,
             register_at: 0,
             arriving_kv: req.prompt,
+            drafts: 0,
         };
         self.enqueue(seq, &[], 0);
     }
@@ -488,6 +507,7 @@ impl Engine {
         self.batch.clear();
         self.shape = StepShape::default();
         self.prefill = 0;
+        (self.drafting, self.drafting_ctx) = (0, 0);
         if let Kv::Prefix(p) = &self.kv {
             self.evictions_before = p.evictions();
         }
@@ -532,8 +552,16 @@ impl Engine {
         while i < self.running.len() && *budget > 0 {
             let slot = self.running[i];
             let seq = &self.slots[slot as usize];
-            let tokens = seq.remaining().min(*budget);
-            let need = self.extra_blocks(seq, tokens);
+            // Its drafts ride along, as far as the budget goes; a step that
+            // verifies drafts reserves the drafter's lookahead slots too
+            // (a prompt's chunks do not, so a request that fits always
+            // reaches its next token).
+            let tokens = (seq.remaining() + seq.drafts).min(*budget);
+            let lookahead = match &self.cfg.speculative {
+                Some(s) if tokens > seq.remaining() => s.lookahead,
+                _ => 0,
+            };
+            let need = self.extra_blocks(seq, tokens + lookahead);
             while need > self.kv.free() {
                 // `running[i]` is in the list, so it is not empty.
                 let Some(victim) = self.running.pop() else { break };
@@ -715,7 +743,11 @@ impl Engine {
         let shape = StepShape { batch: self.batch.len() as u64, ..self.shape };
         let (tokens, sum_ctx, prefill) = (shape.tokens, shape.sum_ctx, self.prefill);
         let cost = self.cfg.cost.cost(&shape);
-        let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s).max(1));
+        let draft_s = match &self.cfg.speculative {
+            Some(spec) => spec.draft_time(&shape, self.drafting, self.drafting_ctx).total_s,
+            None => 0.0,
+        };
+        let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s + draft_s).max(1));
         let record = StepRecord {
             index: self.steps,
             start,
@@ -741,13 +773,40 @@ impl Engine {
             if seq.computed < seq.known() {
                 continue;
             }
-            seq.generated += 1;
-            let (id, g, done) = (seq.req.id, seq.generated, seq.generated == seq.req.output);
-            obs.token(id, end, g);
-            if done {
-                obs.finished(id, end);
+            let Some(spec) = &self.cfg.speculative else {
+                seq.generated += 1;
+                let (id, g, done) = (seq.req.id, seq.generated, seq.generated == seq.req.output);
+                obs.token(id, end, g);
+                if done {
+                    obs.finished(id, end);
+                    self.release(slot);
+                    any_finished = true;
+                }
+                continue;
+            };
+            // Verified: the leading accepted drafts stay, the rest's KV is
+            // dropped, and the target's own next token follows them.
+            let drafted = seq.computed - seq.known();
+            let mut release = 1;
+            if drafted > 0 {
+                let rng = self.spec_rng.as_mut().expect("a generator with speculative decoding");
+                let accepted = spec.accepted(rng, seq.req.id, seq.generated, drafted);
+                seq.computed -= drafted - accepted;
+                release += accepted;
+                obs.speculated(seq.req.id, end, drafted, accepted);
+            }
+            let release = release.min(seq.req.output - seq.generated);
+            for _ in 0..release {
+                seq.generated += 1;
+                obs.token(seq.req.id, end, seq.generated);
+            }
+            if seq.generated == seq.req.output {
+                obs.finished(seq.req.id, end);
                 self.release(slot);
                 any_finished = true;
+            } else {
+                // Proposed for the next step, within the context length.
+                seq.drafts = spec.tokens.min(self.cfg.context_length.saturating_sub(seq.known()));
             }
         }
         if any_finished {
@@ -768,11 +827,19 @@ impl Engine {
         self.shape.tokens += n;
         self.shape.sum_ctx += c + n;
         self.shape.largest = self.shape.largest.max(n);
+        // It samples when the step reaches its last known token (and with
+        // drafts, goes past it); then it drafts again.
+        let samples = c + n >= u64::from(seq.known());
+        seq.drafts = 0;
+        if self.cfg.speculative.is_some() && samples {
+            self.drafting += 1;
+            self.drafting_ctx += c + n;
+        }
         // Only a model with an architecture costs attention and the LM head.
         if let Some(d) = &self.cfg.cost.deployment {
             self.shape.attention_pairs += arch::attention_pairs(n, c);
             self.shape.decode_pairs += arch::decode_pairs(n, c);
-            self.shape.sampled += u64::from(c + n == u64::from(seq.known()));
+            self.shape.sampled += u64::from(samples);
             if d.sliding_window > 0 {
                 self.shape.window_ctx += arch::window_ctx(n, c, d.sliding_window);
                 self.shape.window_pairs += arch::window_pairs(n, c, d.sliding_window);
@@ -781,10 +848,13 @@ impl Engine {
         if seq.remaining() > 1 || seq.generated == 0 {
             self.prefill += n;
         }
+        // Drafts are not content until verified: blocks register up to the
+        // known tokens only.
+        let content = (seq.computed + tokens).min(seq.known());
         if let Kv::Prefix(p) = &mut self.kv
-            && u64::from(seq.computed + tokens) >= seq.register_at
+            && u64::from(content) >= seq.register_at
         {
-            seq.register_at = p.register(slot, seq.computed + tokens);
+            seq.register_at = p.register(slot, content);
         }
         self.batch.push((slot, tokens));
     }
@@ -836,6 +906,7 @@ impl Engine {
         self.free_blocks(slot);
         let seq = &mut self.slots[slot as usize];
         seq.computed = 0;
+        seq.drafts = 0;
         seq.state = State::Waiting;
         obs.preempted(seq.req.id, at);
         self.queued_blocks += self.cfg.capacity.blocks_for(u64::from(seq.known()));
@@ -950,8 +1021,12 @@ impl Engine {
                 if seq.state != *state {
                     return Err(format!("request {} is in {name} but in state {:?}", seq.req.id, seq.state));
                 }
-                if *state != State::Running && (seq.blocks != 0 || seq.computed != 0) {
+                if *state != State::Running && (seq.blocks != 0 || seq.computed != 0 || seq.drafts != 0) {
                     return Err(format!("request {} in {name} holds KV", seq.req.id));
+                }
+                let k = self.cfg.speculative.as_ref().map_or(0, |s| s.tokens);
+                if seq.drafts > k || (seq.drafts > 0 && seq.remaining() != 1) {
+                    return Err(format!("request {} holds {} drafts out of turn", seq.req.id, seq.drafts));
                 }
                 if seq.computed > seq.known() || seq.generated >= seq.req.output {
                     return Err(format!("request {} has impossible counters", seq.req.id));

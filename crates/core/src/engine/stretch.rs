@@ -304,8 +304,14 @@ impl Engine {
     /// stretch may take and the members' summed KV, or `None` (then
     /// [`Engine::step`] must run). Only the scratch space changes.
     fn stretch_members(&mut self, max_steps: u64, through: bool) -> Option<(u64, u64)> {
-        // Stretches follow vLLM's rules; another engine's steps run one by one.
-        if max_steps == 0 || self.running.is_empty() || !self.pending.is_empty() || self.cfg.policy != Policy::Vllm {
+        // Stretches follow vLLM's rules, one token a decode step; another
+        // engine's steps, and speculative ones, run one by one.
+        if max_steps == 0
+            || self.running.is_empty()
+            || !self.pending.is_empty()
+            || self.cfg.policy != Policy::Vllm
+            || self.cfg.speculative.is_some()
+        {
             return None;
         }
         // Waiting requests are admitted inside a stretch only if they are

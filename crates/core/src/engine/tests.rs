@@ -63,6 +63,7 @@ fn engine(l: Limits) -> Engine {
         cost: cost::tests::base_cost(),
         prefix_caching: false,
         policy: Policy::Vllm,
+        speculative: None,
     })
 }
 
@@ -283,6 +284,7 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         cost: cost::tests::base_cost(),
         prefix_caching: false,
         policy: Policy::Vllm,
+        speculative: None,
     })
 }
 
@@ -529,4 +531,171 @@ fn trtllm_rejects_a_request_that_could_never_complete() {
     let events = log.take();
     assert_eq!(events[0], "reject 0 rejected_kv_capacity");
     assert_eq!(events.last().unwrap(), "finish 1");
+}
+
+/// Speculative decoding (docs/speculative.md) on the base model, blocks of
+/// 16 tokens: `k` drafts a step, each kept with probability `q` given the
+/// earlier ones were, drafted for free (n-gram).
+fn speculative_engine(accept: Vec<f64>, budget: u32, lookahead: u32) -> Engine {
+    let mut e = base_engine(budget, 64);
+    let spec = Speculative { tokens: accept.len() as u32, accept, seed: 1, lookahead, draft: None };
+    e.cfg.speculative = Some(spec.clone());
+    e.spec_rng = Some(spec.rng());
+    e
+}
+
+/// Records drafts beside the other events.
+#[derive(Default)]
+struct SpecLog(Log, Vec<(RequestId, u32, u32)>);
+
+impl Observer for SpecLog {
+    fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
+        self.0.scheduled(id, at, tokens, computed);
+    }
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        self.0.token(id, at, index);
+    }
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.0.finished(id, at);
+    }
+    fn speculated(&mut self, id: RequestId, _at: SimTime, drafted: u32, accepted: u32) {
+        self.1.push((id, drafted, accepted));
+        self.0.0.push(format!("verify {id} {accepted}/{drafted}"));
+    }
+}
+
+#[test]
+fn verified_drafts_release_several_tokens_a_step_and_the_last_step_stops_at_n() {
+    // Every draft accepted, k = 3, a 16-token prompt and 6 output tokens:
+    // step 0 prefills and samples token 1, step 1 verifies 3 drafts and
+    // releases tokens 2-5, step 2 needs only token 6.
+    let mut e = speculative_engine(vec![1.0; 3], 8192, 0);
+    let mut log = SpecLog::default();
+    e.submit(req(0, 0, 16, 6), &mut log).unwrap();
+    let steps: Vec<StepRecord> = std::iter::from_fn(|| e.step(&mut log)).collect();
+    assert_eq!(
+        log.0.take(),
+        [
+            "sched 0 16@0",
+            "token 0#1",
+            "sched 0 4@16",
+            "verify 0 3/3",
+            "token 0#2",
+            "token 0#3",
+            "token 0#4",
+            "token 0#5",
+            "sched 0 4@20",
+            "verify 0 3/3",
+            "token 0#6",
+            "finish 0",
+        ]
+    );
+    // Each step priced as the target computing all its tokens: 4 tokens
+    // on 20 and then 24 tokens of KV (docs/engine.md's formula by hand).
+    let want = |t: f64, ctx: f64| {
+        let compute = 2.0 * 6.74e9 * t / 989e12;
+        let memory = (13.48e9 + ctx * 524_288.0) / 3e12;
+        compute.max(memory) * 1e3
+    };
+    assert_eq!((steps[1].tokens, steps[1].sum_ctx), (4, 20));
+    assert_eq!((steps[2].tokens, steps[2].sum_ctx), (4, 24));
+    for (s, ctx) in steps[1..].iter().zip([20.0, 24.0]) {
+        assert!((ms(s) - want(4.0, ctx)).abs() < 1e-5, "{} against {}", ms(s), want(4.0, ctx));
+    }
+    assert_eq!(e.kv_blocks_used(), 0);
+}
+
+#[test]
+fn rejected_drafts_lose_their_kv_and_the_step_still_releases_one_token() {
+    let mut e = speculative_engine(vec![0.0; 3], 8192, 0);
+    let mut log = SpecLog::default();
+    e.submit(req(0, 0, 16, 3), &mut log).unwrap();
+    while e.step(&mut log).is_some() {
+        e.check_invariants().unwrap();
+    }
+    // c goes 16 -> 16 + 4 - 3 = 17 -> 18: the rejected drafts' KV is gone.
+    assert_eq!(
+        log.0.take(),
+        [
+            "sched 0 16@0",
+            "token 0#1",
+            "sched 0 4@16",
+            "verify 0 0/3",
+            "token 0#2",
+            "sched 0 4@17",
+            "verify 0 0/3",
+            "token 0#3",
+            "finish 0"
+        ]
+    );
+}
+
+#[test]
+fn drafts_count_in_the_token_budget_and_are_cut_to_it() {
+    // Budget 6: two decoding requests with 3 drafts each want 8 tokens;
+    // the first takes 4, the second the 2 left (its last sampled token and
+    // one draft), and only the one draft is verified.
+    let mut e = speculative_engine(vec![1.0; 3], 6, 0);
+    let mut log = SpecLog::default();
+    e.submit(req(0, 0, 3, 10), &mut log).unwrap();
+    e.submit(req(1, 0, 3, 10), &mut log).unwrap();
+    e.step(&mut log).unwrap(); // both prompts: 6 tokens
+    log.0.take();
+    let s = e.step(&mut log).unwrap();
+    assert_eq!(s.tokens, 6);
+    assert_eq!(
+        log.0.take(),
+        [
+            "sched 0 4@3",
+            "sched 1 2@3",
+            "verify 0 3/3",
+            "token 0#2",
+            "token 0#3",
+            "token 0#4",
+            "token 0#5",
+            "verify 1 1/1",
+            "token 1#2",
+            "token 1#3"
+        ]
+    );
+}
+
+#[test]
+fn a_gpu_drafter_reserves_lookahead_slots_and_a_preempted_request_drops_its_drafts() {
+    // 16-token blocks, k = 3 with lookahead 3: after its prompt of 16
+    // (one block), the verify step computes tokens 17-20 and reserves 3
+    // more slots: ceil(23 / 16) = 2 blocks.
+    let mut e = speculative_engine(vec![0.5; 3], 8192, 3);
+    e.submit(req(0, 0, 16, 50), &mut ()).unwrap();
+    e.step(&mut ()).unwrap();
+    assert_eq!(e.kv_blocks_used(), 1);
+    e.step(&mut ()).unwrap();
+    assert_eq!(e.kv_blocks_used(), 2);
+    e.check_invariants().unwrap();
+    let slot = e.running[0];
+    assert_eq!(e.slots[slot as usize].drafts, 3);
+    e.running.pop();
+    e.preempt(slot, e.clock(), &mut ());
+    assert_eq!(e.slots[slot as usize].drafts, 0);
+    e.check_invariants().unwrap();
+}
+
+#[test]
+fn the_same_requests_accept_the_same_drafts_alone_or_together() {
+    // A request's draws hang on its id and position only: run alone or
+    // beside 7 others, request 0 sees the same verify outcomes.
+    let outcomes = |others: u64| {
+        let mut e = speculative_engine(vec![0.8, 0.6, 0.4], 8192, 3);
+        let mut log = SpecLog::default();
+        for id in 0..=others {
+            e.submit(req(id, 0, 40 + id as u32, 60), &mut log).unwrap();
+        }
+        while e.step(&mut log).is_some() {
+            e.check_invariants().unwrap();
+        }
+        log.1.into_iter().filter(|r| r.0 == 0).collect::<Vec<_>>()
+    };
+    let alone = outcomes(0);
+    assert!(alone.iter().any(|r| r.2 == 0) && alone.iter().any(|r| r.2 == 3), "{alone:?}");
+    assert_eq!(alone, outcomes(7));
 }

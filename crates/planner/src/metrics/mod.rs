@@ -64,14 +64,19 @@ pub enum TokenGap {
     First { ttft_ns: u64 },
     /// A later token: nanoseconds since the previous one.
     Next { gap_ns: u64 },
+    /// A later token released with the previous one (speculative
+    /// decoding's verified drafts): one streamed chunk, as `vllm bench
+    /// serve` sees it, so no gap of its own.
+    Same,
 }
 
 impl TokenGap {
-    /// `(ttft_ns, gap_ns)`: exactly one of them is set.
+    /// `(ttft_ns, gap_ns)`: at most one of them is set.
     pub fn split(self) -> (Option<u64>, Option<u64>) {
         match self {
             TokenGap::First { ttft_ns } => (Some(ttft_ns), None),
             TokenGap::Next { gap_ns } => (None, Some(gap_ns)),
+            TokenGap::Same => (None, None),
         }
     }
 }
@@ -102,6 +107,7 @@ impl RequestRecord {
                 self.first_token = Some(at);
                 TokenGap::First { ttft_ns: at.nanos_since(self.arrival) }
             }
+            Some(last) if last == at => TokenGap::Same,
             Some(last) => {
                 let gap_ns = at.nanos_since(last);
                 self.max_gap_ns = self.max_gap_ns.max(gap_ns);
@@ -206,6 +212,36 @@ pub struct Collector {
     /// join `itl` when the request finishes, never if it is rejected, so
     /// ITL is over completed requests as TTFT and TPOT are.
     at_risk: BTreeMap<RequestId, Vec<u64>>,
+    /// Speculative decoding's counters, from the first verified draft.
+    spec: Option<SpecTotals>,
+}
+
+/// Speculative decoding's counters as vLLM keeps them: verify steps of a
+/// request, draft tokens, and accepted drafts by position (the server's
+/// `/metrics` keeps the same).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpecTotals {
+    pub drafts: u64,
+    pub draft_tokens: u64,
+    pub accepted_per_pos: Vec<u64>,
+}
+
+impl SpecTotals {
+    /// One verify step: `drafted` drafts, the leading `accepted` kept.
+    pub fn add(&mut self, drafted: u32, accepted: u32) {
+        self.drafts += 1;
+        self.draft_tokens += u64::from(drafted);
+        if self.accepted_per_pos.len() < drafted as usize {
+            self.accepted_per_pos.resize(drafted as usize, 0);
+        }
+        for n in &mut self.accepted_per_pos[..accepted as usize] {
+            *n += 1;
+        }
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.accepted_per_pos.iter().sum()
+    }
 }
 
 /// Scratch space of [`Collector`]'s decode-stretch fold, kept between stretches.
@@ -261,6 +297,7 @@ impl Collector {
             num_blocks: capacity.num_blocks,
             fits_tokens: capacity.admissible_tokens(),
             at_risk: BTreeMap::new(),
+            spec: None,
             requests: Vec::new(),
             base: 0,
             summary_only: false,
@@ -377,6 +414,14 @@ impl Collector {
         if scenario.prefix_caching() {
             result.prefix_cache = Some(self.prefix_cache());
         }
+        // With `speculative:` the block is there even before any draft is
+        // verified (its counters at 0), so its keys do not come and go.
+        if let Some(sp) = &scenario.speculative {
+            let mut per_pos = result.speculative.take().map_or_else(Vec::new, |o| o.num_accepted_tokens_per_pos);
+            per_pos.resize(per_pos.len().max(sp.num_speculative_tokens as usize), 0);
+            let (drafts, tokens) = self.spec.as_ref().map_or((0, 0), |t| (t.drafts, t.draft_tokens));
+            result.speculative = Some(result::SpeculativeOut::from_counts(drafts, tokens, per_pos));
+        }
         let requests = match self.summary_only {
             false => self.requests,
             true => self.requests.into_iter().filter(|r| r.status == Status::InFlight).collect(),
@@ -477,6 +522,10 @@ impl Collector {
             imbalance: None,
             pools: None,
             kv_transfer_ms: None,
+            speculative: self
+                .spec
+                .as_ref()
+                .map(|s| result::SpeculativeOut::from_counts(s.drafts, s.draft_tokens, s.accepted_per_pos.clone())),
         }
     }
 }
@@ -501,6 +550,10 @@ impl Observer for Collector {
         if let Some(r) = self.rec(id) {
             r.preemptions += 1;
         }
+    }
+
+    fn speculated(&mut self, _id: RequestId, _at: SimTime, drafted: u32, accepted: u32) {
+        self.spec.get_or_insert_with(SpecTotals::default).add(drafted, accepted);
     }
 
     fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
@@ -685,4 +738,54 @@ pub struct Placement {
     pub decode: Vec<Option<u32>>,
     /// With pools only: the prefill pool's replica count.
     pub decode_base: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A verify step's tokens share one instant: one ITL gap, as `vllm
+    /// bench serve` sees one chunk; the counters follow vLLM's.
+    #[test]
+    fn tokens_of_one_verify_step_are_one_gap_and_the_drafts_are_counted() {
+        let cap = KvBudget {
+            num_blocks: 100,
+            block_size: 16,
+            kv_tokens: 1600,
+            watermark_blocks: 1,
+            weight_bytes: 0.0,
+            usable_bytes: 0.0,
+            block_bytes: 0,
+            overridden: true,
+            window_blocks: 0,
+        };
+        let mut c = Collector::new(&cap, CollectorOptions::default());
+        let ms = |x: u64| SimTime::from_nanos(x * 1_000_000);
+        c.arrived(0, ms(0), 10, 6);
+        c.scheduled(0, ms(0), 10, 0);
+        c.token(0, ms(10), 1);
+        // Step 2 (10 to 15 ms): 3 drafts, 2 kept: tokens 2, 3, 4 at 15 ms.
+        c.speculated(0, ms(15), 3, 2);
+        for i in 2..=4 {
+            c.token(0, ms(15), i);
+        }
+        // Step 3 (15 to 21 ms): 3 drafts, none kept, but only 2 tokens owed.
+        c.speculated(0, ms(21), 3, 0);
+        c.token(0, ms(21), 5);
+        // Step 4: 2 drafts (the cut by the budget), 1 kept: token 6.
+        c.speculated(0, ms(27), 2, 1);
+        c.token(0, ms(27), 6);
+        c.finished(0, ms(27));
+        let r = c.summarize("t", 0, &cap);
+        // Gaps 5, 6 and 6 ms; TPOT (27 - 10) / 5 = 3.4 ms.
+        assert_eq!(r.itl_ms.count, 3);
+        assert!((r.itl_ms.max.unwrap() - 6.0).abs() < 0.01 && (r.itl_ms.p50.unwrap() - 6.0).abs() < 0.01);
+        assert!((r.tpot_ms.mean.unwrap() - 3.4).abs() < 1e-9);
+        let s = r.speculative.expect("counted");
+        assert_eq!((s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens), (3, 8, 3));
+        assert_eq!(s.num_accepted_tokens_per_pos, vec![2, 1, 0]);
+        assert!((s.acceptance_rate - 3.0 / 8.0).abs() < 1e-12);
+        assert!((s.mean_acceptance_length - 2.0).abs() < 1e-12);
+        assert_eq!(s.acceptance_by_position, vec![2.0 / 3.0, 1.0 / 3.0, 0.0]);
+    }
 }

@@ -71,6 +71,46 @@ pub struct RunResult {
     /// prefill replica to a decode replica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_transfer_ms: Option<Stats>,
+    /// With `speculative:` only (docs/speculative.md): vLLM's
+    /// spec-decoding counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<SpeculativeOut>,
+}
+
+/// Speculative decoding's counters, named as vLLM's `/metrics` names them
+/// (`vllm:spec_decode_num_drafts` and so on) and its log line's rates.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpeculativeOut {
+    /// Verify steps of a request (each checks one run of drafts).
+    pub num_drafts: u64,
+    pub num_draft_tokens: u64,
+    pub num_accepted_tokens: u64,
+    /// Accepted drafts at each position (0-based).
+    pub num_accepted_tokens_per_pos: Vec<u64>,
+    /// `num_accepted_tokens / num_draft_tokens`.
+    pub acceptance_rate: f64,
+    /// `1 + num_accepted_tokens / num_drafts`: tokens a verify step released,
+    /// before any cut at the request's last token.
+    pub mean_acceptance_length: f64,
+    /// `num_accepted_tokens_per_pos / num_drafts`.
+    pub acceptance_by_position: Vec<f64>,
+}
+
+impl SpeculativeOut {
+    /// The derived rates of the counters.
+    pub fn from_counts(num_drafts: u64, num_draft_tokens: u64, per_pos: Vec<u64>) -> SpeculativeOut {
+        let accepted: u64 = per_pos.iter().sum();
+        let ratio = |a: u64, b: u64| if b > 0 { a as f64 / b as f64 } else { 0.0 };
+        SpeculativeOut {
+            num_drafts,
+            num_draft_tokens,
+            num_accepted_tokens: accepted,
+            acceptance_rate: ratio(accepted, num_draft_tokens),
+            mean_acceptance_length: 1.0 + ratio(accepted, num_drafts),
+            acceptance_by_position: per_pos.iter().map(|&a| ratio(a, num_drafts)).collect(),
+            num_accepted_tokens_per_pos: per_pos,
+        }
+    }
 }
 
 /// The two pools of a disaggregated cluster.

@@ -24,6 +24,37 @@ pub fn capacity_line(s: &Scenario) -> String {
     )
 }
 
+/// `eagle3, 3 draft tokens a step, acceptance 0.7 a token (2.53 tokens a
+/// verify step expected); one eagle3 head: ...`: the drafter and what it
+/// should yield (docs/speculative.md).
+pub fn speculative_line(sp: &llmsim_scenario::config::speculative::Speculative) -> String {
+    let acceptance = match (&sp.acceptance_rate, &sp.acceptance_by_position) {
+        (Some(a), _) => format!("acceptance {a} a token"),
+        (None, Some(r)) => {
+            let r: Vec<String> = r.iter().map(|x| x.to_string()).collect();
+            format!("acceptance by position {}", r.join(", "))
+        }
+        (None, None) => String::new(),
+    };
+    let rates: f64 = {
+        let mut r = 1.0;
+        sp.conditional()
+            .iter()
+            .map(|q| {
+                r *= q;
+                r
+            })
+            .sum()
+    };
+    format!(
+        "{}, {} draft tokens a step, {acceptance} ({:.2} tokens a verify step expected); {}",
+        sp.method.as_str(),
+        sp.num_speculative_tokens,
+        1.0 + rates,
+        sp.drafter.as_ref().map_or_else(|| "drafted on the CPU, free".to_string(), |d| d.about.clone())
+    )
+}
+
 /// `llama-3.1-70b, fp8 weights, 16-bit KV, 4 x h100-80gb (TP 4): ...`:
 /// the model, its dtypes and the GPUs of one engine.
 pub fn deployment_line(s: &Scenario) -> String {
@@ -179,6 +210,9 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
         s.scheduler.max_num_sequences,
         if s.prefix_caching() { ", prefix caching on" } else { "" }
     );
+    if let Some(sp) = &s.speculative {
+        let _ = writeln!(out, "speculative {}", speculative_line(sp));
+    }
     let _ = writeln!(out, "workload   {}", workload_line(s));
     if let Some(c) = &s.cluster {
         let _ = writeln!(out, "cluster    {}", super::cluster::cluster_line(s, c));
@@ -231,6 +265,19 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
             p.hit_rate * 100.0,
             thousands(p.hit_tokens),
             thousands(p.queried_tokens)
+        );
+    }
+    if let Some(sp) = &r.speculative {
+        let rates: Vec<String> = sp.acceptance_by_position.iter().map(|x| format!("{x:.2}")).collect();
+        let _ = writeln!(
+            out,
+            "speculative {} drafts verified: {:.1}% of {} draft tokens accepted, mean acceptance length {:.2}, per \
+             position {}",
+            thousands(sp.num_drafts),
+            sp.acceptance_rate * 100.0,
+            thousands(sp.num_draft_tokens),
+            sp.mean_acceptance_length,
+            rates.join(", ")
         );
     }
     super::cluster::replica_table(&mut out, r);

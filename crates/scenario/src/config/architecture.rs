@@ -50,6 +50,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("llama-3.1-405b", include_str!("../../../../scenarios/models/llama-3.1-405b.yml")),
     ("llama-3.1-70b", include_str!("../../../../scenarios/models/llama-3.1-70b.yml")),
     ("llama-3.1-8b", include_str!("../../../../scenarios/models/llama-3.1-8b.yml")),
+    ("llama-3.2-1b", include_str!("../../../../scenarios/models/llama-3.2-1b.yml")),
     ("minimax-m2", include_str!("../../../../scenarios/models/minimax-m2.yml")),
     ("mistral-7b", include_str!("../../../../scenarios/models/mistral-7b.yml")),
     ("mixtral-8x7b", include_str!("../../../../scenarios/models/mixtral-8x7b.yml")),

@@ -18,7 +18,7 @@ use super::raw::{RawByGpus, RawInterconnect, RawLink, RawModel, RawParallelism};
 pub use super::scenario::{
     ByGpus, Deployment, FigureSource, Interconnect, KvDtype, Parallelism, PeakClass, PeakUse, WeightDtype,
 };
-use super::scenario::{Hardware, KvCache, Model, Weights};
+use super::scenario::{Drafter, Hardware, KvCache, Model, Weights};
 use super::schema;
 use llmsim_core::engine::arch::Architecture;
 use llmsim_core::engine::cost::Link;
@@ -449,7 +449,7 @@ fn plain(w: &Weights, kv: &KvCache, hw: &Hardware) -> Deployment {
     }
 }
 
-fn with_architecture(
+pub(crate) fn with_architecture(
     ck: &Check,
     a: &Architecture,
     w: &Weights,
@@ -665,12 +665,21 @@ fn window_blocks(m: &Model, d: &Deployment) -> u32 {
 /// KV capacity of one GPU. Without an architecture, docs/engine.md's figure
 /// and error; with one, an error that says how short the GPUs are and
 /// which tensor degree would fit.
-pub(crate) fn capacity(ck: &Check, m: &Model, d: &Deployment, hw: &Hardware) -> Result<KvBudget, ConfigError> {
+/// A speculative drafter's weights (all GPUs) and KV bytes a token a GPU
+/// join the model's: its layers share the model's blocks.
+pub(crate) fn capacity(
+    ck: &Check,
+    m: &Model,
+    d: &Deployment,
+    hw: &Hardware,
+    drafter: Option<&Drafter>,
+) -> Result<KvBudget, ConfigError> {
     // The largest pipeline stage's GPUs hold `stage_layers / layers` of
     // the weights and of every token's KV, and set the blocks every
     // stage has (vLLM sizes the cache by its fullest worker).
-    let weight_bytes = d.pipeline.map_or(d.weight_bytes, |p| d.weight_bytes * p.stage_layers as f64 / p.layers as f64);
-    let kv_per_gpu = d.kv_bytes_per_token_held();
+    let weight_bytes = d.pipeline.map_or(d.weight_bytes, |p| d.weight_bytes * p.stage_layers as f64 / p.layers as f64)
+        + drafter.map_or(0.0, |x| x.resident_bytes);
+    let kv_per_gpu = d.kv_bytes_per_token_held() + drafter.map_or(0, |x| x.kv_bytes_per_token_per_gpu);
     let input = KvBudgetInput {
         hbm_gib: hw.hbm_gib,
         gpu_memory_utilization: m.kv_cache.gpu_memory_utilization,

@@ -21,6 +21,7 @@ pub mod reference;
 pub mod scenario;
 pub mod schema;
 pub mod sections;
+pub mod speculative;
 pub mod validate;
 
 use std::path::Path;

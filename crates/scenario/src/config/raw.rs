@@ -42,6 +42,30 @@ pub struct RawScenario {
     pub workload: RawWorkload,
     /// Replicas behind a router (docs/clusters.md).
     pub cluster: Option<RawCluster>,
+    /// Speculative decoding (docs/speculative.md).
+    pub speculative: Option<RawSpeculative>,
+}
+
+/// `speculative:` as written (vLLM's `--speculative-config`).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSpeculative {
+    /// `ngram`, `eagle`, `eagle3`, `mtp` or `draft_model`.
+    pub method: Option<String>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub num_speculative_tokens: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub acceptance_rate: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real_list")]
+    pub acceptance_by_position: Option<Vec<f64>>,
+    /// A model file by name (`scenarios/models/NAME.yml` or built in).
+    pub draft_model: Option<String>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub draft_parameters_billions: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub draft_kv_bytes_per_token: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_seed")]
+    pub seed: Option<u64>,
 }
 
 /// `cluster:` as written.

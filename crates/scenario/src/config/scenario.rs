@@ -35,6 +35,9 @@ pub struct Scenario {
     /// Replicas behind a router (docs/clusters.md); `None` is one engine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<Cluster>,
+    /// Speculative decoding (docs/speculative.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<Speculative>,
     /// The file it was read from.
     #[serde(skip)]
     pub source: PathBuf,
@@ -614,22 +617,37 @@ impl Scenario {
             max_batch_tokens: self.scheduler.max_batch_tokens.saturating_mul(self.deployment.data_parallel()),
             max_num_sequences: self.scheduler.max_num_sequences.saturating_mul(self.deployment.data_parallel()),
             context_length: self.model.context_length,
-            cost: CostModel::new(&CostInput {
-                parameters_billions: self.model.weights.parameters_billions.unwrap_or(0.0),
-                bytes_per_parameter: self.model.weights.bytes_per_parameter,
-                kv_bytes_per_token: self.deployment.kv_bytes_per_token_per_gpu,
-                peak_tflops: self.hardware.peak_tflops,
-                memory_bandwidth_gbps: self.hardware.memory_bandwidth_gbps,
-                compute_efficiency: self.efficiency.compute,
-                memory_efficiency: self.efficiency.memory,
-                step_overhead_ms: self.latency.step_overhead_ms,
-                per_sequence_overhead_us: self.latency.per_sequence_overhead_us,
-                deployment: self.deployment.cost_input(self),
-                pipeline: self.deployment.pipeline,
-            }),
+            cost: self.cost_model(&self.model, &self.deployment, true),
             prefix_caching: self.prefix_caching(),
             policy: self.engine.policy(),
+            speculative: self.speculative.as_ref().map(|s| llmsim_core::engine::Speculative {
+                tokens: s.num_speculative_tokens,
+                accept: s.conditional(),
+                seed: s.draw_seed(self.workload.seed),
+                lookahead: if s.method.on_gpu() { s.num_speculative_tokens } else { 0 },
+                draft: s.drafter.as_ref().map(|d| Box::new(self.cost_model(&d.model, &d.deployment, false))),
+            }),
         }
+    }
+
+    /// The step cost of `model` deployed as `deployment` on this
+    /// scenario's hardware, efficiencies and latencies; without the
+    /// `host` terms (the step and per-sequence overheads) for a drafter,
+    /// whose passes run inside the model's step.
+    fn cost_model(&self, model: &Model, deployment: &Deployment, host: bool) -> CostModel {
+        CostModel::new(&CostInput {
+            parameters_billions: model.weights.parameters_billions.unwrap_or(0.0),
+            bytes_per_parameter: model.weights.bytes_per_parameter,
+            kv_bytes_per_token: deployment.kv_bytes_per_token_per_gpu,
+            peak_tflops: self.hardware.peak_tflops,
+            memory_bandwidth_gbps: self.hardware.memory_bandwidth_gbps,
+            compute_efficiency: self.efficiency.compute,
+            memory_efficiency: self.efficiency.memory,
+            step_overhead_ms: if host { self.latency.step_overhead_ms } else { 0.0 },
+            per_sequence_overhead_us: if host { self.latency.per_sequence_overhead_us } else { 0.0 },
+            deployment: deployment.cost_input_for(self, model),
+            pipeline: deployment.pipeline,
+        })
     }
 
     /// Mean prompt and output lengths of the workload (of the trace rows
@@ -894,7 +912,13 @@ impl Deployment {
 
     /// The architecture's cost terms, when the model has one.
     pub fn cost_input(&self, s: &Scenario) -> Option<DeploymentInput> {
-        let architecture = s.model.architecture.clone()?;
+        self.cost_input_for(s, &s.model)
+    }
+
+    /// [`Deployment::cost_input`] of `model` (the scenario's, or a
+    /// speculative drafter's) on the scenario's hardware and efficiencies.
+    pub fn cost_input_for(&self, s: &Scenario, model: &Model) -> Option<DeploymentInput> {
+        let architecture = model.architecture.clone()?;
         Some(DeploymentInput {
             sliding_window: architecture.sliding_window,
             window_kv_bytes_per_token: self.window_kv_bytes_per_token_per_gpu,
@@ -905,18 +929,18 @@ impl Deployment {
             link: self.link,
             wide: self.wide,
             expert_weights: self.expert_peak.as_ref().map(|(tflops, peak)| {
-                let bytes = s.model.weights.expert_dtype.map_or(0.0, WeightDtype::bytes);
+                let bytes = model.weights.expert_dtype.map_or(0.0, WeightDtype::bytes);
                 llmsim_core::engine::cost::ExpertWeights {
                     bytes_per_parameter: bytes,
                     peak_tflops: *tflops,
-                    dtype: s.model.weights.expert_dtype.map_or("bf16", WeightDtype::kernel_dtype),
+                    dtype: model.weights.expert_dtype.map_or("bf16", WeightDtype::kernel_dtype),
                     ramp_scale: peak.ramp_scale(bytes),
                 }
             }),
             per_layer_overhead_us: s.latency.per_layer_overhead_us,
             operators: s.per_operator().map(|_| {
                 let e = &s.efficiency;
-                let bpp = s.model.weights.bytes_per_parameter;
+                let bpp = model.weights.bytes_per_parameter;
                 llmsim_core::engine::cost::OperatorInput {
                     gemm_half_tokens: e.gemm_half_tokens.unwrap_or(0.0),
                     ramp_scale: self.peak.ramp_scale(bpp),
@@ -928,7 +952,7 @@ impl Deployment {
                     eager_layer_us: s.latency.eager_layer_us.unwrap_or(0.0),
                     cuda_graph_max_tokens: u64::from(s.scheduler.graph_max_tokens()),
                     peak16_tflops: s.hardware.peak_tflops,
-                    dtype: if let Some(d) = s.model.weights.dtype {
+                    dtype: if let Some(d) = model.weights.dtype {
                         d.kernel_dtype()
                     } else if bpp <= 0.5 {
                         "int4"
@@ -941,6 +965,123 @@ impl Deployment {
                 }
             }),
         })
+    }
+}
+
+// The `speculative:` types (config/speculative.rs builds them).
+
+/// The drafter, as vLLM's `--speculative-config` names its methods.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// Prompt lookup: drafts copied from earlier text, on the CPU.
+    Ngram,
+    /// A one-layer head on the model's last hidden state (EAGLE-1/2).
+    Eagle,
+    /// EAGLE-3: a one-layer head on three of the model's hidden states,
+    /// with its own 32,000-token LM head.
+    Eagle3,
+    /// The checkpoint's multi-token-prediction module (DeepSeek's).
+    Mtp,
+    /// A smaller model of its own.
+    DraftModel,
+}
+
+impl Method {
+    pub const KNOWN: &'static str = "ngram, eagle, eagle3, mtp, draft_model";
+
+    pub(crate) fn parse(name: &str) -> Option<Method> {
+        Some(match name.trim() {
+            "ngram" => Method::Ngram,
+            "eagle" => Method::Eagle,
+            "eagle3" => Method::Eagle3,
+            "mtp" => Method::Mtp,
+            "draft_model" => Method::DraftModel,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Ngram => "ngram",
+            Method::Eagle => "eagle",
+            Method::Eagle3 => "eagle3",
+            Method::Mtp => "mtp",
+            Method::DraftModel => "draft_model",
+        }
+    }
+
+    /// Whether the drafter runs on the GPU and writes KV of its own (then
+    /// vLLM reserves `k` lookahead slots a request and the drafter's
+    /// layers share the model's blocks).
+    pub fn on_gpu(self) -> bool {
+        self != Method::Ngram
+    }
+}
+
+/// A validated `speculative:`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Speculative {
+    pub method: Method,
+    pub num_speculative_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acceptance_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acceptance_by_position: Option<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_parameters_billions: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_kv_bytes_per_token: Option<u64>,
+    /// Given, or `None`: drawn from the workload's seed
+    /// ([`Speculative::draw_seed`]), so a run on another seed draws again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// What drafts on the GPU (`None` for n-gram).
+    #[serde(skip)]
+    pub drafter: Option<Drafter>,
+}
+
+/// The drafter on the GPU: what a pass costs and what it holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Drafter {
+    /// Priced as this model (its architecture, or two numbers).
+    pub model: Model,
+    pub deployment: Deployment,
+    /// Weight bytes it adds to the model's, all GPUs (shared embeddings
+    /// and LM heads not counted twice).
+    pub resident_bytes: f64,
+    /// Its KV bytes a token on one GPU, held in the model's blocks.
+    pub kv_bytes_per_token_per_gpu: u64,
+    /// One line for `explain`.
+    pub about: String,
+}
+
+impl Speculative {
+    /// The acceptance draws' seed: `speculative.seed`, or the workload's
+    /// mixed with a constant (so its ChaCha streams are not the arrival
+    /// generator's).
+    pub fn draw_seed(&self, workload_seed: u64) -> u64 {
+        self.seed.unwrap_or(workload_seed ^ 0x7370_6563_6465_636f)
+    }
+
+    /// `q_i`: draft `i`'s acceptance given the earlier ones were.
+    pub fn conditional(&self) -> Vec<f64> {
+        let k = self.num_speculative_tokens as usize;
+        match &self.acceptance_by_position {
+            None => vec![self.acceptance_rate.unwrap_or(0.0); k],
+            Some(r) => {
+                let mut prev = 1.0;
+                r.iter()
+                    .map(|&x| {
+                        let q = if prev > 0.0 { (x / prev).min(1.0) } else { 0.0 };
+                        prev = x;
+                        q
+                    })
+                    .collect()
+            }
+        }
     }
 }
 

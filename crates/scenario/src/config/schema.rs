@@ -147,6 +147,60 @@ pub static KEYS: &[Key] = &[
         Words("`vllm`"),
         Plain,
     ),
+    key(
+        "speculative",
+        "Speculative decoding as vLLM's `--speculative-config` runs it: a drafter proposes tokens that the model verifies in its next step ([speculative decoding](speculative.md)).",
+        Words("none: one token a decode step"),
+        Plain,
+    ),
+    key(
+        "speculative.method",
+        "The drafter: `ngram` (prompt lookup on the CPU, free), `eagle` or `eagle3` (a one-layer head on the model's hidden states), `mtp` (the checkpoint's multi-token-prediction module; needs `model.architecture.mtp_layers`), or `draft_model` (a smaller model of its own).",
+        REQUIRED,
+        Plain,
+    ),
+    key(
+        "speculative.num_speculative_tokens",
+        "Draft tokens proposed after each sampled token and verified in the next step (`k`); they count in `scheduler.max_batch_tokens`.",
+        REQUIRED,
+        In(&row::SPECULATIVE_TOKENS),
+    ),
+    key(
+        "speculative.acceptance_rate",
+        "The probability that a draft token is accepted given the ones before it were; give it or `acceptance_by_position`.",
+        Words("none: acceptance_by_position"),
+        In(&row::ACCEPTANCE),
+    ),
+    key(
+        "speculative.acceptance_by_position",
+        "vLLM's per-position acceptance rates, one a draft position, not increasing (its log's \"Per-position acceptance rate\"); give it or `acceptance_rate`.",
+        Words("none: acceptance_rate"),
+        In(&row::ACCEPTANCE),
+    ),
+    key(
+        "speculative.draft_model",
+        "The draft model for `draft_model` (a model file by name, with an architecture), or a head of another shape for `eagle`/`eagle3`; it runs at the model's tensor parallelism.",
+        Words("none: the head is derived from the model's architecture"),
+        Plain,
+    ),
+    key(
+        "speculative.draft_parameters_billions",
+        "The drafter's size when it has no architecture (beside a model given as two numbers), in billions of parameters.",
+        Words("none: from the draft's architecture"),
+        In(&row::DRAFT_PARAMETERS_BILLIONS),
+    ),
+    key(
+        "speculative.draft_kv_bytes_per_token",
+        "The drafter's KV bytes a token, all its layers, beside `draft_parameters_billions`.",
+        Words("none: from the draft's architecture"),
+        In(&row::DRAFT_KV_BYTES_PER_TOKEN),
+    ),
+    key(
+        "speculative.seed",
+        "Seed of the acceptance draws (ChaCha8, one stream a request).",
+        Words("`workload.seed`, mixed with a constant"),
+        In(&row::SPECULATIVE_SEED),
+    ),
     // The GPU, at the top and under each pool.
     key(
         "{,cluster.prefill.,cluster.decode.}hardware",

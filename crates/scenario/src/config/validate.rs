@@ -88,14 +88,29 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         Some(_) => {}
     }
     let workload = workload(&ck, raw.workload)?;
-    let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware)?;
-    let name = raw
-        .name
-        .unwrap_or_else(|| file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned()));
     let engine = match raw.engine.as_deref() {
         None => EngineKind::Vllm,
         Some(name) => EngineKind::parse(name).map_err(|m| ck.err("engine", m))?,
     };
+    let speculative = match raw.speculative {
+        None => None,
+        Some(r) => {
+            let cx = super::speculative::Context {
+                model: &built.model,
+                deployment: &built.deployment,
+                parallelism: built.parallelism.as_ref(),
+                hardware: &hardware,
+                engine,
+                pools: raw.cluster.as_ref().is_some_and(|c| c.has_pools()),
+            };
+            Some(super::speculative::build(&ck, r, &cx)?)
+        }
+    };
+    let drafter = speculative.as_ref().and_then(|s| s.drafter.as_ref());
+    let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware, drafter)?;
+    let name = raw
+        .name
+        .unwrap_or_else(|| file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned()));
     let mut scenario = Scenario {
         name,
         description: raw.description,
@@ -112,6 +127,7 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         deployment: built.deployment,
         calibration,
         cluster: None,
+        speculative,
     };
     scenario.cluster = raw.cluster.map(|c| super::cluster::build(&ck, c, &scenario, pool_base)).transpose()?;
     run_limits(&ck, &scenario)?;

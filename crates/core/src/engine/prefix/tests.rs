@@ -218,6 +218,7 @@ fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
         cost: cost::tests::base_cost(),
         prefix_caching: true,
         policy: super::super::Policy::Vllm,
+        speculative: None,
     })
 }
 
