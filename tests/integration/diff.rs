@@ -331,3 +331,52 @@ fn diff_refuses_bad_arguments_with_exit_2() {
         .fails_with(2)
         .stderr_has(&["no such file"]);
 }
+
+/// `vllm bench serve` writes the server's spec-decoding figures; `diff`
+/// compares them with a prediction that drafts, and shows (never compares)
+/// them when only one side drafts.
+#[test]
+fn diff_compares_the_acceptance_with_the_measured_spec_decode_figures() {
+    let dir = tempdir();
+    let pred = dir.path().join("pred.json");
+    let spec = [
+        "--set",
+        "speculative.method=ngram",
+        "--set",
+        "speculative.num_speculative_tokens=3",
+        "--set",
+        "speculative.acceptance_rate=0.7",
+    ];
+    let mut run =
+        TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(fixture("vllm-bench-serve.json"));
+    for a in spec {
+        run = run.arg(a);
+    }
+    run.arg("--json").arg(&pred).ok();
+    let predicted = json_of(&pred)["speculative"].clone();
+    let length = predicted["mean_acceptance_length"].as_f64().unwrap();
+    let rate = predicted["acceptance_rate"].as_f64().unwrap() * 100.0;
+    let mut measured = json_of(&fixture("vllm-bench-serve.json"));
+    // Measured: 10% above the predicted length, 50% above the rate.
+    measured["spec_decode_acceptance_length"] = serde_json::json!(length * 1.1);
+    measured["spec_decode_acceptance_rate"] = serde_json::json!(rate * 1.5);
+    let file = write(dir.path(), "spec.json", &measured.to_string());
+    let report = dir.path().join("diff.json");
+    let out = TestCommand::new(&["diff", "--tolerance", "20%", "--metric", "speculative", "--json"])
+        .arg(&report)
+        .arg(&pred)
+        .arg(&file)
+        .fails_with(1);
+    assert!(out.stdout().contains("1 of 2 compared figures outside"), "{}", out.stdout());
+    let rows = json_of(&report)[0]["rows"].as_array().unwrap().clone();
+    let row = |id: &str| rows.iter().find(|r| r["id"] == id).unwrap().clone();
+    assert_eq!(row("speculative.acceptance_length")["verdict"], "within");
+    assert!(close(row("speculative.acceptance_length")["error_pct"].as_f64().unwrap(), 100.0 / 1.1 - 100.0));
+    assert_eq!(row("speculative.acceptance_rate")["verdict"], "outside");
+    // A server that drafted against a scenario that does not: shown, not compared.
+    let plain = predict_vllm_sample(dir.path());
+    let out = TestCommand::new(&["diff", "--tolerance", "100000%"]).arg(&plain).arg(&file).ok();
+    let text = out.stdout();
+    let line = text.lines().find(|l| l.trim_start().starts_with("speculative.acceptance_length")).unwrap_or_default();
+    assert!(line.contains("not compared") && line.contains("the measured server drafted"), "{text}");
+}

@@ -39,8 +39,13 @@ pub fn metric_ids() -> Vec<String> {
     }
     ids.push("throughput".into());
     ids.extend(THROUGHPUTS.iter().map(|t| format!("throughput.{t}")));
+    ids.push("speculative".into());
+    ids.extend(SPECULATIVE.iter().map(|t| format!("speculative.{t}")));
     ids
 }
+
+/// Speculative decoding's rows (docs/speculative.md), with either side drafting.
+const SPECULATIVE: [&str; 2] = ["acceptance_length", "acceptance_rate"];
 
 /// A `--tolerance` or `--metric` argument of `llmsim diff` that cannot be
 /// used, with what is allowed.
@@ -165,6 +170,9 @@ pub fn compare(pred: &RunResult, level: &LoadLevel, tool: Tool, tolerance: f64, 
     }
     definitions
         .push(format!("throughput: predicted over (last token - first arrival); measured over {}", window(tool)));
+    if pred.speculative.is_some() || level.spec_decode.is_some() {
+        speculative_rows(pred, level, tolerance, &is_selected, &mut rows, &mut definitions);
+    }
     if level.metrics.contains_key(&MetricKind::TimePerTokenWithTtft) {
         definitions.push(
             "not compared: guidellm time_per_output_token_ms ((last token - request sent) / output tokens, \
@@ -182,6 +190,42 @@ pub fn compare(pred: &RunResult, level: &LoadLevel, tool: Tool, tolerance: f64, 
         definitions,
         warnings: level.health.clone(),
     }
+}
+
+/// The mean acceptance length and the acceptance rate (percent), when the
+/// prediction drafts or the measured server did: a scenario that drafts
+/// against a server that did not (or the other way round) is shown, never
+/// compared.
+fn speculative_rows(
+    pred: &RunResult,
+    level: &LoadLevel,
+    tolerance: f64,
+    is_selected: &dyn Fn(&str) -> bool,
+    rows: &mut Vec<Row>,
+    definitions: &mut Vec<String>,
+) {
+    let p = pred.speculative.as_ref();
+    let m = level.spec_decode;
+    let why = match (p, m) {
+        (None, _) => Some("the scenario has no speculative: the measured server drafted".to_string()),
+        (_, None) => Some("the file has no spec_decode figures (the server exported no counters)".to_string()),
+        _ => None,
+    };
+    let pairs = [
+        (p.map(|s| s.mean_acceptance_length), m.and_then(|m| m.acceptance_length)),
+        (p.map(|s| s.acceptance_rate * 100.0), m.and_then(|m| m.acceptance_rate_pct)),
+    ];
+    for (name, (pv, mv)) in SPECULATIVE.iter().zip(pairs) {
+        let id = format!("speculative.{name}");
+        let note = why.clone().or_else(|| mv.is_none().then(|| "not in the file".to_string()));
+        rows.push(row(id.clone(), pv, mv, note, tolerance, is_selected(&id)));
+    }
+    definitions.push(
+        "speculative: predicted mean_acceptance_length (1 + kept drafts / verify steps) and acceptance_rate (kept \
+         / drafted, in %) vs the file's spec_decode_acceptance_length and spec_decode_acceptance_rate (the \
+         server's counters over the run)"
+            .into(),
+    );
 }
 
 fn predicted_stats<'a>(pred: &'a RunResult, field: &str) -> &'a Stats {

@@ -157,6 +157,17 @@ pub struct LoadLevel {
     /// Warnings the measuring side raised about itself (client or server
     /// lag): figures past that point may be inflated by the measurement.
     pub health: Vec<String>,
+    /// Speculative decoding's figures, when the file has them (`vllm bench
+    /// serve` reads the server's `spec_decode` counters around a run).
+    pub spec_decode: Option<SpecDecode>,
+}
+
+/// `spec_decode_acceptance_length` and `spec_decode_acceptance_rate` (in
+/// percent) of a `vllm bench serve` result.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpecDecode {
+    pub acceptance_length: Option<f64>,
+    pub acceptance_rate_pct: Option<f64>,
 }
 
 /// A parsed measured file.
@@ -383,6 +394,7 @@ mod tests {
             metrics: BTreeMap::new(),
             requests: Ok(vec![req(10.5, 3, true), req(10.25, 2, true), req(10.0, 0, false)]),
             health: vec![],
+            spec_decode: None,
         };
         let (rows, skipped) = level.trace_rows().unwrap();
         assert_eq!(skipped, 1);

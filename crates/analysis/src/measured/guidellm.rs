@@ -46,6 +46,7 @@ fn level(b: &Value) -> Result<LoadLevel, String> {
         metrics: distributions(metrics),
         requests: requests(b, completed),
         health: Vec::new(),
+        spec_decode: None,
     })
 }
 

@@ -43,7 +43,19 @@ pub fn level(d: &Doc, tool: Tool, index: usize) -> LoadLevel {
         metrics,
         requests: requests(&d.arrays, tool),
         health: health(doc),
+        spec_decode: spec_decode(doc),
     }
+}
+
+/// `spec_decode_acceptance_length` and `spec_decode_acceptance_rate` (a
+/// percentage), present when the server exposes vLLM's spec-decoding
+/// counters.
+fn spec_decode(doc: &Value) -> Option<super::SpecDecode> {
+    let d = super::SpecDecode {
+        acceptance_length: finite_at(doc, "spec_decode_acceptance_length"),
+        acceptance_rate_pct: finite_at(doc, "spec_decode_acceptance_rate"),
+    };
+    (d.acceptance_length.is_some() || d.acceptance_rate_pct.is_some()).then_some(d)
 }
 
 /// Metric stems by definition (docs/bench-diff.md, "Why definitions, not names").
