@@ -549,19 +549,23 @@ impl Engine {
     fn schedule_running<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) -> u32 {
         let mut preempted = 0;
         let mut i = 0;
+        // Read once: the loop runs for every running request of every step.
+        let lookahead = self.cfg.speculative.as_ref().map_or(0, |s| s.lookahead);
         while i < self.running.len() && *budget > 0 {
             let slot = self.running[i];
             let seq = &self.slots[slot as usize];
             // Its drafts ride along, as far as the budget goes; a step that
             // verifies drafts reserves the drafter's lookahead slots too
             // (a prompt's chunks do not, so a request that fits always
-            // reaches its next token).
-            let tokens = (seq.remaining() + seq.drafts).min(*budget);
-            let lookahead = match &self.cfg.speculative {
-                Some(s) if tokens > seq.remaining() => s.lookahead,
-                _ => 0,
+            // reaches its next token). Without drafts both terms are 0.
+            let (tokens, need) = if seq.drafts == 0 {
+                let tokens = seq.remaining().min(*budget);
+                (tokens, self.extra_blocks(seq, tokens))
+            } else {
+                let tokens = (seq.remaining() + seq.drafts).min(*budget);
+                let reserve = if tokens > seq.remaining() { lookahead } else { 0 };
+                (tokens, self.extra_blocks(seq, tokens + reserve))
             };
-            let need = self.extra_blocks(seq, tokens + lookahead);
             while need > self.kv.free() {
                 // `running[i]` is in the list, so it is not empty.
                 let Some(victim) = self.running.pop() else { break };
@@ -765,6 +769,25 @@ impl Engine {
             cached_blocks: self.kv_blocks_cached(),
             evictions: self.step_evictions(),
         };
+        let any_finished = match self.cfg.speculative.take() {
+            None => self.release_tokens(end, obs),
+            Some(spec) => {
+                let any = self.release_verified(&spec, end, obs);
+                self.cfg.speculative = Some(spec);
+                any
+            }
+        };
+        if any_finished {
+            let slots = &self.slots;
+            self.running.retain(|&s| slots[s as usize].state == State::Running);
+        }
+        record
+    }
+
+    /// Step 5: the batch's computed tokens, and a token for each request
+    /// that reached its last known one; finished requests free their
+    /// blocks. Returns whether any finished.
+    fn release_tokens<O: Observer>(&mut self, end: SimTime, obs: &mut O) -> bool {
         let mut any_finished = false;
         for i in 0..self.batch.len() {
             let (slot, n) = self.batch[i];
@@ -773,17 +796,30 @@ impl Engine {
             if seq.computed < seq.known() {
                 continue;
             }
-            let Some(spec) = &self.cfg.speculative else {
-                seq.generated += 1;
-                let (id, g, done) = (seq.req.id, seq.generated, seq.generated == seq.req.output);
-                obs.token(id, end, g);
-                if done {
-                    obs.finished(id, end);
-                    self.release(slot);
-                    any_finished = true;
-                }
+            seq.generated += 1;
+            let (id, g, done) = (seq.req.id, seq.generated, seq.generated == seq.req.output);
+            obs.token(id, end, g);
+            if done {
+                obs.finished(id, end);
+                self.release(slot);
+                any_finished = true;
+            }
+        }
+        any_finished
+    }
+
+    /// [`Engine::release_tokens`] with speculative decoding: a request
+    /// past its last known token verified drafts, and releases the kept
+    /// ones and one more (docs/speculative.md).
+    fn release_verified<O: Observer>(&mut self, spec: &Speculative, end: SimTime, obs: &mut O) -> bool {
+        let mut any_finished = false;
+        for i in 0..self.batch.len() {
+            let (slot, n) = self.batch[i];
+            let seq = &mut self.slots[slot as usize];
+            seq.computed += n;
+            if seq.computed < seq.known() {
                 continue;
-            };
+            }
             // Verified: the leading accepted drafts stay, the rest's KV is
             // dropped, and the target's own next token follows them.
             let drafted = seq.computed - seq.known();
@@ -809,11 +845,7 @@ impl Engine {
                 seq.drafts = spec.tokens.min(self.cfg.context_length.saturating_sub(seq.known()));
             }
         }
-        if any_finished {
-            let slots = &self.slots;
-            self.running.retain(|&s| slots[s as usize].state == State::Running);
-        }
-        record
+        any_finished
     }
 
     /// Schedules `tokens` of a request in this step; with prefix caching
