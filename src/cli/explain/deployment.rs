@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use llmsim_core::engine::StepShape;
 use llmsim_core::engine::arch::{Architecture, attention_pairs, window_ctx, window_pairs};
+use llmsim_core::engine::{EngineConfig, StepShape};
 use llmsim_core::util::thousands;
 use llmsim_planner::report::summary;
 use llmsim_scenario::config::Scenario;
@@ -331,9 +331,8 @@ fn peak_line(s: &Scenario) -> String {
 
 /// Speculative decoding (docs/speculative.md): what the drafter holds, a
 /// verify step against a decode step, and the batch where it stops paying.
-fn speculative_lines(s: &Scenario, ctx: u64, max_batch: u64, out: &mut String) {
-    let (Some(sp), Some(spec)) = (&s.speculative, s.engine_config().speculative) else { return };
-    let cost = s.engine_config().cost;
+fn speculative_lines(s: &Scenario, cfg: &EngineConfig, ctx: u64, max_batch: u64, out: &mut String) {
+    let (Some(sp), Some(spec), cost) = (&s.speculative, &cfg.speculative, &cfg.cost) else { return };
     let k = sp.num_speculative_tokens;
     let _ = writeln!(out, "#   speculative   {}", summary::speculative_line(sp));
     if let Some(d) = &sp.drafter {
@@ -346,7 +345,7 @@ fn speculative_lines(s: &Scenario, ctx: u64, max_batch: u64, out: &mut String) {
         );
     }
     for batch in [1, max_batch] {
-        let x = spec.decode_vs_verify(&cost, batch, ctx);
+        let x = spec.decode_vs_verify(cost, batch, ctx);
         let _ = writeln!(
             out,
             "#   verify        batch {batch} at context {ctx}: {:.3} ms for {} tokens a request + drafter {:.3} ms, \
@@ -360,7 +359,7 @@ fn speculative_lines(s: &Scenario, ctx: u64, max_batch: u64, out: &mut String) {
             (x.per_token_s / x.decode_s - 1.0) * 100.0
         );
     }
-    let _ = match spec.break_even(&cost, max_batch, ctx) {
+    let _ = match spec.break_even(cost, max_batch, ctx) {
         Some(b) => {
             writeln!(out, "#   break-even    from batch {b} at context {ctx}, a token costs more speculating than not")
         }
@@ -373,7 +372,8 @@ fn speculative_lines(s: &Scenario, ctx: u64, max_batch: u64, out: &mut String) {
 
 /// The step costs a planner reasons with.
 fn steps(s: &Scenario, out: &mut String) {
-    let cost = s.engine_config().cost;
+    let cfg = s.engine_config();
+    let cost = &cfg.cost;
     let (prompt, output) = s.mean_lengths();
     let ctx = (prompt + output / 2.0).round() as u64;
     let fmt = |c: llmsim_core::engine::StepCost| {
@@ -414,7 +414,7 @@ fn steps(s: &Scenario, out: &mut String) {
     );
     let _ =
         writeln!(out, "#                 batch {b} ({limit}) at context {ctx}: {}", fmt(cost.cost(&decode(b, ctx))));
-    speculative_lines(s, ctx, b, out);
+    speculative_lines(s, &cfg, ctx, b, out);
     let budget = u64::from(s.scheduler.max_batch_tokens);
     let prefill = StepShape {
         tokens: budget,
@@ -433,7 +433,7 @@ fn steps(s: &Scenario, out: &mut String) {
     if let Some(pipe) = &cost.pipeline {
         pipeline_lines(
             s,
-            &cost,
+            cost,
             pipe,
             [(format!("decode of {b}"), decode(b, ctx)), (format!("prefill of {budget}"), prefill)],
             out,

@@ -104,7 +104,9 @@ impl Vars {
         let mut vars = Vars::default();
         let value = effective_value(s);
         vars.flatten("", &value);
-        vars.derive();
+        // A drafter on the GPU holds weights and KV beside the model's.
+        let drafter = s.speculative.as_ref().map(|sp| sp.method).filter(|m| m.on_gpu());
+        vars.derive(drafter.map(|m| m.as_str().to_string()));
         // The means of the lengths as written (before clamping: what a user quotes).
         for (name, length) in [("prompt_mean", &s.workload.prompt_tokens), ("output_mean", &s.workload.output_tokens)] {
             if let Some(l) = length {
@@ -175,12 +177,7 @@ impl Vars {
 
     /// The derived figures of [`DERIVED`], from the key paths alone (see
     /// the module docs).
-    fn derive(&mut self) {
-        // `speculative.method` as written (a string: held in `others` as
-        // `the string "eagle3"`).
-        let method =
-            self.others.get("speculative.method").map(|m| m.trim_start_matches("the string ").trim_matches('"'));
-        let drafter = method.filter(|m| *m != "ngram").map(str::to_string);
+    fn derive(&mut self, drafter: Option<String>) {
         let mut d = Derivation { keys: &self.numbers, drafter, out: Vec::new(), unavailable: Vec::new() };
         d.run();
         let Derivation { out, unavailable, .. } = d;
@@ -407,7 +404,7 @@ workload:
         let value = yaml(text);
         let mut v = Vars::default();
         v.flatten("", &value);
-        v.derive();
+        v.derive(None);
         v
     }
 
@@ -455,6 +452,26 @@ workload:
             &BASE.replace("prompt_tokens: 512", "prompt_tokens: { lognormal: { mean: 700, std: 9, min: 1 } }"),
         );
         assert_eq!(v.get("prompt_mean"), Ok(700.0));
+    }
+
+    #[test]
+    fn a_drafter_on_the_gpu_takes_the_block_count_n_gram_does_not() {
+        let spec = |d: &str| {
+            BASE.replacen(
+                "workload:",
+                &format!("speculative: {{ num_speculative_tokens: 3, acceptance_rate: 0.7, {d} }}\nworkload:"),
+                1,
+            )
+        };
+        let v = vars_of_scenario(&spec("method: ngram"));
+        assert_eq!(v.get("num_blocks"), Ok(7609.0));
+        let v = vars_of_scenario(&spec(
+            "method: draft_model, draft_parameters_billions: 0.5, draft_kv_bytes_per_token: 4096",
+        ));
+        let e = v.get("num_blocks").unwrap_err().to_string();
+        assert!(e.contains("speculative.method: draft_model"), "{e}");
+        // The model's own rates stay.
+        assert_eq!(v.get("weights_read_s").map(|x| (x * 1e9).round()), Ok(4_493_333.0));
     }
 
     #[test]

@@ -36,21 +36,11 @@ pub fn speculative_line(sp: &llmsim_scenario::config::speculative::Speculative) 
         }
         (None, None) => String::new(),
     };
-    let rates: f64 = {
-        let mut r = 1.0;
-        sp.conditional()
-            .iter()
-            .map(|q| {
-                r *= q;
-                r
-            })
-            .sum()
-    };
     format!(
         "{}, {} draft tokens a step, {acceptance} ({:.2} tokens a verify step expected); {}",
         sp.method.as_str(),
         sp.num_speculative_tokens,
-        1.0 + rates,
+        sp.mean_acceptance_length(),
         sp.drafter.as_ref().map_or_else(|| "drafted on the CPU, free".to_string(), |d| d.about.clone())
     )
 }

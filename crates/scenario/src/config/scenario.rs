@@ -1066,6 +1066,19 @@ impl Speculative {
         self.seed.unwrap_or(workload_seed ^ 0x7370_6563_6465_636f)
     }
 
+    /// `1 + r_0 + ... + r_(k-1)`: the tokens a verify step with every
+    /// draft scheduled releases on average (vLLM's mean acceptance length).
+    pub fn mean_acceptance_length(&self) -> f64 {
+        let k = self.num_speculative_tokens as i32;
+        match (&self.acceptance_by_position, self.acceptance_rate) {
+            (Some(r), _) => 1.0 + r.iter().sum::<f64>(),
+            (None, a) => {
+                let a = a.unwrap_or(0.0);
+                (0..=k).map(|i| a.powi(i)).sum()
+            }
+        }
+    }
+
     /// `q_i`: draft `i`'s acceptance given the earlier ones were.
     pub fn conditional(&self) -> Vec<f64> {
         let k = self.num_speculative_tokens as usize;

@@ -51,6 +51,8 @@ fn an_eagle3_head_on_llama_8b_holds_its_layer_fc_and_lm_head_and_one_layer_of_kv
     // Blocks: (80 GiB x 0.9 - 16,060,522,496 - 799,039,488) / ((131,072
     // + 4,096) x 16) = 60,449,849,344 / 2,162,688 = 27,951.3.
     assert_eq!(s.capacity.num_blocks, 27_951);
+    // 1 + 0.7 + 0.49 + 0.343.
+    assert!((sp.mean_acceptance_length() - 2.533).abs() < 1e-12);
     let e = s.engine_config();
     let spec = e.speculative.unwrap();
     assert_eq!((spec.tokens, spec.lookahead), (3, 3));
@@ -113,6 +115,8 @@ fn an_n_gram_drafter_holds_nothing_and_reserves_no_lookahead() {
     let spec = s.engine_config().speculative.unwrap();
     assert_eq!(spec.lookahead, 0);
     assert!(spec.draft.is_none());
+    // 1 + 0.8 + 0.6 + 0.3 + 0.3 + 0 = 3.0 tokens a verify step.
+    assert!((s.speculative.as_ref().unwrap().mean_acceptance_length() - 3.0).abs() < 1e-12);
     // q_i = r_i / r_(i-1): 0.8, 0.75, 0.5, 1, 0.
     for (q, want) in spec.accept.iter().zip([0.8, 0.75, 0.5, 1.0, 0.0]) {
         assert!((q - want).abs() < 1e-12, "{:?}", spec.accept);
