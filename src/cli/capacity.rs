@@ -22,7 +22,8 @@ static SLO_HELP: LazyLock<String> = LazyLock::new(|| {
     format!(
         "An SLO, METRIC=BOUND: met when the run's metric is <= BOUND, in the metric's unit (ms for \
          *_ms), e.g. ttft_p99_ms=500 or preemptions=0 (repeatable; every SLO must hold). Latencies \
-         also decide which requests count as good. METRIC is one of: {}",
+         also decide which requests count as good. CLASS:METRIC=BOUND holds one of workload.classes \
+         to a latency (interactive:ttft_p99_ms=500). METRIC is one of: {}",
         llmsim_analysis::sweep::metric::slo_names()
     )
 });
@@ -58,6 +59,11 @@ pub struct CapacityArgs {
     /// Every split is simulated at the target rate.
     #[arg(long, value_name = "N", requires = "target_rate")]
     pub gpus: Option<u32>,
+    /// Vary the rate of this class of workload.classes alone, the other
+    /// classes at the rates the scenario gives them: how much of it fits
+    /// beside them within the SLOs (docs/priorities.md).
+    #[arg(long, value_name = "NAME", conflicts_with = "target_rate")]
+    pub class: Option<String>,
     /// Write the search and its answer as JSON; `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -94,8 +100,23 @@ fn options(a: &CapacityArgs) -> Result<Options, CliError> {
 }
 
 pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
-    let opts = options(&a)?;
-    let scenario = a.scenario.load()?;
+    let mut opts = options(&a)?;
+    let mut scenario = a.scenario.load()?;
+    for slo in &mut opts.slos {
+        slo.bind(&scenario).map_err(|e| CliError::Usage(format!("--slo {e}")))?;
+    }
+    if let Some(name) = &a.class {
+        let classes = &scenario.workload.classes;
+        let k = classes.iter().position(|c| &c.name == name).ok_or_else(|| {
+            let known: Vec<&str> = classes.iter().map(|c| c.name.as_str()).collect();
+            CliError::Usage(format!(
+                "--class {name}: {} has no such class (workload.classes: {})",
+                scenario.source.display(),
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            ))
+        })?;
+        scenario.workload.rate_class = Some(k);
+    }
     let search_error = |e: SearchError| match e {
         SearchError::NoRate(_) => CliError::Usage(e.to_string()),
         SearchError::Run { .. } => CliError::Usage(format!("{}: {e}", scenario.source.display())),

@@ -182,7 +182,8 @@ pub fn replay_measured(scenario: &mut Scenario, file: &Path, level: Option<usize
 /// Makes `rows` the scenario's whole workload.
 fn set_trace(scenario: &mut Scenario, file: &Path, rows: Vec<llmsim_scenario::trace::TraceRow>) {
     let w = &mut scenario.workload;
-    w.arrivals = Arrivals::Trace(Trace { path: file.display().to_string(), rows: Arc::new(rows), content: None });
+    w.arrivals =
+        Arrivals::Trace(Trace { path: file.display().to_string(), rows: Arc::new(rows), content: None, classes: None });
     w.requests = None;
     w.duration_s = None;
     w.prompt_tokens = None;

@@ -76,7 +76,18 @@ pub struct SweepOutputs {
 
 impl SweepOutputs {
     pub fn slos(&self) -> Result<Vec<Slo>, CliError> {
-        self.slo.iter().map(|s| Slo::parse(s).map_err(|e| CliError::Usage(format!("--slo {e}")))).collect()
+        let slos: Vec<Slo> = self
+            .slo
+            .iter()
+            .map(|s| Slo::parse(s).map_err(|e| CliError::Usage(format!("--slo {e}"))))
+            .collect::<Result<_, _>>()?;
+        if let Some(s) = slos.iter().find(|s| s.class.is_some()) {
+            return Err(CliError::Usage(format!(
+                "--slo {}: the plots draw run-wide figures; a class's SLO is checked by `llmsim capacity`",
+                s.name()
+            )));
+        }
+        Ok(slos)
     }
 
     /// Writes the CSV, JSON and plots asked for and prints the table.

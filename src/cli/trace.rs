@@ -4,8 +4,9 @@
 //! does (a user's next request follows its previous answer), and so do
 //! sessions, so the scenario is simulated and the arrivals it produced are
 //! written. With a shared prefix or sessions, the drawn `prefix_id`,
-//! `prefix_tokens` and `session_id` go in columns of their own, so any tool
-//! can replay exactly what was simulated.
+//! `prefix_tokens` and `session_id` go in columns of their own, and with
+//! `workload.classes` each request's class goes in a `class` column, so any
+//! tool can replay exactly what was simulated.
 
 use std::path::PathBuf;
 
@@ -72,7 +73,12 @@ pub fn execute(a: TraceArgs) -> Result<(), CliError> {
         );
     }
     let content = content.filter(|c| c.iter().any(|r| r.prefix.is_some() || r.session.is_some()));
+    // With workload.classes, each row's class (rows are in id order).
+    let classes = llmsim_planner::workload::classes::Classes::of(&scenario);
+    let names: Option<Vec<&str>> =
+        classes.as_ref().map(|c| (0..rows.len() as u64).map(|id| c.names[c.class_of(id)].as_str()).collect());
     let mut bytes = Vec::new();
-    trace::write_with_content(&mut bytes, &rows, content.as_deref()).map_err(|e| csv_failure(&a.output, e))?;
+    trace::write_with_classes(&mut bytes, &rows, content.as_deref(), names.as_deref())
+        .map_err(|e| csv_failure(&a.output, e))?;
     write_output(&a.output, &bytes)
 }

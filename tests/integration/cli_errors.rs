@@ -196,6 +196,53 @@ fn an_engine_llmsim_does_not_model_is_named_with_the_ones_it_does() {
 }
 
 #[test]
+fn bad_priority_settings_name_the_key_and_a_good_one_reports_each_class() {
+    let classes = "workload.classes=[{name: chat, priority: 0}, {name: batch, weight: 3, priority: 1}]";
+    bad_set(
+        &["scheduler.policy=lifo"],
+        &["base.yml", "scheduler.policy", "`lifo` is not a scheduling policy", "fcfs, priority"],
+    );
+    bad_set(&["workload.classes=[]"], &["workload.classes", "0 classes are not allowed"]);
+    bad_set(&["workload.classes=[{weight: 2}]"], &["workload.classes[0].name", "missing"]);
+    bad_set(&["workload.classes=[{name: a}, {name: a}]"], &["workload.classes[1].name", "`a` is named twice"]);
+    bad_set(&["workload.classes=[{name: a, weight: 0}]"], &["workload.classes[0].weight", "0 is not allowed"]);
+    bad_set(&["workload.classes=[{name: a, weight: .nan}]"], &["workload.classes[0].weight", "not allowed"]);
+    bad_set(&["workload.classes=[{name: a, priority: 3000000000}]"], &["workload.classes[0].priority", "3000000000"]);
+    bad_set(&["workload.classes=[{name: a, urgency: 1}]"], &["workload.classes", "urgency"]);
+    bad_set(&["scheduler.policy=priority", "engine=trtllm", classes], &["scheduler.policy", "engine: trtllm"]);
+    // A trace naming a class that is not in the mix.
+    let dir = tempdir();
+    let trace = write(dir.path(), "t.csv", "arrival_s,prompt_tokens,output_tokens,class\n0,10,5,chat\n0.1,10,5,bulk\n");
+    let text = std::fs::read_to_string(repo(BASE)).expect("base").replace(
+        "  arrivals:\n    poisson: { rate: 20 }\n  requests: 2000\n  prompt_tokens: 512\n  output_tokens: 64",
+        &format!("  arrivals: {{trace: {}}}\n  classes: [{{name: chat}}, {{name: batch}}]", trace.display()),
+    );
+    let path = write(dir.path(), "traced.yml", &text);
+    TestCommand::new(&["run", path.to_str().unwrap()]).fails_with(2).stderr_has(&[
+        "workload.arrivals.trace",
+        "row 2 names class `bulk`, which is not in workload.classes (chat, batch)",
+    ]);
+    // A good one runs and reports each class.
+    let out = TestCommand::new(&[
+        "run",
+        BASE,
+        "--set",
+        "workload.requests=200",
+        "--set",
+        "scheduler.policy=priority",
+        "--set",
+        classes,
+    ])
+    .ok()
+    .stdout();
+    assert!(
+        out.contains("priority scheduling") && out.contains("classes chat 25% priority 0, batch 75% priority 1"),
+        "{out}"
+    );
+    assert!(out.contains("  chat ") && out.contains("  batch "), "{out}");
+}
+
+#[test]
 fn bad_speculative_settings_name_the_key_and_a_good_one_runs() {
     let spec = ["speculative.method=ngram", "speculative.num_speculative_tokens=3"];
     let with = |extra: &str| -> Vec<String> { spec.iter().map(|s| s.to_string()).chain([extra.to_string()]).collect() };

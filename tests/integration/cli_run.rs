@@ -527,3 +527,32 @@ fn streamed_outputs_on_stdout_follow_the_result_json() {
     let all = run(&["--trace-events", "-", "--steps-csv", "-", "--json", "-"]);
     assert_eq!(all, format!("{json}{steps}{trace}"));
 }
+
+/// `llmsim trace` writes each request's class, and a trace workload with
+/// that `class` column replays the same classes: the per-class results
+/// match the generated run's.
+#[test]
+fn a_traced_workload_keeps_its_classes() {
+    let dir = tempdir();
+    let csv = dir.path().join("classes.csv");
+    let base = "scenarios/workloads/priority-classes.yml";
+    TestCommand::new(&["trace", base, "--set", "workload.requests=400", "-o"]).arg(csv.to_str().unwrap()).ok();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(text.starts_with("arrival_s,prompt_tokens,output_tokens,class\n"), "{}", &text[..80]);
+    let interactive = text.lines().filter(|l| l.ends_with(",interactive")).count();
+    assert!((60..=140).contains(&interactive), "{interactive} of 400 interactive, expected about 100");
+    let generated = run_json(&[base, "--set", "workload.requests=400"]);
+    let replayed = run_json(&[
+        base,
+        "--set",
+        &format!("workload.arrivals={{trace: {}}}", csv.display()),
+        "--set",
+        "workload.requests=null",
+        "--set",
+        "workload.prompt_tokens=null",
+        "--set",
+        "workload.output_tokens=null",
+    ]);
+    assert_eq!(generated["classes"], replayed["classes"]);
+    assert_eq!(replayed["classes"][0]["requests"]["total"], interactive as u64);
+}

@@ -554,6 +554,17 @@ fn make_case(i: u64, seeds: &Seeds) -> Case {
                 spec.append(&mut sets);
                 sets = spec;
             }
+            // And every sixth with request classes under the priority
+            // policy (docs/priorities.md).
+            _ if (i / 3).is_multiple_of(2) => {
+                let mut prio = vec![
+                    "scheduler.policy=priority".to_string(),
+                    "workload.classes=[{name: chat, weight: 1, priority: -1}, {name: batch, weight: 3, priority: 2}]"
+                        .to_string(),
+                ];
+                prio.append(&mut sets);
+                sets = prio;
+            }
             _ => {}
         }
         (write(d, &name, &text), format!("{name} --set {}", sets.join(" --set ")), sets)

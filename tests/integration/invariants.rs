@@ -29,6 +29,9 @@ struct Req {
     finished: bool,
     /// Speculative decoding: drafts proposed for its next step.
     drafts: u32,
+    /// `(priority, arrival at the engine, id)`: the priority policy's
+    /// order (docs/priorities.md).
+    key: (i32, SimTime, u64),
 }
 
 /// An independent model of the engine's bookkeeping, fed by its events.
@@ -54,6 +57,12 @@ pub(crate) struct Checker {
     spec: Option<(u32, u32, u32)>,
     tokened_this_step: BTreeSet<RequestId>,
     pub(crate) verified: u64,
+    /// Under `scheduler.policy: priority`: each request's class (for its
+    /// priority) and the delay before it reaches the engine; the keys of
+    /// the requests admitted in the step.
+    priority: Option<(llmsim_planner::workload::classes::Classes, u64)>,
+    admitted_keys: Vec<(i32, SimTime, u64)>,
+    pub(crate) priority_checks: u64,
 }
 
 impl Checker {
@@ -77,7 +86,18 @@ impl Checker {
             spec: s.engine_config().speculative.map(|sp| (sp.tokens, sp.lookahead, s.model.context_length)),
             tokened_this_step: BTreeSet::new(),
             verified: 0,
+            priority: (s.scheduler.policy() == config::PolicyName::Priority).then(|| {
+                let classes = llmsim_planner::workload::classes::Classes::of(s).expect("classes with priority");
+                (classes, llmsim_core::time::secs_to_nanos(s.latency.request_overhead_ms / 1e3))
+            }),
+            admitted_keys: Vec::new(),
+            priority_checks: 0,
         }
+    }
+
+    /// Under priority: the running requests (holding blocks, not ended).
+    fn running_keys(&self) -> impl Iterator<Item = (i32, SimTime, u64)> + '_ {
+        self.reqs.iter().filter(|r| r.held > 0 && r.terminal == 0).map(|r| r.key)
     }
 
     fn fail(&mut self, msg: String) {
@@ -130,7 +150,11 @@ impl Observer for Checker {
         if id as usize != self.reqs.len() {
             self.fail(format!("id {id} out of order"));
         }
-        self.reqs.push(Req { prompt, output, ..Req::default() });
+        let key = match &self.priority {
+            Some((c, delay)) => (c.priority_of(id), _at.plus_nanos(*delay), id),
+            None => (0, _at, id),
+        };
+        self.reqs.push(Req { prompt, output, key, ..Req::default() });
     }
 
     fn scheduled(&mut self, id: RequestId, at: SimTime, tokens: u32, computed: u32) {
@@ -161,6 +185,7 @@ impl Observer for Checker {
         let want = if r.held == 0 {
             // admission takes the whole known length at once
             self.admitted_this_step += 1;
+            self.admitted_keys.push(r.key);
             self.blocks(known)
         } else {
             r.held.max(self.blocks(r.computed + tokens + lookahead))
@@ -188,6 +213,15 @@ impl Observer for Checker {
         self.time(at, "preempted");
         if self.scheduled_this_step.contains(&id) {
             self.fail(format!("request {id} preempted after being scheduled in the same step"));
+        }
+        // Under priority the victim is the running request with the
+        // largest key.
+        if self.priority.is_some() {
+            self.priority_checks += 1;
+            let top = self.running_keys().max();
+            if top != Some(self.reqs[id as usize].key) {
+                self.fail(format!("request {id} preempted, but the largest running key is {top:?}"));
+            }
         }
         self.preemptions += 1;
         self.set_held(id, 0);
@@ -267,6 +301,23 @@ impl Observer for Checker {
         if s.preempted > 0 && self.admitted_this_step > 0 {
             self.fail(format!("step {}: admitted requests in a step that preempted", s.index));
         }
+        // Under priority the step admitted a prefix of the waiting
+        // requests in key order: in order, and no request left waiting
+        // (arrived by the step's start) comes before one admitted.
+        if self.priority.is_some() && !self.admitted_keys.is_empty() {
+            self.priority_checks += 1;
+            if self.admitted_keys.windows(2).any(|w| w[0] >= w[1]) {
+                self.fail(format!("step {}: admitted out of key order: {:?}", s.index, self.admitted_keys));
+            }
+            let last = self.admitted_keys[self.admitted_keys.len() - 1];
+            let start = s.start;
+            let skipped = (self.reqs.iter())
+                .find(|r| r.held == 0 && r.terminal == 0 && r.key.1 <= start && r.key < last && !r.finished);
+            if let Some(r) = skipped {
+                self.fail(format!("step {}: {:?} left waiting behind admitted {last:?}", s.index, r.key));
+            }
+        }
+        self.admitted_keys.clear();
         if let Some((k, _, context)) = self.spec {
             for id in std::mem::take(&mut self.tokened_this_step) {
                 let r = &mut self.reqs[id as usize];
@@ -487,6 +538,51 @@ fn generated_scenarios_with_speculative_decoding_keep_the_invariants() {
     assert!(cov.preemptions > 100 && verified > 10_000, "{cov:?}, {verified} verifies");
     assert!(cov.finished > cov.requests / 2, "{cov:?}");
     eprintln!("invariants held over {} speculative scenarios: {cov:?}, {verified} verifies", SCENARIOS / 4);
+}
+
+/// vLLM's priority policy on the same generated scenarios, with two to
+/// four classes of random priorities and weights: the invariants hold, and
+/// the checker confirms each preemption's victim is the running request
+/// with the largest `(priority, arrival, id)` and each step admits the
+/// waiting requests in that order.
+#[test]
+fn generated_scenarios_under_priority_scheduling_keep_the_invariants_and_the_order() {
+    let mut cov = Coverage::default();
+    let mut checks = 0;
+    for i in 0..SCENARIOS / 4 {
+        let mut rng = ChaCha8Rng::seed_from_u64(0x9e10 + i);
+        let n = rng.random_range(2..=4);
+        let classes: Vec<String> = (0..n)
+            .map(|k| {
+                let (w, p) = (pick(&mut rng, &[1, 2, 5]), pick(&mut rng, &[-2, 0, 0, 1, 3]));
+                format!("{{name: c{k}, weight: {w}, priority: {p}}}")
+            })
+            .collect();
+        let text = generate(i).replacen("max_num_sequences:", "policy: priority, max_num_sequences:", 1).replacen(
+            "  seed:",
+            &format!("  classes: [{}]\n  seed:", classes.join(", ")),
+            1,
+        );
+        let s = scenario(&text);
+        let label = format!("priority scenario {i}");
+        let mut engine = Engine::new(s.engine_config());
+        let mut source = AnySource::new(&s);
+        let mut checker = Checker::new(&s);
+        let delay = llmsim_core::time::secs_to_nanos(s.latency.request_overhead_ms / 1e3);
+        let setup = Setup { limits: RunLimits::default(), delay_ns: delay, ..Setup::default() };
+        let mut both = (&mut checker, &mut ());
+        let ended =
+            drive(Single::new(&mut engine), &mut source, &mut both, &setup, |_, e, c| c.0.after_step(e), &mut |_| {});
+        assert!(checker.errors.is_empty(), "{label}: {:#?}\n{text}", checker.errors);
+        assert!(ended.is_ok(), "{label}: {ended:?}");
+        assert!(checker.reqs.iter().all(|r| r.terminal == 1), "{label}: a request did not end exactly once");
+        checks += checker.priority_checks;
+        cov.preemptions += checker.preemptions;
+        cov.requests += checker.reqs.len() as u64;
+        cov.finished += checker.reqs.iter().filter(|r| r.finished).count() as u64;
+    }
+    assert!(cov.preemptions > 100 && checks > 1_000, "{cov:?}, {checks} order checks");
+    eprintln!("priority order held over {} scenarios: {cov:?}, {checks} order checks", SCENARIOS / 4);
 }
 
 /// Counts verify events.

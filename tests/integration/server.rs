@@ -18,6 +18,7 @@ mod lifecycle;
 mod memory;
 mod parity;
 mod prefix;
+mod priority;
 mod python;
 mod speculative;
 mod structured;

@@ -378,7 +378,7 @@ workload: {arrivals: {poisson: {rate: 1}}, requests: 8, prompt_tokens: 100, outp
     let s = scenario(text);
     let mut exact = Engine::new(s.engine_config());
     for id in 0..8u64 {
-        let req = Request { id, arrival: SimTime::ZERO, prompt: 100, output: 100 + 50 * id as u32 };
+        let req = Request::new(id, SimTime::ZERO, 100, 100 + 50 * id as u32);
         exact.submit(req, &mut ()).unwrap();
     }
     let mut stretched = exact.clone();

@@ -126,7 +126,9 @@ struct Parts<'a> {
 
 impl Parts<'_> {
     fn collector(&self, s: &Scenario) -> Collector {
-        Collector::new(&s.capacity, self.options).summary_only_if(self.summary)
+        Collector::new(&s.capacity, self.options)
+            .summary_only_if(self.summary)
+            .classes(crate::workload::classes::Classes::of(s))
     }
 
     fn single<O: Observer>(

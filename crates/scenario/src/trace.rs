@@ -68,6 +68,21 @@ const MAX_ARRIVAL_NS: u64 = limits::MAX_SIM_SECONDS as u64 * 1_000_000_000;
 /// The optional content columns, in the order `llmsim trace` writes them.
 pub const CONTENT_COLUMNS: [&str; 3] = ["prefix_id", "prefix_tokens", "session_id"];
 
+/// The optional column naming each row's class (`workload.classes`,
+/// docs/priorities.md).
+pub const CLASS_COLUMN: &str = "class";
+
+/// A trace's `class` column: the names in order of first appearance, and
+/// each row's, as an index into them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClassColumn {
+    pub names: Vec<String>,
+    pub of_row: Vec<u16>,
+}
+
+/// The most distinct names a `class` column may hold.
+pub const MAX_CLASS_NAMES: usize = 1024;
+
 /// Tokens per `hash_ids` entry in Mooncake's published traces.
 pub const MOONCAKE_BLOCK_SIZE: u32 = 512;
 
@@ -180,13 +195,26 @@ pub fn read_with_content(
 /// [`read_with_content`] of a file already open (a trace given as a
 /// measured file to `run --trace-from`).
 pub fn read_input(
-    mut input: Input,
+    input: Input,
     hash_block_size: Option<u32>,
 ) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
+    read_input_classes(input, hash_block_size).map(|(rows, content, _)| (rows, content))
+}
+
+/// [`read_with_content`] with the trace's `class` column, if it has one
+/// (a CSV trace's; a JSONL trace has none).
+pub fn read_with_classes(file: &Path, hash_block_size: Option<u32>) -> Result<Parsed, TraceError> {
+    read_input_classes(input::open(Kind::Trace, file)?, hash_block_size)
+}
+
+/// A trace's rows, content and `class` column.
+pub type Parsed = (Vec<TraceRow>, Option<TraceContent>, Option<ClassColumn>);
+
+fn read_input_classes(mut input: Input, hash_block_size: Option<u32>) -> Result<Parsed, TraceError> {
     if input.first_non_space()? == Some(b'{') {
         let bs = hash_block_size.unwrap_or(MOONCAKE_BLOCK_SIZE);
         let (file, kind) = (input.file().to_path_buf(), input.kind());
-        return parse_jsonl_from(input, &file, kind, bs).map(|(rows, content)| (rows, Some(content)));
+        return parse_jsonl_from(input, &file, kind, bs).map(|(rows, content)| (rows, Some(content), None));
     }
     let (file, kind) = (input.file().to_path_buf(), input.kind());
     parse_csv_from(input, &file, kind)
@@ -200,6 +228,11 @@ pub fn parse(text: &str, file: &Path) -> Result<Vec<TraceRow>, TraceError> {
 /// Parses trace CSV text with its optional content columns (`None` when it
 /// has none of them).
 pub fn parse_with_content(text: &str, file: &Path) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
+    parse_csv_from(text.as_bytes(), file, Kind::Trace).map(|(rows, content, _)| (rows, content))
+}
+
+/// Parses trace CSV text with its content and `class` columns.
+pub fn parse_with_classes(text: &str, file: &Path) -> Result<Parsed, TraceError> {
     parse_csv_from(text.as_bytes(), file, Kind::Trace)
 }
 
@@ -214,11 +247,7 @@ fn csv_error(file: &Path, kind: Kind, at: String, what: &str, e: &csv::Error) ->
 
 /// Parses a trace CSV as it is read from `reader`; `kind` is the file's,
 /// for the message of a read that passes its limit.
-fn parse_csv_from<R: Read>(
-    reader: R,
-    file: &Path,
-    kind: Kind,
-) -> Result<(Vec<TraceRow>, Option<TraceContent>), TraceError> {
+fn parse_csv_from<R: Read>(reader: R, file: &Path, kind: Kind) -> Result<Parsed, TraceError> {
     // Names and fields are trimmed as `csv::Trim::All` trims them, but one
     // field at a time as it is read: the reader's trim copies every row.
     let mut reader = csv::ReaderBuilder::new().from_reader(reader);
@@ -256,6 +285,10 @@ fn parse_csv_from<R: Read>(
     }
     let any = optional.iter().chain(&blocks).any(Option::is_some);
     let mut content = any.then(|| ContentReader::new(file));
+    let class_at = headers.iter().position(|h| *h == CLASS_COLUMN);
+    let mut classes = class_at.map(|_| ClassColumn::default());
+    // Each name's index (looked up, never iterated).
+    let mut class_index: HashMap<String, u16> = HashMap::new();
     let mut rows = Vec::new();
     let mut last = SimTime::ZERO;
     // One record, read into again and again: no allocation a row.
@@ -329,12 +362,38 @@ fn parse_csv_from<R: Read>(
             c.add(line, &row, [cell(optional[0]), cell(optional[1]), cell(optional[2])], &rows)?;
             c.add_blocks(line, &row, [cell(blocks[0]), cell(blocks[1])])?;
         }
+        if let (Some(col), Some(classes)) = (class_at, &mut classes) {
+            let name = record.get(col).map_or("", str::trim);
+            let at = || format!("line {line}, column {CLASS_COLUMN}");
+            if name.is_empty() {
+                return Err(TraceError::new(file, at(), "empty: every row of a class column names its class"));
+            }
+            let index = match class_index.get(name) {
+                Some(&i) => i,
+                None if classes.names.len() >= MAX_CLASS_NAMES => {
+                    return Err(TraceError::new(
+                        file,
+                        at(),
+                        format!(
+                            "more than {MAX_CLASS_NAMES} distinct classes: a trace names at most {MAX_CLASS_NAMES}"
+                        ),
+                    ));
+                }
+                None => {
+                    let i = classes.names.len() as u16;
+                    classes.names.push(name.to_string());
+                    class_index.insert(name.to_string(), i);
+                    i
+                }
+            };
+            classes.of_row.push(index);
+        }
         rows.push(row);
     }
     if rows.is_empty() {
         return Err(TraceError::new(file, "", "the trace has no requests: add at least one row"));
     }
-    Ok((rows, content.map(|c| TraceContent { rows: c.rows, hash_block_size: None })))
+    Ok((rows, content.map(|c| TraceContent { rows: c.rows, hash_block_size: None }), classes))
 }
 
 /// Reads the content columns row by row, linking sessions.
@@ -632,6 +691,17 @@ pub fn write<W: Write>(out: W, rows: &[TraceRow]) -> csv::Result<()> {
 /// per row; hash ids have no CSV column and are left out), and the block
 /// id columns when a row has block ids.
 pub fn write_with_content<W: Write>(out: W, rows: &[TraceRow], content: Option<&[RowContent]>) -> csv::Result<()> {
+    write_with_classes(out, rows, content, None)
+}
+
+/// [`write_with_content`], plus the [`CLASS_COLUMN`] when `classes` (each
+/// row's class name) is given.
+pub fn write_with_classes<W: Write>(
+    out: W,
+    rows: &[TraceRow],
+    content: Option<&[RowContent]>,
+    classes: Option<&[&str]>,
+) -> csv::Result<()> {
     let mut w = csv::Writer::from_writer(out);
     let with_blocks = content.is_some_and(|c| c.iter().any(|r| r.blocks.is_some()));
     let mut header: Vec<&str> = COLUMNS.to_vec();
@@ -640,6 +710,9 @@ pub fn write_with_content<W: Write>(out: W, rows: &[TraceRow], content: Option<&
     }
     if with_blocks {
         header.extend(BLOCK_COLUMNS);
+    }
+    if classes.is_some() {
+        header.push(CLASS_COLUMN);
     }
     w.write_record(&header)?;
     for (i, r) in rows.iter().enumerate() {
@@ -657,6 +730,9 @@ pub fn write_with_content<W: Write>(out: W, rows: &[TraceRow], content: Option<&
                 Some(b) => record.extend([b.ranges(), b.block_size.to_string()]),
                 None => record.extend([String::new(), String::new()]),
             }
+        }
+        if let Some(classes) = classes {
+            record.push(classes.get(i).copied().unwrap_or_default().to_string());
         }
         w.write_record(&record)?;
     }

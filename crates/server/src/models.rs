@@ -395,6 +395,7 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         shared_prefix: None,
         sessions: None,
         hash_block_size: None,
+        classes: None,
     };
     let scenario = RawScenario {
         name: Some(name.to_string()),

@@ -36,6 +36,9 @@ pub struct FeedRequest {
     /// The conversation the request belongs to (`x-session-id` header, else
     /// the body's `user`), hashed: what `session_affinity` routes by.
     pub session: Option<u64>,
+    /// The body's `priority` (0 unless the model schedules by priority),
+    /// saturated to `i32`.
+    pub priority: i32,
 }
 
 /// What a handler asks of the engine task.

@@ -115,6 +115,9 @@ pub struct Fields {
     pub logprobs: Option<i64>,
     /// A chat request (names `top_logprobs` in errors).
     pub chat: bool,
+    /// vLLM's `priority` (lower first; honoured by a scheduler model with
+    /// `scheduler.policy: priority`, docs/priorities.md).
+    pub priority: i64,
 }
 
 /// Validated options, what the planner and the writers need.
@@ -138,6 +141,8 @@ pub struct Options {
     pub echo: bool,
     /// Top alternatives per token when logprobs are asked for.
     pub logprobs: Option<u32>,
+    /// vLLM's request `priority`, as sent.
+    pub priority: i64,
 }
 
 /// One pydantic error: its type, where, the message and the input.
@@ -339,6 +344,12 @@ pub fn max_tokens_below_one(shown: &str) -> ApiError {
     sampling_error(&s, "max_tokens", Some(shown.to_string()), true)
 }
 
+/// vLLM's refusal of a `priority` other than 0 when the engine does not
+/// schedule by priority (`--scheduling-policy fcfs`, its default).
+pub fn priority_not_enabled(priority: i64) -> ApiError {
+    ApiError::bad_request(format!("Got priority {priority} but Priority scheduling is not enabled."))
+}
+
 /// `SamplingParams`' refusal of `min_tokens` over the (clamped) `max_tokens`.
 pub fn min_tokens_over_max(min_tokens: u32, max_tokens: u32) -> ApiError {
     let s = format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.");
@@ -518,6 +529,7 @@ pub fn read(api: Api, body: &Value) -> Result<Parsed, ApiError> {
         frequency_penalty: r.float("frequency_penalty"),
         repetition_penalty: r.float("repetition_penalty"),
         min_tokens: r.int("min_tokens").unwrap_or(0),
+        priority: r.int("priority").unwrap_or(0),
         ignore_eos: r.boolean("ignore_eos").unwrap_or(false),
         include_stop_str_in_output: r.boolean("include_stop_str_in_output").unwrap_or(false),
         echo: r.boolean("echo").unwrap_or(false),
@@ -1103,6 +1115,7 @@ impl Fields {
             logprobs: self
                 .logprobs
                 .map(|l| if l == -1 { MAX_LOGPROBS as u32 } else { l.clamp(0, MAX_LOGPROBS) as u32 }),
+            priority: self.priority,
         }
     }
 }

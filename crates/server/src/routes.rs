@@ -23,6 +23,7 @@ use super::context::{Ctx, busy_error, explain, feed_error};
 use super::errors::ApiError;
 use super::faults::Kind;
 use super::feed::{Feed, FeedEvent};
+use super::models::EngineKind;
 use super::openai::{self, Api, Choice, Lengths, Reply};
 use super::prefix::PromptContent;
 use super::protocol::{FeedRequest, lock};
@@ -413,6 +414,13 @@ async fn handle(
         app.count_error(err.status.as_u16());
         return Ok(sse::error_response(&err));
     }
+    // vLLM's engine refuses a priority it does not schedule by.
+    let priority = reply.options.priority;
+    let by_priority = matches!(&model.spec.engine, EngineKind::Scheduler(s)
+        if s.engine.scheduling_policy == llmsim_core::engine::SchedulingPolicy::Priority);
+    if priority != 0 && !by_priority {
+        return Err(request::priority_not_enabled(priority));
+    }
     let fault = inject(app, model)?;
     let epoch = app.epoch.load(Ordering::SeqCst);
     let n = reply.options.n.max(1);
@@ -433,6 +441,7 @@ async fn handle(
                 super::prefix::for_model(&model.spec, content, c.prompt_tokens, &c.plan)
             }),
             session,
+            priority: priority.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
         };
         let (feed, acc) = match Feed::start(model, app.clock, req).await {
             Ok(started) => started,

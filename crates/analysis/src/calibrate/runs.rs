@@ -300,8 +300,12 @@ impl Base {
         let mut s = build(&value, &self.file)?;
         if let Some(rows) = &self.trace {
             let w = &mut s.workload;
-            w.arrivals =
-                Arrivals::Trace(Trace { path: "(measured requests)".into(), rows: Arc::clone(rows), content: None });
+            w.arrivals = Arrivals::Trace(Trace {
+                path: "(measured requests)".into(),
+                rows: Arc::clone(rows),
+                content: None,
+                classes: None,
+            });
             w.requests = None;
             w.duration_s = None;
             w.prompt_tokens = None;

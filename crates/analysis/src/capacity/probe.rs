@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::slo::{RequestItl, Slo, good_requests};
 use llmsim_planner::metrics::RunResult;
-use llmsim_scenario::config::{Arrivals, Scenario};
+use llmsim_scenario::config::Scenario;
 
 /// The most requests a probe runs on one seed (`--requests` included): a
 /// probe keeps a record per request, about 150 bytes each.
@@ -123,14 +123,10 @@ impl std::fmt::Display for SearchError {
 }
 
 /// A scenario whose open-loop rate is `rate`, with `n` requests.
+/// (With `capacity --class`, `rate` is that class's: [`llmsim_scenario::config::Workload::with_rate`].)
 pub fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
     let mut s = base.clone();
-    s.workload.arrivals = match s.workload.arrivals {
-        Arrivals::Poisson { .. } => Arrivals::Poisson { rate },
-        Arrivals::Gamma { burstiness, .. } => Arrivals::Gamma { rate, burstiness },
-        Arrivals::Constant { .. } => Arrivals::Constant { rate },
-        other => other,
-    };
+    s.workload = base.workload.with_rate(rate);
     s.workload.requests = Some(n);
     s.workload.duration_s = None;
     s

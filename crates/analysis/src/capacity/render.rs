@@ -23,7 +23,8 @@
 //! `{rate_rps, requests, pass, seeds_met, slo_values (worst over seeds),
 //! failed, goodput_rps, slo_attainment_pct, requests_per_s,
 //! output_tokens_per_s, e2e_mean_ms}` (means over seeds), both in the order
-//! they ran.
+//! they ran. With `--class NAME`: `class` and `other_classes_rps` (the
+//! varied class, and the other classes' rate beside it).
 
 use std::fmt::Write;
 
@@ -42,6 +43,12 @@ pub fn render(r: &SearchResult) -> String {
         seeds(&r.seeds)
     );
     let _ = writeln!(out, "SLOs        {}", r.slos.join(", "));
+    if let (Some(class), Some(others)) = (&r.class, r.other_classes_rps) {
+        let _ = writeln!(
+            out,
+            "class       {class}: every rate below is {class}'s alone, beside the other classes' {others:.3} req/s"
+        );
+    }
     let limit = match r.unsustained_rate_rps {
         Some(u) => format!("the queue grows from {u:.3} req/s offered"),
         None => format!("every rate up to {:.0} req/s was", super::saturation::MAX_RATE),

@@ -82,6 +82,13 @@ pub struct SearchResult {
     /// GPU budget that meets every SLO ([`super::fleet::split`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub split: Option<super::fleet::Split>,
+    /// With `--class NAME` (docs/priorities.md): the class whose rate was
+    /// varied (every rate above is that class's alone) and the rate of the
+    /// other classes beside it, as the scenario gives them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_classes_rps: Option<f64>,
 }
 
 fn is_one(x: &u32) -> bool {
@@ -264,5 +271,12 @@ fn finish(base: &Scenario, opts: &Options, f: Found, probes: Vec<Probe>) -> Sear
         probes,
         fleet: None,
         split: None,
+        class: base.workload.rate_class.and_then(|k| base.workload.classes.get(k)).map(|c| c.name.clone()),
+        other_classes_rps: base.workload.rate_class.and_then(|k| {
+            let w = &base.workload;
+            let sum: f64 = w.classes.iter().map(|c| c.weight).sum();
+            let own = w.classes.get(k)?.weight;
+            w.rate().map(|r| r * (sum - own) / sum)
+        }),
     }
 }

@@ -30,55 +30,130 @@ pub enum SloError {
     Metric { text: String, source: metric::UnknownMetric },
     #[error("`{text}`: the bound `{bound}` must be a number, 0 or more")]
     Bound { text: String, bound: String },
+    #[error(
+        "`{text}`: a class's SLO bounds its requests' latencies (ttft, itl, tpot, e2e or queue), not a \
+         run-wide figure"
+    )]
+    ClassMetric { text: String },
+    #[error("`{text}`: the scenario has no class `{class}` (workload.classes: {known})")]
+    Class { text: String, class: String, known: String },
 }
 
-#[derive(Copy, Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Slo {
     pub metric: Metric,
     /// Upper bound, in the metric's unit (milliseconds for `*_ms`).
     pub bound: f64,
+    /// `CLASS:METRIC=BOUND`: the SLO of one of `workload.classes`
+    /// (docs/priorities.md), bound to its index by [`Slo::bind`].
+    pub class: Option<SloClass>,
+}
+
+/// The class an SLO holds to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SloClass {
+    pub name: String,
+    /// Its index in `workload.classes` (set by [`Slo::bind`]).
+    pub index: Option<usize>,
 }
 
 impl Slo {
     /// Parses `METRIC=BOUND` (or `METRIC<=BOUND`), e.g. `ttft_p99_ms=500` or
-    /// `preemptions=0`.
+    /// `preemptions=0`; `CLASS:METRIC=BOUND` (`interactive:ttft_p99_ms=500`)
+    /// holds one class's requests to it.
     pub fn parse(text: &str) -> Result<Slo, SloError> {
         let (name, bound) = text
             .split_once("<=")
             .or_else(|| text.split_once('='))
             .ok_or_else(|| SloError::Form { text: text.to_string() })?;
+        let (class, name) = match name.split_once(':') {
+            Some((c, n)) if !c.trim().is_empty() => (Some(c.trim().to_string()), n),
+            Some(_) => return Err(SloError::Form { text: text.to_string() }),
+            None => (None, name),
+        };
         let metric = metric::parse_slo_metric(name.trim())
             .map_err(|source| SloError::Metric { text: text.to_string(), source })?;
+        let per_request = matches!(metric, Metric::Latency(f, _) if f != Family::Step);
+        if class.is_some() && !per_request {
+            return Err(SloError::ClassMetric { text: text.to_string() });
+        }
         let bound: f64 = bound
             .trim()
             .parse()
             .ok()
             .filter(|b: &f64| b.is_finite() && *b >= 0.0)
             .ok_or_else(|| SloError::Bound { text: text.to_string(), bound: bound.trim().to_string() })?;
-        Ok(Slo { metric, bound })
+        Ok(Slo { metric, bound, class: class.map(|name| SloClass { name, index: None }) })
+    }
+
+    /// Finds a class's SLO's class among the scenario's `workload.classes`.
+    pub fn bind(&mut self, s: &llmsim_scenario::config::Scenario) -> Result<(), SloError> {
+        let Some(c) = &mut self.class else { return Ok(()) };
+        let classes = &s.workload.classes;
+        match classes.iter().position(|k| k.name == c.name) {
+            Some(i) => {
+                c.index = Some(i);
+                Ok(())
+            }
+            None => Err(SloError::Class {
+                text: format!("{}:{}", c.name, self.metric.name()),
+                class: c.name.clone(),
+                known: match classes.is_empty() {
+                    true => "none".into(),
+                    false => classes.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", "),
+                },
+            }),
+        }
     }
 
     pub fn name(&self) -> String {
-        self.metric.name()
+        match &self.class {
+            Some(c) => format!("{}:{}", c.name, self.metric.name()),
+            None => self.metric.name(),
+        }
     }
 
-    /// The run's value of the metric.
+    /// The run's value of the metric (a class's SLO: over that class's
+    /// requests, the result's `classes` entry).
     pub fn value(&self, r: &RunResult) -> Option<f64> {
-        self.metric.value(r)
+        match &self.class {
+            None => self.metric.value(r),
+            Some(c) => {
+                let k = r.classes.as_ref().and_then(|cs| cs.get(c.index?))?;
+                let mut view = r.clone();
+                (view.ttft_ms, view.itl_ms, view.tpot_ms) = (k.ttft_ms.clone(), k.itl_ms.clone(), k.tpot_ms.clone());
+                (view.e2e_ms, view.queue_ms) = (k.e2e_ms.clone(), k.queue_ms.clone());
+                self.metric.value(&view)
+            }
+        }
     }
 
     /// The run meets the SLO. A metric without samples (TPOT when every
-    /// output is one token) is met if anything completed at all.
+    /// output is one token) is met if anything completed at all (for a
+    /// class's SLO, anything of that class).
     pub fn holds(&self, r: &RunResult) -> bool {
+        let completed = match &self.class {
+            None => r.requests.completed,
+            Some(c) => {
+                let k = r.classes.as_ref().and_then(|cs| c.index.and_then(|i| cs.get(i)));
+                k.map_or(0, |k| k.requests.completed)
+            }
+        };
         match self.value(r) {
             Some(v) => v <= self.bound,
-            None => r.requests.completed > 0,
+            None => completed > 0,
         }
     }
 
     /// The request meets the SLO (see the module docs for the mapping);
-    /// `itl` is the request's own ITL summary, if it had two tokens.
+    /// `itl` is the request's own ITL summary, if it had two tokens. A
+    /// class's SLO holds no request of another class.
     pub fn request_ok(&self, rec: &RequestRecord, itl: Option<&Stats>) -> bool {
+        if let Some(c) = &self.class
+            && c.index != Some(usize::from(rec.class))
+        {
+            return rec.status == Status::Finished;
+        }
         if rec.status != Status::Finished {
             return false;
         }
@@ -190,6 +265,7 @@ mod tests {
             max_gap_ns: gaps_ms.iter().max().copied().unwrap_or(0) * ms,
             status: Status::Finished,
             cached_tokens: None,
+            class: 0,
         }
     }
 

@@ -136,7 +136,8 @@ pub fn measure(s: &Scenario) -> Result<Measured, MeasureFailed> {
 /// Every metric name a run of `s` has, sorted.
 pub fn names(s: &Scenario) -> Vec<String> {
     // `finish`, not `summarize`: it adds what the scenario turns on (prefix_cache.*).
-    let empty = Collector::new(&s.capacity, CollectorOptions::default()).finish(s).result;
+    let classes = llmsim_planner::workload::classes::Classes::of(s);
+    let empty = Collector::new(&s.capacity, CollectorOptions::default()).classes(classes).finish(s).result;
     let mut all: Vec<String> = result_values(&empty).into_keys().collect();
     all.extend(DERIVED.iter().map(|(n, _)| (*n).to_string()));
     if s.cluster.is_some() {

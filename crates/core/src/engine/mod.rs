@@ -47,6 +47,24 @@ pub struct EngineConfig {
     /// Speculative decoding (docs/speculative.md); `None`: one token a
     /// decode step.
     pub speculative: Option<Speculative>,
+    /// The order of the waiting queue and the choice of a preemption's
+    /// victim (vLLM's `--scheduling-policy`; docs/priorities.md).
+    pub scheduling_policy: SchedulingPolicy,
+}
+
+/// vLLM's `--scheduling-policy` (docs/priorities.md).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum SchedulingPolicy {
+    /// First come, first served: arrivals join the back of `waiting`, a
+    /// preempted request its front; the victim is the newest running.
+    #[default]
+    Fcfs,
+    /// `waiting` is ordered by `(priority, arrival, id)`, lowest first (a
+    /// preempted request goes back to its place in that order); the victim
+    /// is the running request with the largest `(priority, arrival, id)`,
+    /// unscheduled if it was scheduled earlier in the step (vLLM V1's
+    /// `Scheduler.schedule`).
+    Priority,
 }
 
 /// The serving engine whose scheduler the core follows (docs/engine.md,
@@ -72,6 +90,16 @@ pub struct Request {
     pub arrival: SimTime,
     pub prompt: u32,
     pub output: u32,
+    /// vLLM's request `priority`: lower is served first under
+    /// [`SchedulingPolicy::Priority`] (ignored under FCFS). 0 by default.
+    pub priority: i32,
+}
+
+impl Request {
+    /// A request of priority 0.
+    pub fn new(id: RequestId, arrival: SimTime, prompt: u32, output: u32) -> Request {
+        Request { id, arrival, prompt, output, priority: 0 }
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -540,8 +568,40 @@ impl Engine {
             seq.state = State::Waiting;
             self.waiting_resumes += u64::from(seq.resumes());
             self.pending.pop_front();
-            self.waiting.push_back(slot);
+            match self.cfg.scheduling_policy {
+                SchedulingPolicy::Fcfs => self.waiting.push_back(slot),
+                SchedulingPolicy::Priority => self.queue_by_priority(slot),
+            }
         }
+    }
+
+    /// Under [`SchedulingPolicy::Priority`]: `slot` joins `waiting` at its
+    /// place in `(priority, arrival, id)` order (vLLM's
+    /// `PriorityRequestQueue`, a heap on the same key; ids break its ties
+    /// as request ids do there).
+    fn queue_by_priority(&mut self, slot: u32) {
+        let key = |s: &Seq| (s.req.priority, s.req.arrival, s.req.id);
+        let me = key(&self.slots[slot as usize]);
+        let slots = &self.slots;
+        let at = self.waiting.partition_point(|&w| key(&slots[w as usize]) < me);
+        self.waiting.insert(at, slot);
+    }
+
+    /// The running request a preemption takes: under FCFS the newest (the
+    /// last in running order); under priority the one with the largest
+    /// `(priority, arrival)` (vLLM's `max`), equal arrivals broken by id:
+    /// simulated arrivals can share an instant, real ones are never equal
+    /// and come in id order. Its index in `running`, which is not empty.
+    fn victim(&self) -> usize {
+        let last = self.running.len() - 1;
+        if self.cfg.scheduling_policy == SchedulingPolicy::Fcfs {
+            return last;
+        }
+        let key = |i: usize| {
+            let r = &self.slots[self.running[i] as usize].req;
+            (r.priority, r.arrival, r.id)
+        };
+        (1..self.running.len()).fold(0, |best, i| if key(i) > key(best) { i } else { best })
     }
 
     /// Step 2: running requests, oldest first, take budget; growth that does
@@ -551,6 +611,7 @@ impl Engine {
         let mut i = 0;
         // Read once: the loop runs for every running request of every step.
         let lookahead = self.cfg.speculative.as_ref().map_or(0, |s| s.lookahead);
+        let by_priority = self.cfg.scheduling_policy == SchedulingPolicy::Priority;
         while i < self.running.len() && *budget > 0 {
             let slot = self.running[i];
             let seq = &self.slots[slot as usize];
@@ -568,19 +629,59 @@ impl Engine {
             };
             while need > self.kv.free() {
                 // `running[i]` is in the list, so it is not empty.
-                let Some(victim) = self.running.pop() else { break };
+                let v = self.victim();
+                let victim = self.running.remove(v);
+                if v < i {
+                    // Scheduled earlier in this step: it leaves the batch
+                    // and gives its tokens back.
+                    *budget += self.unschedule(victim);
+                    i -= 1;
+                }
                 self.preempt(victim, at, obs);
                 preempted += 1;
                 if victim == slot {
+                    self.announce_running(by_priority, at, obs);
                     return preempted;
                 }
             }
             self.grow(slot, need);
-            self.add_to_batch(slot, tokens, at, obs);
+            match by_priority {
+                false => self.add_to_batch(slot, tokens, at, obs),
+                true => self.add_to_batch_quietly(slot, tokens),
+            }
             *budget -= tokens;
             i += 1;
         }
+        self.announce_running(by_priority, at, obs);
         preempted
+    }
+
+    /// Under priority scheduling a running request's place in the batch
+    /// is final only once the running requests are done (a later one may
+    /// unschedule it): their `scheduled` events are sent then, in batch
+    /// order, after the step's `preempted` events.
+    fn announce_running<O: Observer>(&self, by_priority: bool, at: SimTime, obs: &mut O) {
+        if by_priority {
+            for &(slot, tokens) in &self.batch {
+                let seq = &self.slots[slot as usize];
+                obs.scheduled(seq.req.id, at, tokens, seq.computed);
+            }
+        }
+    }
+
+    /// Takes `slot` out of the step being built and returns its tokens;
+    /// the step's shape is summed again over the rest of the batch.
+    fn unschedule(&mut self, slot: u32) -> u32 {
+        let Some(at) = self.batch.iter().position(|&(s, _)| s == slot) else { return 0 };
+        let (_, tokens) = self.batch.remove(at);
+        self.shape = StepShape::default();
+        self.prefill = 0;
+        (self.drafting, self.drafting_ctx) = (0, 0);
+        for k in 0..self.batch.len() {
+            let (s, n) = self.batch[k];
+            self.count_in_shape(s, n);
+        }
+        tokens
     }
 
     /// Step 3: admit from the head of `waiting` while the whole known length
@@ -853,8 +954,32 @@ impl Engine {
     /// (rule 4), so a request scheduled later in the step can hit them.
     #[inline(always)]
     fn add_to_batch<O: Observer>(&mut self, slot: u32, tokens: u32, at: SimTime, obs: &mut O) {
-        let seq = &mut self.slots[slot as usize];
+        let seq = &self.slots[slot as usize];
         obs.scheduled(seq.req.id, at, tokens, seq.computed);
+        self.add_to_batch_quietly(slot, tokens);
+    }
+
+    /// [`Engine::add_to_batch`] without its `scheduled` event.
+    #[inline(always)]
+    fn add_to_batch_quietly(&mut self, slot: u32, tokens: u32) {
+        self.count_in_shape(slot, tokens);
+        let seq = &mut self.slots[slot as usize];
+        seq.drafts = 0;
+        // Drafts are not content until verified: blocks register up to the
+        // known tokens only.
+        let content = (seq.computed + tokens).min(seq.known());
+        if let Kv::Prefix(p) = &mut self.kv
+            && u64::from(content) >= seq.register_at
+        {
+            seq.register_at = p.register(slot, content);
+        }
+        self.batch.push((slot, tokens));
+    }
+
+    /// Adds `tokens` of a request to the shape of the step being built.
+    #[inline(always)]
+    fn count_in_shape(&mut self, slot: u32, tokens: u32) {
+        let seq = &self.slots[slot as usize];
         let (n, c) = (u64::from(tokens), u64::from(seq.computed));
         self.shape.tokens += n;
         self.shape.sum_ctx += c + n;
@@ -862,7 +987,6 @@ impl Engine {
         // It samples when the step reaches its last known token (and with
         // drafts, goes past it); then it drafts again.
         let samples = c + n >= u64::from(seq.known());
-        seq.drafts = 0;
         if self.cfg.speculative.is_some() && samples {
             self.drafting += 1;
             self.drafting_ctx += c + n;
@@ -880,15 +1004,6 @@ impl Engine {
         if seq.remaining() > 1 || seq.generated == 0 {
             self.prefill += n;
         }
-        // Drafts are not content until verified: blocks register up to the
-        // known tokens only.
-        let content = (seq.computed + tokens).min(seq.known());
-        if let Kv::Prefix(p) = &mut self.kv
-            && u64::from(content) >= seq.register_at
-        {
-            seq.register_at = p.register(slot, content);
-        }
-        self.batch.push((slot, tokens));
     }
 
     /// A running request takes `n` more blocks; the caller checked they are free.
@@ -943,7 +1058,10 @@ impl Engine {
         obs.preempted(seq.req.id, at);
         self.queued_blocks += self.cfg.capacity.blocks_for(u64::from(seq.known()));
         self.waiting_resumes += u64::from(seq.resumes());
-        self.waiting.push_front(slot);
+        match self.cfg.scheduling_policy {
+            SchedulingPolicy::Fcfs => self.waiting.push_front(slot),
+            SchedulingPolicy::Priority => self.queue_by_priority(slot),
+        }
     }
 
     /// Frees a slot and its blocks; the caller removed it from its queue.

@@ -64,6 +64,7 @@ fn engine(l: Limits) -> Engine {
         prefix_caching: false,
         policy: Policy::Vllm,
         speculative: None,
+        scheduling_policy: Default::default(),
     })
 }
 
@@ -79,7 +80,7 @@ fn limits() -> Limits {
 }
 
 fn req(id: u64, at_ns: u64, prompt: u32, output: u32) -> Request {
-    Request { id, arrival: SimTime::from_nanos(at_ns), prompt, output }
+    Request::new(id, SimTime::from_nanos(at_ns), prompt, output)
 }
 
 #[test]
@@ -285,6 +286,7 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         prefix_caching: false,
         policy: Policy::Vllm,
         speculative: None,
+        scheduling_policy: Default::default(),
     })
 }
 
@@ -334,7 +336,7 @@ fn a_512_token_prompt_among_64_decodes_hides_under_memory_but_three_do_not() {
         }
         let now = e.clock();
         for id in 0..prompts {
-            e.submit(Request { id: 64 + id, arrival: now, prompt: 512, output: 1 }, &mut ()).unwrap();
+            e.submit(Request::new(64 + id, now, 512, 1), &mut ()).unwrap();
         }
         let s = e.step(&mut ()).unwrap();
         assert_eq!((s.batch_size as u64, s.tokens as u64), (64 + prompts, 64 + 512 * prompts));
@@ -698,4 +700,90 @@ fn the_same_requests_accept_the_same_drafts_alone_or_together() {
     let alone = outcomes(0);
     assert!(alone.iter().any(|r| r.2 == 0) && alone.iter().any(|r| r.2 == 3), "{alone:?}");
     assert_eq!(alone, outcomes(7));
+}
+
+/// [`engine`] under vLLM's priority policy ([`SchedulingPolicy::Priority`]).
+fn by_priority(l: Limits) -> Engine {
+    let mut e = engine(l);
+    e.cfg.scheduling_policy = SchedulingPolicy::Priority;
+    e
+}
+
+fn prio(id: u64, at_ns: u64, prompt: u32, output: u32, priority: i32) -> Request {
+    Request { priority, ..req(id, at_ns, prompt, output) }
+}
+
+#[test]
+fn priority_orders_the_waiting_queue_by_priority_then_arrival_then_id() {
+    // One request at a time (max_seqs 1), each done in one step: the
+    // order they run in is the queue's.
+    let order = |mut e: Engine| {
+        let mut log = Log::default();
+        for (id, p) in [(0, 5), (1, 0), (2, -1), (3, 0)] {
+            e.submit(prio(id, 0, 4, 1, p), &mut log).unwrap();
+        }
+        while e.step(&mut log).is_some() {}
+        let events = log.take();
+        events.iter().filter(|e| e.starts_with("sched")).map(|e| e[6..7].to_string()).collect::<Vec<_>>().join("")
+    };
+    assert_eq!(order(by_priority(Limits { max_seqs: 1, ..limits() })), "2130");
+    assert_eq!(order(engine(Limits { max_seqs: 1, ..limits() })), "0123", "FCFS ignores priorities");
+}
+
+#[test]
+fn priority_preempts_the_lowest_class_and_unschedules_it_if_already_in_the_step() {
+    // 4 blocks of 4 tokens, no watermark. Request 0 (priority 1) runs
+    // first; request 1 (priority 0) joins in step 2. In step 3 request 0
+    // takes a third block for its 9th token, then request 1 needs a
+    // block for its 5th: the victim is request 0 (the larger priority),
+    // already in the step, so it leaves the batch, its three blocks free.
+    let run = |mut e: Engine| {
+        let mut log = Log::default();
+        e.submit(prio(0, 0, 7, 5, 1), &mut log).unwrap();
+        e.step(&mut log).unwrap();
+        let at = e.clock().as_nanos();
+        e.submit(prio(1, at, 4, 5, 0), &mut log).unwrap();
+        e.step(&mut log).unwrap();
+        let early = log.take();
+        let s3 = e.step(&mut log).unwrap();
+        let third = log.take();
+        // Request 2 (priority 0) arrives after the preemption.
+        let at = e.clock().as_nanos();
+        e.submit(prio(2, at, 4, 1, 0), &mut log).unwrap();
+        e.step(&mut log).unwrap();
+        (early, s3, third, log.take(), e)
+    };
+    let (early, s3, third, fourth, e) = run(by_priority(Limits { num_blocks: 4, ..limits() }));
+    assert_eq!(early, ["sched 0 7@0", "token 0#1", "sched 0 1@7", "sched 1 4@0", "token 0#2", "token 1#1"]);
+    assert_eq!(third, ["preempt 0", "sched 1 1@4", "token 1#2"]);
+    assert_eq!((s3.preempted, s3.batch_size, s3.tokens, s3.sum_ctx), (1, 1, 1, 5), "request 0's token left the step");
+    assert_eq!(s3.kv_blocks_used, 2, "request 1's two blocks; request 0's three are free");
+    // Request 0 went back to its place by priority, behind request 2 (the
+    // same 1 free block would hold request 2, never request 0's 9 tokens).
+    assert_eq!(fourth, ["sched 1 1@5", "sched 2 4@0", "token 1#3", "token 2#1", "finish 2"]);
+    assert_eq!(e.num_waiting(), 1);
+    e.check_invariants().unwrap();
+
+    // FCFS: the newest (request 1) preempts itself, and request 0, back
+    // at the front, would block request 2.
+    let (_, s3, third, fourth, _) = run(engine(Limits { num_blocks: 4, ..limits() }));
+    assert_eq!(third, ["sched 0 1@8", "preempt 1", "token 0#3"]);
+    assert_eq!((s3.preempted, s3.batch_size), (1, 1));
+    assert_eq!(fourth, ["sched 0 1@9", "token 0#4"], "request 1 (5 tokens, 2 blocks) waits at the front, 1 block free");
+}
+
+#[test]
+fn priority_breaks_equal_arrivals_by_id_as_real_arrival_times_would() {
+    // Two running requests of one priority that arrived at the same
+    // simulated instant: the later id is the later arrival, and the victim.
+    let mut e = by_priority(Limits { num_blocks: 4, ..limits() });
+    let mut log = Log::default();
+    e.submit(prio(0, 0, 8, 4, 0), &mut log).unwrap();
+    e.submit(prio(1, 0, 8, 4, 0), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    log.take();
+    let s = e.step(&mut log).unwrap();
+    assert_eq!(s.preempted, 1);
+    assert_eq!(log.take(), ["preempt 1", "sched 0 1@8", "token 0#2"]);
+    e.check_invariants().unwrap();
 }

@@ -272,7 +272,7 @@ impl<'a> Pools<'a> {
         self.run.placement.decode[id as usize] = Some(r as u32);
         self.outstanding[1][r] += 1;
         self.run.decode[r].requests += 1;
-        self.decode[r].submit_transferred(Request { id, arrival: end, prompt: k.prompt, output: k.output });
+        self.decode[r].submit_transferred(Request::new(id, end, k.prompt, k.output));
         self.next.update(PoolKind::Decode, r, &self.decode[r]);
     }
 

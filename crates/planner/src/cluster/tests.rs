@@ -133,7 +133,7 @@ impl Source for Fixed {
 }
 
 fn req(id: u64, at: SimTime, prompt: u32, output: u32) -> Request {
-    Request { id, arrival: at, prompt, output }
+    Request::new(id, at, prompt, output)
 }
 
 /// Runs `requests` on `replicas` engines of `s` behind `policy`; returns

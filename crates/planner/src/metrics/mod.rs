@@ -55,6 +55,8 @@ pub struct RequestRecord {
     /// With prefix caching: prompt tokens found in the cache at its first
     /// admission (`None` before it is admitted, or without caching).
     pub cached_tokens: Option<u32>,
+    /// With `workload.classes`: its class, an index into them (else 0).
+    pub class: u8,
 }
 
 /// What one released token was, for a request's latency figures.
@@ -97,6 +99,7 @@ impl RequestRecord {
             max_gap_ns: 0,
             status: Status::InFlight,
             cached_tokens: None,
+            class: 0,
         }
     }
 
@@ -214,6 +217,17 @@ pub struct Collector {
     at_risk: BTreeMap<RequestId, Vec<u64>>,
     /// Speculative decoding's counters, from the first verified draft.
     spec: Option<SpecTotals>,
+    /// With `workload.classes`: each class's figures.
+    per_class: Option<Box<PerClass>>,
+}
+
+/// Each class's counts, folded requests, ITL and preemptions.
+struct PerClass {
+    classes: crate::workload::classes::Classes,
+    arrived: Vec<u64>,
+    totals: Vec<fold::Totals>,
+    itl: Vec<Histogram>,
+    preemptions: Vec<u64>,
 }
 
 /// Speculative decoding's counters as vLLM keeps them: verify steps of a
@@ -241,6 +255,47 @@ impl SpecTotals {
 
     pub fn accepted(&self) -> u64 {
         self.accepted_per_pos.iter().sum()
+    }
+}
+
+impl PerClass {
+    /// Each class's figures; rates over the run's `duration_s`.
+    fn summarize(&self, duration_s: f64) -> Vec<ClassOut> {
+        let per_s = |x: u64| if duration_s > 0.0 { x as f64 / duration_s } else { 0.0 };
+        (0..self.classes.len())
+            .map(|k| {
+                let t = &self.totals[k];
+                let (input_tokens, output_tokens) = (t.input_tokens, t.output_tokens);
+                ClassOut {
+                    name: self.classes.names[k].clone(),
+                    priority: self.classes.priorities[k],
+                    weight: self.classes.weights[k],
+                    requests: RequestsOut {
+                        total: self.arrived[k],
+                        completed: t.completed,
+                        rejected: t.rejected_ctx + t.rejected_kv,
+                        rejected_context_length: t.rejected_ctx,
+                        rejected_kv_capacity: t.rejected_kv,
+                        aborted: t.aborted,
+                        input_tokens,
+                        output_tokens,
+                    },
+                    throughput: ThroughputOut {
+                        duration_s,
+                        requests_per_s: per_s(t.completed),
+                        input_tokens_per_s: per_s(input_tokens),
+                        output_tokens_per_s: per_s(output_tokens),
+                        total_tokens_per_s: per_s(input_tokens + output_tokens),
+                    },
+                    ttft_ms: t.ttft.stats(),
+                    itl_ms: Stats::from_histogram(&self.itl[k]),
+                    tpot_ms: t.tpot.stats(),
+                    e2e_ms: t.e2e.stats(),
+                    queue_ms: t.queue.stats(),
+                    preemptions: self.preemptions[k],
+                }
+            })
+            .collect()
     }
 }
 
@@ -298,6 +353,7 @@ impl Collector {
             fits_tokens: capacity.admissible_tokens(),
             at_risk: BTreeMap::new(),
             spec: None,
+            per_class: None,
             requests: Vec::new(),
             base: 0,
             summary_only: false,
@@ -320,6 +376,22 @@ impl Collector {
             prefix_hit: 0,
             stretch_buf: StretchBuf::default(),
         }
+    }
+
+    /// Reports each of `classes` too (the result's `classes`); a request's
+    /// class is found from its id ([`crate::workload::classes`]).
+    pub fn classes(mut self, classes: Option<crate::workload::classes::Classes>) -> Collector {
+        self.per_class = classes.map(|classes| {
+            let n = classes.len();
+            Box::new(PerClass {
+                classes,
+                arrived: vec![0; n],
+                totals: (0..n).map(|_| fold::Totals::default()).collect(),
+                itl: (0..n).map(|_| Histogram::new()).collect(),
+                preemptions: vec![0; n],
+            })
+        });
+        self
     }
 
     /// Keeps no record of a request once it has ended: the summary is the
@@ -368,11 +440,15 @@ impl Collector {
 
     /// Request `id` ended with `status`: its figures join the totals (once).
     fn end(&mut self, id: RequestId, status: Status) {
+        let class = self.rec(id).map_or(0, |r| usize::from(r.class));
         if let Some(gaps) = self.at_risk.remove(&id)
             && status == Status::Finished
         {
             for gap in gaps {
                 self.itl_add(gap, 1);
+                if let Some(pc) = &mut self.per_class {
+                    pc.itl[class].record(gap);
+                }
             }
         }
         let Some(r) = self.rec(id) else { return };
@@ -383,6 +459,9 @@ impl Collector {
         r.status = status;
         let i = (id - self.base) as usize;
         self.totals.fold(&self.requests[i]);
+        if let Some(pc) = &mut self.per_class {
+            pc.totals[class].fold(&self.requests[i]);
+        }
         if self.summary_only {
             while self.ended_prefix < self.requests.len() && self.requests[self.ended_prefix].status != Status::InFlight
             {
@@ -526,6 +605,7 @@ impl Collector {
                 .spec
                 .as_ref()
                 .map(|s| result::SpeculativeOut::from_counts(s.drafts, s.draft_tokens, s.accepted_per_pos.clone())),
+            classes: self.per_class.as_ref().map(|pc| pc.summarize(duration_s)),
         }
     }
 }
@@ -533,7 +613,13 @@ impl Collector {
 impl Observer for Collector {
     fn arrived(&mut self, id: RequestId, at: SimTime, prompt: u32, output: u32) {
         debug_assert_eq!(id, self.base + self.requests.len() as u64, "ids must be 0, 1, 2, ...");
-        self.requests.push(RequestRecord::new(id, at, prompt, output));
+        let mut record = RequestRecord::new(id, at, prompt, output);
+        if let Some(pc) = &mut self.per_class {
+            let k = pc.classes.class_of(id);
+            pc.arrived[k] += 1;
+            record.class = k as u8;
+        }
+        self.requests.push(record);
         if u64::from(prompt) + u64::from(output) > self.fits_tokens {
             self.at_risk.insert(id, Vec::new());
         }
@@ -547,8 +633,11 @@ impl Observer for Collector {
 
     fn preempted(&mut self, id: RequestId, _at: SimTime) {
         self.preemptions += 1;
-        if let Some(r) = self.rec(id) {
-            r.preemptions += 1;
+        let Some(r) = self.rec(id) else { return };
+        r.preemptions += 1;
+        let class = usize::from(r.class);
+        if let Some(pc) = &mut self.per_class {
+            pc.preemptions[class] += 1;
         }
     }
 
@@ -558,10 +647,16 @@ impl Observer for Collector {
 
     fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
         let Some(r) = self.rec(id) else { return };
+        let class = usize::from(r.class);
         if let TokenGap::Next { gap_ns } = r.add_token(at, index) {
             match self.at_risk.get_mut(&id) {
                 Some(gaps) => gaps.push(gap_ns),
-                None => self.itl_add(gap_ns, 1),
+                None => {
+                    self.itl_add(gap_ns, 1);
+                    if let Some(pc) = &mut self.per_class {
+                        pc.itl[class].record(gap_ns);
+                    }
+                }
             }
         }
     }
@@ -571,6 +666,10 @@ impl Observer for Collector {
     /// ones are the durations of the steps it takes part in, which every
     /// request in them shares.
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
+        if self.per_class.is_some() {
+            // Each request's gaps go to its class: the events one by one.
+            return llmsim_core::engine::events::replay_stretch(self, s);
+        }
         let (Some(first), k) = (s.steps.first(), s.steps.len()) else { return };
         // A request decoding without a token seen here (a collector that
         // joined late): the events one by one.

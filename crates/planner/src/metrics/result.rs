@@ -75,6 +75,28 @@ pub struct RunResult {
     /// spec-decoding counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculative: Option<SpeculativeOut>,
+    /// With `workload.classes` only (docs/priorities.md): each class's
+    /// figures, in the order the scenario gives them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<Vec<ClassOut>>,
+}
+
+/// One class's figures: its requests and latencies as the run-wide ones
+/// are counted, its throughput over the whole run's duration (so the
+/// classes' rates add up to the run's).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassOut {
+    pub name: String,
+    pub priority: i32,
+    pub weight: f64,
+    pub requests: RequestsOut,
+    pub throughput: ThroughputOut,
+    pub ttft_ms: Stats,
+    pub itl_ms: Stats,
+    pub tpot_ms: Stats,
+    pub e2e_ms: Stats,
+    pub queue_ms: Stats,
+    pub preemptions: u64,
 }
 
 /// Speculative decoding's counters, named as vLLM's `/metrics` names them

@@ -128,8 +128,41 @@ pub fn workload_line(s: &Scenario) -> String {
         };
         let _ = write!(out, ", sessions of {turns} turns (think {} s mean)", se.think_s.mean());
     }
+    if !w.classes.is_empty() {
+        let total: f64 = w.classes.iter().map(|c| c.weight).sum();
+        let each: Vec<String> = (w.classes.iter())
+            .map(|c| format!("{} {:.0}% priority {}", c.name, 100.0 * c.weight / total, c.priority))
+            .collect();
+        let _ = write!(out, ", classes {}", each.join(", "));
+    }
     let _ = write!(out, ", seed {}", w.seed);
     out
+}
+
+/// One line a class: its requests, TTFT, ITL and E2E (p50 / p99) and
+/// preemptions (docs/priorities.md).
+fn class_rows(out: &mut String, r: &RunResult) {
+    let Some(classes) = &r.classes else { return };
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "  {:<12} {:>9} {:>9} {:>19} {:>15} {:>19} {:>8}",
+        "class", "requests", "req/s", "TTFT p50/p99 ms", "ITL p50/p99 ms", "E2E p50/p99 ms", "preempt"
+    );
+    let pair = |s: &Stats| format!("{}/{}", opt(s.p50, 1), opt(s.p99, 1));
+    for c in classes {
+        let _ = writeln!(
+            out,
+            "  {:<12} {:>9} {:>9.2} {:>19} {:>15} {:>19} {:>8}",
+            c.name,
+            thousands(c.requests.completed),
+            c.throughput.requests_per_s,
+            pair(&c.ttft_ms),
+            pair(&c.itl_ms),
+            pair(&c.e2e_ms),
+            thousands(c.preemptions)
+        );
+    }
 }
 
 fn row(out: &mut String, name: &str, s: &Stats) {
@@ -195,10 +228,14 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
     }
     let _ = writeln!(
         out,
-        "scheduler  max_batch_tokens {}, max_num_sequences {}, {overheads}{}",
+        "scheduler  max_batch_tokens {}, max_num_sequences {}, {overheads}{}{}",
         s.scheduler.max_batch_tokens,
         s.scheduler.max_num_sequences,
-        if s.prefix_caching() { ", prefix caching on" } else { "" }
+        if s.prefix_caching() { ", prefix caching on" } else { "" },
+        match s.scheduler.policy() {
+            llmsim_scenario::config::PolicyName::Priority => ", priority scheduling",
+            llmsim_scenario::config::PolicyName::Fcfs => "",
+        }
     );
     if let Some(sp) = &s.speculative {
         let _ = writeln!(out, "speculative {}", speculative_line(sp));
@@ -232,6 +269,7 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
     row(&mut out, "E2E", &r.e2e_ms);
     row(&mut out, "queue", &r.queue_ms);
     row(&mut out, "step", &r.steps.duration_ms);
+    class_rows(&mut out, r);
     let _ = writeln!(out);
     let _ = writeln!(
         out,

@@ -391,7 +391,7 @@ impl Source for SessionSource {
         self.conversation_of.push_back(conv);
         self.issued += 1;
         // An absurd history saturates; the context check rejects it on arrival.
-        Some(Request { id, arrival, prompt: prompt.min(u64::from(u32::MAX)) as u32, output })
+        Some(Request::new(id, arrival, prompt.min(u64::from(u32::MAX)) as u32, output))
     }
 
     fn segments(&self) -> &[Segment] {

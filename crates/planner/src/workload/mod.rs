@@ -7,6 +7,7 @@
 //! Shared prefixes and sessions (`content`) draw from streams of their own,
 //! so turning them on leaves the other draws as they were.
 
+pub mod classes;
 pub mod content;
 pub mod dist;
 
@@ -83,10 +84,22 @@ pub enum AnySource {
     Prefixed(Box<Prefixed>),
     /// `workload.sessions`.
     Sessions(Box<SessionSource>),
+    /// Any of the above with `workload.classes`: its requests carry their
+    /// class's priority.
+    Classed(Box<classes::Classed>),
 }
 
 impl AnySource {
     pub fn new(s: &Scenario) -> AnySource {
+        let source = Self::unclassed(s);
+        match classes::Classes::of(s) {
+            Some(classes) => AnySource::Classed(Box::new(classes::Classed { inner: source, classes })),
+            None => source,
+        }
+    }
+
+    /// The source without classes.
+    fn unclassed(s: &Scenario) -> AnySource {
         let w = &s.workload;
         if let Some(sessions) = &w.sessions {
             return AnySource::Sessions(Box::new(SessionSource::new(s, sessions)));
@@ -129,6 +142,7 @@ impl AnySource {
             AnySource::Open(_) | AnySource::Closed(_) | AnySource::Trace(_) => {}
             AnySource::Prefixed(p) => p.keep_rows(),
             AnySource::Sessions(s) => s.keep_rows(),
+            AnySource::Classed(c) => c.inner.keep_rows(),
         }
     }
 
@@ -142,6 +156,7 @@ impl AnySource {
             AnySource::Trace(t) => t.content.as_ref().map(|c| c.rows().to_vec()),
             AnySource::Prefixed(p) => p.row_content(),
             AnySource::Sessions(s) => s.row_content(),
+            AnySource::Classed(c) => c.inner.row_content(),
         }
     }
 }
@@ -158,6 +173,7 @@ macro_rules! each_source {
             AnySource::Trace($s) => $e,
             AnySource::Prefixed($s) => $e,
             AnySource::Sessions($s) => $e,
+            AnySource::Classed($s) => $e,
         }
     };
 }
@@ -340,7 +356,7 @@ impl Source for OpenLoop {
     fn pop(&mut self) -> Option<Request> {
         let arrival = self.peek()?;
         let (prompt, output) = self.lengths.next();
-        let req = Request { id: self.issued, arrival, prompt, output };
+        let req = Request::new(self.issued, arrival, prompt, output);
         self.issued += 1;
         self.next_at = arrival.plus_nanos(self.gap_nanos());
         Some(req)
@@ -427,7 +443,7 @@ impl Source for ClosedLoop {
         let arrival = self.peek()?;
         let Reverse((_, user)) = self.ready.pop()?;
         let (prompt, output) = self.lengths.next();
-        let req = Request { id: self.issued, arrival, prompt, output };
+        let req = Request::new(self.issued, arrival, prompt, output);
         self.issued += 1;
         self.users.push_back(user);
         self.instant = if self.instant.0 == arrival { (arrival, self.instant.1 + 1) } else { (arrival, 1) };
@@ -491,7 +507,7 @@ impl Source for TraceSource {
     fn pop(&mut self) -> Option<Request> {
         self.peek()?;
         let row = self.rows[self.next];
-        let req = Request { id: self.next as u64, arrival: row.arrival, prompt: row.prompt, output: row.output };
+        let req = Request::new(self.next as u64, row.arrival, row.prompt, row.output);
         if let Some(c) = &mut self.content {
             c.build(self.next, &self.rows);
         }

@@ -182,7 +182,14 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
                 max_batch_tokens: s.max_batch_tokens.or(b.scheduler.max_batch_tokens),
                 max_num_sequences: s.max_num_sequences.or(b.scheduler.max_num_sequences),
                 cuda_graph_max_tokens: s.cuda_graph_max_tokens.or(b.scheduler.cuda_graph_max_tokens),
+                policy: None,
             };
+            if s.policy.is_some() {
+                return Err(under_pool(ck.err(
+                    "scheduler.policy",
+                    "not allowed under a pool: priority scheduling is not modelled with prefill/decode pools",
+                )));
+            }
             Some(super::sections::scheduler(ck, &merged).map_err(under_pool)?)
         }
         None => None,

@@ -356,6 +356,8 @@ pub struct RawScheduler {
     /// The largest step run as a CUDA graph (per-operator form only).
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub cuda_graph_max_tokens: Option<i64>,
+    /// `fcfs` (default) or `priority` (vLLM's `--scheduling-policy`).
+    pub policy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -444,6 +446,21 @@ pub struct RawWorkload {
     /// Tokens per `hash_ids` entry of a JSONL (Mooncake-style) trace.
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub hash_block_size: Option<i64>,
+    /// Request classes (docs/priorities.md).
+    pub classes: Option<Vec<RawClass>>,
+}
+
+/// One entry of `workload.classes`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClass {
+    pub name: Option<String>,
+    /// Its share of the arrivals, relative to the others' (default 1).
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub weight: Option<f64>,
+    /// vLLM's request priority: lower is served first (default 0).
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub priority: Option<i64>,
 }
 
 /// `workload.shared_prefix`: every request starts with one of `groups`

@@ -289,9 +289,47 @@ pub struct Scheduler {
     /// default when unset: `min(2 * max_num_sequences, 512, max_batch_tokens)`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda_graph_max_tokens: Option<u32>,
+    /// vLLM's `--scheduling-policy`, shown when given (unset: FCFS, and
+    /// the effective configuration of a scenario without it stays as it
+    /// was); read it through [`Scheduler::policy`].
+    #[serde(rename = "policy", skip_serializing_if = "Option::is_none")]
+    pub policy_given: Option<PolicyName>,
+}
+
+/// `scheduler.policy` (docs/priorities.md).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyName {
+    #[default]
+    Fcfs,
+    Priority,
+}
+
+impl PolicyName {
+    pub const KNOWN: [&'static str; 2] = ["fcfs", "priority"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::Fcfs => "fcfs",
+            PolicyName::Priority => "priority",
+        }
+    }
+
+    /// The core's policy.
+    pub fn core(self) -> llmsim_core::engine::SchedulingPolicy {
+        match self {
+            PolicyName::Fcfs => llmsim_core::engine::SchedulingPolicy::Fcfs,
+            PolicyName::Priority => llmsim_core::engine::SchedulingPolicy::Priority,
+        }
+    }
 }
 
 impl Scheduler {
+    /// `scheduler.policy`, FCFS unless given.
+    pub fn policy(&self) -> PolicyName {
+        self.policy_given.unwrap_or_default()
+    }
+
     /// The largest step run as a CUDA graph: as given, else vLLM's default
     /// (`max_cudagraph_capture_size = min(2 * max_num_seqs, 512)`, capped by
     /// `max_num_batched_tokens`).
@@ -371,7 +409,63 @@ pub struct Workload {
     pub sessions: Option<Sessions>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash_block_size: Option<u32>,
+    /// Request classes, in the order given (docs/priorities.md); empty
+    /// without `workload.classes`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<Class>,
+    /// Not a key: `llmsim capacity --class`'s knob. When set, a rate given
+    /// to [`Workload::with_rate`] is this class's alone, the other classes
+    /// keeping the rates the scenario gives them.
+    #[serde(skip)]
+    pub rate_class: Option<usize>,
 }
+
+impl Workload {
+    /// The open-loop arrival rate, if the arrivals have one.
+    pub fn rate(&self) -> Option<f64> {
+        match self.arrivals {
+            Arrivals::Poisson { rate } | Arrivals::Gamma { rate, .. } | Arrivals::Constant { rate } => Some(rate),
+            _ => None,
+        }
+    }
+
+    /// The same workload at open-loop rate `rate` (arrivals without a rate
+    /// unchanged). With [`Workload::rate_class`] `k`, `rate` is class `k`'s:
+    /// the arrivals run at the others' rates (their shares of the
+    /// scenario's rate) plus `rate`, and the weights become those rates.
+    pub fn with_rate(&self, rate: f64) -> Workload {
+        let mut w = self.clone();
+        let total = match (self.rate_class, self.rate()) {
+            (Some(k), Some(base)) if k < self.classes.len() => {
+                let sum: f64 = self.classes.iter().map(|c| c.weight).sum();
+                for (i, c) in w.classes.iter_mut().enumerate() {
+                    c.weight = if i == k { rate } else { base * c.weight / sum };
+                }
+                w.classes.iter().map(|c| c.weight).sum()
+            }
+            _ => rate,
+        };
+        w.arrivals = match w.arrivals {
+            Arrivals::Poisson { .. } => Arrivals::Poisson { rate: total },
+            Arrivals::Gamma { burstiness, .. } => Arrivals::Gamma { rate: total, burstiness },
+            Arrivals::Constant { .. } => Arrivals::Constant { rate: total },
+            other => other,
+        };
+        w
+    }
+}
+
+/// One of `workload.classes`: a name, a share of the arrivals and the
+/// priority its requests carry.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Class {
+    pub name: String,
+    pub weight: f64,
+    pub priority: i32,
+}
+
+/// The most classes a workload may have.
+pub const MAX_CLASSES: usize = 64;
 
 /// `workload.shared_prefix`: each request starts with one of `groups`
 /// system prompts of `tokens` tokens (content `sys:<group>`), drawn
@@ -462,6 +556,9 @@ pub struct Trace {
     /// The content columns (`prefix_id`, `prefix_tokens`, `session_id`) or
     /// a JSONL trace's `hash_ids`, when the file has them.
     pub content: Option<Arc<TraceContent>>,
+    /// With `workload.classes` and a `class` column: each row's class, an
+    /// index into `workload.classes`.
+    pub classes: Option<Arc<Vec<u8>>>,
 }
 
 impl Serialize for Trace {
@@ -620,6 +717,7 @@ impl Scenario {
             cost: self.cost_model(&self.model, &self.deployment, true),
             prefix_caching: self.prefix_caching(),
             policy: self.engine.policy(),
+            scheduling_policy: self.scheduler.policy().core(),
             speculative: self.speculative.as_ref().map(|s| llmsim_core::engine::Speculative {
                 tokens: s.num_speculative_tokens,
                 accept: s.conditional(),

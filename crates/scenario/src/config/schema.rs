@@ -628,6 +628,12 @@ pub static KEYS: &[Key] = &[
         Words("vLLM's: `min(2 * max_num_sequences, 512, max_batch_tokens)`"),
         In(&row::CUDA_GRAPH_MAX_TOKENS),
     ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}scheduler.policy",
+        "The order of the waiting queue and of preemption (vLLM's `--scheduling-policy`): `fcfs`, or `priority` (waiting requests by their class's priority, then arrival; a preemption takes the lowest priority first), [priorities](priorities.md); `priority` needs `engine: vllm` and no pools.",
+        Words("`fcfs`"),
+        Plain,
+    ),
     // Time terms.
     key("latency", "Fixed times added to steps and requests.", Words("0 each"), Plain),
     key(
@@ -813,6 +819,12 @@ pub static KEYS: &[Key] = &[
         In(&row::PREFIX_GROUPS),
     ),
     key("workload.shared_prefix.tokens", "Tokens of each system prompt.", REQUIRED, In(&row::PREFIX_TOKENS)),
+    key(
+        "workload.classes",
+        "Request classes, a list of `{name, weight, priority}`: each request is one class, drawn by weight (default 1) from its own seeded stream, or named by a trace's `class` column; it carries the class's vLLM priority (default 0, lower first) and results report each class ([priorities](priorities.md)); 1 to 64 classes.",
+        NONE,
+        Plain,
+    ),
     key(
         "workload.sessions",
         "Multi-turn conversations: each turn's prompt holds the conversation so far ([prefix caching](prefix-caching.md)).",

@@ -9,7 +9,7 @@ use super::ConfigError;
 use super::check::{Check, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NUM_SEQUENCES};
 use super::num::short_float;
 use super::raw::{RawHardware, RawScheduler};
-use super::scenario::{Arrivals, Hardware, Scenario, Scheduler};
+use super::scenario::{Arrivals, Hardware, PolicyName, Scenario, Scheduler};
 use super::{deployment, hardware};
 use super::{limits, schema};
 use llmsim_core::util::thousands;
@@ -29,6 +29,21 @@ pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, Con
             .cuda_graph_max_tokens
             .map(|v| ck.whole32_at("scheduler.cuda_graph_max_tokens", v))
             .transpose()?,
+        policy_given: match raw.policy.as_deref() {
+            None => None,
+            Some("fcfs") => Some(PolicyName::Fcfs),
+            Some("priority") => Some(PolicyName::Priority),
+            Some(other) => {
+                return Err(ck.err(
+                    "scheduler.policy",
+                    format!(
+                        "`{}` is not a scheduling policy; the policies are {} (vLLM's --scheduling-policy)",
+                        llmsim_core::util::short_text(other),
+                        PolicyName::KNOWN.join(", ")
+                    ),
+                ));
+            }
+        },
     })
 }
 

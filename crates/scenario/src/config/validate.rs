@@ -12,11 +12,13 @@ pub use super::check::{
     DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_PARAMETER, DEFAULT_EFFICIENCY, DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NUM_SEQUENCES, DEFAULT_MIN_LENGTH, DEFAULT_SEED, DEFAULT_WATERMARK,
 };
+use super::num::short_float;
 use super::raw::*;
 use super::scenario::*;
 use super::schema;
 pub(crate) use super::sections::{hardware_of, run_limits, scheduler};
 use super::{ConfigError, deployment};
+use crate::trace::ClassColumn;
 
 /// Builds the scenario from its raw form. `file` is the scenario's path.
 pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigError> {
@@ -106,6 +108,25 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
             Some(super::speculative::build(&ck, r, &cx)?)
         }
     };
+    if scheduler.policy() == PolicyName::Priority {
+        if engine != EngineKind::Vllm {
+            return Err(ck.err(
+                "scheduler.policy",
+                format!(
+                    "priority is vLLM's --scheduling-policy; engine: {} has no priority policy in llmsim: use \
+                     engine: vllm, or leave scheduler.policy out",
+                    engine.as_str()
+                ),
+            ));
+        }
+        if raw.cluster.as_ref().is_some_and(|c| c.has_pools()) {
+            return Err(ck.err(
+                "scheduler.policy",
+                "priority is not modelled with prefill/decode pools (cluster.prefill, cluster.decode): use \
+                 replicas, or leave scheduler.policy out",
+            ));
+        }
+    }
     let drafter = speculative.as_ref().and_then(|s| s.drafter.as_ref());
     let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware, drafter)?;
     let name = raw
@@ -188,7 +209,13 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
     let requests = raw.requests.map(|n| ck.whole_at("workload.requests", n)).transpose()?;
     let duration_s = raw.duration_s.map(|d| ck.real_at("workload.duration_s", d)).transpose()?;
     let hash_block_size = raw.hash_block_size.map(|n| ck.whole32_at("workload.hash_block_size", n)).transpose()?;
-    let arrivals = arrivals(ck, raw.arrivals, hash_block_size)?;
+    let (mut arrivals, class_column) = arrivals(ck, raw.arrivals, hash_block_size)?;
+    let classes = raw.classes.map(|c| classes(ck, c)).transpose()?.unwrap_or_default();
+    if let (Arrivals::Trace(t), Some(column)) = (&mut arrivals, class_column)
+        && !classes.is_empty()
+    {
+        t.classes = Some(Arc::new(trace_classes(ck, &t.path, &classes, column)?));
+    }
     let is_trace = matches!(arrivals, Arrivals::Trace(_));
     let arrivals_block_size = match &arrivals {
         Arrivals::Trace(t) => t.content.as_ref().and_then(|c| c.hash_block_size),
@@ -256,7 +283,75 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
             Some(bs) => Some(*bs),
             None => hash_block_size,
         },
+        classes,
+        rate_class: None,
     })
+}
+
+/// `workload.classes`: 1 to [`MAX_CLASSES`] classes with distinct names,
+/// positive weights and priorities within `i32`.
+fn classes(ck: &Check, raw: Vec<RawClass>) -> Result<Vec<Class>, ConfigError> {
+    let p = "workload.classes";
+    if raw.is_empty() || raw.len() > MAX_CLASSES {
+        return Err(ck.err(
+            p,
+            format!("{} classes are not allowed: give 1 to {MAX_CLASSES} ({{name, weight, priority}} each)", raw.len()),
+        ));
+    }
+    let mut out: Vec<Class> = Vec::with_capacity(raw.len());
+    for (i, c) in raw.into_iter().enumerate() {
+        let name = c.name.map(|n| n.trim().to_string()).unwrap_or_default();
+        if name.is_empty() {
+            return Err(ck.err(&format!("{p}[{i}].name"), "missing: every class has a name (interactive, batch, ...)"));
+        }
+        if out.iter().any(|o| o.name == name) {
+            return Err(ck.err(&format!("{p}[{i}].name"), format!("`{name}` is named twice: class names must differ")));
+        }
+        let weight = c.weight.unwrap_or(1.0);
+        if !(weight.is_finite() && weight > 0.0 && weight <= 1e9) {
+            return Err(ck.err(
+                &format!("{p}[{i}].weight"),
+                format!(
+                    "{} is not allowed: must be above 0 and at most 1e9 (a share of the arrivals)",
+                    short_float(weight)
+                ),
+            ));
+        }
+        let priority = c.priority.unwrap_or(0);
+        let priority = i32::try_from(priority).map_err(|_| {
+            ck.err(
+                &format!("{p}[{i}].priority"),
+                format!("{priority} is not allowed: must be a whole number from {} to {}", i32::MIN, i32::MAX),
+            )
+        })?;
+        out.push(Class { name, weight, priority });
+    }
+    Ok(out)
+}
+
+/// A trace's `class` column as indices into `workload.classes`: every
+/// name it holds must be one of them.
+fn trace_classes(ck: &Check, path: &str, classes: &[Class], column: ClassColumn) -> Result<Vec<u8>, ConfigError> {
+    let mut index = Vec::with_capacity(column.names.len());
+    for (k, name) in column.names.iter().enumerate() {
+        match classes.iter().position(|c| c.name == *name) {
+            Some(i) => index.push(i as u8),
+            None => {
+                let row = column.of_row.iter().position(|&r| usize::from(r) == k).unwrap_or(0);
+                let known: Vec<&str> = classes.iter().map(|c| c.name.as_str()).collect();
+                return Err(ck.err(
+                    "workload.arrivals.trace",
+                    format!(
+                        "{path}: row {} names class `{}`, which is not in workload.classes ({})",
+                        row + 1,
+                        llmsim_core::util::short_text(name),
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(column.of_row.iter().map(|&r| index[usize::from(r)]).collect())
 }
 
 fn sessions(ck: &Check, raw: RawSessions) -> Result<Sessions, ConfigError> {
@@ -282,9 +377,14 @@ fn sessions(ck: &Check, raw: RawSessions) -> Result<Sessions, ConfigError> {
     Ok(Sessions { turns: length(ck, "workload.sessions.turns", raw.turns)?, think_s })
 }
 
-fn arrivals(ck: &Check, raw: RawArrivals, hash_block_size: Option<u32>) -> Result<Arrivals, ConfigError> {
+fn arrivals(
+    ck: &Check,
+    raw: RawArrivals,
+    hash_block_size: Option<u32>,
+) -> Result<(Arrivals, Option<ClassColumn>), ConfigError> {
     let p = "workload.arrivals";
-    Ok(match raw {
+    let mut column = None;
+    let arrivals = match raw {
         RawArrivals::Poisson { rate } => Arrivals::Poisson { rate: ck.real_at(&format!("{p}.poisson.rate"), rate)? },
         RawArrivals::Gamma { rate, burstiness } => Arrivals::Gamma {
             rate: ck.real_at(&format!("{p}.gamma.rate"), rate)?,
@@ -298,10 +398,12 @@ fn arrivals(ck: &Check, raw: RawArrivals, hash_block_size: Option<u32>) -> Resul
         },
         RawArrivals::Trace(path) => {
             let resolved = ck.file.parent().unwrap_or(Path::new("")).join(&path);
-            let (rows, content) = crate::trace::read_with_content(&resolved, hash_block_size)?;
-            Arrivals::Trace(Trace { path, rows: Arc::new(rows), content: content.map(Arc::new) })
+            let (rows, content, classes) = crate::trace::read_with_classes(&resolved, hash_block_size)?;
+            column = classes;
+            Arrivals::Trace(Trace { path, rows: Arc::new(rows), content: content.map(Arc::new), classes: None })
         }
-    })
+    };
+    Ok((arrivals, column))
 }
 
 pub(crate) fn length(ck: &Check, path: &str, raw: RawLength) -> Result<Length, ConfigError> {

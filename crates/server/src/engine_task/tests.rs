@@ -90,6 +90,7 @@ fn request(stamp: SimTime, prompt: u32, output: u32) -> FeedRequest {
         epoch: 0,
         hashes: Vec::new(),
         session: None,
+        priority: 0,
     }
 }
 

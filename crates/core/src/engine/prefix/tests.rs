@@ -219,11 +219,12 @@ fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
         prefix_caching: true,
         policy: super::super::Policy::Vllm,
         speculative: None,
+        scheduling_policy: Default::default(),
     })
 }
 
 fn req(id: u64, prompt: u32, output: u32) -> Request {
-    Request { id, arrival: SimTime::ZERO, prompt, output }
+    Request::new(id, SimTime::ZERO, prompt, output)
 }
 
 fn step(e: &mut Engine, log: &mut Log) -> Vec<String> {
