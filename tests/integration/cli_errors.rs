@@ -196,6 +196,40 @@ fn an_engine_llmsim_does_not_model_is_named_with_the_ones_it_does() {
 }
 
 #[test]
+fn bad_offload_settings_name_the_key_and_a_good_one_reports_its_loads() {
+    let tier = "model.kv_cache.offload={cpu: {gib: 64, bandwidth_gbps: 50}}";
+    bad_set(&[tier], &["base.yml", "model.kv_cache.offload", "needs model.kv_cache.prefix_caching: true"]);
+    let caching = "model.kv_cache.prefix_caching=true";
+    bad_set(
+        &[caching, "model.kv_cache.offload={cpu: {gib: 0.001, bandwidth_gbps: 50}}"],
+        &["model.kv_cache.offload.cpu.gib", "0.001 is smaller than one KV block (8,388,608 bytes"],
+    );
+    bad_set(
+        &[caching, "model.kv_cache.offload={cpu: {gib: 64}}"],
+        &["model.kv_cache.offload.cpu.bandwidth_gbps", "missing"],
+    );
+    bad_set(&[caching, "model.kv_cache.offload={}"], &["model.kv_cache.offload", "empty"]);
+    bad_set(
+        &[caching, "model.kv_cache.offload={cpu: {gib: -1, bandwidth_gbps: 5}}"],
+        &["offload.cpu.gib", "-1 is not allowed"],
+    );
+    bad_set(
+        &[caching, "model.kv_cache.offload={cpu: {gib: 1, bandwidth_gbps: 0}}"],
+        &["offload.cpu.bandwidth_gbps", "0 is not allowed"],
+    );
+    bad_set(
+        &[caching, "model.kv_cache.offload={tape: {gib: 1, bandwidth_gbps: 1}}"],
+        &["model.kv_cache.offload", "tape"],
+    );
+    bad_set(&[caching, tier, "engine=trtllm"], &["model.kv_cache.offload", "engine: trtllm"]);
+    // A good one runs and says what it loaded.
+    let out = TestCommand::new(&["run", BASE, "--set", "workload.requests=100", "--set", caching, "--set", tier])
+        .ok()
+        .stdout();
+    assert!(out.contains("offload    cpu: ") && out.contains("% of prompt tokens loaded"), "{out}");
+}
+
+#[test]
 fn bad_priority_settings_name_the_key_and_a_good_one_reports_each_class() {
     let classes = "workload.classes=[{name: chat, priority: 0}, {name: batch, weight: 3, priority: 1}]";
     bad_set(

@@ -555,8 +555,18 @@ fn make_case(i: u64, seeds: &Seeds) -> Case {
                 sets = spec;
             }
             // And every sixth with request classes under the priority
-            // policy (docs/priorities.md).
-            _ if (i / 3).is_multiple_of(2) => {
+            // policy (docs/priorities.md), every other sixth with a KV
+            // offload tier below prefix caching (docs/offload.md).
+            _ if !(i / 3).is_multiple_of(2) => {
+                let mut off = vec![
+                    "model.kv_cache.prefix_caching=true".to_string(),
+                    "model.kv_cache.offload={cpu: {gib: 16, bandwidth_gbps: 50}, disk: {gib: 200, bandwidth_gbps: 5}}"
+                        .to_string(),
+                ];
+                off.append(&mut sets);
+                sets = off;
+            }
+            _ => {
                 let mut prio = vec![
                     "scheduler.policy=priority".to_string(),
                     "workload.classes=[{name: chat, weight: 1, priority: -1}, {name: batch, weight: 3, priority: 2}]"
@@ -565,7 +575,6 @@ fn make_case(i: u64, seeds: &Seeds) -> Case {
                 prio.append(&mut sets);
                 sets = prio;
             }
-            _ => {}
         }
         (write(d, &name, &text), format!("{name} --set {}", sets.join(" --set ")), sets)
     };

@@ -101,8 +101,14 @@ struct Model {
     holders: BTreeMap<u64, BTreeSet<(u64, usize)>>,
     ever_registered: BTreeSet<u64>,
     registrations: u64,
-    /// The admission a lookup announced, checked at its `scheduled` event.
-    admitting: Option<(RequestId, Vec<usize>)>,
+    /// The admission a lookup announced, checked at its `scheduled` event:
+    /// the GPU's hit blocks and the blocks loaded from the offload tier.
+    admitting: Option<(RequestId, Vec<usize>, u32)>,
+    /// KV offload (docs/offload.md): the tier's capacity in blocks and its
+    /// prefix names, least recently used first; loads seen.
+    tier: Option<(usize, VecDeque<u64>)>,
+    /// The tokens the last `kv_loaded` event announced.
+    loaded_event: Option<(RequestId, u32)>,
     freed_this_step: u64,
     evictions_this_step: u64,
     errors: Vec<String>,
@@ -124,6 +130,8 @@ struct Coverage {
     /// Admissions where free hit blocks made the difference in the test.
     free_hits: u64,
     rejected: u64,
+    /// Prompt tokens loaded from the offload tier.
+    loaded_tokens: u64,
 }
 
 impl Model {
@@ -141,6 +149,8 @@ impl Model {
             ever_registered: BTreeSet::new(),
             registrations: 0,
             admitting: None,
+            tier: s.offload_tiers().map(|o| (o.tiers[0].blocks as usize, VecDeque::new())),
+            loaded_event: None,
             freed_this_step: 0,
             evictions_this_step: 0,
             errors: Vec::new(),
@@ -230,9 +240,25 @@ impl Model {
             }
             set.insert((reg, b));
             self.ever_registered.insert(name);
+            // Written through to the tier as registered.
+            self.tier_touch(name);
         }
         let r = &mut self.reqs[id as usize];
         r.registered = r.registered.max(full);
+    }
+
+    /// `name` becomes the tier's most recently used (stored if new, the
+    /// least recently used leaving a full tier).
+    fn tier_touch(&mut self, name: u64) {
+        let Some((cap, lru)) = &mut self.tier else { return };
+        if let Some(i) = lru.iter().position(|&n| n == name) {
+            lru.remove(i);
+        } else if lru.len() == *cap {
+            lru.pop_front();
+        }
+        if *cap > 0 {
+            lru.push_back(name);
+        }
     }
 
     /// Compares the model with the engine between steps.
@@ -304,14 +330,41 @@ impl Observer for Model {
                 self.stats.rehits += 1;
             }
         }
-        self.admitting = Some((id, hits));
+        // The blocks after the hit that the tier holds are loaded.
+        let mut loaded = 0;
+        if self.tier.is_some() {
+            for &name in &r.chain[hits.len().min(max)..max.min(r.chain.len())] {
+                if !self.tier.as_ref().is_some_and(|(_, lru)| lru.contains(&name)) {
+                    break;
+                }
+                self.tier_touch(name);
+                loaded += 1;
+            }
+            self.stats.loaded_tokens += u64::from(loaded * self.bs);
+        }
+        self.admitting = Some((id, hits, loaded));
+        self.loaded_event = None;
+    }
+
+    fn kv_loaded(&mut self, id: RequestId, _at: SimTime, tier: u32, tokens: u32) {
+        if tier != 0 || self.loaded_event.is_some() {
+            self.fail(format!("request {id}: a second load or tier {tier}"));
+        }
+        self.loaded_event = Some((id, tokens));
     }
 
     fn scheduled(&mut self, id: RequestId, _at: SimTime, tokens: u32, computed: u32) {
         match self.admitting.take() {
-            Some((admitted, hits)) if admitted == id => {
-                if computed != hits.len() as u32 * self.bs {
-                    self.fail(format!("request {id} admitted with {computed} computed, {} hit blocks", hits.len()));
+            Some((admitted, hits, loaded)) if admitted == id => {
+                let announced = self.loaded_event.take().map_or(0, |(who, t)| if who == id { t } else { u32::MAX });
+                if announced != loaded * self.bs {
+                    self.fail(format!("request {id}: engine loaded {announced} tokens, model {}", loaded * self.bs));
+                }
+                if computed != (hits.len() as u32 + loaded) * self.bs {
+                    self.fail(format!(
+                        "request {id} admitted with {computed} computed, {} hit blocks and {loaded} loaded",
+                        hits.len()
+                    ));
                 }
                 for &b in &hits {
                     if self.blocks[b].refs == 0 {
@@ -542,6 +595,7 @@ fn check_one(text: &str, total: &mut Coverage) {
     total.duplicates += c.duplicates;
     total.free_hits += c.free_hits;
     total.rejected += c.rejected;
+    total.loaded_tokens += c.loaded_tokens;
 }
 
 #[test]
@@ -556,6 +610,35 @@ fn every_generated_prefix_caching_scenario_agrees_with_an_independent_cache_mode
     assert!(total.preemptions > 500 && total.rehits > 100, "{total:?}");
     assert!(total.duplicates > 50 && total.free_hits > 50 && total.rejected > 50, "{total:?}");
     eprintln!("prefix-cache model agreed over {SCENARIOS} scenarios: {total:?}");
+}
+
+/// The same generated scenarios with a host-memory offload tier of 2 to
+/// 5,000 blocks (docs/offload.md): the model also keeps the tier (written
+/// through at registration, least recently used out, the blocks after the
+/// GPU's hit that it holds loaded at admission) and must agree with every
+/// load the engine announces and every admission's `c`.
+#[test]
+fn generated_prefix_scenarios_with_an_offload_tier_agree_with_the_model() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut total = Coverage::default();
+    for i in 0..SCENARIOS / 2 {
+        let text = generate(i, dir.path());
+        let bs: u64 = text.split("block_size: ").nth(1).and_then(|t| t.split(',').next()).unwrap().parse().unwrap();
+        let blocks = [2u64, 30, 300, 5000][(i % 4) as usize];
+        // bytes_per_token 131,072 = 2^17: a block is 2^17 x bs bytes, so
+        // this many GiB is exactly `blocks` blocks.
+        let gib = (blocks * bs) as f64 / 8192.0;
+        let text = text.replacen(
+            "prefix_caching: true}",
+            &format!("prefix_caching: true, offload: {{cpu: {{gib: {gib}, bandwidth_gbps: 50}}}}}}"),
+            1,
+        );
+        let s = scenario(&text);
+        assert_eq!(s.offload_tiers().unwrap().tiers[0].blocks, blocks, "{text}");
+        check_one(&text, &mut total);
+    }
+    assert!(total.loaded_tokens > 5_000 && total.preemptions > 100, "{total:?}");
+    eprintln!("offload tier model agreed over {} scenarios: {total:?}", SCENARIOS / 2);
 }
 
 // ---- analytic checks ----

@@ -338,6 +338,9 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
     fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {
         self.inner.speculated(id, at, drafted, accepted);
     }
+    fn kv_loaded(&mut self, id: RequestId, at: SimTime, tier: u32, tokens: u32) {
+        self.inner.kv_loaded(id, at, tier, tokens);
+    }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         if self.pool.is_some() || self.prefill.is_some() {
             // (Pools step one by one; were it otherwise, their events

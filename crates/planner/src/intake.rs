@@ -26,6 +26,10 @@ pub struct Content {
     /// `hashes` are only the blocks another request may share; the rest
     /// of the request's blocks are its own.
     own_tail: bool,
+    /// Hash every block, own content included: with KV offload a
+    /// preempted request reloads its own blocks from a tier
+    /// (docs/offload.md), which finds blocks by hash.
+    hash_all: bool,
 }
 
 impl Content {
@@ -38,6 +42,7 @@ impl Content {
             context: cfg.context_length,
             hashes: BlockHashes::default(),
             own_tail: false,
+            hash_all: cfg.offload.is_some(),
         }
     }
 
@@ -56,11 +61,11 @@ impl Content {
                 hashes.extend_from_slice(named);
                 false
             }
-            (None, Some(own_from)) => {
+            (None, Some(own_from)) if !self.hash_all => {
                 request_shared_hashes(req, source.segments(), own_from, bs, hashes);
                 true
             }
-            (None, None) => {
+            (None, _) => {
                 request_block_hashes(req, source.segments(), bs, hashes);
                 false
             }

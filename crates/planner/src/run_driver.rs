@@ -204,6 +204,9 @@ impl<O: Observer> Observer for Tap<'_, O> {
     fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {
         self.inner.speculated(id, at, drafted, accepted);
     }
+    fn kv_loaded(&mut self, id: RequestId, at: SimTime, tier: u32, tokens: u32) {
+        self.inner.kv_loaded(id, at, tier, tokens);
+    }
     fn decode_stretch(&mut self, s: &llmsim_core::engine::Stretch<'_>) {
         // The driver told the source of its finishes already
         // (`Engine::decode_stretch_through`); its joiners arrived at the

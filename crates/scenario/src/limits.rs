@@ -98,6 +98,11 @@ pub fn number(v: f64) -> String {
 
 /// Memory per GPU.
 pub const HBM_GIB: Range = Range::above(0.0, 1e6);
+/// An offload tier's size: up to a petabyte.
+pub const OFFLOAD_GIB: Range = Range::above(0.0, 1e6);
+/// An offload tier's load bandwidth, GB/s a GPU: from a slow disk to far
+/// beyond any PCIe or NVLink-C2C link.
+pub const OFFLOAD_BANDWIDTH_GBPS: Range = Range::above(0.0, 1e4);
 /// Below 1 GB/s a step of any real model takes minutes; 1 PB/s is 300x an H100.
 pub const MEMORY_BANDWIDTH_GBPS: Range = Range::closed(1.0, 1e6);
 pub const PEAK_TFLOPS: Range = Range::closed(0.001, 1e6);
@@ -569,6 +574,18 @@ pub mod row {
         why: "keeps the time to first token finite",
     };
 
+    pub static OFFLOAD_GIB: Limit = Limit {
+        key: "model.kv_cache.offload.{cpu,disk}.gib",
+        range: super::OFFLOAD_GIB,
+        why: "GiB of KV a tier holds for one engine; a petabyte is beyond any host",
+    };
+
+    pub static OFFLOAD_BANDWIDTH_GBPS: Limit = Limit {
+        key: "model.kv_cache.offload.{cpu,disk}.bandwidth_gbps",
+        range: super::OFFLOAD_BANDWIDTH_GBPS,
+        why: "GB/s each GPU loads from the tier; 10 TB/s is far beyond PCIe 6 or NVLink-C2C",
+    };
+
     pub static SERVE_CONTEXT_LENGTH: Limit = Limit {
         key: "serve models file: fixed.context_length",
         range: super::CONTEXT_LENGTH,
@@ -617,6 +634,8 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::LAUNCH_OVERHEAD_US,
     &row::CUDA_GRAPH_MAX_TOKENS,
     &row::SPECULATIVE_TOKENS,
+    &row::OFFLOAD_GIB,
+    &row::OFFLOAD_BANDWIDTH_GBPS,
     &row::ACCEPTANCE,
     &row::DRAFT_PARAMETERS_BILLIONS,
     &row::DRAFT_KV_BYTES_PER_TOKEN,

@@ -151,6 +151,11 @@ pub trait Observer {
     /// `drafted` draft tokens of the request and kept the leading
     /// `accepted` (docs/speculative.md). Sent before its `token` events.
     fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {}
+    /// KV offload only: `tokens` of the request's prompt (whole blocks)
+    /// are loaded from offload tier `tier` (0 the fastest) at its
+    /// admission instead of computed (docs/offload.md). Sent after its
+    /// `prefix_lookup` event.
+    fn kv_loaded(&mut self, id: RequestId, at: SimTime, tier: u32, tokens: u32) {}
     /// A decode stretch ([`crate::engine::stretch`]): several steps at
     /// once. By default replayed as the events the steps one by one send
     /// (per step: `scheduled` for every request in it, `token` for every
@@ -266,6 +271,10 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.speculated(id, at, drafted, accepted);
         self.1.speculated(id, at, drafted, accepted);
     }
+    fn kv_loaded(&mut self, id: RequestId, at: SimTime, tier: u32, tokens: u32) {
+        self.0.kv_loaded(id, at, tier, tokens);
+        self.1.kv_loaded(id, at, tier, tokens);
+    }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         self.0.decode_stretch(s);
         self.1.decode_stretch(s);
@@ -307,6 +316,9 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
     fn speculated(&mut self, id: RequestId, at: SimTime, drafted: u32, accepted: u32) {
         (**self).speculated(id, at, drafted, accepted);
+    }
+    fn kv_loaded(&mut self, id: RequestId, at: SimTime, tier: u32, tokens: u32) {
+        (**self).kv_loaded(id, at, tier, tokens);
     }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         (**self).decode_stretch(s);

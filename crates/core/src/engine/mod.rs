@@ -15,6 +15,7 @@ pub mod cost;
 pub mod events;
 pub mod kv;
 pub mod kv_budget;
+pub mod offload;
 pub mod prefix;
 pub mod speculative;
 pub mod stretch;
@@ -50,6 +51,9 @@ pub struct EngineConfig {
     /// The order of the waiting queue and the choice of a preemption's
     /// victim (vLLM's `--scheduling-policy`; docs/priorities.md).
     pub scheduling_policy: SchedulingPolicy,
+    /// KV offload tiers below the prefix cache (docs/offload.md); needs
+    /// `prefix_caching`.
+    pub offload: Option<offload::Offload>,
 }
 
 /// vLLM's `--scheduling-policy` (docs/priorities.md).
@@ -239,6 +243,10 @@ pub struct Engine {
     spec_rng: Option<rand_chacha::ChaCha8Rng>,
     drafting: u64,
     drafting_ctx: u64,
+    /// KV offload tiers (with prefix caching), and the seconds of loads
+    /// the step being built waits for.
+    tiers: Option<Box<offload::Tiers>>,
+    load_s: f64,
 }
 
 /// The hasher of [`Engine::by_id`]: one multiply and a rotation per id,
@@ -248,7 +256,7 @@ pub struct Engine {
 /// not a concern, and the map is never iterated, so its order reaches no
 /// output.
 #[derive(Clone, Copy, Debug, Default)]
-struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -284,6 +292,10 @@ impl Engine {
             false => Kv::Count(KvBlocks::new(blocks)),
             true => Kv::Prefix(Box::new(PrefixPool::new(blocks, block_size))),
         };
+        let tiers = match cfg.prefix_caching {
+            true => cfg.offload.as_ref().map(|o| Box::new(offload::Tiers::new(o))),
+            false => None,
+        };
         Engine {
             kv,
             cfg,
@@ -306,6 +318,8 @@ impl Engine {
             spec_rng: cfg_rng,
             drafting: 0,
             drafting_ctx: 0,
+            tiers,
+            load_s: 0.0,
         }
     }
 
@@ -536,6 +550,7 @@ impl Engine {
         self.shape = StepShape::default();
         self.prefill = 0;
         (self.drafting, self.drafting_ctx) = (0, 0);
+        self.load_s = 0.0;
         if let Kv::Prefix(p) = &self.kv {
             self.evictions_before = p.evictions();
         }
@@ -732,9 +747,30 @@ impl Engine {
                             break;
                         }
                         p.admit(slot, new as u32);
-                        let c = hit.blocks * self.cfg.capacity.block_size;
+                        let bs = self.cfg.capacity.block_size;
+                        let c = hit.blocks * bs;
                         obs.prefix_lookup(seq.req.id, at, seq.known(), c);
-                        c
+                        // The blocks after the GPU's hit that a tier holds
+                        // are loaded, not computed (their GPU blocks are
+                        // among the new ones).
+                        let loaded = match &mut self.tiers {
+                            Some(t) => {
+                                let hashes = p.hashes(slot);
+                                let max = (((seq.known() - 1) / bs) as usize).min(hashes.len());
+                                let from = hit.blocks as usize;
+                                // (An empty run still clears the last load's counts.)
+                                let (n, secs) = t.load(hashes.get(from..max).unwrap_or(&[]));
+                                self.load_s += secs;
+                                for (tier, &k) in t.last.iter().enumerate() {
+                                    if k > 0 {
+                                        obs.kv_loaded(seq.req.id, at, tier as u32, k * bs);
+                                    }
+                                }
+                                n * bs
+                            }
+                            None => 0,
+                        };
+                        c + loaded
                     }
                 }
             };
@@ -852,7 +888,7 @@ impl Engine {
             Some(spec) => spec.draft_time(&shape, self.drafting, self.drafting_ctx).total_s,
             None => 0.0,
         };
-        let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s + draft_s).max(1));
+        let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s + draft_s + self.load_s).max(1));
         let record = StepRecord {
             index: self.steps,
             start,
@@ -971,7 +1007,19 @@ impl Engine {
         if let Kv::Prefix(p) = &mut self.kv
             && u64::from(content) >= seq.register_at
         {
-            seq.register_at = p.register(slot, content);
+            match &mut self.tiers {
+                None => seq.register_at = p.register(slot, content),
+                Some(t) => {
+                    // Written through to the tiers as the GPU registers them.
+                    let before = p.registered(slot) as usize;
+                    seq.register_at = p.register(slot, content);
+                    let hashes = p.hashes(slot);
+                    let to = (p.registered(slot) as usize).min(hashes.len());
+                    if before < to {
+                        t.store(&hashes[before..to]);
+                    }
+                }
+            }
         }
         self.batch.push((slot, tokens));
     }

@@ -373,6 +373,17 @@ impl PrefixPool {
         self.evictions
     }
 
+    /// The content hashes of request `slot` (its leading full blocks
+    /// another request may share).
+    pub fn hashes(&self, slot: u32) -> &[u64] {
+        self.slots.get(slot as usize).map_or(&[], |s| &s.hashes)
+    }
+
+    /// Leading blocks of request `slot` that hold their content.
+    pub fn registered(&self, slot: u32) -> u32 {
+        self.slots.get(slot as usize).map_or(0, |s| s.registered)
+    }
+
     /// Blocks request `slot` holds.
     pub fn held(&self, slot: u32) -> u32 {
         self.slots.get(slot as usize).map_or(0, |s| s.table.len() as u32 + s.anon)

@@ -312,6 +312,7 @@ impl Engine {
             || self.cfg.policy != Policy::Vllm
             || self.cfg.speculative.is_some()
             || self.cfg.scheduling_policy != super::SchedulingPolicy::Fcfs
+            || self.tiers.is_some()
         {
             return None;
         }

@@ -65,6 +65,7 @@ fn engine(l: Limits) -> Engine {
         policy: Policy::Vllm,
         speculative: None,
         scheduling_policy: Default::default(),
+        offload: None,
     })
 }
 
@@ -287,6 +288,7 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         policy: Policy::Vllm,
         speculative: None,
         scheduling_policy: Default::default(),
+        offload: None,
     })
 }
 

@@ -219,6 +219,8 @@ pub struct Collector {
     spec: Option<SpecTotals>,
     /// With `workload.classes`: each class's figures.
     per_class: Option<Box<PerClass>>,
+    /// With KV offload: prompt tokens loaded from each tier.
+    kv_loaded: Vec<u64>,
 }
 
 /// Each class's counts, folded requests, ITL and preemptions.
@@ -354,6 +356,7 @@ impl Collector {
             at_risk: BTreeMap::new(),
             spec: None,
             per_class: None,
+            kv_loaded: Vec::new(),
             requests: Vec::new(),
             base: 0,
             summary_only: false,
@@ -501,6 +504,23 @@ impl Collector {
             let (drafts, tokens) = self.spec.as_ref().map_or((0, 0), |t| (t.drafts, t.draft_tokens));
             result.speculative = Some(result::SpeculativeOut::from_counts(drafts, tokens, per_pos));
         }
+        if let (Some(o), Some(core)) = (&scenario.model.kv_cache.offload, scenario.offload_tiers()) {
+            let queried = self.prefix_queried;
+            let tiers = (o.tiers().into_iter().zip(&core.tiers).enumerate())
+                .map(|(i, ((name, _), t))| {
+                    let loaded = self.kv_loaded.get(i).copied().unwrap_or(0);
+                    let bs = u64::from(scenario.capacity.block_size.max(1));
+                    OffloadTierOut {
+                        tier: name.to_string(),
+                        capacity_blocks: t.blocks,
+                        loaded_tokens: loaded,
+                        hit_rate: if queried > 0 { loaded as f64 / queried as f64 } else { 0.0 },
+                        load_s: (loaded / bs) as f64 * t.block_s,
+                    }
+                })
+                .collect();
+            result.offload = Some(tiers);
+        }
         let requests = match self.summary_only {
             false => self.requests,
             true => self.requests.into_iter().filter(|r| r.status == Status::InFlight).collect(),
@@ -606,6 +626,7 @@ impl Collector {
                 .as_ref()
                 .map(|s| result::SpeculativeOut::from_counts(s.drafts, s.draft_tokens, s.accepted_per_pos.clone())),
             classes: self.per_class.as_ref().map(|pc| pc.summarize(duration_s)),
+            offload: None,
         }
     }
 }
@@ -639,6 +660,14 @@ impl Observer for Collector {
         if let Some(pc) = &mut self.per_class {
             pc.preemptions[class] += 1;
         }
+    }
+
+    fn kv_loaded(&mut self, _id: RequestId, _at: SimTime, tier: u32, tokens: u32) {
+        let t = tier as usize;
+        if self.kv_loaded.len() <= t {
+            self.kv_loaded.resize(t + 1, 0);
+        }
+        self.kv_loaded[t] += u64::from(tokens);
     }
 
     fn speculated(&mut self, _id: RequestId, _at: SimTime, drafted: u32, accepted: u32) {

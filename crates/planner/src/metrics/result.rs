@@ -79,6 +79,27 @@ pub struct RunResult {
     /// figures, in the order the scenario gives them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<ClassOut>>,
+    /// With `model.kv_cache.offload` only (docs/offload.md): each tier's
+    /// loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<Vec<OffloadTierOut>>,
+}
+
+/// One offload tier's figures over the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OffloadTierOut {
+    /// `cpu` or `disk`.
+    pub tier: String,
+    /// Blocks it holds (its size in whole blocks).
+    pub capacity_blocks: u64,
+    /// Prompt tokens loaded from it instead of computed, over every
+    /// admission.
+    pub loaded_tokens: u64,
+    /// `loaded_tokens` over the tokens the admissions looked up (the
+    /// denominator of `prefix_cache.hit_rate`): its share beside the GPU's.
+    pub hit_rate: f64,
+    /// Seconds steps waited for its loads.
+    pub load_s: f64,
 }
 
 /// One class's figures: its requests and latencies as the run-wide ones

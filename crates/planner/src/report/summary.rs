@@ -295,6 +295,19 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
             thousands(p.queried_tokens)
         );
     }
+    if let Some(tiers) = &r.offload {
+        for t in tiers {
+            let _ = writeln!(
+                out,
+                "offload    {}: {:.1}% of prompt tokens loaded ({} tokens, {:.3} s of loads), {} blocks",
+                t.tier,
+                t.hit_rate * 100.0,
+                thousands(t.loaded_tokens),
+                t.load_s,
+                thousands(t.capacity_blocks)
+            );
+        }
+    }
     if let Some(sp) = &r.speculative {
         let rates: Vec<String> = sp.acceptance_by_position.iter().map(|x| format!("{x:.2}")).collect();
         let _ = writeln!(

@@ -18,7 +18,7 @@ use super::raw::{RawByGpus, RawInterconnect, RawLink, RawModel, RawParallelism};
 pub use super::scenario::{
     ByGpus, Deployment, FigureSource, Interconnect, KvDtype, Parallelism, PeakClass, PeakUse, WeightDtype,
 };
-use super::scenario::{Drafter, Hardware, KvCache, Model, Weights};
+use super::scenario::{Drafter, Hardware, KvCache, Model, Offload, OffloadTier, Weights};
 use super::schema;
 use llmsim_core::engine::arch::Architecture;
 use llmsim_core::engine::cost::Link;
@@ -289,7 +289,36 @@ fn kv_cache(ck: &Check, raw: &RawModel, has_arch: bool) -> Result<KvCache, Confi
         watermark: ck.real_at("model.kv_cache.watermark", kv.watermark.unwrap_or(DEFAULT_WATERMARK))?,
         num_blocks: kv.num_blocks.map(|n| ck.whole_at("model.kv_cache.num_blocks", n)).transpose()?,
         prefix_caching: kv.prefix_caching.unwrap_or(DEFAULT_PREFIX_CACHING),
+        offload: kv.offload.as_ref().map(|o| offload(ck, o)).transpose()?,
     })
+}
+
+/// `model.kv_cache.offload`: each tier given needs both figures.
+fn offload(ck: &Check, raw: &super::raw::RawOffload) -> Result<Offload, ConfigError> {
+    let tier = |name: &str, t: &Option<super::raw::RawTier>| -> Result<Option<OffloadTier>, ConfigError> {
+        let Some(t) = t else { return Ok(None) };
+        let p = format!("model.kv_cache.offload.{name}");
+        let need = |key: &str, v: Option<f64>| {
+            v.ok_or_else(|| {
+                ck.err(&format!("{p}.{key}"), "missing: a tier needs its size (gib) and its bandwidth (bandwidth_gbps)")
+            })
+        };
+        let gib = ck.real(&format!("{p}.gib"), need("gib", t.gib)?, &crate::limits::OFFLOAD_GIB)?;
+        let bw = ck.real(
+            &format!("{p}.bandwidth_gbps"),
+            need("bandwidth_gbps", t.bandwidth_gbps)?,
+            &crate::limits::OFFLOAD_BANDWIDTH_GBPS,
+        )?;
+        Ok(Some(OffloadTier { gib, bandwidth_gbps: bw }))
+    };
+    let o = Offload { cpu: tier("cpu", &raw.cpu)?, disk: tier("disk", &raw.disk)? };
+    if o.cpu.is_none() && o.disk.is_none() {
+        return Err(ck.err(
+            "model.kv_cache.offload",
+            "empty: give a cpu tier, a disk tier or both ({gib, bandwidth_gbps} each)",
+        ));
+    }
+    Ok(o)
 }
 
 /// GPUs one node joins when the hardware does not say.

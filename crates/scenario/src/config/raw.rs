@@ -344,6 +344,26 @@ pub struct RawKvCache {
     #[serde(default, deserialize_with = "num::opt_whole")]
     pub num_blocks: Option<i64>,
     pub prefix_caching: Option<bool>,
+    /// KV offload tiers below the prefix cache (docs/offload.md).
+    pub offload: Option<RawOffload>,
+}
+
+/// `model.kv_cache.offload`: host memory and local disk.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOffload {
+    pub cpu: Option<RawTier>,
+    pub disk: Option<RawTier>,
+}
+
+/// One offload tier: its size and the bandwidth a GPU loads from it at.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTier {
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub gib: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub bandwidth_gbps: Option<f64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

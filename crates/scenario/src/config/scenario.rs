@@ -279,6 +279,32 @@ pub struct KvCache {
     /// Always shown (false by default, unlike vLLM V1), so `llmsim explain`
     /// says whether it ran.
     pub prefix_caching: bool,
+    /// KV offload tiers (docs/offload.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<Offload>,
+}
+
+/// `model.kv_cache.offload`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Offload {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<OffloadTier>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<OffloadTier>,
+}
+
+/// One offload tier as given.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OffloadTier {
+    pub gib: f64,
+    pub bandwidth_gbps: f64,
+}
+
+impl Offload {
+    /// The tiers given, fastest first, with their names.
+    pub fn tiers(&self) -> Vec<(&'static str, &OffloadTier)> {
+        [("cpu", &self.cpu), ("disk", &self.disk)].into_iter().filter_map(|(n, t)| t.as_ref().map(|t| (n, t))).collect()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -718,6 +744,7 @@ impl Scenario {
             prefix_caching: self.prefix_caching(),
             policy: self.engine.policy(),
             scheduling_policy: self.scheduler.policy().core(),
+            offload: self.offload_tiers(),
             speculative: self.speculative.as_ref().map(|s| llmsim_core::engine::Speculative {
                 tokens: s.num_speculative_tokens,
                 accept: s.conditional(),
@@ -726,6 +753,23 @@ impl Scenario {
                 draft: s.drafter.as_ref().map(|d| Box::new(self.cost_model(&d.model, &d.deployment, false))),
             }),
         }
+    }
+
+    /// The core's offload tiers: each holds `gib` of whole blocks (every
+    /// GPU's share) and loads a block in its per-GPU share over
+    /// `bandwidth_gbps`.
+    pub fn offload_tiers(&self) -> Option<llmsim_core::engine::offload::Offload> {
+        let o = self.model.kv_cache.offload.as_ref()?;
+        let bs = u64::from(self.capacity.block_size);
+        let block = (self.deployment.kv_bytes_per_token * bs).max(1) as f64;
+        let per_gpu = (self.deployment.kv_bytes_per_token_per_gpu * bs) as f64;
+        let tiers = (o.tiers().into_iter())
+            .map(|(_, t)| llmsim_core::engine::offload::Tier {
+                blocks: (t.gib * 1024f64.powi(3) / block).floor() as u64,
+                block_s: per_gpu / (t.bandwidth_gbps * 1e9),
+            })
+            .collect();
+        Some(llmsim_core::engine::offload::Offload { tiers })
     }
 
     /// The step cost of `model` deployed as `deployment` on this

@@ -561,6 +561,30 @@ pub static KEYS: &[Key] = &[
         Flag(DEFAULT_PREFIX_CACHING),
         Plain,
     ),
+    key(
+        "model.kv_cache.offload",
+        "KV offload tiers below the prefix cache, as LMCache and vLLM's offloading connector add them: every cached block is written through to each tier, and an admission loads the blocks after its GPU hit that a tier holds instead of computing them ([KV offload](offload.md)); needs `prefix_caching`, `engine: vllm` and no pools.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "model.kv_cache.offload.{cpu,disk}",
+        "A tier: host memory (`cpu`, looked up first) or local disk (`disk`), each `{gib, bandwidth_gbps}`.",
+        NONE,
+        Plain,
+    ),
+    key(
+        "model.kv_cache.offload.{cpu,disk}.gib",
+        "GiB of KV the tier holds for one engine (all of its GPUs' shares); at least one block.",
+        REQUIRED,
+        In(&row::OFFLOAD_GIB),
+    ),
+    key(
+        "model.kv_cache.offload.{cpu,disk}.bandwidth_gbps",
+        "GB/s each GPU loads its share of a block from the tier at (PCIe 5 x16 gives about 50, a local NVMe drive 3 to 7).",
+        REQUIRED,
+        In(&row::OFFLOAD_BANDWIDTH_GBPS),
+    ),
     // One engine, at the top and under each pool.
     key(
         "{,cluster.prefill.,cluster.decode.}parallelism",

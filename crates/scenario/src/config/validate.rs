@@ -127,6 +127,20 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
             ));
         }
     }
+    if built.model.kv_cache.offload.is_some() {
+        let why = if !built.model.kv_cache.prefix_caching {
+            Some("needs model.kv_cache.prefix_caching: true (the tiers hold cached blocks by content)".to_string())
+        } else if engine != EngineKind::Vllm {
+            Some(format!("is modelled under engine: vllm only, not engine: {}", engine.as_str()))
+        } else if raw.cluster.as_ref().is_some_and(|c| c.has_pools()) {
+            Some("is not modelled with prefill/decode pools (cluster.prefill, cluster.decode)".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(ck.err("model.kv_cache.offload", why));
+        }
+    }
     let drafter = speculative.as_ref().and_then(|s| s.drafter.as_ref());
     let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware, drafter)?;
     let name = raw
@@ -153,7 +167,30 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     scenario.cluster = raw.cluster.map(|c| super::cluster::build(&ck, c, &scenario, pool_base)).transpose()?;
     run_limits(&ck, &scenario)?;
     block_ids_fit(&ck, &scenario)?;
+    offload_fits(&ck, &scenario)?;
     Ok(scenario)
+}
+
+/// Every offload tier holds at least one block.
+fn offload_fits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
+    let (Some(o), Some(tiers)) = (&s.model.kv_cache.offload, s.offload_tiers()) else { return Ok(()) };
+    for ((name, t), core) in o.tiers().into_iter().zip(&tiers.tiers) {
+        if core.blocks == 0 {
+            let block = s.deployment.kv_bytes_per_token * u64::from(s.capacity.block_size);
+            return Err(ck.err(
+                &format!("model.kv_cache.offload.{name}.gib"),
+                format!(
+                    "{} is smaller than one KV block ({} bytes: {} tokens of {} bytes): give at least {:.6} GiB",
+                    short_float(t.gib),
+                    llmsim_core::util::thousands(block),
+                    s.capacity.block_size,
+                    llmsim_core::util::thousands(s.deployment.kv_bytes_per_token),
+                    block as f64 / 1024f64.powi(3)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether per-operator key `k` is set.

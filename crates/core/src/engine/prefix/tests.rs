@@ -190,6 +190,9 @@ impl Observer for Log {
     fn prefix_lookup(&mut self, id: RequestId, _at: SimTime, queried: u32, hit: u32) {
         self.0.push(format!("lookup {id} {hit}/{queried}"));
     }
+    fn kv_loaded(&mut self, id: RequestId, _at: SimTime, tier: u32, tokens: u32) {
+        self.0.push(format!("load {id} {tokens} from {tier}"));
+    }
 }
 
 impl Log {
@@ -220,6 +223,7 @@ fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
         policy: super::super::Policy::Vllm,
         speculative: None,
         scheduling_policy: Default::default(),
+        offload: None,
     })
 }
 
@@ -482,4 +486,67 @@ fn the_invariant_check_finds_a_break_in_each_of_its_parts() {
     // The cached count.
     let err = broken(&|p| p.cached += 1, &|s| s == 0);
     assert!(err.contains("blocks hold a hash, 3 are listed, 4 counted"), "{err}");
+}
+
+/// [`engine`] with a host-memory tier of `blocks` blocks, 2 ms a block.
+fn offloading(num_blocks: u32, blocks: u64) -> Engine {
+    let mut cfg = engine(num_blocks, 0, 64).cfg;
+    cfg.offload =
+        Some(crate::engine::offload::Offload { tiers: vec![crate::engine::offload::Tier { blocks, block_s: 0.002 }] });
+    Engine::new(cfg)
+}
+
+/// Request 0 computes an 8-token prompt (content 1, 2), then request 1's
+/// 16 tokens (content 10 to 13) take every one of 4 GPU blocks.
+fn write_then_evict(e: &mut Engine, log: &mut Log) {
+    e.submit_with_hashes(req(0, 8, 1), &[1, 2], log).unwrap();
+    step(e, log);
+    e.submit_with_hashes(req(1, 16, 1), &[10, 11, 12, 13], log).unwrap();
+    step(e, log);
+}
+
+#[test]
+fn blocks_evicted_from_the_gpu_are_loaded_from_the_tier_and_the_step_waits_for_them() {
+    // 4 GPU blocks of 4 tokens. Request 0's 8-token prompt fills 2 blocks
+    // (content 1, 2), written through to the tier; request 1's 16 tokens
+    // take all 4 blocks, evicting them from the GPU. Request 2 resends
+    // request 0's prompt and one token more: no GPU hit, both blocks
+    // loaded from the tier (8 tokens), 1 token computed.
+    let run = |mut e: Engine| {
+        let mut log = Log::default();
+        write_then_evict(&mut e, &mut log);
+        e.submit_with_hashes(req(2, 9, 1), &[1, 2], &mut log).unwrap();
+        let before = e.clock();
+        let s = e.step(&mut log).expect("a step");
+        e.check_invariants().unwrap();
+        (s.end.nanos_since(before), log.take())
+    };
+    let (loading, events) = run(offloading(4, 100));
+    assert_eq!(events, ["lookup 2 0/9", "load 2 8 from 0", "sched 2 1@8", "finish 2"]);
+    // The same step shape with the blocks still on the GPU (8 blocks: no
+    // eviction) is a hit of 8 and the same 1 token: 2 x 2 ms less.
+    let (hitting, events) = run(offloading(8, 100));
+    assert_eq!(events, ["lookup 2 8/9", "sched 2 1@8", "finish 2"]);
+    assert_eq!(loading - hitting, 4_000_000, "two blocks at 2 ms each");
+    // Without a tier the prompt is computed again.
+    let (_, events) = run(engine(4, 0, 64));
+    assert_eq!(events, ["lookup 2 0/9", "sched 2 9@0", "finish 2"]);
+}
+
+#[test]
+fn a_tier_too_small_keeps_only_the_latest_blocks_and_a_load_stops_at_the_first_miss() {
+    // A tier of 4 blocks: after request 1 (content 10-13) it holds only
+    // those, so request 2's blocks 1 and 2 are computed again.
+    let mut e = offloading(4, 4);
+    let mut log = Log::default();
+    write_then_evict(&mut e, &mut log);
+    e.submit_with_hashes(req(2, 9, 1), &[1, 2], &mut log).unwrap();
+    assert_eq!(step(&mut e, &mut log), ["lookup 2 0/9", "sched 2 9@0", "finish 2"]);
+    // Request 2's three blocks took the GPU's oldest free ones (holding
+    // 13, 12 and 11), and its content 1, 2 pushed 10 and 11 out of the
+    // tier, which holds 12, 13, 1, 2. Request 3 (content 12, 13, then 7)
+    // misses on the GPU and loads 12 and 13; 7 is nowhere.
+    e.submit_with_hashes(req(3, 13, 1), &[12, 13, 7], &mut log).unwrap();
+    let events = step(&mut e, &mut log);
+    assert_eq!(events[..2], ["lookup 3 0/13".to_string(), "load 3 8 from 0".to_string()], "{events:?}");
 }
