@@ -9,7 +9,7 @@ use super::ConfigError;
 use super::check::{Check, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NUM_SEQUENCES};
 use super::num::short_float;
 use super::raw::{RawHardware, RawScheduler};
-use super::scenario::{Arrivals, Hardware, PolicyName, Scenario, Scheduler};
+use super::scenario::{Hardware, PolicyName, Scenario, Scheduler};
 use super::{deployment, hardware};
 use super::{limits, schema};
 use llmsim_core::util::thousands;
@@ -67,11 +67,7 @@ pub(crate) fn run_limits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
         ));
     }
     let w = &s.workload;
-    let rate = match w.arrivals {
-        Arrivals::Poisson { rate } | Arrivals::Gamma { rate, .. } | Arrivals::Constant { rate } => Some(rate),
-        _ => None,
-    };
-    if let (Some(rate), Some(d), None) = (rate, w.duration_s, w.requests) {
+    if let (Some(rate), Some(d), None) = (w.rate(), w.duration_s, w.requests) {
         let expected = rate * d;
         if expected > limits::MAX_REQUESTS as f64 {
             return Err(ck.err(
