@@ -230,6 +230,33 @@ fn bad_offload_settings_name_the_key_and_a_good_one_reports_its_loads() {
 }
 
 #[test]
+fn bad_lora_settings_name_the_key_and_a_good_one_reports_its_copies() {
+    let model = "model=llama-3.1-8b";
+    let lora = |x: &str| format!("lora={x}");
+    bad_set(&[&lora("{count: 4}")], &["base.yml", "lora", "needs the model's architecture"]);
+    bad_set(&[model, &lora("{count: 4, rank: 0}")], &["lora.rank", "0 is not allowed"]);
+    bad_set(&[model, &lora("{count: 4, rank: 32}")], &["lora.rank", "more than lora.max_lora_rank (16)"]);
+    bad_set(&[model, &lora("{count: 4, max_lora_rank: 24}")], &["lora.max_lora_rank", "24 is not allowed"]);
+    bad_set(&[model, &lora("{max_loras: 2}")], &["lora.adapters", "missing"]);
+    bad_set(&[model, &lora("{count: 2, adapters: [{name: a}]}")], &["lora.count", "not both"]);
+    bad_set(&[model, &lora("{adapters: [{name: a}, {name: a}]}")], &["lora.adapters[1].name", "named twice"]);
+    bad_set(&[model, &lora("{adapters: [{name: a, weight: 0}]}")], &["lora.adapters[0].weight", "0 is not allowed"]);
+    bad_set(&[model, &lora("{count: 4, target_modules: [w1]}")], &["lora.target_modules[0]", "unknown module `w1`"]);
+    bad_set(&[model, &lora("{count: 4, max_loras: 0}")], &["lora.max_loras", "0 is not allowed"]);
+    bad_set(&[model, &lora("{count: 4, load_bandwidth_gbps: .nan}")], &["lora.load_bandwidth_gbps", "not allowed"]);
+    bad_set(&[model, &lora("{count: 4, colour: red}")], &["lora", "colour"]);
+    bad_set(&["model=mixtral-8x7b", &lora("{count: 2}")], &["lora", "dense models"]);
+    bad_set(&[model, "engine=trtllm", &lora("{count: 2}")], &["lora", "engine: trtllm"]);
+    // A good one runs and says what it copied: 4 adapters of rank 16 on
+    // Llama-3.1-8B, a slot 16 x 32 layers x 81,920 x 2 bytes.
+    let good = lora("{count: 4, max_loras: 2}");
+    let out = TestCommand::new(&["run", BASE, "--set", "workload.requests=100", "--set", model, "--set", &good])
+        .ok()
+        .stdout();
+    assert!(out.contains("lora       4 adapters, 2 GPU slots of 83,886,080 bytes: "), "{out}");
+}
+
+#[test]
 fn bad_priority_settings_name_the_key_and_a_good_one_reports_each_class() {
     let classes = "workload.classes=[{name: chat, priority: 0}, {name: batch, weight: 3, priority: 1}]";
     bad_set(

@@ -572,6 +572,12 @@ fn make_case(i: u64, seeds: &Seeds) -> Case {
                     "workload.classes=[{name: chat, weight: 1, priority: -1}, {name: batch, weight: 3, priority: 2}]"
                         .to_string(),
                 ];
+                // Half of them with LoRA adapters on a dense model
+                // (docs/lora.md).
+                if (i / 6).is_multiple_of(2) {
+                    prio.push("model=llama-3.1-8b".to_string());
+                    prio.push("lora={count: 8, max_loras: 2, zipf: 1, base_weight: 1}".to_string());
+                }
                 prio.append(&mut sets);
                 sets = prio;
             }

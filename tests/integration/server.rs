@@ -15,6 +15,7 @@ mod hardening;
 mod harness;
 mod layers;
 mod lifecycle;
+mod lora;
 mod memory;
 mod parity;
 mod prefix;

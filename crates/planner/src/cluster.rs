@@ -341,6 +341,9 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
     fn kv_loaded(&mut self, id: RequestId, at: SimTime, tier: u32, tokens: u32) {
         self.inner.kv_loaded(id, at, tier, tokens);
     }
+    fn lora_loaded(&mut self, adapter: u32, at: SimTime) {
+        self.inner.lora_loaded(adapter, at);
+    }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         if self.pool.is_some() || self.prefill.is_some() {
             // (Pools step one by one; were it otherwise, their events

@@ -207,6 +207,9 @@ impl<O: Observer> Observer for Tap<'_, O> {
     fn kv_loaded(&mut self, id: RequestId, at: SimTime, tier: u32, tokens: u32) {
         self.inner.kv_loaded(id, at, tier, tokens);
     }
+    fn lora_loaded(&mut self, adapter: u32, at: SimTime) {
+        self.inner.lora_loaded(adapter, at);
+    }
     fn decode_stretch(&mut self, s: &llmsim_core::engine::Stretch<'_>) {
         // The driver told the source of its finishes already
         // (`Engine::decode_stretch_through`); its joiners arrived at the

@@ -147,6 +147,18 @@ pub const CUDA_GRAPH_MAX_TOKENS: Range = Range::whole(0, 1_000_000);
 pub const SEED: Range = Range::whole(0, u64::MAX);
 /// Draft tokens a speculative step proposes (the core's most).
 pub const SPECULATIVE_TOKENS: Range = Range::whole(1, llmsim_core::engine::speculative::MAX_TOKENS as u64);
+/// `lora.max_loras`: GPU slots for adapters.
+pub const LORA_SLOTS: Range = Range::whole(1, 256);
+/// A LoRA adapter's rank (vLLM's largest `--max-lora-rank` is 512).
+pub const LORA_RANK: Range = Range::whole(1, 512);
+/// `lora.count`: adapters on one model (a request names one by a `u16`).
+pub const LORA_ADAPTERS: Range = Range::whole(1, 4096);
+/// `lora.zipf`: 0 (uniform) to a single adapter taking nearly all.
+pub const LORA_ZIPF: Range = Range::closed(0.0, 10.0);
+/// `lora.base_weight`: 0 (every request names an adapter) or a weight.
+pub const LORA_BASE_WEIGHT: Range = Range::closed(0.0, 1e15);
+/// `lora.load_bandwidth_gbps`: host memory to one GPU.
+pub const LORA_LOAD_GBPS: Range = Range::above(0.0, 1e4);
 /// A probability.
 pub const PROBABILITY: Range = Range::closed(0.0, 1.0);
 pub const REQUESTS: Range = Range::whole(1, MAX_REQUESTS);
@@ -428,6 +440,36 @@ pub mod row {
         why: "vLLM's examples draft 1 to 7; a step's acceptance draws are laid out for 32",
     };
 
+    pub static LORA_SLOTS: Limit = Limit {
+        key: "lora.max_loras",
+        range: super::LORA_SLOTS,
+        why: "GPU slots, each holding an adapter at max_lora_rank",
+    };
+
+    pub static LORA_RANK: Limit = Limit {
+        key: "lora.max_lora_rank, lora.rank, lora.adapters[].rank",
+        range: super::LORA_RANK,
+        why: "vLLM's --max-lora-rank goes to 512",
+    };
+
+    pub static LORA_ADAPTERS: Limit =
+        Limit { key: "lora.count, lora.adapters", range: super::LORA_ADAPTERS, why: "adapters on one model" };
+
+    pub static LORA_ZIPF: Limit =
+        Limit { key: "lora.zipf", range: super::LORA_ZIPF, why: "0 is uniform; 10 gives the first almost all" };
+
+    pub static LORA_LOAD_GBPS: Limit = Limit {
+        key: "lora.load_bandwidth_gbps",
+        range: super::LORA_LOAD_GBPS,
+        why: "GB/s from host memory to a GPU; PCIe 5.0 x16 is 64",
+    };
+
+    pub static LORA_BASE_WEIGHT: Limit = Limit {
+        key: "lora.base_weight",
+        range: super::LORA_BASE_WEIGHT,
+        why: "relative to the adapters' weights; 0: every request names an adapter",
+    };
+
     pub static ACCEPTANCE: Limit = Limit {
         key: "speculative.acceptance_rate, speculative.acceptance_by_position",
         range: super::PROBABILITY,
@@ -637,6 +679,12 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::OFFLOAD_GIB,
     &row::OFFLOAD_BANDWIDTH_GBPS,
     &row::ACCEPTANCE,
+    &row::LORA_SLOTS,
+    &row::LORA_RANK,
+    &row::LORA_ADAPTERS,
+    &row::LORA_ZIPF,
+    &row::LORA_BASE_WEIGHT,
+    &row::LORA_LOAD_GBPS,
     &row::DRAFT_PARAMETERS_BILLIONS,
     &row::DRAFT_KV_BYTES_PER_TOKEN,
     &row::SPECULATIVE_SEED,

@@ -253,12 +253,30 @@ impl App {
     }
 
     /// The model a request names, or the first one when it names none
-    /// (vLLM serves its default model then).
+    /// (vLLM serves its default model then); a LoRA adapter's name is its
+    /// model's.
     pub fn model(&self, name: Option<&str>) -> Result<&ModelHandle, ApiError> {
-        match name {
-            None => self.models.first().ok_or_else(|| ApiError::unknown_model("")),
-            Some(n) => self.models.iter().find(|m| m.spec.name == n).ok_or_else(|| ApiError::unknown_model(n)),
+        self.model_and_adapter(name).map(|(m, _)| m)
+    }
+
+    /// [`App::model`] and the LoRA adapter the name chose: `k + 1` for the
+    /// model's adapter `k` (docs/lora.md), 0 for the model itself. A
+    /// model's own name wins over an adapter of the same name.
+    pub fn model_and_adapter(&self, name: Option<&str>) -> Result<(&ModelHandle, u16), ApiError> {
+        let Some(n) = name else {
+            return self.models.first().map(|m| (m, 0)).ok_or_else(|| ApiError::unknown_model(""));
+        };
+        if let Some(m) = self.models.iter().find(|m| m.spec.name == n) {
+            return Ok((m, 0));
         }
+        for m in &self.models {
+            if let crate::models::EngineKind::Scheduler(s) = &m.spec.engine
+                && let Some(k) = s.adapters.iter().position(|a| a == n)
+            {
+                return Ok((m, k as u16 + 1));
+            }
+        }
+        Err(ApiError::unknown_model(n))
     }
 
     pub fn count_error(&self, status: u16) {

@@ -442,7 +442,7 @@ impl EngineTask {
             let (rid, _) = lock(rec).begin_with_blocks(arrival, s.prompt, s.output, &s.hashes);
             debug_assert_eq!(rid, id, "recorder and engine ids agree");
         }
-        let request = Request { id, arrival, prompt: s.prompt, output: s.output, priority: s.priority };
+        let request = Request { id, arrival, prompt: s.prompt, output: s.output, priority: s.priority, lora: s.lora };
         let rec = RequestRecord::new(id, arrival, s.prompt, s.output);
         let mut live = Live {
             ticket,

@@ -50,6 +50,9 @@ pub struct RawServedModel {
     pub cluster: Option<RawCluster>,
     /// Speculative decoding, as a scenario's `speculative:`.
     pub speculative: Option<llmsim_scenario::config::raw::RawSpeculative>,
+    /// LoRA adapters (`lora:` as in a scenario, docs/lora.md): listed in
+    /// `/v1/models` and chosen by a request's `model`.
+    pub lora: Option<llmsim_scenario::config::raw::RawLora>,
     pub fixed: Option<RawFixed>,
     /// A Hugging Face tokenizer.json (relative to the models file); the
     /// built-in tokenizer without one (`server::tokenize`).
@@ -153,6 +156,9 @@ pub struct SchedulerModel {
     /// The scenario's `workload.seed`: the `random` router's draws, as in
     /// `llmsim run` on the same scenario.
     pub seed: u64,
+    /// LoRA adapters' names, in order (a request naming the k-th runs
+    /// with the engine's adapter k; docs/lora.md).
+    pub adapters: Vec<String>,
 }
 
 impl SchedulerModel {
@@ -333,12 +339,12 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
             let inline =
                 [raw.hardware.is_some(), raw.model.is_some(), raw.scheduler.is_some(), raw.parallelism.is_some()];
             let more = raw.latency.is_some() || raw.efficiency.is_some() || raw.cluster.is_some();
-            if inline.iter().any(|&x| x) || more || raw.speculative.is_some() {
+            if inline.iter().any(|&x| x) || more || raw.speculative.is_some() || raw.lora.is_some() {
                 return Err(ConfigError::new(
                     file,
                     format!("{at}.scenario"),
-                    "give either `scenario: FILE` or inline hardware/model/scheduler/cluster/speculative sections, not \
-                     both",
+                    "give either `scenario: FILE` or inline hardware/model/scheduler/cluster/speculative/lora sections, \
+                     not both",
                 ));
             }
             let path = file.parent().unwrap_or(Path::new("")).join(&rel);
@@ -367,6 +373,10 @@ fn scheduler(raw: RawServedModel, name: String, file: &Path, at: &str) -> Result
             scenario_file,
             cluster: scenario.cluster.clone(),
             seed: scenario.workload.seed,
+            adapters: scenario
+                .lora
+                .as_ref()
+                .map_or_else(Vec::new, |l| l.adapters.iter().map(|a| a.name.clone()).collect()),
         })),
         tokenizer: Default::default(),
         faults: None,
@@ -413,6 +423,7 @@ fn inline_scenario(raw: RawServedModel, name: &str, file: &Path, at: &str) -> Re
         workload: placeholder,
         cluster: raw.cluster,
         speculative: raw.speculative,
+        lora: raw.lora,
     };
     llmsim_scenario::config::validate::scenario(scenario, file).map_err(|mut e| {
         if e.file == file {

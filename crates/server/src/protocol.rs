@@ -39,6 +39,9 @@ pub struct FeedRequest {
     /// The body's `priority` (0 unless the model schedules by priority),
     /// saturated to `i32`.
     pub priority: i32,
+    /// The LoRA adapter the request's `model` named: `k + 1` for the
+    /// model's adapter `k`, 0 for the base model.
+    pub lora: u16,
 }
 
 /// What a handler asks of the engine task.

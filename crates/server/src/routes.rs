@@ -92,19 +92,27 @@ async fn method_not_allowed(State(app): State<Arc<App>>) -> Response {
 /// object, `owned_by` "vllm" (clients written for vLLM see what they expect).
 async fn models(State(app): State<Arc<App>>) -> Response {
     let created = unix_now();
-    let data: Vec<serde_json::Value> = app
-        .models
+    // Each model, then its LoRA adapters (vLLM's `show_available_models`:
+    // an adapter's `parent` is its base model, its `max_model_len` null).
+    let mut entries: Vec<(String, Option<&str>, Option<u32>)> = Vec::new();
+    for m in &app.models {
+        entries.push((m.spec.name.clone(), None, Some(m.spec.context_length)));
+        if let crate::models::EngineKind::Scheduler(s) = &m.spec.engine {
+            entries.extend(s.adapters.iter().map(|a| (a.clone(), Some(m.spec.name.as_str()), None)));
+        }
+    }
+    let data: Vec<serde_json::Value> = entries
         .iter()
         .enumerate()
-        .map(|(i, m)| {
+        .map(|(i, (name, parent, max_model_len))| {
             serde_json::json!({
-                "id": m.spec.name,
+                "id": name,
                 "object": "model",
                 "created": created,
                 "owned_by": "vllm",
-                "root": m.spec.name,
-                "parent": null,
-                "max_model_len": m.spec.context_length,
+                "root": name,
+                "parent": parent,
+                "max_model_len": max_model_len,
                 "permission": [{
                     "id": format!("modelperm-llmsim-{i}"),
                     "object": "model_permission",
@@ -359,7 +367,8 @@ async fn handle(
     if api == Api::Chat {
         parsed.chat = ChatInput::from_body(&body);
     }
-    let model = app.model(parsed.model.as_deref())?;
+    let (model, lora) = app.model_and_adapter(parsed.model.as_deref())?;
+    let adapter_name = if lora != 0 { parsed.model.clone() } else { None };
     // vLLM's `_preflight(request.n or 1)`: after the body's validation and
     // the model check, before the prompt is rendered (so before any
     // context, tool or vocabulary error); several prompts count `n` here.
@@ -404,6 +413,10 @@ async fn handle(
         plan_reply(app, index, api, &parsed, &mode, options, created)?
     };
     let mut reply = reply;
+    if let Some(name) = adapter_name {
+        // vLLM answers with the name the request sent: the adapter's.
+        reply.model = name;
+    }
     reply.id = format!("{}{}", if api == Api::Chat { "chatcmpl-" } else { "cmpl-" }, request_id(app, headers, body_id));
     if let Some(err) = vocabulary {
         // vLLM finds it when the engine takes the request: a stream has
@@ -442,6 +455,7 @@ async fn handle(
             }),
             session,
             priority: priority.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
+            lora,
         };
         let (feed, acc) = match Feed::start(model, app.clock, req).await {
             Ok(started) => started,

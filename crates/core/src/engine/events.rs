@@ -156,6 +156,10 @@ pub trait Observer {
     /// admission instead of computed (docs/offload.md). Sent after its
     /// `prefix_lookup` event.
     fn kv_loaded(&mut self, id: RequestId, at: SimTime, tier: u32, tokens: u32) {}
+    /// LoRA adapter `adapter` (an index into the engine's adapters) was
+    /// copied into a GPU slot for the step starting at `at`
+    /// (docs/lora.md). Sent before the step's record.
+    fn lora_loaded(&mut self, adapter: u32, at: SimTime) {}
     /// A decode stretch ([`crate::engine::stretch`]): several steps at
     /// once. By default replayed as the events the steps one by one send
     /// (per step: `scheduled` for every request in it, `token` for every
@@ -275,6 +279,10 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.kv_loaded(id, at, tier, tokens);
         self.1.kv_loaded(id, at, tier, tokens);
     }
+    fn lora_loaded(&mut self, adapter: u32, at: SimTime) {
+        self.0.lora_loaded(adapter, at);
+        self.1.lora_loaded(adapter, at);
+    }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         self.0.decode_stretch(s);
         self.1.decode_stretch(s);
@@ -319,6 +327,9 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
     fn kv_loaded(&mut self, id: RequestId, at: SimTime, tier: u32, tokens: u32) {
         (**self).kv_loaded(id, at, tier, tokens);
+    }
+    fn lora_loaded(&mut self, adapter: u32, at: SimTime) {
+        (**self).lora_loaded(adapter, at);
     }
     fn decode_stretch(&mut self, s: &Stretch<'_>) {
         (**self).decode_stretch(s);

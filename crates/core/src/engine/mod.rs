@@ -15,6 +15,7 @@ pub mod cost;
 pub mod events;
 pub mod kv;
 pub mod kv_budget;
+pub mod lora;
 pub mod offload;
 pub mod prefix;
 pub mod speculative;
@@ -54,6 +55,9 @@ pub struct EngineConfig {
     /// KV offload tiers below the prefix cache (docs/offload.md); needs
     /// `prefix_caching`.
     pub offload: Option<offload::Offload>,
+    /// LoRA adapters on the model (docs/lora.md); `None`: no request
+    /// may name one.
+    pub lora: Option<lora::Lora>,
 }
 
 /// vLLM's `--scheduling-policy` (docs/priorities.md).
@@ -97,12 +101,15 @@ pub struct Request {
     /// vLLM's request `priority`: lower is served first under
     /// [`SchedulingPolicy::Priority`] (ignored under FCFS). 0 by default.
     pub priority: i32,
+    /// The LoRA adapter it runs with: `i + 1` for [`lora::Lora`]'s
+    /// adapter `i`, 0 for the base model (docs/lora.md).
+    pub lora: u16,
 }
 
 impl Request {
-    /// A request of priority 0.
+    /// A request of priority 0 on the base model.
     pub fn new(id: RequestId, arrival: SimTime, prompt: u32, output: u32) -> Request {
-        Request { id, arrival, prompt, output, priority: 0 }
+        Request { id, arrival, prompt, output, priority: 0, lora: 0 }
     }
 }
 
@@ -247,6 +254,10 @@ pub struct Engine {
     /// the step being built waits for.
     tiers: Option<Box<offload::Tiers>>,
     load_s: f64,
+    /// With LoRA: the GPU slots, and the distinct adapters of the step
+    /// being built (kept during admission only).
+    lora_slots: Option<Box<lora::Slots>>,
+    step_loras: Vec<u16>,
 }
 
 /// The hasher of [`Engine::by_id`]: one multiply and a rotation per id,
@@ -292,6 +303,7 @@ impl Engine {
             false => Kv::Count(KvBlocks::new(blocks)),
             true => Kv::Prefix(Box::new(PrefixPool::new(blocks, block_size))),
         };
+        let lora_slots = cfg.lora.as_ref().map(|_| Box::default());
         let tiers = match cfg.prefix_caching {
             true => cfg.offload.as_ref().map(|o| Box::new(offload::Tiers::new(o))),
             false => None,
@@ -320,6 +332,8 @@ impl Engine {
             drafting_ctx: 0,
             tiers,
             load_s: 0.0,
+            lora_slots,
+            step_loras: Vec::new(),
         }
     }
 
@@ -700,20 +714,34 @@ impl Engine {
     }
 
     /// Step 3: admit from the head of `waiting` while the whole known length
-    /// fits beside the watermark; no skipping ahead.
+    /// fits beside the watermark; no skipping ahead, except over a request
+    /// whose LoRA adapter would be one more than `max_loras` in the step
+    /// (vLLM V1 skips it and keeps its place; docs/lora.md).
     fn admit_waiting<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) {
         let cap = &self.cfg.capacity;
         let (admissible, watermark) = (cap.admissible_blocks() as i64, i64::from(cap.watermark_blocks));
-        while let Some(&slot) = self.waiting.front() {
+        let max_loras = self.cfg.lora.as_ref().map(|l| l.max_loras as usize);
+        if max_loras.is_some() {
+            self.collect_step_loras(false);
+        }
+        // The waiting request considered: 0 but past skipped ones.
+        let mut k = 0;
+        while let Some(&slot) = self.waiting.get(k) {
             let seq = &self.slots[slot as usize];
             let need = self.cfg.capacity.blocks_for(u64::from(seq.known())) as i64;
             if need > admissible {
-                self.reject_head(need as u64, at, obs);
+                self.reject_at(k, need as u64, at, obs);
                 continue;
             }
             let full = self.running.len() >= self.cfg.max_num_sequences as usize;
             if *budget == 0 || full {
                 break;
+            }
+            let adapter = seq.req.lora;
+            let new_adapter = max_loras.is_some() && adapter != 0 && !self.step_loras.contains(&adapter);
+            if new_adapter && max_loras.is_some_and(|m| self.step_loras.len() >= m) {
+                k += 1;
+                continue;
             }
             let arriving = seq.arriving_kv;
             let computed = if arriving > 0 {
@@ -774,7 +802,26 @@ impl Engine {
                     }
                 }
             };
-            self.admit_head(need as u32, computed, at, budget, obs);
+            if new_adapter {
+                self.step_loras.push(adapter);
+            }
+            self.admit_at(k, need as u32, computed, at, budget, obs);
+        }
+    }
+
+    /// The distinct adapters of the running requests, into `step_loras`:
+    /// at admission those of every running request, scheduled in the
+    /// step or not (vLLM 0.34's `scheduled_loras`); at the step's end
+    /// the batch's.
+    fn collect_step_loras(&mut self, of_batch: bool) {
+        self.step_loras.clear();
+        let n = if of_batch { self.batch.len() } else { self.running.len() };
+        for i in 0..n {
+            let slot = if of_batch { self.batch[i].0 } else { self.running[i] };
+            let a = self.slots[slot as usize].req.lora;
+            if a != 0 && !self.step_loras.contains(&a) {
+                self.step_loras.push(a);
+            }
         }
     }
 
@@ -804,7 +851,7 @@ impl Engine {
             let need = self.cfg.capacity.blocks_for(u64::from(seq.known())) as i64;
             let completion = self.completion_blocks(seq) as i64;
             if completion > total {
-                self.reject_head(need as u64, at, obs);
+                self.reject_at(0, need as u64, at, obs);
                 continue;
             }
             let full = self.running.len() >= self.cfg.max_num_sequences as usize;
@@ -839,14 +886,14 @@ impl Engine {
                 }
             };
             reserved += completion - need;
-            self.admit_head(need as u32, computed, at, budget, obs);
+            self.admit_at(0, need as u32, computed, at, budget, obs);
         }
     }
 
-    /// The head of `waiting`, whose known length takes `need` blocks, can
-    /// never fit: rejected.
-    fn reject_head<O: Observer>(&mut self, need: u64, at: SimTime, obs: &mut O) {
-        let Some(slot) = self.waiting.pop_front() else { return };
+    /// `waiting[k]`, whose known length takes `need` blocks, can never
+    /// fit: rejected.
+    fn reject_at<O: Observer>(&mut self, k: usize, need: u64, at: SimTime, obs: &mut O) {
+        let Some(slot) = self.waiting.remove(k) else { return };
         let seq = &self.slots[slot as usize];
         self.queued_blocks -= need;
         self.waiting_resumes -= u64::from(seq.resumes());
@@ -854,10 +901,19 @@ impl Engine {
         self.release(slot);
     }
 
-    /// The head of `waiting` joins `running` holding `need` blocks with `c =
-    /// computed`, and is scheduled for what the budget leaves of it.
-    fn admit_head<O: Observer>(&mut self, need: u32, computed: u32, at: SimTime, budget: &mut u32, obs: &mut O) {
-        let Some(slot) = self.waiting.pop_front() else { return };
+    /// `waiting[k]` (the head, but past requests LoRA skipped) joins
+    /// `running` holding `need` blocks with `c = computed`, and is
+    /// scheduled for what the budget leaves of it.
+    fn admit_at<O: Observer>(
+        &mut self,
+        k: usize,
+        need: u32,
+        computed: u32,
+        at: SimTime,
+        budget: &mut u32,
+        obs: &mut O,
+    ) {
+        let Some(slot) = self.waiting.remove(k) else { return };
         self.queued_blocks -= u64::from(need);
         self.waiting_resumes -= u64::from(self.slots[slot as usize].resumes());
         let seq = &mut self.slots[slot as usize];
@@ -888,7 +944,11 @@ impl Engine {
             Some(spec) => spec.draft_time(&shape, self.drafting, self.drafting_ctx).total_s,
             None => 0.0,
         };
-        let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s + draft_s + self.load_s).max(1));
+        let lora_s = match self.cfg.lora.is_some() {
+            true => self.lora_time(start, obs),
+            false => 0.0,
+        };
+        let end = start.plus_nanos(crate::time::secs_to_nanos(cost.total_s + draft_s + self.load_s + lora_s).max(1));
         let record = StepRecord {
             index: self.steps,
             start,
@@ -919,6 +979,25 @@ impl Engine {
             self.running.retain(|&s| slots[s as usize].state == State::Running);
         }
         record
+    }
+
+    /// With LoRA: the seconds the step's adapters add (docs/lora.md): the
+    /// copies of those not in a GPU slot (each announced), then their
+    /// math, `max(tokens x token_s, adapters x slot_read_s)`.
+    fn lora_time<O: Observer>(&mut self, at: SimTime, obs: &mut O) -> f64 {
+        self.collect_step_loras(true);
+        let (Some(l), Some(slots)) = (&self.cfg.lora, &mut self.lora_slots) else { return 0.0 };
+        let slots_ = &self.slots;
+        let tokens: u64 =
+            (self.batch.iter()).filter(|&&(s, _)| slots_[s as usize].req.lora != 0).map(|&(_, n)| u64::from(n)).sum();
+        debug_assert!(self.step_loras.len() <= l.max_loras as usize, "a step uses more adapters than max_loras");
+        slots.activate(&self.step_loras, self.steps, l.max_loras as usize);
+        let mut load = 0.0;
+        for &a in &slots.loaded {
+            load += l.load_s.get(usize::from(a) - 1).copied().unwrap_or(0.0);
+            obs.lora_loaded(u32::from(a) - 1, at);
+        }
+        load + l.step_s(tokens, self.step_loras.len())
     }
 
     /// Step 5: the batch's computed tokens, and a token for each request

@@ -311,6 +311,7 @@ impl Engine {
             || !self.pending.is_empty()
             || self.cfg.policy != Policy::Vllm
             || self.cfg.speculative.is_some()
+            || self.cfg.lora.is_some()
             || self.cfg.scheduling_policy != super::SchedulingPolicy::Fcfs
             || self.tiers.is_some()
         {

@@ -27,6 +27,9 @@ impl Observer for Log {
     fn aborted(&mut self, id: RequestId, _at: SimTime) {
         self.0.push(format!("abort {id}"));
     }
+    fn lora_loaded(&mut self, adapter: u32, _at: SimTime) {
+        self.0.push(format!("load lora {adapter}"));
+    }
 }
 
 impl Log {
@@ -66,6 +69,7 @@ fn engine(l: Limits) -> Engine {
         speculative: None,
         scheduling_policy: Default::default(),
         offload: None,
+        lora: None,
     })
 }
 
@@ -289,6 +293,7 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         speculative: None,
         scheduling_policy: Default::default(),
         offload: None,
+        lora: None,
     })
 }
 
@@ -788,4 +793,80 @@ fn priority_breaks_equal_arrivals_by_id_as_real_arrival_times_would() {
     assert_eq!(s.preempted, 1);
     assert_eq!(log.take(), ["preempt 1", "sched 0 1@8", "token 0#2"]);
     e.check_invariants().unwrap();
+}
+
+/// [`engine`] with LoRA: `max_loras` slots, adapter `i` loading in
+/// `(i + 1)` ms, 1 us of adapter math a token, 100 us to read a slot.
+fn with_lora(l: Limits, max_loras: u32) -> Engine {
+    let mut e = engine(l);
+    e.cfg.lora = Some(lora::Lora { max_loras, load_s: vec![0.001, 0.002, 0.003], token_s: 1e-6, slot_read_s: 1e-4 });
+    e.lora_slots = Some(Box::default());
+    e
+}
+
+fn on(id: u64, prompt: u32, output: u32, lora: u16) -> Request {
+    Request { lora, ..req(id, 0, prompt, output) }
+}
+
+#[test]
+fn a_full_set_of_adapters_skips_a_waiting_request_and_admits_the_ones_behind_it() {
+    // One slot. Requests 0 and 2 use adapter 1, request 1 adapter 2,
+    // request 3 the base model; all arrive at 0. Step 1 admits 0, skips 1
+    // (a second adapter), admits 2 (adapter 1 is in the step) and 3 (no
+    // adapter); step 2 decodes them and still skips 1, whose adapter
+    // joins only once the running requests of adapter 1 are gone.
+    let mut e = with_lora(limits(), 1);
+    let mut log = Log::default();
+    for r in [on(0, 4, 2, 1), on(1, 4, 2, 2), on(2, 4, 2, 1), on(3, 4, 2, 0)] {
+        e.submit(r, &mut log).unwrap();
+    }
+    e.step(&mut log).unwrap();
+    assert_eq!(
+        log.take(),
+        ["sched 0 4@0", "sched 2 4@0", "sched 3 4@0", "load lora 0", "token 0#1", "token 2#1", "token 3#1"]
+    );
+    assert_eq!(e.num_waiting(), 1, "request 1 keeps its place");
+    e.step(&mut log).unwrap();
+    let second = log.take();
+    assert!(!second.iter().any(|x| x.contains("sched 1")), "{second:?}");
+    e.step(&mut log).unwrap();
+    // Its adapter takes the one slot over adapter 1.
+    assert_eq!(log.take(), ["sched 1 4@0", "load lora 1", "token 1#1"]);
+    e.step(&mut log).unwrap();
+    assert_eq!(log.take(), ["sched 1 1@4", "token 1#2", "finish 1"], "a resident adapter loads once");
+}
+
+#[test]
+fn the_adapters_add_their_loads_and_math_to_the_step() {
+    // The same batch (requests 0 and 2 on adapter 1, 3 on the base
+    // model) with and without LoRA: the first step is longer by adapter
+    // 0's load (1 ms) and the math: 8 adapter tokens x 1 us against one
+    // slot read of 100 us, the larger, so 1.1 ms in all; the decode step
+    // after it by max(2 x 1 us, 100 us) = 0.1 ms.
+    let run = |mut e: Engine| {
+        let mut log = Log::default();
+        for r in [on(0, 4, 2, 1), on(2, 4, 2, 1), on(3, 4, 2, 0)] {
+            e.submit(r, &mut log).unwrap();
+        }
+        let a = e.step(&mut log).unwrap();
+        let b = e.step(&mut log).unwrap();
+        (a.end.as_nanos() - a.start.as_nanos(), b.end.as_nanos() - b.start.as_nanos())
+    };
+    let (plain, adapters) = (run(engine(limits())), run(with_lora(limits(), 1)));
+    assert!((adapters.0 as i64 - plain.0 as i64 - 1_100_000).abs() <= 1, "{plain:?} {adapters:?}");
+    assert!((adapters.1 as i64 - plain.1 as i64 - 100_000).abs() <= 1, "{plain:?} {adapters:?}");
+}
+
+#[test]
+fn a_step_of_base_model_requests_pays_nothing_for_lora() {
+    let run = |mut e: Engine| {
+        let mut log = Log::default();
+        e.submit(on(0, 10, 3, 0), &mut log).unwrap();
+        let mut ends = Vec::new();
+        while let Some(s) = e.step(&mut log) {
+            ends.push(s.end.as_nanos());
+        }
+        (ends, log.take())
+    };
+    assert_eq!(run(engine(limits())), run(with_lora(limits(), 2)));
 }

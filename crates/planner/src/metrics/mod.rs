@@ -221,6 +221,8 @@ pub struct Collector {
     per_class: Option<Box<PerClass>>,
     /// With KV offload: prompt tokens loaded from each tier.
     kv_loaded: Vec<u64>,
+    /// With LoRA: how many times each adapter was copied into a slot.
+    lora_loads: Vec<u64>,
 }
 
 /// Each class's counts, folded requests, ITL and preemptions.
@@ -357,6 +359,7 @@ impl Collector {
             spec: None,
             per_class: None,
             kv_loaded: Vec::new(),
+            lora_loads: Vec::new(),
             requests: Vec::new(),
             base: 0,
             summary_only: false,
@@ -521,6 +524,18 @@ impl Collector {
                 .collect();
             result.offload = Some(tiers);
         }
+        if let Some(l) = &scenario.lora {
+            let core = l.core(&scenario.hardware, scenario.efficiency.compute, scenario.efficiency.memory);
+            let loads: u64 = self.lora_loads.iter().sum();
+            let load_s = (self.lora_loads.iter().zip(&core.load_s)).map(|(&n, s)| n as f64 * s).sum();
+            result.lora = Some(result::LoraOut {
+                adapters: l.adapters.len() as u64,
+                max_loras: l.max_loras,
+                loads,
+                load_s,
+                slot_bytes_per_gpu: l.slot_bytes_per_gpu(),
+            });
+        }
         let requests = match self.summary_only {
             false => self.requests,
             true => self.requests.into_iter().filter(|r| r.status == Status::InFlight).collect(),
@@ -627,6 +642,7 @@ impl Collector {
                 .map(|s| result::SpeculativeOut::from_counts(s.drafts, s.draft_tokens, s.accepted_per_pos.clone())),
             classes: self.per_class.as_ref().map(|pc| pc.summarize(duration_s)),
             offload: None,
+            lora: None,
         }
     }
 }
@@ -662,6 +678,13 @@ impl Observer for Collector {
         }
     }
 
+    fn lora_loaded(&mut self, adapter: u32, _at: SimTime) {
+        let a = adapter as usize;
+        if self.lora_loads.len() <= a {
+            self.lora_loads.resize(a + 1, 0);
+        }
+        self.lora_loads[a] += 1;
+    }
     fn kv_loaded(&mut self, _id: RequestId, _at: SimTime, tier: u32, tokens: u32) {
         let t = tier as usize;
         if self.kv_loaded.len() <= t {

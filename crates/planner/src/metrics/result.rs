@@ -83,6 +83,24 @@ pub struct RunResult {
     /// loads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<Vec<OffloadTierOut>>,
+    /// With `lora:` only (docs/lora.md): the adapters' slot copies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraOut>,
+}
+
+/// LoRA over the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoraOut {
+    /// Adapters on the model.
+    pub adapters: u64,
+    /// GPU slots: the most distinct adapters a step used.
+    pub max_loras: u32,
+    /// Copies of an adapter from host memory into a slot.
+    pub loads: u64,
+    /// Seconds steps waited for those copies.
+    pub load_s: f64,
+    /// Bytes of one slot on one GPU (at `max_lora_rank`).
+    pub slot_bytes_per_gpu: f64,
 }
 
 /// One offload tier's figures over the run.

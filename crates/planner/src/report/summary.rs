@@ -295,19 +295,7 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
             thousands(p.queried_tokens)
         );
     }
-    if let Some(tiers) = &r.offload {
-        for t in tiers {
-            let _ = writeln!(
-                out,
-                "offload    {}: {:.1}% of prompt tokens loaded ({} tokens, {:.3} s of loads), {} blocks",
-                t.tier,
-                t.hit_rate * 100.0,
-                thousands(t.loaded_tokens),
-                t.load_s,
-                thousands(t.capacity_blocks)
-            );
-        }
-    }
+    engine_features(&mut out, r);
     if let Some(sp) = &r.speculative {
         let rates: Vec<String> = sp.acceptance_by_position.iter().map(|x| format!("{x:.2}")).collect();
         let _ = writeln!(
@@ -323,4 +311,32 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
     }
     super::cluster::replica_table(&mut out, r);
     out
+}
+
+/// The offload tiers' and LoRA's lines, when the run has them.
+fn engine_features(out: &mut String, r: &RunResult) {
+    if let Some(tiers) = &r.offload {
+        for t in tiers {
+            let _ = writeln!(
+                out,
+                "offload    {}: {:.1}% of prompt tokens loaded ({} tokens, {:.3} s of loads), {} blocks",
+                t.tier,
+                t.hit_rate * 100.0,
+                thousands(t.loaded_tokens),
+                t.load_s,
+                thousands(t.capacity_blocks)
+            );
+        }
+    }
+    if let Some(l) = &r.lora {
+        let _ = writeln!(
+            out,
+            "lora       {} adapters, {} GPU slots of {} bytes: {} copies into a slot ({:.3} s of copies)",
+            thousands(l.adapters),
+            l.max_loras,
+            thousands(l.slot_bytes_per_gpu as u64),
+            thousands(l.loads),
+            l.load_s
+        );
+    }
 }

@@ -95,19 +95,26 @@ impl Classes {
     }
 }
 
-/// A source whose requests carry their class's priority.
-pub struct Classed {
+/// A source whose requests carry their class's priority and their LoRA
+/// adapter.
+pub struct Stamped {
     pub inner: super::AnySource,
-    pub classes: Classes,
+    pub classes: Option<Classes>,
+    pub adapters: Option<super::adapters::Adapters>,
 }
 
-impl super::Source for Classed {
+impl super::Source for Stamped {
     fn peek(&self) -> Option<llmsim_core::time::SimTime> {
         self.inner.peek()
     }
     fn pop(&mut self) -> Option<llmsim_core::engine::Request> {
         let mut req = self.inner.pop()?;
-        req.priority = self.classes.priority_of(req.id);
+        if let Some(c) = &self.classes {
+            req.priority = c.priority_of(req.id);
+        }
+        if let Some(a) = &self.adapters {
+            req.lora = a.adapter_of(req.id);
+        }
         Some(req)
     }
     fn segments(&self) -> &[llmsim_core::engine::prefix::hash::Segment] {

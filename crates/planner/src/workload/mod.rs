@@ -7,6 +7,7 @@
 //! Shared prefixes and sessions (`content`) draw from streams of their own,
 //! so turning them on leaves the other draws as they were.
 
+pub mod adapters;
 pub mod classes;
 pub mod content;
 pub mod dist;
@@ -84,17 +85,18 @@ pub enum AnySource {
     Prefixed(Box<Prefixed>),
     /// `workload.sessions`.
     Sessions(Box<SessionSource>),
-    /// Any of the above with `workload.classes`: its requests carry their
-    /// class's priority.
-    Classed(Box<classes::Classed>),
+    /// Any of the above with `workload.classes` or `lora`: its requests
+    /// carry their class's priority and their adapter.
+    Stamped(Box<classes::Stamped>),
 }
 
 impl AnySource {
     pub fn new(s: &Scenario) -> AnySource {
         let source = Self::unclassed(s);
-        match classes::Classes::of(s) {
-            Some(classes) => AnySource::Classed(Box::new(classes::Classed { inner: source, classes })),
-            None => source,
+        let (classes, adapters) = (classes::Classes::of(s), adapters::Adapters::of(s));
+        match classes.is_some() || adapters.is_some() {
+            true => AnySource::Stamped(Box::new(classes::Stamped { inner: source, classes, adapters })),
+            false => source,
         }
     }
 
@@ -142,7 +144,7 @@ impl AnySource {
             AnySource::Open(_) | AnySource::Closed(_) | AnySource::Trace(_) => {}
             AnySource::Prefixed(p) => p.keep_rows(),
             AnySource::Sessions(s) => s.keep_rows(),
-            AnySource::Classed(c) => c.inner.keep_rows(),
+            AnySource::Stamped(c) => c.inner.keep_rows(),
         }
     }
 
@@ -156,7 +158,7 @@ impl AnySource {
             AnySource::Trace(t) => t.content.as_ref().map(|c| c.rows().to_vec()),
             AnySource::Prefixed(p) => p.row_content(),
             AnySource::Sessions(s) => s.row_content(),
-            AnySource::Classed(c) => c.inner.row_content(),
+            AnySource::Stamped(c) => c.inner.row_content(),
         }
     }
 }
@@ -173,7 +175,7 @@ macro_rules! each_source {
             AnySource::Trace($s) => $e,
             AnySource::Prefixed($s) => $e,
             AnySource::Sessions($s) => $e,
-            AnySource::Classed($s) => $e,
+            AnySource::Stamped($s) => $e,
         }
     };
 }

@@ -194,7 +194,8 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
         }
         None => None,
     };
-    let capacity = super::deployment::capacity(ck, &built.model, &built.deployment, &hw, None).map_err(under_pool)?;
+    let capacity = super::deployment::capacity(ck, &built.model, &built.deployment, &hw, Default::default())
+        .map_err(under_pool)?;
     let scenario = Scenario {
         hardware: hw,
         model: built.model,

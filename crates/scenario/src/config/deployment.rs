@@ -694,20 +694,29 @@ fn window_blocks(m: &Model, d: &Deployment) -> u32 {
 /// KV capacity of one GPU. Without an architecture, docs/engine.md's figure
 /// and error; with one, an error that says how short the GPUs are and
 /// which tensor degree would fit.
-/// A speculative drafter's weights (all GPUs) and KV bytes a token a GPU
-/// join the model's: its layers share the model's blocks.
+/// What the GPUs hold beside the model: a speculative drafter's weights
+/// (all GPUs) and KV bytes a token a GPU (its layers share the model's
+/// blocks), and the LoRA slots' bytes (all GPUs).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Resident<'a> {
+    pub drafter: Option<&'a Drafter>,
+    pub lora_bytes: f64,
+}
+
 pub(crate) fn capacity(
     ck: &Check,
     m: &Model,
     d: &Deployment,
     hw: &Hardware,
-    drafter: Option<&Drafter>,
+    extra: Resident,
 ) -> Result<KvBudget, ConfigError> {
+    let drafter = extra.drafter;
     // The largest pipeline stage's GPUs hold `stage_layers / layers` of
     // the weights and of every token's KV, and set the blocks every
     // stage has (vLLM sizes the cache by its fullest worker).
     let weight_bytes = d.pipeline.map_or(d.weight_bytes, |p| d.weight_bytes * p.stage_layers as f64 / p.layers as f64)
-        + drafter.map_or(0.0, |x| x.resident_bytes);
+        + drafter.map_or(0.0, |x| x.resident_bytes)
+        + extra.lora_bytes;
     let kv_per_gpu = d.kv_bytes_per_token_held() + drafter.map_or(0, |x| x.kv_bytes_per_token_per_gpu);
     let input = KvBudgetInput {
         hbm_gib: hw.hbm_gib,

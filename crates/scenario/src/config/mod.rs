@@ -12,6 +12,7 @@ pub mod error;
 pub mod hardware;
 pub mod kernels;
 pub mod keys;
+pub mod lora;
 pub mod num;
 pub mod onekey;
 pub mod overrides;

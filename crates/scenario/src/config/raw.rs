@@ -44,6 +44,44 @@ pub struct RawScenario {
     pub cluster: Option<RawCluster>,
     /// Speculative decoding (docs/speculative.md).
     pub speculative: Option<RawSpeculative>,
+    /// LoRA adapters on the model (docs/lora.md).
+    pub lora: Option<RawLora>,
+}
+
+/// `lora:` as written (vLLM's `--enable-lora` flags and the adapters).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLora {
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub max_loras: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub max_lora_rank: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub load_bandwidth_gbps: Option<f64>,
+    pub target_modules: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub base_weight: Option<f64>,
+    /// The adapters one by one ...
+    pub adapters: Option<Vec<RawAdapter>>,
+    /// ... or `count` of them, `lora-1` to `lora-N`, of rank `rank`,
+    /// the k-th's weight `k^-zipf`.
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub count: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub rank: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub zipf: Option<f64>,
+}
+
+/// One entry of `lora.adapters`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdapter {
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub rank: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub weight: Option<f64>,
 }
 
 /// `speculative:` as written (vLLM's `--speculative-config`).

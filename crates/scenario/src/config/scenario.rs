@@ -38,6 +38,9 @@ pub struct Scenario {
     /// Speculative decoding (docs/speculative.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculative: Option<Speculative>,
+    /// LoRA adapters on the model (docs/lora.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<Lora>,
     /// The file it was read from.
     #[serde(skip)]
     pub source: PathBuf,
@@ -745,6 +748,7 @@ impl Scenario {
             policy: self.engine.policy(),
             scheduling_policy: self.scheduler.policy().core(),
             offload: self.offload_tiers(),
+            lora: self.lora.as_ref().map(|l| l.core(&self.hardware, self.efficiency.compute, self.efficiency.memory)),
             speculative: self.speculative.as_ref().map(|s| llmsim_core::engine::Speculative {
                 tokens: s.num_speculative_tokens,
                 accept: s.conditional(),
@@ -1387,3 +1391,95 @@ impl Router {
 
 // The default `overlap_weight` lives with the other defaults; the old path stays.
 pub use super::defaults::DEFAULT_OVERLAP_WEIGHT;
+
+/// Bytes of an adapter's parameter: vLLM's `lora_dtype` is the model's
+/// activation dtype, 16 bits on every shipped model.
+pub const LORA_BYTES_PER_PARAMETER: u64 = 2;
+
+/// A validated `lora:`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Lora {
+    pub max_loras: u32,
+    pub max_lora_rank: u32,
+    pub load_bandwidth_gbps: f64,
+    pub target_modules: Vec<String>,
+    /// Requests on the base model, relative to the adapters' weights.
+    pub base_weight: f64,
+    pub adapters: Vec<Adapter>,
+    /// What follows from the model's shapes.
+    #[serde(skip)]
+    pub derived: LoraFigures,
+}
+
+/// One adapter.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Adapter {
+    pub name: String,
+    pub rank: u32,
+    pub weight: f64,
+}
+
+/// Figures of the adapters on this model and deployment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoraFigures {
+    /// `sum over layers and all seven modules of (in + out)`: a slot of
+    /// rank r holds `r` times this many parameters. vLLM wraps every
+    /// linear module of the model whatever the adapters target, so the
+    /// slots and the kernels span them all.
+    pub width: u64,
+    /// The same sum over `target_modules` only: an adapter of rank r has
+    /// `r` times this many parameters, the ones copied into a slot.
+    pub target_width: u64,
+    /// GPUs each adapter is split over (the tensor-parallel degree).
+    pub tensor_parallel: u32,
+}
+
+impl Lora {
+    /// Parameters of a slot of rank `rank` (all GPUs, every module).
+    pub fn parameters(&self, rank: u32) -> u64 {
+        u64::from(rank) * self.derived.width
+    }
+
+    /// Parameters of an adapter of rank `rank` (all GPUs, its target
+    /// modules).
+    pub fn adapter_parameters(&self, rank: u32) -> u64 {
+        u64::from(rank) * self.derived.target_width
+    }
+
+    /// Bytes one GPU reserves for the slots: `max_loras` adapters at
+    /// `max_lora_rank`, each GPU its `1 / tensor` share.
+    pub fn slot_bytes_per_gpu(&self) -> f64 {
+        self.parameters(self.max_lora_rank) as f64 * LORA_BYTES_PER_PARAMETER as f64
+            / f64::from(self.derived.tensor_parallel.max(1))
+    }
+
+    /// Bytes all GPUs reserve for the slots (the weights the KV budget
+    /// sets aside beside the model's).
+    pub fn resident_bytes(&self) -> f64 {
+        f64::from(self.max_loras) * self.parameters(self.max_lora_rank) as f64 * LORA_BYTES_PER_PARAMETER as f64
+    }
+
+    /// The core's figures on `hw` at the given efficiencies.
+    pub fn core(
+        &self,
+        hw: &Hardware,
+        compute_efficiency: f64,
+        memory_efficiency: f64,
+    ) -> llmsim_core::engine::lora::Lora {
+        let tp = f64::from(self.derived.tensor_parallel.max(1));
+        let bytes = |params: u64| params as f64 * LORA_BYTES_PER_PARAMETER as f64 / tp;
+        // Shrink (x A) and expand (x B) at the slots' rank: 2 FLOPs a
+        // multiply-add, `max_lora_rank x width` of them a token, split over
+        // the GPUs.
+        let flops = 2.0 * self.parameters(self.max_lora_rank) as f64 / tp;
+        llmsim_core::engine::lora::Lora {
+            max_loras: self.max_loras,
+            load_s: (self.adapters.iter())
+                .map(|a| bytes(self.adapter_parameters(a.rank)) / (self.load_bandwidth_gbps * 1e9))
+                .collect(),
+            token_s: flops / (hw.peak_tflops * 1e12 * compute_efficiency),
+            slot_read_s: bytes(self.parameters(self.max_lora_rank))
+                / (hw.memory_bandwidth_gbps * 1e9 * memory_efficiency),
+        }
+    }
+}

@@ -201,6 +201,61 @@ pub static KEYS: &[Key] = &[
         Words("`workload.seed`, mixed with a constant"),
         In(&row::SPECULATIVE_SEED),
     ),
+    key(
+        "lora",
+        "LoRA adapters on the model, as vLLM's `--enable-lora` serves them: a step uses at most `max_loras` distinct adapters, each copied into a GPU slot from host memory when missing, and the adapters' math adds to the step ([LoRA adapters](lora.md)); needs an architecture without experts or latent attention, `engine: vllm`, no pools and no `speculative`.",
+        Words("none: every request runs on the base model"),
+        Plain,
+    ),
+    key(
+        "lora.max_loras",
+        "GPU slots (vLLM's `--max-loras`): the most distinct adapters one step may use; a waiting request whose adapter would be one more is skipped and keeps its place. Each slot holds an adapter at `max_lora_rank`, set aside from the KV cache.",
+        Whole(1),
+        In(&row::LORA_SLOTS),
+    ),
+    key(
+        "lora.max_lora_rank",
+        "The slots' rank (vLLM's `--max-lora-rank`: 1, 8, 16, 32, 64, 128, 256, 320 or 512); the batched kernels compute at it, and no adapter may be larger.",
+        Whole(16),
+        In(&row::LORA_RANK),
+    ),
+    key(
+        "lora.load_bandwidth_gbps",
+        "GB/s at which an adapter is copied from host memory into a GPU slot (each GPU its share); the step that needs it waits.",
+        Real(25.0),
+        In(&row::LORA_LOAD_GBPS),
+    ),
+    key(
+        "lora.target_modules",
+        "The linear modules each adapter has: any of `q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj`.",
+        Words("all seven"),
+        Plain,
+    ),
+    key(
+        "lora.base_weight",
+        "Requests on the base model (no adapter), a weight beside the adapters' weights.",
+        Real(0.0),
+        In(&row::LORA_BASE_WEIGHT),
+    ),
+    key(
+        "lora.adapters",
+        "The adapters, `{name, rank, weight}` each (rank 1 to `max_lora_rank`, default `max_lora_rank`; weight above 0, default 1): a request names one by `name` (`model` in serve), drawn by weight from its id; give this or `count`.",
+        Words("none: `count`"),
+        Plain,
+    ),
+    key(
+        "lora.count",
+        "Instead of `adapters`: this many adapters, `lora-1` to `lora-N`, all of rank `rank`.",
+        Words("none: `adapters`"),
+        In(&row::LORA_ADAPTERS),
+    ),
+    key("lora.rank", "With `count`: the adapters' rank.", Whole(16), In(&row::LORA_RANK)),
+    key(
+        "lora.zipf",
+        "With `count`: adapter k's weight is `k^-zipf` (0: all equally popular).",
+        Real(0.0),
+        In(&row::LORA_ZIPF),
+    ),
     // The GPU, at the top and under each pool.
     key(
         "{,cluster.prefill.,cluster.decode.}hardware",

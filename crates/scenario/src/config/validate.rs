@@ -127,22 +127,20 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
             ));
         }
     }
-    if built.model.kv_cache.offload.is_some() {
-        let why = if !built.model.kv_cache.prefix_caching {
-            Some("needs model.kv_cache.prefix_caching: true (the tiers hold cached blocks by content)".to_string())
-        } else if engine != EngineKind::Vllm {
-            Some(format!("is modelled under engine: vllm only, not engine: {}", engine.as_str()))
-        } else if raw.cluster.as_ref().is_some_and(|c| c.has_pools()) {
-            Some("is not modelled with prefill/decode pools (cluster.prefill, cluster.decode)".to_string())
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(ck.err("model.kv_cache.offload", why));
-        }
-    }
+    let pools = raw.cluster.as_ref().is_some_and(|c| c.has_pools());
+    offload_allowed(&ck, &built.model, engine, pools)?;
+    let cx = super::lora::Context {
+        model: &built.model,
+        deployment: &built.deployment,
+        engine,
+        pools,
+        speculative: speculative.is_some(),
+    };
+    let lora = raw.lora.map(|r| super::lora::build(&ck, r, &cx)).transpose()?;
     let drafter = speculative.as_ref().and_then(|s| s.drafter.as_ref());
-    let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware, drafter)?;
+    let extra =
+        deployment::Resident { drafter, lora_bytes: lora.as_ref().map_or(0.0, super::lora::Lora::resident_bytes) };
+    let capacity = deployment::capacity(&ck, &built.model, &built.deployment, &hardware, extra)?;
     let name = raw
         .name
         .unwrap_or_else(|| file.file_stem().map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned()));
@@ -163,12 +161,34 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         calibration,
         cluster: None,
         speculative,
+        lora,
     };
     scenario.cluster = raw.cluster.map(|c| super::cluster::build(&ck, c, &scenario, pool_base)).transpose()?;
     run_limits(&ck, &scenario)?;
     block_ids_fit(&ck, &scenario)?;
     offload_fits(&ck, &scenario)?;
     Ok(scenario)
+}
+
+/// `model.kv_cache.offload` needs prefix caching, vLLM's scheduler and
+/// no pools.
+fn offload_allowed(ck: &Check, m: &Model, engine: EngineKind, pools: bool) -> Result<(), ConfigError> {
+    if m.kv_cache.offload.is_none() {
+        return Ok(());
+    }
+    let why = if !m.kv_cache.prefix_caching {
+        Some("needs model.kv_cache.prefix_caching: true (the tiers hold cached blocks by content)".to_string())
+    } else if engine != EngineKind::Vllm {
+        Some(format!("is modelled under engine: vllm only, not engine: {}", engine.as_str()))
+    } else if pools {
+        Some("is not modelled with prefill/decode pools (cluster.prefill, cluster.decode)".to_string())
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(ck.err("model.kv_cache.offload", why)),
+        None => Ok(()),
+    }
 }
 
 /// Every offload tier holds at least one block.

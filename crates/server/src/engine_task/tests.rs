@@ -91,6 +91,7 @@ fn request(stamp: SimTime, prompt: u32, output: u32) -> FeedRequest {
         hashes: Vec::new(),
         session: None,
         priority: 0,
+        lora: 0,
     }
 }
 

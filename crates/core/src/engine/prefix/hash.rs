@@ -320,6 +320,7 @@ mod tests {
                 prompt: (first + rest) as u32,
                 output,
                 priority: 0,
+                lora: 0,
             };
             let whole = [prompt[0], prompt[1], Segment::new(generated_key(i), output)];
             let limit = first + rest + u64::from(output) - 1;

@@ -224,6 +224,7 @@ fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
         speculative: None,
         scheduling_policy: Default::default(),
         offload: None,
+        lora: None,
     })
 }
 
