@@ -186,8 +186,13 @@ fn a_workload_that_never_ends_is_refused() {
 
 #[test]
 fn an_engine_llmsim_does_not_model_is_named_with_the_ones_it_does() {
-    bad_set(&["engine=sglang"], &["base.yml", "engine", "SGLang's scheduler", "not modelled yet", "vllm, trtllm"]);
-    bad_set(&["engine=tgi"], &["engine", "unknown engine `tgi`", "vllm, trtllm"]);
+    bad_set(&["engine=tgi"], &["base.yml", "engine", "unknown engine `tgi`", "vllm, trtllm, sglang"]);
+    // SGLang's ratio is its key alone, and in range.
+    bad_set(&["scheduler.new_token_ratio=0.7"], &["scheduler.new_token_ratio", "needs engine: sglang"]);
+    bad_set(&["engine=sglang", "scheduler.new_token_ratio=0"], &["scheduler.new_token_ratio", "0 is not allowed"]);
+    let out =
+        TestCommand::new(&["run", BASE, "--set", "engine=sglang", "--set", "workload.requests=100"]).ok().stdout();
+    assert!(out.contains("100 completed"), "{out}");
     // trtllm runs, and the effective configuration says so; vLLM's is the default, unsaid
     let out = TestCommand::new(&["explain", BASE, "--set", "engine=trtllm"]).ok().stdout();
     assert!(out.contains("\nengine: trtllm\n"), "{out}");

@@ -63,6 +63,11 @@ pub(crate) struct Checker {
     priority: Option<(llmsim_planner::workload::classes::Classes, u64)>,
     admitted_keys: Vec<(i32, SimTime, u64)>,
     pub(crate) priority_checks: u64,
+    /// Under `engine: sglang`: an admission holds its first chunk's
+    /// blocks only, and a step is all prompt tokens or all decodes; the
+    /// step's (prompt, decode) entries.
+    sglang: bool,
+    kinds_this_step: (u32, u32),
 }
 
 impl Checker {
@@ -92,6 +97,8 @@ impl Checker {
             }),
             admitted_keys: Vec::new(),
             priority_checks: 0,
+            sglang: s.engine == config::EngineKind::Sglang,
+            kinds_this_step: (0, 0),
         }
     }
 
@@ -182,11 +189,19 @@ impl Observer for Checker {
         }
         // Lookahead slots only in a step that verifies drafts.
         let lookahead = if r.computed + tokens > known { self.spec.map_or(0, |(_, l, _)| l) } else { 0 };
+        // A decode: one token after the prompt (and tokens) computed.
+        let decode = r.generated > 0 && r.computed + 1 == known && tokens == 1;
+        if decode {
+            self.kinds_this_step.1 += 1;
+        } else {
+            self.kinds_this_step.0 += 1;
+        }
         let want = if r.held == 0 {
-            // admission takes the whole known length at once
+            // admission takes the whole known length at once (SGLang: the
+            // blocks of the tokens it computes)
             self.admitted_this_step += 1;
             self.admitted_keys.push(r.key);
-            self.blocks(known)
+            if self.sglang { self.blocks(r.computed + tokens) } else { self.blocks(known) }
         } else {
             r.held.max(self.blocks(r.computed + tokens + lookahead))
         };
@@ -273,7 +288,10 @@ impl Observer for Checker {
             self.fail(format!("step {} runs {}..{} after {}", s.index, s.start, s.end, self.last_step_end));
         }
         self.last_step_end = s.end;
-        if s.tokens > self.budget || u64::from(s.tokens) != self.tokens_this_step {
+        // SGLang's budget (its chunked_prefill_size) bounds prefill steps;
+        // a decode step takes every running request.
+        let decode_only = self.sglang && self.kinds_this_step.0 == 0;
+        if (s.tokens > self.budget && !decode_only) || u64::from(s.tokens) != self.tokens_this_step {
             self.fail(format!(
                 "step {}: {} tokens, {} scheduled, budget {}",
                 s.index, s.tokens, self.tokens_this_step, self.budget
@@ -298,6 +316,13 @@ impl Observer for Checker {
                 self.used + self.freed_this_step
             ));
         }
+        if self.sglang && self.kinds_this_step.0 > 0 && self.kinds_this_step.1 > 0 {
+            self.fail(format!(
+                "step {}: SGLang mixed {} prompt entries with {} decodes",
+                s.index, self.kinds_this_step.0, self.kinds_this_step.1
+            ));
+        }
+        self.kinds_this_step = (0, 0);
         if s.preempted > 0 && self.admitted_this_step > 0 {
             self.fail(format!("step {}: admitted requests in a step that preempted", s.index));
         }
@@ -611,6 +636,27 @@ fn generated_scenarios_under_trtllm_keep_the_invariants_and_never_preempt() {
     }
     assert_eq!(cov.preemptions, 0, "{cov:?}");
     assert!(cov.rejected_kv > 10 && cov.finished > cov.requests / 2, "{cov:?}");
+}
+
+/// SGLang's scheduler (`engine: sglang`) on the same generated scenarios,
+/// half of them with a `new_token_ratio` (over-admission, then
+/// retraction): the invariants hold, and every request ends.
+#[test]
+fn generated_scenarios_under_sglang_keep_the_invariants() {
+    let mut cov = Coverage::default();
+    for i in 0..SCENARIOS / 4 {
+        let engine = match i % 2 {
+            0 => "engine: sglang\nscheduler: {",
+            _ => "engine: sglang\nscheduler: {new_token_ratio: 0.7, ",
+        };
+        let text = generate(i).replacen("scheduler: {", engine, 1);
+        let s = scenario(&text);
+        let label = format!("sglang scenario {i}");
+        if let Err(e) = check_scenario(&label, &text, &s, &RunLimits::default(), &mut cov, &mut ()) {
+            panic!("{label} stopped at a run limit: {e}\n{text}");
+        }
+    }
+    assert!(cov.preemptions > 0 && cov.finished > cov.requests / 2, "{cov:?}");
 }
 
 /// How an extreme scenario must end.

@@ -159,6 +159,8 @@ pub const LORA_ZIPF: Range = Range::closed(0.0, 10.0);
 pub const LORA_BASE_WEIGHT: Range = Range::closed(0.0, 1e15);
 /// `lora.load_bandwidth_gbps`: host memory to one GPU.
 pub const LORA_LOAD_GBPS: Range = Range::above(0.0, 1e4);
+/// `scheduler.new_token_ratio`: SGLang's ratio, above 0 and at most 1.
+pub const NEW_TOKEN_RATIO: Range = Range::above(0.0, 1.0);
 /// A probability.
 pub const PROBABILITY: Range = Range::closed(0.0, 1.0);
 pub const REQUESTS: Range = Range::whole(1, MAX_REQUESTS);
@@ -470,6 +472,12 @@ pub mod row {
         why: "relative to the adapters' weights; 0: every request names an adapter",
     };
 
+    pub static NEW_TOKEN_RATIO: Limit = Limit {
+        key: "scheduler.new_token_ratio",
+        range: super::NEW_TOKEN_RATIO,
+        why: "SGLang caps its ratio at 1; 0 would reserve nothing",
+    };
+
     pub static ACCEPTANCE: Limit = Limit {
         key: "speculative.acceptance_rate, speculative.acceptance_by_position",
         range: super::PROBABILITY,
@@ -679,6 +687,7 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::OFFLOAD_GIB,
     &row::OFFLOAD_BANDWIDTH_GBPS,
     &row::ACCEPTANCE,
+    &row::NEW_TOKEN_RATIO,
     &row::LORA_SLOTS,
     &row::LORA_RANK,
     &row::LORA_ADAPTERS,

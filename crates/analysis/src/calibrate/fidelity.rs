@@ -309,15 +309,17 @@ const HOPPER_VLLM: &str = "One profile for vLLM on Hopper: H100 and H200 share t
 
 const HOPPER_TRTLLM: &str = "TensorRT-LLM on Hopper: the trtllm rows of AIConfigurator's silicon CSV that the \
     engine can express (Llama-3.1-8B at 16 bits on H100, TP 1 to 4; Llama-3.1-70B FP8 on H200; Qwen3-235B-A22B \
-    where it runs without expert parallelism). The engine is vLLM's scheduler with TensorRT-LLM's token budget \
-    (`max_num_tokens`, AIConfigurator's `concurrency + isl + 1,500` rounded up to 32); TensorRT-LLM's own \
-    capacity scheduler is not modelled. Qwen3-235B-A22B with expert parallelism, DeepSeek-V3/R1 and gpt-oss-120b \
-    are held out. `h100-trtllm` and `h200-trtllm` are this fit.";
+    where it runs without expert parallelism). The fit runs vLLM's scheduler with TensorRT-LLM's token budget \
+    (`max_num_tokens`, AIConfigurator's `concurrency + isl + 1,500` rounded up to 32); the same runs under \
+    TensorRT-LLM's own capacity scheduler (`engine: trtllm`) at the fitted values close the section. \
+    Qwen3-235B-A22B with expert parallelism, DeepSeek-V3/R1 and gpt-oss-120b are held out. `h100-trtllm` and \
+    `h200-trtllm` are this fit.";
 
 const HOPPER_SGLANG: &str = "SGLang on H200: the sglang rows of AIConfigurator's silicon CSV that the engine can \
-    express (Llama-3.1-8B and Qwen3-235B-A22B with block-scaled FP8 weights). The engine is vLLM's scheduler \
-    with SGLang's prefill budget as AIConfigurator sets it; SGLang's prefill-first schedule and its radix cache \
-    are not modelled. `h200-sglang` is this fit. DeepSeek-V3/R1 (MLA at TP 8) are held out.";
+    express (Llama-3.1-8B and Qwen3-235B-A22B with block-scaled FP8 weights). The fit runs vLLM's scheduler \
+    with SGLang's prefill budget as AIConfigurator sets it; the same runs under SGLang's own schedule \
+    (`engine: sglang`: prefill first, reserve-ahead admission) at the fitted values close the section. \
+    `h200-sglang` is this fit. DeepSeek-V3/R1 (MLA at TP 8) are held out.";
 
 /// The published anchor and the goal, by metric: (anchor %, goal %).
 pub const GOALS: [(Metric, f64, f64); 2] =
@@ -484,11 +486,21 @@ pub fn generate_with(
         let stage = if moe::applies(suite) { moe::run(suite, &o, stage_replay, may_fit)? } else { None };
         record.moe = stage.as_ref().map(moe::StageRecord::of);
         let main_value = o.setup.keys.iter().position(|k| k.key == moe::KEY).map_or(0.0, |k| o.fit.x[k]);
+        // Before the MoE stage moves its runs: the comparison is at the
+        // main fit's values.
+        let under_engine = match engine_of(suite) {
+            Some(engine) => Some((engine, engine_check(root, suite, &o, engine)?)),
+            None => None,
+        };
         if let Some(st) = &stage {
             moe::apply(&mut o, st);
         }
         done(suite, &o);
-        sections.push(section(suite, &o, stage.as_ref(), main_value));
+        let mut text = section(suite, &o, stage.as_ref(), main_value);
+        if let Some((engine, e)) = &under_engine {
+            text.push_str(&engine_section(&o, engine, e));
+        }
+        sections.push(text);
         new_record.suites.push(record);
         let note = stage.as_ref().map_or_else(String::new, |st| {
             let n = st.outcome.outcomes.iter().filter(|x| x.in_fit).count();
@@ -542,7 +554,16 @@ pub fn setup(suite: &Suite) -> Result<Setup, Error> {
 
 /// Every run of a suite's measured files, as its scenario and settings make them.
 pub fn load_suite(root: &Path, suite: &Suite) -> Result<super::runs::Loaded, Error> {
-    let src = ScenarioSource::load(&root.join(suite.scenario), &[]).map_err(|e| Error::Input(e.to_string()))?;
+    load_suite_with(root, suite, &[])
+}
+
+/// [`load_suite`] with `overrides` set on the suite's scenario.
+fn load_suite_with(
+    root: &Path,
+    suite: &Suite,
+    overrides: &[llmsim_scenario::config::Override],
+) -> Result<super::runs::Loaded, Error> {
+    let src = ScenarioSource::load(&root.join(suite.scenario), overrides).map_err(|e| Error::Input(e.to_string()))?;
     let mut loaded = super::runs::Loaded::default();
     for input in suite.inputs {
         let aic_filters =
@@ -711,6 +732,82 @@ fn users_band(run: &Run) -> Option<&'static str> {
         33..=96 => "33-96 users",
         _ => "97+ users",
     })
+}
+
+/// The engine a suite's rows ran on, when it is not vLLM: its runs are
+/// predicted again under that engine's scheduler (`engine:`), at the
+/// same fitted values, and reported beside the fit (issue 30: the rows
+/// of those engines predicted with the matching `engine:`).
+fn engine_of(suite: &Suite) -> Option<&'static str> {
+    match suite.id {
+        "hopper-trtllm" => Some("trtllm"),
+        "h200-sglang" => Some("sglang"),
+        _ => None,
+    }
+}
+
+/// A suite's runs under `engine: NAME` at its fitted values (no
+/// leave-one-out folds: only the fit's prediction is compared).
+fn engine_check(root: &Path, suite: &Suite, o: &Outcome, engine: &str) -> Result<Outcome, Error> {
+    let set = llmsim_scenario::config::Override::parse(&format!("engine={engine}"))
+        .map_err(|e| Error::Input(e.to_string()))?;
+    let loaded = load_suite_with(root, suite, &[set])?;
+    let setup = Setup { leave_out: Vec::new(), ..o.setup.clone() };
+    let recorded = Recorded { fit: o.fit.clone(), start_loss: o.start_loss, folds: Vec::new() };
+    super::calibrate_or_replay(loaded.runs, Vec::new(), &setup, Some(&recorded))
+}
+
+/// The table of a suite's fitted runs predicted by the fit under vLLM's
+/// scheduler and under the suite's own engine at the same values: the
+/// median absolute error and the signed median (bias) of each metric,
+/// over the runs fitted in the main fit that both simulate.
+fn engine_section(o: &Outcome, engine: &str, e: &Outcome) -> String {
+    let fitted: std::collections::BTreeSet<&str> = o.fit_runs().map(|(r, _)| r.name.as_str()).collect();
+    fn in_both<'a>(
+        x: &'a Outcome,
+        fitted: &std::collections::BTreeSet<&str>,
+    ) -> Vec<(String, &'a super::RunOutcome, &'a Run)> {
+        (x.runs.iter().zip(&x.outcomes))
+            .filter(|(r, _)| fitted.contains(r.name.as_str()))
+            .map(|(r, oc)| (r.name.clone(), oc, r))
+            .collect()
+    }
+    let theirs = in_both(e, &fitted);
+    let names: std::collections::BTreeSet<&str> = theirs.iter().map(|(n, _, _)| n.as_str()).collect();
+    let ours: Vec<_> = in_both(o, &fitted).into_iter().filter(|(n, _, _)| names.contains(n.as_str())).collect();
+    let mut md = format!(
+        "\n### Under `engine: {engine}` at the same fitted values\n\n\
+         The {} fitted runs both simulate, predicted by the calibrated values above under vLLM's scheduler (the \
+         fit's) and under `engine: {engine}` (docs/engine.md, \"The engine's scheduler\"), nothing fitted again: \
+         median absolute error, then the signed median (bias). The fit was made under vLLM's rules; these \
+         values are not refitted under the engine's own.\n\n\
+         | metric | vLLM's scheduler | bias | `engine: {engine}` | bias |\n|---|---:|---:|---:|---:|\n",
+        ours.len()
+    );
+    for m in super::render::metrics_seen(o) {
+        let errors = |rows: &[(String, &super::RunOutcome, &Run)]| -> Vec<f64> {
+            rows.iter()
+                .filter_map(|(_, oc, r)| {
+                    error_pct(super::render::prediction(oc, m, Model::Calibrated), *r.measured.get(&m)?)
+                })
+                .collect()
+        };
+        let signed = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            llmsim_planner::metrics::percentile::percentile_sorted(&v, 50.0)
+        };
+        let (a, b) = (errors(&ours), errors(&theirs));
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            m.name(),
+            med(super::median_abs(&a)),
+            pct(signed(a)),
+            med(super::median_abs(&b)),
+            pct(signed(b))
+        ));
+    }
+    md.push('\n');
+    md
 }
 
 /// One suite's section of `results/fidelity.md`.

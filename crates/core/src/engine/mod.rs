@@ -18,6 +18,7 @@ pub mod kv_budget;
 pub mod lora;
 pub mod offload;
 pub mod prefix;
+pub mod sglang;
 pub mod speculative;
 pub mod stretch;
 
@@ -58,6 +59,11 @@ pub struct EngineConfig {
     /// LoRA adapters on the model (docs/lora.md); `None`: no request
     /// may name one.
     pub lora: Option<lora::Lora>,
+    /// Under [`Policy::Sglang`]: `new_token_ratio`'s start (0.7 x
+    /// `schedule_conservativeness`), or `None` when the clients send
+    /// `ignore_eos` (then running requests reserve their remaining output
+    /// whole).
+    pub sglang_ratio: Option<f64>,
 }
 
 /// vLLM's `--scheduling-policy` (docs/priorities.md).
@@ -89,6 +95,11 @@ pub enum Policy {
     /// every admitted request needs to complete fit, and only with its
     /// whole prompt in the step; nothing is preempted.
     Trtllm,
+    /// SGLang's scheduler ([`sglang`]): prefill steps first, never mixed
+    /// with decode; admission reserves every running request's remaining
+    /// output; decode retracts the least advanced requests when a block
+    /// is missing.
+    Sglang,
 }
 
 /// A request as submitted: `output` is its length `N`, used only to stop it.
@@ -258,6 +269,8 @@ pub struct Engine {
     /// being built (kept during admission only).
     lora_slots: Option<Box<lora::Slots>>,
     step_loras: Vec<u16>,
+    /// Under [`Policy::Sglang`]: its chunked request, ratio and latch.
+    sg: sglang::Sglang,
 }
 
 /// The hasher of [`Engine::by_id`]: one multiply and a rotation per id,
@@ -304,6 +317,7 @@ impl Engine {
             true => Kv::Prefix(Box::new(PrefixPool::new(blocks, block_size))),
         };
         let lora_slots = cfg.lora.as_ref().map(|_| Box::default());
+        let cfg_ratio = cfg.sglang_ratio.map(|r| r.min(1.0));
         let tiers = match cfg.prefix_caching {
             true => cfg.offload.as_ref().map(|o| Box::new(offload::Tiers::new(o))),
             false => None,
@@ -334,6 +348,7 @@ impl Engine {
             load_s: 0.0,
             lora_slots,
             step_loras: Vec::new(),
+            sg: sglang::Sglang { ratio: cfg_ratio.unwrap_or(1.0), ..Default::default() },
         }
     }
 
@@ -546,7 +561,13 @@ impl Engine {
                 self.queued_blocks -= queued;
                 self.waiting_resumes -= u64::from(self.slots[slot as usize].resumes());
             }
-            State::Running => self.running.retain(|&s| s != slot),
+            State::Running => {
+                self.running.retain(|&s| s != slot);
+                self.sg.full = false;
+                if self.sg.chunked == Some(slot) {
+                    self.sg.chunked = None;
+                }
+            }
             State::Free => return false,
         }
         obs.aborted(id, at);
@@ -569,13 +590,19 @@ impl Engine {
             self.evictions_before = p.evictions();
         }
         let mut budget = self.cfg.max_batch_tokens;
-        let preempted = self.schedule_running(start, &mut budget, obs);
-        if preempted == 0 {
-            match self.cfg.policy {
-                Policy::Vllm => self.admit_waiting(start, &mut budget, obs),
-                Policy::Trtllm => self.admit_no_evict(start, &mut budget, obs),
+        let preempted = match self.cfg.policy {
+            Policy::Sglang => self.schedule_sglang(start, &mut budget, obs),
+            policy => {
+                let preempted = self.schedule_running(start, &mut budget, obs);
+                if preempted == 0 {
+                    match policy {
+                        Policy::Trtllm => self.admit_no_evict(start, &mut budget, obs),
+                        _ => self.admit_waiting(start, &mut budget, obs),
+                    }
+                }
+                preempted
             }
-        }
+        };
         if self.batch.is_empty() {
             return None;
         }
@@ -914,7 +941,9 @@ impl Engine {
         obs: &mut O,
     ) {
         let Some(slot) = self.waiting.remove(k) else { return };
-        self.queued_blocks -= u64::from(need);
+        // What it added to the queued count (its blocks held may be fewer:
+        // SGLang allocates a first chunk's only).
+        self.queued_blocks -= self.cfg.capacity.blocks_for(u64::from(self.slots[slot as usize].known()));
         self.waiting_resumes -= u64::from(self.slots[slot as usize].resumes());
         let seq = &mut self.slots[slot as usize];
         seq.blocks = need;
@@ -977,6 +1006,8 @@ impl Engine {
         if any_finished {
             let slots = &self.slots;
             self.running.retain(|&s| slots[s as usize].state == State::Running);
+            // SGLang's `batch_is_full` latch opens when a request leaves.
+            self.sg.full = false;
         }
         record
     }

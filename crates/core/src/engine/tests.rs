@@ -70,6 +70,7 @@ fn engine(l: Limits) -> Engine {
         scheduling_policy: Default::default(),
         offload: None,
         lora: None,
+        sglang_ratio: None,
     })
 }
 
@@ -294,6 +295,7 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         scheduling_policy: Default::default(),
         offload: None,
         lora: None,
+        sglang_ratio: None,
     })
 }
 
@@ -869,4 +871,110 @@ fn a_step_of_base_model_requests_pays_nothing_for_lora() {
         (ends, log.take())
     };
     assert_eq!(run(engine(limits())), run(with_lora(limits(), 2)));
+}
+
+/// [`engine`] under SGLang's scheduler ([`Policy::Sglang`]), with its
+/// `new_token_ratio` start (`None`: `ignore_eos`).
+fn sglang(l: Limits, ratio: Option<f64>) -> Engine {
+    let mut e = engine(l);
+    e.cfg.policy = Policy::Sglang;
+    e.cfg.sglang_ratio = ratio;
+    e.sg.ratio = ratio.unwrap_or(1.0);
+    e
+}
+
+#[test]
+fn sglang_runs_a_prefill_step_alone_before_decoding() {
+    // Request 1 arrives after request 0's prefill: SGLang's next step is
+    // request 1's prefill alone (request 0 waits), then both decode; vLLM
+    // decodes request 0 in the same step as request 1's prompt.
+    let run = |mut e: Engine| {
+        let mut log = Log::default();
+        e.submit(req(0, 0, 8, 3), &mut log).unwrap();
+        e.step(&mut log).unwrap();
+        let at = e.clock().as_nanos();
+        e.submit(req(1, at, 8, 2), &mut log).unwrap();
+        while e.step(&mut log).is_some() {}
+        log.take()
+    };
+    assert_eq!(
+        run(sglang(limits(), None)),
+        [
+            "sched 0 8@0",
+            "token 0#1",
+            "sched 1 8@0",
+            "token 1#1",
+            "sched 0 1@8",
+            "sched 1 1@8",
+            "token 0#2",
+            "token 1#2",
+            "finish 1",
+            "sched 0 1@9",
+            "token 0#3",
+            "finish 0"
+        ]
+    );
+    let vllm = run(engine(limits()));
+    assert_eq!(vllm[2..4], ["sched 0 1@8", "sched 1 8@0"], "{vllm:?}");
+}
+
+#[test]
+fn sglang_reserves_the_whole_output_stops_at_the_first_misfit_and_latches() {
+    // 10 blocks of 4 = 40 tokens. Request 0 (8 + 12) needs 8 + 12 + 1 = 21
+    // < 40: admitted, 19 left; request 1 (the same) needs 21 >= 19: the pass
+    // stops there, latched, though request 2 (2 + 1: 4 tokens) would fit
+    // behind it. Nothing more is admitted until request 0 leaves, 12 steps
+    // later; then 1 and 2 together.
+    let mut e = sglang(Limits { num_blocks: 10, ..limits() }, None);
+    let mut log = Log::default();
+    for r in [req(0, 0, 8, 12), req(1, 0, 8, 12), req(2, 0, 2, 1)] {
+        e.submit(r, &mut log).unwrap();
+    }
+    let mut first_of = std::collections::BTreeMap::new();
+    let mut step = 0;
+    while e.step(&mut log).is_some() {
+        step += 1;
+        for ev in log.take() {
+            if let Some(id) = ev.strip_prefix("sched ").and_then(|r| r.split(' ').next()) {
+                first_of.entry(id.to_string()).or_insert(step);
+            }
+        }
+    }
+    assert_eq!(first_of.into_iter().collect::<Vec<_>>(), [("0".into(), 1), ("1".into(), 13), ("2".into(), 13)]);
+    // vLLM admits all three at once (their prompts fit the blocks).
+    let mut v = engine(Limits { num_blocks: 10, ..limits() });
+    for r in [req(0, 0, 8, 12), req(1, 0, 8, 12), req(2, 0, 2, 1)] {
+        v.submit(r, &mut log).unwrap();
+    }
+    v.step(&mut log).unwrap();
+    assert_eq!(log.take().iter().filter(|x| x.starts_with("sched")).count(), 3);
+}
+
+#[test]
+fn sglang_with_a_ratio_over_admits_then_retracts_the_least_advanced() {
+    // 5 blocks of 4. Request 0 (4 + 9) alone: after its prefill it holds
+    // one block, 16 tokens free. Request 1 (4 + 9) arrives: it needs 14;
+    // with ignore_eos request 0 reserves its 8 remaining tokens (16 - 8 =
+    // 8 < 14: wait), with a ratio of 0.1 only 0.8 (admitted). Both then
+    // need 3 blocks to finish, 6 > 5: a decode step lacks a block and
+    // retracts request 1 (fewer tokens generated), which ends last.
+    let run = |mut e: Engine| {
+        let mut log = Log::default();
+        e.submit(req(0, 0, 4, 9), &mut log).unwrap();
+        e.step(&mut log).unwrap();
+        let at = e.clock().as_nanos();
+        e.submit(req(1, at, 4, 9), &mut log).unwrap();
+        while e.step(&mut log).is_some() {
+            e.check_invariants().unwrap();
+        }
+        log.take()
+    };
+    let pos = |l: &[String], x: &str| l.iter().position(|e| e == x).unwrap_or_else(|| panic!("{x} in {l:?}"));
+    let ratio = run(sglang(Limits { num_blocks: 5, ..limits() }, Some(0.1)));
+    assert_eq!(ratio[2], "sched 1 4@0", "admitted at once: {ratio:?}");
+    assert!(ratio.iter().any(|x| x == "preempt 1") && !ratio.iter().any(|x| x == "preempt 0"), "{ratio:?}");
+    assert!(pos(&ratio, "finish 0") < pos(&ratio, "finish 1"));
+    let eos = run(sglang(Limits { num_blocks: 5, ..limits() }, None));
+    assert!(!eos.iter().any(|x| x.starts_with("preempt")), "{eos:?}");
+    assert!(pos(&eos, "finish 0") < pos(&eos, "sched 1 4@0"), "{eos:?}");
 }

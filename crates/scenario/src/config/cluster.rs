@@ -183,6 +183,7 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
                 max_num_sequences: s.max_num_sequences.or(b.scheduler.max_num_sequences),
                 cuda_graph_max_tokens: s.cuda_graph_max_tokens.or(b.scheduler.cuda_graph_max_tokens),
                 policy: None,
+                new_token_ratio: s.new_token_ratio.or(b.scheduler.new_token_ratio),
             };
             if s.policy.is_some() {
                 return Err(under_pool(ck.err(

@@ -63,11 +63,12 @@ pub enum EngineKind {
     #[default]
     Vllm,
     Trtllm,
+    Sglang,
 }
 
 impl EngineKind {
     /// The names `engine:` takes.
-    pub const KNOWN: &'static str = "vllm, trtllm";
+    pub const KNOWN: &'static str = "vllm, trtllm, sglang";
 
     pub fn is_vllm(&self) -> bool {
         *self == EngineKind::Vllm
@@ -77,6 +78,7 @@ impl EngineKind {
         match self {
             EngineKind::Vllm => "vllm",
             EngineKind::Trtllm => "trtllm",
+            EngineKind::Sglang => "sglang",
         }
     }
 
@@ -85,6 +87,7 @@ impl EngineKind {
         match self {
             EngineKind::Vllm => llmsim_core::engine::Policy::Vllm,
             EngineKind::Trtllm => llmsim_core::engine::Policy::Trtllm,
+            EngineKind::Sglang => llmsim_core::engine::Policy::Sglang,
         }
     }
 
@@ -93,11 +96,7 @@ impl EngineKind {
         match name.trim() {
             "vllm" => Ok(EngineKind::Vllm),
             "trtllm" => Ok(EngineKind::Trtllm),
-            "sglang" => {
-                Err("SGLang's scheduler (prefill first, its new-token ratio for admission and retraction) is not \
-                 modelled yet; the engines are vllm, trtllm"
-                    .into())
-            }
+            "sglang" => Ok(EngineKind::Sglang),
             other => Err(format!(
                 "unknown engine `{}`; the engines are {}",
                 super::num::short_text(other),
@@ -323,6 +322,11 @@ pub struct Scheduler {
     /// was); read it through [`Scheduler::policy`].
     #[serde(rename = "policy", skip_serializing_if = "Option::is_none")]
     pub policy_given: Option<PolicyName>,
+    /// `engine: sglang`: `new_token_ratio`'s start when the clients do not
+    /// send `ignore_eos` (SGLang's 0.7 x `schedule_conservativeness`);
+    /// unset, running requests reserve their remaining output whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_token_ratio: Option<f64>,
 }
 
 /// `scheduler.policy` (docs/priorities.md).
@@ -749,6 +753,7 @@ impl Scenario {
             scheduling_policy: self.scheduler.policy().core(),
             offload: self.offload_tiers(),
             lora: self.lora.as_ref().map(|l| l.core(&self.hardware, self.efficiency.compute, self.efficiency.memory)),
+            sglang_ratio: self.scheduler.new_token_ratio,
             speculative: self.speculative.as_ref().map(|s| llmsim_core::engine::Speculative {
                 tokens: s.num_speculative_tokens,
                 accept: s.conditional(),

@@ -143,7 +143,7 @@ pub static KEYS: &[Key] = &[
     ),
     key(
         "engine",
-        "Whose scheduler the engine follows: `vllm` (vLLM V1: chunked prefill, running requests first, preemption by recompute) or `trtllm` (TensorRT-LLM's default: a request is admitted only while every admitted request's blocks to completion fit, with its whole prompt in the step, and nothing is preempted); `sglang` is not modelled yet (docs/engine.md, \"The engine's scheduler\").",
+        "Whose scheduler the engine follows: `vllm` (vLLM V1: chunked prefill, running requests first, preemption by recompute) `trtllm` (TensorRT-LLM's default: a request is admitted only while every admitted request's blocks to completion fit, with its whole prompt in the step, and nothing is preempted) or `sglang` (prefill steps first, never mixed with decode; admission reserves the running requests' remaining output; decode retracts the least advanced request when blocks run out), docs/engine.md, \"The engine's scheduler\".",
         Words("`vllm`"),
         Plain,
     ),
@@ -712,6 +712,14 @@ pub static KEYS: &[Key] = &[
         "The order of the waiting queue and of preemption (vLLM's `--scheduling-policy`): `fcfs`, or `priority` (waiting requests by their class's priority, then arrival; a preemption takes the lowest priority first), [priorities](priorities.md); `priority` needs `engine: vllm` and no pools.",
         Words("`fcfs`"),
         Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}scheduler.new_token_ratio",
+        "`engine: sglang` only: the clients do not send `ignore_eos`, and SGLang reserves this share of each running request's remaining output at admission (its `new_token_ratio`: `0.7 x schedule_conservativeness` at start, decaying over 600 decode steps to 0.14 of that, reset after a retraction), retracting when decode runs out of blocks ([the engine](engine.md#the-engines-scheduler-engine-sglang)).",
+        Words(
+            "none: `ignore_eos`, the remaining output reserved whole (SGLang's `bench_serving` and `vllm bench serve` send it)",
+        ),
+        In(&row::NEW_TOKEN_RATIO),
     ),
     // Time terms.
     key("latency", "Fixed times added to steps and requests.", Words("0 each"), Plain),

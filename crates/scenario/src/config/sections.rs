@@ -44,6 +44,7 @@ pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, Con
                 ));
             }
         },
+        new_token_ratio: raw.new_token_ratio.map(|v| ck.real_at("scheduler.new_token_ratio", v)).transpose()?,
     })
 }
 

@@ -129,6 +129,7 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     }
     let pools = raw.cluster.as_ref().is_some_and(|c| c.has_pools());
     offload_allowed(&ck, &built.model, engine, pools)?;
+    sglang_allowed(&ck, &scheduler, engine, pools)?;
     let cx = super::lora::Context {
         model: &built.model,
         deployment: &built.deployment,
@@ -189,6 +190,25 @@ fn offload_allowed(ck: &Check, m: &Model, engine: EngineKind, pools: bool) -> Re
         Some(why) => Err(ck.err("model.kv_cache.offload", why)),
         None => Ok(()),
     }
+}
+
+/// `engine: sglang` is modelled on one engine or replicas, and
+/// `scheduler.new_token_ratio` is its key alone.
+fn sglang_allowed(ck: &Check, s: &Scheduler, engine: EngineKind, pools: bool) -> Result<(), ConfigError> {
+    if engine == EngineKind::Sglang && pools {
+        return Err(ck.err(
+            "engine",
+            "sglang is not modelled with prefill/decode pools (cluster.prefill, cluster.decode): use replicas, \
+             or engine: vllm",
+        ));
+    }
+    if s.new_token_ratio.is_some() && engine != EngineKind::Sglang {
+        return Err(ck.err(
+            "scheduler.new_token_ratio",
+            format!("is SGLang's: it needs engine: sglang, not engine: {}", engine.as_str()),
+        ));
+    }
+    Ok(())
 }
 
 /// Every offload tier holds at least one block.

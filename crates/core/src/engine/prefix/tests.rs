@@ -225,6 +225,7 @@ fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
         scheduling_policy: Default::default(),
         offload: None,
         lora: None,
+        sglang_ratio: None,
     })
 }
 
