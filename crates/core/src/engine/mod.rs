@@ -580,6 +580,9 @@ impl Engine {
     pub fn step<O: Observer>(&mut self, obs: &mut O) -> Option<StepRecord> {
         let start = self.next_step_at()?;
         self.clock = start;
+        if self.cfg.policy == Policy::Sglang {
+            self.sglang_idle();
+        }
         self.join_arrivals(start);
         self.batch.clear();
         self.shape = StepShape::default();

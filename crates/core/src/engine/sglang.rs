@@ -63,10 +63,6 @@ impl Engine {
     /// else a decode step of every running request. Returns how many were
     /// retracted.
     pub(super) fn schedule_sglang<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) -> u32 {
-        if self.running.is_empty() && self.waiting.is_empty() {
-            // Idle: `on_idle` resets the ratio.
-            self.sg.ratio = self.ratio_init().unwrap_or(1.0);
-        }
         if self.sglang_prefill(at, budget, obs) {
             return 0;
         }
@@ -78,6 +74,15 @@ impl Engine {
     fn reserve(&self, slot: u32) -> u32 {
         let seq = &self.slots[slot as usize];
         (seq.req.output - seq.generated).min(CLIP_MAX_NEW_TOKENS)
+    }
+
+    /// Before a step's arrivals join: an engine with nothing running or
+    /// waiting went idle when its last request ended, and SGLang's
+    /// `on_idle` then resets the ratio to its start.
+    pub(super) fn sglang_idle(&mut self) {
+        if self.running.is_empty() && self.waiting.is_empty() {
+            self.sg.ratio = self.ratio_init().unwrap_or(1.0);
+        }
     }
 
     /// Tries to form a prefill step; true if it holds any tokens.

@@ -978,3 +978,21 @@ fn sglang_with_a_ratio_over_admits_then_retracts_the_least_advanced() {
     assert!(!eos.iter().any(|x| x.starts_with("preempt")), "{eos:?}");
     assert!(pos(&eos, "finish 0") < pos(&eos, "sched 1 4@0"), "{eos:?}");
 }
+
+#[test]
+fn sglang_decays_its_ratio_every_decode_step_and_resets_it_when_idle() {
+    // Start 0.7, floor 0.14 x 0.7 = 0.098: each decode step takes
+    // (0.7 - 0.098) / 600 = 0.001003 off. A request of 4 + 30 tokens has
+    // one prefill step and 29 decode steps: 0.7 - 29 x 0.001003.
+    let mut e = sglang(limits(), Some(0.7));
+    let mut log = Log::default();
+    e.submit(req(0, 0, 4, 30), &mut log).unwrap();
+    while e.step(&mut log).is_some() {}
+    let decayed = 0.7 - 29.0 * (0.7 - 0.098) / 600.0;
+    assert!((e.sg.ratio - decayed).abs() < 1e-12, "{}", e.sg.ratio);
+    // Idle, then a new request: its (prefill) step starts from 0.7 again.
+    let at = e.clock().as_nanos() + 1_000_000;
+    e.submit(req(1, at, 4, 2), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    assert_eq!(e.sg.ratio, 0.7);
+}
