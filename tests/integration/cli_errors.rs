@@ -201,6 +201,49 @@ fn an_engine_llmsim_does_not_model_is_named_with_the_ones_it_does() {
 }
 
 #[test]
+fn tensorrt_llm_policies_are_its_keys_alone_and_named_when_wrong() {
+    let capacity = "scheduler.capacity_scheduler_policy";
+    let chunking = "scheduler.context_chunking_policy";
+    bad_set(&[&format!("{capacity}=MAX_UTILIZATION")], &[capacity, "needs engine: trtllm, not engine: vllm"]);
+    bad_set(
+        &["engine=sglang", &format!("{chunking}=EQUAL_PROGRESS")],
+        &[chunking, "needs engine: trtllm, not engine: sglang"],
+    );
+    bad_set(
+        &["engine=trtllm", &format!("{capacity}=MAX_EVICT")],
+        &[
+            capacity,
+            "`MAX_EVICT` is not a capacity scheduler policy",
+            "GUARANTEED_NO_EVICT, MAX_UTILIZATION, STATIC_BATCH",
+        ],
+    );
+    bad_set(
+        &["engine=trtllm", &format!("{chunking}=LAST_COME")],
+        &[chunking, "`LAST_COME` is not a context chunking policy", "FIRST_COME_FIRST_SERVED, EQUAL_PROGRESS"],
+    );
+    // A budget under one block of 16 would never give a long prompt a chunk.
+    bad_set(
+        &["engine=trtllm", &format!("{chunking}=FIRST_COME_FIRST_SERVED"), "scheduler.max_batch_tokens=8"],
+        &["scheduler.max_batch_tokens", "8 is less than one KV block (16 tokens)", "at least 16"],
+    );
+    // Any case is TensorRT-LLM's spelling; the effective configuration shows its.
+    let out = TestCommand::new(&[
+        "explain",
+        BASE,
+        "--set",
+        "engine=trtllm",
+        "--set",
+        &format!("{capacity}=max_utilization"),
+        "--set",
+        &format!("{chunking}=equal_progress"),
+    ])
+    .ok()
+    .stdout();
+    assert!(out.contains("capacity_scheduler_policy: MAX_UTILIZATION\n"), "{out}");
+    assert!(out.contains("context_chunking_policy: EQUAL_PROGRESS\n"), "{out}");
+}
+
+#[test]
 fn bad_offload_settings_name_the_key_and_a_good_one_reports_its_loads() {
     let tier = "model.kv_cache.offload={cpu: {gib: 64, bandwidth_gbps: 50}}";
     bad_set(&[tier], &["base.yml", "model.kv_cache.offload", "needs model.kv_cache.prefix_caching: true"]);

@@ -539,7 +539,18 @@ fn make_case(i: u64, seeds: &Seeds) -> Case {
         // draws stay those of before.
         let mut sets = vec![format!("{key}={v}")];
         match i % 3 {
-            0 => sets.push("engine=trtllm".into()),
+            0 => {
+                // Under each capacity policy, with chunked prefill off and
+                // under both chunking policies.
+                sets.push("engine=trtllm".into());
+                let capacity = ["GUARANTEED_NO_EVICT", "MAX_UTILIZATION", "STATIC_BATCH"][(i / 3 % 3) as usize];
+                sets.push(format!("scheduler.capacity_scheduler_policy={capacity}"));
+                match i / 9 % 3 {
+                    0 => {}
+                    1 => sets.push("scheduler.context_chunking_policy=FIRST_COME_FIRST_SERVED".into()),
+                    _ => sets.push("scheduler.context_chunking_policy=EQUAL_PROGRESS".into()),
+                }
+            }
             1 => {
                 let method = ["ngram", "eagle", "draft_model"][(i / 3 % 3) as usize];
                 let mut spec = vec![

@@ -620,22 +620,45 @@ impl Observer for VerifyCount {
 }
 
 /// TensorRT-LLM's scheduler (`engine: trtllm`) on the same generated
-/// scenarios: the invariants hold (the engine's check includes that the
-/// running requests' blocks to completion are free), and nothing is ever
-/// preempted.
+/// scenarios, under each capacity policy, with chunked prefill off and
+/// under both chunking policies: the invariants hold (the engine's check
+/// includes that the running requests' blocks to completion are free
+/// under the no-evict policies), and nothing is preempted except under
+/// `MAX_UTILIZATION`, which does pause.
 #[test]
 fn generated_scenarios_under_trtllm_keep_the_invariants_and_never_preempt() {
-    let mut cov = Coverage::default();
+    let capacities = ["GUARANTEED_NO_EVICT", "MAX_UTILIZATION", "STATIC_BATCH"];
+    let chunkings =
+        ["", "context_chunking_policy: FIRST_COME_FIRST_SERVED, ", "context_chunking_policy: EQUAL_PROGRESS, "];
+    let mut no_evict = Coverage::default();
+    let mut max_util = Coverage::default();
     for i in 0..SCENARIOS / 4 {
-        let text = generate(i).replacen("scheduler:", "engine: trtllm\nscheduler:", 1);
+        let capacity = capacities[(i % 3) as usize];
+        let chunking = chunkings[(i / 3 % 3) as usize];
+        let with = |chunking: &str| {
+            let engine = format!("engine: trtllm\nscheduler: {{capacity_scheduler_policy: {capacity}, {chunking}");
+            generate(i).replacen("scheduler: {", &engine, 1)
+        };
+        // Chunks are whole blocks: a budget under one block is refused
+        // with chunking (tests/integration/cli_errors.rs), so those run
+        // without.
+        let mut text = with(chunking);
+        if config::parse_str(&text, Path::new("g.yml"))
+            .and_then(|r| config::validate::scenario(r, Path::new("g.yml")))
+            .is_err_and(|e| e.message.contains("less than one KV block"))
+        {
+            text = with("");
+        }
         let s = scenario(&text);
-        let label = format!("trtllm scenario {i}");
-        if let Err(e) = check_scenario(&label, &text, &s, &RunLimits::default(), &mut cov, &mut ()) {
+        let label = format!("trtllm scenario {i} ({capacity}, {chunking})");
+        let cov = if capacity == "MAX_UTILIZATION" { &mut max_util } else { &mut no_evict };
+        if let Err(e) = check_scenario(&label, &text, &s, &RunLimits::default(), cov, &mut ()) {
             panic!("{label} stopped at a run limit: {e}\n{text}");
         }
     }
-    assert_eq!(cov.preemptions, 0, "{cov:?}");
-    assert!(cov.rejected_kv > 10 && cov.finished > cov.requests / 2, "{cov:?}");
+    assert_eq!(no_evict.preemptions, 0, "{no_evict:?}");
+    assert!(no_evict.rejected_kv > 10 && no_evict.finished > no_evict.requests / 2, "{no_evict:?}");
+    assert!(max_util.preemptions > 0 && max_util.finished > max_util.requests / 2, "{max_util:?}");
 }
 
 /// SGLang's scheduler (`engine: sglang`) on the same generated scenarios,

@@ -245,9 +245,9 @@ fn an_unknown_key_path_gets_the_nearest_valid_one() {
     TestCommand::new(&["run", "scenarios/base.yml", "--set", "workload.arrivals.poison.rate=3"])
         .fails_with(2)
         .stderr_has(&["did you mean `workload.arrivals.poisson.rate`?"]);
-    sweep(&["--set", "scheduler.chunked_prefill_mode_flag=1,2"])
-        .fails_with(2)
-        .stderr_has(&["keys under `scheduler`: cuda_graph_max_tokens, max_batch_tokens, max_num_sequences"]);
+    sweep(&["--set", "scheduler.chunked_prefill_mode_flag=1,2"]).fails_with(2).stderr_has(&[
+        "keys under `scheduler`: capacity_scheduler_policy, context_chunking_policy, cuda_graph_max_tokens",
+    ]);
 }
 
 #[test]

@@ -21,6 +21,7 @@ pub mod prefix;
 pub mod sglang;
 pub mod speculative;
 pub mod stretch;
+pub mod trtllm;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -64,6 +65,9 @@ pub struct EngineConfig {
     /// `ignore_eos` (then running requests reserve their remaining output
     /// whole).
     pub sglang_ratio: Option<f64>,
+    /// Under [`Policy::Trtllm`]: its capacity policy and chunked prefill
+    /// ([`trtllm`]).
+    pub trtllm: trtllm::Trtllm,
 }
 
 /// vLLM's `--scheduling-policy` (docs/priorities.md).
@@ -90,10 +94,11 @@ pub enum Policy {
     /// growth that does not fit preempts the newest.
     #[default]
     Vllm,
-    /// TensorRT-LLM's default scheduler (`GUARANTEED_NO_EVICT`, chunked
-    /// prefill off): a waiting request is admitted only while the blocks
-    /// every admitted request needs to complete fit, and only with its
-    /// whole prompt in the step; nothing is preempted.
+    /// TensorRT-LLM's scheduler ([`trtllm`]; its default,
+    /// `GUARANTEED_NO_EVICT` without chunked prefill, admits a waiting
+    /// request only while the blocks every admitted request needs to
+    /// complete fit, and only with its whole prompt in the step; nothing is
+    /// preempted).
     Trtllm,
     /// SGLang's scheduler ([`sglang`]): prefill steps first, never mixed
     /// with decode; admission reserves every running request's remaining
@@ -595,13 +600,11 @@ impl Engine {
         let mut budget = self.cfg.max_batch_tokens;
         let preempted = match self.cfg.policy {
             Policy::Sglang => self.schedule_sglang(start, &mut budget, obs),
-            policy => {
-                let preempted = self.schedule_running(start, &mut budget, obs);
+            Policy::Trtllm => self.schedule_trtllm(start, &mut budget, obs),
+            Policy::Vllm => {
+                let preempted = self.schedule_running(start, &mut budget, obs, false);
                 if preempted == 0 {
-                    match policy {
-                        Policy::Trtllm => self.admit_no_evict(start, &mut budget, obs),
-                        _ => self.admit_waiting(start, &mut budget, obs),
-                    }
+                    self.admit_waiting(start, &mut budget, obs);
                 }
                 preempted
             }
@@ -665,7 +668,11 @@ impl Engine {
 
     /// Step 2: running requests, oldest first, take budget; growth that does
     /// not fit preempts the newest. Returns how many were preempted.
-    fn schedule_running<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) -> u32 {
+    ///
+    /// With `decodes_only` (TensorRT-LLM's chunked prefill), requests with
+    /// more than one token to compute are passed over: their chunks are
+    /// cut from what the decodes leave.
+    fn schedule_running<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O, decodes_only: bool) -> u32 {
         let mut preempted = 0;
         let mut i = 0;
         // Read once: the loop runs for every running request of every step.
@@ -674,6 +681,10 @@ impl Engine {
         while i < self.running.len() && *budget > 0 {
             let slot = self.running[i];
             let seq = &self.slots[slot as usize];
+            if decodes_only && seq.remaining() > 1 {
+                i += 1;
+                continue;
+            }
             // Its drafts ride along, as far as the budget goes; a step that
             // verifies drafts reserves the drafter's lookahead slots too
             // (a prompt's chunks do not, so a request that fits always
@@ -855,71 +866,6 @@ impl Engine {
         }
     }
 
-    /// Step 3 under [`Policy::Trtllm`] (TensorRT-LLM's
-    /// `GuaranteedNoEvictPolicy` and `PyMicroBatchScheduler` without
-    /// context chunking): from the head of `waiting`, no skipping, admit a
-    /// request while (a) the blocks it needs to complete (`P + N - 1`
-    /// tokens' KV, less a prefix hit) fit in the free blocks less those
-    /// every running request still needs to complete, with no watermark,
-    /// and (b) its whole prompt fits the step's budget (a prompt longer
-    /// than the whole budget runs in chunks of it, where TensorRT-LLM
-    /// refuses it). A request whose completion needs more blocks than the
-    /// cache has is rejected.
-    fn admit_no_evict<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) {
-        let total = i64::from(self.cfg.capacity.num_blocks);
-        let reserved: i64 = self
-            .running
-            .iter()
-            .map(|&r| {
-                let seq = &self.slots[r as usize];
-                self.completion_blocks(seq) as i64 - i64::from(seq.blocks)
-            })
-            .sum();
-        let mut reserved = reserved;
-        while let Some(&slot) = self.waiting.front() {
-            let seq = &self.slots[slot as usize];
-            let need = self.cfg.capacity.blocks_for(u64::from(seq.known())) as i64;
-            let completion = self.completion_blocks(seq) as i64;
-            if completion > total {
-                self.reject_at(0, need as u64, at, obs);
-                continue;
-            }
-            let full = self.running.len() >= self.cfg.max_num_sequences as usize;
-            let whole = seq.remaining() <= *budget || *budget == self.cfg.max_batch_tokens;
-            if *budget == 0 || full || !whole {
-                break;
-            }
-            let arriving = seq.arriving_kv;
-            let computed = match &mut self.kv {
-                Kv::Count(k) => {
-                    if i64::from(k.free()) - reserved < completion {
-                        break;
-                    }
-                    k.take(need as u32);
-                    arriving
-                }
-                Kv::Prefix(p) => {
-                    // KV that arrives by transfer looks nothing up.
-                    let hit = p.lookup(slot, if arriving > 0 { 0 } else { seq.known() });
-                    let room = i64::from(p.free()) - i64::from(hit.free_blocks) - reserved;
-                    if room < completion - i64::from(hit.blocks) {
-                        break;
-                    }
-                    p.admit(slot, (need - i64::from(hit.blocks)) as u32);
-                    if arriving > 0 {
-                        arriving
-                    } else {
-                        let c = hit.blocks * self.cfg.capacity.block_size;
-                        obs.prefix_lookup(seq.req.id, at, seq.known(), c);
-                        c
-                    }
-                }
-            };
-            reserved += completion - need;
-            self.admit_at(0, need as u32, computed, at, budget, obs);
-        }
-    }
-
     /// `waiting[k]`, whose known length takes `need` blocks, can never
     /// fit: rejected.
     fn reject_at<O: Observer>(&mut self, k: usize, need: u64, at: SimTime, obs: &mut O) {
@@ -943,7 +889,16 @@ impl Engine {
         budget: &mut u32,
         obs: &mut O,
     ) {
-        let Some(slot) = self.waiting.remove(k) else { return };
+        let Some(slot) = self.join_running(k, need, computed) else { return };
+        let tokens = self.slots[slot as usize].remaining().min(*budget);
+        self.add_to_batch(slot, tokens, at, obs);
+        *budget -= tokens;
+    }
+
+    /// `waiting[k]` joins `running` holding `need` blocks with `c =
+    /// computed`, not yet in the step's batch; returns its slot.
+    fn join_running(&mut self, k: usize, need: u32, computed: u32) -> Option<u32> {
+        let slot = self.waiting.remove(k)?;
         // What it added to the queued count (its blocks held may be fewer:
         // SGLang allocates a first chunk's only).
         self.queued_blocks -= self.cfg.capacity.blocks_for(u64::from(self.slots[slot as usize].known()));
@@ -954,10 +909,8 @@ impl Engine {
         seq.arriving_kv = 0;
         seq.register_at = 0;
         seq.state = State::Running;
-        let tokens = seq.remaining().min(*budget);
         self.running.push(slot);
-        self.add_to_batch(slot, tokens, at, obs);
-        *budget -= tokens;
+        Some(slot)
     }
 
     /// Blocks a request holds when it completes: the KV of its `P + N - 1`
@@ -1299,7 +1252,7 @@ impl Engine {
         }
         // TensorRT-LLM's no-evict guarantee: what the running requests still
         // need to complete is free.
-        if self.cfg.policy == Policy::Trtllm {
+        if self.cfg.policy == Policy::Trtllm && self.cfg.trtllm.reserves_completion() {
             let owed: u64 = self
                 .running
                 .iter()

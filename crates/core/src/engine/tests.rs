@@ -71,6 +71,7 @@ fn engine(l: Limits) -> Engine {
         offload: None,
         lora: None,
         sglang_ratio: None,
+        trtllm: Default::default(),
     })
 }
 
@@ -296,6 +297,7 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         offload: None,
         lora: None,
         sglang_ratio: None,
+        trtllm: Default::default(),
     })
 }
 
@@ -542,6 +544,116 @@ fn trtllm_rejects_a_request_that_could_never_complete() {
     let events = log.take();
     assert_eq!(events[0], "reject 0 rejected_kv_capacity");
     assert_eq!(events.last().unwrap(), "finish 1");
+}
+
+/// [`trtllm`] with a capacity policy and chunked prefill.
+fn trtllm_with(l: Limits, capacity: trtllm::CapacityPolicy, chunking: Option<trtllm::ChunkingPolicy>) -> Engine {
+    let mut e = trtllm(l);
+    e.cfg.trtllm = trtllm::Trtllm { capacity, chunking };
+    e
+}
+
+/// `MAX_UTILIZATION` on the two requests of the no-evict test above (4
+/// blocks of 4; prompts of 8, 4 tokens out): both fit their prompts (2 +
+/// 2 blocks) and start together; at the second step the first one's 9th
+/// token needs a third block, none is free, and the newest started one
+/// is paused (its 2 blocks freed). It resumes once the first has
+/// finished (its 3 blocks free), recomputing its 8 + 1 tokens: 7 steps,
+/// against the no-evict policy's 8.
+#[test]
+fn trtllm_max_utilization_admits_for_the_next_step_and_pauses_the_newest() {
+    let mut e = trtllm_with(Limits { num_blocks: 4, ..limits() }, trtllm::CapacityPolicy::MaxUtilization, None);
+    let mut log = Log::default();
+    e.submit(req(0, 0, 8, 4), &mut log).unwrap();
+    e.submit(req(1, 0, 8, 4), &mut log).unwrap();
+    let mut steps = Vec::new();
+    while let Some(s) = e.step(&mut log) {
+        steps.push((s.batch_size, s.tokens, s.preempted));
+    }
+    assert_eq!(steps, [(2, 16, 0), (1, 1, 1), (1, 1, 0), (1, 1, 0), (1, 9, 0), (1, 1, 0), (1, 1, 0)]);
+    let events = log.take();
+    assert_eq!(events[..5], ["sched 0 8@0", "sched 1 8@0", "token 0#1", "token 1#1", "preempt 1"]);
+    let finish0 = events.iter().position(|e| e == "finish 0").unwrap();
+    assert_eq!(events[finish0 + 1], "sched 1 9@0");
+    assert_eq!(events.last().unwrap(), "finish 1");
+}
+
+/// `STATIC_BATCH`: a request arriving while a batch generates waits for
+/// the whole batch to end (3 tokens out: steps 1 to 3), and starts at
+/// step 4; under `GUARANTEED_NO_EVICT` it joins at step 2.
+#[test]
+fn trtllm_static_batch_waits_for_the_batch_to_end() {
+    let first_step_of_2 = |capacity| {
+        let mut e = trtllm_with(limits(), capacity, None);
+        let mut log = Log::default();
+        e.submit(req(0, 0, 8, 3), &mut log).unwrap();
+        e.submit(req(1, 0, 8, 3), &mut log).unwrap();
+        e.submit(req(2, 1, 8, 3), &mut log).unwrap();
+        let mut n = 0;
+        loop {
+            n += 1;
+            e.step(&mut log).unwrap();
+            if log.take().iter().any(|e| e == "sched 2 8@0") {
+                return n;
+            }
+        }
+    };
+    assert_eq!(first_step_of_2(trtllm::CapacityPolicy::StaticBatch), 4);
+    assert_eq!(first_step_of_2(trtllm::CapacityPolicy::GuaranteedNoEvict), 2);
+}
+
+/// Chunked prefill, first come first served: behind one decode a budget
+/// of 12 leaves 11 tokens; a 20-token prompt gets them cut down to whole
+/// blocks of 4 (8), then 8 again, then its last 4 (vLLM's rules give it
+/// 11, then 9; without chunking it waits for an idle step).
+#[test]
+fn trtllm_chunked_prefill_first_come_cuts_to_whole_blocks() {
+    let fcfs = Some(trtllm::ChunkingPolicy::FirstComeFirstServed);
+    let mut e = trtllm_with(Limits { budget: 12, ..limits() }, trtllm::CapacityPolicy::GuaranteedNoEvict, fcfs);
+    let mut log = Log::default();
+    e.submit(req(0, 0, 4, 5), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    e.submit(req(1, 1, 20, 2), &mut log).unwrap();
+    log.take();
+    for _ in 0..3 {
+        e.step(&mut log).unwrap();
+    }
+    assert_eq!(
+        log.take(),
+        [
+            "sched 0 1@4",
+            "sched 1 8@0",
+            "token 0#2",
+            "sched 0 1@5",
+            "sched 1 8@8",
+            "token 0#3",
+            "sched 0 1@6",
+            "sched 1 4@16",
+            "token 0#4",
+            "token 1#1"
+        ]
+    );
+}
+
+/// Chunked prefill: three 20-token prompts at once, budget 12, blocks of
+/// 4. Equal progress starts all three with a block's worth each (three
+/// times 4); first come first served gives the first all 12 and the
+/// others wait.
+#[test]
+fn trtllm_chunked_prefill_equal_progress_starts_every_prompt() {
+    let first_step = |chunking| {
+        let mut e = trtllm_with(Limits { budget: 12, ..limits() }, trtllm::CapacityPolicy::GuaranteedNoEvict, chunking);
+        let mut log = Log::default();
+        for id in 0..3 {
+            e.submit(req(id, 0, 20, 2), &mut log).unwrap();
+        }
+        e.step(&mut log).unwrap();
+        log.take()
+    };
+    let equal = first_step(Some(trtllm::ChunkingPolicy::EqualProgress));
+    assert_eq!(equal, ["sched 0 4@0", "sched 1 4@0", "sched 2 4@0"]);
+    let fcfs = first_step(Some(trtllm::ChunkingPolicy::FirstComeFirstServed));
+    assert_eq!(fcfs, ["sched 0 12@0"]);
 }
 
 /// Speculative decoding (docs/speculative.md) on the base model, blocks of

@@ -184,6 +184,14 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
                 cuda_graph_max_tokens: s.cuda_graph_max_tokens.or(b.scheduler.cuda_graph_max_tokens),
                 policy: None,
                 new_token_ratio: s.new_token_ratio.or(b.scheduler.new_token_ratio),
+                capacity_scheduler_policy: s
+                    .capacity_scheduler_policy
+                    .clone()
+                    .or_else(|| b.scheduler.capacity_scheduler_policy.clone()),
+                context_chunking_policy: s
+                    .context_chunking_policy
+                    .clone()
+                    .or_else(|| b.scheduler.context_chunking_policy.clone()),
             };
             if s.policy.is_some() {
                 return Err(under_pool(ck.err(
@@ -191,7 +199,9 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
                     "not allowed under a pool: priority scheduling is not modelled with prefill/decode pools",
                 )));
             }
-            Some(super::sections::scheduler(ck, &merged).map_err(under_pool)?)
+            let built = super::sections::scheduler(ck, &merged).map_err(under_pool)?;
+            super::sections::engine_keys(ck, &built, base.engine).map_err(under_pool)?;
+            Some(built)
         }
         None => None,
     };
@@ -208,6 +218,7 @@ fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> 
         ..base.clone()
     };
     super::sections::run_limits(ck, &scenario).map_err(under_pool)?;
+    super::sections::chunking_fits(ck, &scenario).map_err(under_pool)?;
     let parallelism = raw.parallelism.is_some().then_some(built.parallelism).flatten();
     Ok(Pool { replicas, router, overlap_weight, hardware, parallelism, scheduler, scenario: Box::new(scenario) })
 }

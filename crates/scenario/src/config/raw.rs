@@ -420,6 +420,11 @@ pub struct RawScheduler {
     /// do not send `ignore_eos`.
     #[serde(default, deserialize_with = "num::opt_real")]
     pub new_token_ratio: Option<f64>,
+    /// `engine: trtllm` only: TensorRT-LLM's `capacity_scheduler_policy`.
+    pub capacity_scheduler_policy: Option<String>,
+    /// `engine: trtllm` only: chunked prefill with this
+    /// `context_chunking_policy`.
+    pub context_chunking_policy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

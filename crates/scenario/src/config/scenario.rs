@@ -327,6 +327,77 @@ pub struct Scheduler {
     /// unset, running requests reserve their remaining output whole.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new_token_ratio: Option<f64>,
+    /// `engine: trtllm`: TensorRT-LLM's capacity scheduler policy, shown
+    /// when given (unset: `GUARANTEED_NO_EVICT`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_scheduler_policy: Option<CapacityName>,
+    /// `engine: trtllm`: chunked prefill on, with this chunking policy
+    /// (unset: off, TensorRT-LLM's PyTorch backend's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_chunking_policy: Option<ChunkingName>,
+}
+
+/// `scheduler.capacity_scheduler_policy` (TensorRT-LLM's
+/// `CapacitySchedulerPolicy`, spelled as its `scheduler_config` takes it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CapacityName {
+    GuaranteedNoEvict,
+    MaxUtilization,
+    StaticBatch,
+}
+
+impl CapacityName {
+    pub const KNOWN: &'static str = "GUARANTEED_NO_EVICT, MAX_UTILIZATION, STATIC_BATCH";
+
+    /// TensorRT-LLM's spelling, in any case.
+    pub fn parse(s: &str) -> Option<CapacityName> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "GUARANTEED_NO_EVICT" => Some(CapacityName::GuaranteedNoEvict),
+            "MAX_UTILIZATION" => Some(CapacityName::MaxUtilization),
+            "STATIC_BATCH" => Some(CapacityName::StaticBatch),
+            _ => None,
+        }
+    }
+
+    pub fn core(self) -> llmsim_core::engine::trtllm::CapacityPolicy {
+        use llmsim_core::engine::trtllm::CapacityPolicy as C;
+        match self {
+            CapacityName::GuaranteedNoEvict => C::GuaranteedNoEvict,
+            CapacityName::MaxUtilization => C::MaxUtilization,
+            CapacityName::StaticBatch => C::StaticBatch,
+        }
+    }
+}
+
+/// `scheduler.context_chunking_policy` (TensorRT-LLM's
+/// `ContextChunkingPolicy`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ChunkingName {
+    FirstComeFirstServed,
+    EqualProgress,
+}
+
+impl ChunkingName {
+    pub const KNOWN: &'static str = "FIRST_COME_FIRST_SERVED, EQUAL_PROGRESS";
+
+    /// TensorRT-LLM's spelling, in any case.
+    pub fn parse(s: &str) -> Option<ChunkingName> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "FIRST_COME_FIRST_SERVED" => Some(ChunkingName::FirstComeFirstServed),
+            "EQUAL_PROGRESS" => Some(ChunkingName::EqualProgress),
+            _ => None,
+        }
+    }
+
+    pub fn core(self) -> llmsim_core::engine::trtllm::ChunkingPolicy {
+        use llmsim_core::engine::trtllm::ChunkingPolicy as C;
+        match self {
+            ChunkingName::FirstComeFirstServed => C::FirstComeFirstServed,
+            ChunkingName::EqualProgress => C::EqualProgress,
+        }
+    }
 }
 
 /// `scheduler.policy` (docs/priorities.md).
@@ -754,6 +825,10 @@ impl Scenario {
             offload: self.offload_tiers(),
             lora: self.lora.as_ref().map(|l| l.core(&self.hardware, self.efficiency.compute, self.efficiency.memory)),
             sglang_ratio: self.scheduler.new_token_ratio,
+            trtllm: llmsim_core::engine::trtllm::Trtllm {
+                capacity: self.scheduler.capacity_scheduler_policy.map(CapacityName::core).unwrap_or_default(),
+                chunking: self.scheduler.context_chunking_policy.map(ChunkingName::core),
+            },
             speculative: self.speculative.as_ref().map(|s| llmsim_core::engine::Speculative {
                 tokens: s.num_speculative_tokens,
                 accept: s.conditional(),

@@ -721,6 +721,18 @@ pub static KEYS: &[Key] = &[
         ),
         In(&row::NEW_TOKEN_RATIO),
     ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}scheduler.capacity_scheduler_policy",
+        "`engine: trtllm` only: TensorRT-LLM's capacity scheduler policy (its `scheduler_config.capacity_scheduler_policy`, in any case): `GUARANTEED_NO_EVICT` (admit while every admitted request's blocks to completion fit; nothing paused), `MAX_UTILIZATION` (admit while the next step's blocks fit; a running request's growth that does not fit pauses the newest started request, recomputed later) or `STATIC_BATCH` (as the first, admitting only while no request is generating), [the engine](engine.md#the-engines-scheduler-engine-trtllm).",
+        Words("`GUARANTEED_NO_EVICT`"),
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}scheduler.context_chunking_policy",
+        "`engine: trtllm` only: chunked prefill on (TensorRT-LLM's `enable_chunked_prefill`) with this `context_chunking_policy`: `FIRST_COME_FIRST_SERVED` (prompts in order take what the decodes leave, a cut chunk rounded down to whole KV blocks) or `EQUAL_PROGRESS` (the prompts take a block's worth each in turn), [the engine](engine.md#the-engines-scheduler-engine-trtllm).",
+        Words("none: chunked prefill off, every prompt whole in one step"),
+        Plain,
+    ),
     // Time terms.
     key("latency", "Fixed times added to steps and requests.", Words("0 each"), Plain),
     key(

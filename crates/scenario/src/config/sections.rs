@@ -9,7 +9,7 @@ use super::ConfigError;
 use super::check::{Check, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_NUM_SEQUENCES};
 use super::num::short_float;
 use super::raw::{RawHardware, RawScheduler};
-use super::scenario::{Hardware, PolicyName, Scenario, Scheduler};
+use super::scenario::{CapacityName, ChunkingName, EngineKind, Hardware, PolicyName, Scenario, Scheduler};
 use super::{deployment, hardware};
 use super::{limits, schema};
 use llmsim_core::util::thousands;
@@ -45,7 +45,78 @@ pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, Con
             }
         },
         new_token_ratio: raw.new_token_ratio.map(|v| ck.real_at("scheduler.new_token_ratio", v)).transpose()?,
+        capacity_scheduler_policy: trtllm_name(
+            ck,
+            "capacity_scheduler_policy",
+            raw.capacity_scheduler_policy.as_deref(),
+            CapacityName::parse,
+            CapacityName::KNOWN,
+        )?,
+        context_chunking_policy: trtllm_name(
+            ck,
+            "context_chunking_policy",
+            raw.context_chunking_policy.as_deref(),
+            ChunkingName::parse,
+            ChunkingName::KNOWN,
+        )?,
     })
+}
+
+/// `scheduler.new_token_ratio` is SGLang's key alone, the capacity and
+/// chunking policies TensorRT-LLM's (a scenario's scheduler, or a pool's).
+pub(crate) fn engine_keys(ck: &Check, s: &Scheduler, engine: EngineKind) -> Result<(), ConfigError> {
+    for (key, given, owner) in [
+        ("scheduler.capacity_scheduler_policy", s.capacity_scheduler_policy.is_some(), EngineKind::Trtllm),
+        ("scheduler.context_chunking_policy", s.context_chunking_policy.is_some(), EngineKind::Trtllm),
+        ("scheduler.new_token_ratio", s.new_token_ratio.is_some(), EngineKind::Sglang),
+    ] {
+        if given && engine != owner {
+            let whose = if owner == EngineKind::Trtllm { "TensorRT-LLM's" } else { "SGLang's" };
+            return Err(ck.err(
+                key,
+                format!("is {whose}: it needs engine: {}, not engine: {}", owner.as_str(), engine.as_str()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `scheduler.<key>`, one of TensorRT-LLM's policy names (`known`), if
+/// given.
+fn trtllm_name<T>(
+    ck: &Check,
+    key: &str,
+    given: Option<&str>,
+    parse: fn(&str) -> Option<T>,
+    known: &str,
+) -> Result<Option<T>, ConfigError> {
+    let Some(v) = given else { return Ok(None) };
+    let what = key.replace('_', " ");
+    parse(v).map(Some).ok_or_else(|| {
+        ck.err(
+            &format!("scheduler.{key}"),
+            format!("`{}` is not a {what}; TensorRT-LLM's are {known}", llmsim_core::util::short_text(v)),
+        )
+    })
+}
+
+/// TensorRT-LLM's chunked prefill cuts prompts to whole KV blocks: a
+/// budget below one block would never give a long prompt a chunk.
+pub(crate) fn chunking_fits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
+    let (budget, block) = (s.scheduler.max_batch_tokens, s.capacity.block_size);
+    if s.scheduler.context_chunking_policy.is_some() && budget < block {
+        return Err(ck.err(
+            "scheduler.max_batch_tokens",
+            format!(
+                "{} is less than one KV block ({} tokens): scheduler.context_chunking_policy cuts prompts to \
+                 whole blocks, so a longer prompt would never get a chunk; give at least {}",
+                thousands(u64::from(budget)),
+                thousands(u64::from(block)),
+                thousands(u64::from(block))
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Rules that bound the work of one run (see [`limits`]): the cheapest

@@ -168,6 +168,7 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     run_limits(&ck, &scenario)?;
     block_ids_fit(&ck, &scenario)?;
     offload_fits(&ck, &scenario)?;
+    super::sections::chunking_fits(&ck, &scenario)?;
     Ok(scenario)
 }
 
@@ -192,8 +193,8 @@ fn offload_allowed(ck: &Check, m: &Model, engine: EngineKind, pools: bool) -> Re
     }
 }
 
-/// `engine: sglang` is modelled on one engine or replicas, and
-/// `scheduler.new_token_ratio` is its key alone.
+/// `engine: sglang` is modelled on one engine or replicas; the
+/// scheduler's engine-specific keys ([`super::sections::engine_keys`]).
 fn sglang_allowed(ck: &Check, s: &Scheduler, engine: EngineKind, pools: bool) -> Result<(), ConfigError> {
     if engine == EngineKind::Sglang && pools {
         return Err(ck.err(
@@ -202,13 +203,7 @@ fn sglang_allowed(ck: &Check, s: &Scheduler, engine: EngineKind, pools: bool) ->
              or engine: vllm",
         ));
     }
-    if s.new_token_ratio.is_some() && engine != EngineKind::Sglang {
-        return Err(ck.err(
-            "scheduler.new_token_ratio",
-            format!("is SGLang's: it needs engine: sglang, not engine: {}", engine.as_str()),
-        ));
-    }
-    Ok(())
+    super::sections::engine_keys(ck, s, engine)
 }
 
 /// Every offload tier holds at least one block.

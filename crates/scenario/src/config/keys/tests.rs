@@ -129,7 +129,10 @@ fn a_typo_gets_the_nearest_key() {
 #[test]
 fn a_stranger_gets_the_valid_keys_of_its_parent() {
     let e = check_path("scheduler.preemption_mode_setting").unwrap_err().to_string();
-    assert!(e.contains("keys under `scheduler`: cuda_graph_max_tokens, max_batch_tokens, max_num_sequences"), "{e}");
+    assert!(
+        e.contains("keys under `scheduler`: capacity_scheduler_policy, context_chunking_policy, cuda_graph_max_tokens"),
+        "{e}"
+    );
     let e = check_path("scheduler.max_batch_tokens.something.deeper").unwrap_err().to_string();
     assert!(e.contains("holds a whole number, not further keys"), "{e}");
     let e = check_path("completely_unrelated_thing").unwrap_err().to_string();
