@@ -402,3 +402,57 @@ fn an_unwritable_output_file_is_a_failure_not_a_usage_error() {
         .fails_with(1)
         .stderr_has(&["/no/such/dir/out.json", "cannot write"]);
 }
+
+#[test]
+fn a_bad_rate_curve_names_the_point_or_key_and_what_is_allowed() {
+    let curve = |c: &str| format!("workload.arrivals={{curve: {c}}}");
+    let p = "workload.arrivals.curve";
+    bad_set(
+        &[&curve("{points: [[0, 5], [10, 2], [5, 1]]}")],
+        &[&format!("{p}.points[2]"), "not after the point before it (10 s)"],
+    );
+    bad_set(&[&curve("{steps: [[1, 5]]}")], &[&format!("{p}.steps[0]"), "the curve starts at time 0"]);
+    bad_set(&[&curve("{points: [[0, -5]]}")], &[&format!("{p}.points[0]"), "rate -5 is not allowed"]);
+    bad_set(&[&curve("{points: [[0, 5, 3]]}")], &[&format!("{p}.points[0]"), "each point is [time_s, rate]"]);
+    bad_set(&[&curve("{points: [[0, 5]], steps: [[0, 5]]}")], &[p, "give exactly one of points"]);
+    bad_set(&[&curve("{points: [[0, 0]]}")], &[p, "is 0 everywhere"]);
+    bad_set(
+        &[&curve("{daily: {peak: 5, trough: 9, peak_hour: 14}}")],
+        &[&format!("{p}.daily.trough"), "above the peak"],
+    );
+    bad_set(&[&curve("{daily: {peak: 5, trough: 1, peak_hour: 25}}")], &[&format!("{p}.daily.peak_hour"), "[0, 24)"]);
+    bad_set(
+        &[&curve("{daily: {peak: 5, trough: 1, peak_hour: 14}}"), "workload.requests=100"],
+        &["workload.duration_s", "a daily curve needs the run's length"],
+    );
+    bad_set(
+        &[&curve("{points: [[0, 5]], bursts: [{start_s: 10, duration_s: -3, factor: 2}]}")],
+        &[&format!("{p}.bursts[0].duration_s"), "-3 is not allowed"],
+    );
+    bad_set(&[&curve("{points: [[0, 5]], burstiness: 0}")], &[&format!("{p}.burstiness"), "[0.001, 1,000]"]);
+    bad_set(
+        &[&curve("{points: [[0, 1e9]], bursts: [{start_s: 0, duration_s: 1, factor: 2}]}")],
+        &[p, "reaches 2000000000 requests a second"],
+    );
+    // A good one runs, says what it expects, and `trace` writes its arrivals
+    // in time order: 5 a second for 10 s, then 20 for 10 s (250 expected).
+    let good = curve("{steps: [[0, 5], [10, 20]]}");
+    let with_good = |cmd: &str, extra: &[&str]| {
+        let mut args =
+            vec![cmd, BASE, "--set", &good, "--set", "workload.requests=null", "--set", "workload.duration_s=20"];
+        args.extend_from_slice(extra);
+        TestCommand::new(&args).ok().stdout()
+    };
+    let out = with_good("run", &[]);
+    assert!(out.contains("rate curve of 2 steps, peak 20 req/s, about 250 requests expected"), "{out}");
+    let dir = tempdir();
+    let csv = dir.path().join("t.csv");
+    with_good("trace", &["-o", csv.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let times: Vec<f64> = text.lines().skip(1).map(|l| l.split(',').next().unwrap().parse().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]) && times.iter().all(|&t| t < 20.0), "{text}");
+    let early = times.iter().filter(|&&t| t < 10.0).count() as f64;
+    let late = times.len() as f64 - early;
+    // 50 and 200 expected: within 4 standard deviations.
+    assert!((early - 50.0).abs() < 4.0 * 50f64.sqrt() && (late - 200.0).abs() < 4.0 * 200f64.sqrt(), "{early} {late}");
+}

@@ -168,6 +168,10 @@ pub const DURATION_S: Range = Range::closed(1e-9, MAX_SIM_SECONDS);
 /// From one request in 11.6 days to one a nanosecond, the clock's resolution.
 pub const RATE: Range = Range::closed(1e-6, 1e9);
 pub const BURSTINESS: Range = Range::closed(0.001, 1000.0);
+/// A daily curve's rates: 0 to one a nanosecond.
+pub const CURVE_RATE: Range = Range::closed(0.0, 1e9);
+/// An hour of the day.
+pub const HOUR: Range = Range::below(0.0, 24.0);
 pub const CONCURRENCY: Range = Range::whole(1, 1_000_000);
 pub const THINK_TIME_S: Range = Range::closed(0.0, MAX_SIM_SECONDS);
 /// An exponential think time's mean: above 0 (a mean of 0 is a fixed 0).
@@ -522,6 +526,24 @@ pub mod row {
         why: "`vllm bench serve` uses 0.1 to 10; at 1000 the gaps are already constant within 3%",
     };
 
+    pub static CURVE_RATE: Limit = Limit {
+        key: "workload.arrivals.curve.daily.{peak,trough}",
+        range: super::CURVE_RATE,
+        why: "0 (no arrivals) to one a nanosecond, as workload.arrivals.poisson.rate",
+    };
+
+    pub static CURVE_BURSTINESS: Limit = Limit {
+        key: "workload.arrivals.curve.burstiness",
+        range: super::BURSTINESS,
+        why: "as workload.arrivals.gamma.burstiness",
+    };
+
+    pub static HOUR: Limit = Limit {
+        key: "workload.arrivals.curve.daily.{peak_hour,start_hour}",
+        range: super::HOUR,
+        why: "an hour of the day, 0 up to 24",
+    };
+
     pub static CONCURRENCY: Limit = Limit {
         key: "workload.arrivals.closed.concurrency",
         range: super::CONCURRENCY,
@@ -702,6 +724,9 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::DURATION_S,
     &row::RATE,
     &row::BURSTINESS,
+    &row::CURVE_RATE,
+    &row::CURVE_BURSTINESS,
+    &row::HOUR,
     &row::CONCURRENCY,
     &row::THINK_TIME_S,
     &row::RAMP_S,

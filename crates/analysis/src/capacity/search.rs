@@ -142,6 +142,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<SearchResult, SearchErr
         Arrivals::Constant { .. } => "constant",
         Arrivals::Closed { .. } => return Err(SearchError::NoRate("a closed loop".into())),
         Arrivals::Trace(_) => return Err(SearchError::NoRate("a trace".into())),
+        Arrivals::Curve(_) => return Err(SearchError::NoRate("a rate curve".into())),
     };
     let seeds = crate::sweep::plan::seeds_of(base, opts.seeds.max(1));
     let n = opts.requests.unwrap_or_else(|| requests_for(&opts.slos));

@@ -91,6 +91,38 @@ pub fn deployment_line(s: &Scenario) -> String {
     out
 }
 
+/// `rate curve of 3 points, 5 to 25 req/s, 1 burst, about 61,200 requests
+/// over the run`.
+fn curve_line(c: &llmsim_scenario::config::curve::Curve, duration_s: Option<f64>) -> String {
+    use llmsim_scenario::config::curve::{RateCurve, Shape};
+    let mut out = match &c.shape {
+        Shape::Points(p) => format!("rate curve of {} points", p.len()),
+        Shape::Steps(p) => format!("rate curve of {} steps", p.len()),
+        Shape::Daily(d) => {
+            format!(
+                "daily wave, {} to {} req/s, peak at hour {}, from hour {}",
+                d.trough, d.peak, d.peak_hour, d.start_hour
+            )
+        }
+    };
+    let rate = RateCurve::new(c, duration_s.unwrap_or(0.0));
+    let _ = write!(out, ", peak {} req/s", llmsim_core::util::short_float(rate.peak()));
+    if !c.bursts.is_empty() {
+        let _ = write!(out, ", {} burst{}", c.bursts.len(), if c.bursts.len() == 1 { "" } else { "s" });
+    }
+    if let Some(b) = c.burstiness {
+        let _ = write!(out, ", burstiness {b}");
+    }
+    if let Some(d) = duration_s {
+        let _ = write!(
+            out,
+            ", about {} requests expected",
+            llmsim_core::util::thousands(rate.cumulative(d).round() as u64)
+        );
+    }
+    out
+}
+
 /// `poisson 20 req/s, 2000 requests, prompt 512, output 64`.
 pub fn workload_line(s: &Scenario) -> String {
     let w = &s.workload;
@@ -103,6 +135,7 @@ pub fn workload_line(s: &Scenario) -> String {
             format!("closed loop, {concurrency} users, think {think_time_s} s{ramp}")
         }
         Arrivals::Trace(t) => format!("trace {} ({} rows)", t.path, t.rows.len()),
+        Arrivals::Curve(c) => curve_line(c, w.duration_s),
     };
     if let Some(n) = w.requests {
         let _ = write!(out, ", {n} requests");

@@ -10,6 +10,7 @@
 pub mod adapters;
 pub mod classes;
 pub mod content;
+pub mod curve;
 pub mod dist;
 
 use std::cmp::Reverse;
@@ -132,6 +133,11 @@ impl AnySource {
                 let mut source = TraceSource::new(t.rows.clone(), limit);
                 source.content = t.content.as_ref().map(|c| TraceSegments::new(c.clone()));
                 AnySource::Trace(source)
+            }
+            Arrivals::Curve(c) => {
+                let clock = curve::CurveClock::new(c, w.duration_s.unwrap_or(0.0));
+                let lengths = Lengths::new(w.seed, w.prompt_tokens.clone(), w.output_tokens.clone());
+                AnySource::Open(Box::new(OpenLoop::on_curve(clock, w.seed, lengths, limit)))
             }
         }
     }
@@ -315,7 +321,7 @@ impl Gaps {
             Arrivals::Poisson { rate } => Some(Gaps::Poisson { rate: *rate }),
             Arrivals::Gamma { rate, burstiness } => Some(Gaps::Gamma { rate: *rate, burstiness: *burstiness }),
             Arrivals::Constant { rate } => Some(Gaps::Constant { rate: *rate }),
-            Arrivals::Closed { .. } | Arrivals::Trace(_) => None,
+            Arrivals::Closed { .. } | Arrivals::Trace(_) | Arrivals::Curve(_) => None,
         }
     }
 
@@ -330,7 +336,8 @@ impl Gaps {
     }
 }
 
-/// Open loop: arrivals on their own schedule, the first at t = 0.
+/// Open loop: arrivals on their own schedule, the first at t = 0 (on a
+/// rate curve, where the curve's count reaches the first gap).
 pub struct OpenLoop {
     gaps: Gaps,
     rng: ChaCha8Rng,
@@ -338,11 +345,34 @@ pub struct OpenLoop {
     limit: Limit,
     issued: u64,
     next_at: SimTime,
+    /// `workload.arrivals.curve`'s clock, which then sets the times.
+    curve: Option<Box<curve::CurveClock>>,
+    /// The curve's rate ended at 0 before its next arrival.
+    ended: bool,
 }
 
 impl OpenLoop {
     pub fn new(gaps: Gaps, seed: u64, lengths: Lengths, limit: Limit) -> OpenLoop {
-        OpenLoop { gaps, rng: stream(seed, 0), lengths, limit, issued: 0, next_at: SimTime::ZERO }
+        let rng = stream(seed, 0);
+        OpenLoop { gaps, rng, lengths, limit, issued: 0, next_at: SimTime::ZERO, curve: None, ended: false }
+    }
+
+    /// Arrivals on a rate curve (the gaps come from the same stream of
+    /// the seed as a plain open loop's).
+    pub fn on_curve(mut clock: curve::CurveClock, seed: u64, lengths: Lengths, limit: Limit) -> OpenLoop {
+        let mut rng = stream(seed, 0);
+        let first = clock.next(&mut rng);
+        OpenLoop {
+            // Unused: the clock sets the times.
+            gaps: Gaps::Constant { rate: 1.0 },
+            rng,
+            lengths,
+            limit,
+            issued: 0,
+            next_at: first.unwrap_or(SimTime::ZERO),
+            ended: first.is_none(),
+            curve: Some(Box::new(clock)),
+        }
     }
 
     fn gap_nanos(&mut self) -> u64 {
@@ -352,7 +382,7 @@ impl OpenLoop {
 
 impl Source for OpenLoop {
     fn peek(&self) -> Option<SimTime> {
-        self.limit.allows(self.issued, self.next_at).then_some(self.next_at)
+        (!self.ended && self.limit.allows(self.issued, self.next_at)).then_some(self.next_at)
     }
 
     fn pop(&mut self) -> Option<Request> {
@@ -360,7 +390,17 @@ impl Source for OpenLoop {
         let (prompt, output) = self.lengths.next();
         let req = Request::new(self.issued, arrival, prompt, output);
         self.issued += 1;
-        self.next_at = arrival.plus_nanos(self.gap_nanos());
+        self.next_at = match &mut self.curve {
+            None => arrival.plus_nanos(self.gap_nanos()),
+            Some(clock) => match clock.next(&mut self.rng) {
+                // Rounded to nanoseconds, never before the last.
+                Some(at) => at.max(arrival),
+                None => {
+                    self.ended = true;
+                    arrival
+                }
+            },
+        };
         Some(req)
     }
 

@@ -6,6 +6,7 @@ pub mod architecture;
 pub mod calibration;
 pub mod check;
 pub mod cluster;
+pub mod curve;
 pub mod defaults;
 pub mod deployment;
 pub mod error;

@@ -618,11 +618,54 @@ pub enum RawArrivals {
         ramp_s: Option<f64>,
     },
     Trace(String),
+    Curve(RawCurve),
 }
 
 impl OneKey for RawArrivals {
     const FORMS: &'static str = "poisson: {rate}, gamma: {rate, burstiness}, constant: {rate}, \
-        closed: {concurrency, think_time_s, ramp_s}, trace: FILE.csv";
+        closed: {concurrency, think_time_s, ramp_s}, trace: FILE.csv, \
+        curve: {points | steps | daily, bursts, burstiness}";
+}
+
+/// `workload.arrivals.curve` (config/curve.rs).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCurve {
+    pub points: Option<Vec<RawPoint>>,
+    pub steps: Option<Vec<RawPoint>>,
+    pub daily: Option<RawDaily>,
+    pub bursts: Option<Vec<RawBurst>>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub burstiness: Option<f64>,
+}
+
+/// `[time_s, rate]`.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct RawPoint(#[serde(deserialize_with = "num::real_list")] pub Vec<f64>);
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDaily {
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub peak: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub trough: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub peak_hour: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub start_hour: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBurst {
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub start_s: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub duration_s: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub factor: Option<f64>,
 }
 
 /// A length: a plain integer, or one of the distributions.

@@ -649,6 +649,8 @@ pub enum Arrivals {
         ramp_s: f64,
     },
     Trace(Trace),
+    /// An open loop whose rate changes over time (config/curve.rs).
+    Curve(super::curve::Curve),
 }
 
 /// A trace file and its rows, read and checked at load time.

@@ -139,7 +139,14 @@ pub(crate) fn run_limits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
         ));
     }
     let w = &s.workload;
-    if let (Some(rate), Some(d), None) = (w.rate(), w.duration_s, w.requests) {
+    let rate = match &w.arrivals {
+        // A curve's mean rate over the run.
+        super::scenario::Arrivals::Curve(c) => {
+            w.duration_s.map(|d| super::curve::RateCurve::new(c, d).cumulative(d) / d)
+        }
+        _ => w.rate(),
+    };
+    if let (Some(rate), Some(d), None) = (rate, w.duration_s, w.requests) {
         let expected = rate * d;
         if expected > limits::MAX_REQUESTS as f64 {
             return Err(ck.err(

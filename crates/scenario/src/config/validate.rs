@@ -281,7 +281,7 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
     let requests = raw.requests.map(|n| ck.whole_at("workload.requests", n)).transpose()?;
     let duration_s = raw.duration_s.map(|d| ck.real_at("workload.duration_s", d)).transpose()?;
     let hash_block_size = raw.hash_block_size.map(|n| ck.whole32_at("workload.hash_block_size", n)).transpose()?;
-    let (mut arrivals, class_column) = arrivals(ck, raw.arrivals, hash_block_size)?;
+    let (mut arrivals, class_column) = arrivals(ck, raw.arrivals, hash_block_size, duration_s)?;
     let classes = raw.classes.map(|c| classes(ck, c)).transpose()?.unwrap_or_default();
     if let (Arrivals::Trace(t), Some(column)) = (&mut arrivals, class_column)
         && !classes.is_empty()
@@ -453,6 +453,7 @@ fn arrivals(
     ck: &Check,
     raw: RawArrivals,
     hash_block_size: Option<u32>,
+    duration_s: Option<f64>,
 ) -> Result<(Arrivals, Option<ClassColumn>), ConfigError> {
     let p = "workload.arrivals";
     let mut column = None;
@@ -474,6 +475,7 @@ fn arrivals(
             column = classes;
             Arrivals::Trace(Trace { path, rows: Arc::new(rows), content: content.map(Arc::new), classes: None })
         }
+        RawArrivals::Curve(c) => Arrivals::Curve(super::curve::build(ck, c, duration_s)?),
     };
     Ok((arrivals, column))
 }
