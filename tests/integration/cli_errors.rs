@@ -431,6 +431,10 @@ fn a_bad_rate_curve_names_the_point_or_key_and_what_is_allowed() {
     );
     bad_set(&[&curve("{points: [[0, 5]], burstiness: 0}")], &[&format!("{p}.burstiness"), "[0.001, 1,000]"]);
     bad_set(
+        &[&curve("{points: [[0, 5]]}"), "workload.sessions={turns: 3}"],
+        &["workload.sessions", "not modelled with a rate curve"],
+    );
+    bad_set(
         &[&curve("{points: [[0, 1e9]], bursts: [{start_s: 0, duration_s: 1, factor: 2}]}")],
         &[p, "reaches 2000000000 requests a second"],
     );

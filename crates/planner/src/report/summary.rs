@@ -96,8 +96,8 @@ pub fn deployment_line(s: &Scenario) -> String {
 fn curve_line(c: &llmsim_scenario::config::curve::Curve, duration_s: Option<f64>) -> String {
     use llmsim_scenario::config::curve::{RateCurve, Shape};
     let mut out = match &c.shape {
-        Shape::Points(p) => format!("rate curve of {} points", p.len()),
-        Shape::Steps(p) => format!("rate curve of {} steps", p.len()),
+        Shape::Points(p) => format!("rate curve of {} point{}", p.len(), if p.len() == 1 { "" } else { "s" }),
+        Shape::Steps(p) => format!("rate curve of {} step{}", p.len(), if p.len() == 1 { "" } else { "s" }),
         Shape::Daily(d) => {
             format!(
                 "daily wave, {} to {} req/s, peak at hour {}, from hour {}",
@@ -106,7 +106,10 @@ fn curve_line(c: &llmsim_scenario::config::curve::Curve, duration_s: Option<f64>
         }
     };
     let rate = RateCurve::new(c, duration_s.unwrap_or(0.0));
-    let _ = write!(out, ", peak {} req/s", llmsim_core::util::short_float(rate.peak()));
+    // Three decimals at most: a daily wave's sampled peak is a hair under
+    // its `peak`.
+    let peak = format!("{:.3}", rate.peak());
+    let _ = write!(out, ", peak {} req/s", peak.trim_end_matches('0').trim_end_matches('.'));
     if !c.bursts.is_empty() {
         let _ = write!(out, ", {} burst{}", c.bursts.len(), if c.bursts.len() == 1 { "" } else { "s" });
     }

@@ -323,6 +323,13 @@ pub(crate) fn workload(ck: &Check, raw: RawWorkload) -> Result<Workload, ConfigE
             })
         })
         .transpose()?;
+    if raw.sessions.is_some() && matches!(arrivals, Arrivals::Curve(_)) {
+        return Err(ck.err(
+            "workload.sessions",
+            "not modelled with a rate curve (conversations start at one rate): use poisson, gamma or constant \
+             arrivals with sessions",
+        ));
+    }
     let sessions = raw.sessions.map(|se| sessions(ck, se)).transpose()?;
     if !is_trace && requests.is_none() && duration_s.is_none() {
         return Err(ck.err("workload", "the workload never ends: set workload.requests, workload.duration_s or both"));
