@@ -1,4 +1,4 @@
-//! The clock of `workload.arrivals.curve` (docs/workloads.md, "A rate
+//! The clock of `workload.arrivals.curve` (docs/clusters.md, "A rate
 //! that changes over time"): unit-mean gaps (exponential, or gamma of
 //! shape `burstiness`) summed to `S`, each arrival at the time the
 //! curve's expected count reaches `S` (time rescaling: a Poisson process
