@@ -26,8 +26,15 @@ pub struct RunArgs {
     /// Write one CSV row per step here.
     #[arg(long, value_name = "FILE")]
     pub steps_csv: Option<PathBuf>,
+    /// Write one CSV row per window of time (offered and served rate,
+    /// replicas, queue, KV use, TTFT and ITL percentiles, SLO, GPU-hours,
+    /// cost) here; needs `cluster.autoscale` or `cluster.timeline`.
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
     /// Draw the run's timeline (batch size, KV usage, waiting queue, step
-    /// duration over simulated time) as DIR/timeline.svg.
+    /// duration over simulated time) as DIR/timeline.svg; with
+    /// `cluster.autoscale` or `cluster.timeline`, also DIR/fleet.svg (load,
+    /// replicas and p99 TTFT per window).
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
     /// Write a Chrome trace-event JSON (open it in ui.perfetto.dev): one
@@ -60,6 +67,13 @@ pub struct RunArgs {
 pub fn execute(a: RunArgs) -> Result<(), CliError> {
     distinct_outputs(&a)?;
     let mut scenario = a.scenario.load()?;
+    if a.timeline.is_some() && scenario.cluster.as_ref().is_none_or(|c| c.timeline.is_none()) {
+        return Err(CliError::Usage(
+            "--timeline writes the rows of cluster.timeline: the scenario has neither cluster.timeline nor \
+             cluster.autoscale (add `timeline: {window_s: 60}` under cluster:)"
+                .to_string(),
+        ));
+    }
     if let Some(file) = &a.trace_from {
         eprintln!("{}", replay_measured(&mut scenario, file, a.trace_level)?);
     }
@@ -99,6 +113,15 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         .map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
+    if let (Some(dir), Some(c)) = (&a.plot, scenario.cluster.as_ref().and_then(|c| c.timeline.as_ref())) {
+        let plot = llmsim_analysis::plot::fleet::plot(&scenario.name, &out.windows, c.slo.ttft_p99_ms)
+            .map_err(|e| CliError::Failure(e.to_string()))?;
+        super::sweep::write_plots(dir, &[plot])?;
+    }
+    if let Some(path) = &a.timeline {
+        let bytes = report::cluster::windows_csv(&out.windows).map_err(|e| csv_failure(path, e))?;
+        write_output(path, &bytes)?;
+    }
     if let Some(s) = &mut streamed {
         s.finish_steps()?;
         if let (Some(dir), Some(timeline)) = (&a.plot, s.timeline()) {
@@ -108,7 +131,7 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         }
         s.finish_trace(report::cluster::decode_base(&scenario))?;
     }
-    let to_stdout = [&a.json, &a.requests_csv, &a.steps_csv, &a.trace_events]
+    let to_stdout = [&a.json, &a.requests_csv, &a.steps_csv, &a.trace_events, &a.timeline]
         .iter()
         .any(|p| p.as_deref() == Some(std::path::Path::new("-")));
     if !a.quiet && !to_stdout {
@@ -126,6 +149,7 @@ fn distinct_outputs(a: &RunArgs) -> Result<(), CliError> {
         ("--requests-csv", &a.requests_csv),
         ("--steps-csv", &a.steps_csv),
         ("--trace-events", &a.trace_events),
+        ("--timeline", &a.timeline),
     ];
     let files: Vec<(&str, &PathBuf)> = named
         .iter()

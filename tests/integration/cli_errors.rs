@@ -460,3 +460,55 @@ fn a_bad_rate_curve_names_the_point_or_key_and_what_is_allowed() {
     // 50 and 200 expected: within 4 standard deviations.
     assert!((early - 50.0).abs() < 4.0 * 50f64.sqrt() && (late - 200.0).abs() < 4.0 * 200f64.sqrt(), "{early} {late}");
 }
+
+#[test]
+fn bad_autoscaling_names_the_key_and_what_is_allowed() {
+    let a = |extra: &str| format!("cluster={{replicas: 2, autoscale: {{max_replicas: 4, target: 8{extra}}}}}");
+    bad_set(
+        &["cluster={autoscale: {min_replicas: 5, max_replicas: 3, target: 8}}"],
+        &["base.yml", "cluster.autoscale.min_replicas", "5 is above max_replicas (3)"],
+    );
+    bad_set(&[&a(", target: 0").replace("target: 8, ", "")], &["cluster.autoscale.target", "0 is not allowed"]);
+    bad_set(&["cluster={autoscale: {max_replicas: 4}}"], &["cluster.autoscale.target", "missing"]);
+    bad_set(&["cluster={autoscale: {target: 4}}"], &["cluster.autoscale.max_replicas", "missing"]);
+    bad_set(&["cluster={replicas: 9, autoscale: {max_replicas: 4, target: 8}}"], &["cluster.replicas", "outside"]);
+    bad_set(&[&a(", signal: gpu_util")], &["cluster.autoscale.signal", "unknown signal `gpu_util`", "kv_use"]);
+    bad_set(&[&a(", signal: kv_use")], &["cluster.autoscale.target", "kv_use is a fraction"]);
+    bad_set(&[&a(", tolerance: 1")], &["cluster.autoscale.tolerance", "1 is not allowed"]);
+    bad_set(&[&a(", scale_up: {stabilization_s: 7200}")], &["cluster.autoscale.scale_up.stabilization_s", "7200"]);
+    bad_set(&[&a(", scale_down: {pods: 0}")], &["cluster.autoscale.scale_down.pods", "0 is not allowed"]);
+    bad_set(&[&a(", cold_start: {load_gbps: 0}")], &["cluster.autoscale.cold_start.load_gbps", "0 is not allowed"]);
+    bad_set(
+        &["workload.requests=null", "workload.duration_s=600", &a(", cold_start: {load_gbps: 0.001}")],
+        &["cluster.autoscale.cold_start", "weights 13480.0 s", "longer than the run's 600 s"],
+    );
+    bad_set(&[&a(", cold_start: {warmup_s: 3}")], &["cluster.autoscale.cold_start", "warmup_s"]);
+    // A cold start longer than the arrivals last.
+    bad_set(
+        &[
+            "workload.requests=null",
+            "workload.duration_s=60",
+            &a(", cold_start: {engine_start_s: 50, graph_capture_s: 20}"),
+        ],
+        &["cluster.autoscale.cold_start", "ready 70.0 s after it is asked for", "longer than the run's 60 s"],
+    );
+    bad_set(
+        &["cluster={replicas: 2, timeline: {window_s: 0.5}}"],
+        &["cluster.timeline.window_s", "0.5 is not allowed"],
+    );
+    bad_set(
+        &["cluster={replicas: 2, timeline: {slo: {ttft_p99_ms: -1}}}"],
+        &["cluster.timeline.slo.ttft_p99_ms", "-1 is not allowed"],
+    );
+    bad_set(&["cluster={replicas: 2, timeline: {slo: {e2e_p99_ms: 5}}}"], &["cluster.timeline.slo", "e2e_p99_ms"]);
+    // --timeline without a timeline is a usage error.
+    TestCommand::new(&["run", BASE, "--timeline", "-"]).fails_with(2).stderr_has(&["--timeline", "cluster.timeline"]);
+    // A good one runs and writes its rows.
+    let dir = tempdir();
+    let csv = dir.path().join("t.csv");
+    TestCommand::new(&["run", BASE, "-q", "--set", &a(", cold_start: {engine_start_s: 5}"), "--timeline"])
+        .arg(&csv)
+        .ok();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(text.starts_with("start_s,end_s,offered_rps,served_rps,"), "{text}");
+}

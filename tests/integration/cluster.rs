@@ -31,6 +31,8 @@ fn random_scenario(rng: &mut ChaCha8Rng, cluster: &str) -> String {
 #[derive(Default)]
 struct Ends {
     arrived: u64,
+    /// id -> its arrival at the client.
+    arrival_of: BTreeMap<RequestId, u64>,
     /// id -> (finished or rejected events, rejected before routing)
     ends: BTreeMap<RequestId, (u32, bool)>,
     /// Events since the last step, waiting for its replica.
@@ -41,8 +43,9 @@ struct Ends {
 }
 
 impl Observer for Ends {
-    fn arrived(&mut self, _: RequestId, _: SimTime, _: u32, _: u32) {
+    fn arrived(&mut self, id: RequestId, at: SimTime, _: u32, _: u32) {
         self.arrived += 1;
+        self.arrival_of.insert(id, at.as_nanos());
     }
     fn token(&mut self, id: RequestId, _: SimTime, _: u32) {
         self.tokens += 1;
@@ -527,4 +530,179 @@ fn streamed_steps_and_trace_events_put_each_step_on_its_replica() {
             }
         }
     }
+}
+
+/// A random `cluster.autoscale` (and its timeline) for a fleet of at most 5.
+fn random_autoscale(rng: &mut ChaCha8Rng) -> (String, bool) {
+    use llmsim_scenario::config::autoscale::Signal;
+    let policy = Router::ALL[rng.random_range(0..Router::ALL.len())];
+    let signal = Signal::ALL[rng.random_range(0..Signal::ALL.len())];
+    let target = match signal {
+        Signal::KvUse => [0.05, 0.3, 0.9][rng.random_range(0..3)],
+        Signal::TtftP99Ms => [20.0, 200.0, 2000.0][rng.random_range(0..3)],
+        _ => [0.5, 2.0, 10.0][rng.random_range(0..3)],
+    };
+    let (min, max) = (rng.random_range(1..3u32), rng.random_range(3..6u32));
+    let replicas = rng.random_range(min..=max);
+    let router = match policy {
+        Router::PrefixAffinity => "prefix_affinity\n  overlap_weight: 1".to_string(),
+        p => p.as_str().to_string(),
+    };
+    let text = format!(
+        "cluster:
+  replicas: {replicas}
+  router: {router}
+  autoscale:
+    min_replicas: {min}
+    max_replicas: {max}
+    signal: {}
+    target: {target}
+    period_s: {}
+    window_s: {}
+    scale_down: {{stabilization_s: {}}}
+    cold_start: {{engine_start_s: {}}}
+  timeline: {{window_s: {}}}
+",
+        signal.as_str(),
+        [1, 2, 5][rng.random_range(0..3)],
+        [1, 10][rng.random_range(0..2)],
+        [0, 3, 300][rng.random_range(0..3)],
+        [0.0, 2.0, 8.0][rng.random_range(0..3)],
+        [1, 5][rng.random_range(0..2)],
+    );
+    (text, policy == Router::PrefixAffinity)
+}
+
+#[test]
+fn autoscaled_fleets_end_every_request_once_and_keep_the_invariants() {
+    use llmsim_planner::cluster::{hpa::Hpa, scaled::Scaled, timeline::Watch};
+    let mut totals = BTreeMap::<&str, u64>::new();
+    for seed in 0..200u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(7000 + seed);
+        let (cluster, affinity) = random_autoscale(&mut rng);
+        let caching = affinity || rng.random_bool(0.5);
+        let shape = Shape { blocks: [40, 120, 2000], gamma: true, max_prefix: 300 };
+        let text = format!("{}{cluster}", random_engine(&mut rng, &shape, caching));
+        let s = scenario(&text);
+        let c = s.cluster.as_ref().unwrap();
+        let a = c.autoscale.as_ref().unwrap();
+        let mut router = RouterState::new(c.router, c.overlap_weight.unwrap_or(1.0), s.workload.seed);
+        let mut source = AnySource::new(&s);
+        let mut obs = (Ends::default(), Clock::default());
+        let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
+        let setup = Setup { delay_ns, ..Setup::default() };
+        let watch = Watch::new(1.0, delay_ns, Default::default(), None, true);
+        let fleet = Scaled::new(s.engine_config(), c.replicas, 1, &mut router, Some(Hpa::new(a)), watch);
+        let ctx = format!("seed {seed}\n{text}");
+        let run = drive(
+            fleet,
+            &mut source,
+            &mut obs,
+            &setup,
+            |place, e: &Engine, o: &mut (Ends, Clock)| {
+                e.check_invariants().unwrap_or_else(|err| panic!("seed {seed}, replica {}: {err}", place.replica));
+                o.0.pending.clear();
+            },
+            &mut |_| {},
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{ctx}"));
+        let (ends, clock) = &obs;
+        assert_eq!(ends.ends.len() as u64, ends.arrived, "every arrival ends: {ctx}");
+        for (&id, &(n, before_routing)) in &ends.ends {
+            assert_eq!(n, 1, "request {id} ended {n} times: {ctx}");
+            let placed = run.cluster.placement.requests[id as usize];
+            assert_eq!(placed.is_none(), before_routing, "request {id}: {ctx}");
+        }
+        assert!(clock.backwards.is_none(), "time went backwards: {:?}: {ctx}", clock.backwards);
+        assert_eq!(run.cluster.replicas.iter().map(|x| x.output_tokens).sum::<u64>(), ends.tokens, "{ctx}");
+        // Every replica's life is in order, within min and max, and every
+        // request went to a ready replica that was not draining.
+        let mut asked: Vec<(u64, i64)> = Vec::new();
+        for l in &run.lives {
+            let ready = l.ready.unwrap_or(u64::MAX);
+            assert!(l.asked <= ready && l.drain.is_none_or(|d| d >= l.asked), "{l:?}: {ctx}");
+            assert!(l.left.is_none_or(|e| l.drain.is_some_and(|d| e >= d)), "{l:?}: {ctx}");
+            asked.push((l.asked, 1));
+            if let Some(d) = l.drain {
+                asked.push((d, -1));
+            }
+        }
+        asked.sort();
+        let mut live = 0i64;
+        for (i, &(t, d)) in asked.iter().enumerate() {
+            live += d;
+            if asked.get(i + 1).is_none_or(|n| n.0 != t) {
+                assert!((a.min_replicas as i64..=a.max_replicas as i64).contains(&live), "{live} at {t}: {ctx}");
+            }
+        }
+        for (id, slot) in run.cluster.placement.requests.iter().enumerate() {
+            let Some(slot) = slot else { continue };
+            let at = ends.arrival_of.get(&(id as u64)).copied().unwrap_or(0) + delay_ns;
+            let life = run.lives.iter().rfind(|l| l.slot == *slot as usize && l.asked <= at).unwrap();
+            assert!(life.ready.is_some_and(|r| r <= at) && life.drain.is_none_or(|d| at < d), "{id} {life:?}: {ctx}");
+        }
+        *totals.entry("runs").or_default() += 1;
+        *totals.entry("requests").or_default() += ends.arrived;
+        *totals.entry("scale-ups").or_default() += run.events.iter().filter(|e| e.to > e.from).count() as u64;
+        *totals.entry("scale-downs").or_default() += run.events.iter().filter(|e| e.to < e.from).count() as u64;
+        *totals.entry("drained with requests").or_default() +=
+            run.lives.iter().filter(|l| l.drain.is_some_and(|d| l.left.is_some_and(|e| e > d))).count() as u64;
+        *totals.entry("removed while starting").or_default() +=
+            run.lives.iter().filter(|l| l.ready.is_none() && l.left.is_some()).count() as u64;
+    }
+    for key in ["scale-ups", "scale-downs", "drained with requests", "removed while starting"] {
+        assert!(totals.get(key).copied().unwrap_or(0) > 3, "{key}: {totals:?}");
+    }
+    eprintln!("autoscaled fleet invariants held: {totals:?}");
+}
+
+/// Whether any event's time went backwards for its request, or a step
+/// started before its replica's previous step ended.
+#[derive(Default)]
+struct Clock {
+    last: BTreeMap<RequestId, u64>,
+    backwards: Option<String>,
+}
+
+impl Observer for Clock {
+    fn token(&mut self, id: RequestId, at: SimTime, _: u32) {
+        let t = at.as_nanos();
+        let last = self.last.entry(id).or_insert(0);
+        if t < *last && self.backwards.is_none() {
+            self.backwards = Some(format!("request {id}: a token at {t} after one at {last}"));
+        }
+        *last = t;
+    }
+    fn step(&mut self, s: &StepRecord) {
+        if s.end < s.start && self.backwards.is_none() {
+            self.backwards = Some(format!("a step ends at {:?} before it starts at {:?}", s.end, s.start));
+        }
+    }
+}
+
+#[test]
+fn an_autoscaled_sweep_gives_the_same_bytes_at_one_and_two_threads() {
+    let dir = tempdir();
+    let mut outputs = Vec::new();
+    for threads in ["1", "2"] {
+        let js = dir.path().join(format!("{threads}.json"));
+        let args = [
+            "sweep",
+            "scenarios/experiments/bases/autoscale-burst.yml",
+            "--set",
+            "cluster.autoscale.cold_start.engine_start_s=120,600",
+            "--set",
+            "workload.duration_s=900",
+            "--seeds",
+            "2",
+            "--threads",
+            threads,
+            "--json",
+        ];
+        TestCommand::new(&args).arg(&js).ok();
+        outputs.push(std::fs::read(&js).unwrap());
+    }
+    assert_eq!(outputs[0], outputs[1], "outputs differ between thread counts");
+    let points: serde_json::Value = serde_json::from_slice(&outputs[0]).unwrap();
+    assert!(points[0]["results"][0]["over_time"]["autoscale"]["scale_ups"].as_u64().unwrap() > 0);
 }

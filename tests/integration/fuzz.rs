@@ -380,6 +380,11 @@ pub(crate) fn mutate_cluster(text: &str, rng: &mut ChaCha8Rng) -> (String, Strin
         "  router: prefix_affinity\n",
         "  prefill: { replicas: 1e6, router: least_kv }\n",
         "  decode: { replicas: 1, router: round_robin }\n",
+        "  autoscale: { max_replicas: 64, target: 1e-9, period_s: 1, scale_up: { pods: 10000 } }\n",
+        "  autoscale: { min_replicas: 3, max_replicas: 2, target: 1 }\n",
+        "  autoscale: { max_replicas: 3, target: 1e9, tolerance: 0, scale_down: { stabilization_s: 0, percent: 1e4 } }\n",
+        "  autoscale: { max_replicas: 4, target: 0.5, signal: ttft_p99_ms, window_s: 1, cold_start: { load_gbps: 0.001 } }\n",
+        "  timeline: { window_s: 1, slo: { ttft_p99_ms: 0, itl_p50_ms: 1e9 } }\n",
     ];
     let workload = [
         "  shared_prefix: { tokens: 4294967295, count: 3 }\n",

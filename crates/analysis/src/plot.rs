@@ -9,6 +9,7 @@
 //!
 //! Plotting is pure: data in, SVG text out. The CLI writes the files.
 
+pub mod fleet;
 pub mod sweep;
 pub mod timeline;
 
@@ -82,6 +83,51 @@ pub fn draw_end_labels(area: &DrawingArea<SVGBackend<'_>, Shift>, mut labels: Ve
             ),
         );
         area.draw(&Text::new(l.text, (l.at.0 + 8, y), style)).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// One line of a panel: its label, colour and points.
+pub struct Line<'a> {
+    pub label: &'a str,
+    pub color: RGBColor,
+    pub points: &'a [(f64, f64)],
+}
+
+/// Draws one panel of lines over `0..t_end` on `area` (the y axis from 0
+/// to the highest point), each line `stroke` wide; adds each line's end
+/// label to `labels`, to be drawn over the whole figure.
+pub fn line_panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    caption: &str,
+    (t_end, x_desc): (f64, &str),
+    lines: &[Line<'_>],
+    stroke: u32,
+    labels: &mut Vec<EndLabel>,
+) -> Result<(), PlotError> {
+    let hi = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(8)
+        .margin_right(130)
+        .x_label_area_size(30)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..t_end, y_range(hi))
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_labels(5)
+        .x_label_formatter(&|x| sweep::format_num(*x))
+        .y_label_formatter(&|y| sweep::format_num(*y))
+        .draw()
+        .map_err(err)?;
+    for l in lines {
+        let style = ShapeStyle::from(&l.color).stroke_width(stroke);
+        chart.draw_series(LineSeries::new(l.points.iter().copied(), style)).map_err(err)?;
+        if let Some(&end) = l.points.last() {
+            labels.push(EndLabel { text: l.label.to_string(), at: chart.backend_coord(&end), color: l.color });
+        }
     }
     Ok(())
 }

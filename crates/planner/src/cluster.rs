@@ -31,11 +31,14 @@
 pub use crate::metrics::Placement;
 pub use crate::metrics::result::ReplicaOut;
 pub mod disagg;
+pub mod hpa;
 mod lanes;
 pub mod router;
+pub mod scaled;
 mod submit;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
+pub mod timeline;
 
 use crate::intake::Content;
 use crate::metrics::Collector;
@@ -308,12 +311,14 @@ pub(crate) struct OnReplica<'a, O> {
     /// length and the end of a request with more tokens to come is a
     /// hand-off, not a finish.
     pub(crate) prefill: Option<(&'a [Known], &'a mut Handed)>,
+    /// An autoscaled fleet's per-window gatherer.
+    pub(crate) watch: Option<&'a mut timeline::Watch>,
 }
 
 impl<'a, O> OnReplica<'a, O> {
     /// A colocated replica's (`told`: see the field).
     pub(crate) fn colocated(stats: &'a mut ReplicaCounts, inner: &'a mut O, told: bool) -> OnReplica<'a, O> {
-        OnReplica { stats, inner, told, pool: None, prefill: None }
+        OnReplica { stats, inner, told, pool: None, prefill: None, watch: None }
     }
 }
 
@@ -326,6 +331,9 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
             return;
         }
         self.stats.requests += 1;
+        if let Some(w) = &mut self.watch {
+            w.arrived(id, at);
+        }
         let output = match &self.prefill {
             Some((known, _)) => known.get(id as usize).map_or(output, |k| k.output),
             None => output,
@@ -380,6 +388,9 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
     }
     fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
         self.stats.output_tokens += 1;
+        if let Some(w) = &mut self.watch {
+            w.token(id, at, index);
+        }
         self.inner.token(id, at, index);
     }
     fn finished(&mut self, id: RequestId, at: SimTime) {
@@ -389,9 +400,15 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
             handed.push((id, at));
             return;
         }
+        if let Some(w) = &mut self.watch {
+            w.finished(at);
+        }
         self.inner.finished(id, at);
     }
     fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
+        if let Some(w) = &mut self.watch {
+            w.rejected(at);
+        }
         self.inner.rejected(id, at, reason);
     }
     fn aborted(&mut self, id: RequestId, at: SimTime) {

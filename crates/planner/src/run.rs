@@ -109,11 +109,23 @@ impl<'a> Run<'a> {
         match &s.cluster {
             None => parts.single(source, extra, progress),
             Some(c) => match &c.disagg {
+                None if c.timeline.is_some() => Ok(parts.scaled(c, source, extra, progress)?.0),
                 None => parts.replicas(c, source, extra, progress),
                 Some(d) => parts.pools(c, d, source, extra, progress),
             },
         }
     }
+}
+
+/// Runs `scenario`, whose cluster has a timeline, keeping every request's
+/// record, and returns what the autoscaled topology saw too (each
+/// replica's life), for tests.
+#[cfg(test)]
+pub(crate) fn run_scaled(scenario: &Scenario) -> Result<(RunOutput, crate::cluster::scaled::ScaledRun), SimError> {
+    let setup = Setup { delay_ns: scenario.request_delay_ns(), ..Setup::default() };
+    let parts = Parts { s: scenario, options: CollectorOptions::default(), summary: false, setup };
+    let cluster = scenario.cluster.as_ref().expect("a cluster");
+    parts.scaled(cluster, &mut AnySource::new(scenario), &mut (), &mut |_| {})
 }
 
 /// What every topology's run starts from.
@@ -178,6 +190,67 @@ impl Parts<'_> {
         r.imbalance = Some(imbalance(&run.replicas));
         out.placement = Some(run.placement);
         Ok(out)
+    }
+
+    /// An autoscaled fleet, or one with a timeline (docs/clusters.md,
+    /// "Autoscaling"): what [`Parts::replicas`] gives, plus `over_time`
+    /// and each window's row. Always step by step: the replicas' number
+    /// changes between steps.
+    fn scaled<O: Observer>(
+        &self,
+        cluster: &Cluster,
+        source: &mut AnySource,
+        extra: &mut O,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<(RunOutput, crate::cluster::scaled::ScaledRun), SimError> {
+        use crate::cluster::{hpa::Hpa, scaled::Scaled, timeline::Watch};
+        use crate::metrics::over_time::{AutoscaleOut, OverTimeOut};
+        let s = self.s;
+        let timeline = cluster.timeline.clone().unwrap_or_default();
+        let mut collector = self.collector(s);
+        let weight = cluster.overlap_weight.unwrap_or(DEFAULT_OVERLAP_WEIGHT);
+        let mut router = RouterState::new(cluster.router, weight, s.workload.seed);
+        let auto = cluster.autoscale.as_ref();
+        let keep_ttft = auto.is_some_and(|a| a.signal == llmsim_scenario::config::autoscale::Signal::TtftP99Ms);
+        let price = s.hardware.cost_per_hour;
+        let watch = Watch::new(timeline.window_s, self.setup.delay_ns, timeline.slo.clone(), price, keep_ttft);
+        let gpus = s.deployment.gpus();
+        let topology = Scaled::new(s.engine_config(), cluster.replicas, gpus, &mut router, auto.map(Hpa::new), watch);
+        let obs = &mut (&mut collector, extra);
+        let setup = Setup { stepping: Stepping::Exact, ..self.setup };
+        let mut run = drive(topology, source, obs, &setup, |_, _, _| {}, progress)?;
+        let mut out = collector.finish(s);
+        let caching = s.prefix_caching();
+        let r = &mut out.result;
+        r.router = Some(cluster.router.as_str().to_string());
+        r.gpus = Some(run.peak * gpus);
+        r.replicas = Some(run.cluster.replicas.iter().map(|x| x.out(caching)).collect());
+        r.imbalance = Some(imbalance(&run.cluster.replicas));
+        let missed: Option<Vec<f64>> = (!timeline.slo.bounds().is_empty())
+            .then(|| run.rows.iter().filter(|w| w.slo_met == Some(false)).map(|w| w.start_s).collect());
+        r.over_time = Some(OverTimeOut {
+            window_s: timeline.window_s,
+            windows: run.rows.len() as u64,
+            end_s: run.end_s,
+            gpu_hours: run.gpu_hours,
+            cost: price.map(|p| p * run.gpu_hours),
+            peak_replicas: run.peak,
+            slo_missed: missed.as_ref().map(|m| m.len() as u64),
+            slo_missed_windows: missed,
+            autoscale: auto.map(|a| AutoscaleOut {
+                signal: a.signal.as_str().to_string(),
+                target: a.target,
+                min_replicas: a.min_replicas,
+                max_replicas: a.max_replicas,
+                cold_start_s: a.cold_start.total_s(),
+                scale_ups: run.events.iter().filter(|e| e.to > e.from).count() as u64,
+                scale_downs: run.events.iter().filter(|e| e.to < e.from).count() as u64,
+                events: run.events.clone(),
+            }),
+        });
+        out.placement = Some(run.cluster.placement.clone());
+        out.windows = std::mem::take(&mut run.rows);
+        Ok((out, run))
     }
 
     /// Prefill and decode pools: the aggregate figures over all requests

@@ -194,6 +194,29 @@ pub const OVERLAP_WEIGHT: Range = Range::closed(0.0, 1e6);
 pub const KV_TRANSFER_GBPS: Range = Range::above(0.0, 1e6);
 /// `cluster.kv_transfer.latency_ms`.
 pub const KV_TRANSFER_MS: Range = Range::closed(0.0, 60_000.0);
+/// `cluster.autoscale.target`: above 0 (a target of 0 asks for infinite replicas).
+pub const AUTOSCALE_TARGET: Range = Range::above(0.0, 1e9);
+/// The autoscaler's sync period and signal window, in seconds: a second
+/// to a day (Kubernetes' sync period is 15 s; KEDA polls every 30 s).
+pub const AUTOSCALE_PERIOD_S: Range = Range::closed(1.0, 86_400.0);
+/// HPA's tolerance: 0 (act on any difference) up to, not at, 1.
+pub const AUTOSCALE_TOLERANCE: Range = Range::below(0.0, 1.0);
+/// A stabilization window: Kubernetes allows 0 to an hour.
+pub const STABILIZATION_S: Range = Range::closed(0.0, 3600.0);
+/// A `Pods` scaling policy: replicas a period.
+pub const SCALE_PODS: Range = Range::whole(1, 10_000);
+/// A `Percent` scaling policy.
+pub const SCALE_PERCENT: Range = Range::above(0.0, 10_000.0);
+/// A part of a cold start, in seconds: up to a day.
+pub const COLD_START_S: Range = Range::closed(0.0, 86_400.0);
+/// `cluster.autoscale.cold_start.load_gbps`.
+pub const LOAD_GBPS: Range = Range::closed(0.001, 1e4);
+/// A whole cold start (the weights' load and the rest), in seconds: a week.
+pub const MAX_COLD_START_S: f64 = 604_800.0;
+/// A timeline window: a second to a day.
+pub const WINDOW_S: Range = Range::closed(1.0, 86_400.0);
+/// A window's latency bound, in ms.
+pub const WINDOW_SLO_MS: Range = Range::closed(0.0, 1e9);
 /// A trace row's arrival.
 pub const ARRIVAL_S: Range = Range::closed(0.0, MAX_SIM_SECONDS);
 
@@ -628,6 +651,72 @@ pub mod row {
     pub static KV_TRANSFER_MS: Limit =
         Limit { key: "cluster.kv_transfer.latency_ms", range: super::KV_TRANSFER_MS, why: "a minute" };
 
+    pub static AUTOSCALE_REPLICAS: Limit = Limit {
+        key: "cluster.autoscale.{min,max}_replicas",
+        range: super::REPLICAS,
+        why: "as cluster.replicas; at least 1 (no scale to zero)",
+    };
+
+    pub static AUTOSCALE_TARGET: Limit = Limit {
+        key: "cluster.autoscale.target",
+        range: super::AUTOSCALE_TARGET,
+        why: "above 0: a target of 0 would ask for infinitely many replicas (kv_use: at most 1)",
+    };
+
+    pub static AUTOSCALE_PERIOD_S: Limit = Limit {
+        key: "cluster.autoscale.{period_s,window_s,scale_up.period_s,scale_down.period_s}",
+        range: super::AUTOSCALE_PERIOD_S,
+        why: "a second to a day; Kubernetes' sync period is 15 s; a run may decide at most 10,000,000 times",
+    };
+
+    pub static AUTOSCALE_TOLERANCE: Limit = Limit {
+        key: "cluster.autoscale.tolerance",
+        range: super::AUTOSCALE_TOLERANCE,
+        why: "a fraction of the target; 1 would never scale down",
+    };
+
+    pub static STABILIZATION_S: Limit = Limit {
+        key: "cluster.autoscale.{scale_up,scale_down}.stabilization_s",
+        range: super::STABILIZATION_S,
+        why: "Kubernetes allows 0 to 3,600 s",
+    };
+
+    pub static SCALE_PODS: Limit = Limit {
+        key: "cluster.autoscale.{scale_up,scale_down}.pods",
+        range: super::SCALE_PODS,
+        why: "as cluster.replicas",
+    };
+
+    pub static SCALE_PERCENT: Limit = Limit {
+        key: "cluster.autoscale.{scale_up,scale_down}.percent",
+        range: super::SCALE_PERCENT,
+        why: "above 0; a scale-down limit at or past 100% allows removing every replica (min_replicas still holds)",
+    };
+
+    pub static COLD_START_S: Limit = Limit {
+        key: "cluster.autoscale.cold_start.{engine_start_s,graph_capture_s}",
+        range: super::COLD_START_S,
+        why: "up to a day",
+    };
+
+    pub static LOAD_GBPS: Limit = Limit {
+        key: "cluster.autoscale.cold_start.load_gbps",
+        range: super::LOAD_GBPS,
+        why: "GB/s from the weights' source (a megabyte a second and up); the whole cold start may last at most a week",
+    };
+
+    pub static WINDOW_S: Limit = Limit {
+        key: "cluster.timeline.window_s",
+        range: super::WINDOW_S,
+        why: "a second to a day; the windows are kept in memory",
+    };
+
+    pub static WINDOW_SLO_MS: Limit = Limit {
+        key: "cluster.timeline.slo.{ttft,itl}_{p50,p99}_ms",
+        range: super::WINDOW_SLO_MS,
+        why: "milliseconds, 0 or more",
+    };
+
     pub static TRACE_ARRIVAL_S: Limit =
         Limit { key: "trace CSV: arrival_s", range: super::ARRIVAL_S, why: "the simulated-time limit" };
 
@@ -743,6 +832,17 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::OVERLAP_WEIGHT,
     &row::KV_TRANSFER_GBPS,
     &row::KV_TRANSFER_MS,
+    &row::AUTOSCALE_REPLICAS,
+    &row::AUTOSCALE_TARGET,
+    &row::AUTOSCALE_PERIOD_S,
+    &row::AUTOSCALE_TOLERANCE,
+    &row::STABILIZATION_S,
+    &row::SCALE_PODS,
+    &row::SCALE_PERCENT,
+    &row::COLD_START_S,
+    &row::LOAD_GBPS,
+    &row::WINDOW_S,
+    &row::WINDOW_SLO_MS,
 ];
 
 /// The rows about other files (a trace, the serve models file).

@@ -144,6 +144,16 @@ pub fn names(s: &Scenario) -> Vec<String> {
         // The result JSON's cluster figures (docs/clusters.md), absent from an empty single-engine result.
         all.extend(["imbalance", "gpus"].map(String::from));
     }
+    if let Some(c) = s.cluster.as_ref().filter(|c| c.timeline.is_some()) {
+        // Results over time (docs/clusters.md).
+        let keys = ["window_s", "windows", "end_s", "gpu_hours", "cost", "peak_replicas", "slo_missed"];
+        all.extend(keys.map(|k| format!("over_time.{k}")));
+        if c.autoscale.is_some() {
+            let keys = ["target", "min_replicas", "max_replicas", "cold_start_s", "scale_ups", "scale_downs"];
+            all.extend(keys.map(|k| format!("over_time.autoscale.{k}")));
+            all.extend(["t_s", "from", "to"].map(|k| format!("over_time.autoscale.events.0.{k}")));
+        }
+    }
     if s.cluster.as_ref().is_some_and(|c| c.disagg.is_some()) {
         // Prefill/decode pools: the KV transfer and each pool's counts.
         all.extend(["count", "mean", "p50", "p90", "p99", "max"].map(|k| format!("kv_transfer_ms.{k}")));

@@ -15,7 +15,7 @@
 
 use plotters::prelude::*;
 
-use super::{EndLabel, Plot, PlotError, color, draw_end_labels, err, y_range};
+use super::{Line, Plot, PlotError, color, draw_end_labels, err, line_panel};
 use llmsim_core::engine::{Observer, StepRecord, Stretch};
 
 pub const MAX_POINTS: usize = 2000;
@@ -218,32 +218,9 @@ pub fn plot(title: &str, t: &Timeline) -> Result<Plot, PlotError> {
         let t_end = t.t_end.unwrap_or(1.0).max(1e-9);
         let mut labels = Vec::new();
         for (area, panel) in root.split_evenly((4, 1)).iter().zip(&panels) {
-            let hi = panel.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0, f64::max);
-            let mut chart = ChartBuilder::on(area)
-                .caption(panel.title, ("sans-serif", 15))
-                .margin(8)
-                .margin_right(130)
-                .x_label_area_size(30)
-                .y_label_area_size(56)
-                .build_cartesian_2d(0.0..t_end, y_range(hi))
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("simulated time (s)")
-                .y_labels(5)
-                .x_label_formatter(&|x| super::sweep::format_num(*x))
-                .y_label_formatter(&|y| super::sweep::format_num(*y))
-                .draw()
-                .map_err(err)?;
-            for s in &panel.series {
-                let c = s.color;
-                chart
-                    .draw_series(LineSeries::new(s.points.iter().copied(), ShapeStyle::from(&c).stroke_width(1)))
-                    .map_err(err)?;
-                if let Some(&end) = s.points.last() {
-                    labels.push(EndLabel { text: s.label.to_string(), at: chart.backend_coord(&end), color: c });
-                }
-            }
+            let lines: Vec<Line<'_>> =
+                panel.series.iter().map(|s| Line { label: s.label, color: s.color, points: &s.points }).collect();
+            line_panel(area, panel.title, (t_end, "simulated time (s)"), &lines, 1, &mut labels)?;
         }
         draw_end_labels(&root, labels)?;
         root.present().map_err(err)?;

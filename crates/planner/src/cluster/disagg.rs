@@ -395,7 +395,7 @@ impl Topology for Pools<'_> {
             }
             PoolKind::Decode => {
                 let (stats, pool) = (&mut self.run.decode[r], &mut self.per_pool.decode);
-                let mut o = OnReplica { stats, inner: tap, told: false, pool: Some(pool), prefill: None };
+                let mut o = OnReplica { stats, inner: tap, told: false, pool: Some(pool), prefill: None, watch: None };
                 let stepped = self.decode[r].step(&mut o).is_some();
                 (&self.decode[r], stepped)
             }
@@ -435,5 +435,12 @@ fn on_prefill<'a, O>(
     known: &'a [Known],
     handed: &'a mut Handed,
 ) -> OnReplica<'a, O> {
-    OnReplica { stats, inner, told: false, pool: Some(&mut per_pool.prefill), prefill: Some((known, handed)) }
+    OnReplica {
+        stats,
+        inner,
+        told: false,
+        pool: Some(&mut per_pool.prefill),
+        prefill: Some((known, handed)),
+        watch: None,
+    }
 }

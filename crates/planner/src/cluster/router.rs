@@ -82,28 +82,46 @@ impl RouterState {
 
     /// Picks the replica (an index into `loads`, which is not empty).
     pub fn route(&mut self, a: &Arrival, loads: &[Load]) -> usize {
+        self.route_among(a, loads, None)
+    }
+
+    /// [`RouterState::route`] among the replicas `ready` marks (all when
+    /// `None`; at least one is): an autoscaled fleet's router sees only
+    /// ready replicas. `round_robin` and `random` count among them (the
+    /// k-th routed request goes to the `k mod n`-th ready one, in index
+    /// order), the others skip the rest; a conversation pinned to a
+    /// replica that is not ready is pinned again.
+    pub fn route_among(&mut self, a: &Arrival, loads: &[Load], ready: Option<&[bool]>) -> usize {
         let n = loads.len();
         debug_assert!(n > 0, "a cluster without replicas");
+        let open = |i: usize| ready.is_none_or(|m| m[i]);
+        // The `j`-th open replica.
+        let nth = |j: usize| match ready {
+            None => j,
+            Some(m) => m.iter().enumerate().filter(|e| *e.1).nth(j).map_or(0, |e| e.0),
+        };
+        let open_count = ready.map_or(n, |m| m.iter().filter(|&&b| b).count()).max(1);
         let k = self.routed;
         self.routed += 1;
         match self.policy {
-            Router::RoundRobin => (k % n as u64) as usize,
-            Router::Random => self.rng.random_range(0..n),
-            Router::LeastOutstanding => least_outstanding(loads),
-            Router::LeastKv => argmin(loads.iter().map(|l| l.active_blocks as f64)),
+            Router::RoundRobin => nth((k % open_count as u64) as usize),
+            Router::Random => nth(self.rng.random_range(0..open_count)),
+            Router::LeastOutstanding => least_outstanding(loads, &open),
+            Router::LeastKv => argmin(loads.iter().map(|l| l.active_blocks as f64), &open),
             Router::PrefixAffinity => {
                 let w = self.overlap_weight;
-                argmin(loads.iter().map(|l| {
+                let cost = loads.iter().map(|l| {
                     let missed = a.prompt_blocks.saturating_sub(u64::from(l.hit_blocks));
                     w * missed as f64 + l.active_blocks as f64
-                }))
+                });
+                argmin(cost, &open)
             }
             Router::SessionAffinity => {
-                let Some(session) = a.session else { return least_outstanding(loads) };
+                let Some(session) = a.session else { return least_outstanding(loads, &open) };
                 match self.sessions.get(&session) {
-                    Some(&r) if (r as usize) < n => r as usize,
+                    Some(&r) if (r as usize) < n && open(r as usize) => r as usize,
                     _ => {
-                        let r = least_outstanding(loads);
+                        let r = least_outstanding(loads, &open);
                         self.sessions.insert(session, r as u32);
                         r
                     }
@@ -118,15 +136,16 @@ impl RouterState {
     }
 }
 
-fn least_outstanding(loads: &[Load]) -> usize {
-    argmin(loads.iter().map(|l| l.outstanding as f64))
+fn least_outstanding(loads: &[Load], open: &impl Fn(usize) -> bool) -> usize {
+    argmin(loads.iter().map(|l| l.outstanding as f64), open)
 }
 
-/// The index of the smallest value, the first one on ties.
-fn argmin(values: impl Iterator<Item = f64>) -> usize {
+/// The index of the smallest value among the open ones, the first one on
+/// ties (0 if none is open).
+fn argmin(values: impl Iterator<Item = f64>, open: &impl Fn(usize) -> bool) -> usize {
     let mut best = (0, f64::INFINITY);
     for (i, v) in values.enumerate() {
-        if v < best.1 {
+        if v < best.1 && open(i) {
             best = (i, v);
         }
     }

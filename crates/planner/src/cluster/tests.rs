@@ -105,7 +105,7 @@ fn imbalance_is_max_over_mean_of_requests() {
 }
 
 /// A scenario from YAML text (the base model of docs/engine.md unless `model` is given).
-fn scenario(extra: &str) -> Scenario {
+pub(crate) fn scenario(extra: &str) -> Scenario {
     let text = format!(
         "hardware: {{hbm_gib: 80, memory_bandwidth_gbps: 3000, peak_tflops: 989}}
 model:

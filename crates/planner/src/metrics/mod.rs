@@ -3,6 +3,7 @@
 
 pub mod fold;
 pub mod histogram;
+pub mod over_time;
 pub mod percentile;
 pub mod result;
 
@@ -160,6 +161,9 @@ pub struct RunOutput {
     pub steps: Vec<StepRecord>,
     /// With `cluster:` only: the replica of every request and kept step.
     pub placement: Option<Placement>,
+    /// With `cluster.autoscale` or `cluster.timeline` only: each window's
+    /// row (docs/clusters.md, "Results over time").
+    pub windows: Vec<over_time::WindowRow>,
 }
 
 /// Records dropped in one go once this many leading ones have ended (and
@@ -540,7 +544,7 @@ impl Collector {
             false => self.requests,
             true => self.requests.into_iter().filter(|r| r.status == Status::InFlight).collect(),
         };
-        RunOutput { result, requests, steps: self.steps, placement: None }
+        RunOutput { result, requests, steps: self.steps, placement: None, windows: Vec::new() }
     }
 
     /// The sum over steps of KV blocks used times the step's duration
@@ -634,6 +638,7 @@ impl Collector {
             gpus: None,
             replicas: None,
             imbalance: None,
+            over_time: None,
             pools: None,
             kv_transfer_ms: None,
             speculative: self

@@ -86,6 +86,11 @@ pub struct RunResult {
     /// With `lora:` only (docs/lora.md): the adapters' slot copies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraOut>,
+    /// With `cluster.autoscale` or `cluster.timeline` only
+    /// (docs/clusters.md): GPU-hours, cost, the autoscaler's changes and
+    /// the windows that missed the SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_time: Option<super::over_time::OverTimeOut>,
 }
 
 /// LoRA over the run.

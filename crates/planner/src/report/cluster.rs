@@ -50,7 +50,60 @@ pub fn cluster_line(s: &Scenario, c: &Cluster) -> String {
     if let Some(w) = c.overlap_weight {
         let _ = write!(out, " (overlap_weight {w})");
     }
+    if let Some(a) = &c.autoscale {
+        let _ = write!(
+            out,
+            "; autoscaled {} to {} on {} (target {}), cold start {:.1} s",
+            a.min_replicas,
+            a.max_replicas,
+            a.signal.as_str(),
+            a.target,
+            a.cold_start.total_s()
+        );
+    }
     out
+}
+
+/// The lines of `over_time` (docs/clusters.md, "Results over time").
+pub fn over_time_lines(out: &mut String, r: &RunResult) {
+    let Some(o) = &r.over_time else { return };
+    let cost = o.cost.map_or_else(String::new, |c| format!(", cost {c:.2}"));
+    let _ = writeln!(
+        out,
+        "over time  {} windows of {} s to {:.1} s: {:.2} GPU-hours{cost}, at most {} replicas",
+        thousands(o.windows),
+        o.window_s,
+        o.end_s,
+        o.gpu_hours,
+        o.peak_replicas
+    );
+    if let Some(a) = &o.autoscale {
+        let _ = writeln!(
+            out,
+            "autoscale  {} scale-ups, {} scale-downs ({} to {} replicas on {}, target {})",
+            a.scale_ups, a.scale_downs, a.min_replicas, a.max_replicas, a.signal, a.target
+        );
+    }
+    if let Some(missed) = &o.slo_missed_windows {
+        let first: Vec<String> = missed.iter().take(8).map(|s| format!("{s}")).collect();
+        let more = if missed.len() > 8 { ", ..." } else { "" };
+        let _ = writeln!(
+            out,
+            "slo        {} of {} windows missed it{}",
+            thousands(missed.len() as u64),
+            thousands(o.windows),
+            if missed.is_empty() { String::new() } else { format!(" (starting at {} s{more})", first.join(", ")) }
+        );
+    }
+}
+
+/// The timeline CSV: one row per window (`llmsim run --timeline FILE`).
+pub fn windows_csv(rows: &[crate::metrics::over_time::WindowRow]) -> csv::Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for row in rows {
+        w.serialize(row)?;
+    }
+    w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }
 
 /// The replicas table and the imbalance, if the result has them.

@@ -345,6 +345,7 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
             rates.join(", ")
         );
     }
+    super::cluster::over_time_lines(&mut out, r);
     super::cluster::replica_table(&mut out, r);
     out
 }

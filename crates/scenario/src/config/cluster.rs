@@ -50,7 +50,36 @@ pub(crate) fn build(
     }
     let (replicas, router, overlap_weight) =
         replicas_and_router(ck, "cluster.", raw.replicas, raw.router.as_deref(), raw.overlap_weight, prefix_caching)?;
-    Ok(Cluster { replicas, router, overlap_weight, disagg: None })
+    let given = raw.replicas.is_some().then_some(replicas);
+    let (autoscale, replicas) = match raw.autoscale {
+        None => (None, replicas),
+        Some(a) => {
+            let cx = super::autoscale::Context {
+                replicas: given,
+                weight_bytes: base.deployment.weight_bytes,
+                run_s: run_seconds(base),
+            };
+            let (a, initial) = super::autoscale::build(ck, a, &cx)?;
+            (Some(a), initial)
+        }
+    };
+    let timeline = match raw.timeline {
+        Some(t) => Some(super::autoscale::timeline(ck, t)?),
+        None => autoscale.is_some().then(super::autoscale::Timeline::default),
+    };
+    Ok(Cluster { replicas, router, overlap_weight, disagg: None, autoscale, timeline })
+}
+
+/// How long the arrivals last, when known before the run: the workload's
+/// duration, or a trace's last arrival.
+fn run_seconds(s: &Scenario) -> Option<f64> {
+    if let Some(d) = s.workload.duration_s {
+        return Some(d);
+    }
+    match &s.workload.arrivals {
+        Arrivals::Trace(t) => t.rows.iter().map(|r| r.arrival.as_secs_f64()).reduce(f64::max),
+        _ => None,
+    }
 }
 
 /// `replicas`, `router` and `overlap_weight` of a cluster or a pool,
@@ -99,6 +128,14 @@ fn replicas_and_router(
 
 /// `cluster.prefill`, `cluster.decode` and `cluster.kv_transfer`.
 fn disaggregated(ck: &Check, raw: RawCluster, base: &Scenario, pools: PoolBase) -> Result<Cluster, ConfigError> {
+    for (key, given) in [("autoscale", raw.autoscale.is_some()), ("timeline", raw.timeline.is_some())] {
+        if given {
+            return Err(ck.err(
+                &format!("cluster.{key}"),
+                "is not modelled with prefill/decode pools yet: use it on colocated replicas (cluster.replicas)",
+            ));
+        }
+    }
     for (key, given) in [
         ("replicas", raw.replicas.is_some()),
         ("router", raw.router.is_some()),
@@ -148,7 +185,7 @@ fn disaggregated(ck: &Check, raw: RawCluster, base: &Scenario, pools: PoolBase) 
     let (replicas, router, overlap_weight) =
         (prefill.replicas + decode.replicas, prefill.router, prefill.overlap_weight);
     let disagg = Disagg { prefill, decode, kv_transfer };
-    Ok(Cluster { replicas, router, overlap_weight, disagg: Some(Box::new(disagg)) })
+    Ok(Cluster { replicas, router, overlap_weight, disagg: Some(Box::new(disagg)), autoscale: None, timeline: None })
 }
 
 /// One pool: its router and the scenario one of its replicas runs.

@@ -22,3 +22,19 @@ pub const DEFAULT_REPLICAS: u32 = 1;
 pub const DEFAULT_MIN_LENGTH: u32 = 1;
 /// `prefix_affinity`'s `overlap_weight`: Dynamo's default `kv_overlap_score_weight`.
 pub const DEFAULT_OVERLAP_WEIGHT: f64 = 1.0;
+
+// `cluster.autoscale` and `cluster.timeline` (Kubernetes' HPA defaults).
+/// The default HPA sync period (`--horizontal-pod-autoscaler-sync-period`).
+pub const DEFAULT_PERIOD_S: f64 = 15.0;
+/// The default HPA tolerance (`--horizontal-pod-autoscaler-tolerance`).
+pub const DEFAULT_TOLERANCE: f64 = 0.1;
+/// The window a `rate` or `ttft_p99_ms` signal is measured over.
+pub const DEFAULT_SIGNAL_WINDOW_S: f64 = 60.0;
+/// The default scale-down stabilization window.
+pub const DEFAULT_DOWN_STABILIZATION_S: f64 = 300.0;
+/// The default scale-up limit: 4 replicas a period (or 100%).
+pub const DEFAULT_UP_PODS: u32 = 4;
+/// The default limit in percent of the replicas at the period's start.
+pub const DEFAULT_PERCENT: f64 = 100.0;
+/// The default width of a timeline window.
+pub const DEFAULT_WINDOW_S: f64 = 60.0;

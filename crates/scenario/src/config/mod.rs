@@ -3,6 +3,7 @@
 //! [`Scenario`]. Nothing else in the crate reads configuration.
 
 pub mod architecture;
+pub mod autoscale;
 pub mod calibration;
 pub mod check;
 pub mod cluster;

@@ -120,6 +120,82 @@ pub struct RawCluster {
     pub prefill: Option<RawPool>,
     pub decode: Option<RawPool>,
     pub kv_transfer: Option<RawKvTransfer>,
+    /// Autoscaling of the replicas (docs/clusters.md, "Autoscaling").
+    pub autoscale: Option<RawAutoscale>,
+    /// Results per window of time (docs/clusters.md, "Results over time").
+    pub timeline: Option<RawTimeline>,
+}
+
+/// `cluster.autoscale` as written (Kubernetes' HPA, with its names in
+/// snake case).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAutoscale {
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub min_replicas: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub max_replicas: Option<i64>,
+    pub signal: Option<String>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub target: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub period_s: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub tolerance: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub window_s: Option<f64>,
+    pub scale_up: Option<RawScaleRules>,
+    pub scale_down: Option<RawScaleRules>,
+    pub cold_start: Option<RawColdStart>,
+}
+
+/// `cluster.autoscale.scale_up` / `scale_down` (HPA's `behavior`).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScaleRules {
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub stabilization_s: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub pods: Option<i64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub percent: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub period_s: Option<f64>,
+}
+
+/// `cluster.autoscale.cold_start`: what a new replica waits for.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawColdStart {
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub load_gbps: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub engine_start_s: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub graph_capture_s: Option<f64>,
+}
+
+/// `cluster.timeline` as written.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeline {
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub window_s: Option<f64>,
+    pub slo: Option<RawWindowSlo>,
+}
+
+/// `cluster.timeline.slo`: bounds each window's latency percentiles.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWindowSlo {
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub ttft_p50_ms: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub ttft_p99_ms: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub itl_p50_ms: Option<f64>,
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub itl_p99_ms: Option<f64>,
 }
 
 /// `cluster.prefill` / `cluster.decode` as written.

@@ -1341,6 +1341,10 @@ pub struct Cluster {
     pub overlap_weight: Option<f64>,
     /// `cluster.prefill` / `cluster.decode`: prefill/decode disaggregation.
     pub disagg: Option<Box<Disagg>>,
+    /// `cluster.autoscale`: replicas added and removed as the load goes.
+    pub autoscale: Option<super::autoscale::Autoscale>,
+    /// `cluster.timeline` (implied by `autoscale`): results per window.
+    pub timeline: Option<super::autoscale::Timeline>,
 }
 
 /// Prefill/decode disaggregation (docs/clusters.md).
@@ -1413,17 +1417,26 @@ impl Serialize for Cluster {
     /// The form a user writes: `replicas`/`router`, or the pools.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
-        struct Plain {
+        struct Plain<'a> {
             replicas: u32,
             router: Router,
             #[serde(skip_serializing_if = "Option::is_none")]
             overlap_weight: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            autoscale: Option<&'a super::autoscale::Autoscale>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            timeline: Option<&'a super::autoscale::Timeline>,
         }
         match &self.disagg {
             Some(d) => d.serialize(s),
-            None => {
-                Plain { replicas: self.replicas, router: self.router, overlap_weight: self.overlap_weight }.serialize(s)
+            None => Plain {
+                replicas: self.replicas,
+                router: self.router,
+                overlap_weight: self.overlap_weight,
+                autoscale: self.autoscale.as_ref(),
+                timeline: self.timeline.as_ref(),
             }
+            .serialize(s),
         }
     }
 }
