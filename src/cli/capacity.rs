@@ -102,6 +102,13 @@ fn options(a: &CapacityArgs) -> Result<Options, CliError> {
 pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
     let mut opts = options(&a)?;
     let mut scenario = a.scenario.load()?;
+    if scenario.cluster.as_ref().is_some_and(|c| c.timeline.is_some()) {
+        return Err(CliError::Usage(format!(
+            "{}: capacity sizes a fixed fleet for one rate; this one has cluster.autoscale, cluster.pools or \
+             cluster.timeline (a fleet over time): run it with llmsim run, or remove those keys",
+            scenario.source.display()
+        )));
+    }
     for slo in &mut opts.slos {
         slo.bind(&scenario).map_err(|e| CliError::Usage(format!("--slo {e}")))?;
     }

@@ -30,23 +30,30 @@ pub fn render(s: &Scenario) -> String {
         None => plain(s, &mut out),
         Some(a) => deployment::render(s, a, &mut out),
     }
-    if let Some(a) = s.cluster.as_ref().and_then(|c| c.autoscale.as_ref()) {
-        let c = &a.cold_start;
-        let load = match c.load_gbps {
-            Some(g) => format!("weights {:.3} GB at {g} GB/s ({:.3} s)", c.weight_bytes / 1e9, c.load_s()),
-            None => "weights 0 s (no load_gbps)".to_string(),
-        };
-        out.push_str(&format!(
-            "#   cold start    {:.3} s = {load} + engine start {} s + graph capture {} s\n",
-            c.total_s(),
-            c.engine_start_s,
-            c.graph_capture_s
-        ));
+    if let Some(c) = &s.cluster {
+        let pooled = c.pools.iter().filter_map(|p| p.autoscale.as_ref().map(|a| (format!(" ({})", p.name), a)));
+        for (name, a) in c.autoscale.as_ref().map(|a| (String::new(), a)).into_iter().chain(pooled) {
+            out.push_str(&cold_start_line(&name, &a.cold_start));
+        }
     }
     if let Some(c) = &s.calibration {
         out.push_str(&llmsim_scenario::config::calibration::explain(c));
     }
     out
+}
+
+/// `#   cold start    ...`: a new replica's wait, worked out.
+fn cold_start_line(pool: &str, c: &llmsim_scenario::config::autoscale::ColdStart) -> String {
+    let load = match c.load_gbps {
+        Some(g) => format!("weights {:.3} GB at {g} GB/s ({:.3} s)", c.weight_bytes / 1e9, c.load_s()),
+        None => "weights 0 s (no load_gbps)".to_string(),
+    };
+    format!(
+        "#   cold start{pool} {:.3} s = {load} + engine start {} s + graph capture {} s\n",
+        c.total_s(),
+        c.engine_start_s,
+        c.graph_capture_s
+    )
 }
 
 /// The derived figures of a model given as two numbers (docs/engine.md).

@@ -113,13 +113,15 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
         .map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
+    let pools: Vec<String> =
+        scenario.cluster.as_ref().map(|c| c.pools.iter().map(|p| p.name.clone()).collect()).unwrap_or_default();
     if let (Some(dir), Some(c)) = (&a.plot, scenario.cluster.as_ref().and_then(|c| c.timeline.as_ref())) {
-        let plot = llmsim_analysis::plot::fleet::plot(&scenario.name, &out.windows, c.slo.ttft_p99_ms)
+        let plot = llmsim_analysis::plot::fleet::plot(&scenario.name, &out.windows, c.slo.ttft_p99_ms, &pools)
             .map_err(|e| CliError::Failure(e.to_string()))?;
         super::sweep::write_plots(dir, &[plot])?;
     }
     if let Some(path) = &a.timeline {
-        let bytes = report::cluster::windows_csv(&out.windows).map_err(|e| csv_failure(path, e))?;
+        let bytes = report::cluster::windows_csv(&out.windows, &pools).map_err(|e| csv_failure(path, e))?;
         write_output(path, &bytes)?;
     }
     if let Some(s) = &mut streamed {

@@ -218,6 +218,20 @@ fn refuse_pools(models: &llmsim_server::models::ModelsFile) -> Result<(), CliErr
             )
             .into());
         }
+        if let Some(c) = m.cluster().filter(|c| c.timeline.is_some()) {
+            let key = if c.autoscale.is_some() || !c.pools.is_empty() { "autoscale/pools" } else { "timeline" };
+            return Err(llmsim_scenario::config::ConfigError::new(
+                &models.source,
+                format!("models[{i}].cluster"),
+                format!(
+                    "model `{}` has cluster {key} (cluster.autoscale, cluster.pools, cluster.timeline), which llmsim \
+                     serve does not run: serve a fixed fleet (cluster: {{ replicas: N }}), or simulate it over time \
+                     with llmsim run",
+                    m.name
+                ),
+            )
+            .into());
+        }
     }
     Ok(())
 }

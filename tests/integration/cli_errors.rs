@@ -512,3 +512,25 @@ fn bad_autoscaling_names_the_key_and_what_is_allowed() {
     let text = std::fs::read_to_string(&csv).unwrap();
     assert!(text.starts_with("start_s,end_s,offered_rps,served_rps,"), "{text}");
 }
+
+#[test]
+fn bad_pools_name_the_pool_and_the_key() {
+    let pools = |p: &str| format!("cluster={{pools: [{p}]}}");
+    bad_set(&[&pools("{name: a, replicas: 0}")], &["cluster.pools[0].replicas", "0 is not allowed"]);
+    bad_set(&[&pools("{replicas: 2}")], &["cluster.pools[0].name", "missing"]);
+    bad_set(&[&pools("{name: a}, {name: a}")], &["cluster.pools[1].name", "`a` names two pools"]);
+    bad_set(&[&pools("{name: 'a b'}")], &["cluster.pools[0].name", "1 to 32 letters"]);
+    bad_set(&["cluster={pools: []}"], &["cluster.pools", "0 pools"]);
+    bad_set(&["cluster={replicas: 2, pools: [{name: a}]}"], &["cluster.replicas", "conflicts with cluster.pools"]);
+    bad_set(&[&pools("{name: a, hardware: nowhere}")], &["cluster.pools[0].hardware", "nowhere"]);
+    bad_set(&[&pools("{name: a, cost_per_hour: -1}")], &["cluster.pools[0].cost_per_hour", "-1 is not allowed"]);
+    bad_set(
+        &[&pools("{name: a, autoscale: {min_replicas: 4, max_replicas: 2, target: 3}}")],
+        &["cluster.pools[0].autoscale.min_replicas", "above max_replicas"],
+    );
+    bad_set(&[&pools("{name: a, autoscale: {max_replicas: 2, target: 0}}")], &["cluster.pools[0].autoscale.target"]);
+    // capacity and serve refuse a fleet over time.
+    TestCommand::new(&["capacity", BASE, "--slo", "ttft_p99_ms=500", "--set", &pools("{name: a, replicas: 2}")])
+        .fails_with(2)
+        .stderr_has(&["capacity sizes a fixed fleet", "cluster.pools"]);
+}

@@ -575,7 +575,8 @@ fn random_autoscale(rng: &mut ChaCha8Rng) -> (String, bool) {
 
 #[test]
 fn autoscaled_fleets_end_every_request_once_and_keep_the_invariants() {
-    use llmsim_planner::cluster::{hpa::Hpa, scaled::Scaled, timeline::Watch};
+    use llmsim_planner::cluster::scaled::{PoolSpec, Scaled};
+    use llmsim_planner::cluster::{hpa::Hpa, timeline::Watch};
     let mut totals = BTreeMap::<&str, u64>::new();
     for seed in 0..200u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(7000 + seed);
@@ -591,8 +592,16 @@ fn autoscaled_fleets_end_every_request_once_and_keep_the_invariants() {
         let mut obs = (Ends::default(), Clock::default());
         let delay_ns = (s.latency.request_overhead_ms * 1e6) as u64;
         let setup = Setup { delay_ns, ..Setup::default() };
-        let watch = Watch::new(1.0, delay_ns, Default::default(), None, true);
-        let fleet = Scaled::new(s.engine_config(), c.replicas, 1, &mut router, Some(Hpa::new(a)), watch);
+        let watch = Watch::new(1.0, delay_ns, Default::default(), true);
+        let pool = PoolSpec {
+            name: None,
+            cfg: s.engine_config(),
+            gpus: 1,
+            initial: c.replicas,
+            hpa: Some(Hpa::new(a)),
+            price: None,
+        };
+        let fleet = Scaled::new(vec![pool], &mut router, watch);
         let ctx = format!("seed {seed}\n{text}");
         let run = drive(
             fleet,

@@ -203,37 +203,77 @@ impl Parts<'_> {
         extra: &mut O,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<(RunOutput, crate::cluster::scaled::ScaledRun), SimError> {
-        use crate::cluster::{hpa::Hpa, scaled::Scaled, timeline::Watch};
-        use crate::metrics::over_time::{AutoscaleOut, OverTimeOut};
+        use crate::cluster::scaled::{PoolSpec, Scaled};
+        use crate::cluster::{hpa::Hpa, timeline::Watch};
+        use crate::metrics::over_time::{AutoscaleOut, OverTimeOut, PoolOverTime};
+        use llmsim_scenario::config::autoscale::Signal;
         let s = self.s;
         let timeline = cluster.timeline.clone().unwrap_or_default();
-        let mut collector = self.collector(s);
+        // With pools, the first one's scenario stands for the capacity
+        // figures (as the prefill pool's does with disaggregation).
+        let first = cluster.pools.first().map_or(s, |p| &*p.scenario);
+        let mut collector = self.collector(first);
         let weight = cluster.overlap_weight.unwrap_or(DEFAULT_OVERLAP_WEIGHT);
         let mut router = RouterState::new(cluster.router, weight, s.workload.seed);
-        let auto = cluster.autoscale.as_ref();
-        let keep_ttft = auto.is_some_and(|a| a.signal == llmsim_scenario::config::autoscale::Signal::TtftP99Ms);
-        let price = s.hardware.cost_per_hour;
-        let watch = Watch::new(timeline.window_s, self.setup.delay_ns, timeline.slo.clone(), price, keep_ttft);
-        let gpus = s.deployment.gpus();
-        let topology = Scaled::new(s.engine_config(), cluster.replicas, gpus, &mut router, auto.map(Hpa::new), watch);
+        let specs: Vec<PoolSpec> = match cluster.pools.is_empty() {
+            true => vec![PoolSpec {
+                name: None,
+                cfg: s.engine_config(),
+                gpus: s.deployment.gpus(),
+                initial: cluster.replicas,
+                hpa: cluster.autoscale.as_ref().map(Hpa::new),
+                price: s.hardware.cost_per_hour,
+            }],
+            false => (cluster.pools.iter())
+                .map(|p| PoolSpec {
+                    name: Some(p.name.clone()),
+                    cfg: p.scenario.engine_config(),
+                    gpus: p.gpus_per_replica(),
+                    initial: p.replicas,
+                    hpa: p.autoscale.as_ref().map(Hpa::new),
+                    price: p.cost_per_hour,
+                })
+                .collect(),
+        };
+        let keep_ttft = specs.iter().any(|p| p.hpa.as_ref().is_some_and(|h| h.config().signal == Signal::TtftP99Ms));
+        let gpus: Vec<u32> = specs.iter().map(|p| p.gpus).collect();
+        let watch = Watch::new(timeline.window_s, self.setup.delay_ns, timeline.slo.clone(), keep_ttft);
+        let topology = Scaled::new(specs, &mut router, watch);
         let obs = &mut (&mut collector, extra);
         let setup = Setup { stepping: Stepping::Exact, ..self.setup };
         let mut run = drive(topology, source, obs, &setup, |_, _, _| {}, progress)?;
-        let mut out = collector.finish(s);
+        let mut out = collector.finish(first);
         let caching = s.prefix_caching();
         let r = &mut out.result;
         r.router = Some(cluster.router.as_str().to_string());
-        r.gpus = Some(run.peak * gpus);
+        r.gpus = Some(run.pools.iter().zip(&gpus).map(|(p, g)| p.peak * g).sum());
         r.replicas = Some(run.cluster.replicas.iter().map(|x| x.out(caching)).collect());
         r.imbalance = Some(imbalance(&run.cluster.replicas));
         let missed: Option<Vec<f64>> = (!timeline.slo.bounds().is_empty())
             .then(|| run.rows.iter().filter(|w| w.slo_met == Some(false)).map(|w| w.start_s).collect());
+        let cost = run.pools.iter().filter_map(|p| p.cost).reduce(|a, b| a + b);
+        let auto = cluster.autoscale.as_ref();
+        let pools = (!cluster.pools.is_empty()).then(|| {
+            (cluster.pools.iter().zip(&run.pools).enumerate())
+                .map(|(i, (p, got))| PoolOverTime {
+                    name: p.name.clone(),
+                    hardware: p.scenario.hardware.name.clone(),
+                    gpus_per_replica: p.gpus_per_replica(),
+                    requests: run.requests_by_pool.get(i).copied().unwrap_or(0),
+                    gpu_hours: got.gpu_hours,
+                    cost: got.cost,
+                    peak_replicas: got.peak,
+                    scale_ups: got.scale_ups,
+                    scale_downs: got.scale_downs,
+                })
+                .collect()
+        });
         r.over_time = Some(OverTimeOut {
             window_s: timeline.window_s,
             windows: run.rows.len() as u64,
             end_s: run.end_s,
             gpu_hours: run.gpu_hours,
-            cost: price.map(|p| p * run.gpu_hours),
+            cost,
             peak_replicas: run.peak,
             slo_missed: missed.as_ref().map(|m| m.len() as u64),
             slo_missed_windows: missed,
@@ -247,6 +287,7 @@ impl Parts<'_> {
                 scale_downs: run.events.iter().filter(|e| e.to < e.from).count() as u64,
                 events: run.events.clone(),
             }),
+            pools,
         });
         out.placement = Some(run.cluster.placement.clone());
         out.windows = std::mem::take(&mut run.rows);

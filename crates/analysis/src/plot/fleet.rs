@@ -18,8 +18,10 @@ struct Series {
     points: Vec<(f64, f64)>,
 }
 
-/// The fleet plot of `rows`; `ttft_bound_ms` is the SLO's `ttft_p99_ms`.
-pub fn plot(title: &str, rows: &[WindowRow], ttft_bound_ms: Option<f64>) -> Result<Plot, PlotError> {
+/// The fleet plot of `rows`; `ttft_bound_ms` is the SLO's `ttft_p99_ms`,
+/// `pools` the names of `cluster.pools` (each pool's ready replicas get a
+/// line of their own).
+pub fn plot(title: &str, rows: &[WindowRow], ttft_bound_ms: Option<f64>, pools: &[String]) -> Result<Plot, PlotError> {
     // Hours past two hours of simulated time.
     let last = rows.last().map_or(1.0, |w| w.end_s);
     let (unit, per) = if last > 7200.0 { ("h", 3600.0) } else { ("s", 1.0) };
@@ -33,18 +35,20 @@ pub fn plot(title: &str, rows: &[WindowRow], ttft_bound_ms: Option<f64>) -> Resu
     if let Some(b) = ttft_bound_ms {
         ttft.push(line("SLO", 3, vec![(0.0, b), (t_end, b)]));
     }
+    let mut replicas = vec![
+        line("asked for", 1, at(&|w| Some(f64::from(w.ready + w.starting)))),
+        line("ready", 0, at(&|w| Some(f64::from(w.ready)))),
+    ];
+    for (i, name) in pools.iter().enumerate() {
+        let points = at(&|w| w.pools.get(i).map(|p| f64::from(p.0)));
+        replicas.push(line(&format!("ready {name}"), 4 + i, points));
+    }
     let panels = [
         (
             "load (requests a second)",
             vec![line("offered", 0, at(&|w| Some(w.offered_rps))), line("served", 1, at(&|w| Some(w.served_rps)))],
         ),
-        (
-            "replicas",
-            vec![
-                line("asked for", 1, at(&|w| Some(f64::from(w.ready + w.starting)))),
-                line("ready", 0, at(&|w| Some(f64::from(w.ready)))),
-            ],
-        ),
+        ("replicas", replicas),
         ("TTFT p99 of the window's first tokens (ms)", ttft),
     ];
     let mut svg = String::new();

@@ -63,6 +63,18 @@ pub struct RouterState {
     /// `session_affinity`: where each conversation's first turn went.
     /// Looked up by key only, never iterated.
     sessions: HashMap<u64, u32>,
+    /// Smooth weighted round robin's current weights, by replica.
+    smooth: Vec<f64>,
+}
+
+/// What mixed pools' replicas can serve (docs/clusters.md, "Mixed
+/// pools"), one entry a replica: the routers weigh them by it.
+#[derive(Copy, Clone, Debug)]
+pub struct Weights<'a> {
+    /// How fast it serves: its pool's one-token steps a second.
+    pub speed: &'a [f64],
+    /// Its KV blocks.
+    pub blocks: &'a [f64],
 }
 
 impl RouterState {
@@ -73,6 +85,7 @@ impl RouterState {
             routed: 0,
             rng: crate::workload::stream(seed, ROUTER_STREAM),
             sessions: HashMap::new(),
+            smooth: Vec::new(),
         }
     }
 
@@ -92,6 +105,74 @@ impl RouterState {
     /// order), the others skip the rest; a conversation pinned to a
     /// replica that is not ready is pinned again.
     pub fn route_among(&mut self, a: &Arrival, loads: &[Load], ready: Option<&[bool]>) -> usize {
+        self.route_weighted(a, loads, ready, None)
+    }
+
+    /// [`RouterState::route_among`], the replicas weighed by `weights`
+    /// (mixed pools): `round_robin` is smooth weighted round robin (each
+    /// open replica gains its speed, the highest total is picked and pays
+    /// the open replicas' sum), `random` draws in proportion to speed,
+    /// `least_outstanding` (and a new conversation's pick) takes the least
+    /// `(outstanding + 1) / speed`, `least_kv` the least `active_blocks /
+    /// blocks`; `prefix_affinity` counts blocks as without weights.
+    pub fn route_weighted(
+        &mut self,
+        a: &Arrival,
+        loads: &[Load],
+        ready: Option<&[bool]>,
+        weights: Option<Weights<'_>>,
+    ) -> usize {
+        let Some(w) = weights else { return self.route_plain(a, loads, ready) };
+        let n = loads.len();
+        let open = |i: usize| ready.is_none_or(|m| m[i]);
+        self.routed += 1;
+        let least_outstanding =
+            |loads: &[Load]| argmin(loads.iter().zip(w.speed).map(|(l, s)| (l.outstanding + 1) as f64 / s), &open);
+        match self.policy {
+            Router::RoundRobin => {
+                self.smooth.resize(n, 0.0);
+                let total: f64 = (0..n).filter(|&i| open(i)).map(|i| w.speed[i]).sum();
+                for i in (0..n).filter(|&i| open(i)) {
+                    self.smooth[i] += w.speed[i];
+                }
+                let pick = argmin(self.smooth.iter().map(|c| -c), &open);
+                self.smooth[pick] -= total;
+                pick
+            }
+            Router::Random => {
+                let total: f64 = (0..n).filter(|&i| open(i)).map(|i| w.speed[i]).sum();
+                let mut u = self.rng.random::<f64>() * total;
+                let mut last = 0;
+                for i in (0..n).filter(|&i| open(i)) {
+                    last = i;
+                    if u < w.speed[i] {
+                        return i;
+                    }
+                    u -= w.speed[i];
+                }
+                last
+            }
+            Router::LeastOutstanding => least_outstanding(loads),
+            Router::LeastKv => argmin(loads.iter().zip(w.blocks).map(|(l, b)| l.active_blocks as f64 / b), &open),
+            Router::PrefixAffinity => {
+                self.routed -= 1;
+                self.route_plain(a, loads, ready)
+            }
+            Router::SessionAffinity => {
+                let Some(session) = a.session else { return least_outstanding(loads) };
+                match self.sessions.get(&session) {
+                    Some(&r) if (r as usize) < n && open(r as usize) => r as usize,
+                    _ => {
+                        let r = least_outstanding(loads);
+                        self.sessions.insert(session, r as u32);
+                        r
+                    }
+                }
+            }
+        }
+    }
+
+    fn route_plain(&mut self, a: &Arrival, loads: &[Load], ready: Option<&[bool]>) -> usize {
         let n = loads.len();
         debug_assert!(n > 0, "a cluster without replicas");
         let open = |i: usize| ready.is_none_or(|m| m[i]);

@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 
 use super::hpa::{Hpa, Reading};
-use super::router::{Arrival, Load, RouterState};
+use super::router::{Arrival, Load, RouterState, Weights};
 use super::timeline::{FleetState, Watch};
 use super::{ClusterRun, OnReplica, ReplicaCounts, submit};
 use crate::intake::Content;
@@ -55,6 +55,8 @@ enum Phase {
 /// One slot of the fleet: a replica's engine and where it is in its life.
 struct Slot {
     engine: Engine,
+    /// Its pool, an index into [`Scaled::pools`].
+    pool: usize,
     phase: Phase,
     /// Its entry in [`Scaled::lives`].
     life: usize,
@@ -89,8 +91,52 @@ pub struct ScaledRun {
     /// Most replicas asked for at once (ready plus starting).
     pub peak: u32,
     pub gpu_hours: f64,
+    /// Each pool's (one, unnamed, without `cluster.pools`).
+    pub pools: Vec<PoolRun>,
+    /// Requests routed to each pool.
+    pub requests_by_pool: Vec<u64>,
     /// When the run ended.
     pub end_s: f64,
+}
+
+/// One pool of the fleet, as the run starts it.
+pub struct PoolSpec {
+    /// `None` for the one pool of a cluster without `cluster.pools`.
+    pub name: Option<String>,
+    pub cfg: EngineConfig,
+    /// GPUs of one replica.
+    pub gpus: u32,
+    /// Replicas ready at the start.
+    pub initial: u32,
+    /// Its autoscaler (`None`: a fixed pool).
+    pub hpa: Option<Hpa>,
+    /// Per GPU an hour.
+    pub price: Option<f64>,
+}
+
+/// What one pool did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PoolRun {
+    pub name: Option<String>,
+    pub gpu_hours: f64,
+    pub cost: Option<f64>,
+    pub peak: u32,
+    pub scale_ups: u64,
+    pub scale_downs: u64,
+}
+
+/// A pool and its state during the run.
+struct Pool {
+    spec: PoolSpec,
+    next_decision: u64,
+    /// Routing instants to its replicas within the signal window.
+    routed: VecDeque<u64>,
+    /// GPU-nanoseconds of its replicas that have left (per GPU).
+    gpu_ns_done: u128,
+    peak: u32,
+    /// Its one-token steps a second and its KV blocks (the routers' weights).
+    speed: f64,
+    blocks: f64,
 }
 
 /// The next own event of the topology.
@@ -98,28 +144,25 @@ pub struct ScaledRun {
 enum Due {
     Ready,
     Window,
-    Decide,
+    Decide(usize),
     Step(usize),
 }
 
 /// Autoscaled replicas behind a router ([`Topology`]; see the module docs).
 pub struct Scaled<'a> {
     slots: Vec<Slot>,
-    cfg: EngineConfig,
+    pools: Vec<Pool>,
+    /// Whether the routers weigh replicas (more than one pool).
+    weighted: bool,
+    speed: Vec<f64>,
+    blocks: Vec<f64>,
     router: &'a mut RouterState,
     run: ClusterRun,
     outstanding: Vec<u64>,
     loads: Vec<Load>,
     ready_mask: Vec<bool>,
     content: Content,
-    hpa: Option<Hpa>,
-    next_decision: u64,
     watch: Watch,
-    /// Routing instants within the signal window (the `rate` signal).
-    routed: VecDeque<u64>,
-    gpus: u32,
-    /// GPU-nanoseconds of replicas that have left.
-    gpu_ns_done: u128,
     due: Due,
     events: Vec<ScaleEvent>,
     peak: u32,
@@ -127,60 +170,96 @@ pub struct Scaled<'a> {
     now: u64,
     lives: Vec<Life>,
     decisions: u64,
+    /// Requests routed to each pool.
+    routed_by_pool: Vec<u64>,
 }
 
 impl<'a> Scaled<'a> {
-    /// `initial` warm replicas of `cfg` on `gpus` GPUs each; `hpa` the
-    /// autoscaler (`None`: a fixed fleet with a timeline).
-    pub fn new(
-        cfg: EngineConfig,
-        initial: u32,
-        gpus: u32,
-        router: &'a mut RouterState,
-        hpa: Option<Hpa>,
-        watch: Watch,
-    ) -> Scaled<'a> {
-        let slots: Vec<Slot> = (0..initial as usize)
-            .map(|i| Slot { engine: Engine::new(cfg.clone()), phase: Phase::Ready, life: i, since: 0, ready_at: 0 })
+    /// The fleet of `pools` (at least one, with a replica at the start in
+    /// all), behind `router`.
+    pub fn new(pools: Vec<PoolSpec>, router: &'a mut RouterState, watch: Watch) -> Scaled<'a> {
+        let weighted = pools.len() > 1;
+        let pools: Vec<Pool> = pools
+            .into_iter()
+            .map(|spec| {
+                let floor = spec.cfg.cost.step(1, 0).total_s;
+                let blocks = f64::from(Engine::new(spec.cfg.clone()).kv_blocks_total()).max(1.0);
+                Pool {
+                    next_decision: spec.hpa.as_ref().map_or(NEVER, |h| nanos(h.config().period_s)),
+                    routed: VecDeque::new(),
+                    gpu_ns_done: 0,
+                    peak: spec.initial,
+                    speed: 1.0 / floor.max(1e-12),
+                    blocks,
+                    spec,
+                }
+            })
             .collect();
-        let lives =
-            (0..initial as usize).map(|slot| Life { slot, asked: 0, ready: Some(0), ..Life::default() }).collect();
+        let mut slots = Vec::new();
+        let mut lives = Vec::new();
+        for (p, pool) in pools.iter().enumerate() {
+            for _ in 0..pool.spec.initial {
+                let (slot, life) = (slots.len(), lives.len());
+                let engine = Engine::new(pool.spec.cfg.clone());
+                slots.push(Slot { engine, pool: p, phase: Phase::Ready, life, since: 0, ready_at: 0 });
+                lives.push(Life { slot, asked: 0, ready: Some(0), ..Life::default() });
+            }
+        }
         let content = Content::new(&slots[0].engine);
         let n = slots.len();
-        let next_decision = hpa.as_ref().map_or(NEVER, |h| nanos(h.config().period_s));
+        let speed = slots.iter().map(|s| pools[s.pool].speed).collect();
+        let blocks = slots.iter().map(|s| pools[s.pool].blocks).collect();
+        let peak = n as u32;
+        let n_pools = pools.len();
         Scaled {
             slots,
-            cfg,
+            pools,
+            weighted,
+            speed,
+            blocks,
             router,
             run: ClusterRun { replicas: vec![ReplicaCounts::default(); n], ..ClusterRun::default() },
             outstanding: vec![0; n],
             loads: vec![Load::default(); n],
             ready_mask: vec![true; n],
             content,
-            hpa,
-            next_decision,
             watch,
-            routed: VecDeque::new(),
-            gpus,
-            gpu_ns_done: 0,
             due: Due::Ready,
             events: Vec::new(),
-            peak: initial,
+            peak,
             now: 0,
             lives,
             decisions: 0,
+            routed_by_pool: vec![0; n_pools],
         }
     }
 
-    fn count(&self, phase: Phase) -> u32 {
-        self.slots.iter().filter(|s| s.phase == phase).count() as u32
+    /// Replicas in `phase`, of pool `pool` or of all.
+    fn count(&self, pool: Option<usize>, phase: Phase) -> u32 {
+        self.slots.iter().filter(|s| s.phase == phase && pool.is_none_or(|p| s.pool == p)).count() as u32
     }
 
-    /// GPU-hours from the start to `at`.
-    fn gpu_hours(&self, at: u64) -> f64 {
-        let live: u128 =
-            (self.slots.iter()).filter(|s| s.phase != Phase::Off).map(|s| u128::from(at.saturating_sub(s.since))).sum();
-        (self.gpu_ns_done + live) as f64 * f64::from(self.gpus) / 3.6e12
+    /// Pool `p`'s GPU-hours from the start to `at`.
+    fn pool_gpu_hours(&self, p: usize, at: u64) -> f64 {
+        let live: u128 = (self.slots.iter())
+            .filter(|s| s.pool == p && s.phase != Phase::Off)
+            .map(|s| u128::from(at.saturating_sub(s.since)))
+            .sum();
+        (self.pools[p].gpu_ns_done + live) as f64 * f64::from(self.pools[p].spec.gpus) / 3.6e12
+    }
+
+    /// GPU-hours and their cost (`None` if no pool has a price) from the start to `at`.
+    fn gpu_hours(&self, at: u64) -> (f64, Option<f64>) {
+        let mut hours = 0.0;
+        let mut cost: Option<f64> = None;
+        for p in 0..self.pools.len() {
+            let h = self.pool_gpu_hours(p, at);
+            hours += h;
+            if let Some(price) = self.pools[p].spec.price {
+                *cost.get_or_insert(0.0) += price * h;
+            }
+        }
+        (hours, cost)
     }
 
     fn fleet_state(&self, at: u64) -> FleetState {
@@ -189,13 +268,25 @@ impl<'a> Scaled<'a> {
             0 => 0.0,
             n => ready.iter().map(|s| kv_use(&s.engine)).sum::<f64>() / n as f64,
         };
+        let (gpu_hours, cost) = self.gpu_hours(at);
+        let pools = match self.weighted {
+            false => Vec::new(),
+            true => (0..self.pools.len())
+                .map(|p| {
+                    let c = |phase| self.count(Some(p), phase);
+                    (c(Phase::Ready), c(Phase::Starting), c(Phase::Draining))
+                })
+                .collect(),
+        };
         FleetState {
             ready: ready.len() as u32,
-            starting: self.count(Phase::Starting),
-            draining: self.count(Phase::Draining),
+            starting: self.count(None, Phase::Starting),
+            draining: self.count(None, Phase::Draining),
             queue: self.slots.iter().map(|s| (s.engine.num_waiting() + s.engine.num_pending()) as u64).sum(),
             kv_use,
-            gpu_hours: self.gpu_hours(at),
+            gpu_hours,
+            cost,
+            pools,
         }
     }
 
@@ -219,7 +310,7 @@ impl<'a> Scaled<'a> {
     /// Replica `r` leaves at `at`: its GPUs stop counting.
     fn leave(&mut self, r: usize, at: u64) {
         let s = &mut self.slots[r];
-        self.gpu_ns_done += u128::from(at.saturating_sub(s.since));
+        self.pools[s.pool].gpu_ns_done += u128::from(at.saturating_sub(s.since));
         s.phase = Phase::Off;
         self.ready_mask[r] = false;
         let life = &mut self.lives[s.life];
@@ -227,12 +318,12 @@ impl<'a> Scaled<'a> {
         life.left = Some(at);
     }
 
-    /// What the autoscaler reads now.
-    fn reading(&mut self, now: u64, signal: Signal, window_s: f64) -> Reading {
-        let ready = self.count(Phase::Ready);
-        let starting = self.count(Phase::Starting);
+    /// What pool `p`'s autoscaler reads now.
+    fn reading(&mut self, p: usize, now: u64, signal: Signal, window_s: f64) -> Reading {
+        let ready = self.count(Some(p), Phase::Ready);
+        let starting = self.count(Some(p), Phase::Starting);
         let on_ready = |f: &dyn Fn(&Engine) -> f64| -> f64 {
-            (self.slots.iter()).filter(|s| s.phase == Phase::Ready).map(|s| f(&s.engine)).sum()
+            (self.slots.iter()).filter(|s| s.pool == p && s.phase == Phase::Ready).map(|s| f(&s.engine)).sum()
         };
         let sum = match signal {
             Signal::TtftP99Ms => {
@@ -244,17 +335,18 @@ impl<'a> Scaled<'a> {
             Signal::KvUse => on_ready(&kv_use),
             Signal::Rate => {
                 let cut = now.saturating_sub(nanos(window_s));
-                while self.routed.front().is_some_and(|&t| t <= cut) {
-                    self.routed.pop_front();
+                let routed = &mut self.pools[p].routed;
+                while routed.front().is_some_and(|&t| t <= cut) {
+                    routed.pop_front();
                 }
-                self.routed.len() as f64 / window_s
+                routed.len() as f64 / window_s
             }
         };
         Reading::PerReplica { sum, ready, starting }
     }
 
-    /// The autoscaler decides at `now`; errs past [`MAX_DECISIONS`].
-    fn decide(&mut self, now: u64) -> Result<(), String> {
+    /// Pool `p`'s autoscaler decides at `now`; errs past [`MAX_DECISIONS`].
+    fn decide(&mut self, p: usize, now: u64) -> Result<(), String> {
         self.decisions += 1;
         if self.decisions > MAX_DECISIONS {
             return Err(format!(
@@ -262,39 +354,46 @@ impl<'a> Scaled<'a> {
                  requests are still to come): set a longer period_s, or a workload that ends sooner"
             ));
         }
-        let Some(hpa) = &self.hpa else { return Ok(()) };
+        let Some(hpa) = &self.pools[p].spec.hpa else { return Ok(()) };
         let (signal, window_s, period) = (hpa.config().signal, hpa.config().window_s, hpa.config().period_s);
         let cold = nanos(hpa.config().cold_start.total_s());
-        let reading = self.reading(now, signal, window_s);
-        let current = self.count(Phase::Ready) + self.count(Phase::Starting);
-        let Some(hpa) = &mut self.hpa else { return Ok(()) };
+        let reading = self.reading(p, now, signal, window_s);
+        let current = self.count(Some(p), Phase::Ready) + self.count(Some(p), Phase::Starting);
+        let pool = &mut self.pools[p];
+        pool.next_decision = now.saturating_add(nanos(period));
+        let Some(hpa) = &mut pool.spec.hpa else { return Ok(()) };
         let to = hpa.decide(SimTime::from_nanos(now), current, reading);
-        self.next_decision = now.saturating_add(nanos(period));
         if to == current {
             return Ok(());
         }
-        self.events.push(ScaleEvent { t_s: now as f64 / 1e9, from: current, to });
+        let name = pool.spec.name.clone();
+        self.events.push(ScaleEvent { t_s: now as f64 / 1e9, from: current, to, pool: name });
         if to > current {
             for _ in current..to {
-                self.start_one(now, cold);
+                self.start_one(p, now, cold);
             }
-            self.peak = self.peak.max(to);
+            self.pools[p].peak = self.pools[p].peak.max(to);
         } else {
             for _ in to..current {
-                self.remove_one(now);
+                self.remove_one(p, now);
             }
         }
+        let all = self.count(None, Phase::Ready) + self.count(None, Phase::Starting);
+        self.peak = self.peak.max(all);
         Ok(())
     }
 
-    fn start_one(&mut self, now: u64, cold: u64) {
+    fn start_one(&mut self, p: usize, now: u64, cold: u64) {
         let ready_at = now.saturating_add(cold);
         let phase = if cold == 0 { Phase::Ready } else { Phase::Starting };
         let life = self.lives.len();
-        let slot = Slot { engine: Engine::new(self.cfg.clone()), phase, life, since: now, ready_at };
+        let engine = Engine::new(self.pools[p].spec.cfg.clone());
+        let slot = Slot { engine, pool: p, phase, life, since: now, ready_at };
+        let (speed, blocks) = (self.pools[p].speed, self.pools[p].blocks);
         let r = match self.slots.iter().position(|s| s.phase == Phase::Off) {
             Some(r) => {
                 self.slots[r] = slot;
+                (self.speed[r], self.blocks[r]) = (speed, blocks);
                 r
             }
             None => {
@@ -303,6 +402,8 @@ impl<'a> Scaled<'a> {
                 self.outstanding.push(0);
                 self.loads.push(Load::default());
                 self.ready_mask.push(false);
+                self.speed.push(speed);
+                self.blocks.push(blocks);
                 self.slots.len() - 1
             }
         };
@@ -311,11 +412,12 @@ impl<'a> Scaled<'a> {
         self.lives.push(Life { slot: r, asked: now, ready, ..Life::default() });
     }
 
-    /// Removes one replica: the newest starting one, else the newest ready.
-    fn remove_one(&mut self, now: u64) {
+    /// Removes one replica of pool `p`: its newest starting one, else its
+    /// newest ready one.
+    fn remove_one(&mut self, p: usize, now: u64) {
         let newest = |phase: Phase, key: fn(&Slot) -> u64| {
             (self.slots.iter().enumerate())
-                .filter(|(_, s)| s.phase == phase)
+                .filter(|(_, s)| s.pool == p && s.phase == phase)
                 .max_by_key(|(i, s)| (key(s), *i))
                 .map(|(i, _)| i)
         };
@@ -360,10 +462,13 @@ impl Topology for Scaled<'_> {
         if arrival.is_none() && step.is_none() {
             return Next::Done;
         }
+        let decision = (self.pools.iter().enumerate()).fold((NEVER, Due::Ready), |best, (p, pool)| {
+            if pool.next_decision < best.0 { (pool.next_decision, Due::Decide(p)) } else { best }
+        });
         let own = [
             (self.next_ready(), Due::Ready),
             (self.watch.next_close().as_nanos(), Due::Window),
-            (self.next_decision, Due::Decide),
+            decision,
             step.map_or((NEVER, Due::Ready), |(t, r)| (t, Due::Step(r))),
         ];
         // The earliest, the first listed on ties; an arrival goes before
@@ -387,7 +492,7 @@ impl Topology for Scaled<'_> {
         if placed.len() <= req.id as usize {
             placed.resize(req.id as usize + 1, None);
         }
-        let context = self.cfg.context_length;
+        let context = self.pools[0].spec.cfg.context_length;
         if submit::rejected_for_context(&req, context, &mut cx.run.tap, cx.source, now) {
             self.watch.rejected(SimTime::from_nanos(req.arrival.as_nanos().saturating_sub(cx.run.tap.delay_ns)));
             return Ok(());
@@ -401,11 +506,14 @@ impl Topology for Scaled<'_> {
         let block_size = u64::from(self.content.block_size().max(1));
         let arrival =
             Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session: cx.source.session() };
-        let r = self.router.route_among(&arrival, &self.loads, Some(&self.ready_mask));
+        let weights = self.weighted.then_some(Weights { speed: &self.speed, blocks: &self.blocks });
+        let r = self.router.route_weighted(&arrival, &self.loads, Some(&self.ready_mask), weights);
         self.run.placement.requests[req.id as usize] = Some(r as u32);
         self.outstanding[r] += 1;
-        if self.hpa.as_ref().is_some_and(|h| h.config().signal == Signal::Rate) {
-            self.routed.push_back(now.as_nanos());
+        self.routed_by_pool[self.slots[r].pool] += 1;
+        let pool = &mut self.pools[self.slots[r].pool];
+        if pool.spec.hpa.as_ref().is_some_and(|h| h.config().signal == Signal::Rate) {
+            pool.routed.push_back(now.as_nanos());
         }
         let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
         o.watch = Some(&mut self.watch);
@@ -429,7 +537,7 @@ impl Topology for Scaled<'_> {
             Due::Window => {
                 self.close_window(now).map_err(|why| SimError::Stalled { why, progress: cx.run.at })?;
             }
-            Due::Decide => self.decide(now).map_err(|why| SimError::Stalled { why, progress: cx.run.at })?,
+            Due::Decide(p) => self.decide(p, now).map_err(|why| SimError::Stalled { why, progress: cx.run.at })?,
             Due::Step(r) => {
                 cx.run.tap.inner.replica(r as u32);
                 let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
@@ -470,8 +578,28 @@ impl Topology for Scaled<'_> {
         if closed.is_ok() && self.watch.closed_until().as_nanos() < end {
             let _ = self.close_window(end);
         }
-        let gpu_hours = self.gpu_hours(end);
+        let (gpu_hours, _) = self.gpu_hours(end);
+        let pools = (0..self.pools.len())
+            .map(|p| {
+                let pool = &self.pools[p];
+                let h = self.pool_gpu_hours(p, end);
+                let changes = |up: bool| {
+                    (self.events.iter()).filter(|e| e.pool == pool.spec.name && (e.to > e.from) == up).count() as u64
+                };
+                PoolRun {
+                    name: pool.spec.name.clone(),
+                    gpu_hours: h,
+                    cost: pool.spec.price.map(|c| c * h),
+                    peak: pool.peak,
+                    scale_ups: changes(true),
+                    scale_downs: changes(false),
+                }
+            })
+            .collect();
+        let requests_by_pool = self.routed_by_pool.clone();
         ScaledRun {
+            requests_by_pool,
+            pools,
             lives: self.lives,
             rows: std::mem::take(&mut self.watch.rows),
             cluster: self.run,

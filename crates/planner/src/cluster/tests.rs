@@ -239,3 +239,36 @@ fn round_robin_replicas_are_single_engines_fed_every_rth_request() {
         }
     }
 }
+
+/// Mixed pools' weights, worked by hand.
+#[test]
+fn weighted_routers_follow_speed_and_kv_size() {
+    use super::router::Weights;
+    let a = Arrival::default();
+    let loads = |o: [u64; 2], blocks: [u64; 2]| {
+        [0, 1].map(|i| Load { outstanding: o[i], active_blocks: blocks[i], hit_blocks: 0 })
+    };
+    let (speed, blocks) = ([2.0, 1.0], [1000.0, 300.0]);
+    let w = Some(Weights { speed: &speed, blocks: &blocks });
+    // Smooth weighted round robin, speeds 2:1: totals [2,1] pick 0 (-1,1),
+    // [1,2] pick 1 (1,-1), [3,0] pick 0 (0,0), then again.
+    let mut rr = RouterState::new(Router::RoundRobin, 1.0, 1);
+    let picks: Vec<usize> = (0..6).map(|_| rr.route_weighted(&a, &loads([0, 0], [0, 0]), None, w)).collect();
+    assert_eq!(picks, [0, 1, 0, 0, 1, 0]);
+    // Least outstanding by (n + 1) / speed: 3 on the fast one (2) against
+    // 1 on the slow one (2): a tie, the lower index; 4 against 1: the slow one.
+    let mut lo = RouterState::new(Router::LeastOutstanding, 1.0, 1);
+    assert_eq!(lo.route_weighted(&a, &loads([3, 1], [0, 0]), None, w), 0);
+    assert_eq!(lo.route_weighted(&a, &loads([4, 1], [0, 0]), None, w), 1);
+    // Least KV by the fraction of blocks: 100 of 1,000 against 60 of 300.
+    let mut kv = RouterState::new(Router::LeastKv, 1.0, 1);
+    assert_eq!(kv.route_weighted(&a, &loads([0, 0], [100, 60]), None, w), 0);
+    assert_eq!(kv.route_weighted(&a, &loads([0, 0], [400, 60]), None, w), 1);
+    // Random: about two thirds to the fast one.
+    let mut r = RouterState::new(Router::Random, 1.0, 3);
+    let fast = (0..3000).filter(|_| r.route_weighted(&a, &loads([0, 0], [0, 0]), None, w) == 0).count();
+    assert!((1900..2100).contains(&fast), "{fast}");
+    // Only ready replicas: the slow one alone.
+    let mut rr = RouterState::new(Router::RoundRobin, 1.0, 1);
+    assert_eq!(rr.route_weighted(&a, &loads([0, 0], [0, 0]), Some(&[false, true]), w), 1);
+}

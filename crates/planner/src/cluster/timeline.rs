@@ -24,7 +24,7 @@ use llmsim_scenario::config::autoscale::WindowSlo;
 pub const MAX_WINDOWS: u64 = 1_000_000;
 
 /// The fleet's state at a window's end, as the topology reads it.
-#[derive(Copy, Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FleetState {
     pub ready: u32,
     pub starting: u32,
@@ -32,6 +32,10 @@ pub struct FleetState {
     pub queue: u64,
     pub kv_use: f64,
     pub gpu_hours: f64,
+    /// The cost of those GPU-hours (`None` without a price).
+    pub cost: Option<f64>,
+    /// With `cluster.pools`: each pool's (ready, starting, draining).
+    pub pools: Vec<(u32, u32, u32)>,
 }
 
 /// What a window gathers from events.
@@ -58,14 +62,13 @@ pub struct Watch {
     closed: u64,
     pub rows: Vec<WindowRow>,
     slo: WindowSlo,
-    cost_per_hour: Option<f64>,
     /// Recent first tokens (instant, TTFT), for the `ttft_p99_ms` signal;
     /// `None` when the signal is not that.
     recent: Option<VecDeque<(u64, u64)>>,
 }
 
 impl Watch {
-    pub fn new(window_s: f64, delay_ns: u64, slo: WindowSlo, cost_per_hour: Option<f64>, keep_ttft: bool) -> Watch {
+    pub fn new(window_s: f64, delay_ns: u64, slo: WindowSlo, keep_ttft: bool) -> Watch {
         Watch {
             window_ns: SimTime::from_secs_f64(window_s).as_nanos().max(1),
             delay_ns,
@@ -75,7 +78,6 @@ impl Watch {
             closed: 0,
             rows: Vec::new(),
             slo,
-            cost_per_hour,
             recent: keep_ttft.then(VecDeque::new),
         }
     }
@@ -178,7 +180,8 @@ impl Watch {
             itl_p99_ms: itl.p99,
             slo_met: None,
             gpu_hours: fleet.gpu_hours,
-            cost: self.cost_per_hour.map(|c| c * fleet.gpu_hours),
+            cost: fleet.cost,
+            pools: fleet.pools.clone(),
         };
         row.slo_met = self.slo_met(&row);
         self.rows.push(row);

@@ -35,14 +35,21 @@ pub struct WindowRow {
     pub gpu_hours: f64,
     /// `gpu_hours` times the hardware's `cost_per_hour`, when it has one.
     pub cost: Option<f64>,
+    /// With `cluster.pools`: each pool's (ready, starting, draining) at the
+    /// end, as the CSV's last columns.
+    #[serde(skip)]
+    pub pools: Vec<(u32, u32, u32)>,
 }
 
 /// A change the autoscaler made: replicas asked for (ready plus starting).
-#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScaleEvent {
     pub t_s: f64,
     pub from: u32,
     pub to: u32,
+    /// With `cluster.pools`: the pool it scaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// The result JSON's `over_time`.
@@ -68,6 +75,24 @@ pub struct OverTimeOut {
     /// With `cluster.autoscale` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<AutoscaleOut>,
+    /// With `cluster.pools` only: each pool's figures, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<Vec<PoolOverTime>>,
+}
+
+/// One pool of `cluster.pools` over the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolOverTime {
+    pub name: String,
+    pub hardware: String,
+    pub gpus_per_replica: u32,
+    /// Requests routed to its replicas.
+    pub requests: u64,
+    pub gpu_hours: f64,
+    pub cost: Option<f64>,
+    pub peak_replicas: u32,
+    pub scale_ups: u64,
+    pub scale_downs: u64,
 }
 
 /// What the autoscaler did.

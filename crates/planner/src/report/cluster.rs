@@ -38,6 +38,23 @@ pub fn cluster_line(s: &Scenario, c: &Cluster) -> String {
             d.kv_transfer.latency_ms
         );
     }
+    if !c.pools.is_empty() {
+        let each: Vec<String> = (c.pools.iter())
+            .map(|p| {
+                let auto = p.autoscale.as_ref().map_or_else(String::new, |a| {
+                    format!(
+                        ", autoscaled {} to {} on {} (target {})",
+                        a.min_replicas,
+                        a.max_replicas,
+                        a.signal.as_str(),
+                        a.target
+                    )
+                });
+                format!("{} {} x {} ({}{auto})", p.name, p.replicas, p.gpus_per_replica(), p.scenario.hardware.name)
+            })
+            .collect();
+        return format!("pools {}; router {}", each.join(", "), c.router.as_str());
+    }
     let per = s.deployment.gpus();
     let mut out = format!(
         "{} replica{} x {per} GPU{} = {} GPUs, router {}",
@@ -84,6 +101,22 @@ pub fn over_time_lines(out: &mut String, r: &RunResult) {
             a.scale_ups, a.scale_downs, a.min_replicas, a.max_replicas, a.signal, a.target
         );
     }
+    for p in o.pools.iter().flatten() {
+        let cost = p.cost.map_or_else(String::new, |c| format!(", cost {c:.2}"));
+        let _ = writeln!(
+            out,
+            "pool       {}: {} x {} GPU{}, {} requests, {:.2} GPU-hours{cost}, at most {} replicas, {} up, {} down",
+            p.name,
+            p.hardware,
+            p.gpus_per_replica,
+            if p.gpus_per_replica == 1 { "" } else { "s" },
+            thousands(p.requests),
+            p.gpu_hours,
+            p.peak_replicas,
+            p.scale_ups,
+            p.scale_downs
+        );
+    }
     if let Some(missed) = &o.slo_missed_windows {
         let first: Vec<String> = missed.iter().take(8).map(|s| format!("{s}")).collect();
         let more = if missed.len() > 8 { ", ..." } else { "" };
@@ -97,14 +130,67 @@ pub fn over_time_lines(out: &mut String, r: &RunResult) {
     }
 }
 
-/// The timeline CSV: one row per window (`llmsim run --timeline FILE`).
-pub fn windows_csv(rows: &[crate::metrics::over_time::WindowRow]) -> csv::Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for row in rows {
-        w.serialize(row)?;
+/// The timeline CSV: one row per window (`llmsim run --timeline FILE`);
+/// with `cluster.pools`, each pool's `ready_NAME, starting_NAME,
+/// draining_NAME` last.
+pub fn windows_csv(rows: &[crate::metrics::over_time::WindowRow], pools: &[String]) -> csv::Result<Vec<u8>> {
+    let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+    let mut header: Vec<String> = WINDOW_COLUMNS.iter().map(|c| c.to_string()).collect();
+    for p in pools {
+        header.extend(["ready", "starting", "draining"].map(|k| format!("{k}_{p}")));
+    }
+    w.write_record(&header)?;
+    let opt = |v: Option<f64>| v.map_or_else(String::new, |v| v.to_string());
+    for r in rows {
+        let mut cells = vec![
+            r.start_s.to_string(),
+            r.end_s.to_string(),
+            r.offered_rps.to_string(),
+            r.served_rps.to_string(),
+            r.rejected.to_string(),
+            r.ready.to_string(),
+            r.starting.to_string(),
+            r.draining.to_string(),
+            r.queue.to_string(),
+            r.kv_use.to_string(),
+            r.first_tokens.to_string(),
+            opt(r.ttft_p50_ms),
+            opt(r.ttft_p99_ms),
+            opt(r.itl_p50_ms),
+            opt(r.itl_p99_ms),
+            r.slo_met.map_or_else(String::new, |m| m.to_string()),
+            r.gpu_hours.to_string(),
+            opt(r.cost),
+        ];
+        for &(ready, starting, draining) in &r.pools {
+            cells.extend([ready, starting, draining].map(|n| n.to_string()));
+        }
+        w.write_record(&cells)?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }
+
+/// The timeline CSV's columns before the pools'.
+const WINDOW_COLUMNS: [&str; 18] = [
+    "start_s",
+    "end_s",
+    "offered_rps",
+    "served_rps",
+    "rejected",
+    "ready",
+    "starting",
+    "draining",
+    "queue",
+    "kv_use",
+    "first_tokens",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "slo_met",
+    "gpu_hours",
+    "cost",
+];
 
 /// The replicas table and the imbalance, if the result has them.
 pub fn replica_table(out: &mut String, r: &RunResult) {

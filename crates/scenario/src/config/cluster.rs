@@ -15,6 +15,7 @@
 use super::ConfigError;
 use super::check::{Check, DEFAULT_REPLICAS};
 use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
+use super::scenario::FleetPool;
 use super::scenario::{Arrivals, Length, Scenario};
 pub use super::scenario::{Cluster, DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool, Router};
 
@@ -48,6 +49,12 @@ pub(crate) fn build(
         };
         return disaggregated(ck, raw, base, pools);
     }
+    if raw.pools.is_some() {
+        let Some(b) = pools else {
+            return Err(ck.err("cluster.pools", "pools need the scenario's raw sections (internal)"));
+        };
+        return mixed(ck, raw, base, &b);
+    }
     let (replicas, router, overlap_weight) =
         replicas_and_router(ck, "cluster.", raw.replicas, raw.router.as_deref(), raw.overlap_weight, prefix_caching)?;
     let given = raw.replicas.is_some().then_some(replicas);
@@ -67,7 +74,117 @@ pub(crate) fn build(
         Some(t) => Some(super::autoscale::timeline(ck, t)?),
         None => autoscale.is_some().then(super::autoscale::Timeline::default),
     };
-    Ok(Cluster { replicas, router, overlap_weight, disagg: None, autoscale, timeline })
+    Ok(Cluster { replicas, router, overlap_weight, disagg: None, autoscale, timeline, pools: Vec::new() })
+}
+
+/// `cluster.pools`: replicas of the model on GPUs of their own kinds,
+/// behind one router, each pool fixed or autoscaled on its own.
+fn mixed(ck: &Check, raw: RawCluster, base: &Scenario, b: &PoolBase) -> Result<Cluster, ConfigError> {
+    for (key, given) in [("replicas", raw.replicas.is_some()), ("autoscale", raw.autoscale.is_some())] {
+        if given {
+            return Err(ck.err(
+                &format!("cluster.{key}"),
+                format!("conflicts with cluster.pools: each pool has its own {key}; set it under the pool"),
+            ));
+        }
+    }
+    let list = raw.pools.unwrap_or_default();
+    if list.is_empty() || list.len() > 16 {
+        return Err(
+            ck.err("cluster.pools", format!("{} pools: give 1 to 16, e.g. [{{name: h100, replicas: 2}}]", list.len()))
+        );
+    }
+    let (_, router, overlap_weight) =
+        replicas_and_router(ck, "cluster.", Some(1), raw.router.as_deref(), raw.overlap_weight, base.prefix_caching())?;
+    let mut pools: Vec<FleetPool> = Vec::new();
+    for (i, p) in list.into_iter().enumerate() {
+        let at = format!("cluster.pools[{i}].");
+        let name = match p.name.as_deref().map(str::trim) {
+            Some(n)
+                if !n.is_empty()
+                    && n.len() <= 32
+                    && n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) =>
+            {
+                n.to_string()
+            }
+            Some(n) => {
+                return Err(ck.err(
+                    &format!("{at}name"),
+                    format!(
+                        "`{}`: a pool's name is 1 to 32 letters, digits, `-`, `_` or `.`",
+                        super::num::short_text(n)
+                    ),
+                ));
+            }
+            None => return Err(ck.err(&format!("{at}name"), "missing: name each pool, e.g. h100")),
+        };
+        if pools.iter().any(|q| q.name == name) {
+            return Err(ck.err(&format!("{at}name"), format!("`{name}` names two pools")));
+        }
+        let rename = |mut e: ConfigError, from: &str, to: &str| {
+            e.path = e.path.replacen(from, to, 1);
+            e
+        };
+        let given = match p.replicas {
+            Some(v) => Some(
+                ck.whole32_at("cluster.replicas", v)
+                    .map_err(|e| rename(e, "cluster.replicas", &format!("{at}replicas")))?,
+            ),
+            None => None,
+        };
+        let raw_pool = RawPool {
+            replicas: None,
+            router: None,
+            overlap_weight: None,
+            hardware: p.hardware,
+            parallelism: p.parallelism,
+            scheduler: p.scheduler,
+        };
+        let built = pool_at(ck, &at, &name, raw_pool, base, b)?;
+        let scenario = built.scenario;
+        let cost_per_hour = match p.cost_per_hour {
+            Some(c) => Some(ck.real_at("hardware.cost_per_hour", c).map_err(|mut e| {
+                e.path = format!("{at}cost_per_hour");
+                e
+            })?),
+            None => scenario.hardware.cost_per_hour,
+        };
+        let (autoscale, replicas) = match p.autoscale {
+            None => (None, given.unwrap_or(DEFAULT_REPLICAS)),
+            Some(a) => {
+                let cx = super::autoscale::Context {
+                    replicas: given,
+                    weight_bytes: scenario.deployment.weight_bytes,
+                    run_s: run_seconds(base),
+                };
+                let (a, initial) = super::autoscale::build(ck, a, &cx).map_err(|mut e| {
+                    e.path = e.path.replacen("cluster.autoscale", &format!("{at}autoscale"), 1).replacen(
+                        "cluster.replicas",
+                        &format!("{at}replicas"),
+                        1,
+                    );
+                    e
+                })?;
+                (Some(a), initial)
+            }
+        };
+        pools.push(FleetPool {
+            name,
+            replicas,
+            cost_per_hour,
+            autoscale,
+            hardware: built.hardware,
+            parallelism: built.parallelism,
+            scheduler: built.scheduler,
+            scenario,
+        });
+    }
+    let replicas = pools.iter().map(|p| p.replicas).sum();
+    let timeline = match raw.timeline {
+        Some(t) => super::autoscale::timeline(ck, t)?,
+        None => super::autoscale::Timeline::default(),
+    };
+    Ok(Cluster { replicas, router, overlap_weight, disagg: None, autoscale: None, timeline: Some(timeline), pools })
 }
 
 /// How long the arrivals last, when known before the run: the workload's
@@ -185,15 +302,27 @@ fn disaggregated(ck: &Check, raw: RawCluster, base: &Scenario, pools: PoolBase) 
     let (replicas, router, overlap_weight) =
         (prefill.replicas + decode.replicas, prefill.router, prefill.overlap_weight);
     let disagg = Disagg { prefill, decode, kv_transfer };
-    Ok(Cluster { replicas, router, overlap_weight, disagg: Some(Box::new(disagg)), autoscale: None, timeline: None })
+    Ok(Cluster {
+        replicas,
+        router,
+        overlap_weight,
+        disagg: Some(Box::new(disagg)),
+        autoscale: None,
+        timeline: None,
+        pools: Vec::new(),
+    })
 }
 
 /// One pool: its router and the scenario one of its replicas runs.
 fn pool(ck: &Check, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> Result<Pool, ConfigError> {
-    let at = format!("cluster.{name}.");
+    pool_at(ck, &format!("cluster.{name}."), name, raw, base, b)
+}
+
+/// [`pool`], its keys under `at`.
+fn pool_at(ck: &Check, at: &str, name: &str, raw: RawPool, base: &Scenario, b: &PoolBase) -> Result<Pool, ConfigError> {
     let caching = base.prefix_caching();
     let (replicas, router, overlap_weight) =
-        replicas_and_router(ck, &at, raw.replicas, raw.router.as_deref(), raw.overlap_weight, caching)?;
+        replicas_and_router(ck, at, raw.replicas, raw.router.as_deref(), raw.overlap_weight, caching)?;
     // Errors in an override name its key under the pool.
     let under_pool = |mut e: ConfigError| {
         if ["hardware", "parallelism", "scheduler"].iter().any(|k| e.path.starts_with(k)) {

@@ -124,6 +124,25 @@ pub struct RawCluster {
     pub autoscale: Option<RawAutoscale>,
     /// Results per window of time (docs/clusters.md, "Results over time").
     pub timeline: Option<RawTimeline>,
+    /// Pools of replicas on their own GPUs (docs/clusters.md, "Mixed pools").
+    pub pools: Option<Vec<RawFleetPool>>,
+}
+
+/// One of `cluster.pools` as written.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFleetPool {
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub replicas: Option<i64>,
+    /// A profile name or an inline mapping, replacing the scenario's.
+    pub hardware: Option<crate::yaml::Value>,
+    pub parallelism: Option<RawParallelism>,
+    pub scheduler: Option<RawScheduler>,
+    /// Per GPU an hour, replacing the hardware's `cost_per_hour`.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub cost_per_hour: Option<f64>,
+    pub autoscale: Option<RawAutoscale>,
 }
 
 /// `cluster.autoscale` as written (Kubernetes' HPA, with its names in

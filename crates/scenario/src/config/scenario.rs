@@ -1345,6 +1345,38 @@ pub struct Cluster {
     pub autoscale: Option<super::autoscale::Autoscale>,
     /// `cluster.timeline` (implied by `autoscale`): results per window.
     pub timeline: Option<super::autoscale::Timeline>,
+    /// `cluster.pools`: replicas on GPUs of their own kinds (empty without).
+    pub pools: Vec<FleetPool>,
+}
+
+/// One of `cluster.pools` (docs/clusters.md, "Mixed pools").
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FleetPool {
+    pub name: String,
+    /// Ready at the start.
+    pub replicas: u32,
+    /// Per GPU an hour (the pool's, else its hardware's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_per_hour: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<super::autoscale::Autoscale>,
+    /// The overrides, as given (resolved), so `llmsim explain` shows them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<Hardware>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<Parallelism>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<Scheduler>,
+    /// The scenario one replica of this pool runs (no `cluster`).
+    #[serde(skip)]
+    pub scenario: Box<Scenario>,
+}
+
+impl FleetPool {
+    /// GPUs of one replica.
+    pub fn gpus_per_replica(&self) -> u32 {
+        self.scenario.deployment.gpus()
+    }
 }
 
 /// Prefill/decode disaggregation (docs/clusters.md).
@@ -1406,6 +1438,9 @@ impl KvTransfer {
 impl Cluster {
     /// GPUs of the whole cluster (every pool, tensor degrees counted).
     pub fn gpus(&self, s: &Scenario) -> u32 {
+        if !self.pools.is_empty() {
+            return self.pools.iter().map(|p| p.replicas * p.gpus_per_replica()).sum();
+        }
         match &self.disagg {
             Some(d) => d.prefill.gpus() + d.decode.gpus(),
             None => self.replicas * s.deployment.gpus(),
@@ -1426,6 +1461,24 @@ impl Serialize for Cluster {
             autoscale: Option<&'a super::autoscale::Autoscale>,
             #[serde(skip_serializing_if = "Option::is_none")]
             timeline: Option<&'a super::autoscale::Timeline>,
+        }
+        #[derive(Serialize)]
+        struct Pooled<'a> {
+            router: Router,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            overlap_weight: Option<f64>,
+            pools: &'a [FleetPool],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            timeline: Option<&'a super::autoscale::Timeline>,
+        }
+        if !self.pools.is_empty() {
+            let p = Pooled {
+                router: self.router,
+                overlap_weight: self.overlap_weight,
+                pools: &self.pools,
+                timeline: self.timeline.as_ref(),
+            };
+            return p.serialize(s);
         }
         match &self.disagg {
             Some(d) => d.serialize(s),

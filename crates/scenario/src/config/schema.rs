@@ -1217,6 +1217,12 @@ pub static KEYS: &[Key] = &[
         In(&row::COLD_START_S),
     ),
     key(
+        "cluster.pools",
+        "Replicas on GPUs of their own kinds behind one router, a list of `{name, replicas, hardware, parallelism, scheduler, cost_per_hour, autoscale}` (each key as at the top, `cost_per_hour` a GPU-hour replacing the hardware's); the routers weigh replicas by speed ([clusters](clusters.md#mixed-pools)); 1 to 16 pools.",
+        Words("none: one kind of replica"),
+        Plain,
+    ),
+    key(
         "cluster.timeline",
         "Results per window of time ([clusters](clusters.md#results-over-time)): `llmsim run --timeline FILE` writes the rows; the result JSON gains GPU-hours, cost and the windows that missed the SLO.",
         Words("none (with `autoscale`: 60 s windows)"),

@@ -25,12 +25,8 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
     let ck = Check { file };
     let calibration = super::calibration::apply(&mut raw, file)?;
     let hardware = hardware_of(&raw.hardware, file)?;
-    // Prefill/decode pools rebuild the deployment from the raw sections.
-    let pool_base = raw.cluster.as_ref().filter(|c| c.has_pools()).map(|_| super::cluster::PoolBase {
-        model: raw.model.clone(),
-        parallelism: raw.parallelism.clone(),
-        scheduler: raw.scheduler.clone(),
-    });
+    // Pools (prefill/decode, or mixed) rebuild the deployment from the raw sections.
+    let pool_base = raw.cluster.as_ref().filter(|c| c.has_pools() || c.pools.is_some()).map(|_| pool_base(&raw));
     let built = deployment::build(&ck, raw.model, raw.parallelism, &hardware)?;
     let scheduler = scheduler(&ck, &raw.scheduler)?;
     let latency = latency(&ck, &raw.latency)?;
@@ -564,4 +560,13 @@ fn choice(ck: &Check, path: &str, c: RawChoice) -> Result<Length, ConfigError> {
             .collect::<Result<Vec<_>, _>>()?,
     };
     Ok(Length::Choice { values, weights })
+}
+
+/// The raw sections a pool's scenario is rebuilt from.
+fn pool_base(raw: &RawScenario) -> super::cluster::PoolBase {
+    super::cluster::PoolBase {
+        model: raw.model.clone(),
+        parallelism: raw.parallelism.clone(),
+        scheduler: raw.scheduler.clone(),
+    }
 }

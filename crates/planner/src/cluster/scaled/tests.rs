@@ -200,3 +200,59 @@ fn the_same_seed_gives_the_same_result_and_rows() {
     assert_eq!(llmsim_core::util::to_json(&a.result), llmsim_core::util::to_json(&b.result));
     assert_eq!(a.windows, b.windows);
 }
+
+const POOLS_LOAD: &str = "workload:
+  seed: 4
+  arrivals: {poisson: {rate: 30}}
+  duration_s: 60
+  prompt_tokens: {uniform: [64, 1024]}
+  output_tokens: {uniform: [16, 200]}
+";
+
+#[test]
+fn one_pool_runs_as_the_same_fleet_without_pools() {
+    let plain = scenario(&format!("{POOLS_LOAD}cluster: {{replicas: 3, router: least_outstanding, timeline: {{}}}}\n"));
+    let pooled =
+        scenario(&format!("{POOLS_LOAD}cluster: {{router: least_outstanding, pools: [{{name: a, replicas: 3}}]}}\n"));
+    let (a, _) = run_scaled(&plain).unwrap();
+    let (mut b, _) = run_scaled(&pooled).unwrap();
+    let pools = b.result.over_time.as_mut().unwrap().pools.take().unwrap();
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0].requests, a.result.requests.total);
+    assert_eq!(llmsim_core::util::to_json(&a.result), llmsim_core::util::to_json(&b.result));
+}
+
+#[test]
+fn mixed_pools_count_their_own_gpu_hours_cost_and_requests() {
+    // A pool of 2 replicas of the base card at 2.5 a GPU-hour and a pool
+    // of 1 on a slower card (a quarter of the bandwidth) at 0.9.
+    let s = scenario(&format!(
+        "{POOLS_LOAD}cluster:
+  router: least_outstanding
+  pools:
+    - {{name: fast, replicas: 2, cost_per_hour: 2.5}}
+    - name: slow
+      replicas: 1
+      cost_per_hour: 0.9
+      hardware: {{name: slow, hbm_gib: 48, memory_bandwidth_gbps: 864, peak_tflops: 362}}
+"
+    ));
+    let (out, _) = run_scaled(&s).unwrap();
+    let o = out.result.over_time.as_ref().unwrap();
+    let pools = o.pools.as_ref().unwrap();
+    let end = o.end_s;
+    let (fast, slow) = (&pools[0], &pools[1]);
+    assert_eq!((fast.name.as_str(), slow.name.as_str(), slow.hardware.as_str()), ("fast", "slow", "slow"));
+    assert!((fast.gpu_hours - 2.0 * end / 3600.0).abs() < 1e-12);
+    assert!((slow.gpu_hours - end / 3600.0).abs() < 1e-12);
+    assert!((fast.cost.unwrap() - 2.5 * fast.gpu_hours).abs() < 1e-12);
+    assert!((o.cost.unwrap() - (2.5 * 2.0 + 0.9) * end / 3600.0).abs() < 1e-9);
+    assert_eq!(fast.requests + slow.requests, out.result.requests.total);
+    // Each pool's requests are those placed on its replicas (slots 0, 1 and 2).
+    let placement = out.placement.as_ref().unwrap();
+    let on = |slots: &[u32]| placement.requests.iter().flatten().filter(|r| slots.contains(r)).count() as u64;
+    assert_eq!((on(&[0, 1]), on(&[2])), (fast.requests, slow.requests));
+    // The slower replica is weighed lower: it takes fewer than a third.
+    assert!(slow.requests * 3 < out.result.requests.total, "{slow:?}");
+    assert!(out.windows.iter().all(|w| w.pools == [(2, 0, 0), (1, 0, 0)]));
+}
