@@ -534,3 +534,27 @@ fn bad_pools_name_the_pool_and_the_key() {
         .fails_with(2)
         .stderr_has(&["capacity sizes a fixed fleet", "cluster.pools"]);
 }
+
+#[test]
+fn a_trace_of_wall_clock_times_replays_from_its_first_row() {
+    let dir = tempdir();
+    let trace = write(
+        dir.path(),
+        "day.csv",
+        "timestamp,prompt_tokens,output_tokens\n2026-12-05T09:00:00Z,100,10\n2026-12-05T09:00:02.5Z,100,10\n",
+    );
+    let set = format!("workload.arrivals={{trace: {}}}", trace.display());
+    let csv = dir.path().join("out.csv");
+    let args = ["trace", BASE, "--set", &set, "--set", "workload.prompt_tokens=null", "--set"];
+    TestCommand::new(&args)
+        .arg("workload.output_tokens=null")
+        .arg("--set")
+        .arg("workload.requests=null")
+        .arg("-o")
+        .arg(&csv)
+        .ok();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let arrivals: Vec<&str> = text.lines().skip(1).map(|l| l.split(',').next().unwrap()).collect();
+    assert_eq!(arrivals, ["0.000000000", "2.500000000"], "{text}");
+    bad_trace("timestamp,prompt_tokens,output_tokens\n09:00,1,1\n08:00,1,1\n", &["line 3, column timestamp"]);
+}

@@ -61,6 +61,11 @@ pub struct TraceRow {
 
 pub const COLUMNS: [&str; 3] = ["arrival_s", "prompt_tokens", "output_tokens"];
 
+/// A column of wall-clock times standing for `arrival_s` when that is
+/// absent ([`crate::trace_time`]): arrivals are each row's time less the
+/// first row's.
+pub const TIMESTAMP_COLUMN: &str = "timestamp";
+
 /// The latest arrival a trace may have: [`limits::ARRIVAL_S`]'s end in
 /// nanoseconds, exactly.
 const MAX_ARRIVAL_NS: u64 = limits::MAX_SIM_SECONDS as u64 * 1_000_000_000;
@@ -254,14 +259,17 @@ fn parse_csv_from<R: Read>(reader: R, file: &Path, kind: Kind) -> Result<Parsed,
     let raw = reader.headers().map_err(|e| csv_error(file, kind, "line 1".into(), "header", &e))?.clone();
     let headers: Vec<&str> = raw.iter().map(str::trim).collect();
     let mut index = [0usize; 3];
+    // A `timestamp` column stands for `arrival_s` when that is absent.
+    let stamped = !headers.contains(&COLUMNS[0]) && headers.contains(&TIMESTAMP_COLUMN);
     for (slot, name) in index.iter_mut().zip(COLUMNS) {
+        let name = if stamped && name == COLUMNS[0] { TIMESTAMP_COLUMN } else { name };
         *slot = headers.iter().position(|h| *h == name).ok_or_else(|| {
             TraceError::new(
                 file,
                 "line 1",
                 format!(
-                    "missing column `{name}`: the header must name arrival_s, prompt_tokens and \
-                     output_tokens (found: {})",
+                    "missing column `{name}`: the header must name arrival_s (or timestamp), prompt_tokens \
+                     and output_tokens (found: {})",
                     headers.join(", ")
                 ),
             )
@@ -291,6 +299,8 @@ fn parse_csv_from<R: Read>(reader: R, file: &Path, kind: Kind) -> Result<Parsed,
     let mut class_index: HashMap<String, u16> = HashMap::new();
     let mut rows = Vec::new();
     let mut last = SimTime::ZERO;
+    // The first row's timestamp (nanoseconds, and whether it had a date).
+    let mut first_stamp: Option<(u64, bool)> = None;
     // One record, read into again and again: no allocation a row.
     let mut record = csv::StringRecord::new();
     loop {
@@ -302,9 +312,35 @@ fn parse_csv_from<R: Read>(reader: R, file: &Path, kind: Kind) -> Result<Parsed,
             break;
         }
         let line = record.position().map_or(0, |p| p.line());
-        let at = |col: usize| format!("line {line}, column {}", COLUMNS[col]);
+        let at = |col: usize| {
+            let name = if stamped && col == 0 { TIMESTAMP_COLUMN } else { COLUMNS[col] };
+            format!("line {line}, column {name}")
+        };
         let field = |col: usize| record.get(index[col]).map_or("", str::trim);
-        let sent = field(0);
+        let stamp_text;
+        let sent = match stamped {
+            false => field(0),
+            true => {
+                let (ns, dated) = crate::trace_time::parse(field(0)).map_err(|m| TraceError::new(file, at(0), m))?;
+                let (first, first_dated) = *first_stamp.get_or_insert((ns, dated));
+                if dated != first_dated {
+                    return Err(TraceError::new(
+                        file,
+                        at(0),
+                        "mixes dates and times of day: give every row a date, or none",
+                    ));
+                }
+                if ns < first {
+                    return Err(TraceError::new(
+                        file,
+                        at(0),
+                        format!("`{}` is earlier than the first row: times must not decrease", short_text(field(0))),
+                    ));
+                }
+                stamp_text = SimTime::from_nanos(ns - first).to_string();
+                stamp_text.as_str()
+            }
+        };
         let secs: f64 = sent.parse().ok().filter(|s: &f64| !s.is_nan()).ok_or_else(|| {
             TraceError::new(file, at(0), format!("`{}` is not a number of seconds", short_text(sent)))
         })?;
@@ -831,6 +867,32 @@ mod tests {
         assert_eq!(rows[0].arrival, SimTime::from_nanos(999_999_999_999_000_000));
         assert_eq!(rows[1].arrival, SimTime::from_nanos(MAX_ARRIVAL_NS));
         assert!(parse_jsonl(&line("1000000000000.001"), Path::new("m.jsonl"), 512).is_err());
+    }
+
+    #[test]
+    fn a_timestamp_column_is_replayed_from_its_first_row() {
+        let text = "timestamp,prompt_tokens,output_tokens\n2026-12-05T23:59:59.5Z,10,2\n\
+                    2026-12-06 00:00:01+00:00,3,4\n2026-12-06T01:00:01.25+01:00,5,6\n";
+        let rows = parse_str(text).unwrap();
+        // 0.5 s to midnight and 1 s past it; 01:00:01.25+01:00 is 00:00:01.25 UTC.
+        let at: Vec<u64> = rows.iter().map(|r| r.arrival.as_nanos()).collect();
+        assert_eq!(at, [0, 1_500_000_000, 1_750_000_000]);
+        let rows =
+            parse_str("timestamp,prompt_tokens,output_tokens\n09:00:00,1,1\n09:00:00.25,1,1\n10:00,1,1\n").unwrap();
+        let at: Vec<u64> = rows.iter().map(|r| r.arrival.as_nanos()).collect();
+        assert_eq!(at, [0, 250_000_000, 3_600_000_000_000]);
+        // arrival_s wins when both are given.
+        let rows = parse_str("timestamp,arrival_s,prompt_tokens,output_tokens\n09:00,7,1,1\n").unwrap();
+        assert_eq!(rows[0].arrival.as_nanos(), 7_000_000_000);
+        let e = parse_str("timestamp,prompt_tokens,output_tokens\n09:00,1,1\n2026-12-05T09:00:00Z,1,1\n").unwrap_err();
+        assert!(e.contains("line 3, column timestamp") && e.contains("mixes dates and times of day"), "{e}");
+        let e = parse_str("timestamp,prompt_tokens,output_tokens\n09:00,1,1\n08:59,1,1\n").unwrap_err();
+        assert!(e.contains("line 3, column timestamp") && e.contains("earlier than the first row"), "{e}");
+        let e =
+            parse_str("timestamp,prompt_tokens,output_tokens\n09:00,1,1\n09:00:30,1,1\n09:00:10,1,1\n").unwrap_err();
+        assert!(e.contains("line 4, column timestamp") && e.contains("must not decrease"), "{e}");
+        let e = parse_str("timestamp,prompt_tokens,output_tokens\nnoon,1,1\n").unwrap_err();
+        assert!(e.contains("line 2, column timestamp") && e.contains("`noon` is not a timestamp"), "{e}");
     }
 
     #[test]
