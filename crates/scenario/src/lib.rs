@@ -6,5 +6,4 @@ pub mod config;
 pub mod input;
 pub mod limits;
 pub mod trace;
-pub mod trace_time;
 pub mod yaml;

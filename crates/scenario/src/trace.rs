@@ -22,6 +22,8 @@ use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
+pub mod time;
+
 use crate::input::{self, Input, InputError, Kind};
 use crate::limits;
 use llmsim_core::time::SimTime;
@@ -62,7 +64,7 @@ pub struct TraceRow {
 pub const COLUMNS: [&str; 3] = ["arrival_s", "prompt_tokens", "output_tokens"];
 
 /// A column of wall-clock times standing for `arrival_s` when that is
-/// absent ([`crate::trace_time`]): arrivals are each row's time less the
+/// absent ([`time`]): arrivals are each row's time less the
 /// first row's.
 pub const TIMESTAMP_COLUMN: &str = "timestamp";
 
@@ -258,23 +260,7 @@ fn parse_csv_from<R: Read>(reader: R, file: &Path, kind: Kind) -> Result<Parsed,
     let mut reader = csv::ReaderBuilder::new().from_reader(reader);
     let raw = reader.headers().map_err(|e| csv_error(file, kind, "line 1".into(), "header", &e))?.clone();
     let headers: Vec<&str> = raw.iter().map(str::trim).collect();
-    let mut index = [0usize; 3];
-    // A `timestamp` column stands for `arrival_s` when that is absent.
-    let stamped = !headers.contains(&COLUMNS[0]) && headers.contains(&TIMESTAMP_COLUMN);
-    for (slot, name) in index.iter_mut().zip(COLUMNS) {
-        let name = if stamped && name == COLUMNS[0] { TIMESTAMP_COLUMN } else { name };
-        *slot = headers.iter().position(|h| *h == name).ok_or_else(|| {
-            TraceError::new(
-                file,
-                "line 1",
-                format!(
-                    "missing column `{name}`: the header must name arrival_s (or timestamp), prompt_tokens \
-                     and output_tokens (found: {})",
-                    headers.join(", ")
-                ),
-            )
-        })?;
-    }
+    let (index, stamped) = required_columns(&headers, file)?;
     let optional = CONTENT_COLUMNS.map(|name| headers.iter().position(|h| *h == name));
     if optional[0].is_some() != optional[1].is_some() {
         return Err(TraceError::new(
@@ -321,23 +307,7 @@ fn parse_csv_from<R: Read>(reader: R, file: &Path, kind: Kind) -> Result<Parsed,
         let sent = match stamped {
             false => field(0),
             true => {
-                let (ns, dated) = crate::trace_time::parse(field(0)).map_err(|m| TraceError::new(file, at(0), m))?;
-                let (first, first_dated) = *first_stamp.get_or_insert((ns, dated));
-                if dated != first_dated {
-                    return Err(TraceError::new(
-                        file,
-                        at(0),
-                        "mixes dates and times of day: give every row a date, or none",
-                    ));
-                }
-                if ns < first {
-                    return Err(TraceError::new(
-                        file,
-                        at(0),
-                        format!("`{}` is earlier than the first row: times must not decrease", short_text(field(0))),
-                    ));
-                }
-                stamp_text = SimTime::from_nanos(ns - first).to_string();
+                stamp_text = stamp_arrival(field(0), &mut first_stamp).map_err(|m| TraceError::new(file, at(0), m))?;
                 stamp_text.as_str()
             }
         };
@@ -430,6 +400,43 @@ fn parse_csv_from<R: Read>(reader: R, file: &Path, kind: Kind) -> Result<Parsed,
         return Err(TraceError::new(file, "", "the trace has no requests: add at least one row"));
     }
     Ok((rows, content.map(|c| TraceContent { rows: c.rows, hash_block_size: None }), classes))
+}
+
+/// Where the three required columns are (`timestamp` standing for
+/// `arrival_s` when that is absent, which the second value says).
+fn required_columns(headers: &[&str], file: &Path) -> Result<([usize; 3], bool), TraceError> {
+    let mut index = [0usize; 3];
+    // A `timestamp` column stands for `arrival_s` when that is absent.
+    let stamped = !headers.contains(&COLUMNS[0]) && headers.contains(&TIMESTAMP_COLUMN);
+    for (slot, name) in index.iter_mut().zip(COLUMNS) {
+        let name = if stamped && name == COLUMNS[0] { TIMESTAMP_COLUMN } else { name };
+        *slot = headers.iter().position(|h| *h == name).ok_or_else(|| {
+            TraceError::new(
+                file,
+                "line 1",
+                format!(
+                    "missing column `{name}`: the header must name arrival_s (or timestamp), prompt_tokens \
+                     and output_tokens (found: {})",
+                    headers.join(", ")
+                ),
+            )
+        })?;
+    }
+    Ok((index, stamped))
+}
+
+/// A `timestamp` cell as decimal seconds since the first row's (which
+/// `first` keeps: its nanoseconds and whether it had a date).
+fn stamp_arrival(cell: &str, first: &mut Option<(u64, bool)>) -> Result<String, String> {
+    let (ns, dated) = time::parse(cell)?;
+    let (start, start_dated) = *first.get_or_insert((ns, dated));
+    if dated != start_dated {
+        return Err("mixes dates and times of day: give every row a date, or none".to_string());
+    }
+    if ns < start {
+        return Err(format!("`{}` is earlier than the first row: times must not decrease", short_text(cell)));
+    }
+    Ok(SimTime::from_nanos(ns - start).to_string())
 }
 
 /// Reads the content columns row by row, linking sessions.
