@@ -6,6 +6,8 @@ use std::sync::LazyLock;
 
 use clap::Args;
 
+mod over_time;
+
 use super::{CliError, ScenarioArgs, print, write_output};
 use llmsim_analysis::capacity::probe::MAX_REQUESTS;
 use llmsim_analysis::capacity::search::{FEWEST_REQUESTS, MAX_SEEDS, SearchError};
@@ -32,7 +34,7 @@ static SLO_HELP: LazyLock<String> = LazyLock::new(|| {
 pub struct CapacityArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    #[arg(long, value_name = "METRIC=BOUND", required = true, help = SLO_HELP.as_str())]
+    #[arg(long, value_name = "METRIC=BOUND", required_unless_present = "over_time", help = SLO_HELP.as_str())]
     pub slo: Vec<String>,
     /// The rate the fleet must serve (req/s): prints the replicas needed,
     /// with requests split evenly between them.
@@ -49,11 +51,12 @@ pub struct CapacityArgs {
     /// replica.
     #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
-    /// Seeds every probe runs (1 to 100): the scenario's seed and the next
-    /// ones. A rate is sustained when the queue keeps up pooled over them,
-    /// and meets the SLOs when every one of them does.
-    #[arg(long, value_name = "N", default_value_t = llmsim_analysis::capacity::search::SEEDS)]
-    pub seeds: u32,
+    /// Seeds every probe runs (1 to 100; default 3, 1 with --over-time):
+    /// the scenario's seed and the next ones. A rate is sustained when the
+    /// queue keeps up pooled over them, and meets the SLOs when every one
+    /// of them does.
+    #[arg(long, value_name = "N")]
+    pub seeds: Option<u32>,
     /// With --target-rate and a scenario with prefill/decode pools: the
     /// GPUs to split between the pools (default: the scenario's pools').
     /// Every split is simulated at the target rate.
@@ -64,6 +67,32 @@ pub struct CapacityArgs {
     /// beside them within the SLOs (docs/priorities.md).
     #[arg(long, value_name = "NAME", conflicts_with = "target_rate")]
     pub class: Option<String>,
+    /// The cheapest policy for a fleet over time (a scenario with
+    /// cluster.autoscale, cluster.pools or cluster.timeline): every
+    /// --set KEY=a,b,c is an axis of policies (as `llmsim sweep` reads it),
+    /// each run over the whole load and judged by its windows against
+    /// cluster.timeline.slo (or --slo on a window percentile:
+    /// ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms); printed against
+    /// the smallest static fleet of the first pool that meets the same SLO.
+    #[arg(long, conflicts_with_all = ["target_rate", "gpus", "class", "requests"])]
+    pub over_time: bool,
+    /// With --over-time: the fraction of windows that must meet the SLO on
+    /// every seed (above 0, at most 1).
+    #[arg(long, value_name = "FRACTION", default_value_t = 1.0, requires = "over_time")]
+    pub windows: f64,
+    /// With --over-time: the largest static fleet to try (default: twice
+    /// the scenario's largest fleet, at least 8).
+    #[arg(long, value_name = "N", requires = "over_time")]
+    pub static_max: Option<u32>,
+    /// With --over-time: the policies' results from `llmsim sweep --shard`
+    /// files (run with this command's scenario, --set values and --seeds)
+    /// instead of running them here; the static fleet is still searched here.
+    #[arg(long, value_name = "SHARD", num_args = 1.., requires = "over_time")]
+    pub shards: Vec<PathBuf>,
+    /// Worker threads with --over-time (default: RAYON_NUM_THREADS, else
+    /// one per core); the output does not depend on it.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "over_time")]
+    pub threads: usize,
     /// Write the search and its answer as JSON; `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -93,19 +122,24 @@ fn options(a: &CapacityArgs) -> Result<Options, CliError> {
             thousands(MAX_REQUESTS)
         )));
     }
-    if !(1..=MAX_SEEDS).contains(&a.seeds) {
-        return Err(usage(format!("--seeds {}: must be from 1 to {MAX_SEEDS}", a.seeds)));
+    let seeds = a.seeds.unwrap_or(llmsim_analysis::capacity::search::SEEDS);
+    if !(1..=MAX_SEEDS).contains(&seeds) {
+        return Err(usage(format!("--seeds {seeds}: must be from 1 to {MAX_SEEDS}")));
     }
-    Ok(Options { slos, precision: a.precision, requests: a.requests, target_rate: a.target_rate, seeds: a.seeds })
+    Ok(Options { slos, precision: a.precision, requests: a.requests, target_rate: a.target_rate, seeds })
 }
 
 pub fn execute(a: CapacityArgs) -> Result<(), CliError> {
+    if a.over_time {
+        return over_time::execute_over_time(&a);
+    }
     let mut opts = options(&a)?;
     let mut scenario = a.scenario.load()?;
     if scenario.cluster.as_ref().is_some_and(|c| c.timeline.is_some()) {
         return Err(CliError::Usage(format!(
             "{}: capacity sizes a fixed fleet for one rate; this one has cluster.autoscale, cluster.pools or \
-             cluster.timeline (a fleet over time): run it with llmsim run, or remove those keys",
+             cluster.timeline (a fleet over time): search its policies with --over-time, run it with llmsim run, \
+             or remove those keys",
             scenario.source.display()
         )));
     }

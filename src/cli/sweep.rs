@@ -7,7 +7,6 @@ use clap::Args;
 use super::{CliError, csv_failure, print, write_output};
 use llmsim_analysis::capacity::Slo;
 use llmsim_analysis::plot::Plot;
-use llmsim_analysis::sweep::axis::{SetArg, parse_set};
 use llmsim_analysis::sweep::exec::{ExecOptions, execute};
 use llmsim_analysis::sweep::plan::Plan;
 use llmsim_analysis::sweep::shard::{ShardFile, ShardSpec};
@@ -133,16 +132,7 @@ fn plan(a: &SweepArgs) -> Result<Plan, CliError> {
         Plan { base: a.file.clone(), fixed: Vec::new(), axes: Vec::new(), seeds: 1 }
     };
     for s in &a.set {
-        match parse_set(s).map_err(|e| usage(format!("--set {e}")))? {
-            SetArg::Fixed(o) => plan.fixed.push(o),
-            SetArg::Axis(axis) if plan.axes.iter().any(|b| b.key == axis.key) => {
-                return Err(usage(format!(
-                    "--set {s}: `{}` is already an axis; give all its values at once",
-                    axis.key
-                )));
-            }
-            SetArg::Axis(axis) => plan.axes.push(axis),
-        }
+        plan.add_set(s).map_err(CliError::Usage)?;
     }
     if let Some(o) = plan.fixed.iter().find(|o| plan.axes.iter().any(|a| a.key == o.key())) {
         return Err(usage(format!("`{}` is both an axis and a plain override; keep one", o.key())));

@@ -558,3 +558,48 @@ fn a_trace_of_wall_clock_times_replays_from_its_first_row() {
     assert_eq!(arrivals, ["0.000000000", "2.500000000"], "{text}");
     bad_trace("timestamp,prompt_tokens,output_tokens\n09:00,1,1\n08:00,1,1\n", &["line 3, column timestamp"]);
 }
+
+#[test]
+fn bad_over_time_searches_name_the_option_and_what_is_allowed() {
+    const DAY: &str = "scenarios/clusters/autoscale-day.yml";
+    const POOLS: &str = "scenarios/clusters/day-pools.yml";
+    let over = |file: &str, extra: &[&str]| {
+        let mut cmd = TestCommand::new(&["capacity", file, "--over-time"]);
+        for a in extra {
+            cmd = cmd.arg(a);
+        }
+        cmd.bounded(60, 2048)
+    };
+    let refused = |file: &str, extra: &[&str], fragments: &[&str]| {
+        let out = over(file, extra);
+        assert_eq!(out.code(), 2, "{extra:?}\n{}", out.describe());
+        out.stderr_has(fragments);
+    };
+    refused(BASE, &[], &["--over-time judges a fleet window by window", "cluster.autoscale"]);
+    for w in ["--windows=0", "--windows=1.5", "--windows=-0.1", "--windows=NaN"] {
+        refused(DAY, &[w], &["--windows", "above 0 and at most 1"]);
+    }
+    refused(DAY, &["--slo", "ttft_p90_ms=500"], &["`ttft_p90_ms` is not a window percentile", "itl_p99_ms"]);
+    refused(DAY, &["--slo", "ttft_p99_ms=fast"], &["--slo ttft_p99_ms=fast", "expects a number"]);
+    refused(DAY, &["--slo", "ttft_p99_ms=-5"], &["cluster.timeline.slo.ttft_p99_ms"]);
+    refused(DAY, &["--static-max", "0"], &["--static-max 0", "from 1 to 10000"]);
+    refused(DAY, &["--set", "cluster.timeline.slo=null"], &["no window SLO", "cluster.timeline.slo"]);
+    refused(DAY, &["--set", "cluster.autoscale.target=0,4"], &["point 1 of 2", "cluster.autoscale.target"]);
+    refused(DAY, &["--shards", "nowhere.json"], &["nowhere.json"]);
+    refused(POOLS, &["--set", "cluster.pools.2.replicas=1,2"], &["`cluster.pools` has 2 entries (counted from 0)"]);
+    refused(POOLS, &["--set", "cluster.pools.0.speed=1,2"], &["unknown key path `cluster.pools.0.speed`", "replicas"]);
+    refused(POOLS, &["--set", "cluster.pools.1.autoscale.aim=1,2"], &["those of `cluster.autoscale`"]);
+    refused(
+        DAY,
+        &["--set", "cluster.pools.0.replicas=1,2"],
+        &["`cluster.pools` is nothing (null), not a list to index"],
+    );
+    // Options of the other search, and options without --over-time.
+    refused(DAY, &["--target-rate", "5"], &["--target-rate"]);
+    TestCommand::new(&["capacity", DAY, "--slo", "ttft_p99_ms=500", "--windows", "0.5"])
+        .fails_with(2)
+        .stderr_has(&["--over-time"]);
+    // A pool's key is set by its position, for run as for the search.
+    let out = TestCommand::new(&["explain", POOLS, "--set", "cluster.pools.1.autoscale.target=7"]).ok();
+    assert!(out.stdout().contains("target: 7.0"), "{}", out.describe());
+}

@@ -24,6 +24,7 @@ mod invariants;
 mod invariants_models;
 mod invariants_prefix;
 mod limits;
+mod over_time;
 mod prefix;
 mod server;
 mod stretch;

@@ -56,6 +56,7 @@
 //! `--requests N` (100 to 1,000,000) sets every probe's size instead.
 
 pub mod fleet;
+pub mod over_time;
 pub mod probe;
 pub mod render;
 pub mod saturation;

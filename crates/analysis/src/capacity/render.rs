@@ -183,3 +183,86 @@ fn seeds(s: &[u64]) -> String {
         [] => "no seed".into(),
     }
 }
+
+/// The summary `llmsim capacity --over-time` prints: every policy, the
+/// plan, the static fleet and the saving. The JSON is the
+/// [`super::over_time::OverTimePlan`] serialised as is.
+pub fn over_time(p: &super::over_time::OverTimePlan) -> String {
+    use super::over_time::Price;
+    let mut out = String::new();
+    let need = match p.windows_needed {
+        f if f >= 1.0 => "every window".to_string(),
+        f => format!("{}% of windows", f * 100.0),
+    };
+    let _ = writeln!(out, "scenario    {} ({})", p.scenario, seeds(&p.seeds));
+    let _ = writeln!(out, "SLO         {} in {need} of {} s", p.slo.join(", "), p.window_s);
+    let unit = match p.price {
+        Price::Cost => "cost",
+        Price::GpuHours => "GPU-h",
+    };
+    let shown = |g: f64, c: Option<f64>| p.price.of(g, c).map_or("-".into(), |v| format!("{v:.2}"));
+    let _ = writeln!(out, "policies    {} (price: {unit})", p.candidates.len());
+    let _ = writeln!(
+        out,
+        "  {:>5}  {:>10}  {:>8}  {:>7}  {:>5}  {:<5}  policy",
+        "point", unit, "GPU-h", "missed", "peak", "meets"
+    );
+    for (i, c) in p.candidates.iter().enumerate() {
+        let mark = if p.cheapest == Some(i) { "<- plan" } else { "" };
+        let _ = writeln!(
+            out,
+            "  {:>5}  {:>10}  {:>8.2}  {:>7}  {:>5}  {:<5}  {} {mark}",
+            c.point,
+            shown(c.gpu_hours, c.cost),
+            c.gpu_hours,
+            format!("{}/{}", c.missed, c.windows),
+            c.peak_replicas,
+            if c.meets { "yes" } else { "no" },
+            c.values
+        );
+    }
+    match p.cheapest.map(|i| &p.candidates[i]) {
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "plan        point {}: {} ({unit} {}, {:.2} GPU-h, {} of {} windows missed, peak {} replicas)",
+                c.point,
+                c.values,
+                shown(c.gpu_hours, c.cost),
+                c.gpu_hours,
+                c.missed,
+                c.windows,
+                c.peak_replicas
+            );
+        }
+        None => {
+            let _ = writeln!(out, "plan        none: no policy met the SLO in {need}");
+        }
+    }
+    if let Some(f) = &p.static_fleet {
+        let kind = match &f.pool {
+            Some(pool) => format!("pool {pool}'s replicas ({}, {} GPU a replica)", f.hardware, f.gpus_per_replica),
+            None => format!("replicas of {} ({} GPU a replica)", f.hardware, f.gpus_per_replica),
+        };
+        match (&f.replicas, &f.at_replicas) {
+            (Some(n), Some(s)) => {
+                let _ = writeln!(
+                    out,
+                    "static      {n} {kind}: {unit} {}, {:.2} GPU-h, {} of {} windows missed ({} probes)",
+                    shown(s.gpu_hours, s.cost),
+                    s.gpu_hours,
+                    s.missed,
+                    s.windows,
+                    f.probes.len()
+                );
+            }
+            _ => {
+                let _ = writeln!(out, "static      none up to {} {kind} met the SLO in {need}", f.limit);
+            }
+        }
+    }
+    if let Some(s) = p.saving {
+        let _ = writeln!(out, "saving      {:.1}% of the static fleet's {unit}", s * 100.0);
+    }
+    out
+}

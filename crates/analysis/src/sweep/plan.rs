@@ -44,6 +44,20 @@ pub struct Point {
 }
 
 impl Plan {
+    /// Adds one `--set` argument: `KEY=a,b,c` (or a range) as an axis,
+    /// `KEY=value` as a plain override. The error is the message for the
+    /// user, the argument named.
+    pub fn add_set(&mut self, text: &str) -> Result<(), String> {
+        match super::axis::parse_set(text).map_err(|e| format!("--set {e}"))? {
+            super::axis::SetArg::Fixed(o) => self.fixed.push(o),
+            super::axis::SetArg::Axis(axis) if self.axes.iter().any(|b| b.key == axis.key) => {
+                return Err(format!("--set {text}: `{}` is already an axis; give all its values at once", axis.key));
+            }
+            super::axis::SetArg::Axis(axis) => self.axes.push(axis),
+        }
+        Ok(())
+    }
+
     /// How many points the product has.
     pub fn count(&self) -> Result<usize, PlanError> {
         let mut n: usize = 1;

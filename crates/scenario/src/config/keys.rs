@@ -168,6 +168,9 @@ pub fn check_path(path: &str) -> Result<Kind, KeyError> {
     if let Some(kind) = keys.get(path) {
         return Ok(*kind);
     }
+    if let Some(found) = pool_path(path) {
+        return found;
+    }
     // A key inside a list or a plain value is never valid.
     let hint = match llmsim_core::util::nearest(path, keys.keys().map(String::as_str)) {
         Some(near) => format!("did you mean `{near}`?"),
@@ -182,6 +185,42 @@ pub fn check_path(path: &str) -> Result<Kind, KeyError> {
         }
     };
     Err(KeyError::Unknown { path: path.to_string(), hint })
+}
+
+/// A key inside one of `cluster.pools`, by its position from 0:
+/// `cluster.pools.1.autoscale.target`, `cluster.pools.0.replicas`. A pool
+/// holds `name`, `replicas`, `cost_per_hour`, `autoscale` (the keys of
+/// `cluster.autoscale`) and the top-level `hardware`, `parallelism` and
+/// `scheduler`. `None` when `path` is not under `cluster.pools.N`.
+fn pool_path(path: &str) -> Option<Result<Kind, KeyError>> {
+    let rest = path.strip_prefix("cluster.pools.")?;
+    let (index, key) = rest.split_once('.').unwrap_or((rest, ""));
+    if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let unknown = |hint: String| Err(KeyError::Unknown { path: path.to_string(), hint });
+    let head = key.split('.').next().unwrap_or("");
+    Some(match head {
+        "name" if key == head => Ok(Kind::Text),
+        "replicas" if key == head => Ok(Kind::Integer),
+        "cost_per_hour" if key == head => Ok(Kind::Number),
+        "autoscale" => {
+            let inner = format!("cluster.{key}");
+            match all().get(&inner) {
+                Some(kind) => Ok(*kind),
+                None => {
+                    unknown(format!("keys under `cluster.pools.{index}.autoscale` are those of `cluster.autoscale`"))
+                }
+            }
+        }
+        "hardware" | "parallelism" | "scheduler" => match all().get(key) {
+            Some(kind) => Ok(*kind),
+            None => unknown(format!("keys under `cluster.pools.{index}.{head}` are those of the top-level `{head}`")),
+        },
+        _ => unknown(format!(
+            "keys under `cluster.pools.{index}`: name, replicas, cost_per_hour, autoscale, hardware, parallelism, scheduler"
+        )),
+    })
 }
 
 /// Checks a value against the key's kind.

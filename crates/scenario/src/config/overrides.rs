@@ -76,6 +76,14 @@ impl Override {
         }
         let mut node = root;
         for (i, seg) in self.path.iter().enumerate() {
+            if let Some(k) = list_index(&self.path[..i], seg) {
+                node = self.item(node, k, &self.path[..i], file)?;
+                if i + 1 == self.path.len() {
+                    *node = self.value.clone();
+                    return Ok(());
+                }
+                continue;
+            }
             if node.is_null() {
                 *node = Value::Mapping(Mapping::new());
             }
@@ -98,6 +106,46 @@ impl Override {
         }
         Ok(())
     }
+}
+
+impl Override {
+    /// Item `k` of the list at `at` (`cluster.pools`), named in the error
+    /// when the list is shorter or absent.
+    fn item<'a>(
+        &self,
+        node: &'a mut Value,
+        k: usize,
+        at: &[String],
+        file: &Path,
+    ) -> Result<&'a mut Value, ConfigError> {
+        let at = at.join(".");
+        let len = match &*node {
+            Value::Sequence(items) => items.len(),
+            other => {
+                return Err(ConfigError::new(
+                    file,
+                    at.clone(),
+                    format!("--set {}: `{at}` is {}, not a list to index", self.key(), super::describe_value(other)),
+                ));
+            }
+        };
+        match node {
+            Value::Sequence(items) if k < len => Ok(&mut items[k]),
+            _ => Err(ConfigError::new(
+                file,
+                at.clone(),
+                format!("--set {}: `{at}` has {len} entries (counted from 0)", self.key()),
+            )),
+        }
+    }
+}
+
+/// A list position in a key path: a number after `cluster.pools` (the one
+/// list whose items `--set` reaches, see [`super::keys::check_path`]).
+fn list_index(before: &[String], seg: &str) -> Option<usize> {
+    (before == ["cluster", "pools"] && !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| seg.parse().ok())
+        .flatten()
 }
 
 /// Replaces `model: NAME` with `model: {preset: NAME}`, so keys can be set beside it.
