@@ -715,3 +715,24 @@ fn an_autoscaled_sweep_gives_the_same_bytes_at_one_and_two_threads() {
     let points: serde_json::Value = serde_json::from_slice(&outputs[0]).unwrap();
     assert!(points[0]["results"][0]["over_time"]["autoscale"]["scale_ups"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn an_autoscaled_run_in_summary_mode_gives_the_same_result() {
+    // Summary mode forgets each request when it ends (the fleet's owner
+    // and the timeline's flights as the collector's records): the result
+    // must not change, over generated fleets, pools and windows.
+    for seed in 0..40u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(9100 + seed);
+        let (cluster, affinity) = random_autoscale(&mut rng);
+        let caching = affinity || rng.random_bool(0.5);
+        let shape = Shape { blocks: [40, 120, 2000], gamma: true, max_prefix: 300 };
+        let text = format!("{}{cluster}", random_engine(&mut rng, &shape, caching));
+        let s = scenario(&text);
+        let full = llmsim_planner::Run::new(&s).go().unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        let summary = llmsim_planner::Run::new(&s).summary_only(true).go().unwrap();
+        let json = |r: &llmsim_planner::metrics::RunResult| serde_json::to_string(r).unwrap();
+        assert_eq!(json(&full.result), json(&summary.result), "seed {seed}\n{text}");
+        assert!(full.result.over_time.is_some());
+        assert!(summary.requests.is_empty() || summary.requests.len() < full.requests.len(), "seed {seed}");
+    }
+}

@@ -32,6 +32,7 @@ pub use crate::metrics::Placement;
 pub use crate::metrics::result::ReplicaOut;
 pub mod disagg;
 pub mod hpa;
+pub mod in_flight;
 mod lanes;
 pub mod router;
 pub mod scaled;
@@ -401,13 +402,13 @@ impl<O: Observer> Observer for OnReplica<'_, O> {
             return;
         }
         if let Some(w) = &mut self.watch {
-            w.finished(at);
+            w.finished(id, at);
         }
         self.inner.finished(id, at);
     }
     fn rejected(&mut self, id: RequestId, at: SimTime, reason: RejectReason) {
         if let Some(w) = &mut self.watch {
-            w.rejected(at);
+            w.rejected(id, at);
         }
         self.inner.rejected(id, at, reason);
     }

@@ -19,7 +19,7 @@ use crate::sim::Single;
 use crate::workload::AnySource;
 use llmsim_core::engine::{Engine, Observer};
 use llmsim_scenario::config::cluster::{DEFAULT_OVERLAP_WEIGHT, Disagg};
-use llmsim_scenario::config::{Cluster, Scenario};
+use llmsim_scenario::config::{Cluster, Scenario, limits};
 
 /// A run of a scenario, set up step by step, then started with
 /// [`Run::go`] or [`Run::observed`].
@@ -103,7 +103,12 @@ impl<'a> Run<'a> {
             delay_ns: s.request_delay_ns(),
             stepping: self.stepping,
             keep_steps: self.options.keep_steps,
-            ..Setup::default()
+            keep_requests: !self.summary,
+            // No record outlives its request in summary mode.
+            limits: crate::run_driver::RunLimits {
+                max_requests: if self.summary { limits::MAX_SUMMARY_REQUESTS } else { limits::MAX_REQUESTS },
+                ..Default::default()
+            },
         };
         let parts = Parts { s, options: self.options, summary: self.summary, setup };
         match &s.cluster {

@@ -83,10 +83,19 @@ impl fmt::Display for SimError {
             SimError::TooManyRequests { limit, rejected, progress } => write!(
                 f,
                 "the run stopped at t = {} s after issuing {} requests ({} rejected), the most one run \
-                 may issue; set workload.requests, or a shorter workload.duration_s{}",
+                 may issue{}; set workload.requests, or a shorter workload.duration_s{}",
                 progress.now,
                 thousands(*limit),
                 thousands(*rejected),
+                if *limit == limits::MAX_REQUESTS {
+                    format!(
+                        " while it keeps every request's record (without --requests-csv it keeps none and may \
+                         issue {})",
+                        thousands(limits::MAX_SUMMARY_REQUESTS)
+                    )
+                } else {
+                    String::new()
+                },
                 if *rejected * 2 > *limit {
                     ", and check why requests are rejected (too long for the context or the KV cache)"
                 } else {
@@ -95,8 +104,8 @@ impl fmt::Display for SimError {
             ),
             SimError::TooManySteps { limit, progress } => write!(
                 f,
-                "the run stopped at t = {} s after {} engine steps, the most one run may take (about 7 \
-                 minutes of work); set fewer workload.requests or a shorter workload.duration_s",
+                "the run stopped at t = {} s after {} engine steps, the most one run may take (about an \
+                 hour of work); set fewer workload.requests or a shorter workload.duration_s",
                 progress.now,
                 thousands(*limit),
             ),
@@ -265,6 +274,10 @@ pub struct Setup {
     pub stepping: Stepping,
     /// Record the replica of every step ([`crate::metrics::Placement::steps`]).
     pub keep_steps: bool,
+    /// Record the replica of every request ([`crate::metrics::Placement::requests`]);
+    /// off in summary mode, where memory stays flat in requests. (The
+    /// autoscaled fleet reads it; the other topologies keep it always.)
+    pub keep_requests: bool,
 }
 
 impl Default for Setup {
@@ -272,7 +285,13 @@ impl Default for Setup {
     /// `Engine::step`, `after_step` after each), within the default
     /// limits, without delay. [`crate::Run`] takes stretches by default.
     fn default() -> Self {
-        Setup { limits: RunLimits::default(), delay_ns: 0, stepping: Stepping::Exact, keep_steps: false }
+        Setup {
+            limits: RunLimits::default(),
+            delay_ns: 0,
+            stepping: Stepping::Exact,
+            keep_steps: false,
+            keep_requests: true,
+        }
     }
 }
 

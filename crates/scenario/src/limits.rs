@@ -163,7 +163,7 @@ pub const LORA_LOAD_GBPS: Range = Range::above(0.0, 1e4);
 pub const NEW_TOKEN_RATIO: Range = Range::above(0.0, 1.0);
 /// A probability.
 pub const PROBABILITY: Range = Range::closed(0.0, 1.0);
-pub const REQUESTS: Range = Range::whole(1, MAX_REQUESTS);
+pub const REQUESTS: Range = Range::whole(1, MAX_SUMMARY_REQUESTS);
 pub const DURATION_S: Range = Range::closed(1e-9, MAX_SIM_SECONDS);
 /// From one request in 11.6 days to one a nanosecond, the clock's resolution.
 pub const RATE: Range = Range::closed(1e-6, 1e9);
@@ -224,11 +224,17 @@ pub const ARRIVAL_S: Range = Range::closed(0.0, MAX_SIM_SECONDS);
 /// integer nanoseconds saturate (about 584 years), so no time is ever
 /// clipped. A run that would pass it stops with an error.
 pub const MAX_SIM_SECONDS: f64 = 1e9;
-/// Requests one run may issue. The run keeps about 110 bytes per request
-/// (1.1 GB at the limit) and takes about 0.4 s a million requests.
+/// Requests one run may issue when it keeps each request's record (`llmsim
+/// run --requests-csv`, and a trace's rows): about 110 bytes a request
+/// (1.1 GB at the limit), about 0.4 s a million requests.
 pub const MAX_REQUESTS: u64 = 10_000_000;
-/// Engine steps one run may take: about 7 minutes at 0.4 µs a step.
-pub const MAX_STEPS: u64 = 1_000_000_000;
+/// Requests a generated workload may issue in a run that keeps no record
+/// of a request once it has ended (the summary `llmsim run` prints, sweeps,
+/// `capacity --over-time`): memory is flat in requests, so the bound is
+/// time, about 4 hours at a fleet's 70,000 requests a second.
+pub const MAX_SUMMARY_REQUESTS: u64 = 1_000_000_000;
+/// Engine steps one run may take: about an hour at 0.4 µs a step.
+pub const MAX_STEPS: u64 = 10_000_000_000;
 /// The cheapest step (one token, the weights read once, plus the step
 /// overhead) must cost at least this: a real step launches kernels and
 /// schedules, which takes longer. It bounds the steps per simulated second.
@@ -883,6 +889,7 @@ mod tests {
         for (what, value) in [
             ("simulated time", format!("{} s", thousands(MAX_SIM_SECONDS as u64))),
             ("requests", thousands(MAX_REQUESTS)),
+            ("summary requests", thousands(MAX_SUMMARY_REQUESTS)),
             ("steps", thousands(MAX_STEPS)),
             ("same-instant", format!("{SAME_INSTANT_ROUNDS} requests per user")),
             ("YAML depth", format!("{MAX_YAML_DEPTH} levels")),
@@ -895,13 +902,13 @@ mod tests {
     fn ranges_include_and_exclude_their_ends_as_written() {
         assert_eq!(Range::above(0.0, 1.0).to_string(), "(0, 1]");
         assert_eq!(Range::below(0.0, 1.0).to_string(), "[0, 1)");
-        assert_eq!(REQUESTS.to_string(), "whole, 1 to 10,000,000");
+        assert_eq!(REQUESTS.to_string(), "whole, 1 to 1,000,000,000");
         assert_eq!(DURATION_S.to_string(), "[1e-9, 1,000,000,000]");
         assert_eq!(CHOICE_WEIGHT.to_string(), "(0, 1e15]");
         assert!(!Range::above(0.0, 1.0).contains(0.0) && Range::above(0.0, 1.0).contains(1.0));
         assert!(Range::below(0.0, 1.0).contains(0.0) && !Range::below(0.0, 1.0).contains(1.0));
         assert!(!RATE.contains(f64::NAN) && !RATE.contains(f64::INFINITY));
-        assert!(!REQUESTS.contains(1.5) && REQUESTS.contains(10_000_000.0) && !REQUESTS.contains(10_000_001.0));
+        assert!(!REQUESTS.contains(1.5) && REQUESTS.contains(1e9) && !REQUESTS.contains(1_000_000_001.0));
         assert!(SEED.contains_whole(i128::from(u64::MAX)) && !SEED.contains_whole(-1));
     }
 

@@ -92,7 +92,9 @@ pub fn run_one(
 ) -> Result<RunResult, llmsim_planner::run_driver::SimError> {
     let mut s = scenario.clone();
     s.workload.seed = seed;
-    llmsim_planner::Run::new(&s).go().map(|out| out.result)
+    // Only the result is kept: no request's record outlives it (memory
+    // flat in requests; the result is the same).
+    llmsim_planner::Run::new(&s).summary_only(true).go().map(|out| out.result)
 }
 
 /// Points done, rate and ETA; hidden unless stderr is a terminal.

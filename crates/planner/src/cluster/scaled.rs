@@ -172,6 +172,13 @@ pub struct Scaled<'a> {
     decisions: u64,
     /// Requests routed to each pool.
     routed_by_pool: Vec<u64>,
+    /// Each slot's next step start (`NEVER`: none), kept as engines change.
+    next_at: Vec<u64>,
+    /// The earliest instant a starting replica becomes ready (`NEVER`:
+    /// none), kept as phases change.
+    ready_at: u64,
+    /// The replica of each request in flight.
+    owner: super::in_flight::InFlight<u32>,
 }
 
 impl<'a> Scaled<'a> {
@@ -231,7 +238,21 @@ impl<'a> Scaled<'a> {
             lives,
             decisions: 0,
             routed_by_pool: vec![0; n_pools],
+            next_at: vec![NEVER; n],
+            ready_at: NEVER,
+            owner: Default::default(),
         }
+    }
+
+    /// Slot `r`'s engine changed: its next step.
+    fn refresh(&mut self, r: usize) {
+        self.next_at[r] = self.slots[r].engine.next_step_at().map_or(NEVER, |t| t.as_nanos());
+    }
+
+    /// Phases changed: the next readiness.
+    fn refresh_ready(&mut self) {
+        self.ready_at =
+            (self.slots.iter()).filter(|s| s.phase == Phase::Starting).map(|s| s.ready_at).min().unwrap_or(NEVER);
     }
 
     /// Replicas in `phase`, of pool `pool` or of all.
@@ -291,17 +312,15 @@ impl<'a> Scaled<'a> {
     }
 
     fn next_ready(&self) -> u64 {
-        (self.slots.iter()).filter(|s| s.phase == Phase::Starting).map(|s| s.ready_at).min().unwrap_or(NEVER)
+        self.ready_at
     }
 
     /// The earliest step: its start and slot (lowest index on ties).
     fn next_step(&self) -> Option<(u64, usize)> {
         let mut best = (NEVER, 0);
-        for (i, s) in self.slots.iter().enumerate() {
-            if let Some(t) = s.engine.next_step_at()
-                && t.as_nanos() < best.0
-            {
-                best = (t.as_nanos(), i);
+        for (i, &t) in self.next_at.iter().enumerate() {
+            if t < best.0 {
+                best = (t, i);
             }
         }
         (best.0 != NEVER).then_some(best)
@@ -394,6 +413,7 @@ impl<'a> Scaled<'a> {
             Some(r) => {
                 self.slots[r] = slot;
                 (self.speed[r], self.blocks[r]) = (speed, blocks);
+                self.next_at[r] = NEVER;
                 r
             }
             None => {
@@ -404,6 +424,7 @@ impl<'a> Scaled<'a> {
                 self.ready_mask.push(false);
                 self.speed.push(speed);
                 self.blocks.push(blocks);
+                self.next_at.push(NEVER);
                 self.slots.len() - 1
             }
         };
@@ -488,13 +509,15 @@ impl Topology for Scaled<'_> {
         let now = cx.run.at.now;
         self.now = self.now.max(now.as_nanos());
         self.watch.offered(SimTime::from_nanos(req.arrival.as_nanos().saturating_sub(cx.run.tap.delay_ns)));
+        let keep = cx.run.setup.keep_requests;
         let placed = &mut self.run.placement.requests;
-        if placed.len() <= req.id as usize {
+        if keep && placed.len() <= req.id as usize {
             placed.resize(req.id as usize + 1, None);
         }
         let context = self.pools[0].spec.cfg.context_length;
         if submit::rejected_for_context(&req, context, &mut cx.run.tap, cx.source, now) {
-            self.watch.rejected(SimTime::from_nanos(req.arrival.as_nanos().saturating_sub(cx.run.tap.delay_ns)));
+            let at = SimTime::from_nanos(req.arrival.as_nanos().saturating_sub(cx.run.tap.delay_ns));
+            self.watch.rejected(req.id, at);
             return Ok(());
         }
         self.content.read(&req, &*cx.source);
@@ -508,7 +531,10 @@ impl Topology for Scaled<'_> {
             Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session: cx.source.session() };
         let weights = self.weighted.then_some(Weights { speed: &self.speed, blocks: &self.blocks });
         let r = self.router.route_weighted(&arrival, &self.loads, Some(&self.ready_mask), weights);
-        self.run.placement.requests[req.id as usize] = Some(r as u32);
+        if keep {
+            self.run.placement.requests[req.id as usize] = Some(r as u32);
+        }
+        self.owner.insert(req.id, r as u32);
         self.outstanding[r] += 1;
         self.routed_by_pool[self.slots[r].pool] += 1;
         let pool = &mut self.pools[self.slots[r].pool];
@@ -517,10 +543,13 @@ impl Topology for Scaled<'_> {
         }
         let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
         o.watch = Some(&mut self.watch);
+        let id = req.id;
         if self.content.submit(&mut self.slots[r].engine, req, &mut o).is_err() {
             self.outstanding[r] -= 1;
-            cx.source.rejected(req.id, now);
+            self.owner.end(id);
+            cx.source.rejected(id, now);
         }
+        self.refresh(r);
         Ok(())
     }
 
@@ -533,11 +562,17 @@ impl Topology for Scaled<'_> {
         let now = cx.run.at.now.as_nanos();
         self.now = self.now.max(now);
         match self.due {
-            Due::Ready => self.become_ready(),
+            Due::Ready => {
+                self.become_ready();
+                self.refresh_ready();
+            }
             Due::Window => {
                 self.close_window(now).map_err(|why| SimError::Stalled { why, progress: cx.run.at })?;
             }
-            Due::Decide(p) => self.decide(p, now).map_err(|why| SimError::Stalled { why, progress: cx.run.at })?,
+            Due::Decide(p) => {
+                self.decide(p, now).map_err(|why| SimError::Stalled { why, progress: cx.run.at })?;
+                self.refresh_ready();
+            }
             Due::Step(r) => {
                 cx.run.tap.inner.replica(r as u32);
                 let mut o = OnReplica::colocated(&mut self.run.replicas[r], &mut cx.run.tap, false);
@@ -549,6 +584,7 @@ impl Topology for Scaled<'_> {
                         self.run.placement.steps.push(r as u32);
                     }
                 }
+                self.refresh(r);
                 let clock = self.slots[r].engine.clock();
                 self.now = self.now.max(clock.as_nanos());
                 cx.run.check_clock(clock)?;
@@ -559,7 +595,7 @@ impl Topology for Scaled<'_> {
     }
 
     fn ended(&mut self, id: RequestId) {
-        let Some(Some(r)) = self.run.placement.requests.get(id as usize).copied() else { return };
+        let Some(r) = self.owner.end(id) else { return };
         let r = r as usize;
         self.outstanding[r] -= 1;
         if self.slots[r].phase == Phase::Draining && self.outstanding[r] == 0 {

@@ -12,10 +12,12 @@
 //! the instant it was asked for (its cold start included) to the instant
 //! it left.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::in_flight::InFlight;
 
 pub use crate::metrics::over_time::WindowRow;
-use crate::metrics::{Histogram, Stats};
+use crate::metrics::{Histogram, Stats, histogram};
 use llmsim_core::engine::RequestId;
 use llmsim_core::time::SimTime;
 use llmsim_scenario::config::autoscale::WindowSlo;
@@ -46,6 +48,8 @@ struct Acc {
     rejected: u64,
     ttft: Vec<u64>,
     itl: Histogram,
+    /// Gaps in one bucket in a row (a step's tokens), not yet in `itl`.
+    itl_run: histogram::Run,
 }
 
 /// The per-window gatherer, fed by the replicas' events.
@@ -53,11 +57,14 @@ struct Acc {
 pub struct Watch {
     window_ns: u64,
     delay_ns: u64,
-    /// Client arrival of each request by id (`u64::MAX`: not known).
-    arrival: Vec<u64>,
-    /// Each request's last token (`u64::MAX`: none yet).
-    last: Vec<u64>,
-    open: BTreeMap<u64, Acc>,
+    /// Each request in flight: its client arrival and its last token
+    /// (`u64::MAX`: none yet).
+    flights: InFlight<(u64, u64)>,
+    /// The windows not closed yet, from window `closed` on.
+    open: VecDeque<Acc>,
+    /// The window of the last event: its start and end (ns) and number,
+    /// so most events skip the division.
+    cur: (u64, u64, u64),
     /// Windows closed so far.
     closed: u64,
     pub rows: Vec<WindowRow>,
@@ -72,9 +79,9 @@ impl Watch {
         Watch {
             window_ns: SimTime::from_secs_f64(window_s).as_nanos().max(1),
             delay_ns,
-            arrival: Vec::new(),
-            last: Vec::new(),
-            open: BTreeMap::new(),
+            flights: InFlight::default(),
+            open: VecDeque::new(),
+            cur: (0, 0, 0),
             closed: 0,
             rows: Vec::new(),
             slo,
@@ -83,8 +90,18 @@ impl Watch {
     }
 
     fn acc(&mut self, at_ns: u64) -> &mut Acc {
-        let w = (at_ns / self.window_ns).max(self.closed);
-        self.open.entry(w).or_default()
+        if !(self.cur.0..self.cur.1).contains(&at_ns) {
+            let w = at_ns / self.window_ns;
+            let start = w.saturating_mul(self.window_ns);
+            self.cur = (start, start.saturating_add(self.window_ns), w);
+        }
+        let k = usize::try_from(self.cur.2.saturating_sub(self.closed)).unwrap_or(usize::MAX);
+        if k >= self.open.len() {
+            // (Bounded: an event is at most a step past the run's clock,
+            // and windows close as the clock passes them.)
+            self.open.resize_with(k + 1, Acc::default);
+        }
+        &mut self.open[k]
     }
 
     /// The end of the next window to close.
@@ -104,35 +121,33 @@ impl Watch {
 
     /// A replica took request `id`, which reached it at `at` (after the delay).
     pub fn arrived(&mut self, id: RequestId, at: SimTime) {
-        let i = id as usize;
-        if self.arrival.len() <= i {
-            self.arrival.resize(i + 1, u64::MAX);
-            self.last.resize(i + 1, u64::MAX);
-        }
-        self.arrival[i] = at.as_nanos().saturating_sub(self.delay_ns);
+        self.flights.insert(id, (at.as_nanos().saturating_sub(self.delay_ns), u64::MAX));
     }
 
     pub fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
-        let (i, t) = (id as usize, at.as_nanos());
-        let Some(&arrival) = self.arrival.get(i) else { return };
-        if index == 0 || self.last[i] == u64::MAX {
+        let t = at.as_nanos();
+        let Some(f) = self.flights.get_mut(id) else { return };
+        let (arrival, last) = *f;
+        f.1 = t;
+        if index == 0 || last == u64::MAX {
             let ttft = t.saturating_sub(arrival);
             self.acc(t).ttft.push(ttft);
             if let Some(r) = &mut self.recent {
                 r.push_back((t, ttft));
             }
         } else {
-            let gap = t.saturating_sub(self.last[i]);
-            self.acc(t).itl.record(gap);
+            let acc = self.acc(t);
+            acc.itl_run.add(&mut acc.itl, t.saturating_sub(last), 1);
         }
-        self.last[i] = t;
     }
 
-    pub fn finished(&mut self, at: SimTime) {
+    pub fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.flights.end(id);
         self.acc(at.as_nanos()).finished += 1;
     }
 
-    pub fn rejected(&mut self, at: SimTime) {
+    pub fn rejected(&mut self, id: RequestId, at: SimTime) {
+        self.flights.end(id);
         self.acc(at.as_nanos()).rejected += 1;
     }
 
@@ -157,7 +172,8 @@ impl Watch {
             ));
         }
         let w = self.closed;
-        let acc = self.open.remove(&w).unwrap_or_default();
+        let mut acc = self.open.pop_front().unwrap_or_default();
+        acc.itl_run.flush(&mut acc.itl);
         let start = w * self.window_ns;
         let width = end.as_nanos().saturating_sub(start).max(1) as f64 / 1e9;
         let ttft = Stats::from_nanos(acc.ttft);
@@ -206,8 +222,8 @@ impl Watch {
         }))
     }
 
-    /// Whether any event is gathered in a window not closed yet.
-    pub fn has_open(&self) -> bool {
-        !self.open.is_empty()
+    /// Requests remembered in flight (ended ones between live ones included).
+    pub fn in_flight_span(&self) -> usize {
+        self.flights.span()
     }
 }

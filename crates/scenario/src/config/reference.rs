@@ -77,11 +77,17 @@ pub fn bound_table() -> String {
             "integer nanoseconds saturate at 584 years; no time is ever clipped",
         ),
         (
-            "requests issued (also trace rows; an open loop's `rate x duration_s` is checked up front)".into(),
+            "requests issued by a run that keeps every request's record (`run --requests-csv`), and trace rows".into(),
             thousands(limits::MAX_REQUESTS),
             "about 110 bytes a request: 1.1 GB; about 0.4 s a million",
         ),
-        ("engine steps".into(), thousands(limits::MAX_STEPS), "about 7 minutes at 0.4 us a step"),
+        (
+            "requests issued by any other run (`workload.requests`; an open loop's `rate x duration_s` is checked up front)"
+                .into(),
+            thousands(limits::MAX_SUMMARY_REQUESTS),
+            "no record outlives its request: memory flat; about 4 hours at a fleet's 70,000 a second",
+        ),
+        ("engine steps".into(), thousands(limits::MAX_STEPS), "about an hour at 0.4 us a step"),
         (
             "the cheapest step (one token, the weights read once, plus `step_overhead_ms`)".into(),
             format!("at least {} us, else the scenario is refused", limits::MIN_STEP_SECONDS * 1e6),

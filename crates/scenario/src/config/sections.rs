@@ -148,7 +148,7 @@ pub(crate) fn run_limits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
     };
     if let (Some(rate), Some(d), None) = (rate, w.duration_s, w.requests) {
         let expected = rate * d;
-        if expected > limits::MAX_REQUESTS as f64 {
+        if expected > limits::MAX_SUMMARY_REQUESTS as f64 {
             return Err(ck.err(
                 "workload.duration_s",
                 format!(
@@ -157,7 +157,7 @@ pub(crate) fn run_limits(ck: &Check, s: &Scenario) -> Result<(), ConfigError> {
                     short_float(rate),
                     short_float(d),
                     short_float(expected.round()),
-                    thousands(limits::MAX_REQUESTS)
+                    thousands(limits::MAX_SUMMARY_REQUESTS)
                 ),
             ));
         }
