@@ -408,6 +408,45 @@ impl<S: Source, O: Observer> Cx<'_, S, O> {
     }
 }
 
+/// Most events in a row a run may take without progress (a step, an
+/// arrival, a request ending, a rejection or the clock moving): far more
+/// than any instant holds (window closes, decisions and readiness are a
+/// handful an instant), so only a rule that cannot make progress reaches it.
+pub const MAX_IDLE_EVENTS: u64 = 1_000_000;
+
+/// The drivers' guard against an event loop that makes no progress: an
+/// engine whose step schedules nothing while requests wait would otherwise
+/// loop at one instant for ever.
+#[derive(Default)]
+struct Idle {
+    /// What progress looked like after the last event that made some.
+    seen: (SimTime, u64, u64, u64, u64),
+    ended: u64,
+    events: u64,
+}
+
+impl Idle {
+    fn after_event<O: Observer>(&mut self, run: &Looping<'_, O>) -> Result<(), SimError> {
+        let now = (run.at.now, run.at.requests, run.at.steps, run.tap.rejected, self.ended + run.tap.done.len() as u64);
+        if now != self.seen {
+            (self.seen, self.events) = (now, 0);
+            return Ok(());
+        }
+        self.events += 1;
+        if self.events < MAX_IDLE_EVENTS {
+            return Ok(());
+        }
+        Err(SimError::Stalled {
+            why: format!(
+                "{} events in a row took no step, issued or ended no request and did not move the clock: a \
+                 scheduling rule that cannot make progress with this scenario (please report it)",
+                thousands(MAX_IDLE_EVENTS)
+            ),
+            progress: run.at,
+        })
+    }
+}
+
 /// One way of arranging engines (one engine, replicas behind a router,
 /// prefill and decode pools): the part of a run [`drive`] leaves to it.
 pub trait Topology {
@@ -481,6 +520,7 @@ where
 {
     let tap = Tap { inner: obs, done: Vec::new(), rejected: 0, delay_ns: setup.delay_ns };
     let mut cx = Cx { source, run: Looping { tap, at: Progress::default(), setup, progress } };
+    let mut idle = Idle::default();
     loop {
         match topology.next(&*cx.source) {
             Next::Arrival(when) => {
@@ -492,9 +532,11 @@ where
                     cx.run.start_at(t)?;
                 }
                 topology.event(&mut cx, &mut after_step)?;
+                idle.after_event(&cx.run)?;
                 // Told after the step, so a closed loop's next request
                 // follows from the finish before any later event.
                 for (id, when, finished) in cx.run.tap.done.drain(..) {
+                    idle.ended += 1;
                     topology.ended(id);
                     match finished {
                         true => cx.source.done(id, when),
@@ -507,3 +549,6 @@ where
         cx.check_stalled()?;
     }
 }
+
+#[cfg(test)]
+mod tests;
