@@ -21,12 +21,17 @@ pub struct MergeArgs {
 
 pub fn execute(a: MergeArgs) -> Result<(), CliError> {
     a.out.slos()?;
-    let mut shards = Vec::with_capacity(a.shards.len());
-    for path in &a.shards {
+    let data = merge(read_shards(&a.shards)?).map_err(|e| CliError::Usage(e.to_string()))?;
+    a.out.write(&data)
+}
+
+/// Reads and checks shard files (`llmsim merge`, `capacity --over-time --shards`).
+pub fn read_shards(paths: &[PathBuf]) -> Result<Vec<(PathBuf, ShardFile)>, CliError> {
+    let mut shards = Vec::with_capacity(paths.len());
+    for path in paths {
         let text = llmsim_scenario::input::read_text(llmsim_scenario::input::Kind::Shard, path)?;
         let file = ShardFile::parse(&path.display().to_string(), &text).map_err(|e| CliError::Usage(e.to_string()))?;
         shards.push((path.clone(), file));
     }
-    let data = merge(shards).map_err(|e| CliError::Usage(e.to_string()))?;
-    a.out.write(&data)
+    Ok(shards)
 }

@@ -9,7 +9,7 @@ use llmsim_analysis::capacity::over_time::{self, Need, OverTimePlan};
 use llmsim_analysis::sweep::SweepData;
 use llmsim_analysis::sweep::exec::{ExecOptions, execute};
 use llmsim_analysis::sweep::plan::{Plan, Point, seeds_of};
-use llmsim_analysis::sweep::shard::{ShardFile, merge};
+use llmsim_analysis::sweep::shard::merge;
 use llmsim_scenario::config::{Override, Scenario};
 
 /// The most replicas a static fleet may have (the scenario's bound on
@@ -84,12 +84,7 @@ fn results(a: &CapacityArgs, plan: &Plan, points: &[Point], pool: &rayon::Thread
         let opts = ExecOptions { progress: !a.quiet, shard: None };
         return execute(plan, points, pool, opts).map_err(|e| CliError::Usage(format!("{source}: {e}")));
     }
-    let mut shards = Vec::with_capacity(a.shards.len());
-    for path in &a.shards {
-        let text = llmsim_scenario::input::read_text(llmsim_scenario::input::Kind::Shard, path)?;
-        let file = ShardFile::parse(&path.display().to_string(), &text).map_err(|e| CliError::Usage(e.to_string()))?;
-        shards.push((path.clone(), file));
-    }
+    let shards = super::super::merge::read_shards(&a.shards)?;
     let theirs = shards[0].1.fingerprint.clone();
     let ours = plan.fingerprint(points);
     if theirs != ours {
@@ -149,7 +144,7 @@ pub fn execute_over_time(a: &CapacityArgs) -> Result<(), CliError> {
     };
     let need = Need { fraction: a.windows };
     let data = results(a, &plan, &points, &pool)?;
-    let describe = |p: &llmsim_analysis::sweep::PointResult| over_time::describe(&data.axes, p);
+    let describe = |p: &llmsim_analysis::sweep::PointResult| plan.describe(&p.coords);
     let judged = over_time::judge(&data, describe, need)
         .map_err(|(i, e)| CliError::Usage(format!("{source}: point {}: {e}", i + 1)))?;
     let seed_list = seeds_of(base, seeds);

@@ -170,12 +170,6 @@ pub struct Judged {
     pub cheapest: Option<usize>,
 }
 
-/// `key=value` of a point's axes, as `llmsim sweep` labels them.
-pub fn describe(axes: &[AxisData], p: &PointResult) -> String {
-    let parts: Vec<String> = axes.iter().zip(&p.coords).map(|(a, &i)| format!("{}={}", a.key, a.labels[i])).collect();
-    if parts.is_empty() { "the scenario as given".into() } else { parts.join(", ") }
-}
-
 /// One probe of the static search.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StaticProbe {

@@ -221,9 +221,4 @@ impl Watch {
             v.is_none_or(|v| v <= bound)
         }))
     }
-
-    /// Requests remembered in flight (ended ones between live ones included).
-    pub fn in_flight_span(&self) -> usize {
-        self.flights.span()
-    }
 }
