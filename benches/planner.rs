@@ -293,7 +293,7 @@ fn at_90_percent(base: &Path, shape: &[Override]) -> (Vec<Override>, f64, f64) {
 
 /// Whether the section `name` runs: all of them without arguments, else
 /// those named (`cargo bench --bench planner -- limit macro`; sections:
-/// limit, plain, prefix, deployment, cluster, macro).
+/// limit, macro, mixed, capacity, plain, prefix, deployment, cluster).
 fn wanted(name: &str) -> bool {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     args.is_empty() || args.iter().any(|a| a == name)
@@ -318,6 +318,23 @@ fn main() {
         lean_vs_run("128/512 tokens at 90% load", &base, &load_scenario_with(&base, &load).expect("scenario"));
         println!();
     }
+    if wanted("mixed") {
+        // Issue 33's goal: 1,000,000 requests of mixed lengths (prompts
+        // uniform 100-900, outputs 10-300) at 40 req/s, past saturation
+        // (about 35.7 req/s): the queue grows all run.
+        let load = [
+            set("workload.prompt_tokens", "{uniform: [100, 900]}"),
+            set("workload.output_tokens", "{uniform: [10, 300]}"),
+            set("workload.arrivals", "{poisson: {rate: 40}}"),
+            set("workload.requests", "1000000"),
+        ];
+        lean_vs_run("1M mixed lengths at 40 req/s", &base, &load_scenario_with(&base, &load).expect("scenario"));
+        println!();
+    }
+    if wanted("capacity") {
+        capacity_search(&base);
+        println!();
+    }
     if wanted("plain") || wanted("prefix") {
         plain_and_prefix(&base, &load, saturation, rate);
     }
@@ -327,6 +344,30 @@ fn main() {
     if wanted("cluster") {
         cluster_overhead(&base, rate);
         disagg_overhead(&base, rate);
+    }
+}
+
+/// `llmsim capacity scenarios/base.yml --slo ttft_p99_ms=1000` as a
+/// process, best of 3 (issue 33's goal: under 2 s on 2 cores).
+fn capacity_search(base: &Path) {
+    let mut best = f64::INFINITY;
+    let mut out = None;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let o = Command::new(env!("CARGO_BIN_EXE_llmsim"))
+            .arg("capacity")
+            .arg(base)
+            .args(["--slo", "ttft_p99_ms=1000"])
+            .output()
+            .expect("run llmsim capacity");
+        best = best.min(t.elapsed().as_secs_f64());
+        assert!(o.status.success(), "llmsim capacity failed: {}", String::from_utf8_lossy(&o.stderr));
+        out = Some(o);
+    }
+    let out = out.expect("ran");
+    println!("capacity scenarios/base.yml --slo ttft_p99_ms=1000: {best:.2} s (best of 3, every core)");
+    for line in String::from_utf8_lossy(&out.stdout).lines().take(4) {
+        println!("  {line}");
     }
 }
 

@@ -628,8 +628,25 @@ fn leave_one_out(
         return Ok((empty, BTreeMap::new()));
     }
     // Each fold starts at the full fit, a few steps from its own minimum:
-    // half the budget is plenty.
-    let settings = optim::Settings { max_evals: (setup.optim.max_evals / 2).max(10), ..setup.optim.clone() };
+    // Levenberg-Marquardt at the widest difference step (the finest alone
+    // is lost in the simulation's jumps) then the finest, no coordinate
+    // search, half the budget. Its first Jacobian is the full fit's runs
+    // around the full fit, simulated once here for every fold (a fold's
+    // runs are among them), in parallel.
+    let settings = optim::Settings {
+        max_evals: (setup.optim.max_evals / 2).max(10),
+        diff_steps: [setup.optim.diff_steps.first(), setup.optim.diff_steps.last()]
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect(),
+        polish: false,
+        ..setup.optim.clone()
+    };
+    if let (None, Some(h)) = (given, setup.optim.diff_steps.first()) {
+        let fitted: Vec<&Run> = all.iter().zip(in_fit).filter(|(_, b)| **b).map(|(r, _)| r).collect();
+        prime_jacobian(memo, &fitted, &setup.keys, &full.x, *h)?;
+    }
     type Fold = (Vec<f64>, Vec<(usize, (Figures, Vec<f64>))>);
     let folds: Vec<Result<Fold, Error>> = groups
         .par_iter()
@@ -656,6 +673,19 @@ fn leave_one_out(
         out.extend(members);
     }
     Ok((set, out))
+}
+
+/// Simulates `runs` at the points of a Jacobian with difference step `h`
+/// around `x` (values), as [`fit`] from `x` will ask for them, all in
+/// parallel, into `memo`.
+fn prime_jacobian(memo: &Memo, runs: &[&Run], keys: &[FitKey], x: &[f64], h: f64) -> Result<(), Error> {
+    let u: Vec<f64> = keys.iter().zip(x).map(|(k, x)| k.to_unit(*x)).collect();
+    let points: Vec<Vec<f64>> = optim::difference_points(&u, h)
+        .into_iter()
+        .map(|p| keys.iter().zip(&p).map(|(k, u)| k.from_unit(*u)).collect())
+        .collect();
+    let work: Vec<(&Vec<f64>, &&Run)> = points.iter().flat_map(|p| runs.iter().map(move |r| (p, r))).collect();
+    work.par_iter().try_for_each(|(p, r)| memo.predict(r, keys, p).map(|_| ()))
 }
 
 /// `(predicted - measured) / measured` in percent.

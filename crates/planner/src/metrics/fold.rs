@@ -30,16 +30,18 @@ pub struct Samples {
 
 impl Samples {
     pub fn push(&mut self, v: u64) {
-        if let Some(h) = &mut self.hist {
-            h.record(v);
-            return;
-        }
-        self.exact.push(v);
-        if self.exact.len() > EXACT_SAMPLES {
+        // Moved to the histogram before the vector would grow past
+        // EXACT_SAMPLES (a push there doubles it: 4 MiB a latency for a
+        // moment, and memory the allocator holds on to).
+        if self.hist.is_none() && self.exact.len() == EXACT_SAMPLES {
             let mut h = Histogram::new();
             self.exact.iter().for_each(|&x| h.record(x));
             self.exact = Vec::new();
             self.hist = Some(h);
+        }
+        match &mut self.hist {
+            Some(h) => h.record(v),
+            None => self.exact.push(v),
         }
     }
 
@@ -81,14 +83,8 @@ fn fixed(ms: f64) -> i128 {
 
 impl MsSamples {
     pub fn push(&mut self, ms: f64) {
-        if let Some(h) = &mut self.hist {
-            h.record((ms * 1e6).round() as u64);
-            self.sum += fixed(ms);
-            self.max = self.max.max(ms);
-            return;
-        }
-        self.exact.push(ms);
-        if self.exact.len() > EXACT_SAMPLES {
+        // As [`Samples::push`]: to the histogram before the vector doubles.
+        if self.hist.is_none() && self.exact.len() == EXACT_SAMPLES {
             let mut h = Histogram::new();
             for &x in &self.exact {
                 h.record((x * 1e6).round() as u64);
@@ -98,6 +94,13 @@ impl MsSamples {
             self.exact = Vec::new();
             self.hist = Some(h);
         }
+        let Some(h) = &mut self.hist else {
+            self.exact.push(ms);
+            return;
+        };
+        h.record((ms * 1e6).round() as u64);
+        self.sum += fixed(ms);
+        self.max = self.max.max(ms);
     }
 
     pub fn stats(&self) -> Stats {

@@ -356,3 +356,20 @@ fn deepseek_v3_mtp_module_holds_13_5_b_parameters_beside_the_671_b() {
     // two modules hold twice as much
     assert_eq!(Architecture { mtp_layers: 2, ..a }.mtp_parameters(), 2 * by_hand);
 }
+
+#[test]
+fn the_touched_experts_table_gives_the_formula_s_bits() {
+    // Every step size up to past the table, for Mixtral (8, 2: every
+    // expert from about 130 tokens), DeepSeek-V3 (256, 8), a model whose
+    // table ends before every expert is touched (4096 experts, 1), and a
+    // dense model.
+    for (e, k) in [(8, 2), (256, 8), (4096, 1), (0, 0), (4, 4)] {
+        let t = TouchedExperts::new(e, k);
+        for tokens in (0..6000).chain([1 << 20, u64::from(u32::MAX)]) {
+            assert_eq!(t.at(tokens).to_bits(), touched_experts(e, k, tokens).to_bits(), "{e}/{k} at {tokens}");
+        }
+    }
+    // Mixtral's table stops where every expert is touched: 0.75^T < 2^-54.
+    let mixtral = TouchedExperts::new(8, 2);
+    assert!(mixtral.table.len() > 100 && mixtral.table.len() < 140, "{}", mixtral.table.len());
+}

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 pub use super::operators::ExpertWeights;
 use super::{CostModel, StepCost, StepShape};
-use crate::engine::arch::{Architecture, touched_experts};
+use crate::engine::arch::{Architecture, TouchedExperts};
 
 /// An all-reduce link at the engine's tensor degree.
 #[derive(Copy, Clone, Debug, PartialEq, Serialize)]
@@ -133,6 +133,9 @@ pub struct DeploymentCost {
     pub window_kv_bytes_per_token: f64,
     pub experts: u64,
     pub experts_per_token: u64,
+    /// Experts touched by a step's tokens, by table.
+    #[serde(skip)]
+    pub touched: TouchedExperts,
     /// Bytes every step reads on one GPU: all weights but the experts', over `t`.
     pub always_read_bytes: f64,
     /// Bytes of one expert in every layer on one GPU, per expert touched.
@@ -222,6 +225,7 @@ impl DeploymentCost {
             window_kv_bytes_per_token: d.window_kv_bytes_per_token as f64,
             experts: a.experts,
             experts_per_token: a.experts_per_token,
+            touched: TouchedExperts::new(a.experts, a.experts_per_token),
             always_read_bytes: (d.parameters - experts) * bytes_per_parameter / t,
             expert_read_bytes: (a.moe_layers() * a.expert_parameters()) as f64 * expert_bpp / t,
             comm_fixed_s,
@@ -237,7 +241,7 @@ impl DeploymentCost {
         if self.experts == 0 {
             return self.always_read_bytes;
         }
-        self.always_read_bytes + touched_experts(self.experts, self.experts_per_token, tokens) * self.expert_read_bytes
+        self.always_read_bytes + self.touched.at(tokens) * self.expert_read_bytes
     }
 
     /// The all-reduces of a step of `tokens` tokens.
@@ -351,7 +355,7 @@ impl DeploymentCost {
         let gpu_flops = rank_flops / (w.data * t) + w.expert_flops_per_token * n * w.imbalance / shards;
         // `m.flops_per_s` is the rank's `tensor` GPUs together.
         let compute_s = gpu_flops * t / m.flops_per_s;
-        let touched = touched_experts(self.experts, self.experts_per_token, s.tokens);
+        let touched = self.touched.at(s.tokens);
         let read = self.always_read_bytes
             + touched * self.expert_read_bytes * t / shards
             + (s.sum_ctx as f64 * m.kv_bytes_per_token + s.window_ctx as f64 * self.window_kv_bytes_per_token) / w.data;

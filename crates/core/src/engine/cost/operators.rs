@@ -46,7 +46,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{CostModel, StepCost, StepShape};
-use crate::engine::arch::{Architecture, touched_experts};
+use crate::engine::arch::{Architecture, TouchedExperts};
 
 /// A measured curve: `(x, microseconds)` points with strictly increasing
 /// `x`, interpolated linearly; below the first point the first time, above
@@ -229,6 +229,9 @@ pub struct Operators {
     pub expert: Vec<Gemm>,
     pub experts: u64,
     pub experts_per_token: u64,
+    /// Experts touched by a step's tokens, by table.
+    #[serde(skip)]
+    pub touched: TouchedExperts,
     pub head: Gemm,
     /// `peak_w * 1e12 * efficiency.compute`, one GPU.
     pub gemm_flops_per_s: f64,
@@ -421,6 +424,7 @@ impl Operators {
             expert,
             experts: a.experts,
             experts_per_token: a.experts_per_token,
+            touched: TouchedExperts::new(a.experts, a.experts_per_token),
             head: gemm("lm_head", a.vocab_size as f64 / tf, h),
             gemm_flops_per_s: r.peak_tflops * 1e12 * r.compute_efficiency,
             gemm_half_tokens: o.gemm_half_tokens * o.ramp_scale,
@@ -502,7 +506,7 @@ impl Operators {
             if self.experts > 0 {
                 // Every token of the engine is routed: the experts touched
                 // are the engine's, `1/e` of them on this GPU.
-                let touched = touched_experts(self.experts, self.experts_per_token, s.tokens);
+                let touched = self.touched.at(s.tokens);
                 let per_expert = (s.tokens as f64 * self.experts_per_token as f64 / touched).max(1.0);
                 let here = touched / e;
                 for g in &self.expert {

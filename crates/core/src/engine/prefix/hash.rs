@@ -83,23 +83,25 @@ pub fn segment_block_hashes(segments: &[Segment], limit: u64, block_size: u32, o
 }
 
 /// A buffer of block hashes (a `Vec<u64>`) that remembers the hashes of
-/// the blocks inside the first segment of the last few requests it was
-/// filled for: requests of the same system prompt (`workload.shared_prefix`,
-/// a trace's `prefix_id`) or of the same session start with the same
+/// the blocks inside the first segment of the requests it was filled for:
+/// requests of the same system prompt (`workload.shared_prefix`, a
+/// trace's `prefix_id`) or of the same session start with the same
 /// segment, and a block inside it hashes the same whatever follows (its
 /// pieces are the segment's key and offsets). Only speed: the hashes are
 /// those [`segment_block_hashes`] gives.
 #[derive(Clone, Debug, Default)]
 pub struct BlockHashes {
     hashes: Vec<u64>,
-    /// `(first segment's key, block size, hashes of its full blocks)`,
-    /// replaced round robin.
-    memo: Vec<(u64, u32, Vec<u64>)>,
-    next: usize,
+    /// Hashes of the full blocks of a first segment, by its key and the
+    /// block size; emptied when it holds [`MEMO`] of them. (It remembered
+    /// the last 16 round robin: requests cycling through 100 system
+    /// prompts, as inference-perf sends them, never found theirs.)
+    memo: std::collections::BTreeMap<(u64, u32), Vec<u64>>,
 }
 
-/// How many first segments a [`BlockHashes`] remembers.
-const MEMO: usize = 16;
+/// How many first segments a [`BlockHashes`] remembers (16 in unit
+/// tests, so that they see it emptied).
+const MEMO: usize = if cfg!(test) { 16 } else { 4096 };
 
 impl std::ops::Deref for BlockHashes {
     type Target = Vec<u64>;
@@ -122,28 +124,19 @@ impl BlockHashes {
         // Full blocks inside the first segment (0: nothing to remember).
         let inside = segments.first().map_or(0, |first| (first.len / block_size.max(1)) as usize);
         let key = segments.first().map_or(0, |first| first.key);
-        let known = (self.memo.iter())
-            .find(|(k, bs, h)| inside > 0 && *k == key && *bs == block_size && h.len() >= inside)
-            .map(|(_, _, head)| &head[..inside]);
+        let known = match inside {
+            0 => None,
+            _ => self.memo.get(&(key, block_size)).filter(|h| h.len() >= inside).map(|head| &head[..inside]),
+        };
         hash_blocks(segments, Some(tail), limit, block_size, &mut self.hashes, known);
         if inside == 0 || known.is_some() {
             return;
         }
         if self.hashes.len() >= inside {
-            let entry = match self.memo.len() < MEMO {
-                true => {
-                    self.memo.push((key, block_size, Vec::new()));
-                    self.memo.len() - 1
-                }
-                false => {
-                    self.next = (self.next + 1) % MEMO;
-                    self.next
-                }
-            };
-            let (k, bs, h) = &mut self.memo[entry];
-            (*k, *bs) = (key, block_size);
-            h.clear();
-            h.extend_from_slice(&self.hashes[..inside]);
+            if self.memo.len() >= MEMO {
+                self.memo.clear();
+            }
+            self.memo.insert((key, block_size), self.hashes[..inside].to_vec());
         }
     }
 }
@@ -303,7 +296,7 @@ mod tests {
     #[test]
     fn a_reused_buffer_remembers_first_segments_without_changing_a_hash() {
         // One buffer across many requests (its memo hits and misses, and
-        // replaces entries once more than 16 first segments are seen)
+        // is emptied once 16 first segments are held: 7 keys x 3 block sizes)
         // against the segments hashed from scratch: prompt, then answer,
         // within P + N - 1 tokens (request_block_hashes), and the same up
         // to where the own content starts (request_shared_hashes).
@@ -324,7 +317,7 @@ mod tests {
             };
             let whole = [prompt[0], prompt[1], Segment::new(generated_key(i), output)];
             let limit = first + rest + u64::from(output) - 1;
-            hits += usize::from(buf.memo.iter().any(|(k, b, h)| *k == key && *b == bs && !h.is_empty()));
+            hits += usize::from(buf.memo.get(&(key, bs)).is_some_and(|h| !h.is_empty()));
             request_block_hashes(&req, &prompt, bs, &mut buf);
             assert_eq!(*buf, hashes(&whole, limit, bs), "request {i}");
             request_shared_hashes(&req, &prompt, 1, bs, &mut buf);
