@@ -635,11 +635,10 @@ fn leave_one_out(
     // runs are among them), in parallel.
     let settings = optim::Settings {
         max_evals: (setup.optim.max_evals / 2).max(10),
-        diff_steps: [setup.optim.diff_steps.first(), setup.optim.diff_steps.last()]
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect(),
+        diff_steps: match setup.optim.diff_steps.as_slice() {
+            [first, .., last] => vec![*first, *last],
+            one => one.to_vec(),
+        },
         polish: false,
         ..setup.optim.clone()
     };

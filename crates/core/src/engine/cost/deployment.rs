@@ -225,7 +225,10 @@ impl DeploymentCost {
             window_kv_bytes_per_token: d.window_kv_bytes_per_token as f64,
             experts: a.experts,
             experts_per_token: a.experts_per_token,
-            touched: TouchedExperts::new(a.experts, a.experts_per_token),
+            // One table a model: the per-operator terms built theirs.
+            touched: operators
+                .as_ref()
+                .map_or_else(|| TouchedExperts::new(a.experts, a.experts_per_token), |o| o.touched.clone()),
             always_read_bytes: (d.parameters - experts) * bytes_per_parameter / t,
             expert_read_bytes: (a.moe_layers() * a.expert_parameters()) as f64 * expert_bpp / t,
             comm_fixed_s,
