@@ -13,6 +13,12 @@ mod cli;
 /// tens of MB; under glibc the freed memory fragmented across its
 /// per-thread arenas and a fit over 131 runs grew past 15 GB (20 GB after
 /// five minutes). mimalloc returns it: the same fit stays near 200 MB.
+/// Its v2 line (the `v2` feature), not v3: v3 keeps freed pages for a
+/// second before returning them (`purge_delay` 1,000 ms against v2's 10),
+/// so a run whose vectors double holds their old buffers: the million
+/// mixed requests peaked at 116 MB under v3 and 69 MB under v2, the
+/// shipped H100 calibration at 172 MB and 57 MB, at the same speed on one
+/// thread and 3-7% slower on two (docs/performance.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

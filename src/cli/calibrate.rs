@@ -54,8 +54,14 @@ pub struct CalibrateArgs {
     pub no_fit: bool,
     /// Simulate at most this many seconds of each inference-perf stage or
     /// table row with a duration (their figures are steady-state figures).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", conflicts_with = "full_stages")]
     pub sample_s: Option<f64>,
+    /// Simulate every long stationary stage whole. By default a stage of
+    /// one arrival rate that runs for minutes is predicted from a window
+    /// of it that has reached its steady state (docs/calibration.md,
+    /// "Long stages"): within 1% of the whole stage, several times faster.
+    #[arg(long)]
+    pub full_stages: bool,
     /// Most loss evaluations of one fit.
     #[arg(long, value_name = "N", default_value_t = 400)]
     pub max_evals: usize,
@@ -180,7 +186,7 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
         .map(calibrate::LeaveOut::parse)
         .collect::<Result<Vec<_>, _>>()
         .map_err(CliError::Usage)?;
-    let opts = LoadOptions { sample_s: a.sample_s, aic_filters, aic_rounds: a.aic_rounds };
+    let opts = LoadOptions { sample_s: a.sample_s, aic_filters, aic_rounds: a.aic_rounds, steady: !a.full_stages };
     let fit_runs = load_runs(&src, &a.measured, &opts)?;
     check_not_all_excluded(&fit_runs)?;
     let holdout = load_runs(&src, &a.holdout, &opts)?;

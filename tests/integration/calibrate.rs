@@ -252,3 +252,43 @@ fn no_fit_predicts_the_runs_with_the_scenario_as_it_is() {
     // --no-fit writes no profile and refuses to be asked for one.
     TestCommand::new(&["calibrate", "--no-fit", "-o", "p.yml"]).arg(&hidden).arg(&files[0]).fails_with(2);
 }
+
+/// A table of long load-test stages is predicted from steady windows by
+/// default (the report says so), `--full-stages` simulates them whole
+/// (no such line, figures within the stated tolerance), and the two flags
+/// that choose how much of a stage runs cannot be given together.
+#[test]
+fn long_stages_are_predicted_from_a_steady_window_unless_asked_whole() {
+    let dir = tempdir();
+    // Two 600 s stages of the base scenario (Poisson arrivals); the
+    // measured figures only need to exist.
+    let table = write(
+        dir.path(),
+        "stages.csv",
+        "run,workload.arrivals.poisson.rate,workload.duration_s,workload.requests,ttft_mean_ms,e2e_mean_ms\n\
+         slow,2,600,null,40,900\nbusy,4,600,null,45,1000\n",
+    );
+    let report =
+        |extra: &[&str]| TestCommand::new(&["calibrate", "--no-fit", BASE]).args(extra).arg(&table).ok().stdout();
+    let steady = report(&[]);
+    assert!(steady.contains("stages     2 long stationary stages predicted from a steady window"), "{steady}");
+    let whole = report(&["--full-stages"]);
+    assert!(!whole.contains("stages     "), "{whole}");
+    let e2e = |out: &str, run: &str| -> f64 {
+        let mut lines = out.lines().skip_while(|l| !l.trim_start().starts_with(run));
+        let line = lines.find(|l| l.contains("e2e_mean_ms")).unwrap();
+        line.split_whitespace().skip_while(|c| *c != "e2e_mean_ms").nth(2).unwrap().parse().unwrap()
+    };
+    // The busy stage settles within its first window (so its figures are
+    // the window's, not the whole stage's); a Poisson stage at 2 req/s
+    // may not, and then runs whole.
+    assert_ne!(e2e(&steady, "busy"), e2e(&whole, "busy"), "the busy stage was not taken from a window");
+    for run in ["slow", "busy"] {
+        let (a, b) = (e2e(&steady, run), e2e(&whole, run));
+        assert!((a / b - 1.0).abs() <= 0.01, "{run}: {a} from a window, {b} whole");
+    }
+    TestCommand::new(&["calibrate", "--full-stages", "--sample-s", "30", BASE])
+        .arg(&table)
+        .fails_with(2)
+        .stderr_has(&["--full-stages", "--sample-s"]);
+}

@@ -23,6 +23,7 @@ pub mod optim;
 pub mod profile;
 pub mod render;
 pub mod runs;
+pub mod steady;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -226,15 +227,25 @@ pub type Figures = BTreeMap<Metric, f64>;
 /// Simulates `run` with the fitted keys at `x` (none: as the scenario has them).
 pub fn predict(run: &Run, keys: &[FitKey], x: &[f64]) -> Result<Figures, Error> {
     let scenario = run.base.scenario(keys, x).map_err(|e| Error::Work(format!("{}: {e}", run.name)))?;
+    if run.base.steady
+        && let Some(result) = steady::predict(&scenario)
+    {
+        return Ok(figures(run, &result));
+    }
     // A candidate the engine cannot finish within its run limits (say, a
     // bound so slow that simulated time runs past the limit) predicts
     // nothing: every loss metric of the run counts the missing penalty.
     let Ok(out) = llmsim_planner::Run::new(&scenario).go() else {
         return Ok(Figures::new());
     };
+    Ok(figures(run, &out.result))
+}
+
+/// The figures of `result` that `run` measured, and the default metrics.
+fn figures(run: &Run, result: &llmsim_planner::metrics::RunResult) -> Figures {
     let mut wanted: Vec<Metric> = run.measured.keys().copied().collect();
     wanted.extend(default_metrics());
-    Ok(wanted.into_iter().filter_map(|m| m.value(&out.result).filter(|v| v.is_finite()).map(|v| (m, v))).collect())
+    wanted.into_iter().filter_map(|m| m.value(result).filter(|v| v.is_finite()).map(|v| (m, v))).collect()
 }
 
 /// Simulations already run in one calibration, by run and candidate: the

@@ -568,7 +568,7 @@ fn load_suite_with(
     for input in suite.inputs {
         let aic_filters =
             input.filters.iter().map(|f| aic::Filter::parse(f)).collect::<Result<Vec<_>, _>>().map_err(Error::Input)?;
-        let opts = LoadOptions { sample_s: suite.sample_s, aic_filters, aic_rounds: suite.aic_rounds };
+        let opts = LoadOptions { sample_s: suite.sample_s, aic_filters, aic_rounds: suite.aic_rounds, steady: false };
         loaded.extend(super::runs::load(&src, &root.join(input.path), &opts).map_err(|e| Error::Input(e.to_string()))?);
     }
     Ok(loaded)

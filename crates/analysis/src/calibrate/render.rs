@@ -81,19 +81,33 @@ pub fn metrics_seen(o: &Outcome) -> Vec<Metric> {
     out
 }
 
+/// The report's first lines: what was fitted to what, the loss, how long
+/// stages were simulated.
+fn header(o: &Outcome, scenario: &str, fit_count: usize, excluded: usize, holdout: usize) -> String {
+    let s = &o.setup;
+    let mut out = format!(
+        "calibrate  {scenario} against {} measured runs: {fit_count} in the fit, {excluded} excluded as saturated, \
+         {holdout} held out\n",
+        o.runs.len(),
+    );
+    out.push_str(&format!("loss       mean over runs of the mean {} of {}\n", s.loss.describe(), s.metrics.describe()));
+    let sampled = o.runs.iter().filter(|r| r.base.steady && super::steady::sampled(&r.base.validated)).count();
+    if sampled > 0 {
+        out.push_str(&format!(
+            "stages     {sampled} long stationary stages predicted from a steady window of each where one is found \
+             (docs/calibration.md, \"Long stages\"; --full-stages simulates them whole)\n"
+        ));
+    }
+    out
+}
+
 /// The whole report.
 pub fn render(o: &Outcome, scenario: &str) -> String {
     let s = &o.setup;
     let fit_count = o.outcomes.iter().filter(|x| x.in_fit).count();
     let excluded: Vec<_> = o.runs.iter().zip(&o.outcomes).filter(|(_, x)| !x.in_fit && !x.holdout).collect();
     let holdout = o.outcomes.iter().filter(|x| x.holdout).count();
-    let mut out = format!(
-        "calibrate  {scenario} against {} measured runs: {fit_count} in the fit, {} excluded as saturated, {holdout} \
-         held out\n",
-        o.runs.len(),
-        excluded.len()
-    );
-    out.push_str(&format!("loss       mean over runs of the mean {} of {}\n", s.loss.describe(), s.metrics.describe()));
+    let mut out = header(o, scenario, fit_count, excluded.len(), holdout);
     if s.keys.is_empty() {
         out.push_str(&format!("optimiser  nothing fitted: the scenario as it is, loss {:.6}\n\n", o.fit.loss));
     } else {

@@ -88,6 +88,9 @@ pub struct Base {
     /// `value`, validated: what reports read (a trace run's workload is
     /// the placeholder the trace replaces).
     pub validated: Arc<Scenario>,
+    /// Predicted from its steady state when it is a long stationary stage
+    /// ([`super::steady`]), else simulated whole.
+    pub steady: bool,
 }
 
 /// One measured run.
@@ -208,6 +211,9 @@ pub struct LoadOptions {
     pub aic_filters: Vec<aic::Filter>,
     /// Requests of an AIConfigurator run per user (0: [`aic::DEFAULT_ROUNDS`]).
     pub aic_rounds: u32,
+    /// Without `sample_s`: predict a long stationary stage from a window
+    /// of it ([`super::steady`]) instead of simulating it whole.
+    pub steady: bool,
 }
 
 /// The scenario a run is simulated on, with `--set` overrides applied.
@@ -246,7 +252,7 @@ impl ScenarioSource {
             set_placeholder_workload(&mut effective);
         }
         let validated = Arc::new(scenario);
-        Ok(Base { file: self.file.clone(), value: effective, trace: trace.map(Arc::new), validated })
+        Ok(Base { file: self.file.clone(), value: effective, trace: trace.map(Arc::new), validated, steady: false })
     }
 }
 
@@ -329,6 +335,7 @@ impl Base {
 pub fn load(src: &ScenarioSource, measured: &Path, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
     let mut loaded = load_any(src, measured, opts)?;
     for r in &mut loaded.runs {
+        r.base.steady = opts.steady && opts.sample_s.is_none() && r.base.trace.is_none();
         if r.model.is_empty() {
             r.model =
                 r.base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").into();
