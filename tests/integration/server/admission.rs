@@ -101,8 +101,18 @@ fn past_max_num_queued_reqs_a_request_gets_vllms_503_and_is_counted_once_whateve
     assert_eq!(rejections(&server, "max_num_queued_reqs"), Some(2.0));
     assert_eq!(rejections(&server, "max_num_queued_tokens"), Some(0.0));
     // Refused requests never reached the engine: 3 sequences in it, 1 running.
-    assert_eq!(server.metric("vllm:num_requests_running{engine=\"0\",model_name=\"one\"}"), Some(1.0));
-    assert_eq!(server.metric("vllm:num_requests_waiting{engine=\"0\",model_name=\"one\"}"), Some(2.0));
+    // The gauges are published after the engine task has handled every
+    // queued command (as vLLM's are per step), which can be just after the
+    // stream's head went out, so they are awaited; a refused request that
+    // had reached the engine would keep `waiting` at 3 or more (its 3,000
+    // tokens take seconds) and time this out.
+    let gauges = |s: &Server| {
+        (
+            s.metric("vllm:num_requests_running{engine=\"0\",model_name=\"one\"}"),
+            s.metric("vllm:num_requests_waiting{engine=\"0\",model_name=\"one\"}"),
+        )
+    };
+    server.wait_for(10, "1 running and 2 waiting", |s| gauges(s) == (Some(1.0), Some(2.0)));
     // Closing the streams frees the slots.
     drop((_a, _b));
     server.wait_for(10, "the aborted streams to leave", |s| {
