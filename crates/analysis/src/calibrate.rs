@@ -313,7 +313,45 @@ pub fn predict_all(runs: &[&Run], keys: &[FitKey], x: &[f64]) -> Result<Vec<Figu
 
 /// [`predict_all`] through `memo`.
 pub fn predict_all_with(memo: &Memo, runs: &[&Run], keys: &[FitKey], x: &[f64]) -> Result<Vec<Figures>, Error> {
-    runs.par_iter().map(|r| memo.predict(r, keys, x)).collect()
+    let done = heaviest_first(runs.len(), |i| runs[i])
+        .par_iter()
+        .with_max_len(1)
+        .map(|&i| (i, memo.predict(runs[i], keys, x)))
+        .collect();
+    in_order(done)
+}
+
+/// The indices `0..n` with the runs expected to simulate longest first
+/// (stable among equals), each its own task (`with_max_len(1)`: rayon
+/// would otherwise hand a thread a whole slice of them), so that on a few
+/// cores one long run does not start last and leave the other cores idle
+/// while it finishes. Only the order of the work changes; results are put
+/// back in run order.
+fn heaviest_first<'a>(n: usize, run: impl Fn(usize) -> &'a Run) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let weight: Vec<f64> = order.iter().map(|&i| weight(run(i))).collect();
+    order.sort_by(|&a, &b| weight[b].total_cmp(&weight[a]));
+    order
+}
+
+/// A rough cost of simulating `run`: its requests times their mean
+/// output (a decode step per token dominates), from the scenario alone.
+fn weight(run: &Run) -> f64 {
+    let s = &run.base.validated;
+    let w = &s.workload;
+    let requests = match (w.requests, run.base.trace.as_ref()) {
+        (_, Some(rows)) => rows.len() as f64,
+        (Some(n), None) => n as f64,
+        (None, None) => w.rate().unwrap_or(1.0) * w.duration_s.unwrap_or(1.0),
+    };
+    let (prompt, output) = s.mean_lengths();
+    requests * (output + prompt / 256.0 + 1.0)
+}
+
+/// `(index, result)` pairs back in index order; the first error by index.
+fn in_order(mut done: Vec<(usize, Result<Figures, Error>)>) -> Result<Vec<Figures>, Error> {
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The residuals at `x`: for each run and each of its loss metrics,
@@ -695,7 +733,8 @@ fn prime_jacobian(memo: &Memo, runs: &[&Run], keys: &[FitKey], x: &[f64], h: f64
         .map(|p| keys.iter().zip(&p).map(|(k, u)| k.from_unit(*u)).collect())
         .collect();
     let work: Vec<(&Vec<f64>, &&Run)> = points.iter().flat_map(|p| runs.iter().map(move |r| (p, r))).collect();
-    work.par_iter().try_for_each(|(p, r)| memo.predict(r, keys, p).map(|_| ()))
+    let order = heaviest_first(work.len(), |i| work[i].1);
+    order.par_iter().with_max_len(1).try_for_each(|&i| memo.predict(work[i].1, keys, work[i].0).map(|_| ()))
 }
 
 /// `(predicted - measured) / measured` in percent.

@@ -604,3 +604,41 @@ fn a_disaggregated_user_waits_for_the_hand_over_alone() {
     let extra = (disagg[&tpot] - agg[&tpot]) * 63.0;
     assert!((extra - hand_over_ms).abs() < 1e-6, "{extra} ms against {hand_over_ms} ms");
 }
+
+/// Runs are simulated heaviest first (by their request count times their
+/// mean output, worked by hand here from the rows' own figures), and the
+/// results come back in run order whatever order they were made in.
+#[test]
+fn the_heaviest_runs_are_simulated_first_and_results_return_in_run_order() {
+    let loaded = hopper_rows("vllm");
+    let runs: Vec<&Run> = loaded.runs.iter().filter(|r| r.name.contains("llama_3_1_70b")).take(12).collect();
+    assert_eq!(runs.len(), 12);
+    let order = heaviest_first(runs.len(), |i| runs[i]);
+    // By hand: users x 20 requests, each `osl + isl / 256 + 1`, from the
+    // row's id (`..._ISLxOSL_cN_...`).
+    let by_hand = |r: &Run| {
+        let part = |prefix: char| {
+            r.name.split('_').find_map(|p| p.strip_prefix(prefix).and_then(|v| v.parse::<f64>().ok())).unwrap()
+        };
+        let lengths = r.name.split('_').find(|p| p.contains('x') && p.split('x').all(|v| v.parse::<u32>().is_ok()));
+        let (isl, osl) = lengths.and_then(|l| l.split_once('x')).unwrap();
+        let (isl, osl): (f64, f64) = (isl.parse().unwrap(), osl.parse().unwrap());
+        part('c') * 20.0 * (osl + isl / 256.0 + 1.0)
+    };
+    for pair in order.windows(2) {
+        assert!(
+            by_hand(runs[pair[0]]) >= by_hand(runs[pair[1]]),
+            "{} before {}",
+            runs[pair[0]].name,
+            runs[pair[1]].name
+        );
+    }
+    assert_ne!(order, (0..12).collect::<Vec<_>>(), "the rows were already heaviest first: the test shows nothing");
+    // Back in run order, the first error by index.
+    let figs = |v: f64| Figures::from([(default_metrics()[0], v)]);
+    let done = vec![(2, Ok(figs(2.0))), (0, Ok(figs(0.0))), (1, Ok(figs(1.0)))];
+    let back = in_order(done).unwrap();
+    assert_eq!(back.iter().map(|f| f[&default_metrics()[0]]).collect::<Vec<_>>(), [0.0, 1.0, 2.0]);
+    let errors = vec![(2, Err(Error::Work("two".into()))), (0, Ok(figs(0.0))), (1, Err(Error::Work("one".into())))];
+    assert!(matches!(in_order(errors), Err(Error::Work(m)) if m == "one"));
+}
