@@ -235,7 +235,8 @@ pub fn predict(run: &Run, keys: &[FitKey], x: &[f64]) -> Result<Figures, Error> 
     // A candidate the engine cannot finish within its run limits (say, a
     // bound so slow that simulated time runs past the limit) predicts
     // nothing: every loss metric of the run counts the missing penalty.
-    let Ok(out) = llmsim_planner::Run::new(&scenario).go() else {
+    // Only the summary is read, so no request's record is kept.
+    let Ok(out) = llmsim_planner::Run::new(&scenario).summary_only(true).go() else {
         return Ok(Figures::new());
     };
     Ok(figures(run, &out.result))

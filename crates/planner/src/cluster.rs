@@ -159,9 +159,7 @@ impl<'a> Fleet<'a> {
             return None;
         }
         let r = if blind {
-            let block_size = u64::from(content.block_size().max(1));
-            let arrival = router::Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session: None };
-            self.router.route(&arrival, &self.loads)
+            self.router.route(&submit::arrival(content, req, None), &self.loads)
         } else {
             content.read(req, &*cx.source);
             let (engines, outstanding) = (&*self.engines, &self.outstanding);

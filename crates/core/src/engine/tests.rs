@@ -91,6 +91,19 @@ fn req(id: u64, at_ns: u64, prompt: u32, output: u32) -> Request {
 }
 
 #[test]
+fn an_engine_holds_its_capacity_s_blocks_with_or_without_prefix_caching() {
+    // A fleet weighs its pools by `capacity.num_blocks` without building
+    // an engine (`cluster::scaled`): both KV managers must hold exactly it.
+    for prefix_caching in [false, true] {
+        let mut cfg = engine(limits()).cfg.clone();
+        cfg.prefix_caching = prefix_caching;
+        cfg.capacity.num_blocks = 37;
+        let e = Engine::new(cfg);
+        assert_eq!((e.kv_blocks_total(), e.kv_blocks_used()), (37, 0), "prefix caching {prefix_caching}");
+    }
+}
+
+#[test]
 fn a_lone_request_prefills_in_one_step_then_decodes_one_token_a_step() {
     let mut e = engine(limits());
     let mut log = Log::default();

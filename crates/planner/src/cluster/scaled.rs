@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 
 use super::hpa::{Hpa, Reading};
-use super::router::{Arrival, Load, RouterState, Weights};
+use super::router::{Load, RouterState, Weights};
 use super::timeline::{FleetState, Watch};
 use super::{ClusterRun, OnReplica, ReplicaCounts, submit};
 use crate::intake::Content;
@@ -190,7 +190,8 @@ impl<'a> Scaled<'a> {
             .into_iter()
             .map(|spec| {
                 let floor = spec.cfg.cost.step(1, 0).total_s;
-                let blocks = f64::from(Engine::new(spec.cfg.clone()).kv_blocks_total()).max(1.0);
+                // An engine's KV blocks are its capacity's (`Engine::kv_blocks_total`).
+                let blocks = f64::from(spec.cfg.capacity.num_blocks).max(1.0);
                 Pool {
                     next_decision: spec.hpa.as_ref().map_or(NEVER, |h| nanos(h.config().period_s)),
                     routed: VecDeque::new(),
@@ -521,14 +522,10 @@ impl Topology for Scaled<'_> {
             return Ok(());
         }
         self.content.read(&req, &*cx.source);
-        let affinity = self.router.policy() == llmsim_scenario::config::Router::PrefixAffinity;
-        for (i, s) in self.slots.iter().enumerate() {
-            let hit = (affinity && self.ready_mask[i]).then(|| self.content.affinity(req.prompt));
-            self.loads[i] = Load::of(&s.engine, self.outstanding[i], hit);
-        }
-        let block_size = u64::from(self.content.block_size().max(1));
-        let arrival =
-            Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session: cx.source.session() };
+        let engines = self.slots.iter().map(|s| &s.engine);
+        let ready = Some(&*self.ready_mask);
+        submit::gather(self.router, engines, &self.outstanding, &mut self.loads, &self.content, &req, ready);
+        let arrival = submit::arrival(&self.content, &req, cx.source.session());
         let weights = self.weighted.then_some(Weights { speed: &self.speed, blocks: &self.blocks });
         let r = self.router.route_weighted(&arrival, &self.loads, Some(&self.ready_mask), weights);
         if keep {

@@ -30,8 +30,7 @@ pub(crate) fn rejected_for_context<S: Source, O: Observer>(
 }
 
 /// Routes `req` among `engines`: fills `loads` with what the router sees
-/// of each (`outstanding` requests routed there; the request's cache hit
-/// there for `prefix_affinity`) and returns the replica `router` picks.
+/// of each ([`gather`]) and returns the replica `router` picks.
 pub(crate) fn route(
     router: &mut RouterState,
     engines: &[Engine],
@@ -41,12 +40,34 @@ pub(crate) fn route(
     req: &Request,
     session: Option<u64>,
 ) -> usize {
+    gather(router, engines, outstanding, loads, content, req, None);
+    router.route(&arrival(content, req, session), &loads[..engines.len()])
+}
+
+/// Fills `loads` (one a replica, in order) with what the router sees of
+/// each engine: `outstanding` requests routed there and, for
+/// `prefix_affinity`, the request's cache hit there, looked up on the
+/// replicas `ready` marks (every one when `None`; a router never picks
+/// the others).
+pub(crate) fn gather<'e>(
+    router: &RouterState,
+    engines: impl IntoIterator<Item = &'e Engine>,
+    outstanding: &[u64],
+    loads: &mut [Load],
+    content: &Content,
+    req: &Request,
+    ready: Option<&[bool]>,
+) {
     let affinity = router.policy() == llmsim_scenario::config::Router::PrefixAffinity;
-    let loads = &mut loads[..engines.len()];
-    for ((load, e), &n) in loads.iter_mut().zip(engines).zip(outstanding) {
-        *load = Load::of(e, n, affinity.then(|| content.affinity(req.prompt)));
+    for (i, ((load, e), &n)) in loads.iter_mut().zip(engines).zip(outstanding).enumerate() {
+        let hit = (affinity && ready.is_none_or(|m| m[i])).then(|| content.affinity(req.prompt));
+        *load = Load::of(e, n, hit);
     }
+}
+
+/// What the router is told of `req`: its prompt in blocks and its
+/// conversation, if any.
+pub(crate) fn arrival(content: &Content, req: &Request, session: Option<u64>) -> Arrival {
     let block_size = u64::from(content.block_size().max(1));
-    let arrival = Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session };
-    router.route(&arrival, loads)
+    Arrival { prompt_blocks: u64::from(req.prompt).div_ceil(block_size), session }
 }
