@@ -733,9 +733,12 @@ fn prime_jacobian(memo: &Memo, runs: &[&Run], keys: &[FitKey], x: &[f64], h: f64
         .into_iter()
         .map(|p| keys.iter().zip(&p).map(|(k, u)| k.from_unit(*u)).collect())
         .collect();
-    let work: Vec<(&Vec<f64>, &&Run)> = points.iter().flat_map(|p| runs.iter().map(move |r| (p, r))).collect();
-    let order = heaviest_first(work.len(), |i| work[i].1);
-    order.par_iter().with_max_len(1).try_for_each(|&i| memo.predict(work[i].1, keys, work[i].0).map(|_| ()))
+    // Each run weighed once; its points are as heavy as each other.
+    let work: Vec<(&Run, &Vec<f64>)> = heaviest_first(runs.len(), |i| runs[i])
+        .into_iter()
+        .flat_map(|i| points.iter().map(move |p| (runs[i], p)))
+        .collect();
+    work.par_iter().with_max_len(1).try_for_each(|&(r, p)| memo.predict(r, keys, p).map(|_| ()))
 }
 
 /// `(predicted - measured) / measured` in percent.
