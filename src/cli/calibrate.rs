@@ -65,6 +65,12 @@ pub struct CalibrateArgs {
     /// Most loss evaluations of one fit.
     #[arg(long, value_name = "N", default_value_t = 400)]
     pub max_evals: usize,
+    /// Fit first on this many runs spread evenly over the fitted ones,
+    /// then finish on all of them from there (docs/calibration.md,
+    /// "Sampled fits"); only when more than twice as many runs are
+    /// fitted. 0 fits on every run throughout.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub sample_runs: usize,
     /// Worker threads (default: RAYON_NUM_THREADS, else one per core).
     /// Output bytes do not depend on it.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -212,6 +218,7 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
         leave_one_out: !a.no_leave_one_out && !a.no_fit,
         leave_out,
         optim: optim::Settings { max_evals: a.max_evals, ..optim::Settings::default() },
+        sample_runs: (a.sample_runs > 0).then_some(a.sample_runs),
     };
     let pool = super::runtime::pool(Some(a.threads))?;
     // With --no-fit the "fit" is the scenario as it is, recorded as found.

@@ -107,6 +107,35 @@ fn the_output_is_the_same_at_one_and_two_threads() {
     assert!(a == b, "the profile differs between 1 and 2 threads:\n{a}\n---\n{b}");
 }
 
+/// `--sample-runs 1` over three runs (more than twice one): the report
+/// names the sample, the fit still finds the hidden overheads, and the
+/// bytes do not depend on the thread count.
+#[test]
+fn a_sampled_fit_names_its_sample_finds_the_values_and_is_the_same_at_any_thread_count() {
+    let dir = tempdir();
+    let mut files = two_runs(dir.path());
+    files.push(measured(dir.path(), "busy.csv", "8", "1024", "32"));
+    let run =
+        |threads: &str| {
+            let mut c = TestCommand::new(&["calibrate", BASE, "--fit", FIT, "--no-priors", "--no-leave-one-out"])
+                .args(&["--sample-runs", "1", "--threads", threads]);
+            for f in &files {
+                c = c.arg(f);
+            }
+            c.ok().stdout()
+        };
+    let out = run("2");
+    assert!(out.contains("with secant steps on 1 of the 3 runs"), "{out}");
+    assert!(out == run("1"), "the report differs between 1 and 2 threads");
+    let value = |key: &str| -> f64 {
+        let line = out.lines().find(|l| l.trim_start().starts_with(key)).unwrap_or_else(|| panic!("{key}: {out}"));
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    let (step, request) = (value("latency.step_overhead_ms"), value("latency.request_overhead_ms"));
+    assert!((step - 4.0).abs() <= 0.08, "step overhead {step}, hidden 4\n{out}");
+    assert!((request - 15.0).abs() <= 0.3, "request overhead {request}, hidden 15\n{out}");
+}
+
 #[test]
 fn a_held_out_run_is_predicted_not_fitted() {
     let dir = tempdir();

@@ -204,6 +204,11 @@ pub struct Setup {
     /// A prior for each key (by position; empty: none).
     pub priors: Vec<Option<keys::Prior>>,
     pub optim: optim::Settings,
+    /// Fit this many of the runs first (spread evenly over them), then
+    /// finish on all of them from there; only when there are more than
+    /// twice as many ([`fit_full`]). `None`: every evaluation replays
+    /// every run.
+    pub sample_runs: Option<usize>,
 }
 
 impl Setup {
@@ -217,6 +222,7 @@ impl Setup {
             leave_out: vec![LeaveOut::Experiment],
             priors: Vec::new(),
             optim: optim::Settings::default(),
+            sample_runs: None,
         }
     }
 }
@@ -411,6 +417,18 @@ pub struct Fit {
 /// Fits `keys` to `runs` from `start` (values, not unit coordinates),
 /// reusing the simulations in `memo`.
 pub fn fit(memo: &Memo, runs: &[&Run], setup: &Setup, start: &[f64], settings: &optim::Settings) -> Result<Fit, Error> {
+    Ok(fit_at(memo, runs, setup, start, settings)?.0)
+}
+
+/// [`fit`], and the minimiser's last Jacobian when it was simulated at the
+/// minimum ([`optim::Minimum::jacobian`]).
+fn fit_at(
+    memo: &Memo,
+    runs: &[&Run],
+    setup: &Setup,
+    start: &[f64],
+    settings: &optim::Settings,
+) -> Result<(Fit, Option<Jacobian>), Error> {
     let keys = &setup.keys;
     let to_x = |u: &[f64]| -> Vec<f64> { keys.iter().zip(u).map(|(k, u)| k.from_unit(*u)).collect() };
     let u0: Vec<f64> = keys.iter().zip(start).map(|(k, x)| k.to_unit(*x)).collect();
@@ -418,7 +436,70 @@ pub fn fit(memo: &Memo, runs: &[&Run], setup: &Setup, start: &[f64], settings: &
     let m = optim::minimize(objective, &u0, settings)?;
     let x: Vec<f64> = to_x(&m.x).into_iter().zip(keys).map(|(v, k)| round_sig(v, k)).collect();
     let r = objective_residuals(memo, runs, setup, &x)?;
-    Ok(Fit { x, loss: r.iter().map(|r| r * r).sum(), evals: m.evals })
+    Ok((Fit { x, loss: r.iter().map(|r| r * r).sum(), evals: m.evals }, m.jacobian))
+}
+
+/// A Jacobian of the objective in the unit box: its difference step and
+/// its columns, one a key.
+type Jacobian = (f64, Vec<Vec<f64>>);
+
+/// The first fit of a sampled calibration ([`Setup::sample_runs`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampled {
+    /// How many runs it fitted.
+    pub runs: usize,
+    /// Its evaluations (each replays the sample alone) and its loss on them.
+    pub evals: usize,
+    pub loss: f64,
+}
+
+/// The full fit of `runs` from `start`. With [`Setup::sample_runs`] `n`
+/// and more than `2n` runs, it first walks towards the minimum on `n`
+/// runs spread evenly over them ([`spread`]: each model, source and load
+/// the runs hold in turn is sampled), at the widest difference step with
+/// secant steps, then goes on from there on every run the same way, a
+/// stage that ends after [`FINISH_FAILURES`] failed trials, with no
+/// coordinate search. Most of a fit's evaluations walk towards the
+/// minimum; the sample takes that walk at a fraction of the cost, and the
+/// runs it left out move the end point by a step or two
+/// (docs/calibration.md, "Sampled fits").
+///
+/// Also returns the finish's last Jacobian when it was simulated at the
+/// minimum, which [`identify::identify_from`] reads instead of simulating
+/// the same points again.
+pub fn fit_full(
+    memo: &Memo,
+    runs: &[&Run],
+    setup: &Setup,
+    start: &[f64],
+) -> Result<(Fit, Option<Sampled>, Option<Jacobian>), Error> {
+    let n = match setup.sample_runs {
+        Some(n) if n > 0 && runs.len() > 2 * n && !setup.keys.is_empty() => n,
+        _ => return Ok((fit(memo, runs, setup, start, &setup.optim)?, None, None)),
+    };
+    let sample = spread(runs, n);
+    let widest = setup.optim.diff_steps.first().map_or_else(Vec::new, |h| vec![*h]);
+    let walk = optim::Settings { diff_steps: widest.clone(), polish: false, secant: true, ..setup.optim.clone() };
+    let coarse = fit(memo, &sample, setup, start, &walk)?;
+    let finish = optim::Settings {
+        max_evals: setup.optim.max_evals.saturating_sub(coarse.evals).max(10),
+        max_failures: FINISH_FAILURES,
+        ..walk
+    };
+    let (full, jacobian) = fit_at(memo, runs, setup, &coarse.x, &finish)?;
+    Ok((full, Some(Sampled { runs: sample.len(), evals: coarse.evals, loss: coarse.loss }), jacobian))
+}
+
+/// Failed trial steps from one Jacobian that end a sampled fit's finish
+/// on every run ([`optim::Settings::max_failures`]): three, a step damped
+/// 64-fold, each trial a whole evaluation of every run.
+pub const FINISH_FAILURES: usize = 3;
+
+/// `n` of `runs` spread evenly over them, in their order: the runs at
+/// `floor((i + 1/2) len / n)`.
+pub fn spread<'a>(runs: &[&'a Run], n: usize) -> Vec<&'a Run> {
+    let len = runs.len();
+    (0..n.min(len)).map(|i| runs[(2 * i + 1) * len / (2 * n.min(len))]).collect()
 }
 
 /// What the fit minimises: the runs' residuals, then a row for each key's
@@ -489,6 +570,8 @@ pub struct Outcome {
     pub start: Vec<f64>,
     pub start_loss: f64,
     pub fit: Fit,
+    /// The sample's fit the full one started from, if any.
+    pub sampled: Option<Sampled>,
     /// Whether the runs identify each key.
     pub identified: Vec<identify::Identification>,
     pub outcomes: Vec<RunOutcome>,
@@ -551,19 +634,23 @@ pub fn calibrate_or_replay(
     let start = start_values(&fit_runs, &setup.keys)?;
     check_bounds_are_valid(fit_runs[0], &setup.keys, &start)?;
     let memo = Memo::default();
-    let (start_loss, fit) = match recorded {
+    let (start_loss, fit, sampled, jacobian) = match recorded {
         // Nothing fitted: the loss is the scenario's own.
         Some(_) if setup.keys.is_empty() => {
             let loss = objective_residuals(&memo, &fit_runs, setup, &[])?.iter().map(|r| r * r).sum();
-            (loss, Fit { x: Vec::new(), loss, evals: 0 })
+            (loss, Fit { x: Vec::new(), loss, evals: 0 }, None, None)
         }
-        Some(r) => (r.start_loss, r.fit.clone()),
-        None => (
-            objective_residuals(&memo, &fit_runs, setup, &start)?.iter().map(|r| r * r).sum(),
-            fit(&memo, &fit_runs, setup, &start, &setup.optim)?,
-        ),
+        Some(r) => (r.start_loss, r.fit.clone(), None, None),
+        None => {
+            let start_loss = objective_residuals(&memo, &fit_runs, setup, &start)?.iter().map(|r| r * r).sum();
+            let (fit, sampled, jacobian) = fit_full(&memo, &fit_runs, setup, &start)?;
+            (start_loss, fit, sampled, jacobian)
+        }
     };
-    let identified = identify::identify(&memo, &fit_runs, setup, &fit.x)?;
+    let identified = match jacobian.and_then(|(h, cols)| identify::identify_from(&fit_runs, setup, &fit.x, h, &cols)) {
+        Some(found) => found,
+        None => identify::identify(&memo, &fit_runs, setup, &fit.x)?,
+    };
     let refs: Vec<&Run> = all.iter().collect();
     let uncalibrated = predict_all_with(&memo, &refs, &[], &[])?;
     let calibrated = predict_all_with(&memo, &refs, &setup.keys, &fit.x)?;
@@ -594,6 +681,7 @@ pub fn calibrate_or_replay(
         start,
         start_loss,
         fit,
+        sampled,
         identified,
         outcomes,
         excluded: Vec::new(),

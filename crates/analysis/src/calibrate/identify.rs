@@ -57,15 +57,16 @@ pub fn prior_rows(setup: &Setup, scale: f64, x: &[f64]) -> Vec<f64> {
     setup.priors.iter().zip(x).filter_map(|(p, x)| p.map(|p| (x - p.mean) / p.sigma * scale)).collect()
 }
 
+/// How far each key is moved each way, as a share of its bounds.
+pub const SPAN: f64 = 0.02;
+
 /// Judges every key of `setup` at the fitted `x`.
 pub fn identify(memo: &Memo, runs: &[&Run], setup: &Setup, x: &[f64]) -> Result<Vec<Identification>, Error> {
     let keys = &setup.keys;
-    let n = keys.len();
-    let scale = row_scale(runs, setup);
     let at = |v: &[f64]| residuals_with(memo, runs, &setup.metrics, setup.loss, keys, v);
-    let mut cols: Vec<Vec<f64>> = Vec::with_capacity(n);
+    let mut cols: Vec<Vec<f64>> = Vec::with_capacity(keys.len());
     for (i, k) in keys.iter().enumerate() {
-        let h = 0.02 * (k.hi - k.lo);
+        let h = SPAN * (k.hi - k.lo);
         let (lo, hi) = ((x[i] - h).max(k.lo), (x[i] + h).min(k.hi));
         let mut v = x.to_vec();
         v[i] = lo;
@@ -75,6 +76,37 @@ pub fn identify(memo: &Memo, runs: &[&Run], setup: &Setup, x: &[f64]) -> Result<
         let span = if k.integer { hi.round() - lo.round() } else { hi - lo };
         cols.push(rh.iter().zip(&rl).map(|(a, b)| if span > 0.0 { (a - b) / span } else { 0.0 }).collect());
     }
+    Ok(judge(runs, setup, x, &cols))
+}
+
+/// [`identify`] from a Jacobian the fit already simulated at `x` with a
+/// difference step of [`SPAN`] in the unit box (the same points, each key
+/// `SPAN` of its bounds each way): `cols` are the objective's columns
+/// (the runs' rows, then a row for each prior), one a key. `None` when
+/// they cannot stand in for it (another step, an integer key, another
+/// shape); the caller then simulates them.
+pub fn identify_from(
+    runs: &[&Run],
+    setup: &Setup,
+    x: &[f64],
+    h: f64,
+    cols: &[Vec<f64>],
+) -> Option<Vec<Identification>> {
+    let keys = &setup.keys;
+    let priors = setup.priors.iter().filter(|p| p.is_some()).count();
+    if h != SPAN || cols.len() != keys.len() || keys.iter().any(|k| k.integer || k.hi <= k.lo) {
+        return None;
+    }
+    let rows = cols.first().map_or(0, Vec::len).checked_sub(priors)?;
+    let cols: Vec<Vec<f64>> =
+        cols.iter().zip(keys).map(|(c, k)| c[..rows].iter().map(|v| v / (k.hi - k.lo)).collect()).collect();
+    Some(judge(runs, setup, x, &cols))
+}
+
+/// The verdicts from the Jacobian of the runs' residuals in the keys' units.
+fn judge(runs: &[&Run], setup: &Setup, x: &[f64], cols: &[Vec<f64>]) -> Vec<Identification> {
+    let keys = &setup.keys;
+    let scale = row_scale(runs, setup);
     let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
     let mut h: Vec<Vec<f64>> = cols.iter().map(|ci| cols.iter().map(|cj| dot(ci, cj)).collect()).collect();
     let prior = |i: usize| setup.priors.get(i).copied().flatten();
@@ -84,8 +116,7 @@ pub fn identify(memo: &Memo, runs: &[&Run], setup: &Setup, x: &[f64]) -> Result<
         }
     }
     let inverse = invert(&h);
-    let out = keys
-        .iter()
+    keys.iter()
         .enumerate()
         .map(|(i, k)| {
             let std = inverse.as_ref().map(|m| (m[i][i].max(0.0)).sqrt() * scale).filter(|s| s.is_finite());
@@ -98,8 +129,7 @@ pub fn identify(memo: &Memo, runs: &[&Run], setup: &Setup, x: &[f64]) -> Result<
             };
             Identification { key: k.key.clone(), fitted: x[i], prior: prior(i), std, identified, at_bound }
         })
-        .collect();
-    Ok(out)
+        .collect()
 }
 
 /// The inverse of a symmetric matrix by Gauss-Jordan elimination with

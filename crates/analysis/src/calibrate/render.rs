@@ -110,6 +110,12 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
     let mut out = header(o, scenario, fit_count, excluded.len(), holdout);
     if s.keys.is_empty() {
         out.push_str(&format!("optimiser  nothing fitted: the scenario as it is, loss {:.6}\n\n", o.fit.loss));
+    } else if let Some(sm) = &o.sampled {
+        out.push_str(&format!(
+            "optimiser  Levenberg-Marquardt in the bounds with secant steps on {} of the {} runs ({} evaluations, loss on \
+             them {:.6}), then on every run from there: {} evaluations, loss {:.6} -> {:.6}\n\n",
+            sm.runs, fit_count, sm.evals, sm.loss, o.fit.evals, o.start_loss, o.fit.loss
+        ));
     } else {
         out.push_str(&format!(
             "optimiser  Levenberg-Marquardt in the bounds, then coordinate search: {} evaluations, loss {:.6} -> {:.6}\n\n",

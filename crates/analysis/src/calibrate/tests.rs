@@ -164,6 +164,56 @@ fn each_fold_ends_within_the_stated_tolerance_of_its_own_exhaustive_fit() {
     }
 }
 
+/// A sampled fit (`Setup::sample_runs`): two of the six runs, spread
+/// over them (runs 1 and 4: `floor((2i + 1) 6 / 4)`), fitted first, then
+/// every run from there. Its stated tolerance: the loss on every run
+/// within 1% of the fit that replays every run throughout, each key
+/// within half its 95% interval of that fit's value.
+#[test]
+fn a_sampled_fit_ends_within_the_stated_tolerance_of_the_fit_on_every_run() {
+    let (_dir, runs, setup) = off_the_hidden_values(SHAPES.len());
+    let whole = Setup { leave_one_out: false, ..setup };
+    let sampled = Setup { sample_runs: Some(2), ..whole.clone() };
+    let refs: Vec<&Run> = runs.iter().collect();
+    let picked: Vec<&str> = spread(&refs, 2).iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(picked, vec![runs[1].name.as_str(), runs[4].name.as_str()]);
+    let (w, s) =
+        (calibrate(runs.clone(), Vec::new(), &whole).unwrap(), calibrate(runs.clone(), Vec::new(), &sampled).unwrap());
+    assert!(w.sampled.is_none(), "{:?}", w.sampled);
+    let sm = s.sampled.as_ref().expect("six runs are more than twice two");
+    assert_eq!(sm.runs, 2);
+    assert!(s.fit.loss <= w.fit.loss * 1.01, "sampled {:?} {sm:?} against whole {:?}", s.fit, w.fit);
+    for (i, k) in whole.keys.iter().enumerate() {
+        let (lo, hi) = w.identified[i].interval(k).expect("both keys are identified");
+        let off = (s.fit.x[i] - w.fit.x[i]).abs();
+        assert!(off <= (hi - lo) / 2.0, "{}: {} against {} (95% interval {lo}..{hi})", k.key, s.fit.x[i], w.fit.x[i]);
+    }
+    // A Jacobian of the objective in the unit box (2% steps, the priors'
+    // rows last) stands in for the identification's at the same values:
+    // the same verdicts and spreads (the same points, in other units).
+    let memo = Memo::default();
+    let u: Vec<f64> = sampled.keys.iter().zip(&s.fit.x).map(|(k, x)| k.to_unit(*x)).collect();
+    let at = |i: usize, d: f64| {
+        let x: Vec<f64> =
+            sampled.keys.iter().enumerate().map(|(j, k)| k.from_unit(if i == j { u[j] + d } else { u[j] })).collect();
+        objective_residuals(&memo, &refs, &sampled, &x).unwrap()
+    };
+    let cols: Vec<Vec<f64>> =
+        (0..u.len()).map(|i| at(i, 0.02).iter().zip(at(i, -0.02)).map(|(a, b)| (a - b) / 0.04).collect()).collect();
+    let reused = identify::identify_from(&refs, &sampled, &s.fit.x, 0.02, &cols).expect("a 2% step, no integer key");
+    let simulated = identify::identify(&memo, &refs, &sampled, &s.fit.x).unwrap();
+    for (a, b) in reused.iter().zip(&simulated) {
+        assert_eq!((a.identified, a.at_bound), (b.identified, b.at_bound), "{a:?} {b:?}");
+        let (sa, sb) = (a.std.unwrap(), b.std.unwrap());
+        assert!((sa - sb).abs() <= 1e-6 * sb, "{a:?} {b:?}");
+    }
+    assert!(identify::identify_from(&refs, &sampled, &s.fit.x, 0.005, &cols).is_none(), "another step");
+    // Two runs or fewer than twice the sample: no sample.
+    let few = Setup { sample_runs: Some(3), ..whole };
+    let o = calibrate(off_the_hidden_values(SHAPES.len()).1, Vec::new(), &few).unwrap();
+    assert!(o.sampled.is_none());
+}
+
 #[test]
 fn every_group_is_predicted_by_a_fit_on_the_others() {
     let dir = tempfile::tempdir().unwrap();
