@@ -218,7 +218,9 @@ where
                 continue 'fresh;
             };
             let gain = f - ft;
-            secant_update(&mut jac, &x, &trial, &r, &rt, h);
+            if s.secant {
+                secant_update(&mut jac, &x, &trial, &r, &rt, h);
+            }
             x = trial;
             r = rt;
             f = ft;
