@@ -84,6 +84,13 @@ pub struct CapacityArgs {
     /// the scenario's largest fleet, at least 8).
     #[arg(long, value_name = "N", requires = "over_time")]
     pub static_max: Option<u32>,
+    /// With --over-time: run every static probe to its end. By default,
+    /// when every window must meet (--windows 1), a static probe's run
+    /// stops at its first missed window (the probe fails whatever
+    /// follows; its JSON figures are then up to there, with
+    /// `stopped_at_s`).
+    #[arg(long, requires = "over_time")]
+    pub full_probes: bool,
     /// With --over-time: the policies' results from `llmsim sweep --shard`
     /// files (run with this command's scenario, --set values and --seeds)
     /// instead of running them here; the static fleet is still searched here.

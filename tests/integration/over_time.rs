@@ -176,3 +176,84 @@ fn a_fraction_of_windows_lets_a_policy_through_that_misses_a_few() {
     let chosen = &some["candidates"][some["cheapest"].as_u64().unwrap() as usize];
     assert!((1..=3).contains(&chosen["missed"].as_u64().unwrap()), "{chosen}");
 }
+
+/// Each window's (end_s, slo_met, gpu_hours, cost) of `n` fixed replicas
+/// run to the end, from `llmsim run --timeline`.
+fn fixed_windows(dir: &std::path::Path, file: &std::path::Path, n: u64) -> Vec<(f64, String, f64, f64)> {
+    let csv = dir.join(format!("windows-{n}.csv"));
+    TestCommand::new(&["run"])
+        .arg(file)
+        .arg("--quiet")
+        .arg("--set")
+        .arg("cluster.autoscale=null")
+        .arg("--set")
+        .arg(format!("cluster.replicas={n}"))
+        .arg("--timeline")
+        .arg(&csv)
+        .ok();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name}: {header:?}"));
+    let (end, met, hours, cost) = (col("end_s"), col("slo_met"), col("gpu_hours"), col("cost"));
+    lines
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            (c[end].parse().unwrap(), c[met].to_string(), c[hours].parse().unwrap(), c[cost].parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_static_probe_that_misses_a_window_stops_there_and_the_answer_is_the_same() {
+    let dir = tempdir();
+    let file = write(dir.path(), "plan.yml", SCENARIO);
+    let early = plan(&file, &[]);
+    let full = plan(&file, &["--full-probes"]);
+    assert_eq!(early.code(), 0, "{}", early.describe());
+    assert_eq!(full.code(), 0, "{}", full.describe());
+    let (early, full) = (json(&early), json(&full));
+    // Only the failing probes' figures differ: the policies, the answer
+    // and the meeting probe are the same.
+    assert_eq!(early["candidates"], full["candidates"]);
+    assert_eq!(early["cheapest"], full["cheapest"]);
+    assert_eq!(early["saving"], full["saving"]);
+    assert_eq!(early["static_fleet"]["replicas"], full["static_fleet"]["replicas"]);
+    assert_eq!(early["static_fleet"]["at_replicas"], full["static_fleet"]["at_replicas"]);
+    let probes = early["static_fleet"]["probes"].as_array().unwrap();
+    let whole = full["static_fleet"]["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), whole.len());
+    let mut stopped = 0;
+    for (p, w) in probes.iter().zip(whole) {
+        assert_eq!((&p["replicas"], &p["meets"]), (&w["replicas"], &w["meets"]), "{p} against {w}");
+        assert!(w.get("stopped_at_s").is_none(), "--full-probes stops no probe: {w}");
+        if p["meets"].as_bool().unwrap() {
+            assert_eq!(p, w, "a probe that meets runs to its end");
+            continue;
+        }
+        // The run of that many fixed replicas to its end: the probe stopped
+        // at its first missed window, with that window's figures.
+        let n = p["replicas"].as_u64().unwrap();
+        let rows = fixed_windows(dir.path(), &file, n);
+        let first = rows.iter().position(|r| r.1 == "false").expect("a failing probe misses a window");
+        let (end, _, hours, cost) = &rows[first];
+        assert_eq!(p["stopped_at_s"].as_f64(), Some(*end), "{p}");
+        assert_eq!(p["windows"].as_u64(), Some(first as u64 + 1), "{p}");
+        assert_eq!(p["missed"].as_u64(), Some(1), "{p}");
+        assert_eq!(p["gpu_hours"].as_f64(), Some(*hours), "{p}");
+        assert_eq!(p["cost"].as_f64(), Some(*cost), "{p}");
+        // Run to the end, the same count misses that window and maybe more.
+        assert_eq!(w["windows"].as_u64(), Some(rows.len() as u64), "{w}");
+        assert!(w["missed"].as_u64().unwrap() >= 1, "{w}");
+        stopped += 1;
+    }
+    assert!(stopped >= 1, "the test needs a failing probe: {probes:?}");
+    // A fraction of windows below 1 runs every probe to its end.
+    let some = json(&plan(&file, &["--windows", "0.9"]));
+    let probes = some["static_fleet"]["probes"].as_array().unwrap();
+    assert!(probes.iter().any(|p| p["meets"] == false), "the test needs a failing probe: {probes:?}");
+    for p in probes {
+        assert!(p.get("stopped_at_s").is_none(), "{p}");
+        assert_eq!(p["windows"].as_u64(), Some(16), "{p}");
+    }
+}

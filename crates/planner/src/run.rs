@@ -30,6 +30,7 @@ pub struct Run<'a> {
     stepping: Stepping,
     source: Option<&'a mut AnySource>,
     progress: Option<&'a mut dyn FnMut(&Progress)>,
+    stop_at_miss: bool,
 }
 
 impl<'a> Run<'a> {
@@ -44,7 +45,19 @@ impl<'a> Run<'a> {
             stepping: Stepping::default(),
             source: None,
             progress: None,
+            stop_at_miss: false,
         }
+    }
+
+    /// With `true`, a fleet over time (`cluster.timeline` or
+    /// `cluster.autoscale`) ends at its first window that misses
+    /// `cluster.timeline.slo`, with [`SimError::WindowMissed`] (its
+    /// figures up to that window), instead of running to the end: for
+    /// searches that only ask whether every window meets. Other runs
+    /// ignore it.
+    pub fn stop_at_missed_window(mut self, stop: bool) -> Run<'a> {
+        self.stop_at_miss = stop;
+        self
     }
 
     /// What the collector keeps beyond the summary (every step).
@@ -110,7 +123,7 @@ impl<'a> Run<'a> {
                 ..Default::default()
             },
         };
-        let parts = Parts { s, options: self.options, summary: self.summary, setup };
+        let parts = Parts { s, options: self.options, summary: self.summary, setup, stop_at_miss: self.stop_at_miss };
         match &s.cluster {
             None => parts.single(source, extra, progress),
             Some(c) => match &c.disagg {
@@ -128,7 +141,7 @@ impl<'a> Run<'a> {
 #[cfg(test)]
 pub(crate) fn run_scaled(scenario: &Scenario) -> Result<(RunOutput, crate::cluster::scaled::ScaledRun), SimError> {
     let setup = Setup { delay_ns: scenario.request_delay_ns(), ..Setup::default() };
-    let parts = Parts { s: scenario, options: CollectorOptions::default(), summary: false, setup };
+    let parts = Parts { s: scenario, options: CollectorOptions::default(), summary: false, setup, stop_at_miss: false };
     let cluster = scenario.cluster.as_ref().expect("a cluster");
     parts.scaled(cluster, &mut AnySource::new(scenario), &mut (), &mut |_| {})
 }
@@ -139,6 +152,8 @@ struct Parts<'a> {
     options: CollectorOptions,
     summary: bool,
     setup: Setup,
+    /// [`Run::stop_at_missed_window`].
+    stop_at_miss: bool,
 }
 
 impl Parts<'_> {
@@ -243,7 +258,7 @@ impl Parts<'_> {
         let keep_ttft = specs.iter().any(|p| p.hpa.as_ref().is_some_and(|h| h.config().signal == Signal::TtftP99Ms));
         let gpus: Vec<u32> = specs.iter().map(|p| p.gpus).collect();
         let watch = Watch::new(timeline.window_s, self.setup.delay_ns, timeline.slo.clone(), keep_ttft);
-        let topology = Scaled::new(specs, &mut router, watch);
+        let topology = Scaled::new(specs, &mut router, watch).stop_at_missed_window(self.stop_at_miss);
         let obs = &mut (&mut collector, extra);
         let setup = Setup { stepping: Stepping::Exact, ..self.setup };
         let mut run = drive(topology, source, obs, &setup, |_, _, _| {}, progress)?;

@@ -65,6 +65,23 @@ pub enum SimError {
     TooManySteps { limit: u64, progress: Progress },
     /// The source cannot make progress in time (see [`Source::stalled`]).
     Stalled { why: String, progress: Progress },
+    /// A window of a fleet over time missed `cluster.timeline.slo`, and
+    /// the run was asked to end at the first that did
+    /// ([`crate::Run::stop_at_missed_window`]): an answer, not a fault.
+    WindowMissed { window: MissedWindow, progress: Progress },
+}
+
+/// The window that ended a run asked to stop at the first miss: its
+/// figures as its row has them (GPU-hours and cost from the run's start
+/// to the window's end).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MissedWindow {
+    /// Its number, from 0: the windows before it all met the SLO.
+    pub index: u64,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub gpu_hours: f64,
+    pub cost: Option<f64>,
 }
 
 impl fmt::Display for SimError {
@@ -110,6 +127,12 @@ impl fmt::Display for SimError {
                 thousands(*limit),
             ),
             SimError::Stalled { why, progress } => write!(f, "the run stopped at t = {} s: {why}", progress.now),
+            SimError::WindowMissed { window, progress } => write!(
+                f,
+                "the run stopped at t = {} s, as asked, at its first window that missed cluster.timeline.slo \
+                 (window {} from {} s to {} s)",
+                progress.now, window.index, window.start_s, window.end_s
+            ),
         }
     }
 }

@@ -148,8 +148,9 @@ pub fn execute_over_time(a: &CapacityArgs) -> Result<(), CliError> {
     let judged = over_time::judge(&data, describe, need)
         .map_err(|(i, e)| CliError::Usage(format!("{source}: point {}: {e}", i + 1)))?;
     let seed_list = seeds_of(base, seeds);
+    let stop = if a.full_probes { over_time::Stop::Never } else { over_time::Stop::AtFirstMiss };
     let static_fleet = pool
-        .install(|| over_time::static_fleet(base, &seed_list, need, limit))
+        .install(|| over_time::static_fleet(base, &seed_list, need, limit, stop))
         .map_err(|e| CliError::Usage(format!("{source}: {e}")))?;
     let mut found = OverTimePlan {
         scenario: source,

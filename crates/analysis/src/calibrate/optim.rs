@@ -560,10 +560,13 @@ mod tests {
                 assert!((a - b).abs() < 1e-12, "{jac:?}");
             }
         }
-        // J d now gives the step's change: 0.3 (1.24, -0.36) + 0.4 (0.32, 0.52).
-        assert!(
-            (0.3 * 1.24 + 0.4 * 0.32 - 0.5_f64).abs() < 1e-12 && (0.3 * -0.36 + 0.4 * 0.52 - 0.1_f64).abs() < 1e-12
-        );
+        // The updated J times the step d = (0.3, 0.4) gives the change the
+        // step saw, (0.5, 0.1) (the secant condition).
+        let d = [0.3, 0.4];
+        for (row, seen) in [0.5, 0.1].into_iter().enumerate() {
+            let predicted: f64 = jac.iter().zip(d).map(|(col, di)| col[row] * di).sum();
+            assert!((predicted - seen).abs() < 1e-12, "row {row}: J d = {predicted}, the step saw {seen}");
+        }
         // A step shorter than the difference step leaves it alone.
         let mut same = vec![vec![1.0, 0.0], vec![0.0, 1.0]];
         secant_update(&mut same, &[0.1, 0.1], &[0.101, 0.1], &[0.0, 0.0], &[0.5, 0.1], 0.02);

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::sweep::{AxisData, PointResult, SweepData};
 use llmsim_planner::metrics::RunResult;
-use llmsim_planner::run_driver::SimError;
+use llmsim_planner::run_driver::{MissedWindow, SimError};
 use llmsim_scenario::config::{Cluster, FleetPool, Scenario};
 
 /// Probes a round of the static search.
@@ -58,6 +58,9 @@ pub struct Verdict {
     pub gpu_hours: f64,
     pub cost: Option<f64>,
     pub peak_replicas: u32,
+    /// Where a run stopped at its first missed window ended (the figures
+    /// above are up to there); `None` for a whole run.
+    pub stopped_at_s: Option<f64>,
 }
 
 /// Why a run cannot be judged.
@@ -78,7 +81,22 @@ impl Verdict {
             gpu_hours: ot.gpu_hours,
             cost: ot.cost,
             peak_replicas: ot.peak_replicas,
+            stopped_at_s: None,
         })
+    }
+
+    /// A run that stopped at its first missed window
+    /// ([`llmsim_planner::Run::stop_at_missed_window`]): the windows up to
+    /// and with it, one missed. (Its peak is not known: 0.)
+    pub fn stopped(w: &MissedWindow) -> Verdict {
+        Verdict {
+            windows: w.index + 1,
+            missed: 1,
+            gpu_hours: w.gpu_hours,
+            cost: w.cost,
+            peak_replicas: 0,
+            stopped_at_s: Some(w.end_s),
+        }
     }
 }
 
@@ -179,6 +197,23 @@ pub struct StaticProbe {
     pub windows: u64,
     pub missed: u64,
     pub meets: bool,
+    /// When some seed's run stopped at its first missed window (the
+    /// search's early stop, [`Stop`]): the earliest such end, and the
+    /// figures above are up to each run's stop. Absent for whole runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_at_s: Option<f64>,
+}
+
+/// Whether the static search's runs may end at their first missed window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// When every window must meet (`--windows 1`), a run ends at its
+    /// first missed window: that probe fails whatever follows. With a
+    /// fraction below 1 the windows allowed to miss depend on how many
+    /// the whole run has, so runs go to the end.
+    AtFirstMiss,
+    /// Every run to its end (`--full-probes`).
+    Never,
 }
 
 /// The static fleet's search and answer.
@@ -212,21 +247,25 @@ fn first_pool(pools: &[FleetPool], n: u32) -> Vec<FleetPool> {
 }
 
 /// Runs the static fleet of `n` replicas on every seed.
-fn probe(s: &Scenario, n: u32, seeds: &[u64], need: Need) -> Result<StaticProbe, StaticError> {
+fn probe(s: &Scenario, n: u32, seeds: &[u64], need: Need, stop: Stop) -> Result<StaticProbe, StaticError> {
     let fleet = static_variant(s, n);
+    let early = stop == Stop::AtFirstMiss && need.allowed(u64::MAX) == 0;
     let verdicts = seeds
         .par_iter()
         .map(|&seed| {
-            let r = crate::sweep::exec::run_one(&fleet, seed).map_err(|e| StaticError::Run {
-                replicas: n,
-                seed,
-                source: e,
-            })?;
-            Verdict::of(&r).map_err(StaticError::Judge)
+            let mut one = fleet.clone();
+            one.workload.seed = seed;
+            let run = llmsim_planner::Run::new(&one).summary_only(true).stop_at_missed_window(early).go();
+            match run {
+                Ok(out) => Verdict::of(&out.result).map_err(StaticError::Judge),
+                Err(SimError::WindowMissed { window, .. }) => Ok(Verdict::stopped(&window)),
+                Err(source) => Err(StaticError::Run { replicas: n, seed, source }),
+            }
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (gpu_hours, cost, windows, missed, _, meets) = pooled(&verdicts, need);
-    Ok(StaticProbe { replicas: n, gpu_hours, cost, windows, missed, meets })
+    let stopped_at_s = verdicts.iter().filter_map(|v| v.stopped_at_s).min_by(f64::total_cmp);
+    Ok(StaticProbe { replicas: n, gpu_hours, cost, windows, missed, meets, stopped_at_s })
 }
 
 /// Why the static search stopped.
@@ -241,11 +280,17 @@ pub enum StaticError {
 /// The smallest fixed count of the first pool's replicas, from 1 to
 /// `limit`, that meets `need` on every seed (see the module's notes).
 /// Probes run on the current rayon pool.
-pub fn static_fleet(s: &Scenario, seeds: &[u64], need: Need, limit: u32) -> Result<StaticFleet, StaticError> {
+pub fn static_fleet(
+    s: &Scenario,
+    seeds: &[u64],
+    need: Need,
+    limit: u32,
+    stop: Stop,
+) -> Result<StaticFleet, StaticError> {
     let limit = limit.max(1);
     let mut probes: Vec<StaticProbe> = Vec::new();
     let pass = smallest(limit, |round| {
-        let got = round.par_iter().map(|&n| probe(s, n, seeds, need)).collect::<Result<Vec<_>, _>>()?;
+        let got = round.par_iter().map(|&n| probe(s, n, seeds, need, stop)).collect::<Result<Vec<_>, _>>()?;
         let meets = got.iter().map(|p| p.meets).collect();
         probes.extend(got);
         Ok(meets)

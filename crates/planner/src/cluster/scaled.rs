@@ -31,7 +31,7 @@ use super::router::{Load, RouterState, Weights};
 use super::timeline::{FleetState, Watch};
 use super::{ClusterRun, OnReplica, ReplicaCounts, submit};
 use crate::intake::Content;
-use crate::run_driver::{Cx, Next, Place, SimError, Topology};
+use crate::run_driver::{Cx, MissedWindow, Next, Place, SimError, Topology};
 use crate::workload::Source;
 use llmsim_core::engine::{Engine, EngineConfig, Observer, Request, RequestId};
 use llmsim_core::time::SimTime;
@@ -179,6 +179,9 @@ pub struct Scaled<'a> {
     ready_at: u64,
     /// The replica of each request in flight.
     owner: super::in_flight::InFlight<u32>,
+    /// End the run at the first window that misses the window SLO
+    /// ([`Scaled::stop_at_missed_window`]).
+    stop_at_miss: bool,
 }
 
 impl<'a> Scaled<'a> {
@@ -242,7 +245,17 @@ impl<'a> Scaled<'a> {
             next_at: vec![NEVER; n],
             ready_at: NEVER,
             owner: Default::default(),
+            stop_at_miss: false,
         }
+    }
+
+    /// With `true`, the run ends with [`SimError::WindowMissed`] as soon
+    /// as a window misses the window SLO: for a search that only needs to
+    /// know whether every window meets (`llmsim capacity --over-time`'s
+    /// static fleet). The windows before it are as a whole run has them.
+    pub fn stop_at_missed_window(mut self, stop: bool) -> Self {
+        self.stop_at_miss = stop;
+        self
     }
 
     /// Slot `r`'s engine changed: its next step.
@@ -468,6 +481,18 @@ impl<'a> Scaled<'a> {
         }
     }
 
+    /// The window just closed, if it missed the window SLO.
+    fn missed_window(&self) -> Option<MissedWindow> {
+        let row = self.watch.rows.last().filter(|w| w.slo_met == Some(false))?;
+        Some(MissedWindow {
+            index: self.watch.rows.len() as u64 - 1,
+            start_s: row.start_s,
+            end_s: row.end_s,
+            gpu_hours: row.gpu_hours,
+            cost: row.cost,
+        })
+    }
+
     /// Closes the windows that end by `at` (at most one a call).
     fn close_window(&mut self, at: u64) -> Result<(), String> {
         let state = self.fleet_state(at);
@@ -565,6 +590,9 @@ impl Topology for Scaled<'_> {
             }
             Due::Window => {
                 self.close_window(now).map_err(|why| SimError::Stalled { why, progress: cx.run.at })?;
+                if let Some(window) = self.missed_window().filter(|_| self.stop_at_miss) {
+                    return Err(SimError::WindowMissed { window, progress: cx.run.at });
+                }
             }
             Due::Decide(p) => {
                 self.decide(p, now).map_err(|why| SimError::Stalled { why, progress: cx.run.at })?;
