@@ -84,12 +84,14 @@ pub struct CapacityArgs {
     /// the scenario's largest fleet, at least 8).
     #[arg(long, value_name = "N", requires = "over_time")]
     pub static_max: Option<u32>,
-    /// With --over-time: run every static probe to its end. By default,
-    /// when every window must meet (--windows 1), a static probe's run
-    /// stops at its first missed window (the probe fails whatever
-    /// follows; its JSON figures are then up to there, with
-    /// `stopped_at_s`).
-    #[arg(long, requires = "over_time")]
+    /// Run every probe to its end. By default a seed's run stops as soon
+    /// as an SLO on a request latency (ttft, e2e, queue, tpot) is certain
+    /// to be missed, in the SLO search's steps and bisection and in the
+    /// fleet search (the probe shows the other seeds' figures and how many
+    /// stopped); with --over-time, when every window must meet, a static
+    /// probe stops at its first missed window (its JSON figures are then
+    /// up to there, with `stopped_at_s`).
+    #[arg(long)]
     pub full_probes: bool,
     /// With --over-time: the policies' results from `llmsim sweep --shard`
     /// files (run with this command's scenario, --set values and --seeds)
@@ -133,7 +135,14 @@ fn options(a: &CapacityArgs) -> Result<Options, CliError> {
     if !(1..=MAX_SEEDS).contains(&seeds) {
         return Err(usage(format!("--seeds {seeds}: must be from 1 to {MAX_SEEDS}")));
     }
-    Ok(Options { slos, precision: a.precision, requests: a.requests, target_rate: a.target_rate, seeds })
+    Ok(Options {
+        slos,
+        precision: a.precision,
+        requests: a.requests,
+        target_rate: a.target_rate,
+        seeds,
+        early_stop: !a.full_probes,
+    })
 }
 
 pub fn execute(a: CapacityArgs) -> Result<(), CliError> {

@@ -505,7 +505,9 @@ pub fn check_scenario<X: Observer>(
         Err(SimError::TimeLimit { .. }) => cov.time_limit += 1,
         Err(SimError::TooManyRequests { .. }) => cov.request_limit += 1,
         Err(SimError::TooManySteps { .. }) => cov.step_limit += 1,
-        Err(e @ SimError::WindowMissed { .. }) => panic!("{label}: nothing asked this run to stop at a window: {e}"),
+        Err(e @ (SimError::WindowMissed { .. } | SimError::Cut { .. })) => {
+            panic!("{label}: nothing asked this run to stop early: {e}")
+        }
     }
     ended
 }

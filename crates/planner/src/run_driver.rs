@@ -69,6 +69,9 @@ pub enum SimError {
     /// the run was asked to end at the first that did
     /// ([`crate::Run::stop_at_missed_window`]): an answer, not a fault.
     WindowMissed { window: MissedWindow, progress: Progress },
+    /// The observer had what it was run for and asked the run to end
+    /// ([`Observer::wants_stop`]): an answer, not a fault.
+    Cut { progress: Progress },
 }
 
 /// The window that ended a run asked to stop at the first miss: its
@@ -132,6 +135,12 @@ impl fmt::Display for SimError {
                 "the run stopped at t = {} s, as asked, at its first window that missed cluster.timeline.slo \
                  (window {} from {} s to {} s)",
                 progress.now, window.index, window.start_s, window.end_s
+            ),
+            SimError::Cut { progress } => write!(
+                f,
+                "the run stopped at t = {} s, as asked, once its observer had what it needed (a search's early \
+                 stop)",
+                progress.now
             ),
         }
     }
@@ -241,6 +250,9 @@ impl<O: Observer> Observer for Tap<'_, O> {
     }
     fn lora_loaded(&mut self, adapter: u32, at: SimTime) {
         self.inner.lora_loaded(adapter, at);
+    }
+    fn wants_stop(&self) -> bool {
+        self.inner.wants_stop()
     }
     fn decode_stretch(&mut self, s: &llmsim_core::engine::Stretch<'_>) {
         // The driver told the source of its finishes already
@@ -570,6 +582,9 @@ where
             Next::Done => return Ok(topology.finish()),
         }
         cx.check_stalled()?;
+        if cx.run.tap.wants_stop() {
+            return Err(SimError::Cut { progress: cx.run.at });
+        }
     }
 }
 

@@ -56,7 +56,7 @@ fn fleet_probe(
             let mut one = s.clone();
             one.workload.seed = seed;
             let mut watch = saturation::QueueWatch::default();
-            let (p, _) = probe_seed_observed(&one, &opts.slos, rate, n, &mut watch)?;
+            let (p, _) = probe_seed_observed(&one, &opts.slos, rate, n, &mut watch, opts.early_stop)?;
             Ok((p, watch.trend()))
         })
         .collect::<Result<_, SearchError>>()?;

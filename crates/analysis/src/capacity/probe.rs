@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::slo::{RequestItl, Slo, good_requests};
+use super::slo::{RequestItl, Slo, SloCut, good_requests};
 use llmsim_planner::metrics::RunResult;
 use llmsim_scenario::config::Scenario;
 
@@ -26,6 +26,10 @@ pub struct Options {
     pub target_rate: Option<f64>,
     /// Seeds every probe runs: the scenario's seed and the next ones.
     pub seeds: u32,
+    /// Probes of the searches' steps stop a seed's run as soon as an SLO
+    /// is certain to be missed ([`SloCut`]); `false`: every run to its
+    /// end (`--full-probes`).
+    pub early_stop: bool,
 }
 
 /// One rate, run on every seed.
@@ -54,6 +58,16 @@ pub struct Probe {
     pub output_tokens_per_s: f64,
     /// Mean over the seeds that have one.
     pub e2e_mean_ms: Option<f64>,
+    /// Seeds whose run stopped early, once an SLO was certain to be missed
+    /// ([`SloCut`]): they count among the seeds that missed, and the
+    /// figures above are the other seeds' (0 and `null` when every seed
+    /// stopped).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stopped: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Why there is no answer.
@@ -132,23 +146,39 @@ pub fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
     s
 }
 
-/// Runs one probe on the scenario's own seed.
+/// Runs one probe on the scenario's own seed, to its end.
 pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> Result<(Probe, RunResult), SearchError> {
-    probe_seed_observed(base, slos, rate, n, &mut ())
+    match probe_seed_observed(base, slos, rate, n, &mut (), false)? {
+        (p, Some(r)) => Ok((p, r)),
+        (p, None) => unreachable!("a probe without early stop stopped early: {p:?}"),
+    }
 }
 
-/// [`probe_seed`], also showing the run's events to `extra`.
+/// [`probe_seed`], also showing the run's events to `extra`; with `cut`,
+/// the run stops as soon as an SLO is certain to be missed ([`SloCut`]),
+/// and the probe (its `stopped` 1) has no run result.
 pub fn probe_seed_observed<O: llmsim_core::engine::Observer>(
     base: &Scenario,
     slos: &[Slo],
     rate: f64,
     n: u64,
     extra: &mut O,
-) -> Result<(Probe, RunResult), SearchError> {
+    cut: bool,
+) -> Result<(Probe, Option<RunResult>), SearchError> {
     let mut itl = RequestItl::default();
-    let out = llmsim_planner::Run::new(&at_rate(base, rate, n))
-        .observed(&mut (&mut itl, extra))
-        .map_err(|error| SearchError::Run { rate_rps: rate, error })?;
+    let mut watch = if cut { SloCut::new(slos, n) } else { None };
+    let run = match &mut watch {
+        Some(w) => llmsim_planner::Run::new(&at_rate(base, rate, n)).observed(&mut (&mut itl, (w, extra))),
+        None => llmsim_planner::Run::new(&at_rate(base, rate, n)).observed(&mut (&mut itl, extra)),
+    };
+    let out = match run {
+        Ok(out) => out,
+        Err(llmsim_planner::run_driver::SimError::Cut { .. }) => {
+            let missed = watch.map(|w| w.missed).unwrap_or_default();
+            return Ok((stopped_probe(slos, rate, n, missed), None));
+        }
+        Err(error) => return Err(SearchError::Run { rate_rps: rate, error }),
+    };
     let r = out.result;
     let good = good_requests(slos, &out.requests, &itl);
     let failed: Vec<String> = slos.iter().filter(|s| !s.holds(&r)).map(Slo::name).collect();
@@ -165,28 +195,50 @@ pub fn probe_seed_observed<O: llmsim_core::engine::Observer>(
         requests_per_s: r.throughput.requests_per_s,
         output_tokens_per_s: r.throughput.output_tokens_per_s,
         e2e_mean_ms: r.e2e_ms.mean,
+        stopped: 0,
     };
-    Ok((p, r))
+    Ok((p, Some(r)))
+}
+
+/// The probe of a seed whose run stopped once `missed` were certain to be
+/// missed: no figures.
+fn stopped_probe(slos: &[Slo], rate: f64, n: u64, missed: Vec<String>) -> Probe {
+    Probe {
+        rate_rps: rate,
+        requests: n,
+        pass: false,
+        seeds_met: 0,
+        slo_values: slos.iter().map(|s| (s.name(), None)).collect(),
+        failed: missed,
+        goodput_rps: 0.0,
+        slo_attainment_pct: 0.0,
+        requests_per_s: 0.0,
+        output_tokens_per_s: 0.0,
+        e2e_mean_ms: None,
+        stopped: 1,
+    }
 }
 
 /// Runs one rate on every seed (in parallel; the result does not depend on
 /// the thread count) and combines them: it passes when every seed met every
 /// SLO, its SLO values are the worst over seeds, the rest are means.
-pub fn probe(base: &Scenario, slos: &[Slo], seeds: &[u64], rate: f64, n: u64) -> Result<Probe, SearchError> {
+pub fn probe(base: &Scenario, slos: &[Slo], seeds: &[u64], rate: f64, n: u64, cut: bool) -> Result<Probe, SearchError> {
     let runs: Vec<Probe> = seeds
         .par_iter()
         .map(|&seed| {
             let mut s = base.clone();
             s.workload.seed = seed;
-            probe_seed(&s, slos, rate, n).map(|p| p.0)
+            probe_seed_observed(&s, slos, rate, n, &mut (), cut).map(|p| p.0)
         })
         .collect::<Result<_, _>>()?;
     Ok(combine(slos, rate, n, &runs))
 }
 
 pub(crate) fn combine(slos: &[Slo], rate: f64, n: u64, runs: &[Probe]) -> Probe {
-    let k = runs.len().max(1) as f64;
-    let mean = |f: fn(&Probe) -> f64| runs.iter().map(f).sum::<f64>() / k;
+    // The figures are the seeds' that ran to the end.
+    let whole = runs.iter().filter(|p| p.stopped == 0);
+    let k = whole.clone().count().max(1) as f64;
+    let mean = |f: fn(&Probe) -> f64| whole.clone().map(f).sum::<f64>() / k;
     let worst = |name: &str| {
         runs.iter()
             .filter_map(|p| p.slo_values.get(name).copied().flatten())
@@ -207,5 +259,6 @@ pub(crate) fn combine(slos: &[Slo], rate: f64, n: u64, runs: &[Probe]) -> Probe 
         requests_per_s: mean(|p| p.requests_per_s),
         output_tokens_per_s: mean(|p| p.output_tokens_per_s),
         e2e_mean_ms: (!e2es.is_empty()).then(|| e2es.iter().sum::<f64>() / e2es.len() as f64),
+        stopped: runs.iter().map(|p| p.stopped).sum(),
     }
 }

@@ -22,8 +22,9 @@
 //! queue_growth, queue_growth_by_seed, served_rps}`, and `probes`: each
 //! `{rate_rps, requests, pass, seeds_met, slo_values (worst over seeds),
 //! failed, goodput_rps, slo_attainment_pct, requests_per_s,
-//! output_tokens_per_s, e2e_mean_ms}` (means over seeds), both in the order
-//! they ran. With `--class NAME`: `class` and `other_classes_rps` (the
+//! output_tokens_per_s, e2e_mean_ms}` (means over seeds), plus `stopped`
+//! (seeds whose run ended early, written when above 0; the figures are
+//! then the other seeds'), both in the order they ran. With `--class NAME`: `class` and `other_classes_rps` (the
 //! varied class, and the other classes' rate beside it).
 
 use std::fmt::Write;
@@ -87,23 +88,7 @@ pub fn render(r: &SearchResult) -> String {
         );
     }
     let _ = writeln!(out);
-    let _ = writeln!(out, "  SLO search (met: on every seed; values: the worst seed)");
-    let names: Vec<&String> = r.at_max_rate.slo_values.keys().collect();
-    let mut head = format!("  {:>12}  {:>8}  {:<5}", "rate req/s", "requests", "SLOs");
-    for n in &names {
-        let _ = write!(head, "  {n:>14}");
-    }
-    let _ = writeln!(out, "{head}  {:>13}  {:>10}", "goodput req/s", "attainment");
-    let mut probes = r.probes.clone();
-    probes.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps).then(a.requests.cmp(&b.requests)));
-    for p in &probes {
-        let mut row = format!("  {:>12.3}  {:>8}  {:<5}", p.rate_rps, thousands(p.requests), met(p, r.seeds.len()));
-        for n in &names {
-            let v = p.slo_values.get(*n).copied().flatten();
-            let _ = write!(row, "  {:>14}", v.map_or("-".into(), |v| format!("{v:.2}")));
-        }
-        let _ = writeln!(out, "{row}  {:>13.3}  {:>9.2}%", p.goodput_rps, p.slo_attainment_pct);
-    }
+    slo_table(&mut out, r);
     let _ = writeln!(out);
     let why = match &r.binding_slo {
         Some(s) => {
@@ -164,6 +149,47 @@ pub fn render(r: &SearchResult) -> String {
         );
     }
     out
+}
+
+/// The SLO search's probes, one row each, by rate.
+fn slo_table(out: &mut String, r: &SearchResult) {
+    let stopped = match r.probes.iter().any(|p| p.stopped > 0) {
+        true => "; stopped: seeds whose run ended once an SLO was certain to be missed, --full-probes runs them whole",
+        false => "",
+    };
+    let _ = writeln!(out, "  SLO search (met: on every seed; values: the worst seed{stopped})");
+    let names: Vec<&String> = r.at_max_rate.slo_values.keys().collect();
+    let mut head = format!("  {:>12}  {:>8}  {:<5}", "rate req/s", "requests", "SLOs");
+    for n in &names {
+        let _ = write!(head, "  {n:>14}");
+    }
+    let _ = writeln!(out, "{head}  {:>13}  {:>10}", "goodput req/s", "attainment");
+    let mut probes = r.probes.clone();
+    probes.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps).then(a.requests.cmp(&b.requests)));
+    for p in &probes {
+        let mut row = format!("  {:>12.3}  {:>8}  {:<5}", p.rate_rps, thousands(p.requests), met(p, r.seeds.len()));
+        for n in &names {
+            let v = p.slo_values.get(*n).copied().flatten();
+            // A stopped seed has no value: what the others show is not the worst.
+            let shown = match v {
+                _ if p.stopped > 0 && p.failed.contains(*n) => "missed".into(),
+                Some(v) => format!("{v:.2}"),
+                None => "-".into(),
+            };
+            let _ = write!(row, "  {shown:>14}");
+        }
+        match p.stopped {
+            0 => {
+                let _ = writeln!(out, "{row}  {:>13.3}  {:>9.2}%", p.goodput_rps, p.slo_attainment_pct);
+            }
+            k if k >= r.seeds.len() => {
+                let _ = writeln!(out, "{row}  {:>13}  {:>10}  stopped", "-", "-");
+            }
+            k => {
+                let _ = writeln!(out, "{row}  {:>13.3}  {:>9.2}%  {k} stopped", p.goodput_rps, p.slo_attainment_pct);
+            }
+        }
+    }
 }
 
 /// `met`, `miss`, or how many seeds met when some did.

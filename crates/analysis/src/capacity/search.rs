@@ -117,15 +117,16 @@ fn steady_probe(
     rate: f64,
     n: u64,
     log: &mut Vec<Probe>,
+    cut: bool,
 ) -> Result<Probe, SearchError> {
-    let p = probe(base, &opts.slos, seeds, rate, n)?;
+    let p = probe(base, &opts.slos, seeds, rate, n, cut)?;
     let span_s = n as f64 / rate;
     let e2e_s = p.e2e_mean_ms.unwrap_or(0.0) / 1e3;
     if opts.requests.is_none() && p.pass && span_s < E2E_MULTIPLE * e2e_s {
         let more = ((E2E_MULTIPLE * e2e_s * rate / 1000.0).ceil() as u64 * 1000).clamp(n, MAX_REQUESTS);
         if more > n {
             log.push(p);
-            let longer = probe(base, &opts.slos, seeds, rate, more)?;
+            let longer = probe(base, &opts.slos, seeds, rate, more, cut)?;
             log.push(longer.clone());
             return Ok(longer);
         }
@@ -166,7 +167,8 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<SearchResult, SearchErr
     )?;
     let saturation = sat.rps;
     let mut log = Vec::new();
-    let lowest = steady_probe(base, opts, &seeds, saturation * LOWEST_FRACTION, n, &mut log)?;
+    // The lowest rate runs whole: when it misses, its figures are the error's.
+    let lowest = steady_probe(base, opts, &seeds, saturation * LOWEST_FRACTION, n, &mut log, false)?;
     if !lowest.pass {
         return Err(SearchError::Unreachable {
             saturation_rps: saturation,
@@ -178,7 +180,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<SearchResult, SearchErr
     let (mut lo, mut best, mut first_fail) = (lowest.rate_rps, lowest, None);
     while lo < saturation {
         let rate = (lo * SLO_STEP).min(saturation);
-        let p = steady_probe(base, opts, &seeds, rate, n, &mut log)?;
+        let p = steady_probe(base, opts, &seeds, rate, n, &mut log, opts.early_stop)?;
         if p.pass {
             lo = rate;
             best = p;
@@ -194,7 +196,7 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<SearchResult, SearchErr
         if mid <= lo || mid >= hi {
             break;
         }
-        let p = steady_probe(base, opts, &seeds, mid, n, &mut log)?;
+        let p = steady_probe(base, opts, &seeds, mid, n, &mut log, opts.early_stop)?;
         if p.pass {
             lo = mid;
             best = p;

@@ -17,7 +17,7 @@
 use std::fmt;
 
 use crate::sweep::metric::{self, Family, Metric};
-use llmsim_core::engine::{Observer, RejectReason, RequestId};
+use llmsim_core::engine::{Observer, RejectReason, RequestId, Stretch};
 use llmsim_core::time::SimTime;
 use llmsim_planner::metrics::{RequestRecord, RunResult, Stats, Status};
 
@@ -240,6 +240,218 @@ impl Observer for RequestItl {
 
     fn aborted(&mut self, id: RequestId, _at: SimTime) {
         self.drop_gaps(id);
+    }
+}
+
+/// Watches a probe's requests as they finish and asks the run to stop
+/// ([`Observer::wants_stop`]) as soon as an SLO is certain to be missed
+/// whatever the rest of the run does: the search's early stop.
+///
+/// Only SLOs on a request latency (TTFT, E2E, queue, TPOT) of every
+/// request (no class) are watched: their values are fixed when a request
+/// finishes and the run's statistic is over finished requests, at most
+/// `requests` of them. With `k` finished requests above the bound `B`:
+/// - `max` is missed at the first (`k = 1`);
+/// - a percentile `q` over `n` values is read at rank `floor(q (n - 1))`
+///   of the sorted values (then interpolated upwards), so it is above `B`
+///   once `k >= n - floor(q (n - 1))`; that grows with `n`, so with `n` at
+///   most `requests` it is missed once `k >= requests - floor(q (requests
+///   - 1)) + 2` (the 2 covers the floating-point floor either way);
+/// - the mean is over at most `requests` values, none negative, so it is
+///   missed once the sum so far over `requests` passes `B`.
+///
+/// Past [`llmsim_planner::metrics::fold::EXACT_SAMPLES`] requests the run's
+/// percentiles come from a histogram, and nothing is watched.
+pub struct SloCut {
+    rules: Vec<CutRule>,
+    /// Each request's arrival, first scheduling and first token (ns), and
+    /// the tokens it asked for.
+    arrival: Vec<u64>,
+    scheduled: Vec<Option<u64>>,
+    first: Vec<Option<u64>>,
+    tokens: Vec<u32>,
+    /// The SLOs found missed, by name, in the order they were found.
+    pub missed: Vec<String>,
+    /// Whether a queue-time SLO is watched (first schedulings are kept).
+    queue: bool,
+}
+
+struct CutRule {
+    name: String,
+    family: Family,
+    stat: crate::sweep::metric::Stat,
+    bound: f64,
+    /// Values above the bound so far, and the sum of every value (ms).
+    above: u64,
+    sum_ms: f64,
+    /// `above` at which the statistic is missed (percentiles).
+    needed: u64,
+    requests: u64,
+    done: bool,
+}
+
+impl SloCut {
+    /// A watch over `requests` requests; `None` when no SLO can be
+    /// watched (see the type's notes).
+    pub fn new(slos: &[Slo], requests: u64) -> Option<SloCut> {
+        use crate::sweep::metric::Stat;
+        if requests == 0 || requests > llmsim_planner::metrics::fold::EXACT_SAMPLES as u64 {
+            return None;
+        }
+        let rules: Vec<CutRule> = slos
+            .iter()
+            .filter(|s| s.class.is_none())
+            .filter_map(|s| match s.metric {
+                Metric::Latency(family @ (Family::Ttft | Family::E2e | Family::Queue | Family::Tpot), stat) => {
+                    let needed = match stat {
+                        Stat::Max => 1,
+                        Stat::Mean => u64::MAX,
+                        p => {
+                            let q = p.quantile();
+                            let lo = (q * (requests - 1) as f64).floor() as u64;
+                            requests - lo + 2
+                        }
+                    };
+                    Some(CutRule {
+                        name: s.name(),
+                        family,
+                        stat,
+                        bound: s.bound,
+                        above: 0,
+                        sum_ms: 0.0,
+                        needed,
+                        requests,
+                        done: false,
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        let queue = rules.iter().any(|r| r.family == Family::Queue);
+        (!rules.is_empty()).then(|| SloCut {
+            queue,
+            rules,
+            arrival: Vec::new(),
+            scheduled: Vec::new(),
+            first: Vec::new(),
+            tokens: Vec::new(),
+            missed: Vec::new(),
+        })
+    }
+
+    fn first_scheduled(&mut self, id: RequestId, at: u64) {
+        if let Some(s @ None) = self.scheduled.get_mut(id as usize) {
+            *s = Some(at);
+        }
+    }
+
+    fn first_token(&mut self, id: RequestId, at: u64) {
+        if let Some(f @ None) = self.first.get_mut(id as usize) {
+            *f = Some(at);
+        }
+    }
+
+    /// Request `id` finished at `end`: its latencies, as the run's
+    /// summary computes them ([`RequestRecord`]'s).
+    fn finish(&mut self, id: RequestId, end: u64) {
+        let i = id as usize;
+        let Some(&arrival) = self.arrival.get(i) else { return };
+        let since = |t: u64| t.saturating_sub(arrival) as f64 / 1e6;
+        if let Some(q) = self.scheduled[i] {
+            self.see(Family::Queue, since(q));
+        }
+        self.see(Family::E2e, since(end));
+        if let Some(f) = self.first[i] {
+            self.see(Family::Ttft, since(f));
+            if self.tokens[i] > 1 {
+                self.see(Family::Tpot, end.saturating_sub(f) as f64 / f64::from(self.tokens[i] - 1) / 1e6);
+            }
+        }
+    }
+
+    fn see(&mut self, family: Family, ms: f64) {
+        use crate::sweep::metric::Stat;
+        for r in self.rules.iter_mut().filter(|r| r.family == family && !r.done) {
+            r.sum_ms += ms;
+            if ms > r.bound {
+                r.above += 1;
+            }
+            // (The mean's margin covers the rounding of a sum of floats.)
+            let missed = match r.stat {
+                Stat::Mean => r.sum_ms / r.requests as f64 > r.bound * (1.0 + 1e-9),
+                _ => r.above >= r.needed,
+            };
+            if missed {
+                r.done = true;
+                self.missed.push(r.name.clone());
+            }
+        }
+    }
+}
+
+impl Observer for SloCut {
+    fn arrived(&mut self, id: RequestId, at: SimTime, _prompt: u32, output: u32) {
+        let i = id as usize;
+        if self.arrival.len() <= i {
+            self.arrival.resize(i + 1, 0);
+            self.scheduled.resize(i + 1, None);
+            self.first.resize(i + 1, None);
+            self.tokens.resize(i + 1, 0);
+        }
+        self.arrival[i] = at.as_nanos();
+        // A finished request released every token it asked for.
+        self.tokens[i] = output;
+    }
+
+    fn scheduled(&mut self, id: RequestId, at: SimTime, _tokens: u32, _computed: u32) {
+        if self.queue {
+            self.first_scheduled(id, at.as_nanos());
+        }
+    }
+
+    fn token(&mut self, id: RequestId, at: SimTime, index: u32) {
+        if index == 1 {
+            self.first_token(id, at.as_nanos());
+        }
+    }
+
+    fn finished(&mut self, id: RequestId, at: SimTime) {
+        self.finish(id, at.as_nanos());
+    }
+
+    /// The events a stretch stands for, without replaying its steps: its
+    /// arrivals, each joiner's first scheduling and first token (at its
+    /// admission step), a running request's first token (at the first
+    /// step, if it had none), and the finishes.
+    fn decode_stretch(&mut self, s: &Stretch<'_>) {
+        for a in s.arrivals {
+            self.arrived(a.id, a.arrival, a.prompt, a.output);
+        }
+        let running = s.requests.len();
+        let (Some(first), Some(last)) = (s.steps.first(), s.steps.last()) else { return };
+        let end_of = |k: u32| s.steps.get(k as usize).map_or(last.end, |st| st.end).as_nanos();
+        // A running request was scheduled before; its first token is at
+        // the first step's end if it had none.
+        for (&(id, _, g), &(n, finished)) in s.requests.iter().zip(&s.spans[..running]) {
+            if g == 0 {
+                self.first_token(id, first.end.as_nanos());
+            }
+            if finished {
+                self.finish(id, end_of(n - 1));
+            }
+        }
+        for (j, &(n, finished)) in s.joins.iter().zip(&s.spans[running..]) {
+            let start = s.steps.get(j.step as usize).map_or(last.start, |st| st.start).as_nanos();
+            self.first_scheduled(j.id, start);
+            self.first_token(j.id, end_of(j.step));
+            if finished {
+                self.finish(j.id, end_of(j.step + n - 1));
+            }
+        }
+    }
+
+    fn wants_stop(&self) -> bool {
+        !self.missed.is_empty()
     }
 }
 

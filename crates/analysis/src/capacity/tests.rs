@@ -56,6 +56,7 @@ fn options(bound_ms: f64) -> Options {
         requests: Some(2000),
         target_rate: Some(1000.0),
         seeds: 3,
+        early_stop: true,
     }
 }
 
@@ -199,4 +200,129 @@ fn when_every_request_is_rejected_no_rate_helps() {
     let err = search(&s, &options(1e6)).unwrap_err();
     assert!(matches!(&err, SearchError::Unreachable { saturation_rps, .. } if *saturation_rps == 0.0), "{err}");
     assert!(err.to_string().contains("no request completes even with the engine saturated"), "{err}");
+}
+
+/// Counts the requests that finished, to see where a run stopped.
+#[derive(Default)]
+struct Finishes(u64);
+
+impl llmsim_core::engine::Observer for Finishes {
+    fn finished(&mut self, _id: llmsim_core::engine::RequestId, _at: llmsim_core::time::SimTime) {
+        self.0 += 1;
+    }
+}
+
+/// The probe at `over` times the step rate with `slo`, cut: (stopped,
+/// requests finished before the stop).
+fn cut_at(slo: &str, over: f64) -> (super::search::Probe, u64) {
+    let slos = vec![Slo::parse(slo).unwrap()];
+    let rate = over * 1e9 / step_ns() as f64;
+    let mut seen = Finishes::default();
+    let (p, r) = super::probe::probe_seed_observed(&scenario(), &slos, rate, 2000, &mut seen, true).unwrap();
+    assert!(r.is_none(), "{slo}: the run went to its end: {p:?}");
+    assert_eq!((p.stopped, p.pass, p.failed.clone()), (1, false, vec![slos[0].name()]), "{slo}");
+    (p, seen.0)
+}
+
+#[test]
+fn a_probe_stops_at_the_request_that_makes_its_slo_certain_to_be_missed() {
+    // Above the step rate request i (from 0) has TTFT d + i (d - g) (the
+    // module's notes), one finishing a step: the stop comes at the first
+    // request that settles the statistic, counted here by hand.
+    let d = step_ns() as f64 / 1e6;
+    let over = 1.25;
+    let g = d / over;
+    let ttft = |i: u64| d + i as f64 * (d - g);
+    // (Between two requests' TTFTs, 3 d and 3.2 d, not on one.)
+    let bound = 3.1 * d;
+    let first_above = (0..).find(|&i| ttft(i) > bound).unwrap();
+    // max: the first value above the bound.
+    let (_, n) = cut_at(&format!("ttft_max_ms={bound}"), over);
+    assert_eq!(n, first_above + 1);
+    // p99 of at most 2,000 values: rank floor(0.99 x 1,999) = 1,979, so 21
+    // values above settle it; the watch waits for 2 more (23).
+    let (_, n) = cut_at(&format!("ttft_p99_ms={bound}"), over);
+    assert_eq!(n, first_above + 23);
+    // The mean of at most 2,000 values: once the sum passes 2,000 x bound.
+    let (_, n) = cut_at(&format!("ttft_mean_ms={}", 0.1 * bound), over);
+    let mut sum = 0.0;
+    let settled = (0..).find(|&i| {
+        sum += ttft(i);
+        sum / 2000.0 > 0.1 * bound
+    });
+    let settled = settled.unwrap();
+    assert!(n.abs_diff(settled + 1) <= 1, "stopped after {n}, by hand {}", settled + 1);
+    // One output token: E2E is the TTFT.
+    let (_, n) = cut_at(&format!("e2e_max_ms={bound}"), over);
+    assert_eq!(n, first_above + 1);
+    // Below the step rate nothing waits: the run goes to its end.
+    let slos = vec![Slo::parse(&format!("ttft_max_ms={bound}")).unwrap()];
+    let rate = 0.95e9 / step_ns() as f64;
+    let (p, r) = super::probe::probe_seed_observed(&scenario(), &slos, rate, 2000, &mut (), true).unwrap();
+    assert!(p.pass && p.stopped == 0 && r.is_some());
+}
+
+#[test]
+fn only_slos_settled_by_finished_requests_are_watched() {
+    use super::slo::SloCut;
+    let watched = |t: &str| SloCut::new(&[Slo::parse(t).unwrap()], 100).is_some();
+    for t in ["ttft_p50_ms=1", "e2e_p90_ms=1", "queue_mean_ms=1", "tpot_max_ms=1"] {
+        assert!(watched(t), "{t}");
+    }
+    for t in ["itl_p99_ms=1", "step_p99_ms=1", "preemptions=0", "kv_peak_frac=0.5", "gold:ttft_p99_ms=1"] {
+        assert!(!watched(t), "{t}");
+    }
+    // Past the exact samples the run's percentiles come from a histogram.
+    let many = llmsim_planner::metrics::fold::EXACT_SAMPLES as u64 + 1;
+    assert!(SloCut::new(&[Slo::parse("ttft_p99_ms=1").unwrap()], many).is_none());
+}
+
+#[test]
+fn a_stopped_probe_never_stops_a_run_that_meets_and_the_search_ends_where_it_did() {
+    // Poisson arrivals on several seeds around saturation, with SLOs of every
+    // watched kind: each cut run misses its SLO when run whole, and the
+    // searches with and without the stop find the same rate.
+    let d_ms = step_ns() as f64 / 1e6;
+    let mut s = scenario();
+    s.workload.arrivals = llmsim_scenario::config::Arrivals::Poisson { rate: 1.0 };
+    let slos: Vec<Slo> = [
+        format!("ttft_p99_ms={}", 4.0 * d_ms),
+        format!("e2e_p50_ms={}", 1.5 * d_ms),
+        format!("queue_mean_ms={}", 0.5 * d_ms),
+        format!("ttft_max_ms={}", 8.0 * d_ms),
+    ]
+    .iter()
+    .map(|t| Slo::parse(t).unwrap())
+    .collect();
+    let (mut cut, mut whole_misses) = (0, 0);
+    for slo in &slos {
+        for seed in [1, 2, 3] {
+            for over in [0.6, 0.8, 0.9, 1.0, 1.1] {
+                s.workload.seed = seed;
+                let rate = over * 1e9 / step_ns() as f64;
+                let one = std::slice::from_ref(slo);
+                let (p, _) = super::probe::probe_seed_observed(&s, one, rate, 2000, &mut (), true).unwrap();
+                let (w, r) = probe(&s, one, rate, 2000).unwrap();
+                whole_misses += usize::from(!w.pass);
+                if p.stopped == 1 {
+                    cut += 1;
+                    assert!(!w.pass, "{} at {over}/d, seed {seed}: stopped, but the whole run meets: {:?}", slo, r);
+                } else {
+                    assert_eq!(p, w, "{slo} at {over}/d, seed {seed}");
+                }
+            }
+        }
+    }
+    assert!(cut >= 10 && whole_misses >= cut, "the test needs stopped runs: {cut} of {whole_misses} misses");
+    let mut opts = options(100.0 * d_ms);
+    opts.slos = slos;
+    let stopped = search(&s, &opts).unwrap();
+    opts.early_stop = false;
+    let full = search(&s, &opts).unwrap();
+    assert_eq!(stopped.max_rate_rps, full.max_rate_rps);
+    assert_eq!(stopped.max_rate_upper_rps, full.max_rate_upper_rps);
+    assert_eq!(stopped.at_max_rate, full.at_max_rate);
+    assert!(stopped.probes.iter().any(|p| p.stopped > 0), "{:#?}", stopped.probes);
+    assert!(full.probes.iter().all(|p| p.stopped == 0));
+    assert_eq!(stopped.probes.len(), full.probes.len());
 }

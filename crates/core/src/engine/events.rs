@@ -176,6 +176,14 @@ pub trait Observer {
     /// lists steps as they happen puts each on its replica with it. The
     /// engine never calls it.
     fn replica(&mut self, replica: u32) {}
+    /// Not an engine event: whether the run may end now, before its next
+    /// event, because this observer already has what it was run for (a
+    /// search that knows a probe fails). The virtual-time driver asks
+    /// after every event and ends the run with an error that says so; by
+    /// default never.
+    fn wants_stop(&self) -> bool {
+        false
+    }
 }
 
 /// The step-by-step events of a decode stretch, sent to `obs`.
@@ -291,6 +299,9 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.replica(replica);
         self.1.replica(replica);
     }
+    fn wants_stop(&self) -> bool {
+        self.0.wants_stop() || self.1.wants_stop()
+    }
 }
 
 /// An observer seen through a mutable reference is still an observer.
@@ -336,5 +347,8 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
     fn replica(&mut self, replica: u32) {
         (**self).replica(replica);
+    }
+    fn wants_stop(&self) -> bool {
+        (**self).wants_stop()
     }
 }
