@@ -337,6 +337,9 @@ pub fn split(
             splits.len()
         )));
     }
+    // Every split runs whole: the failing ones' SLO values rank them (the
+    // closest is the answer when none meets).
+    let opts = &Options { early_stop: false, ..opts.clone() };
     let mut probes = Vec::with_capacity(splits.len());
     for (p, k) in splits {
         let (probe, queue_growth) =

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::slo::{RequestItl, Slo, SloCut, good_requests};
 use llmsim_planner::metrics::RunResult;
+use llmsim_planner::run_driver::SimError;
 use llmsim_scenario::config::Scenario;
 
 /// The most requests a probe runs on one seed (`--requests` included): a
@@ -148,10 +149,10 @@ pub fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
 
 /// Runs one probe on the scenario's own seed, to its end.
 pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> Result<(Probe, RunResult), SearchError> {
-    match probe_seed_observed(base, slos, rate, n, &mut (), false)? {
-        (p, Some(r)) => Ok((p, r)),
-        (p, None) => unreachable!("a probe without early stop stopped early: {p:?}"),
-    }
+    // Without the watch nothing stops the run: it has its result.
+    let (p, r) = probe_seed_observed(base, slos, rate, n, &mut (), false)?;
+    let cut = || SimError::Cut { progress: llmsim_planner::run_driver::Progress::default() };
+    r.map(|r| (p, r)).ok_or_else(|| SearchError::Run { rate_rps: rate, error: cut() })
 }
 
 /// [`probe_seed`], also showing the run's events to `extra`; with `cut`,
@@ -173,10 +174,11 @@ pub fn probe_seed_observed<O: llmsim_core::engine::Observer>(
     };
     let out = match run {
         Ok(out) => out,
-        Err(llmsim_planner::run_driver::SimError::Cut { .. }) => {
-            let missed = watch.map(|w| w.missed).unwrap_or_default();
-            return Ok((stopped_probe(slos, rate, n, missed), None));
-        }
+        // The watch stopped it; another observer's stop is not an answer.
+        Err(SimError::Cut { progress }) => match watch.map(|w| w.missed).filter(|m| !m.is_empty()) {
+            Some(missed) => return Ok((stopped_probe(slos, rate, n, missed), None)),
+            None => return Err(SearchError::Run { rate_rps: rate, error: SimError::Cut { progress } }),
+        },
         Err(error) => return Err(SearchError::Run { rate_rps: rate, error }),
     };
     let r = out.result;

@@ -326,3 +326,26 @@ fn a_stopped_probe_never_stops_a_run_that_meets_and_the_search_ends_where_it_did
     assert!(full.probes.iter().all(|p| p.stopped == 0));
     assert_eq!(stopped.probes.len(), full.probes.len());
 }
+
+/// Asks the run to stop after its first finish.
+struct StopAfterOne(bool);
+
+impl llmsim_core::engine::Observer for StopAfterOne {
+    fn finished(&mut self, _id: llmsim_core::engine::RequestId, _at: llmsim_core::time::SimTime) {
+        self.0 = true;
+    }
+    fn wants_stop(&self) -> bool {
+        self.0
+    }
+}
+
+#[test]
+fn a_stop_the_slo_watch_did_not_ask_for_is_an_error_not_a_missed_probe() {
+    let slos = vec![Slo::parse("ttft_max_ms=1e9").unwrap()];
+    for cut in [false, true] {
+        let mut other = StopAfterOne(false);
+        let got = super::probe::probe_seed_observed(&scenario(), &slos, 10.0, 100, &mut other, cut);
+        let Err(SearchError::Run { error, .. }) = got else { panic!("cut {cut}: {got:?}") };
+        assert!(matches!(error, llmsim_planner::run_driver::SimError::Cut { .. }), "{error}");
+    }
+}
