@@ -117,3 +117,37 @@ fn capacity_refuses_out_of_range_seeds_precision_and_target_rate() {
     run(&["--precision", "1e-300"]).stderr_has(&["--precision 1e-300: must be from 0.0001 to 0.5"]);
     run(&["--target-rate", "1e300"]).stderr_has(&["--target-rate 1e300: must be a rate above 0 and at most 1e9"]);
 }
+
+/// The early stop as a user sees it: the same answer as `--full-probes`,
+/// the failing probes marked, every stopped seed's probe missing when run
+/// whole.
+#[test]
+fn capacity_stops_a_failing_probe_early_and_answers_as_a_full_search_does() {
+    let dir = tempdir();
+    let args = ["--slo", "ttft_p99_ms=200", "--requests", "2000"];
+    let early = capacity_json(&args, &dir.path().join("early.json"));
+    let full_args: Vec<&str> = args.iter().copied().chain(["--full-probes"]).collect();
+    let full = capacity_json(&full_args, &dir.path().join("full.json"));
+    for key in ["max_rate_rps", "max_rate_upper_rps", "at_max_rate", "binding_slo", "saturation_rps"] {
+        assert_eq!(early[key], full[key], "{key}");
+    }
+    let (e, f) = (early["probes"].as_array().unwrap(), full["probes"].as_array().unwrap());
+    assert_eq!(e.len(), f.len());
+    let mut stopped = 0;
+    for (p, w) in e.iter().zip(f) {
+        assert_eq!((&p["rate_rps"], &p["pass"]), (&w["rate_rps"], &w["pass"]), "{p} against {w}");
+        assert!(w.get("stopped").is_none(), "{w}");
+        match p.get("stopped").and_then(|s| s.as_u64()) {
+            Some(k) => {
+                stopped += k;
+                assert_eq!(p["failed"], serde_json::json!(["ttft_p99_ms"]), "{p}");
+                assert!(w["slo_values"]["ttft_p99_ms"].as_f64().unwrap() > 200.0, "run whole it misses: {w}");
+            }
+            None => assert_eq!(p, w),
+        }
+    }
+    assert!(stopped >= 1, "the test needs a stopped seed: {e:?}");
+    let text = capacity(&args).ok().stdout();
+    assert!(text.contains("missed") && text.contains("stopped"), "{text}");
+    assert!(!capacity(&full_args).ok().stdout().contains("stopped"));
+}
