@@ -158,16 +158,25 @@ impl Slo {
             return false;
         }
         let Metric::Latency(family, stat) = self.metric else { return true };
-        let ms = |ns: Option<u64>| ns.map(|x| x as f64 / 1e6);
         let value = match family {
-            Family::Ttft => ms(rec.ttft_ns()),
-            Family::E2e => ms(rec.e2e_ns()),
-            Family::Queue => ms(rec.queue_ns()),
-            Family::Tpot => rec.tpot_ns().map(|x| x / 1e6),
             Family::Itl => itl.and_then(|s| stat.of(s)),
-            Family::Step => None,
+            f => latency_ms(f, rec),
         };
         value.is_none_or(|v| v <= self.bound)
+    }
+}
+
+/// A finished request's own TTFT, E2E, queue time or TPOT in ms, as the
+/// run's summary counts it (`None` for the other families, and for a TPOT
+/// of one token).
+fn latency_ms(family: Family, rec: &RequestRecord) -> Option<f64> {
+    let ms = |ns: Option<u64>| ns.map(|x| x as f64 / 1e6);
+    match family {
+        Family::Ttft => ms(rec.ttft_ns()),
+        Family::E2e => ms(rec.e2e_ns()),
+        Family::Queue => ms(rec.queue_ns()),
+        Family::Tpot => rec.tpot_ns().map(|x| x / 1e6),
+        Family::Itl | Family::Step => None,
     }
 }
 
@@ -356,15 +365,24 @@ impl SloCut {
     fn finish(&mut self, id: RequestId, end: u64) {
         let i = id as usize;
         let Some(&arrival) = self.arrival.get(i) else { return };
-        let since = |t: u64| t.saturating_sub(arrival) as f64 / 1e6;
-        if let Some(q) = self.scheduled[i] {
-            self.see(Family::Queue, since(q));
-        }
-        self.see(Family::E2e, since(end));
-        if let Some(f) = self.first[i] {
-            self.see(Family::Ttft, since(f));
-            if self.tokens[i] > 1 {
-                self.see(Family::Tpot, end.saturating_sub(f) as f64 / f64::from(self.tokens[i] - 1) / 1e6);
+        let rec = RequestRecord {
+            id,
+            arrival: SimTime::from_nanos(arrival),
+            prompt: 0,
+            output: self.tokens[i],
+            first_scheduled: self.scheduled[i].map(SimTime::from_nanos),
+            first_token: self.first[i].map(SimTime::from_nanos),
+            last_token: Some(SimTime::from_nanos(end)),
+            tokens: self.tokens[i],
+            preemptions: 0,
+            max_gap_ns: 0,
+            status: Status::Finished,
+            cached_tokens: None,
+            class: 0,
+        };
+        for family in [Family::Queue, Family::E2e, Family::Ttft, Family::Tpot] {
+            if let Some(ms) = latency_ms(family, &rec) {
+                self.see(family, ms);
             }
         }
     }
