@@ -93,6 +93,14 @@ pub struct CapacityArgs {
     /// up to there, with `stopped_at_s`).
     #[arg(long)]
     pub full_probes: bool,
+    /// Bracket the SLO search's limit with short probes (a quarter of the
+    /// requests) first, then confirm its two ends with full probes and
+    /// bisect on with full ones: faster when many probes meet; the answer
+    /// rests on full probes (one that met, one that missed) but may differ
+    /// from the default search's where the seeds' verdicts near the limit
+    /// are not monotone in the rate (docs/sweep-capacity.md, "Bracketing").
+    #[arg(long, conflicts_with = "over_time")]
+    pub bracket: bool,
     /// With --over-time: the policies' results from `llmsim sweep --shard`
     /// files (run with this command's scenario, --set values and --seeds)
     /// instead of running them here; the static fleet is still searched here.
@@ -142,6 +150,7 @@ fn options(a: &CapacityArgs) -> Result<Options, CliError> {
         target_rate: a.target_rate,
         seeds,
         early_stop: !a.full_probes,
+        bracket: a.bracket,
     })
 }
 

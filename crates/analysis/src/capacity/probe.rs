@@ -31,6 +31,10 @@ pub struct Options {
     /// is certain to be missed ([`SloCut`]); `false`: every run to its
     /// end (`--full-probes`).
     pub early_stop: bool,
+    /// The SLO search brackets the limit with short probes first and then
+    /// confirms its ends with full ones (`--bracket`;
+    /// [`super::search::slo_search`]).
+    pub bracket: bool,
 }
 
 /// One rate, run on every seed.
@@ -65,6 +69,10 @@ pub struct Probe {
     /// stopped).
     #[serde(skip_serializing_if = "is_zero")]
     pub stopped: usize,
+    /// A short probe of `--bracket` ([`super::search::slo_search`]): it only
+    /// guides the search; the rates the answer rests on ran full.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub short: bool,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -198,6 +206,7 @@ pub fn probe_seed_observed<O: llmsim_core::engine::Observer>(
         output_tokens_per_s: r.throughput.output_tokens_per_s,
         e2e_mean_ms: r.e2e_ms.mean,
         stopped: 0,
+        short: false,
     };
     Ok((p, Some(r)))
 }
@@ -218,6 +227,7 @@ fn stopped_probe(slos: &[Slo], rate: f64, n: u64, missed: Vec<String>) -> Probe 
         output_tokens_per_s: 0.0,
         e2e_mean_ms: None,
         stopped: 1,
+        short: false,
     }
 }
 
@@ -262,5 +272,6 @@ pub(crate) fn combine(slos: &[Slo], rate: f64, n: u64, runs: &[Probe]) -> Probe 
         output_tokens_per_s: mean(|p| p.output_tokens_per_s),
         e2e_mean_ms: (!e2es.is_empty()).then(|| e2es.iter().sum::<f64>() / e2es.len() as f64),
         stopped: runs.iter().map(|p| p.stopped).sum(),
+        short: false,
     }
 }

@@ -157,7 +157,11 @@ fn slo_table(out: &mut String, r: &SearchResult) {
         true => "; stopped: seeds whose run ended once an SLO was certain to be missed, --full-probes runs them whole",
         false => "",
     };
-    let _ = writeln!(out, "  SLO search (met: on every seed; values: the worst seed{stopped})");
+    let short = match r.probes.iter().any(|p| p.short) {
+        true => "; short: --bracket's probes, which only guide the search",
+        false => "",
+    };
+    let _ = writeln!(out, "  SLO search (met: on every seed; values: the worst seed{stopped}{short})");
     let names: Vec<&String> = r.at_max_rate.slo_values.keys().collect();
     let mut head = format!("  {:>12}  {:>8}  {:<5}", "rate req/s", "requests", "SLOs");
     for n in &names {
@@ -178,15 +182,29 @@ fn slo_table(out: &mut String, r: &SearchResult) {
             };
             let _ = write!(row, "  {shown:>14}");
         }
+        let mut notes: Vec<String> = Vec::new();
         match p.stopped {
             0 => {
-                let _ = writeln!(out, "{row}  {:>13.3}  {:>9.2}%", p.goodput_rps, p.slo_attainment_pct);
+                let _ = write!(row, "  {:>13.3}  {:>9.2}%", p.goodput_rps, p.slo_attainment_pct);
             }
             k if k >= r.seeds.len() => {
-                let _ = writeln!(out, "{row}  {:>13}  {:>10}  stopped", "-", "-");
+                let _ = write!(row, "  {:>13}  {:>10}", "-", "-");
+                notes.push("stopped".into());
             }
             k => {
-                let _ = writeln!(out, "{row}  {:>13.3}  {:>9.2}%  {k} stopped", p.goodput_rps, p.slo_attainment_pct);
+                let _ = write!(row, "  {:>13.3}  {:>9.2}%", p.goodput_rps, p.slo_attainment_pct);
+                notes.push(format!("{k} stopped"));
+            }
+        }
+        if p.short {
+            notes.push("short".into());
+        }
+        match notes.is_empty() {
+            true => {
+                let _ = writeln!(out, "{row}");
+            }
+            false => {
+                let _ = writeln!(out, "{row}  {}", notes.join(", "));
             }
         }
     }

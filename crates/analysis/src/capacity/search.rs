@@ -20,6 +20,8 @@ pub const MIN_REQUESTS: u64 = 2000;
 /// The fewest `--requests` allows: a saturation probe needs a second half
 /// with enough arrivals to show a trend.
 pub const FEWEST_REQUESTS: u64 = 100;
+/// `--bracket`: the short probes run this fraction of the probe size.
+pub const BRACKET_DIVISOR: u64 = 4;
 /// Default seeds a probe runs.
 pub const SEEDS: u32 = 3;
 /// The most seeds a probe may run.
@@ -176,38 +178,163 @@ pub fn search(base: &Scenario, opts: &Options) -> Result<SearchResult, SearchErr
             slos: opts.slos.clone(),
         });
     }
-    // Step up from below until an SLO fails or saturation is reached ...
-    let (mut lo, mut best, mut first_fail) = (lowest.rate_rps, lowest, None);
-    while lo < saturation {
-        let rate = (lo * SLO_STEP).min(saturation);
-        let p = steady_probe(base, opts, &seeds, rate, n, &mut log, opts.early_stop)?;
-        if p.pass {
-            lo = rate;
-            best = p;
-        } else {
-            first_fail = Some(p);
-            break;
+    let short = bracket_requests(opts, n);
+    let mut run = |rate: f64, length: Length| match length {
+        Length::Full => steady_probe(base, opts, &seeds, rate, n, &mut log, opts.early_stop),
+        Length::Short => {
+            let mut p = probe(base, &opts.slos, &seeds, rate, short.unwrap_or(n), opts.early_stop)?;
+            p.short = true;
+            log.push(p.clone());
+            Ok(p)
         }
-    }
-    // ... then bisect the bracket.
-    let mut hi = first_fail.as_ref().map_or(saturation, |p| p.rate_rps);
-    while first_fail.is_some() && hi - lo > opts.precision * lo {
-        let mid = (lo + hi) / 2.0;
-        if mid <= lo || mid >= hi {
-            break;
-        }
-        let p = steady_probe(base, opts, &seeds, mid, n, &mut log, opts.early_stop)?;
-        if p.pass {
-            lo = mid;
-            best = p;
-        } else {
-            hi = mid;
-            first_fail = Some(p);
-        }
-    }
+    };
+    let Bracket { lo, hi, best, first_fail } =
+        slo_search(lowest, saturation, opts.precision, short.is_some(), &mut run)?;
     let binding = first_fail.as_ref().and_then(|p| most_violated(&opts.slos, p));
     let found = Found { kind, seeds, n, burst_rps: burst.requests_per_s, sat, bracket: (lo, hi), best, binding };
     Ok(finish(base, opts, found, log))
+}
+
+/// With `--bracket`, the requests a seed of the SLO search's short probes:
+/// a [`BRACKET_DIVISOR`]th of the probe size, when that is at least
+/// [`FEWEST_REQUESTS`] (else no bracketing).
+pub fn bracket_requests(opts: &Options, n: u64) -> Option<u64> {
+    Some(n / BRACKET_DIVISOR).filter(|s| opts.bracket && *s >= FEWEST_REQUESTS)
+}
+
+/// How long a probe of the SLO search runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Length {
+    /// The probe size (and longer when its arrivals span too few E2Es).
+    Full,
+    /// A bracketing probe: [`bracket_requests`].
+    Short,
+}
+
+/// Where the SLO search stands: `lo` met (`best` is its probe), `hi` is the
+/// lowest rate that missed (`first_fail`), or saturation when none did.
+#[derive(Clone, Debug)]
+pub struct Bracket {
+    pub lo: f64,
+    pub hi: f64,
+    pub best: Probe,
+    pub first_fail: Option<Probe>,
+}
+
+/// The SLO search above a `lowest` probe that met, up to `saturation`:
+/// doubling the rate until an SLO misses, then bisecting to `precision`.
+/// With `bracket`, that search first runs on short probes, and its two ends
+/// are then confirmed by full ones (moving outwards, by `precision` and
+/// then twice as far each time, until a full probe meets below and one
+/// misses above) before the bisection goes on with full probes: every
+/// probe the answer rests on (the rate met, the rate missed) ran full.
+pub fn slo_search(
+    lowest: Probe,
+    saturation: f64,
+    precision: f64,
+    bracket: bool,
+    run: &mut dyn FnMut(f64, Length) -> Result<Probe, SearchError>,
+) -> Result<Bracket, SearchError> {
+    let start = Bracket { lo: lowest.rate_rps, hi: saturation, best: lowest, first_fail: None };
+    if !bracket {
+        return climb(start, saturation, precision, Length::Full, run);
+    }
+    let short = climb(start.clone(), saturation, precision, Length::Short, run)?;
+    let confirmed = confirm(&short, start, saturation, precision, run)?;
+    bisect(confirmed, precision, Length::Full, run)
+}
+
+/// Doubles the rate from `b.lo` until a probe misses or saturation is met,
+/// then bisects.
+fn climb(
+    mut b: Bracket,
+    saturation: f64,
+    precision: f64,
+    length: Length,
+    run: &mut dyn FnMut(f64, Length) -> Result<Probe, SearchError>,
+) -> Result<Bracket, SearchError> {
+    while b.first_fail.is_none() && b.lo < saturation {
+        let rate = (b.lo * SLO_STEP).min(saturation);
+        let p = run(rate, length)?;
+        if p.pass {
+            b.lo = rate;
+            b.best = p;
+        } else {
+            b.hi = rate;
+            b.first_fail = Some(p);
+        }
+    }
+    bisect(b, precision, length, run)
+}
+
+/// Halves `[lo, hi)` until it is within `precision` of `lo` (when a probe missed).
+fn bisect(
+    mut b: Bracket,
+    precision: f64,
+    length: Length,
+    run: &mut dyn FnMut(f64, Length) -> Result<Probe, SearchError>,
+) -> Result<Bracket, SearchError> {
+    while b.first_fail.is_some() && b.hi - b.lo > precision * b.lo {
+        let mid = (b.lo + b.hi) / 2.0;
+        if mid <= b.lo || mid >= b.hi {
+            break;
+        }
+        let p = run(mid, length)?;
+        if p.pass {
+            b.lo = mid;
+            b.best = p;
+        } else {
+            b.hi = mid;
+            b.first_fail = Some(p);
+        }
+    }
+    Ok(b)
+}
+
+/// Full probes at the ends of the `short` bracket, moving outwards until
+/// one meets below and one misses above (or saturation meets); `start` is
+/// the lowest probe, which ran full.
+fn confirm(
+    short: &Bracket,
+    mut b: Bracket,
+    saturation: f64,
+    precision: f64,
+    run: &mut dyn FnMut(f64, Length) -> Result<Probe, SearchError>,
+) -> Result<Bracket, SearchError> {
+    // The short lower end, then lower until a full probe meets.
+    let (mut rate, mut step) = (short.lo, precision * short.lo);
+    while rate > b.lo {
+        let p = run(rate, Length::Full)?;
+        if p.pass {
+            b.lo = rate;
+            b.best = p;
+            break;
+        }
+        b.hi = rate;
+        b.first_fail = Some(p);
+        rate = (rate - step).max(b.lo);
+        step *= 2.0;
+    }
+    if b.first_fail.is_some() || short.first_fail.is_none() {
+        return Ok(b);
+    }
+    // The short upper end, then higher until a full probe misses.
+    let (mut rate, mut step) = (short.hi, precision * short.lo);
+    loop {
+        let p = run(rate, Length::Full)?;
+        if !p.pass {
+            b.hi = rate;
+            b.first_fail = Some(p);
+            return Ok(b);
+        }
+        b.lo = rate;
+        b.best = p;
+        if rate >= saturation {
+            return Ok(b);
+        }
+        rate = (rate + step).min(saturation);
+        step *= 2.0;
+    }
 }
 
 /// The failed SLO with the largest value/bound.

@@ -57,6 +57,7 @@ fn options(bound_ms: f64) -> Options {
         target_rate: Some(1000.0),
         seeds: 3,
         early_stop: true,
+        bracket: false,
     }
 }
 
@@ -348,4 +349,103 @@ fn a_stop_the_slo_watch_did_not_ask_for_is_an_error_not_a_missed_probe() {
         let Err(SearchError::Run { error, .. }) = got else { panic!("cut {cut}: {got:?}") };
         assert!(matches!(error, llmsim_planner::run_driver::SimError::Cut { .. }), "{error}");
     }
+}
+
+/// A probe at `rate` whose verdict is `pass`, for the search's logic alone.
+fn verdict(rate: f64, pass: bool, short: bool) -> super::search::Probe {
+    super::search::Probe {
+        rate_rps: rate,
+        requests: if short { 500 } else { 2000 },
+        pass,
+        seeds_met: usize::from(pass),
+        slo_values: Default::default(),
+        failed: if pass { vec![] } else { vec!["ttft_p99_ms".into()] },
+        goodput_rps: 0.0,
+        slo_attainment_pct: 0.0,
+        requests_per_s: rate,
+        output_tokens_per_s: 0.0,
+        e2e_mean_ms: None,
+        stopped: 0,
+        short,
+    }
+}
+
+/// Runs [`super::search::slo_search`] from 0.1 req/s up to a saturation of
+/// 20 on verdicts given by thresholds: a full probe meets up to `full`, a
+/// short one up to `short`. Returns the bracket and every probe run.
+fn search_on(full: f64, short: f64, bracket: bool) -> (super::search::Bracket, Vec<(f64, super::search::Length)>) {
+    use super::search::Length;
+    let mut ran = Vec::new();
+    let mut run = |rate: f64, length: Length| {
+        ran.push((rate, length));
+        let limit = if length == Length::Short { short } else { full };
+        Ok(verdict(rate, rate <= limit, length == Length::Short))
+    };
+    let b = super::search::slo_search(verdict(0.1, true, false), 20.0, 0.01, bracket, &mut run).unwrap();
+    (b, ran)
+}
+
+#[test]
+fn bracketing_rests_its_answer_on_full_probes_whichever_way_the_short_ones_err() {
+    use super::search::Length;
+    // Full probes meet up to 7 req/s; short ones up to 9 (too hopeful), 5
+    // (too strict), 7 (right), or everywhere (saturation).
+    for short in [9.0, 5.0, 7.0, 100.0] {
+        let (b, ran) = search_on(7.0, short, true);
+        // The limit lies in [lo, hi) at the search's precision, by full probes.
+        assert!(b.lo <= 7.0 && b.hi > 7.0, "short {short}: [{}, {})", b.lo, b.hi);
+        assert!(b.hi - b.lo <= 0.01 * b.lo, "short {short}: [{}, {})", b.lo, b.hi);
+        assert!(!b.best.short && b.best.pass && b.best.rate_rps == b.lo);
+        let fail = b.first_fail.as_ref().expect("a full probe missed");
+        assert!(!fail.short && !fail.pass && fail.rate_rps == b.hi);
+        assert!(ran.contains(&(b.lo, Length::Full)) && ran.contains(&(b.hi, Length::Full)), "{ran:?}");
+        // The short probes come first, the full ones after.
+        let first_full = ran.iter().position(|r| r.1 == Length::Full).unwrap();
+        assert!(ran[first_full..].iter().all(|r| r.1 == Length::Full), "{ran:?}");
+    }
+    // Right short probes: their bracket is confirmed by two full probes,
+    // and the answer is the plain search's.
+    let (b, ran) = search_on(7.0, 7.0, true);
+    assert_eq!(ran.iter().filter(|r| r.1 == Length::Full).count(), 2, "{ran:?}");
+    let (plain, plain_ran) = search_on(7.0, 7.0, false);
+    assert_eq!((b.lo, b.hi), (plain.lo, plain.hi));
+    assert!(plain_ran.iter().all(|r| r.1 == Length::Full));
+    // Without bracketing, the plain search by hand: 0.2, 0.4, ..., 6.4, 12.8
+    // (which misses), then the bisection of [6.4, 12.8).
+    let rates: Vec<f64> = plain_ran.iter().map(|r| r.0).collect();
+    assert_eq!(&rates[..7], &[0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8]);
+    assert!((rates[7] - 9.6).abs() < 1e-12, "{rates:?}");
+    // Every rate met up to saturation: the answer is saturation, confirmed full.
+    let (b, ran) = search_on(100.0, 100.0, true);
+    assert!(b.lo == 20.0 && b.hi == 20.0 && b.first_fail.is_none() && !b.best.short);
+    assert_eq!(ran.last(), Some(&(20.0, Length::Full)));
+    // Short probes that met everywhere while full ones miss above 7: the
+    // full probe at saturation misses, and the confirmation walks down.
+    let (b, _) = search_on(7.0, 100.0, true);
+    assert!(b.lo <= 7.0 && b.hi > 7.0);
+}
+
+#[test]
+fn a_bracketed_search_finds_the_step_rate_on_full_probes() {
+    // The by-hand case: the limit is 1/d. With --bracket the short probes
+    // (a quarter of the 2,000 requests) guide the search, and the rates
+    // the answer rests on ran with every request.
+    let d_ns = step_ns();
+    let exact = 1e9 / d_ns as f64;
+    let mut opts = options(1.5 * d_ns as f64 / 1e6);
+    opts.bracket = true;
+    let report = search(&scenario(), &opts).unwrap();
+    assert!(report.max_rate_rps <= exact * (1.0 + 1e-9) && report.max_rate_rps >= exact * 0.99, "{report:#?}");
+    assert_eq!(report.at_max_rate.requests, 2000);
+    assert!(!report.at_max_rate.short);
+    assert!(report.probes.iter().any(|p| p.short && p.requests == 500), "{:#?}", report.probes);
+    let upper = report.probes.iter().find(|p| !p.short && p.rate_rps == report.max_rate_upper_rps);
+    assert!(upper.is_some_and(|p| !p.pass) || report.max_rate_upper_rps == report.saturation_rps);
+    // Each probe's verdict is the by-hand one, short or full.
+    assert!(report.probes.iter().all(|p| p.pass == (p.rate_rps <= exact * (1.0 + 1e-9))), "{:#?}", report.probes);
+    // Fewer requests a probe than the plain search.
+    opts.bracket = false;
+    let plain = search(&scenario(), &opts).unwrap();
+    let requests = |r: &super::search::SearchResult| r.probes.iter().map(|p| p.requests).sum::<u64>();
+    assert!(requests(&report) < requests(&plain), "{} vs {}", requests(&report), requests(&plain));
 }
