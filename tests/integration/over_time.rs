@@ -257,3 +257,27 @@ fn a_static_probe_that_misses_a_window_stops_there_and_the_answer_is_the_same() 
         assert_eq!(p["windows"].as_u64(), Some(16), "{p}");
     }
 }
+
+#[test]
+fn a_run_stopped_at_its_first_missed_window_reports_that_window_and_the_fleet_so_far() {
+    use llmsim_planner::run_driver::SimError;
+    use llmsim_scenario::config::{Override, load_scenario_with};
+    let dir = tempdir();
+    let file = write(dir.path(), "plan.yml", SCENARIO);
+    let set = |kv: &str| Override::parse(kv).unwrap();
+    // One fixed replica misses a window of this day (the static search's
+    // failing probes above start there).
+    let s = load_scenario_with(&file, &[set("cluster.autoscale=null"), set("cluster.replicas=1")]).unwrap();
+    let rows = fixed_windows(dir.path(), &file, 1);
+    let first = rows.iter().position(|r| r.1 == "false").expect("one replica misses a window");
+    match llmsim_planner::Run::new(&s).summary_only(true).stop_at_missed_window(true).go() {
+        Err(SimError::WindowMissed { window, .. }) => {
+            assert_eq!(window.index, first as u64);
+            assert_eq!(window.end_s, rows[first].0);
+            assert_eq!(window.gpu_hours, rows[first].2);
+            // A static fleet of one: its peak is one replica.
+            assert_eq!(window.peak_replicas, 1);
+        }
+        other => panic!("expected a stop at window {first}: {:?}", other.map(|o| o.result.over_time)),
+    }
+}

@@ -68,7 +68,7 @@ pub enum SimError {
     /// A window of a fleet over time missed `cluster.timeline.slo`, and
     /// the run was asked to end at the first that did
     /// ([`crate::Run::stop_at_missed_window`]): an answer, not a fault.
-    WindowMissed { window: MissedWindow, progress: Progress },
+    WindowMissed { window: Box<MissedWindow>, progress: Progress },
     /// The observer had what it was run for and asked the run to end
     /// ([`Observer::wants_stop`]): an answer, not a fault.
     Cut { progress: Progress },
@@ -85,6 +85,8 @@ pub struct MissedWindow {
     pub end_s: f64,
     pub gpu_hours: f64,
     pub cost: Option<f64>,
+    /// Most replicas at once up to the window's end.
+    pub peak_replicas: u32,
 }
 
 impl fmt::Display for SimError {

@@ -87,14 +87,14 @@ impl Verdict {
 
     /// A run that stopped at its first missed window
     /// ([`llmsim_planner::Run::stop_at_missed_window`]): the windows up to
-    /// and with it, one missed. (Its peak is not known: 0.)
+    /// and with it, one missed; the peak is the run's up to there.
     pub fn stopped(w: &MissedWindow) -> Verdict {
         Verdict {
             windows: w.index + 1,
             missed: 1,
             gpu_hours: w.gpu_hours,
             cost: w.cost,
-            peak_replicas: 0,
+            peak_replicas: w.peak_replicas,
             stopped_at_s: Some(w.end_s),
         }
     }

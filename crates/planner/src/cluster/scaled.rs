@@ -490,6 +490,7 @@ impl<'a> Scaled<'a> {
             end_s: row.end_s,
             gpu_hours: row.gpu_hours,
             cost: row.cost,
+            peak_replicas: self.peak,
         })
     }
 
@@ -591,7 +592,7 @@ impl Topology for Scaled<'_> {
             Due::Window => {
                 self.close_window(now).map_err(|why| SimError::Stalled { why, progress: cx.run.at })?;
                 if let Some(window) = self.missed_window().filter(|_| self.stop_at_miss) {
-                    return Err(SimError::WindowMissed { window, progress: cx.run.at });
+                    return Err(SimError::WindowMissed { window: Box::new(window), progress: cx.run.at });
                 }
             }
             Due::Decide(p) => {
