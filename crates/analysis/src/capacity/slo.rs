@@ -283,6 +283,9 @@ pub struct SloCut {
     pub missed: Vec<String>,
     /// Whether a queue-time SLO is watched (first schedulings are kept).
     queue: bool,
+    /// The most requests the run finishes: every statistic is over at
+    /// most this many values.
+    requests: u64,
 }
 
 struct CutRule {
@@ -295,7 +298,6 @@ struct CutRule {
     sum_ms: f64,
     /// `above` at which the statistic is missed (percentiles).
     needed: u64,
-    requests: u64,
     done: bool,
 }
 
@@ -329,7 +331,6 @@ impl SloCut {
                         above: 0,
                         sum_ms: 0.0,
                         needed,
-                        requests,
                         done: false,
                     })
                 }
@@ -339,6 +340,7 @@ impl SloCut {
         let queue = rules.iter().any(|r| r.family == Family::Queue);
         (!rules.is_empty()).then(|| SloCut {
             queue,
+            requests,
             rules,
             arrival: Vec::new(),
             scheduled: Vec::new(),
@@ -389,6 +391,7 @@ impl SloCut {
 
     fn see(&mut self, family: Family, ms: f64) {
         use crate::sweep::metric::Stat;
+        let requests = self.requests as f64;
         for r in self.rules.iter_mut().filter(|r| r.family == family && !r.done) {
             r.sum_ms += ms;
             if ms > r.bound {
@@ -396,7 +399,7 @@ impl SloCut {
             }
             // (The mean's margin covers the rounding of a sum of floats.)
             let missed = match r.stat {
-                Stat::Mean => r.sum_ms / r.requests as f64 > r.bound * (1.0 + 1e-9),
+                Stat::Mean => r.sum_ms / requests > r.bound * (1.0 + 1e-9),
                 _ => r.above >= r.needed,
             };
             if missed {
