@@ -118,15 +118,24 @@ fn capacity_refuses_out_of_range_seeds_precision_and_target_rate() {
     run(&["--target-rate", "1e300"]).stderr_has(&["--target-rate 1e300: must be a rate above 0 and at most 1e9"]);
 }
 
+/// A search small enough to run twice in a test, whose probes near the
+/// limit miss on some seeds.
+const SEARCH_OF_2000: [&str; 4] = ["--slo", "ttft_p99_ms=200", "--requests", "2000"];
+
+/// `args` and one more flag.
+fn with<'a>(args: &[&'a str], flag: &'a str) -> Vec<&'a str> {
+    args.iter().copied().chain([flag]).collect()
+}
+
 /// The early stop as a user sees it: the same answer as `--full-probes`,
 /// the failing probes marked, every stopped seed's probe missing when run
 /// whole.
 #[test]
 fn capacity_stops_a_failing_probe_early_and_answers_as_a_full_search_does() {
     let dir = tempdir();
-    let args = ["--slo", "ttft_p99_ms=200", "--requests", "2000"];
+    let args = SEARCH_OF_2000;
     let early = capacity_json(&args, &dir.path().join("early.json"));
-    let full_args: Vec<&str> = args.iter().copied().chain(["--full-probes"]).collect();
+    let full_args = with(&args, "--full-probes");
     let full = capacity_json(&full_args, &dir.path().join("full.json"));
     for key in ["max_rate_rps", "max_rate_upper_rps", "at_max_rate", "binding_slo", "saturation_rps"] {
         assert_eq!(early[key], full[key], "{key}");
@@ -155,9 +164,9 @@ fn capacity_stops_a_failing_probe_early_and_answers_as_a_full_search_does() {
 #[test]
 fn capacity_brackets_with_short_probes_and_rests_its_answer_on_full_ones() {
     let dir = tempdir();
-    let args = ["--slo", "ttft_p99_ms=200", "--requests", "2000"];
+    let args = SEARCH_OF_2000;
     let plain = capacity_json(&args, &dir.path().join("plain.json"));
-    let bracket_args: Vec<&str> = args.iter().copied().chain(["--bracket"]).collect();
+    let bracket_args = with(&args, "--bracket");
     let bracketed = capacity_json(&bracket_args, &dir.path().join("bracket.json"));
     let probes = bracketed["probes"].as_array().unwrap();
     // Short probes run a quarter of the requests and guide the search.

@@ -199,14 +199,10 @@ fn slo_table(out: &mut String, r: &SearchResult) {
         if p.short {
             notes.push("short".into());
         }
-        match notes.is_empty() {
-            true => {
-                let _ = writeln!(out, "{row}");
-            }
-            false => {
-                let _ = writeln!(out, "{row}  {}", notes.join(", "));
-            }
+        if !notes.is_empty() {
+            let _ = write!(row, "  {}", notes.join(", "));
         }
+        let _ = writeln!(out, "{row}");
     }
 }
 
