@@ -157,10 +157,10 @@ pub fn at_rate(base: &Scenario, rate: f64, n: u64) -> Scenario {
 
 /// Runs one probe on the scenario's own seed, to its end.
 pub fn probe_seed(base: &Scenario, slos: &[Slo], rate: f64, n: u64) -> Result<(Probe, RunResult), SearchError> {
-    // Without the watch nothing stops the run: it has its result.
-    let (p, r) = probe_seed_observed(base, slos, rate, n, &mut (), false)?;
-    let cut = || SimError::Cut { progress: llmsim_planner::run_driver::Progress::default() };
-    r.map(|r| (p, r)).ok_or_else(|| SearchError::Run { rate_rps: rate, error: cut() })
+    let mut itl = RequestItl::default();
+    let run = llmsim_planner::Run::new(&at_rate(base, rate, n)).observed(&mut itl);
+    let out = run.map_err(|error| SearchError::Run { rate_rps: rate, error })?;
+    Ok(judged(slos, rate, n, out, &itl))
 }
 
 /// [`probe_seed`], also showing the run's events to `extra`; with `cut`,
@@ -180,17 +180,30 @@ pub fn probe_seed_observed<O: llmsim_core::engine::Observer>(
         Some(w) => llmsim_planner::Run::new(&at_rate(base, rate, n)).observed(&mut (&mut itl, (w, extra))),
         None => llmsim_planner::Run::new(&at_rate(base, rate, n)).observed(&mut (&mut itl, extra)),
     };
-    let out = match run {
-        Ok(out) => out,
+    match run {
+        Ok(out) => {
+            let (p, r) = judged(slos, rate, n, out, &itl);
+            Ok((p, Some(r)))
+        }
         // The watch stopped it; another observer's stop is not an answer.
         Err(SimError::Cut { progress }) => match watch.map(|w| w.missed).filter(|m| !m.is_empty()) {
-            Some(missed) => return Ok((stopped_probe(slos, rate, n, missed), None)),
-            None => return Err(SearchError::Run { rate_rps: rate, error: SimError::Cut { progress } }),
+            Some(missed) => Ok((stopped_probe(slos, rate, n, missed), None)),
+            None => Err(SearchError::Run { rate_rps: rate, error: SimError::Cut { progress } }),
         },
-        Err(error) => return Err(SearchError::Run { rate_rps: rate, error }),
-    };
+        Err(error) => Err(SearchError::Run { rate_rps: rate, error }),
+    }
+}
+
+/// The probe of a run that ended: its SLO values, verdict and goodput.
+fn judged(
+    slos: &[Slo],
+    rate: f64,
+    n: u64,
+    out: llmsim_planner::metrics::RunOutput,
+    itl: &RequestItl,
+) -> (Probe, RunResult) {
     let r = out.result;
-    let good = good_requests(slos, &out.requests, &itl);
+    let good = good_requests(slos, &out.requests, itl);
     let failed: Vec<String> = slos.iter().filter(|s| !s.holds(&r)).map(Slo::name).collect();
     let per_s = |x: u64| if r.throughput.duration_s > 0.0 { x as f64 / r.throughput.duration_s } else { 0.0 };
     let p = Probe {
@@ -208,7 +221,7 @@ pub fn probe_seed_observed<O: llmsim_core::engine::Observer>(
         stopped: 0,
         short: false,
     };
-    Ok((p, Some(r)))
+    (p, r)
 }
 
 /// The probe of a seed whose run stopped once `missed` were certain to be
