@@ -142,6 +142,8 @@ pub const EFFICIENCY: Range = Range::closed(0.001, 1.0);
 pub const GEMM_HALF_TOKENS: Range = Range::closed(0.0, 1e6);
 /// `efficiency.allreduce`: the engine's all-reduce may beat NCCL's bus bandwidth.
 pub const ALLREDUCE_EFFICIENCY: Range = Range::closed(0.01, 100.0);
+/// `efficiency.expert_gemm`: the fused-MoE kernels against a dense GEMM.
+pub const EXPERT_GEMM_EFFICIENCY: Range = Range::closed(0.01, 100.0);
 /// `scheduler.cuda_graph_max_tokens`: 0 (no graphs) to vLLM's largest.
 pub const CUDA_GRAPH_MAX_TOKENS: Range = Range::whole(0, 1_000_000);
 pub const SEED: Range = Range::whole(0, u64::MAX);
@@ -450,6 +452,12 @@ pub mod row {
         key: "efficiency.allreduce",
         range: super::ALLREDUCE_EFFICIENCY,
         why: "the engine's all-reduce against the link's NCCL bandwidth",
+    };
+
+    pub static EXPERT_GEMM_EFFICIENCY: Limit = Limit {
+        key: "efficiency.expert_gemm",
+        range: super::EXPERT_GEMM_EFFICIENCY,
+        why: "the routed experts' GEMMs against the dense GEMMs' rate",
     };
 
     pub static ALLREDUCE_US: Limit =
@@ -797,6 +805,7 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::EFFICIENCY,
     &row::GEMM_HALF_TOKENS,
     &row::ALLREDUCE_EFFICIENCY,
+    &row::EXPERT_GEMM_EFFICIENCY,
     &row::ALLREDUCE_US,
     &row::LAUNCH_OVERHEAD_US,
     &row::CUDA_GRAPH_MAX_TOKENS,

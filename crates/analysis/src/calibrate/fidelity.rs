@@ -81,8 +81,38 @@ pub struct Suite {
     pub about: &'static str,
 }
 
-/// The keys of the per-operator suites: every key a profile holds.
-pub const OPERATOR_KEYS: [&str; 14] = llmsim_scenario::config::calibration::KEYS;
+/// The keys of the per-operator suites' main fits: every key a profile
+/// holds but `efficiency.expert_gemm`, which the MoE stage fits
+/// ([`moe::KEY`]).
+pub const OPERATOR_KEYS: [&str; 14] = all_but_stage_key(llmsim_scenario::config::calibration::KEYS);
+
+/// `all` without [`moe::KEY`] (a compile error if it is not there once).
+const fn all_but_stage_key(all: [&'static str; 15]) -> [&'static str; 14] {
+    const fn same(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    let mut out = [""; 14];
+    let (mut i, mut j) = (0, 0);
+    while i < all.len() {
+        if !same(all[i], moe::KEY) {
+            out[j] = all[i];
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
 
 /// The suites `llmsim fidelity` runs.
 pub const SUITES: [Suite; 7] = [
@@ -485,7 +515,7 @@ pub fn generate_with(
         let may_fit = matches!(mode, Mode::Fit { .. });
         let stage = if moe::applies(suite) { moe::run(suite, &o, stage_replay, may_fit)? } else { None };
         record.moe = stage.as_ref().map(moe::StageRecord::of);
-        let main_value = o.setup.keys.iter().position(|k| k.key == moe::KEY).map_or(0.0, |k| o.fit.x[k]);
+        let main_value = o.setup.keys.iter().position(|k| k.key == moe::FIXED).map_or(0.0, |k| o.fit.x[k]);
         // Before the MoE stage moves its runs: the comparison is at the
         // main fit's values.
         let under_engine = match engine_of(suite) {
@@ -504,13 +534,24 @@ pub fn generate_with(
         new_record.suites.push(record);
         let note = stage.as_ref().map_or_else(String::new, |st| {
             let n = st.outcome.outcomes.iter().filter(|x| x.in_fit).count();
-            format!("; {} then fitted alone on its {n} MoE runs, the other keys fixed", moe::KEY)
+            format!(
+                "; {} then set to 0 and {} fitted alone on its {n} MoE runs, the other keys fixed",
+                moe::FIXED,
+                moe::KEY
+            )
         });
         for name in suite.profiles {
             let command = format!("llmsim fidelity --refit {}", suite.id);
             out.push(Generated {
                 path: PathBuf::from(format!("hardware/calibrations/{name}.yml")),
-                text: profile::render_noted(&o, name, suite.scenario, &command, &note),
+                text: profile::render_staged(
+                    &o,
+                    stage.as_ref().map(|s| &s.outcome),
+                    name,
+                    suite.scenario,
+                    &command,
+                    &note,
+                ),
             });
         }
     }
@@ -938,6 +979,17 @@ pub fn section(suite: &Suite, o: &Outcome, stage: Option<&moe::Stage>, main_valu
             format!(", prior {} +- {}", super::render::num(p.mean), super::render::num(p.sigma))
         });
         let verdict = id.map_or("", |d| d.verdict());
+        if stage.is_some() && k.key == moe::FIXED {
+            md.push_str(&format!(
+                "- `{}` = {x}: set by the MoE stage below, the experts' GEMMs at `{}` taking its place (the main \
+                 fit's value {main_value}, bounds {} to {})\n",
+                k.key,
+                moe::KEY,
+                k.lo,
+                k.hi
+            ));
+            continue;
+        }
         md.push_str(&format!("- `{}` = {x} (bounds {} to {}{prior}{interval}): {verdict}\n", k.key, k.lo, k.hi));
     }
     if let Some(st) = stage {

@@ -14,7 +14,7 @@ pub const DEFAULT_KEYS: [&str; 4] =
     ["efficiency.compute", "efficiency.memory", "latency.step_overhead_ms", "latency.request_overhead_ms"];
 
 /// Default bounds, inclusive, for the keys a calibration profile holds.
-pub const DEFAULT_BOUNDS: [(&str, f64, f64); 14] = [
+pub const DEFAULT_BOUNDS: [(&str, f64, f64); 15] = [
     ("efficiency.compute", 0.05, 1.0),
     ("efficiency.memory", 0.05, 1.0),
     ("latency.step_overhead_ms", 0.0, 50.0),
@@ -25,6 +25,7 @@ pub const DEFAULT_BOUNDS: [(&str, f64, f64); 14] = [
     ("efficiency.attention_compute", 0.2, 1.0),
     ("efficiency.attention_memory", 0.05, 1.0),
     ("efficiency.allreduce", 0.1, 10.0),
+    ("efficiency.expert_gemm", 0.1, 4.0),
     ("latency.allreduce_us", 0.5, 100.0),
     ("latency.eager_layer_us", 0.0, 500.0),
     ("latency.per_expert_us", 0.0, 100.0),
@@ -50,7 +51,7 @@ pub const PRIOR_WEIGHT_LOG_ERROR: f64 = 0.1;
 /// dense peak, streaming reads 75-90% of the bandwidth, FlashAttention
 /// 40-75% of the 16-bit peak, paged KV reads 50-90%, a few ms of host work
 /// a step, a few microseconds a kernel launch or a small all-reduce.
-pub const DEFAULT_PRIORS: [(&str, Prior); 14] = [
+pub const DEFAULT_PRIORS: [(&str, Prior); 15] = [
     ("efficiency.compute", Prior { mean: 0.6, sigma: 0.2 }),
     ("efficiency.memory", Prior { mean: 0.8, sigma: 0.1 }),
     ("latency.step_overhead_ms", Prior { mean: 2.0, sigma: 2.0 }),
@@ -61,6 +62,7 @@ pub const DEFAULT_PRIORS: [(&str, Prior); 14] = [
     ("efficiency.attention_compute", Prior { mean: 0.5, sigma: 0.2 }),
     ("efficiency.attention_memory", Prior { mean: 0.7, sigma: 0.2 }),
     ("efficiency.allreduce", Prior { mean: 1.0, sigma: 0.5 }),
+    ("efficiency.expert_gemm", Prior { mean: 1.0, sigma: 0.5 }),
     ("latency.allreduce_us", Prior { mean: 8.0, sigma: 5.0 }),
     ("latency.eager_layer_us", Prior { mean: 30.0, sigma: 30.0 }),
     ("latency.per_expert_us", Prior { mean: 3.0, sigma: 3.0 }),

@@ -96,6 +96,22 @@ struct RunRecord {
     leave_one_out_error_pct: BTreeMap<String, f64>,
 }
 
+/// What the fit of `o` did to each of its keys.
+fn key_records(o: &Outcome) -> impl Iterator<Item = KeyRecord> + '_ {
+    o.setup.keys.iter().enumerate().map(|(i, k)| {
+        let id = o.identified.get(i);
+        KeyRecord {
+            key: k.key.clone(),
+            start: o.start[i],
+            fitted: o.fit.x[i],
+            bounds: [k.lo, k.hi],
+            prior: id.and_then(|d| d.prior).map(|p| [p.mean, p.sigma]),
+            interval: id.and_then(|d| d.interval(k)).map(|(a, b)| [round5(a), round5(b)]),
+            identified: id.map(|d| d.verdict().to_string()),
+        }
+    })
+}
+
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
@@ -103,15 +119,24 @@ fn round2(x: f64) -> f64 {
 /// The profile's YAML text. `name` is its name (the file's stem).
 /// The profile `name` of outcome `o`, fitted with `scenario` by `command`.
 pub fn render(o: &Outcome, name: &str, scenario: &str, command: &str) -> String {
-    render_noted(o, name, scenario, command, "")
+    render_staged(o, None, name, scenario, command, "")
 }
 
-/// [`render`], with `note` added to the description (how a key was fitted
-/// after the others).
-pub fn render_noted(o: &Outcome, name: &str, scenario: &str, command: &str, note: &str) -> String {
+/// [`render`], with the keys a later `stage` fitted on some of the runs
+/// (its values, after the main fit's) and `note` added to the description
+/// (how they were fitted after the others).
+pub fn render_staged(
+    o: &Outcome,
+    stage: Option<&Outcome>,
+    name: &str,
+    scenario: &str,
+    command: &str,
+    note: &str,
+) -> String {
     let mut efficiency = BTreeMap::new();
     let mut latency = BTreeMap::new();
-    for (k, x) in o.setup.keys.iter().zip(&o.fit.x) {
+    let staged = stage.into_iter().flat_map(|s| s.setup.keys.iter().zip(&s.fit.x));
+    for (k, x) in o.setup.keys.iter().zip(&o.fit.x).chain(staged) {
         if let Some(rest) = k.key.strip_prefix("efficiency.") {
             efficiency.insert(rest.to_string(), *x);
         } else if let Some(rest) = k.key.strip_prefix("latency.") {
@@ -175,24 +200,7 @@ pub fn render_noted(o: &Outcome, name: &str, scenario: &str, command: &str, note
             llmsim_version: env!("CARGO_PKG_VERSION"),
             command: command.to_string(),
             scenario: scenario.to_string(),
-            keys: o
-                .setup
-                .keys
-                .iter()
-                .enumerate()
-                .map(|(i, k)| {
-                    let id = o.identified.get(i);
-                    KeyRecord {
-                        key: k.key.clone(),
-                        start: o.start[i],
-                        fitted: o.fit.x[i],
-                        bounds: [k.lo, k.hi],
-                        prior: id.and_then(|d| d.prior).map(|p| [p.mean, p.sigma]),
-                        interval: id.and_then(|d| d.interval(k)).map(|(a, b)| [round5(a), round5(b)]),
-                        identified: id.map(|d| d.verdict().to_string()),
-                    }
-                })
-                .collect(),
+            keys: key_records(o).chain(stage.into_iter().flat_map(key_records)).collect(),
             loss_metrics: o.setup.metrics.describe(),
             loss_function: o.setup.loss.describe(),
             loss: LossRecord { start: o.start_loss, fitted: o.fit.loss },

@@ -36,13 +36,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
 ];
 
 /// Every key a profile may set, in the order `explain` lists them.
-pub const KEYS: [&str; 14] = [
+pub const KEYS: [&str; 15] = [
     "efficiency.compute",
     "efficiency.memory",
     "efficiency.gemm_half_tokens",
     "efficiency.attention_compute",
     "efficiency.attention_memory",
     "efficiency.allreduce",
+    "efficiency.expert_gemm",
     "latency.step_overhead_ms",
     "latency.request_overhead_ms",
     "latency.per_layer_overhead_us",
@@ -105,6 +106,7 @@ impl RawCalibration {
             e.attention_compute,
             e.attention_memory,
             e.allreduce,
+            e.expert_gemm,
             l.step_overhead_ms,
             l.request_overhead_ms,
             l.per_layer_overhead_us,
@@ -221,6 +223,7 @@ fn slot<'a>(raw: &'a mut RawScenario, key: &str) -> &'a mut Option<f64> {
         "efficiency.attention_compute" => &mut e.attention_compute,
         "efficiency.attention_memory" => &mut e.attention_memory,
         "efficiency.allreduce" => &mut e.allreduce,
+        "efficiency.expert_gemm" => &mut e.expert_gemm,
         "latency.allreduce_us" => &mut l.allreduce_us,
         "latency.eager_layer_us" => &mut l.eager_layer_us,
         "latency.per_expert_us" => &mut l.per_expert_us,

@@ -588,6 +588,9 @@ pub struct RawEfficiency {
     /// Per-operator form: the engine's all-reduce bandwidth over the link's.
     #[serde(default, deserialize_with = "num::opt_real")]
     pub allreduce: Option<f64>,
+    /// Per-operator form: the routed experts' GEMMs' rate over the dense GEMMs'.
+    #[serde(default, deserialize_with = "num::opt_real")]
+    pub expert_gemm: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]

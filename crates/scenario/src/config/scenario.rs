@@ -492,6 +492,10 @@ pub struct Efficiency {
     /// Per-operator form: the engine's all-reduce bandwidth over the link's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allreduce: Option<f64>,
+    /// Per-operator form: the routed experts' GEMMs' rate over the dense
+    /// GEMMs' (1: the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_gemm: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -751,11 +755,12 @@ impl Serialize for Length {
 }
 
 /// The keys that switch the per-operator cost form on (docs/engine.md).
-pub const PER_OPERATOR_KEYS: [&str; 7] = [
+pub const PER_OPERATOR_KEYS: [&str; 8] = [
     "efficiency.gemm_half_tokens",
     "efficiency.attention_compute",
     "efficiency.attention_memory",
     "efficiency.allreduce",
+    "efficiency.expert_gemm",
     "latency.allreduce_us",
     "latency.eager_layer_us",
     "latency.per_expert_us",
@@ -768,6 +773,7 @@ impl Efficiency {
         self.attention_compute = None;
         self.attention_memory = None;
         self.allreduce = None;
+        self.expert_gemm = None;
         latency.allreduce_us = None;
         latency.eager_layer_us = None;
         latency.per_expert_us = None;
@@ -780,6 +786,7 @@ impl Efficiency {
             self.attention_compute.is_some(),
             self.attention_memory.is_some(),
             self.allreduce.is_some(),
+            self.expert_gemm.is_some(),
             latency.allreduce_us.is_some(),
             latency.eager_layer_us.is_some(),
             latency.per_expert_us.is_some(),
@@ -1177,6 +1184,7 @@ impl Deployment {
                     allreduce_us: s.latency.allreduce_us,
                     allreduce_efficiency: e.allreduce.unwrap_or(1.0),
                     per_expert_us: s.latency.per_expert_us.unwrap_or(0.0),
+                    expert_gemm_efficiency: e.expert_gemm.unwrap_or(1.0),
                     eager_layer_us: s.latency.eager_layer_us.unwrap_or(0.0),
                     cuda_graph_max_tokens: u64::from(s.scheduler.graph_max_tokens()),
                     peak16_tflops: s.hardware.peak_tflops,

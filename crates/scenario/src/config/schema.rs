@@ -825,6 +825,13 @@ pub static KEYS: &[Key] = &[
         PER_OPERATOR,
         In(&row::ALLREDUCE_EFFICIENCY),
     ),
+    key(
+        "efficiency.expert_gemm",
+        "Per-operator form: the routed experts' GEMMs' rate as a multiple of the dense GEMMs' when the experts are \
+         narrower than 16 bits (their analytic times are divided by it; 1: the same).",
+        PER_OPERATOR,
+        In(&row::EXPERT_GEMM_EFFICIENCY),
+    ),
     // The workload.
     key("workload", "The requests: when they arrive and how long they are.", REQUIRED, Plain),
     key(

@@ -39,6 +39,7 @@ pub fn scenario(mut raw: RawScenario, file: &Path) -> Result<Scenario, ConfigErr
         attention_compute: opt("efficiency.attention_compute", e.attention_compute)?,
         attention_memory: opt("efficiency.attention_memory", e.attention_memory)?,
         allreduce: opt("efficiency.allreduce", e.allreduce)?,
+        expert_gemm: opt("efficiency.expert_gemm", e.expert_gemm)?,
     };
     let mut hardware = hardware;
     let (mut latency, mut calibration) = (latency, calibration);
@@ -231,6 +232,7 @@ fn is_set(e: &Efficiency, l: &Latency, k: &str) -> bool {
         "efficiency.attention_compute" => e.attention_compute.is_some(),
         "efficiency.attention_memory" => e.attention_memory.is_some(),
         "efficiency.allreduce" => e.allreduce.is_some(),
+        "efficiency.expert_gemm" => e.expert_gemm.is_some(),
         "latency.allreduce_us" => l.allreduce_us.is_some(),
         "latency.eager_layer_us" => l.eager_layer_us.is_some(),
         "latency.per_layer_overhead_us" => l.per_layer_overhead_us > 0.0,

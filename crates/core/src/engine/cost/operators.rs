@@ -15,6 +15,7 @@
 //!                     (n*k*bytes_per_parameter + 2*M*(n + k)) / (bandwidth * memory))
 //! linear   = layers * sum over the layer's GEMMs (per GPU shapes) + the LM head at M = S
 //!            + layers * touched * per_expert_us          (a fixed cost for each expert a layer's tokens touch)
+//!            (an expert's analytic GEMM times / expert_gemm when its weights are narrower than 16 bits)
 //! attention = 4*layers*q_dim/t * pairs / (peak_16 * attention_compute)
 //!           + sum_ctx * kv_bytes_per_token_per_gpu / (bandwidth * attention_memory)
 //! comm     = 2 * layers * allreduce(M * hidden * 2 bytes)          (t > 1)
@@ -136,6 +137,10 @@ pub struct OperatorInput {
     pub allreduce_efficiency: f64,
     /// `latency.per_expert_us`: a fixed cost for each expert a layer's tokens touch.
     pub per_expert_us: f64,
+    /// `efficiency.expert_gemm`: the routed experts' GEMMs' rate over the
+    /// dense GEMMs' when they are stored in fewer than 16 bits (their
+    /// analytic times are divided by it; 16-bit experts at the dense rate).
+    pub expert_gemm_efficiency: f64,
     /// `latency.eager_layer_us`: host time per layer of a step run without a CUDA graph.
     pub eager_layer_us: f64,
     /// `scheduler.cuda_graph_max_tokens`: the largest step run as a CUDA graph.
@@ -243,6 +248,9 @@ pub struct Operators {
     pub weight_bytes_per_s: f64,
     /// `latency.per_expert_us` in seconds: each touched expert's fixed cost in a layer.
     pub per_expert_s: f64,
+    /// `efficiency.expert_gemm` for experts narrower than 16 bits (1 for
+    /// 16-bit ones): an expert GEMM's analytic time is divided by it.
+    pub expert_gemm_efficiency: f64,
     pub bytes_per_parameter: f64,
     /// The routed experts' peak and bytes a weight (the rest's unless
     /// `model.weights.expert_dtype` differs).
@@ -431,6 +439,11 @@ impl Operators {
             expert_half_tokens: o.gemm_half_tokens * experts.map_or(o.ramp_scale, |e| e.ramp_scale),
             weight_bytes_per_s: r.bandwidth * r.memory_efficiency,
             per_expert_s: o.per_expert_us * 1e-6,
+            expert_gemm_efficiency: if experts.map_or(r.bytes_per_parameter, |e| e.bytes_per_parameter) < 2.0 {
+                o.expert_gemm_efficiency
+            } else {
+                1.0
+            },
             bytes_per_parameter: r.bytes_per_parameter,
             expert_gemm_flops_per_s: experts.map_or(r.peak_tflops, |e| e.peak_tflops) * 1e12 * r.compute_efficiency,
             expert_bytes_per_parameter: experts.map_or(r.bytes_per_parameter, |e| e.bytes_per_parameter),
@@ -455,9 +468,13 @@ impl Operators {
         self.gemm_at(g, m, self.gemm_flops_per_s, self.bytes_per_parameter, self.gemm_half_tokens)
     }
 
-    /// An expert's GEMM at `m` tokens, at the experts' own precision.
+    /// An expert's GEMM at `m` tokens, at the experts' own precision; its
+    /// analytic time at `efficiency.expert_gemm` of the dense GEMMs' rate
+    /// (a measured table is the kernel's own time).
     fn expert_gemm_s(&self, g: &Gemm, m: f64) -> (f64, bool) {
-        self.gemm_at(g, m, self.expert_gemm_flops_per_s, self.expert_bytes_per_parameter, self.expert_half_tokens)
+        let (s, memory_bound) =
+            self.gemm_at(g, m, self.expert_gemm_flops_per_s, self.expert_bytes_per_parameter, self.expert_half_tokens);
+        if g.table.is_some() { (s, memory_bound) } else { (s / self.expert_gemm_efficiency, memory_bound) }
     }
 
     fn gemm_at(&self, g: &Gemm, m: f64, flops_per_s: f64, bytes_per_parameter: f64, half: f64) -> (f64, bool) {

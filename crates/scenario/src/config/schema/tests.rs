@@ -97,7 +97,7 @@ scheduler: {max_batch_tokens: 8192, max_num_sequences: 256, cuda_graph_max_token
 latency: {step_overhead_ms: 1, request_overhead_ms: 1, per_layer_overhead_us: 1, per_sequence_overhead_us: 1,
           allreduce_us: 5, eager_layer_us: 10, per_expert_us: 1, resend_jitter_ms: 1}
 efficiency: {compute: 0.8, memory: 0.8, gemm_half_tokens: 64, attention_compute: 0.5, attention_memory: 0.5,
-             allreduce: 1}
+             allreduce: 1, expert_gemm: 0.5}
 workload:
   seed: 1
   arrivals: {gamma: {rate: 10, burstiness: 1}}

@@ -21,6 +21,7 @@ fn ops() -> OperatorInput {
         allreduce_us: None,
         allreduce_efficiency: 1.0,
         per_expert_us: 0.0,
+        expert_gemm_efficiency: 1.0,
         eager_layer_us: 0.0,
         cuda_graph_max_tokens: 0,
         peak16_tflops: 989.0,
@@ -131,6 +132,43 @@ fn a_mixture_of_experts_reads_only_the_experts_its_tokens_touch() {
     let fixed =
         model(mixtral_8x7b(), 1, 131_072, None, OperatorInput { per_expert_us: 5.0, ..ops() }).cost(&decode(1, 1024));
     close(ms(fixed.total_s - c.total_s), 32.0 * 2.0 * 5e-3, 9);
+    // 16-bit experts run at the dense GEMMs' rate whatever `expert_gemm` says.
+    let slow16 = model(mixtral_8x7b(), 1, 131_072, None, OperatorInput { expert_gemm_efficiency: 0.4, ..ops() })
+        .cost(&decode(1, 1024));
+    assert_eq!(slow16.total_s, c.total_s);
+}
+
+/// Mixtral with 1-byte weights (experts and the rest) at `expert_gemm` `e`.
+fn mixtral_fp8(t: u32, e: f64) -> CostModel {
+    let mut i = input(mixtral_8x7b(), t, 131_072, None, OperatorInput { expert_gemm_efficiency: e, ..ops() });
+    i.bytes_per_parameter = 1.0;
+    CostModel::new(&i)
+}
+
+#[test]
+fn narrow_experts_run_at_the_experts_own_rate() {
+    // FP8 Mixtral at one token: 2 experts a layer, each read at 1 byte a
+    // weight; at 0.4 of the dense GEMMs' rate their reads take 2.5 times
+    // as long, the rest as before.
+    let fast = mixtral_fp8(1, 1.0).cost(&decode(1, 1024));
+    let slow = mixtral_fp8(1, 0.4).cost(&decode(1, 1024));
+    let expert = 28672.0 * 4096.0 + 2.0 * (28672.0 + 4096.0) + 4096.0 * 14336.0 + 2.0 * (4096.0 + 14336.0);
+    close(ms(slow.memory_s - fast.memory_s), ms(1.5 * 32.0 * 2.0 * expert / 3.35e12), 9);
+    close(ms(slow.total_s - fast.total_s), ms(1.5 * 32.0 * 2.0 * expert / 3.35e12), 9);
+    assert_eq!(slow.compute_s, fast.compute_s);
+}
+
+#[test]
+fn the_experts_rate_scales_the_experts_compute_bound_gemms_too() {
+    // FP8 Mixtral prefilling 2,048 tokens at TP 2: every expert touched at
+    // 2,048 x 2 / 8 = 512 tokens, compute-bound at the 989 TFLOPS peak
+    // (each GPU holds half of each expert, 7,168 wide: 2 x 512 x 58.7 M
+    // FLOPs take 60.8 us against 23.2 us of reads); at half the rate they
+    // take twice as long.
+    let at = |e: f64| mixtral_fp8(2, e).cost(&prefill(2048, 0));
+    let experts = 32.0 * 8.0 * 2.0 * 512.0 * (14336.0 * 4096.0 + 4096.0 * 7168.0) / 989e12;
+    close(ms(at(0.5).compute_s - at(1.0).compute_s), ms(experts), 9);
+    close(ms(at(0.5).total_s - at(1.0).total_s), ms(experts), 9);
 }
 
 #[test]
