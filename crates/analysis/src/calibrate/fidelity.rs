@@ -971,14 +971,6 @@ pub fn section(suite: &Suite, o: &Outcome, stage: Option<&moe::Stage>, main_valu
         if suite.priors { ", with the keys' default priors" } else { "" }
     ));
     for (i, (k, x)) in o.setup.keys.iter().zip(&o.fit.x).enumerate() {
-        let id = o.identified.get(i);
-        let interval = id.and_then(|d| d.interval(k)).map_or_else(String::new, |(a, b)| {
-            format!(", 95% interval {} to {}", super::render::num(a), super::render::num(b))
-        });
-        let prior = id.and_then(|d| d.prior).map_or_else(String::new, |p| {
-            format!(", prior {} +- {}", super::render::num(p.mean), super::render::num(p.sigma))
-        });
-        let verdict = id.map_or("", |d| d.verdict());
         if stage.is_some() && k.key == moe::FIXED {
             md.push_str(&format!(
                 "- `{}` = {x}: set by the MoE stage below, the experts' GEMMs at `{}` taking its place (the main \
@@ -990,6 +982,14 @@ pub fn section(suite: &Suite, o: &Outcome, stage: Option<&moe::Stage>, main_valu
             ));
             continue;
         }
+        let id = o.identified.get(i);
+        let interval = id.and_then(|d| d.interval(k)).map_or_else(String::new, |(a, b)| {
+            format!(", 95% interval {} to {}", super::render::num(a), super::render::num(b))
+        });
+        let prior = id.and_then(|d| d.prior).map_or_else(String::new, |p| {
+            format!(", prior {} +- {}", super::render::num(p.mean), super::render::num(p.sigma))
+        });
+        let verdict = id.map_or("", |d| d.verdict());
         md.push_str(&format!("- `{}` = {x} (bounds {} to {}{prior}{interval}): {verdict}\n", k.key, k.lo, k.hi));
     }
     if let Some(st) = stage {

@@ -423,6 +423,7 @@ impl Operators {
             _ => None,
         };
         let layers = a.layers as f64;
+        let expert_bytes_per_parameter = experts.map_or(r.bytes_per_parameter, |e| e.bytes_per_parameter);
         Operators {
             layers,
             dense,
@@ -439,14 +440,10 @@ impl Operators {
             expert_half_tokens: o.gemm_half_tokens * experts.map_or(o.ramp_scale, |e| e.ramp_scale),
             weight_bytes_per_s: r.bandwidth * r.memory_efficiency,
             per_expert_s: o.per_expert_us * 1e-6,
-            expert_gemm_efficiency: if experts.map_or(r.bytes_per_parameter, |e| e.bytes_per_parameter) < 2.0 {
-                o.expert_gemm_efficiency
-            } else {
-                1.0
-            },
+            expert_gemm_efficiency: if expert_bytes_per_parameter < 2.0 { o.expert_gemm_efficiency } else { 1.0 },
             bytes_per_parameter: r.bytes_per_parameter,
             expert_gemm_flops_per_s: experts.map_or(r.peak_tflops, |e| e.peak_tflops) * 1e12 * r.compute_efficiency,
-            expert_bytes_per_parameter: experts.map_or(r.bytes_per_parameter, |e| e.bytes_per_parameter),
+            expert_bytes_per_parameter,
             attention_flops_per_pair: a.attention_flops_per_pair() as f64 / tf,
             decode_attention_flops_per_pair: a.mla.map(|_| a.decode_attention_flops_per_pair() as f64 / tf),
             window_attention_flops_per_pair: a.window_attention_flops_per_pair() as f64 / tf,
