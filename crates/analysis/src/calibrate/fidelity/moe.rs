@@ -199,11 +199,14 @@ pub fn section(stage: &Stage, main_fixed: f64) -> String {
         }
     }
     models.sort_unstable();
+    // The start as `calibrate` chose it: the scenario's value, or the
+    // middle of the bounds where the scenario has none.
+    let start = if o.start[0] == (k.lo + k.hi) / 2.0 { "the middle of its bounds" } else { "the scenario's value" };
     let mut md = format!(
         "\n### MoE stage: `{KEY}` on every MoE run\n\nAfter the main fit, `{FIXED}` (a fixed time for each expert a \
          layer's tokens touch; the main fit's {main_fixed}) is set to 0 and `{KEY}` (the routed experts' GEMMs' rate \
          over the dense GEMMs') alone is fitted on the suite's {fitted} MoE runs (held-out ones included), every \
-         other key at the main fit's value: {} (the middle of its bounds) -> {} (loss {:.4} -> {:.4} in {} \
+         other key at the main fit's value: {} ({start}) -> {} (loss {:.4} -> {:.4} in {} \
          evaluations{interval}; 16-bit experts run at the dense rate whatever it is). The shipped profiles hold \
          both, and the tables above predict with them (but for their leave-one-out columns, which are the main \
          fit's folds). *At start*: the main fit's values with no fixed time an expert and `{KEY}` at its start. \
@@ -356,6 +359,10 @@ mod tests {
         assert!(stage.outcome.outcomes.iter().all(|oc| oc.in_fit), "held-out runs are fitted here");
         let got = stage.outcome.fit.x[0];
         assert!((got - HIDDEN).abs() <= 0.02 * HIDDEN, "fitted {got}, hidden {HIDDEN}");
+        // the scenario sets no rate: the fit starts at the middle of [0.1, 4]
+        let text = section(&stage, MAIN_FIXED);
+        assert!(text.contains("the main fit's 3) is set to 0"), "{text}");
+        assert!(text.contains(": 2.05 (the middle of its bounds) -> "), "{text}");
         let folds = &stage.outcome.folds[0].folds;
         assert_eq!(
             folds.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(),
@@ -384,6 +391,22 @@ mod tests {
         // a held-out run's table figure is the fold's that never saw its model
         let fig = held_out_figures(Some(&stage), &main, 0).unwrap();
         assert_eq!(Some(fig), stage.outcome.outcomes[0].loo_by[0].as_ref());
+    }
+
+    /// Where the suite's scenario sets a rate, the stage starts there, and
+    /// its section says so rather than naming the middle of the bounds.
+    #[test]
+    fn the_stage_starts_at_a_rate_the_scenario_sets() {
+        let mut main = main_outcome();
+        let rate = keys::parse(&[KEY.to_string()]).unwrap();
+        for r in &mut main.runs {
+            r.base = r.base.with_values(&rate, &[1.0]).unwrap();
+        }
+        let stage = run(&SUITE, &main, None, true).unwrap().expect("MoE runs");
+        assert_eq!(stage.outcome.start, vec![1.0]);
+        let text = section(&stage, MAIN_FIXED);
+        assert!(text.contains(": 1 (the scenario's value) -> "), "{text}");
+        assert!(!text.contains("middle of its bounds"), "{text}");
     }
 
     /// `--refit` takes a suite's id, or `ID.moe` for a suite with the
