@@ -199,9 +199,10 @@ pub fn section(stage: &Stage, main_fixed: f64) -> String {
         }
     }
     models.sort_unstable();
-    // The start as `calibrate` chose it: the scenario's value, or the
-    // middle of the bounds where the scenario has none.
-    let start = if o.start[0] == (k.lo + k.hi) / 2.0 { "the middle of its bounds" } else { "the scenario's value" };
+    // Where `calibrate` started it: the scenario's value, or the middle of
+    // the bounds where the scenario sets none.
+    let set = o.runs.first().is_some_and(|r| r.base.value_of(KEY).is_some());
+    let start = if set { "the scenario's value" } else { "the middle of its bounds" };
     let mut md = format!(
         "\n### MoE stage: `{KEY}` on every MoE run\n\nAfter the main fit, `{FIXED}` (a fixed time for each expert a \
          layer's tokens touch; the main fit's {main_fixed}) is set to 0 and `{KEY}` (the routed experts' GEMMs' rate \
