@@ -223,7 +223,7 @@ pub fn execute(a: CalibrateArgs) -> Result<(), CliError> {
     let pool = super::runtime::pool(Some(a.threads))?;
     // With --no-fit the "fit" is the scenario as it is, recorded as found.
     let none = a.no_fit.then(|| calibrate::Recorded {
-        fit: calibrate::Fit { x: Vec::new(), loss: 0.0, evals: 0 },
+        fit: calibrate::Fit { x: Vec::new(), loss: 0.0, evals: 0, converged: true },
         start_loss: 0.0,
         folds: Vec::new(),
     });

@@ -412,6 +412,9 @@ pub struct Fit {
     pub x: Vec<f64>,
     pub loss: f64,
     pub evals: usize,
+    /// Whether the optimiser's stopping rule ended the fit, not its
+    /// budget ([`optim::Minimum::converged`]).
+    pub converged: bool,
 }
 
 /// Fits `keys` to `runs` from `start` (values, not unit coordinates),
@@ -436,7 +439,7 @@ fn fit_at(
     let m = optim::minimize(objective, &u0, settings)?;
     let x: Vec<f64> = to_x(&m.x).into_iter().zip(keys).map(|(v, k)| round_sig(v, k)).collect();
     let r = objective_residuals(memo, runs, setup, &x)?;
-    Ok((Fit { x, loss: r.iter().map(|r| r * r).sum(), evals: m.evals }, m.jacobian))
+    Ok((Fit { x, loss: r.iter().map(|r| r * r).sum(), evals: m.evals, converged: m.converged }, m.jacobian))
 }
 
 /// A Jacobian of the objective in the unit box: its difference step and
@@ -486,7 +489,9 @@ pub fn fit_full(
         max_failures: FINISH_FAILURES,
         ..walk
     };
-    let (full, jacobian) = fit_at(memo, runs, setup, &coarse.x, &finish)?;
+    let (mut full, jacobian) = fit_at(memo, runs, setup, &coarse.x, &finish)?;
+    // A walk the budget ended left the finish less than it needed.
+    full.converged &= coarse.converged;
     Ok((full, Some(Sampled { runs: sample.len(), evals: coarse.evals, loss: coarse.loss }), jacobian))
 }
 
@@ -547,6 +552,10 @@ type FoldFigures = BTreeMap<usize, (Figures, Vec<f64>)>;
 pub struct FoldSet {
     pub leave_out: LeaveOut,
     pub folds: Vec<(String, Vec<f64>)>,
+    /// How many folds the budget ended before the stopping rule did
+    /// ([`Fit::converged`]); `None` when not known (a fold replayed from a
+    /// record that did not keep it).
+    pub at_budget: Option<usize>,
 }
 
 /// A fit found before (`llmsim fidelity` keeps them in
@@ -638,7 +647,7 @@ pub fn calibrate_or_replay(
         // Nothing fitted: the loss is the scenario's own.
         Some(_) if setup.keys.is_empty() => {
             let loss = objective_residuals(&memo, &fit_runs, setup, &[])?.iter().map(|r| r * r).sum();
-            (loss, Fit { x: Vec::new(), loss, evals: 0 }, None, None)
+            (loss, Fit { x: Vec::new(), loss, evals: 0, converged: true }, None, None)
         }
         Some(r) => (r.start_loss, r.fit.clone(), None, None),
         None => {
@@ -761,7 +770,7 @@ fn leave_one_out(
             groups.push(g.to_string());
         }
     }
-    let empty = FoldSet { leave_out: mode, folds: Vec::new() };
+    let empty = FoldSet { leave_out: mode, folds: Vec::new(), at_budget: Some(0) };
     if groups.len() < 2 {
         return Ok((empty, BTreeMap::new()));
     }
@@ -784,31 +793,44 @@ fn leave_one_out(
         let fitted: Vec<&Run> = all.iter().zip(in_fit).filter(|(_, b)| **b).map(|(r, _)| r).collect();
         prime_jacobian(memo, &fitted, &setup.keys, &full.x, *h)?;
     }
-    type Fold = (Vec<f64>, Vec<(usize, (Figures, Vec<f64>))>);
+    // Each fold's values, and whether its fit converged (`None`: given).
+    type Fold = (Vec<f64>, Option<bool>, Vec<(usize, (Figures, Vec<f64>))>);
     let folds: Vec<Result<Fold, Error>> = groups
         .par_iter()
         .map(|g| {
-            let x = match given.and_then(|f| f.folds.iter().find(|(name, _)| name == g)) {
-                Some((_, x)) => x.clone(),
+            let (x, converged) = match given.and_then(|f| f.folds.iter().find(|(name, _)| name == g)) {
+                Some((_, x)) => (x.clone(), None),
                 None => {
                     let train: Vec<&Run> =
                         all.iter().zip(in_fit).filter(|(r, b)| **b && mode.group(r) != g).map(|(r, _)| r).collect();
-                    fit(memo, &train, setup, &full.x, &settings)?.x
+                    let f = fit(memo, &train, setup, &full.x, &settings)?;
+                    (f.x, Some(f.converged))
                 }
             };
             let members: Vec<usize> = (0..in_fit.len()).filter(|&i| in_fit[i] && mode.group(&all[i]) == g).collect();
             let refs: Vec<&Run> = members.iter().map(|&i| &all[i]).collect();
             let figures = predict_all_with(memo, &refs, &setup.keys, &x)?;
-            Ok((x.clone(), members.into_iter().zip(figures).map(|(i, fig)| (i, (fig, x.clone()))).collect()))
+            Ok((x.clone(), converged, members.into_iter().zip(figures).map(|(i, fig)| (i, (fig, x.clone()))).collect()))
         })
         .collect();
     let mut out = BTreeMap::new();
     let mut set = empty;
+    let (mut replayed, mut ended) = (0, 0);
     for (g, fold) in groups.into_iter().zip(folds) {
-        let (x, members) = fold?;
+        let (x, converged, members) = fold?;
         set.folds.push((g, x));
+        match converged {
+            Some(c) => ended += usize::from(!c),
+            None => replayed += 1,
+        }
         out.extend(members);
     }
+    // Replayed folds keep what their record knew; a mix is not known.
+    set.at_budget = match given {
+        Some(g) if replayed == set.folds.len() => g.at_budget,
+        _ if replayed == 0 => Some(ended),
+        _ => None,
+    };
     Ok((set, out))
 }
 

@@ -73,7 +73,9 @@ pub struct Suite {
     pub leave_out: &'static [LeaveOut],
     /// Whether the keys' default priors apply.
     pub priors: bool,
-    /// Most loss evaluations of the fit (each fold gets half).
+    /// Most loss evaluations of the fit (each fold gets half): a cap; a
+    /// fit it ends before the stopping rule is reported as not converged
+    /// ([`stopping`]).
     pub max_evals: usize,
     /// Requests a user of an AIConfigurator row (0: [`aic::DEFAULT_ROUNDS`]).
     pub aic_rounds: u32,
@@ -190,7 +192,7 @@ pub const SUITES: [Suite; 7] = [
             ],
             &["h100-vllm", "h200-vllm"],
             &[LeaveOut::Model, LeaveOut::Source],
-            250,
+            1500,
             HOPPER_VLLM,
         )
     },
@@ -380,6 +382,9 @@ pub struct SuiteRecord {
     pub start_loss: f64,
     pub loss: f64,
     pub evaluations: usize,
+    /// Whether the optimiser's stopping rule ended the fit (`false`: its
+    /// budget did, [`Fit::converged`]).
+    pub converged: bool,
     pub passes: Vec<PassRecord>,
     /// The MoE stage fitted after the main fit ([`moe`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -390,6 +395,10 @@ pub struct SuiteRecord {
 #[serde(deny_unknown_fields)]
 pub struct PassRecord {
     pub leave_out: String,
+    /// How many folds their budget ended ([`FoldSet::at_budget`]); absent
+    /// from the passes fitted before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_budget: Option<usize>,
     pub folds: Vec<FoldRecord>,
 }
 
@@ -409,11 +418,13 @@ impl SuiteRecord {
             start_loss: o.start_loss,
             loss: o.fit.loss,
             evaluations: o.fit.evals,
+            converged: o.fit.converged,
             passes: o
                 .folds
                 .iter()
                 .map(|f| PassRecord {
                     leave_out: f.leave_out.name().into(),
+                    at_budget: f.at_budget,
                     folds: f.folds.iter().map(|(g, x)| FoldRecord { group: g.clone(), values: x.clone() }).collect(),
                 })
                 .collect(),
@@ -433,10 +444,11 @@ impl SuiteRecord {
             folds.push(FoldSet {
                 leave_out,
                 folds: p.folds.iter().map(|f| (f.group.clone(), f.values.clone())).collect(),
+                at_budget: p.at_budget,
             });
         }
         Some(Recorded {
-            fit: Fit { x: self.fitted.clone(), loss: self.loss, evals: self.evaluations },
+            fit: Fit { x: self.fitted.clone(), loss: self.loss, evals: self.evaluations, converged: self.converged },
             start_loss: self.start_loss,
             folds,
         })
@@ -751,6 +763,47 @@ fn lengths_cell(run: &Run) -> String {
     }
 }
 
+/// How a fit and its leave-one-out folds ended, fitted with a budget of
+/// `budget` evaluations (each fold half; `None`: not said, as for a
+/// stage whose budget has changed since some suites' stages were
+/// fitted): by the optimiser's stopping rule, or by the budget first
+/// (docs/calibration.md, "How it fits").
+pub fn stopping(o: &Outcome, budget: Option<usize>) -> String {
+    let of = |n: Option<usize>| n.map_or_else(String::new, |n| format!(" of {n} evaluations"));
+    let main = if o.fit.converged {
+        "the optimiser's stopping rule ended it (converged)".to_string()
+    } else {
+        format!(
+            "**its budget{} ended it before the optimiser's stopping rule** (not converged: another budget gives \
+             other values)",
+            of(budget)
+        )
+    };
+    let passes: Vec<String> = o
+        .setup
+        .leave_out
+        .iter()
+        .zip(&o.folds)
+        .filter(|(_, f)| !f.folds.is_empty())
+        .map(|(mode, f)| {
+            let n = f.folds.len();
+            match f.at_budget {
+                Some(0) => format!("leave-one-{}-out none of {n}", mode.name()),
+                Some(k) => format!("leave-one-{}-out **{k}** of {n}", mode.name()),
+                None => format!("leave-one-{}-out not recorded ({n} folds fitted before it was kept)", mode.name()),
+            }
+        })
+        .collect();
+    if passes.is_empty() {
+        return main;
+    }
+    format!(
+        "{main}; folds their budget{} ended before the rule: {}",
+        of(budget.map(|b| (b / 2).max(10))),
+        passes.join(", ")
+    )
+}
+
 /// The column names of a suite's leave-one-out passes.
 fn pass_names(o: &Outcome) -> Vec<String> {
     o.setup.leave_out.iter().map(|l| format!("leave-one-{}-out", l.name())).collect()
@@ -964,11 +1017,12 @@ pub fn section(suite: &Suite, o: &Outcome, stage: Option<&moe::Stage>, main_valu
         format!(" ({})", names.join(", "))
     };
     md.push_str(&format!(
-        "\nFitted on all {fit_count} runs{written}, loss {:.4} -> {:.4} in {} evaluations{}:\n\n",
+        "\nFitted on all {fit_count} runs{written}, loss {:.4} -> {:.4} in {} evaluations{}; {}:\n\n",
         o.start_loss,
         o.fit.loss,
         o.fit.evals,
-        if suite.priors { ", with the keys' default priors" } else { "" }
+        if suite.priors { ", with the keys' default priors" } else { "" },
+        stopping(o, Some(suite.max_evals))
     ));
     for (i, (k, x)) in o.setup.keys.iter().zip(&o.fit.x).enumerate() {
         if stage.is_some() && k.key == moe::FIXED {

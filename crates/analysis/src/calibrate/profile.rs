@@ -47,6 +47,9 @@ struct FitRecord {
     loss_function: String,
     loss: LossRecord,
     evaluations: usize,
+    /// Whether the optimiser's stopping rule ended the fit (`false`: the
+    /// budget did first; another budget gives other values).
+    converged: bool,
     median_abs_error_pct: BTreeMap<String, Medians>,
     runs: Vec<RunRecord>,
 }
@@ -205,6 +208,7 @@ pub fn render_staged(
             loss_function: o.setup.loss.describe(),
             loss: LossRecord { start: o.start_loss, fitted: o.fit.loss },
             evaluations: o.fit.evals,
+            converged: o.fit.converged,
             median_abs_error_pct,
             runs,
         },

@@ -102,26 +102,55 @@ fn header(o: &Outcome, scenario: &str, fit_count: usize, excluded: usize, holdou
 }
 
 /// The whole report.
+/// What the optimiser line adds when the budget, not the stopping rule,
+/// ended the fit ([`super::Fit::converged`]).
+fn budget_note(o: &Outcome) -> String {
+    if o.fit.converged {
+        return String::new();
+    }
+    format!(
+        "\n           NOT CONVERGED: the budget (--max-evals {}) ended the fit before the stopping rule; another budget \
+         gives other values: raise it",
+        o.setup.optim.max_evals
+    )
+}
+
+/// The report's optimiser line: what ran, its evaluations and loss, and
+/// whether its budget cut it short.
+fn optimiser_line(o: &Outcome, fit_count: usize) -> String {
+    if o.setup.keys.is_empty() {
+        return format!("optimiser  nothing fitted: the scenario as it is, loss {:.6}\n\n", o.fit.loss);
+    }
+    if let Some(sm) = &o.sampled {
+        return format!(
+            "optimiser  Levenberg-Marquardt in the bounds with secant steps on {} of the {} runs ({} evaluations, loss on \
+             them {:.6}), then on every run from there: {} evaluations, loss {:.6} -> {:.6}{}\n\n",
+            sm.runs,
+            fit_count,
+            sm.evals,
+            sm.loss,
+            o.fit.evals,
+            o.start_loss,
+            o.fit.loss,
+            budget_note(o)
+        );
+    }
+    format!(
+        "optimiser  Levenberg-Marquardt in the bounds, then coordinate search: {} evaluations, loss {:.6} -> {:.6}{}\n\n",
+        o.fit.evals,
+        o.start_loss,
+        o.fit.loss,
+        budget_note(o)
+    )
+}
+
 pub fn render(o: &Outcome, scenario: &str) -> String {
     let s = &o.setup;
     let fit_count = o.outcomes.iter().filter(|x| x.in_fit).count();
     let excluded: Vec<_> = o.runs.iter().zip(&o.outcomes).filter(|(_, x)| !x.in_fit && !x.holdout).collect();
     let holdout = o.outcomes.iter().filter(|x| x.holdout).count();
     let mut out = header(o, scenario, fit_count, excluded.len(), holdout);
-    if s.keys.is_empty() {
-        out.push_str(&format!("optimiser  nothing fitted: the scenario as it is, loss {:.6}\n\n", o.fit.loss));
-    } else if let Some(sm) = &o.sampled {
-        out.push_str(&format!(
-            "optimiser  Levenberg-Marquardt in the bounds with secant steps on {} of the {} runs ({} evaluations, loss on \
-             them {:.6}), then on every run from there: {} evaluations, loss {:.6} -> {:.6}\n\n",
-            sm.runs, fit_count, sm.evals, sm.loss, o.fit.evals, o.start_loss, o.fit.loss
-        ));
-    } else {
-        out.push_str(&format!(
-            "optimiser  Levenberg-Marquardt in the bounds, then coordinate search: {} evaluations, loss {:.6} -> {:.6}\n\n",
-            o.fit.evals, o.start_loss, o.fit.loss
-        ));
-    }
+    out.push_str(&optimiser_line(o, fit_count));
     out.push_str(&format!(
         "  {:<34} {:>12} {:>12}   {:<16} {:<22} {}\n",
         "fitted key", "start", "fitted", "bounds", "prior (mean +- sd)", "95% interval: verdict"
@@ -230,8 +259,14 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
                 format!("{} {e}", m.name())
             })
             .collect();
+        let ended = match o.folds[p].at_budget {
+            Some(k) if k > 0 => {
+                format!(", {k} ended by their budget of {} evaluations", (s.optim.max_evals / 2).max(10))
+            }
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "  leave-one-{}-out ({} folds): {}\n",
+            "  leave-one-{}-out ({} folds{ended}): {}\n",
             mode.name(),
             o.folds[p].folds.len(),
             cells.join(", ")

@@ -145,6 +145,26 @@ fn the_stopping_rule_ends_within_its_stated_tolerance_of_an_exhaustive_fit() {
     }
 }
 
+/// A fit says whether its stopping rule or its budget ended it, and each
+/// leave-one-out pass how many of its folds their budget ended: with the
+/// default budget every one converges; with 12 evaluations (each fold 10)
+/// none does, and the report says so.
+#[test]
+fn a_fit_and_its_folds_say_whether_the_budget_ended_them() {
+    let (_dir, runs, setup) = off_the_hidden_values(4);
+    let free = calibrate(runs.clone(), Vec::new(), &setup).unwrap();
+    assert!(free.fit.converged, "{:?}", free.fit);
+    assert_eq!(free.folds[0].at_budget, Some(0), "{:?}", free.folds[0]);
+    assert!(!render::render(&free, "s.yml").contains("NOT CONVERGED"));
+    let short = Setup { optim: optim::Settings { max_evals: 12, ..optim::Settings::default() }, ..setup };
+    let cut = calibrate(runs, Vec::new(), &short).unwrap();
+    assert!(!cut.fit.converged && cut.fit.evals <= 12, "{:?}", cut.fit);
+    assert_eq!(cut.folds[0].at_budget, Some(4), "{:?}", cut.folds[0]);
+    let text = render::render(&cut, "s.yml");
+    assert!(text.contains("NOT CONVERGED: the budget (--max-evals 12)"), "{text}");
+    assert!(text.contains("(4 folds, 4 ended by their budget of 10 evaluations)"), "{text}");
+}
+
 /// A leave-one-out fold starts at the full fit with its widest and finest
 /// difference steps and no polish: on its own runs it ends within 1% of
 /// the loss of an exhaustive fit of them from the scenario's values.

@@ -39,8 +39,10 @@ pub const KEY: &str = "efficiency.expert_gemm";
 pub const FIXED: &str = "latency.per_expert_us";
 
 /// Most loss evaluations of the stage's fit (each leave-one-model-out fold
-/// gets half): one key converges in a few dozen.
-pub const MAX_EVALS: usize = 40;
+/// gets half): one key converges in a few dozen (Hopper vLLM's in 70; at
+/// the 40 of before, four suites' stages were cut short, as their records
+/// say).
+pub const MAX_EVALS: usize = 100;
 
 /// The stage as `results/fidelity-fits.yml` keeps it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -51,6 +53,12 @@ pub struct StageRecord {
     pub start_loss: f64,
     pub loss: f64,
     pub evaluations: usize,
+    /// Whether the stopping rule ended the stage's fit, not its budget.
+    pub converged: bool,
+    /// How many leave-one-model-out folds their budget ended; absent from
+    /// the stages fitted before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_budget: Option<usize>,
     /// Each left-out model and the value fitted without it.
     pub folds: Vec<(String, f64)>,
 }
@@ -64,6 +72,8 @@ impl StageRecord {
             start_loss: o.start_loss,
             loss: o.fit.loss,
             evaluations: o.fit.evals,
+            converged: o.fit.converged,
+            at_budget: o.folds.first().and_then(|f| f.at_budget),
             folds: o
                 .folds
                 .first()
@@ -74,11 +84,12 @@ impl StageRecord {
 
     fn recorded(&self) -> Option<Recorded> {
         (self.key == KEY).then(|| Recorded {
-            fit: Fit { x: vec![self.fitted], loss: self.loss, evals: self.evaluations },
+            fit: Fit { x: vec![self.fitted], loss: self.loss, evals: self.evaluations, converged: self.converged },
             start_loss: self.start_loss,
             folds: vec![FoldSet {
                 leave_out: LeaveOut::Model,
                 folds: self.folds.iter().map(|(g, x)| (g.clone(), vec![*x])).collect(),
+                at_budget: self.at_budget,
             }],
         })
     }
@@ -208,7 +219,7 @@ pub fn section(stage: &Stage, main_fixed: f64) -> String {
          layer's tokens touch; the main fit's {main_fixed}) is set to 0 and `{KEY}` (the routed experts' GEMMs' rate \
          over the dense GEMMs') alone is fitted on the suite's {fitted} MoE runs (held-out ones included), every \
          other key at the main fit's value: {} ({start}) -> {} (loss {:.4} -> {:.4} in {} \
-         evaluations{interval}; 16-bit experts run at the dense rate whatever it is). The shipped profiles hold \
+         evaluations{interval}; 16-bit experts run at the dense rate whatever it is; {}). The shipped profiles hold \
          both, and the tables above predict with them (but for their leave-one-out columns, which are the main \
          fit's folds). *At start*: the main fit's values with no fixed time an expert and `{KEY}` at its start. \
          Each model below is also predicted by the stage fitted on the other MoE models (leave-one-model-out): \
@@ -216,7 +227,12 @@ pub fn section(stage: &Stage, main_fixed: f64) -> String {
          |error|:\n\n\
          | model | runs | TPOT at start | TPOT stage | TPOT leave-model-out | TTFT at start | TTFT stage | TTFT \
          leave-model-out | value without it |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        o.start[0], o.fit.x[0], o.start_loss, o.fit.loss, o.fit.evals,
+        o.start[0],
+        o.fit.x[0],
+        o.start_loss,
+        o.fit.loss,
+        o.fit.evals,
+        super::stopping(o, None),
     );
     let folds = o.folds.first();
     // The six medians of a row: TPOT, then TTFT, each by the main fit, the
@@ -330,7 +346,7 @@ mod tests {
         }
         let setup = Setup { leave_one_out: false, ..Setup::new(keys) };
         let recorded = Recorded {
-            fit: Fit { x: vec![MEMORY, MAIN_FIXED], loss: 0.0, evals: 0 },
+            fit: Fit { x: vec![MEMORY, MAIN_FIXED], loss: 0.0, evals: 0, converged: true },
             start_loss: 0.0,
             folds: Vec::new(),
         };
