@@ -781,7 +781,7 @@ fn leave_one_out(
     // around the full fit, simulated once here for every fold (a fold's
     // runs are among them), in parallel.
     let settings = optim::Settings {
-        max_evals: (setup.optim.max_evals / 2).max(10),
+        max_evals: fold_budget(setup.optim.max_evals),
         diff_steps: match setup.optim.diff_steps.as_slice() {
             [first, .., last] => vec![*first, *last],
             one => one.to_vec(),
@@ -832,6 +832,11 @@ fn leave_one_out(
         _ => None,
     };
     Ok((set, out))
+}
+
+/// A leave-one-out fold's budget under a fit's `max_evals`: half, at least 10.
+pub fn fold_budget(max_evals: usize) -> usize {
+    (max_evals / 2).max(10)
 }
 
 /// Simulates `runs` at the points of a Jacobian with difference step `h`

@@ -799,7 +799,7 @@ pub fn stopping(o: &Outcome, budget: Option<usize>) -> String {
     }
     format!(
         "{main}; folds their budget{} ended before the rule: {}",
-        of(budget.map(|b| (b / 2).max(10))),
+        of(budget.map(super::fold_budget)),
         passes.join(", ")
     )
 }

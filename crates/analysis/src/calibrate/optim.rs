@@ -516,16 +516,11 @@ mod tests {
         assert!(!m.converged && (m.x[0] - 0.1).abs() < 1e-3, "{m:?}");
         // Each stage's budget check: enough for the first stage alone
         // ends in the second, and the coordinate search is cut short.
+        let line = |x: &[f64]| vec![x[0] - 0.1, 3.0 * (x[0] - 0.1)];
+        let free = minimize(ok(line), &[0.5], &Settings::default()).unwrap();
+        assert!(free.converged && free.evals < 40, "{free:?}");
         for max_evals in 1..40 {
-            let m = minimize(
-                ok(|x: &[f64]| vec![x[0] - 0.1, 3.0 * (x[0] - 0.1)]),
-                &[0.5],
-                &Settings { max_evals, ..Settings::default() },
-            )
-            .unwrap();
-            let free =
-                minimize(ok(|x: &[f64]| vec![x[0] - 0.1, 3.0 * (x[0] - 0.1)]), &[0.5], &Settings::default()).unwrap();
-            assert!(free.converged && free.evals < 40, "{free:?}");
+            let m = minimize(ok(line), &[0.5], &Settings { max_evals, ..Settings::default() }).unwrap();
             assert_eq!(m.converged, max_evals >= free.evals, "budget {max_evals}: {m:?}, unbounded {free:?}");
         }
         let e = minimize(|_: &[f64]| Err::<Vec<f64>, &str>("boom"), &[0.5], &Settings::default()).unwrap_err();

@@ -261,7 +261,7 @@ pub fn render(o: &Outcome, scenario: &str) -> String {
             .collect();
         let ended = match o.folds[p].at_budget {
             Some(k) if k > 0 => {
-                format!(", {k} ended by their budget of {} evaluations", (s.optim.max_evals / 2).max(10))
+                format!(", {k} ended by their budget of {} evaluations", super::fold_budget(s.optim.max_evals))
             }
             _ => String::new(),
         };
