@@ -225,7 +225,7 @@ pub const SUITES: [Suite; 7] = [
             &[Input { path: "scenarios/fidelity/aic-blackwell.csv", filters: &["backend=vllm"] }],
             &["b200-vllm"],
             &[LeaveOut::Experiment, LeaveOut::Source],
-            200,
+            1500,
             BLACKWELL_VLLM,
         )
     },
