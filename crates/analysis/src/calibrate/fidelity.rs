@@ -213,7 +213,7 @@ pub const SUITES: [Suite; 7] = [
         &[Input { path: "scenarios/fidelity/aic-hopper.csv", filters: &["backend=sglang"] }],
         &["h200-sglang"],
         &[LeaveOut::Model, LeaveOut::Source],
-        250,
+        1500,
         HOPPER_SGLANG,
     ),
     Suite {
