@@ -238,7 +238,7 @@ pub const SUITES: [Suite; 7] = [
             &[Input { path: "scenarios/fidelity/aic-blackwell.csv", filters: &["backend=trtllm"] }],
             &["b200-trtllm"],
             &[LeaveOut::Experiment, LeaveOut::Source],
-            200,
+            1500,
             BLACKWELL_TRTLLM,
         )
     },
