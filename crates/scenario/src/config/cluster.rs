@@ -15,7 +15,7 @@
 use super::ConfigError;
 use super::check::{Check, DEFAULT_REPLICAS};
 use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
-use super::scenario::FleetPool;
+use super::scenario::{FleetPool, PoolOverrides};
 use super::scenario::{Arrivals, Length, Scenario};
 pub use super::scenario::{Cluster, DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool, Router};
 
@@ -173,9 +173,7 @@ fn mixed(ck: &Check, raw: RawCluster, base: &Scenario, b: &PoolBase) -> Result<C
             replicas,
             cost_per_hour,
             autoscale,
-            hardware: built.hardware,
-            parallelism: built.parallelism,
-            scheduler: built.scheduler,
+            given: built.given,
             scenario,
         });
     }
@@ -386,7 +384,8 @@ fn pool_at(ck: &Check, at: &str, name: &str, raw: RawPool, base: &Scenario, b: &
     super::sections::run_limits(ck, &scenario).map_err(under_pool)?;
     super::sections::chunking_fits(ck, &scenario).map_err(under_pool)?;
     let parallelism = raw.parallelism.is_some().then_some(built.parallelism).flatten();
-    Ok(Pool { replicas, router, overlap_weight, hardware, parallelism, scheduler, scenario: Box::new(scenario) })
+    let given = PoolOverrides { hardware, parallelism, scheduler };
+    Ok(Pool { replicas, router, overlap_weight, given, scenario: Box::new(scenario) })
 }
 
 /// The decode pool must hold the shortest request's prompt and first

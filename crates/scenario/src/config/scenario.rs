@@ -1368,13 +1368,8 @@ pub struct FleetPool {
     pub cost_per_hour: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<super::autoscale::Autoscale>,
-    /// The overrides, as given (resolved), so `llmsim explain` shows them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hardware: Option<Hardware>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub parallelism: Option<Parallelism>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub scheduler: Option<Scheduler>,
+    #[serde(flatten)]
+    pub given: PoolOverrides,
     /// The scenario one replica of this pool runs (no `cluster`).
     #[serde(skip)]
     pub scenario: Box<Scenario>,
@@ -1385,6 +1380,19 @@ impl FleetPool {
     pub fn gpus_per_replica(&self) -> u32 {
         self.scenario.deployment.gpus()
     }
+}
+
+/// What a pool (`cluster.pools[]`, `cluster.prefill`, `cluster.decode`)
+/// overrides of the scenario, as given (resolved), so `llmsim explain`
+/// shows them; the pool's scenario holds them applied.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PoolOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<Hardware>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<Parallelism>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<Scheduler>,
 }
 
 /// Prefill/decode disaggregation (docs/clusters.md).
@@ -1402,13 +1410,8 @@ pub struct Pool {
     pub router: Router,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overlap_weight: Option<f64>,
-    /// The overrides, as given (resolved), so `llmsim explain` shows them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hardware: Option<Hardware>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub parallelism: Option<Parallelism>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub scheduler: Option<Scheduler>,
+    #[serde(flatten)]
+    pub given: PoolOverrides,
     /// The scenario one replica of this pool runs: the base scenario with
     /// the overrides applied (and no `cluster`).
     #[serde(skip)]
