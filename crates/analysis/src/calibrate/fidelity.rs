@@ -86,10 +86,11 @@ pub struct Suite {
 /// The keys of the per-operator suites' main fits: every key a profile
 /// holds but `efficiency.expert_gemm`, which the MoE stage fits
 /// ([`moe::KEY`]).
-pub const OPERATOR_KEYS: [&str; 14] = all_but_stage_key(llmsim_scenario::config::calibration::KEYS);
+pub const OPERATOR_KEYS: [&str; 14] = without(llmsim_scenario::config::calibration::KEYS, &[moe::KEY]);
 
-/// `all` without [`moe::KEY`] (a compile error if it is not there once).
-const fn all_but_stage_key(all: [&'static str; 15]) -> [&'static str; 14] {
+/// `all` without the keys in `drop`, in order: a compile error unless each
+/// of `drop` is in `all` once (`M` is `N` less their count).
+const fn without<const N: usize, const M: usize>(all: [&'static str; N], drop: &[&str]) -> [&'static str; M] {
     const fn same(a: &str, b: &str) -> bool {
         let (a, b) = (a.as_bytes(), b.as_bytes());
         if a.len() != b.len() {
@@ -104,15 +105,21 @@ const fn all_but_stage_key(all: [&'static str; 15]) -> [&'static str; 14] {
         }
         true
     }
-    let mut out = [""; 14];
+    let mut out = [""; M];
     let (mut i, mut j) = (0, 0);
-    while i < all.len() {
-        if !same(all[i], moe::KEY) {
+    while i < N {
+        let mut k = 0;
+        while k < drop.len() && !same(all[i], drop[k]) {
+            k += 1;
+        }
+        if k == drop.len() {
+            assert!(j < M, "a key to drop is not in the list, or is in it twice");
             out[j] = all[i];
             j += 1;
         }
         i += 1;
     }
+    assert!(j == M, "a key to drop is not in the list, or is in it twice");
     out
 }
 
@@ -1297,4 +1304,24 @@ fn not_simulated(o: &Outcome) -> String {
 
 fn sat(r: &Run) -> String {
     r.why_not_fitted()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without;
+
+    #[test]
+    fn without_drops_the_named_keys_in_order() {
+        let kept: [&str; 3] = without(["a", "b", "c", "d", "e"], &["d", "b"]);
+        assert_eq!(kept, ["a", "c", "e"]);
+        // The per-operator keys: the profile's fifteen but the stage's.
+        assert_eq!(super::OPERATOR_KEYS.len(), 14);
+        assert!(!super::OPERATOR_KEYS.contains(&"efficiency.expert_gemm"));
+    }
+
+    #[test]
+    #[should_panic(expected = "not in the list, or is in it twice")]
+    fn without_refuses_a_key_not_in_the_list() {
+        let _: [&str; 2] = without(["a", "b", "c"], &["x"]);
+    }
 }

@@ -15,9 +15,9 @@
 use super::ConfigError;
 use super::check::{Check, DEFAULT_REPLICAS};
 use super::raw::{RawCluster, RawModel, RawParallelism, RawPool, RawScheduler};
-use super::scenario::{FleetPool, PoolOverrides};
 use super::scenario::{Arrivals, Length, Scenario};
 pub use super::scenario::{Cluster, DEFAULT_OVERLAP_WEIGHT, Disagg, KvTransfer, Pool, Router};
+use super::scenario::{FleetPool, PoolOverrides};
 
 /// What the pools are built from: the scenario's raw sections, before
 /// validation consumed them.
@@ -168,14 +168,7 @@ fn mixed(ck: &Check, raw: RawCluster, base: &Scenario, b: &PoolBase) -> Result<C
                 (Some(a), initial)
             }
         };
-        pools.push(FleetPool {
-            name,
-            replicas,
-            cost_per_hour,
-            autoscale,
-            given: built.given,
-            scenario,
-        });
+        pools.push(FleetPool { name, replicas, cost_per_hour, autoscale, given: built.given, scenario });
     }
     let replicas = pools.iter().map(|p| p.replicas).sum();
     let timeline = match raw.timeline {
