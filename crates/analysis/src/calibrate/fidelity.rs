@@ -216,7 +216,7 @@ pub const SUITES: [Suite; 7] = [
         &[Input { path: "scenarios/fidelity/aic-hopper.csv", filters: &["backend=trtllm"] }],
         &["h100-trtllm", "h200-trtllm"],
         &[LeaveOut::Model, LeaveOut::Source],
-        250,
+        CONVERGENCE_CAP,
         HOPPER_TRTLLM,
     ),
     operator_suite(
