@@ -1385,7 +1385,7 @@ impl FleetPool {
 /// What a pool (`cluster.pools[]`, `cluster.prefill`, `cluster.decode`)
 /// overrides of the scenario, as given (resolved), so `llmsim explain`
 /// shows them; the pool's scenario holds them applied.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PoolOverrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hardware: Option<Hardware>,
