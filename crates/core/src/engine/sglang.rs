@@ -195,6 +195,31 @@ impl Engine {
         any
     }
 
+    /// `new_token_ratio` after a decode step that retracted nothing: down
+    /// by `(init - min) / 600`, not below `min`.
+    fn decayed_ratio(&self, init: f64) -> f64 {
+        let min = init * MIN_RATIO_FACTOR;
+        (self.sg.ratio - (init - min) / DECAY_STEPS).max(min)
+    }
+
+    /// What a decode stretch of `steps` steps leaves of SGLang's state, as
+    /// [`Engine::sglang_decode`] and `Engine::finish_step` leave it one
+    /// step at a time: the ratio decayed once a step (a stretch retracts
+    /// nothing), and the latch open if a request `left`.
+    pub(super) fn sglang_stretched(&mut self, steps: u64, left: bool) {
+        if left {
+            self.sg.full = false;
+        }
+        let Some(init) = self.ratio_init().filter(|_| self.cfg.policy == super::Policy::Sglang) else { return };
+        for _ in 0..steps {
+            let next = self.decayed_ratio(init);
+            if next == self.sg.ratio {
+                break; // at its floor
+            }
+            self.sg.ratio = next;
+        }
+    }
+
     /// A decode step: every running request one token, after retracting
     /// requests (fewest generated first, then the longest prompt; never
     /// the last) until each has the block it needs. Returns how many were
@@ -233,8 +258,7 @@ impl Engine {
                 let n = self.running.len() as f64;
                 self.sg.ratio = ((out + RETRACT_DECODE_STEPS * n) / (max_new + 1.0)).min(1.0);
             } else {
-                let min = init * MIN_RATIO_FACTOR;
-                self.sg.ratio = (self.sg.ratio - (init - min) / DECAY_STEPS).max(min);
+                self.sg.ratio = self.decayed_ratio(init);
             }
         }
         if retracted > 0 {

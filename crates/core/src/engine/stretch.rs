@@ -304,12 +304,17 @@ impl Engine {
     /// stretch may take and the members' summed KV, or `None` (then
     /// [`Engine::step`] must run). Only the scratch space changes.
     fn stretch_members(&mut self, max_steps: u64, through: bool) -> Option<(u64, u64)> {
-        // Stretches follow vLLM's rules, one token a decode step; another
-        // engine's steps, and speculative ones, run one by one.
+        // Stretches take one token a request a decode step; speculative
+        // steps run one by one. Under TensorRT-LLM's and SGLang's
+        // schedulers a step with nothing waiting is the same decode step
+        // as vLLM's (every running request one token, within the budget,
+        // its block from the free ones), so their stretches run while
+        // nothing waits and end before the first step an arrival would
+        // join (`Limits::admits`).
         if max_steps == 0
             || self.running.is_empty()
             || !self.pending.is_empty()
-            || self.cfg.policy != Policy::Vllm
+            || (self.cfg.policy != Policy::Vllm && !self.waiting.is_empty())
             || self.cfg.speculative.is_some()
             || self.cfg.lora.is_some()
             || self.cfg.scheduling_policy != super::SchedulingPolicy::Fcfs
@@ -426,6 +431,9 @@ struct Limits {
     /// The pool's blocks and the watermark.
     total: i64,
     watermark: i64,
+    /// Requests may join the stretch (vLLM's rules only: under another
+    /// engine's a due arrival ends it before the step it would join).
+    admits: bool,
     /// The token budget, `max_num_sequences` and the context length.
     budget: u64,
     max_seqs: u64,
@@ -533,6 +541,7 @@ impl<'e, 'd> Pass<'e, 'd> {
             bs64: u64::from(cap.block_size),
             total: i64::from(cap.num_blocks),
             watermark: i64::from(cap.watermark_blocks),
+            admits: e.cfg.policy == Policy::Vllm,
             budget,
             max_seqs,
             context,
@@ -629,6 +638,9 @@ impl<'e, 'd> Pass<'e, 'd> {
     #[inline(always)]
     fn plan_admission(&mut self, plan: &mut Plan) -> bool {
         let queued = self.e.waiting.len() + self.e.stretch.incoming.len();
+        if queued > 0 && !self.lim.admits {
+            return false;
+        }
         if !self.lim.prefix {
             return self.plan_whole_prompts(plan, queued);
         }
@@ -1071,6 +1083,8 @@ impl<'e, 'd> Pass<'e, 'd> {
         }
         e.steps += n;
         e.clock = clock;
+        let left = !e.stretch.finished.is_empty();
+        e.sglang_stretched(n, left);
         let st = &e.stretch;
         obs.decode_stretch(&Stretch {
             requests: &st.requests,

@@ -1121,3 +1121,42 @@ fn sglang_decays_its_ratio_every_decode_step_and_resets_it_when_idle() {
     e.step(&mut log).unwrap();
     assert_eq!(e.sg.ratio, 0.7);
 }
+
+#[test]
+fn an_sglang_stretch_leaves_the_ratio_and_the_latch_as_its_steps_do() {
+    // Requests 0 and 1 (8 + 40, 8 + 20) decode together after their
+    // prefill; with `batch_is_full` latched and nothing waiting, one engine
+    // steps 30 times, the other takes the same 30 steps as one stretch
+    // through request 1's finish. The ratio decays from 0.7 by
+    // (0.7 - 0.098) / 600 a step: 0.7 - 30 x 0.001003333... (never at its
+    // floor of 0.098 here), the latch opens when request 1 leaves, and
+    // both engines hold the same bits.
+    let start = || {
+        let mut e = sglang(limits(), Some(0.7));
+        e.submit(req(0, 0, 8, 40), &mut ()).unwrap();
+        e.submit(req(1, 0, 8, 20), &mut ()).unwrap();
+        e.step(&mut ()).unwrap();
+        e.sg.full = true;
+        e
+    };
+    let mut stepped = start();
+    for _ in 0..30 {
+        stepped.step(&mut ()).unwrap();
+    }
+    let mut stretched = start();
+    let never = SimTime::from_nanos(u64::MAX);
+    let mut finished = Vec::new();
+    let mut on_finish = |id: RequestId, _: SimTime| {
+        finished.push(id);
+        never
+    };
+    assert_eq!(stretched.decode_stretch_through(never, never, 30, &mut on_finish, &mut ()), 30);
+    assert_eq!(finished, [1]);
+    let expected = (0..30).fold(0.7f64, |r, _| r - (0.7 - 0.7 * 0.14) / 600.0);
+    assert!((expected - (0.7 - 30.0 * 0.602 / 600.0)).abs() < 1e-12, "{expected}");
+    assert_eq!(stepped.sg.ratio.to_bits(), expected.to_bits());
+    assert_eq!(stretched.sg.ratio.to_bits(), expected.to_bits());
+    assert!(!stepped.sg.full && !stretched.sg.full, "the latch opens when request 1 leaves");
+    assert_eq!(stretched.clock(), stepped.clock());
+    assert_eq!(stretched.running.len(), 1);
+}
