@@ -273,12 +273,8 @@ impl Observer for RequestItl {
 /// percentiles come from a histogram, and nothing is watched.
 pub struct SloCut {
     rules: Vec<CutRule>,
-    /// Each request's arrival, first scheduling and first token (ns), and
-    /// the tokens it asked for.
-    arrival: Vec<u64>,
-    scheduled: Vec<Option<u64>>,
-    first: Vec<Option<u64>>,
-    tokens: Vec<u32>,
+    /// What each request did so far, by id.
+    seen: Vec<Seen>,
     /// The SLOs found missed, by name, in the order they were found.
     pub missed: Vec<String>,
     /// Whether a queue-time SLO is watched (first schedulings are kept).
@@ -286,6 +282,16 @@ pub struct SloCut {
     /// The most requests the run finishes: every statistic is over at
     /// most this many values.
     requests: u64,
+}
+
+/// A request's arrival, first scheduling and first token (ns), and the
+/// tokens it asked for.
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    arrival: u64,
+    scheduled: Option<u64>,
+    first: Option<u64>,
+    tokens: u32,
 }
 
 struct CutRule {
@@ -338,44 +344,34 @@ impl SloCut {
             })
             .collect();
         let queue = rules.iter().any(|r| r.family == Family::Queue);
-        (!rules.is_empty()).then(|| SloCut {
-            queue,
-            requests,
-            rules,
-            arrival: Vec::new(),
-            scheduled: Vec::new(),
-            first: Vec::new(),
-            tokens: Vec::new(),
-            missed: Vec::new(),
-        })
+        (!rules.is_empty()).then(|| SloCut { queue, requests, rules, seen: Vec::new(), missed: Vec::new() })
     }
 
     fn first_scheduled(&mut self, id: RequestId, at: u64) {
-        if let Some(s @ None) = self.scheduled.get_mut(id as usize) {
-            *s = Some(at);
+        if let Some(s @ Seen { scheduled: None, .. }) = self.seen.get_mut(id as usize) {
+            s.scheduled = Some(at);
         }
     }
 
     fn first_token(&mut self, id: RequestId, at: u64) {
-        if let Some(f @ None) = self.first.get_mut(id as usize) {
-            *f = Some(at);
+        if let Some(s @ Seen { first: None, .. }) = self.seen.get_mut(id as usize) {
+            s.first = Some(at);
         }
     }
 
     /// Request `id` finished at `end`: its latencies, as the run's
     /// summary computes them ([`RequestRecord`]'s).
     fn finish(&mut self, id: RequestId, end: u64) {
-        let i = id as usize;
-        let Some(&arrival) = self.arrival.get(i) else { return };
+        let Some(&seen) = self.seen.get(id as usize) else { return };
         let rec = RequestRecord {
             id,
-            arrival: SimTime::from_nanos(arrival),
+            arrival: SimTime::from_nanos(seen.arrival),
             prompt: 0,
-            output: self.tokens[i],
-            first_scheduled: self.scheduled[i].map(SimTime::from_nanos),
-            first_token: self.first[i].map(SimTime::from_nanos),
+            output: seen.tokens,
+            first_scheduled: seen.scheduled.map(SimTime::from_nanos),
+            first_token: seen.first.map(SimTime::from_nanos),
             last_token: Some(SimTime::from_nanos(end)),
-            tokens: self.tokens[i],
+            tokens: seen.tokens,
             preemptions: 0,
             max_gap_ns: 0,
             status: Status::Finished,
@@ -413,15 +409,11 @@ impl SloCut {
 impl Observer for SloCut {
     fn arrived(&mut self, id: RequestId, at: SimTime, _prompt: u32, output: u32) {
         let i = id as usize;
-        if self.arrival.len() <= i {
-            self.arrival.resize(i + 1, 0);
-            self.scheduled.resize(i + 1, None);
-            self.first.resize(i + 1, None);
-            self.tokens.resize(i + 1, 0);
+        if self.seen.len() <= i {
+            self.seen.resize(i + 1, Seen::default());
         }
-        self.arrival[i] = at.as_nanos();
         // A finished request released every token it asked for.
-        self.tokens[i] = output;
+        self.seen[i] = Seen { arrival: at.as_nanos(), tokens: output, ..self.seen[i] };
     }
 
     fn scheduled(&mut self, id: RequestId, at: SimTime, _tokens: u32, _computed: u32) {
