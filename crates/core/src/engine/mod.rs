@@ -23,7 +23,7 @@ pub mod speculative;
 pub mod stretch;
 pub mod trtllm;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 pub use cost::{CostInput, CostModel, Pipeline, PipelineStep, StepCost, StepShape};
 pub use events::{Arrived, Joined, Observer, RejectReason, RequestId, StepRecord, Stretch};
@@ -237,8 +237,6 @@ pub struct Engine {
     waiting: VecDeque<u32>,
     /// In admission order.
     running: Vec<u32>,
-    /// Request id to slot, for aborts (looked up, never iterated).
-    by_id: HashMap<RequestId, u32, IdHasher>,
     /// End of the last step (the earliest the next one can start).
     clock: SimTime,
     last_arrival: SimTime,
@@ -278,12 +276,11 @@ pub struct Engine {
     sg: sglang::Sglang,
 }
 
-/// The hasher of [`Engine::by_id`]: one multiply and a rotation per id,
-/// where the default SipHash took about 4% of a plain run (8% with prefix
-/// caching, whose run leaves the map colder). Request ids are not chosen by
-/// an adversary (the driver and the server number them), so flooding is
-/// not a concern, and the map is never iterated, so its order reaches no
-/// output.
+/// The hasher of the KV offload's block map ([`offload`]): one multiply
+/// and a rotation per key, where the default SipHash took about 4% of a
+/// plain run when the engine kept its requests by id in such a map. Keys
+/// are not chosen by an adversary, so flooding is not a concern, and the
+/// map is never iterated, so its order reaches no output.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct IdHasher(u64);
 
@@ -335,7 +332,6 @@ impl Engine {
             pending: VecDeque::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
-            by_id: HashMap::default(),
             clock: SimTime::ZERO,
             last_arrival: SimTime::ZERO,
             steps: 0,
@@ -521,13 +517,11 @@ impl Engine {
     /// shared blocks' content hashes and `own` the count of its own
     /// (unhashed) full blocks after them.
     fn enqueue(&mut self, seq: Seq, hashes: &[u64], own: u32) {
-        let req = seq.req;
         let known = u64::from(seq.known());
         let slot = Engine::take_slot(&mut self.slots, &mut self.free_slots, seq);
         if let Kv::Prefix(p) = &mut self.kv {
             p.set_content_own(slot, hashes, own);
         }
-        self.by_id.insert(req.id, slot);
         self.pending.push_back(slot);
         self.queued_blocks += self.cfg.capacity.blocks_for(known);
     }
@@ -552,9 +546,16 @@ impl Engine {
     /// Returns false if the engine does not hold it (finished or unknown).
     /// Call between steps.
     pub fn abort<O: Observer>(&mut self, id: RequestId, at: SimTime, obs: &mut O) -> bool {
-        let Some(&slot) = self.by_id.get(&id) else {
+        // Aborts are rare (a client gone; only the server aborts), so the
+        // slots are searched rather than every request's id kept in a map:
+        // the map's insert and remove, cold in cache, took 9% of a
+        // saturated run of 1M requests (docs/performance.md), a search
+        // costs an abort a pass over the slots (as many as the requests
+        // the engine ever held at once).
+        let Some(slot) = self.slots.iter().position(|s| s.state != State::Free && s.req.id == id) else {
             return false;
         };
+        let slot = slot as u32;
         let queued = self.cfg.capacity.blocks_for(u64::from(self.slots[slot as usize].known()));
         match self.slots[slot as usize].state {
             State::Pending => {
@@ -1196,7 +1197,6 @@ impl Engine {
     fn retire(&mut self, slot: u32) {
         let seq = &mut self.slots[slot as usize];
         seq.state = State::Free;
-        self.by_id.remove(&seq.req.id);
         self.free_slots.push(slot);
     }
 
@@ -1307,8 +1307,9 @@ impl Engine {
             return Err(format!("request {} is in two queues", self.slots[slot].req.id));
         }
         let live = self.pending.len() + self.waiting.len() + self.running.len();
-        if live != self.by_id.len() {
-            return Err(format!("{live} requests queued but {} known", self.by_id.len()));
+        let held = self.slots.iter().filter(|s| s.state != State::Free).count();
+        if live != held {
+            return Err(format!("{live} requests queued but {held} slots held"));
         }
         if self.running.len() > self.cfg.max_num_sequences as usize {
             return Err("more running requests than max_num_sequences".into());

@@ -821,7 +821,6 @@ impl<'e, 'd> Pass<'e, 'd> {
                 };
                 p.set_content_moved(slot, &mut scratch.content, own);
             }
-            e.by_id.insert(req.id, slot);
             e.last_arrival = req.arrival;
             e.waiting.push_back(slot);
             e.queued_blocks += e.cfg.capacity.blocks_for(u64::from(req.prompt));
