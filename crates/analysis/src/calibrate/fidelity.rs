@@ -354,9 +354,10 @@ const HOPPER_VLLM: &str = "One profile for vLLM on Hopper: H100 and H200 share t
 
 const HOPPER_TRTLLM: &str = "TensorRT-LLM on Hopper: the trtllm rows of AIConfigurator's silicon CSV that the \
     engine can express (Llama-3.1-8B at 16 bits on H100, TP 1 to 4; Llama-3.1-70B FP8 on H200; Qwen3-235B-A22B \
-    where it runs without expert parallelism). The fit runs vLLM's scheduler with TensorRT-LLM's token budget \
+    where it runs without expert parallelism). The fit runs TensorRT-LLM's own scheduler (`engine: trtllm`: \
+    its default `GUARANTEED_NO_EVICT` capacity policy, whole prompts, no chunked prefill) with its token budget \
     (`max_num_tokens`, AIConfigurator's `concurrency + isl + 1,500` rounded up to 32); the same runs under \
-    TensorRT-LLM's own capacity scheduler (`engine: trtllm`) at the fitted values close the section. \
+    vLLM's scheduler at the fitted values close the section. \
     Qwen3-235B-A22B with expert parallelism, DeepSeek-V3/R1 and gpt-oss-120b are held out. `h100-trtllm` and \
     `h200-trtllm` are this fit.";
 
@@ -543,8 +544,8 @@ pub fn generate_with(
         let main_value = o.setup.keys.iter().position(|k| k.key == moe::FIXED).map_or(0.0, |k| o.fit.x[k]);
         // Before the MoE stage moves its runs: the comparison is at the
         // main fit's values.
-        let under_engine = match engine_of(suite) {
-            Some(engine) => Some((engine, engine_check(root, suite, &o, engine)?)),
+        let under_engine = match engines_of(suite) {
+            Some((fitted, other)) => Some((fitted, other, engine_check(root, suite, &o, other)?)),
             None => None,
         };
         if let Some(st) = &stage {
@@ -552,8 +553,8 @@ pub fn generate_with(
         }
         done(suite, &o);
         let mut text = section(suite, &o, stage.as_ref(), main_value);
-        if let Some((engine, e)) = &under_engine {
-            text.push_str(&engine_section(&o, engine, e));
+        if let Some((fitted, other, e)) = &under_engine {
+            text.push_str(&engine_section(&o, fitted, other, e));
         }
         sections.push(text);
         new_record.suites.push(record);
@@ -841,15 +842,25 @@ fn users_band(run: &Run) -> Option<&'static str> {
     })
 }
 
-/// The engine a suite's rows ran on, when it is not vLLM: its runs are
-/// predicted again under that engine's scheduler (`engine:`), at the
-/// same fitted values, and reported beside the fit (issue 30: the rows
-/// of those engines predicted with the matching `engine:`).
-fn engine_of(suite: &Suite) -> Option<&'static str> {
+/// For a suite whose rows ran on another engine than vLLM: the scheduler
+/// it is fitted under (its scenario's `engine:`) and the other one, under
+/// which its runs are predicted again at the same fitted values and
+/// reported beside the fit (issue 30: the rows of those engines predicted
+/// with the matching `engine:`). A test checks the first against the
+/// suite's scenario.
+fn engines_of(suite: &Suite) -> Option<(&'static str, &'static str)> {
     match suite.id {
-        "hopper-trtllm" => Some("trtllm"),
-        "h200-sglang" => Some("sglang"),
+        "hopper-trtllm" => Some(("trtllm", "vllm")),
+        "h200-sglang" => Some(("vllm", "sglang")),
         _ => None,
+    }
+}
+
+/// How a scheduler is named in the report.
+fn scheduler_name(engine: &str) -> String {
+    match engine {
+        "vllm" => "vLLM's scheduler".to_string(),
+        other => format!("`engine: {other}`"),
     }
 }
 
@@ -864,11 +875,12 @@ fn engine_check(root: &Path, suite: &Suite, o: &Outcome, engine: &str) -> Result
     super::calibrate_or_replay(loaded.runs, Vec::new(), &setup, Some(&recorded))
 }
 
-/// The table of a suite's fitted runs predicted by the fit under vLLM's
-/// scheduler and under the suite's own engine at the same values: the
-/// median absolute error and the signed median (bias) of each metric,
-/// over the runs fitted in the main fit that both simulate.
-fn engine_section(o: &Outcome, engine: &str, e: &Outcome) -> String {
+/// The table of a suite's fitted runs predicted by the fit under the
+/// scheduler it was fitted under (`fit_engine`) and under the other one at
+/// the same values: the median absolute error and the signed median
+/// (bias) of each metric, over the runs fitted in the main fit that both
+/// simulate.
+fn engine_section(o: &Outcome, fit_engine: &str, other_engine: &str, e: &Outcome) -> String {
     let fitted: std::collections::BTreeSet<&str> = o.fit_runs().map(|(r, _)| r.name.as_str()).collect();
     fn in_both<'a>(
         x: &'a Outcome,
@@ -882,13 +894,14 @@ fn engine_section(o: &Outcome, engine: &str, e: &Outcome) -> String {
     let theirs = in_both(e, &fitted);
     let names: std::collections::BTreeSet<&str> = theirs.iter().map(|(n, _, _)| n.as_str()).collect();
     let ours: Vec<_> = in_both(o, &fitted).into_iter().filter(|(n, _, _)| names.contains(n.as_str())).collect();
+    let (fitted, other) = (scheduler_name(fit_engine), scheduler_name(other_engine));
     let mut md = format!(
-        "\n### Under `engine: {engine}` at the same fitted values\n\n\
-         The {} fitted runs both simulate, predicted by the calibrated values above under vLLM's scheduler (the \
-         fit's) and under `engine: {engine}` (docs/engine.md, \"The engine's scheduler\"), nothing fitted again: \
-         median absolute error, then the signed median (bias). The fit was made under vLLM's rules; these \
-         values are not refitted under the engine's own.\n\n\
-         | metric | vLLM's scheduler | bias | `engine: {engine}` | bias |\n|---|---:|---:|---:|---:|\n",
+        "\n### Under {other} at the same fitted values\n\n\
+         The {} fitted runs both simulate, predicted by the calibrated values above under {fitted} (the \
+         fit's) and under {other} (docs/engine.md, \"The engine's scheduler\"), nothing fitted again: \
+         median absolute error, then the signed median (bias). The fit was made under {fitted}; these \
+         values are not refitted under {other}.\n\n\
+         | metric | {fitted} | bias | {other} | bias |\n|---|---:|---:|---:|---:|\n",
         ours.len()
     );
     for m in super::render::metrics_seen(o) {
@@ -1309,6 +1322,21 @@ fn sat(r: &Run) -> String {
 #[cfg(test)]
 mod tests {
     use super::without;
+
+    #[test]
+    fn a_suite_is_fitted_under_the_engine_its_scenario_names() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut compared = 0;
+        for suite in &super::SUITES {
+            let Some((fitted, other)) = super::engines_of(suite) else { continue };
+            let text = std::fs::read_to_string(root.join(suite.scenario)).unwrap();
+            let engine = text.lines().find_map(|l| l.strip_prefix("engine:")).map_or("vllm", str::trim);
+            assert_eq!(engine, fitted, "{}: {} names `engine: {engine}`", suite.id, suite.scenario);
+            assert_ne!(fitted, other, "{}", suite.id);
+            compared += 1;
+        }
+        assert_eq!(compared, 2);
+    }
 
     #[test]
     fn without_drops_the_named_keys_in_order() {
