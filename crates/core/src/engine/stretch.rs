@@ -432,7 +432,8 @@ struct Limits {
     total: i64,
     watermark: i64,
     /// Requests may join the stretch (vLLM's rules only: under another
-    /// engine's a due arrival ends it before the step it would join).
+    /// engine's a due arrival ends it before the step it would join, in
+    /// `Pass::due_arrivals`).
     admits: bool,
     /// The token budget, `max_num_sequences` and the context length.
     budget: u64,
@@ -618,9 +619,10 @@ impl<'e, 'd> Pass<'e, 'd> {
         }
         loop {
             let req = match self.arrivals.due(self.clock, incoming.len()) {
-                Due::Request(req) => req,
+                // Under another engine's rules an arrival ends the stretch.
+                Due::Request(req) if self.lim.admits => req,
                 Due::None => return true,
-                Due::Refused => return false,
+                Due::Request(_) | Due::Refused => return false,
             };
             let (p, n) = (u64::from(req.prompt), u64::from(req.output));
             let need = self.e.cfg.capacity.blocks_for(p) as i64;
@@ -638,9 +640,6 @@ impl<'e, 'd> Pass<'e, 'd> {
     #[inline(always)]
     fn plan_admission(&mut self, plan: &mut Plan) -> bool {
         let queued = self.e.waiting.len() + self.e.stretch.incoming.len();
-        if queued > 0 && !self.lim.admits {
-            return false;
-        }
         if !self.lim.prefix {
             return self.plan_whole_prompts(plan, queued);
         }
