@@ -190,6 +190,15 @@ fn an_engine_llmsim_does_not_model_is_named_with_the_ones_it_does() {
     // SGLang's ratio is its key alone, and in range.
     bad_set(&["scheduler.new_token_ratio=0.7"], &["scheduler.new_token_ratio", "needs engine: sglang"]);
     bad_set(&["engine=sglang", "scheduler.new_token_ratio=0"], &["scheduler.new_token_ratio", "0 is not allowed"]);
+    // and so are its mixed chunks and prefill cap
+    bad_set(&["scheduler.mixed_chunk=true"], &["scheduler.mixed_chunk", "needs engine: sglang"]);
+    bad_set(&["scheduler.max_prefill_tokens=2500"], &["scheduler.max_prefill_tokens", "needs engine: sglang"]);
+    bad_set(&["engine=sglang", "scheduler.max_prefill_tokens=0"], &["scheduler.max_prefill_tokens", "0"]);
+    bad_set(&["engine=sglang", "scheduler.mixed_chunk=maybe"], &["scheduler.mixed_chunk"]);
+    let out = TestCommand::new(&["explain", BASE, "--set", "engine=sglang", "--set", "scheduler.mixed_chunk=true"])
+        .ok()
+        .stdout();
+    assert!(out.contains("mixed_chunk: true"), "{out}");
     let out =
         TestCommand::new(&["run", BASE, "--set", "engine=sglang", "--set", "workload.requests=100"]).ok().stdout();
     assert!(out.contains("100 completed"), "{out}");

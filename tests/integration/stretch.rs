@@ -283,16 +283,19 @@ fn pipeline_stretches_give_the_same_bytes_as_the_step_by_step_path() {
 /// TensorRT-LLM's and SGLang's schedulers (`engine: trtllm`, `engine:
 /// sglang`): their stretches run while nothing waits and end before an
 /// arrival joins (SGLang's `new_token_ratio` decays once a decode step, and
-/// its `batch_is_full` latch opens when a request leaves, inside them too).
+/// its `batch_is_full` latch opens when a request leaves, inside them too;
+/// with mixed chunks a prefill step decodes, and so is never in one).
 /// Every generated scenario under each engine's settings in turn, with and
 /// without prefix caching; both ways must give the same bytes, and a
-/// twentieth of the steps at least must be taken in stretches (or this
+/// fortieth of the steps at least must be taken in stretches (or this
 /// compares the step-by-step path with itself).
 #[test]
 fn other_engines_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     let engines = [
         "engine: sglang",
         "engine: sglang\nscheduler_extra: {new_token_ratio: 0.7}",
+        "engine: sglang\nscheduler_extra: {mixed_chunk: true}",
+        "engine: sglang\nscheduler_extra: {mixed_chunk: true, max_prefill_tokens: 40}",
         "engine: trtllm",
         "engine: trtllm\nscheduler_extra: {capacity_scheduler_policy: MAX_UTILIZATION}",
         "engine: trtllm\nscheduler_extra: {capacity_scheduler_policy: STATIC_BATCH}",
@@ -300,8 +303,10 @@ fn other_engines_stretches_give_the_same_bytes_as_the_step_by_step_path() {
         "engine: trtllm\nscheduler_extra: {capacity_scheduler_policy: MAX_UTILIZATION, context_chunking_policy: EQUAL_PROGRESS}",
     ];
     let mut by_engine = vec![(0u64, 0u64); engines.len()];
-    for i in 0..140u64 {
-        let k = (i % engines.len() as u64) as usize;
+    let n = engines.len() as u64;
+    for i in 0..20 * n {
+        let k = (i % n) as usize;
+        // An odd number of settings: each with and without prefix caching.
         let base = if i % 2 == 0 { generate(2000 + i) } else { generate_prefix(2000 + i) };
         let (engine, extra) = engines[k]
             .split_once("\nscheduler_extra: {")
@@ -324,9 +329,9 @@ fn other_engines_stretches_give_the_same_bytes_as_the_step_by_step_path() {
     }
     for (k, &(steps, stretched)) in by_engine.iter().enumerate() {
         // Their generated loads queue often (a waiting request ends a
-        // stretch under these engines): 8% to 24% of the steps were in
+        // stretch under these engines): 4% to 26% of the steps were in
         // stretches when this was written.
-        assert!(steps > 10_000 && stretched * 20 > steps, "{}: {stretched} of {steps} steps in stretches", engines[k]);
+        assert!(steps > 10_000 && stretched * 40 > steps, "{}: {stretched} of {steps} steps in stretches", engines[k]);
     }
 }
 

@@ -163,6 +163,8 @@ pub const LORA_BASE_WEIGHT: Range = Range::closed(0.0, 1e15);
 pub const LORA_LOAD_GBPS: Range = Range::above(0.0, 1e4);
 /// `scheduler.new_token_ratio`: SGLang's ratio, above 0 and at most 1.
 pub const NEW_TOKEN_RATIO: Range = Range::above(0.0, 1.0);
+/// `scheduler.max_prefill_tokens`: SGLang's prompt tokens a step.
+pub const MAX_PREFILL_TOKENS: Range = Range::whole(1, 100_000_000);
 /// A probability.
 pub const PROBABILITY: Range = Range::closed(0.0, 1.0);
 pub const REQUESTS: Range = Range::whole(1, MAX_SUMMARY_REQUESTS);
@@ -519,6 +521,12 @@ pub mod row {
         why: "SGLang caps its ratio at 1; 0 would reserve nothing",
     };
 
+    pub static MAX_PREFILL_TOKENS: Limit = Limit {
+        key: "scheduler.max_prefill_tokens",
+        range: super::MAX_PREFILL_TOKENS,
+        why: "as `scheduler.max_batch_tokens`: the longest context",
+    };
+
     pub static ACCEPTANCE: Limit = Limit {
         key: "speculative.acceptance_rate, speculative.acceptance_by_position",
         range: super::PROBABILITY,
@@ -814,6 +822,7 @@ pub static SCENARIO_ROWS: &[&Limit] = &[
     &row::OFFLOAD_BANDWIDTH_GBPS,
     &row::ACCEPTANCE,
     &row::NEW_TOKEN_RATIO,
+    &row::MAX_PREFILL_TOKENS,
     &row::LORA_SLOTS,
     &row::LORA_RANK,
     &row::LORA_ADAPTERS,

@@ -319,7 +319,10 @@ const BLACKWELL_TRTLLM: &str = "TensorRT-LLM on B200 and GB200: the trtllm rows 
 const AIC_RUNS: &str = "Each AIConfigurator row is a closed loop at fixed lengths, simulated as the benchmark \
     AIConfigurator generates for it runs (its `bench_run.sh` and `rule_plugin/benchmark` templates; the file does \
     not record the client): `batch_size` users starting together and sending again the moment an answer ends \
-    (AIPerf's concurrency mode), 20 requests a user (unless the suite says otherwise), a step budget of `concurrency + isl + 1,500` tokens, a \
+    (AIPerf's concurrency mode), 20 requests a user (unless the suite says otherwise), a step budget of `concurrency + isl + 1,500` tokens \
+    (an SGLang row's: mixed chunks of `isl + 1,500` prompt and decode tokens within SGLang's 8,192-token chunk, \
+    so `min(isl + 1,500, 8,192)` under vLLM's rules; under `engine: sglang` its `mixed_chunk` and \
+    `max_prefill_tokens`), a \
     context of `isl + osl + 1,500`, CUDA graphs for batches up to the concurrency, 0.9 of the memory for weights \
     and KV, 16-bit KV. With attention data parallelism `batch_size` is a rank's users (the engine's are \
     `batch_size x attention_dp_size`) and the step budget, graphs and sequence limit are a rank's; \
@@ -362,10 +365,11 @@ const HOPPER_TRTLLM: &str = "TensorRT-LLM on Hopper: the trtllm rows of AIConfig
     `h200-trtllm` are this fit.";
 
 const HOPPER_SGLANG: &str = "SGLang on H200: the sglang rows of AIConfigurator's silicon CSV that the engine can \
-    express (Llama-3.1-8B and Qwen3-235B-A22B with block-scaled FP8 weights). The fit runs vLLM's scheduler \
-    with SGLang's prefill budget as AIConfigurator sets it; the same runs under SGLang's own schedule \
-    (`engine: sglang`: prefill first, reserve-ahead admission) at the fitted values close the section. \
-    `h200-sglang` is this fit. DeepSeek-V3/R1 (MLA at TP 8) are held out.";
+    express (Llama-3.1-8B and Qwen3-235B-A22B with block-scaled FP8 weights). The fit runs SGLang's own \
+    schedule (`engine: sglang`: reserve-ahead admission) with the mixed chunks AIConfigurator serves them with \
+    (`--enable-mixed-chunk`, `--max-prefill-tokens isl + 1,500`); the same runs under vLLM's scheduler at the \
+    fitted values close the section. `h200-sglang` is this fit. DeepSeek-V3/R1 (MLA at TP 8) are held out; \
+    the disaggregated DeepSeek-V3 runs are predicted under vLLM's rules (`engine: sglang` has no pools).";
 
 /// The published anchor and the goal, by metric: (anchor %, goal %).
 pub const GOALS: [(Metric, f64, f64); 2] =
@@ -851,7 +855,7 @@ fn users_band(run: &Run) -> Option<&'static str> {
 fn engines_of(suite: &Suite) -> Option<(&'static str, &'static str)> {
     match suite.id {
         "hopper-trtllm" => Some(("trtllm", "vllm")),
-        "h200-sglang" => Some(("vllm", "sglang")),
+        "h200-sglang" => Some(("sglang", "vllm")),
         _ => None,
     }
 }

@@ -758,15 +758,32 @@ fn from_table(src: &ScenarioSource, t: &table::MeasuredTable, opts: &LoadOptions
 /// `rule_plugin/benchmark` rules): a step budget of `concurrency + isl +
 /// 1,500` tokens, a context of `isl + osl + 1,500`, CUDA graphs captured
 /// for every batch up to the concurrency; vLLM's 0.9 memory utilisation
-/// and its 1,024 sequences (or the concurrency, if more).
-fn aic_settings(r: &aic::AicRow, layout: Option<aic::Layout>, rounds: u32) -> Vec<(String, String)> {
+/// and its 1,024 sequences (or the concurrency, if more). An SGLang row
+/// runs mixed chunks of at most `isl + 1,500` prompt tokens
+/// ([`sglang_mixed_budget`]): under `engine: sglang` (`sglang_rules`) as
+/// SGLang's own keys, under vLLM's rules as a step budget.
+fn aic_settings(
+    r: &aic::AicRow,
+    layout: Option<aic::Layout>,
+    rounds: u32,
+    sglang_rules: bool,
+) -> Vec<(String, String)> {
     let (isl, osl) = (u64::from(r.isl), u64::from(r.osl));
     // `batch_size` is a rank's users; the scheduler's limits are a rank's.
     let c = r.batch_size.unwrap_or(1);
     let layout = layout.unwrap_or(aic::Layout::tensor_only(r.tp.unwrap_or(1)));
     let users = u64::from(c) * u64::from(layout.data);
-    let budget = token_budget(r, u64::from(c) + isl + 1500);
+    let sglang = r.backend == "sglang";
+    let budget = match sglang {
+        true if sglang_rules => sglang_chunk(r),
+        true => sglang_mixed_budget(r),
+        false => token_budget(r, u64::from(c) + isl + 1500),
+    };
     let mut out = model_settings(r);
+    if sglang && sglang_rules {
+        out.push(("scheduler.mixed_chunk".into(), "true".into()));
+        out.push(("scheduler.max_prefill_tokens".into(), (isl + 1500).to_string()));
+    }
     out.extend(parallelism_settings("parallelism.", layout));
     out.extend([
         ("scheduler.max_batch_tokens".into(), budget.to_string()),
@@ -775,6 +792,24 @@ fn aic_settings(r: &aic::AicRow, layout: Option<aic::Layout>, rounds: u32) -> Ve
         ("workload".into(), closed_loop(users, rounds, isl, osl)),
     ]);
     out
+}
+
+/// The step budget of an SGLang run under vLLM's rules. AIConfigurator
+/// serves them with mixed chunks (`--enable-mixed-chunk`) and
+/// `--max-prefill-tokens isl + 1,500`: a prefill step carries one decode
+/// token of every running request, and its prompt tokens are at most
+/// `max_prefill_tokens` (and SGLang's chunk, `chunked_prefill_size`)
+/// less the running requests. A vLLM budget counts the decode tokens
+/// too, so that is `min(isl + 1,500, chunk)` ([`sglang_chunk`]).
+fn sglang_mixed_budget(r: &aic::AicRow) -> u64 {
+    (u64::from(r.isl) + 1500).min(sglang_chunk(r))
+}
+
+/// SGLang's `chunked_prefill_size` for the row's GPU, its default by the
+/// GPU's memory: 8,192 below 160 GB (A100, H100, H20, H200), else 16,384.
+fn sglang_chunk(r: &aic::AicRow) -> u64 {
+    let small = ["a100", "h100", "h20", "h200"].iter().any(|g| r.system.split('_').next() == Some(*g));
+    if small { 8192 } else { 16_384 }
 }
 
 /// A batch-token budget as the engine sets it: TensorRT-LLM's
@@ -940,7 +975,18 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         // The row's parallelism, read once: its settings, notes and group.
         let disagg = r.mode == "disagg";
         let layout = if disagg { None } else { r.layout(r.moe()).ok() };
-        let pairs = if disagg { disagg_settings(r, rounds, &src.file) } else { Some(aic_settings(r, layout, rounds)) };
+        let sglang_rules = src.value.get("engine").and_then(Value::as_str) == Some("sglang");
+        let pairs = match disagg {
+            // llmsim's SGLang scheduler has no pools: a disaggregated row
+            // of a suite fitted under it runs under vLLM's rules.
+            true => disagg_settings(r, rounds, &src.file).map(|mut p| {
+                if sglang_rules {
+                    p.push(("engine".into(), "vllm".into()));
+                }
+                p
+            }),
+            false => Some(aic_settings(r, layout, rounds, sglang_rules)),
+        };
         let Some(pairs) = pairs else {
             let reason = format!("disaggregated on `{}`, whose hardware profile gives no network link", r.system);
             out.excluded.push(Excluded { name: r.id.clone(), source, reason, measured });
@@ -970,7 +1016,10 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         };
         let model =
             base.value.get("model").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
-        let (notes, group) = describe(r, layout, rounds);
+        let (mut notes, group) = describe(r, layout, rounds);
+        if disagg && sglang_rules {
+            notes.push("under vLLM's rules: `engine: sglang` has no prefill/decode pools".into());
+        }
         let saturated = if disagg {
             Some(NotFitted::Disaggregated)
         } else if r.frontier() {

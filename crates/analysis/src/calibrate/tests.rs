@@ -482,6 +482,37 @@ fn aic_rows_become_closed_loops_with_the_benchmark_settings() {
     assert!(odd >= 3, "{odd}");
 }
 
+/// An SGLang row runs mixed chunks of AIConfigurator's `--max-prefill-tokens
+/// isl + 1,500`: under `engine: sglang` (the suite's) as SGLang's own keys
+/// with its 8,192-token chunk on an H200 as the step budget; under vLLM's
+/// rules as a step budget that counts the decode tokens, `min(isl + 1,500,
+/// 8,192)` (not vLLM's `concurrency + isl + 1,500`).
+#[test]
+fn sglang_rows_take_the_mixed_chunk_budget() {
+    let load = |overrides: &[&str]| {
+        let o: Vec<_> = overrides.iter().map(|s| llmsim_scenario::config::Override::parse(s).unwrap()).collect();
+        let src = ScenarioSource::load(&repo("scenarios/fidelity/hopper-sglang.yml"), &o).unwrap();
+        let filters = vec![crate::measured::aic::Filter::parse("backend=sglang").unwrap()];
+        let opts = LoadOptions { aic_filters: filters, ..LoadOptions::default() };
+        runs::load(&src, &repo("scenarios/fidelity/aic-hopper.csv"), &opts).unwrap()
+    };
+    let scheduler = |loaded: &runs::Loaded, name: &str| {
+        let run = loaded.runs.iter().find(|r| r.name.ends_with(name)).expect(name);
+        run.base.scenario(&[], &[]).unwrap().scheduler.clone()
+    };
+    let (big, long) = ("sglang_agg_1000x2000_c512_tp8_epnone_16", "sglang_agg_8000x100_c20_tp1_epnone_38");
+    let own = load(&[]);
+    let s = scheduler(&own, big);
+    assert_eq!((s.mixed_chunk, s.max_prefill_tokens, s.max_batch_tokens), (Some(true), Some(2500), 8192));
+    assert_eq!(scheduler(&own, long).max_prefill_tokens, Some(9500));
+    let vllm = load(&["engine=vllm"]);
+    let s = scheduler(&vllm, big);
+    // 1,000 + 1,500, whatever the 512 users
+    assert_eq!((s.mixed_chunk, s.max_prefill_tokens, s.max_batch_tokens), (None, None, 2500));
+    // 8,000 + 1,500 = 9,500, above the chunk
+    assert_eq!(scheduler(&vllm, long).max_batch_tokens, 8192);
+}
+
 /// A row with attention data parallelism is a closed loop of every rank's
 /// users on one engine of `tp x dp` GPUs, with the experts over all of
 /// them and a rank's limits; a kind of model no suite fits on is held out.

@@ -65,6 +65,9 @@ pub struct EngineConfig {
     /// `ignore_eos` (then running requests reserve their remaining output
     /// whole).
     pub sglang_ratio: Option<f64>,
+    /// Under [`Policy::Sglang`]: mixed chunks and the prefill token cap
+    /// ([`sglang`]).
+    pub sglang: sglang::SglangOptions,
     /// Under [`Policy::Trtllm`]: its capacity policy and chunked prefill
     /// ([`trtllm`]).
     pub trtllm: trtllm::Trtllm,

@@ -41,6 +41,22 @@ pub const DECAY_STEPS: f64 = 600.0;
 /// still generate when the ratio is set after a retraction.
 pub const RETRACT_DECODE_STEPS: f64 = 20.0;
 
+/// The scheduler's settings under [`super::Policy::Sglang`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SglangOptions {
+    /// `--enable-mixed-chunk`: a prefill step also decodes every running
+    /// request, and its prompt tokens leave room for them.
+    pub mixed_chunk: bool,
+    /// `--max-prefill-tokens`: a prefill step's prompt tokens.
+    pub max_prefill_tokens: u32,
+}
+
+impl Default for SglangOptions {
+    fn default() -> Self {
+        SglangOptions { mixed_chunk: false, max_prefill_tokens: MAX_PREFILL_TOKENS }
+    }
+}
+
 /// The scheduler's state between steps.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Sglang {
@@ -85,11 +101,37 @@ impl Engine {
         }
     }
 
-    /// Tries to form a prefill step; true if it holds any tokens.
+    /// Tries to form a prefill step; true if it holds any tokens. With
+    /// mixed chunks the running requests (but the one being chunked)
+    /// decode in it too, and their tokens come out of both the chunk and
+    /// `max_prefill_tokens` first (SGLang's `mixed_with_decode_tokens`).
     fn sglang_prefill<O: Observer>(&mut self, at: SimTime, budget: &mut u32, obs: &mut O) -> bool {
         if self.sg.chunked.is_none() && (self.sg.full || self.waiting.is_empty()) {
             return false;
         }
+        let opts = self.cfg.sglang;
+        let (running, chunked) = (self.running.len(), self.sg.chunked);
+        let decoding = match opts.mixed_chunk {
+            true => u32::try_from(running - usize::from(chunked.is_some())).unwrap_or(u32::MAX),
+            false => 0,
+        };
+        if decoding >= *budget || decoding >= opts.max_prefill_tokens {
+            return false;
+        }
+        *budget -= decoding;
+        let formed = self.sglang_extend(at, budget, opts.max_prefill_tokens - decoding, obs);
+        *budget += decoding;
+        if formed && decoding > 0 {
+            // The requests running before this step's admissions, in order.
+            *budget -= self.decode_running(running, chunked, at, obs);
+        }
+        formed
+    }
+
+    /// The prefill (extend) part of a step: the chunked request's next
+    /// chunk, then prompts from the head of `waiting`, within `budget`
+    /// (the chunk) and `input` prompt tokens; true if it holds any.
+    fn sglang_extend<O: Observer>(&mut self, at: SimTime, budget: &mut u32, input: u32, obs: &mut O) -> bool {
         let bs = self.cfg.capacity.block_size;
         let ratio = self.ratio_init().map(|_| self.sg.ratio);
         // Free tokens (a prefix cache's free blocks hold evictable
@@ -99,7 +141,7 @@ impl Engine {
             .map(|&s| f64::from(self.reserve(s)) * ratio.unwrap_or(1.0))
             .sum();
         let mut tot = f64::from(self.kv.free()) * f64::from(bs) - held;
-        let mut input = MAX_PREFILL_TOKENS;
+        let mut input = input;
         let mut any = false;
         if let Some(slot) = self.sg.chunked {
             // The chunked request goes first, always progressing.
@@ -264,12 +306,19 @@ impl Engine {
         if retracted > 0 {
             self.sg.full = false;
         }
-        for i in 0..self.running.len() {
+        self.decode_running(self.running.len(), None, at, obs);
+        retracted
+    }
+
+    /// One token for each of the first `upto` running requests (but
+    /// `skip`) whose prompt is computed (the chunked one waits for its
+    /// next prefill step) and whose block is free; returns how many.
+    fn decode_running<O: Observer>(&mut self, upto: usize, skip: Option<u32>, at: SimTime, obs: &mut O) -> u32 {
+        let mut decoded = 0;
+        for i in 0..upto {
             let slot = self.running[i];
             let seq = &self.slots[slot as usize];
-            // Only requests whose prompt is computed decode (the chunked
-            // one waits for its next prefill step).
-            if seq.state != State::Running || seq.remaining() != 1 {
+            if Some(slot) == skip || seq.state != State::Running || seq.remaining() != 1 {
                 continue;
             }
             let need = self.extra_blocks(seq, 1);
@@ -278,7 +327,8 @@ impl Engine {
             }
             self.grow(slot, need);
             self.add_to_batch(slot, 1, at, obs);
+            decoded += 1;
         }
-        retracted
+        decoded
     }
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::engine::kv_budget::KvBudget;
+use crate::engine::sglang::SglangOptions;
 use std::collections::VecDeque;
 
 /// Records every event as a short string, in order.
@@ -71,6 +72,7 @@ fn engine(l: Limits) -> Engine {
         offload: None,
         lora: None,
         sglang_ratio: None,
+        sglang: Default::default(),
         trtllm: Default::default(),
     })
 }
@@ -310,6 +312,7 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         offload: None,
         lora: None,
         sglang_ratio: None,
+        sglang: Default::default(),
         trtllm: Default::default(),
     })
 }
@@ -1041,6 +1044,60 @@ fn sglang_runs_a_prefill_step_alone_before_decoding() {
     );
     let vllm = run(engine(limits()));
     assert_eq!(vllm[2..4], ["sched 0 1@8", "sched 1 8@0"], "{vllm:?}");
+}
+
+/// [`sglang`] with `--enable-mixed-chunk` and `--max-prefill-tokens`.
+fn sglang_mixed(l: Limits, mixed_chunk: bool, max_prefill_tokens: u32) -> Engine {
+    let mut e = sglang(l, None);
+    e.cfg.sglang = SglangOptions { mixed_chunk, max_prefill_tokens };
+    e
+}
+
+#[test]
+fn sglang_with_mixed_chunks_decodes_the_running_requests_in_a_prefill_step() {
+    // As above, with `--enable-mixed-chunk`: request 1's prefill step also
+    // decodes request 0 (after the prompt), so request 0 ends a step sooner.
+    let mut e = sglang_mixed(limits(), true, 16_384);
+    let mut log = Log::default();
+    e.submit(req(0, 0, 8, 3), &mut log).unwrap();
+    e.step(&mut log).unwrap();
+    assert_eq!(log.take(), ["sched 0 8@0", "token 0#1"]);
+    let at = e.clock().as_nanos();
+    e.submit(req(1, at, 8, 2), &mut log).unwrap();
+    let mut steps = Vec::new();
+    while e.step(&mut log).is_some() {
+        steps.push(log.take());
+    }
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert_eq!(steps[0], ["sched 1 8@0", "sched 0 1@8", "token 1#1", "token 0#2"]);
+    assert_eq!(steps[1][..2], ["sched 0 1@9", "sched 1 1@8"]);
+}
+
+#[test]
+fn sglang_with_mixed_chunks_takes_the_decode_tokens_out_of_max_prefill_tokens() {
+    // Three requests of 4 prompt tokens run (prefilled in step 1), then
+    // three prompts of 10 wait, `max_prefill_tokens` 13. Without mixed
+    // chunks step 2 takes prompts while tokens are left (13 -> 3 -> -7):
+    // two of them, and nothing decodes. With mixed chunks the three
+    // decodes come out first (13 - 3 = 10 -> 0): one prompt, and the three
+    // running requests decode in the same step.
+    let step2 = |mixed: bool| {
+        let mut e = sglang_mixed(limits(), mixed, 13);
+        let mut log = Log::default();
+        for id in 0..3 {
+            e.submit(req(id, 0, 4, 50), &mut log).unwrap();
+        }
+        e.step(&mut log).unwrap();
+        assert_eq!(log.take().iter().filter(|x| x.starts_with("sched")).count(), 3);
+        let at = e.clock().as_nanos();
+        for id in 3..6 {
+            e.submit(req(id, at, 10, 5), &mut log).unwrap();
+        }
+        e.step(&mut log).unwrap();
+        log.take().into_iter().filter(|x| x.starts_with("sched")).collect::<Vec<_>>()
+    };
+    assert_eq!(step2(false), ["sched 3 10@0", "sched 4 10@0"]);
+    assert_eq!(step2(true), ["sched 3 10@0", "sched 0 1@4", "sched 1 1@4", "sched 2 1@4"]);
 }
 
 #[test]

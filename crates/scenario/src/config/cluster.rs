@@ -341,6 +341,8 @@ fn pool_at(ck: &Check, at: &str, name: &str, raw: RawPool, base: &Scenario, b: &
                 cuda_graph_max_tokens: s.cuda_graph_max_tokens.or(b.scheduler.cuda_graph_max_tokens),
                 policy: None,
                 new_token_ratio: s.new_token_ratio.or(b.scheduler.new_token_ratio),
+                mixed_chunk: s.mixed_chunk.or(b.scheduler.mixed_chunk),
+                max_prefill_tokens: s.max_prefill_tokens.or(b.scheduler.max_prefill_tokens),
                 capacity_scheduler_policy: s
                     .capacity_scheduler_policy
                     .clone()

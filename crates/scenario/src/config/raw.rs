@@ -515,6 +515,11 @@ pub struct RawScheduler {
     /// do not send `ignore_eos`.
     #[serde(default, deserialize_with = "num::opt_real")]
     pub new_token_ratio: Option<f64>,
+    /// `engine: sglang` only: `--enable-mixed-chunk`.
+    pub mixed_chunk: Option<bool>,
+    /// `engine: sglang` only: `--max-prefill-tokens`.
+    #[serde(default, deserialize_with = "num::opt_whole")]
+    pub max_prefill_tokens: Option<i64>,
     /// `engine: trtllm` only: TensorRT-LLM's `capacity_scheduler_policy`.
     pub capacity_scheduler_policy: Option<String>,
     /// `engine: trtllm` only: chunked prefill with this

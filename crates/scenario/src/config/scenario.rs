@@ -327,6 +327,14 @@ pub struct Scheduler {
     /// unset, running requests reserve their remaining output whole.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new_token_ratio: Option<f64>,
+    /// `engine: sglang`: `--enable-mixed-chunk`, shown when given (unset:
+    /// off, SGLang's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mixed_chunk: Option<bool>,
+    /// `engine: sglang`: `--max-prefill-tokens`, shown when given (unset:
+    /// SGLang's 16,384).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_prefill_tokens: Option<u32>,
     /// `engine: trtllm`: TensorRT-LLM's capacity scheduler policy, shown
     /// when given (unset: `GUARANTEED_NO_EVICT`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -834,6 +842,13 @@ impl Scenario {
             offload: self.offload_tiers(),
             lora: self.lora.as_ref().map(|l| l.core(&self.hardware, self.efficiency.compute, self.efficiency.memory)),
             sglang_ratio: self.scheduler.new_token_ratio,
+            sglang: llmsim_core::engine::sglang::SglangOptions {
+                mixed_chunk: self.scheduler.mixed_chunk.unwrap_or(false),
+                max_prefill_tokens: self
+                    .scheduler
+                    .max_prefill_tokens
+                    .unwrap_or(llmsim_core::engine::sglang::MAX_PREFILL_TOKENS),
+            },
             trtllm: llmsim_core::engine::trtllm::Trtllm {
                 capacity: self.scheduler.capacity_scheduler_policy.map(CapacityName::core).unwrap_or_default(),
                 chunking: self.scheduler.context_chunking_policy.map(ChunkingName::core),

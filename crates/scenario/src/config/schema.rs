@@ -722,6 +722,18 @@ pub static KEYS: &[Key] = &[
         In(&row::NEW_TOKEN_RATIO),
     ),
     key(
+        "{,cluster.prefill.,cluster.decode.}scheduler.mixed_chunk",
+        "`engine: sglang` only: SGLang's `--enable-mixed-chunk`: a prefill step also decodes every running request (but the one being chunked), whose tokens come out of the step's chunk and `max_prefill_tokens` first ([the engine](engine.md#the-engines-scheduler-engine-sglang)).",
+        Words("`false`: prefill steps hold prompts only (SGLang's default)"),
+        Plain,
+    ),
+    key(
+        "{,cluster.prefill.,cluster.decode.}scheduler.max_prefill_tokens",
+        "`engine: sglang` only: SGLang's `--max-prefill-tokens`, the prompt tokens one prefill step takes (the step's chunk, `max_batch_tokens`, bounds it too).",
+        Whole(llmsim_core::engine::sglang::MAX_PREFILL_TOKENS as u64),
+        In(&row::MAX_PREFILL_TOKENS),
+    ),
+    key(
         "{,cluster.prefill.,cluster.decode.}scheduler.capacity_scheduler_policy",
         "`engine: trtllm` only: TensorRT-LLM's capacity scheduler policy (its `scheduler_config.capacity_scheduler_policy`, in any case): `GUARANTEED_NO_EVICT` (admit while every admitted request's blocks to completion fit; nothing paused), `MAX_UTILIZATION` (admit while the next step's blocks fit; a running request's growth that does not fit pauses the newest started request, recomputed later) or `STATIC_BATCH` (as the first, admitting only while no request is generating), [the engine](engine.md#the-engines-scheduler-engine-trtllm).",
         Words("`GUARANTEED_NO_EVICT`"),

@@ -45,6 +45,11 @@ pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, Con
             }
         },
         new_token_ratio: raw.new_token_ratio.map(|v| ck.real_at("scheduler.new_token_ratio", v)).transpose()?,
+        mixed_chunk: raw.mixed_chunk,
+        max_prefill_tokens: raw
+            .max_prefill_tokens
+            .map(|v| ck.whole32_at("scheduler.max_prefill_tokens", v))
+            .transpose()?,
         capacity_scheduler_policy: trtllm_name(
             ck,
             "capacity_scheduler_policy",
@@ -62,13 +67,16 @@ pub(crate) fn scheduler(ck: &Check, raw: &RawScheduler) -> Result<Scheduler, Con
     })
 }
 
-/// `scheduler.new_token_ratio` is SGLang's key alone, the capacity and
+/// `scheduler.new_token_ratio`, `mixed_chunk` and `max_prefill_tokens`
+/// are SGLang's keys alone, the capacity and
 /// chunking policies TensorRT-LLM's (a scenario's scheduler, or a pool's).
 pub(crate) fn engine_keys(ck: &Check, s: &Scheduler, engine: EngineKind) -> Result<(), ConfigError> {
     for (key, given, owner) in [
         ("scheduler.capacity_scheduler_policy", s.capacity_scheduler_policy.is_some(), EngineKind::Trtllm),
         ("scheduler.context_chunking_policy", s.context_chunking_policy.is_some(), EngineKind::Trtllm),
         ("scheduler.new_token_ratio", s.new_token_ratio.is_some(), EngineKind::Sglang),
+        ("scheduler.mixed_chunk", s.mixed_chunk.is_some(), EngineKind::Sglang),
+        ("scheduler.max_prefill_tokens", s.max_prefill_tokens.is_some(), EngineKind::Sglang),
     ] {
         if given && engine != owner {
             let whose = if owner == EngineKind::Trtllm { "TensorRT-LLM's" } else { "SGLang's" };

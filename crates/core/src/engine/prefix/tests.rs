@@ -226,6 +226,7 @@ fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
         offload: None,
         lora: None,
         sglang_ratio: None,
+        sglang: Default::default(),
         trtllm: Default::default(),
     })
 }
