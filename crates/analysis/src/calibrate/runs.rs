@@ -939,6 +939,8 @@ pub const HELD_OUT: &str = "held out: MLA, sliding windows, a format of its own,
 
 fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Result<Loaded, ConfigError> {
     let rounds = if opts.aic_rounds == 0 { aic::DEFAULT_ROUNDS } else { opts.aic_rounds };
+    // The suite's scheduler, which sets how an SGLang row is served.
+    let sglang_rules = src.value.get("engine").and_then(Value::as_str) == Some("sglang");
     let mut out = Loaded::default();
     // The same measurement filed twice (a later dump that re-encodes an
     // earlier one's parallelism): the first row that llmsim can run is kept.
@@ -975,7 +977,6 @@ fn from_aic(src: &ScenarioSource, f: &aic::AicFile, opts: &LoadOptions) -> Resul
         // The row's parallelism, read once: its settings, notes and group.
         let disagg = r.mode == "disagg";
         let layout = if disagg { None } else { r.layout(r.moe()).ok() };
-        let sglang_rules = src.value.get("engine").and_then(Value::as_str) == Some("sglang");
         let pairs = match disagg {
             // llmsim's SGLang scheduler has no pools: a disaggregated row
             // of a suite fitted under it runs under vLLM's rules.
