@@ -60,13 +60,8 @@ pub struct EngineConfig {
     /// LoRA adapters on the model (docs/lora.md); `None`: no request
     /// may name one.
     pub lora: Option<lora::Lora>,
-    /// Under [`Policy::Sglang`]: `new_token_ratio`'s start (0.7 x
-    /// `schedule_conservativeness`), or `None` when the clients send
-    /// `ignore_eos` (then running requests reserve their remaining output
-    /// whole).
-    pub sglang_ratio: Option<f64>,
-    /// Under [`Policy::Sglang`]: mixed chunks and the prefill token cap
-    /// ([`sglang`]).
+    /// Under [`Policy::Sglang`]: `new_token_ratio`'s start, mixed chunks
+    /// and the prefill token cap ([`sglang`]).
     pub sglang: sglang::SglangOptions,
     /// Under [`Policy::Trtllm`]: its capacity policy and chunked prefill
     /// ([`trtllm`]).
@@ -322,7 +317,7 @@ impl Engine {
             true => Kv::Prefix(Box::new(PrefixPool::new(blocks, block_size))),
         };
         let lora_slots = cfg.lora.as_ref().map(|_| Box::default());
-        let cfg_ratio = cfg.sglang_ratio.map(|r| r.min(1.0));
+        let sglang_ratio = cfg.sglang.ratio_init().unwrap_or(1.0);
         let tiers = match cfg.prefix_caching {
             true => cfg.offload.as_ref().map(|o| Box::new(offload::Tiers::new(o))),
             false => None,
@@ -352,7 +347,7 @@ impl Engine {
             load_s: 0.0,
             lora_slots,
             step_loras: Vec::new(),
-            sg: sglang::Sglang { ratio: cfg_ratio.unwrap_or(1.0), ..Default::default() },
+            sg: sglang::Sglang { ratio: sglang_ratio, ..Default::default() },
         }
     }
 

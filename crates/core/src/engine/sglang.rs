@@ -42,8 +42,12 @@ pub const DECAY_STEPS: f64 = 600.0;
 pub const RETRACT_DECODE_STEPS: f64 = 20.0;
 
 /// The scheduler's settings under [`super::Policy::Sglang`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq)]
 pub struct SglangOptions {
+    /// `new_token_ratio`'s start (0.7 x `schedule_conservativeness`), or
+    /// `None` when the clients send `ignore_eos` (then running requests
+    /// reserve their remaining output whole).
+    pub ratio: Option<f64>,
     /// `--enable-mixed-chunk`: a prefill step also decodes every running
     /// request, and its prompt tokens leave room for them.
     pub mixed_chunk: bool,
@@ -53,7 +57,7 @@ pub struct SglangOptions {
 
 impl Default for SglangOptions {
     fn default() -> Self {
-        SglangOptions { mixed_chunk: false, max_prefill_tokens: MAX_PREFILL_TOKENS }
+        SglangOptions { ratio: None, mixed_chunk: false, max_prefill_tokens: MAX_PREFILL_TOKENS }
     }
 }
 
@@ -68,11 +72,17 @@ pub(crate) struct Sglang {
     pub full: bool,
 }
 
-impl Engine {
+impl SglangOptions {
     /// `new_token_ratio`'s start: `SGLANG_INIT_NEW_TOKEN_RATIO` (0.7) x
     /// `schedule_conservativeness`, at most 1; `None` with `ignore_eos`.
+    pub(super) fn ratio_init(&self) -> Option<f64> {
+        self.ratio.map(|r| r.min(1.0))
+    }
+}
+
+impl Engine {
     fn ratio_init(&self) -> Option<f64> {
-        self.cfg.sglang_ratio.map(|r| r.min(1.0))
+        self.cfg.sglang.ratio_init()
     }
 
     /// The step under SGLang's rules: a prefill step if one can be formed,

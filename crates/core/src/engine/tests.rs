@@ -71,7 +71,6 @@ fn engine(l: Limits) -> Engine {
         scheduling_policy: Default::default(),
         offload: None,
         lora: None,
-        sglang_ratio: None,
         sglang: Default::default(),
         trtllm: Default::default(),
     })
@@ -311,7 +310,6 @@ fn base_engine(budget: u32, max_seqs: u32) -> Engine {
         scheduling_policy: Default::default(),
         offload: None,
         lora: None,
-        sglang_ratio: None,
         sglang: Default::default(),
         trtllm: Default::default(),
     })
@@ -1006,7 +1004,7 @@ fn a_step_of_base_model_requests_pays_nothing_for_lora() {
 fn sglang(l: Limits, ratio: Option<f64>) -> Engine {
     let mut e = engine(l);
     e.cfg.policy = Policy::Sglang;
-    e.cfg.sglang_ratio = ratio;
+    e.cfg.sglang.ratio = ratio;
     e.sg.ratio = ratio.unwrap_or(1.0);
     e
 }
@@ -1049,7 +1047,7 @@ fn sglang_runs_a_prefill_step_alone_before_decoding() {
 /// [`sglang`] with `--enable-mixed-chunk` and `--max-prefill-tokens`.
 fn sglang_mixed(l: Limits, mixed_chunk: bool, max_prefill_tokens: u32) -> Engine {
     let mut e = sglang(l, None);
-    e.cfg.sglang = SglangOptions { mixed_chunk, max_prefill_tokens };
+    e.cfg.sglang = SglangOptions { mixed_chunk, max_prefill_tokens, ..e.cfg.sglang };
     e
 }
 

@@ -841,8 +841,8 @@ impl Scenario {
             scheduling_policy: self.scheduler.policy().core(),
             offload: self.offload_tiers(),
             lora: self.lora.as_ref().map(|l| l.core(&self.hardware, self.efficiency.compute, self.efficiency.memory)),
-            sglang_ratio: self.scheduler.new_token_ratio,
             sglang: llmsim_core::engine::sglang::SglangOptions {
+                ratio: self.scheduler.new_token_ratio,
                 mixed_chunk: self.scheduler.mixed_chunk.unwrap_or(false),
                 max_prefill_tokens: self
                     .scheduler

@@ -225,7 +225,6 @@ fn engine(num_blocks: u32, watermark_blocks: u32, budget: u32) -> Engine {
         scheduling_policy: Default::default(),
         offload: None,
         lora: None,
-        sglang_ratio: None,
         sglang: Default::default(),
         trtllm: Default::default(),
     })
