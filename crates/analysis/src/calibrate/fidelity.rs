@@ -546,15 +546,18 @@ pub fn generate_with(
         let stage = if moe::applies(suite) { moe::run(suite, &o, stage_replay, may_fit)? } else { None };
         record.moe = stage.as_ref().map(moe::StageRecord::of);
         let main_value = o.setup.keys.iter().position(|k| k.key == moe::FIXED).map_or(0.0, |k| o.fit.x[k]);
-        // Before the MoE stage moves its runs: the comparison is at the
-        // main fit's values.
-        let under_engine = match engines_of(suite) {
-            Some((fitted, other)) => Some((fitted, other, engine_check(root, suite, &o, other)?)),
-            None => None,
-        };
         if let Some(st) = &stage {
             moe::apply(&mut o, st);
         }
+        // At the shipped values, the MoE stage's included, as the
+        // calibrated column beside it.
+        let under_engine = match engines_of(suite) {
+            Some((fitted, other)) => {
+                let stage_value = stage.as_ref().map(|st| st.outcome.fit.x[0]);
+                Some((fitted, other, engine_check(root, suite, &o, other, stage_value)?))
+            }
+            None => None,
+        };
         done(suite, &o);
         let mut text = section(suite, &o, stage.as_ref(), main_value);
         if let Some((fitted, other, e)) = &under_engine {
@@ -868,12 +871,23 @@ fn scheduler_name(engine: &str) -> String {
     }
 }
 
-/// A suite's runs under `engine: NAME` at its fitted values (no
-/// leave-one-out folds: only the fit's prediction is compared).
-fn engine_check(root: &Path, suite: &Suite, o: &Outcome, engine: &str) -> Result<Outcome, Error> {
-    let set = llmsim_scenario::config::Override::parse(&format!("engine={engine}"))
-        .map_err(|e| Error::Input(e.to_string()))?;
-    let loaded = load_suite_with(root, suite, &[set])?;
+/// A suite's runs under `engine: NAME` at its fitted values, `o`'s with
+/// the MoE stage applied and the stage's `stage_value` (no leave-one-out
+/// folds: only the fit's prediction is compared).
+fn engine_check(
+    root: &Path,
+    suite: &Suite,
+    o: &Outcome,
+    engine: &str,
+    stage_value: Option<f64>,
+) -> Result<Outcome, Error> {
+    let mut sets = vec![format!("engine={engine}")];
+    sets.extend(stage_value.map(|v| format!("{}={v}", moe::KEY)));
+    let sets = sets
+        .iter()
+        .map(|s| llmsim_scenario::config::Override::parse(s).map_err(|e| Error::Input(e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let loaded = load_suite_with(root, suite, &sets)?;
     let setup = Setup { leave_out: Vec::new(), ..o.setup.clone() };
     let recorded = Recorded { fit: o.fit.clone(), start_loss: o.start_loss, folds: Vec::new() };
     super::calibrate_or_replay(loaded.runs, Vec::new(), &setup, Some(&recorded))
@@ -1333,8 +1347,8 @@ mod tests {
         let mut compared = 0;
         for suite in &super::SUITES {
             let Some((fitted, other)) = super::engines_of(suite) else { continue };
-            let text = std::fs::read_to_string(root.join(suite.scenario)).unwrap();
-            let engine = text.lines().find_map(|l| l.strip_prefix("engine:")).map_or("vllm", str::trim);
+            let scenario = llmsim_scenario::config::load_scenario_with(&root.join(suite.scenario), &[]).unwrap();
+            let engine = scenario.engine.as_str();
             assert_eq!(engine, fitted, "{}: {} names `engine: {engine}`", suite.id, suite.scenario);
             assert_ne!(fitted, other, "{}", suite.id);
             compared += 1;
