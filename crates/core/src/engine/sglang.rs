@@ -128,9 +128,11 @@ impl Engine {
         if decoding >= *budget || decoding >= opts.max_prefill_tokens {
             return false;
         }
-        *budget -= decoding;
-        let formed = self.sglang_extend(at, budget, opts.max_prefill_tokens - decoding, obs);
-        *budget += decoding;
+        // The chunk the prompts may take; the decode tokens are taken
+        // from the step's budget below, once they are known to run.
+        let mut prompts = *budget - decoding;
+        let formed = self.sglang_extend(at, &mut prompts, opts.max_prefill_tokens - decoding, obs);
+        *budget = prompts + decoding;
         if formed && decoding > 0 {
             // The requests running before this step's admissions, in order.
             *budget -= self.decode_running(running, chunked, at, obs);
