@@ -556,3 +556,52 @@ fn a_traced_workload_keeps_its_classes() {
     assert_eq!(generated["classes"], replayed["classes"]);
     assert_eq!(replayed["classes"][0]["requests"]["total"], interactive as u64);
 }
+
+/// Under `engine: sglang` a prefix cache is SGLang's radix cache, whose
+/// admission reserves `new_token_ratio` (0.7 at start) of each running
+/// request's remaining output whatever the clients send; without it,
+/// `ignore_eos` requests reserve their output whole and never retract.
+#[test]
+fn sglang_with_its_radix_cache_admits_against_a_ratio_of_seven_tenths() {
+    let run = |caching: &str, ratio: Option<&str>| {
+        let mut args = vec![
+            "scenarios/experiments/bases/sglang-burst.yml".to_string(),
+            "--set".into(),
+            "workload.arrivals={poisson: {rate: 20}}".into(),
+            "--set".into(),
+            "workload.requests=64".into(),
+            "--set".into(),
+            "workload.prompt_tokens=128".into(),
+            "--set".into(),
+            "workload.output_tokens=512".into(),
+            "--set".into(),
+            format!("model.kv_cache.prefix_caching={caching}"),
+        ];
+        if let Some(r) = ratio {
+            args.extend(["--set".to_string(), format!("scheduler.new_token_ratio={r}")]);
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let v = run_json(&refs);
+        let figures = |k: &str| v[k].to_string();
+        (v["preemptions"].as_u64().expect("preemptions"), figures("ttft_ms"), figures("tpot_ms"), figures("e2e_ms"))
+    };
+    let radix = run("true", None);
+    assert_eq!(radix, run("true", Some("0.7")), "the radix cache's default ratio is 0.7");
+    assert_eq!(radix, run("false", Some("0.7")), "unique prompts: the cache changes only the ratio");
+    let whole = run("false", None);
+    assert_eq!(whole.0, 0, "reserving every output whole never retracts");
+    assert!(radix.0 > 0, "the ratio admits more than fits and retracts: {radix:?}");
+    assert_ne!(radix.1, whole.1);
+    // The summary says which reservation ran.
+    let summary = |caching: &str| {
+        TestCommand::new(&["run", "scenarios/experiments/bases/sglang-burst.yml"])
+            .arg("--set")
+            .arg(format!("model.kv_cache.prefix_caching={caching}"))
+            .ok()
+            .stdout()
+    };
+    let on = summary("true");
+    assert!(on.contains("SGLang's scheduler (max_prefill_tokens 16384, new_token_ratio 0.7)"), "{on}");
+    let off = summary("false");
+    assert!(off.contains("SGLang's scheduler (max_prefill_tokens 16384, remaining output reserved whole)"), "{off}");
+}

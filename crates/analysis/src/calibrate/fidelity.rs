@@ -366,7 +366,8 @@ const HOPPER_TRTLLM: &str = "TensorRT-LLM on Hopper: the trtllm rows of AIConfig
 
 const HOPPER_SGLANG: &str = "SGLang on H200: the sglang rows of AIConfigurator's silicon CSV that the engine can \
     express (Llama-3.1-8B and Qwen3-235B-A22B with block-scaled FP8 weights). The fit runs SGLang's own \
-    schedule (`engine: sglang`: reserve-ahead admission) with the mixed chunks AIConfigurator serves them with \
+    schedule (`engine: sglang`: reserve-ahead admission, against `new_token_ratio` 0.7 as with its radix cache \
+    on, which AIConfigurator leaves on) with the mixed chunks AIConfigurator serves them with \
     (`--enable-mixed-chunk`, `--max-prefill-tokens isl + 1,500`); the same runs under vLLM's scheduler at the \
     fitted values close the section. `h200-sglang` is this fit. DeepSeek-V3/R1 (MLA at TP 8) are held out; \
     the disaggregated DeepSeek-V3 runs are predicted under vLLM's rules (`engine: sglang` has no pools).";

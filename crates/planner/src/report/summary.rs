@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::metrics::{RunResult, Stats};
 use llmsim_core::util::{opt, thousands};
-use llmsim_scenario::config::{Arrivals, Length, Scenario};
+use llmsim_scenario::config::{Arrivals, EngineKind, Length, Scenario};
 
 /// Capacity in blocks, tokens and whole requests of the mean length.
 pub fn capacity_line(s: &Scenario) -> String {
@@ -43,6 +43,24 @@ pub fn speculative_line(sp: &llmsim_scenario::config::speculative::Speculative) 
         sp.mean_acceptance_length(),
         sp.drafter.as_ref().map_or_else(|| "drafted on the CPU, free".to_string(), |d| d.about.clone())
     )
+}
+
+/// Whose scheduler runs, when not vLLM's, with what shapes its admission:
+/// empty under vLLM's.
+fn engine_words(s: &Scenario) -> String {
+    match s.engine {
+        EngineKind::Vllm => String::new(),
+        EngineKind::Trtllm => ", TensorRT-LLM's scheduler".to_string(),
+        EngineKind::Sglang => {
+            let cfg = s.engine_config().sglang;
+            let mixed = if cfg.mixed_chunk { "mixed chunks, " } else { "" };
+            let reserve = match cfg.ratio {
+                Some(r) => format!("new_token_ratio {r}"),
+                None => "remaining output reserved whole".to_string(),
+            };
+            format!(", SGLang's scheduler ({mixed}max_prefill_tokens {}, {reserve})", cfg.max_prefill_tokens)
+        }
+    }
 }
 
 /// `llama-3.1-70b, fp8 weights, 16-bit KV, 4 x h100-80gb (TP 4): ...`:
@@ -264,14 +282,15 @@ pub fn render(s: &Scenario, r: &RunResult) -> String {
     }
     let _ = writeln!(
         out,
-        "scheduler  max_batch_tokens {}, max_num_sequences {}, {overheads}{}{}",
+        "scheduler  max_batch_tokens {}, max_num_sequences {}, {overheads}{}{}{}",
         s.scheduler.max_batch_tokens,
         s.scheduler.max_num_sequences,
         if s.prefix_caching() { ", prefix caching on" } else { "" },
         match s.scheduler.policy() {
             llmsim_scenario::config::PolicyName::Priority => ", priority scheduling",
             llmsim_scenario::config::PolicyName::Fcfs => "",
-        }
+        },
+        engine_words(s)
     );
     if let Some(sp) = &s.speculative {
         let _ = writeln!(out, "speculative {}", speculative_line(sp));

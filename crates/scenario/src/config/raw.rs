@@ -511,8 +511,7 @@ pub struct RawScheduler {
     pub cuda_graph_max_tokens: Option<i64>,
     /// `fcfs` (default) or `priority` (vLLM's `--scheduling-policy`).
     pub policy: Option<String>,
-    /// `engine: sglang` only: `new_token_ratio`'s start, when the clients
-    /// do not send `ignore_eos`.
+    /// `engine: sglang` only: `new_token_ratio`'s start.
     #[serde(default, deserialize_with = "num::opt_real")]
     pub new_token_ratio: Option<f64>,
     /// `engine: sglang` only: `--enable-mixed-chunk`.

@@ -55,6 +55,10 @@ pub struct Scenario {
     pub calibration: Option<super::calibration::CalibrationUse>,
 }
 
+/// SGLang's `new_token_ratio` start by default: `SGLANG_INIT_NEW_TOKEN_RATIO`
+/// (0.7) x `schedule_conservativeness` (1.0).
+pub const SGLANG_RADIX_RATIO: f64 = 0.7;
+
 /// `engine:`: whose scheduling rules the core follows (docs/engine.md,
 /// "The engine's scheduler").
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -322,9 +326,13 @@ pub struct Scheduler {
     /// was); read it through [`Scheduler::policy`].
     #[serde(rename = "policy", skip_serializing_if = "Option::is_none")]
     pub policy_given: Option<PolicyName>,
-    /// `engine: sglang`: `new_token_ratio`'s start when the clients do not
-    /// send `ignore_eos` (SGLang's 0.7 x `schedule_conservativeness`);
-    /// unset, running requests reserve their remaining output whole.
+    /// `engine: sglang`: `new_token_ratio`'s start (SGLang's 0.7 x
+    /// `schedule_conservativeness`); unset, [`SGLANG_RADIX_RATIO`] with
+    /// prefix caching on (SGLang's radix cache: its admission uses the
+    /// ratio whatever the clients send), else running requests reserve
+    /// their remaining output whole (`--disable-radix-cache` with clients
+    /// that send `ignore_eos`). Read it through
+    /// [`Scenario::sglang_ratio`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new_token_ratio: Option<f64>,
     /// `engine: sglang`: `--enable-mixed-chunk`, shown when given (unset:
@@ -823,6 +831,17 @@ impl Scenario {
         self.model.kv_cache.prefix_caching
     }
 
+    /// `new_token_ratio`'s start under `engine: sglang`: the scenario's,
+    /// else SGLang's default start with its radix cache on (its
+    /// `add_one_req` reserves that share of every running request's
+    /// remaining output, `ignore_eos` or not; only with the cache
+    /// disabled does an `ignore_eos` request take the exact path, which
+    /// llmsim prices as the output reserved whole: `None`).
+    pub fn sglang_ratio(&self) -> Option<f64> {
+        let radix = self.engine == EngineKind::Sglang && self.prefix_caching();
+        self.scheduler.new_token_ratio.or(radix.then_some(SGLANG_RADIX_RATIO))
+    }
+
     /// GPUs of one engine (`parallelism.tensor`, 1 without an architecture).
     pub fn tensor_parallel(&self) -> u32 {
         self.deployment.tensor_parallel
@@ -842,7 +861,7 @@ impl Scenario {
             offload: self.offload_tiers(),
             lora: self.lora.as_ref().map(|l| l.core(&self.hardware, self.efficiency.compute, self.efficiency.memory)),
             sglang: llmsim_core::engine::sglang::SglangOptions {
-                ratio: self.scheduler.new_token_ratio,
+                ratio: self.sglang_ratio(),
                 mixed_chunk: self.scheduler.mixed_chunk.unwrap_or(false),
                 max_prefill_tokens: self
                     .scheduler

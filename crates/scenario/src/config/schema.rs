@@ -715,9 +715,9 @@ pub static KEYS: &[Key] = &[
     ),
     key(
         "{,cluster.prefill.,cluster.decode.}scheduler.new_token_ratio",
-        "`engine: sglang` only: the clients do not send `ignore_eos`, and SGLang reserves this share of each running request's remaining output at admission (its `new_token_ratio`: `0.7 x schedule_conservativeness` at start, decaying over 600 decode steps to 0.14 of that, reset after a retraction), retracting when decode runs out of blocks ([the engine](engine.md#the-engines-scheduler-engine-sglang)).",
+        "`engine: sglang` only: SGLang reserves this share of each running request's remaining output at admission (its `new_token_ratio`: `0.7 x schedule_conservativeness` at start, decaying over 600 decode steps to 0.14 of that, reset after a retraction), retracting when decode runs out of blocks ([the engine](engine.md#the-engines-scheduler-engine-sglang)). SGLang does so with its radix cache on whatever the clients send; with the cache off (`prefix_caching: false`) and clients that send `ignore_eos` it reserves the remaining output whole.",
         Words(
-            "none: `ignore_eos`, the remaining output reserved whole (SGLang's `bench_serving` and `vllm bench serve` send it)",
+            "0.7 with `prefix_caching: true` (SGLang's radix cache, its default); without it, none: the remaining output reserved whole (`--disable-radix-cache` with clients that send `ignore_eos`, as SGLang's `bench_serving` and `vllm bench serve` do)",
         ),
         In(&row::NEW_TOKEN_RATIO),
     ),
