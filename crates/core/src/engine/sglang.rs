@@ -45,8 +45,8 @@ pub const RETRACT_DECODE_STEPS: f64 = 20.0;
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct SglangOptions {
     /// `new_token_ratio`'s start (0.7 x `schedule_conservativeness`), or
-    /// `None` when the clients send `ignore_eos` (then running requests
-    /// reserve their remaining output whole).
+    /// `None`: running requests reserve their remaining output whole
+    /// (SGLang's `ignore_eos` path, taken with its radix cache disabled).
     pub ratio: Option<f64>,
     /// `--enable-mixed-chunk`: a prefill step also decodes every running
     /// request, and its prompt tokens leave room for them.
@@ -74,7 +74,7 @@ pub(crate) struct Sglang {
 
 impl SglangOptions {
     /// `new_token_ratio`'s start: `SGLANG_INIT_NEW_TOKEN_RATIO` (0.7) x
-    /// `schedule_conservativeness`, at most 1; `None` with `ignore_eos`.
+    /// `schedule_conservativeness`, at most 1; `None`: outputs reserved whole.
     pub(super) fn ratio_init(&self) -> Option<f64> {
         self.ratio.map(|r| r.min(1.0))
     }

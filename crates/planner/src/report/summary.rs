@@ -52,7 +52,7 @@ fn engine_words(s: &Scenario) -> String {
         EngineKind::Vllm => String::new(),
         EngineKind::Trtllm => ", TensorRT-LLM's scheduler".to_string(),
         EngineKind::Sglang => {
-            let cfg = s.engine_config().sglang;
+            let cfg = s.sglang_options();
             let mixed = if cfg.mixed_chunk { "mixed chunks, " } else { "" };
             let reserve = match cfg.ratio {
                 Some(r) => format!("new_token_ratio {r}"),

@@ -842,6 +842,20 @@ impl Scenario {
         self.scheduler.new_token_ratio.or(radix.then_some(SGLANG_RADIX_RATIO))
     }
 
+    /// The settings SGLang's scheduler runs with (under another engine
+    /// they are unused): its ratio, mixed chunks and prefill token cap,
+    /// SGLang's defaults where the scenario gives none.
+    pub fn sglang_options(&self) -> llmsim_core::engine::sglang::SglangOptions {
+        llmsim_core::engine::sglang::SglangOptions {
+            ratio: self.sglang_ratio(),
+            mixed_chunk: self.scheduler.mixed_chunk.unwrap_or(false),
+            max_prefill_tokens: self
+                .scheduler
+                .max_prefill_tokens
+                .unwrap_or(llmsim_core::engine::sglang::MAX_PREFILL_TOKENS),
+        }
+    }
+
     /// GPUs of one engine (`parallelism.tensor`, 1 without an architecture).
     pub fn tensor_parallel(&self) -> u32 {
         self.deployment.tensor_parallel
@@ -860,14 +874,7 @@ impl Scenario {
             scheduling_policy: self.scheduler.policy().core(),
             offload: self.offload_tiers(),
             lora: self.lora.as_ref().map(|l| l.core(&self.hardware, self.efficiency.compute, self.efficiency.memory)),
-            sglang: llmsim_core::engine::sglang::SglangOptions {
-                ratio: self.sglang_ratio(),
-                mixed_chunk: self.scheduler.mixed_chunk.unwrap_or(false),
-                max_prefill_tokens: self
-                    .scheduler
-                    .max_prefill_tokens
-                    .unwrap_or(llmsim_core::engine::sglang::MAX_PREFILL_TOKENS),
-            },
+            sglang: self.sglang_options(),
             trtllm: llmsim_core::engine::trtllm::Trtllm {
                 capacity: self.scheduler.capacity_scheduler_policy.map(CapacityName::core).unwrap_or_default(),
                 chunking: self.scheduler.context_chunking_policy.map(ChunkingName::core),
