@@ -16,7 +16,7 @@ pub struct CalibrateArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
     /// Measured runs: per-request JSON (llmsim bench, vllm bench serve
-    /// --save-detailed, guidellm), a trace CSV with ttft_ms/e2e_ms columns,
+    /// --save-detailed, guidellm, AIPerf profile_export.jsonl), a trace CSV with ttft_ms/e2e_ms columns,
     /// a measured table CSV (sweep-style columns), or an inference-perf run
     /// directory.
     #[arg(required = true, value_name = "MEASURED")]

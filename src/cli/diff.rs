@@ -23,8 +23,9 @@ pub struct DiffArgs {
     /// array, pair with the measured levels in order).
     pub predicted: PathBuf,
     /// A measured result: `llmsim bench --json`, `vllm bench serve
-    /// --save-result` (also `--append-result`), sglang bench_serving JSONL
-    /// or guidellm benchmarks.json.
+    /// --save-result` (also `--append-result`), sglang bench_serving JSONL,
+    /// guidellm benchmarks.json, or AIPerf's profile_export_aiperf.json or
+    /// profile_export.jsonl.
     pub measured: PathBuf,
     /// Largest relative error that passes, e.g. 10% or 2.5%.
     #[arg(long, default_value = "10%", value_name = "PERCENT")]

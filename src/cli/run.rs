@@ -54,7 +54,7 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub quiet: bool,
     /// Replay the requests of a measured result (llmsim bench, vllm bench
-    /// serve --save-detailed, guidellm) instead of the scenario's workload:
+    /// serve --save-detailed, guidellm, AIPerf profile_export.jsonl) instead of the scenario's workload:
     /// the same send times and token counts, on the scenario's engine. A
     /// trace CSV (e.g. from `llmsim serve --record`) is replayed as is.
     #[arg(long, value_name = "MEASURED")]

@@ -126,10 +126,88 @@ fn the_guidellm_sample_gives_one_level_per_benchmark_with_its_own_definitions() 
 
 #[test]
 fn files_from_unsupported_tools_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let llmperf = dir.path().join("m_550_150_summary.json");
+    std::fs::write(&llmperf, r#"{"version": "2023-08-31", "results_ttft_s_mean": 0.1}"#).unwrap();
+    let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&llmperf).fails_with(2);
+    out.stderr_has(&["m_550_150_summary.json", "llmperf", "supported:", "AIPerf"]);
+    let sweep = dir.path().join("profile_export_aiperf_sweep.json");
+    std::fs::write(&sweep, r#"{"aggregation_type": "sweep", "per_combination_metrics": []}"#).unwrap();
+    let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&sweep).fails_with(2);
+    out.stderr_has(&["AIPerf aggregate", "`sweep`", "profile_export.jsonl"]);
+}
+
+#[test]
+fn the_aiperf_summary_is_compared_with_its_own_numbers_but_not_replayed() {
+    let m = measured::load(&fixture("aiperf-profile_export_aiperf.json")).unwrap();
+    let raw = json_of(&fixture("aiperf-profile_export_aiperf.json"));
+    assert_eq!((m.tool, m.levels.len()), (Tool::Aiperf, 1));
+    let l = &m.levels[0];
+    // The sample is the rate-8 leg of a Poisson sweep.
+    assert_eq!(l.strategy, Strategy::Open { rate: Some(8.0), burstiness: Some(1.0), max_concurrency: None });
+    assert_eq!((l.completed, l.failed), (Some(24), Some(0)));
+    assert_eq!(l.duration_s, raw["benchmark_duration"]["avg"].as_f64());
+    assert_eq!(l.throughput.requests_per_s, raw["request_throughput"]["avg"].as_f64());
+    assert_eq!(l.throughput.input_tokens_per_s, raw["input_token_throughput"]["avg"].as_f64());
+    for (kind, tag) in [
+        (MetricKind::Ttft, "time_to_first_token"),
+        (MetricKind::DecodeMean, "inter_token_latency"),
+        (MetricKind::ChunkGap, "inter_chunk_latency"),
+        (MetricKind::E2e, "request_latency"),
+    ] {
+        let d = &l.metrics[&kind];
+        assert_eq!(raw[tag]["unit"], "ms", "{tag}");
+        assert_eq!(d.mean, raw[tag]["avg"].as_f64(), "{tag}");
+        for (tenths, p) in [(10, "p1"), (500, "p50"), (900, "p90"), (990, "p99")] {
+            assert_eq!(d.percentile(tenths), raw[tag][p].as_f64(), "{tag} {p}");
+        }
+        assert!(d.recomputed.is_empty());
+    }
     let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"])
         .arg(fixture("aiperf-profile_export_aiperf.json"))
         .fails_with(2);
-    out.stderr_has(&["aiperf-profile_export_aiperf.json", "NVIDIA AIPerf", "supported:"]);
+    out.stderr_has(&["no per-request data", "profile_export.jsonl"]);
+}
+
+#[test]
+fn aiperf_records_are_replayed_and_their_statistics_computed_as_aiperf_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = fixture("aiperf-profile_export.jsonl");
+    // Figures worked from the three records outside llmsim (Python, numpy's
+    // linear percentiles): their TTFTs, the 45 chunk gaps pooled, the span
+    // from the first request_start_ns to the last request_end_ns.
+    let m = measured::load(&records).unwrap();
+    let l = &m.levels[0];
+    assert_eq!((m.tool, l.completed, l.failed), (Tool::Aiperf, Some(3), Some(0)));
+    assert!(close(l.metrics[&MetricKind::Ttft].mean.unwrap(), 83.71534366666667));
+    assert!(close(l.metrics[&MetricKind::Ttft].percentile(900).unwrap(), 90.6049034));
+    assert_eq!(l.metrics[&MetricKind::ChunkGap].count, Some(45));
+    assert!(close(l.metrics[&MetricKind::ChunkGap].mean.unwrap(), 12.484602022222223));
+    assert!(close(l.metrics[&MetricKind::ChunkGap].percentile(990).unwrap(), 18.68749712));
+    assert!(close(l.metrics[&MetricKind::E2e].percentile(500).unwrap(), 269.429569));
+    assert!(close(l.throughput.requests_per_s.unwrap(), 3.6793334839317233));
+    let (pred, csv) = (dir.path().join("pred.json"), dir.path().join("requests.csv"));
+    TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"])
+        .arg(&records)
+        .arg("--json")
+        .arg(&pred)
+        .arg("--requests-csv")
+        .arg(&csv)
+        .ok()
+        .stderr_has(&["replaying 3 requests", "NVIDIA AIPerf"]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    // Sent 0, 0.139699707 and 0.5459355 s after the first (request_start_ns
+    // differences); 70, 49 and 77 prompt tokens, 16 out.
+    assert_eq!(rows.len(), 3);
+    for (row, start) in rows.iter().zip(["0,0.000000000,70,16,", "1,0.139699707,49,16,", "2,0.545935500,77,16,"]) {
+        assert!(row.starts_with(start), "{text}");
+    }
+    let out = TestCommand::new(&["diff"]).arg(&pred).arg(&records).arg("--tolerance").arg("10000%").ok();
+    let text = out.stdout();
+    for want in ["NVIDIA AIPerf", "profiling records", "83.715", "inter_chunk_latency", "computed from the"] {
+        assert!(text.contains(want), "{want} not in {text}");
+    }
 }
 
 /// Predicts the vLLM sample's own requests; returns the result file.

@@ -188,6 +188,12 @@ const TARGETS: &[Target] = &[
     },
     Target {
         kind: Kind::Measured,
+        file: "m.jsonl",
+        valid: || read("tests/integration/fixtures/aiperf-profile_export.jsonl"),
+        setup: |_| args(&["run", "-q", "base.yml", "--trace-from", "m.jsonl"]),
+    },
+    Target {
+        kind: Kind::Measured,
         file: "m.csv",
         valid: || read("scenarios/workloads/trace-replay.csv"),
         setup: |_| args(&["run", "-q", "base.yml", "--trace-from", "m.csv"]),
@@ -299,6 +305,8 @@ fn mutated_measured_files_end_with_exit_0_1_or_2_under_the_guard() {
         "tests/integration/fixtures/vllm-bench-serve-append.json",
         "tests/integration/fixtures/sglang-bench-serving.jsonl",
         "tests/integration/fixtures/guidellm-report.json",
+        "tests/integration/fixtures/aiperf-profile_export_aiperf.json",
+        "tests/integration/fixtures/aiperf-profile_export.jsonl",
     ];
     let pred_dir = tempdir();
     prediction(pred_dir.path());

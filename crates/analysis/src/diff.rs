@@ -122,6 +122,10 @@ pub struct Comparison {
     pub definitions: Vec<String>,
     /// The measurement's own warnings (client or server lag).
     pub warnings: Vec<String>,
+    /// Why the measured level's requests cannot be replayed by `--trace-from`
+    /// (`None`: they can).
+    #[serde(skip)]
+    pub unreplayable: Option<String>,
 }
 
 impl Comparison {
@@ -189,6 +193,7 @@ pub fn compare(pred: &RunResult, level: &LoadLevel, tool: Tool, tolerance: f64, 
         rows,
         definitions,
         warnings: level.health.clone(),
+        unreplayable: level.requests.as_ref().err().cloned(),
     }
 }
 
@@ -304,6 +309,7 @@ fn window(tool: Tool) -> &'static str {
     match tool {
         Tool::Guidellm => "guidellm's measurement window (warm-up and cool-down excluded)",
         Tool::Llmsim => "the bench's run (first scheduled arrival to the last response)",
+        Tool::Aiperf => "AIPerf's profiling phase (warm-up excluded; from records: first send to last response)",
         _ => "the tool's run (start of sending to the last response)",
     }
 }

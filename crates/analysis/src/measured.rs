@@ -12,12 +12,14 @@
 //!
 //! Supported: `llmsim bench` JSON, `vllm bench serve --save-result` (one
 //! object, the `--append-result` multi-object file, and the JSON array of
-//! `vllm bench sweep`), SGLang `bench_serving` JSONL, and guidellm
-//! `benchmarks.json`. Other tools' files are recognised and refused with a
-//! message naming the tool.
+//! `vllm bench sweep`), SGLang `bench_serving` JSONL, guidellm
+//! `benchmarks.json`, and NVIDIA AIPerf's `profile_export_aiperf.json` and
+//! `profile_export.jsonl`. Other tools' files are recognised and refused
+//! with a message naming the tool.
 
 pub mod aic;
 pub mod aic_kernels;
+pub mod aiperf;
 pub mod guidellm;
 pub mod inference_perf;
 pub mod json;
@@ -42,6 +44,7 @@ pub enum Tool {
     Vllm,
     Sglang,
     Guidellm,
+    Aiperf,
 }
 
 impl Tool {
@@ -51,6 +54,7 @@ impl Tool {
             Tool::Vllm => "vllm bench serve",
             Tool::Sglang => "sglang bench_serving",
             Tool::Guidellm => "guidellm",
+            Tool::Aiperf => "NVIDIA AIPerf",
         }
     }
 }
@@ -140,6 +144,9 @@ pub struct MeasuredRequest {
     pub prompt_tokens: u32,
     pub output_tokens: u32,
     pub ok: bool,
+    /// Its TTFT in ms, where the reader keeps it per request (AIPerf's
+    /// records; vLLM's arrays are read from the file's objects instead).
+    pub ttft_ms: Option<f64>,
 }
 
 /// One load level: one run of vLLM/SGLang, one guidellm benchmark.
@@ -212,9 +219,13 @@ pub fn load_docs(file: &Path) -> Result<(Measured, Vec<json::Doc>), ConfigError>
     read(llmsim_scenario::input::open(Kind::Measured, file)?)
 }
 
-/// [`load_docs`] of a file already open.
-pub fn read(input: llmsim_scenario::input::Input) -> Result<(Measured, Vec<json::Doc>), ConfigError> {
+/// [`load_docs`] of a file already open. AIPerf's records are read record
+/// by record into numbers, with no objects returned.
+pub fn read(mut input: llmsim_scenario::input::Input) -> Result<(Measured, Vec<json::Doc>), ConfigError> {
     let (file, kind) = (input.file().to_path_buf(), input.kind());
+    if aiperf::starts_records(input.peek(4096)?) {
+        return Ok((aiperf::read_records(input, &file, kind)?, Vec::new()));
+    }
     let docs = json::read_docs(input, &file, kind)?;
     Ok((from_docs(&docs, &file)?, docs))
 }
@@ -227,6 +238,9 @@ pub fn parse(text: &str, file: &Path) -> Result<Measured, ConfigError> {
 /// The levels of a measured file's objects.
 fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
     let first = sniff(&docs[0].head).map_err(|m| ConfigError::new(file, "", m))?;
+    if first == Tool::Aiperf && aiperf::is_record(&docs[0].head) {
+        return aiperf::from_values(docs.iter().map(|d| &d.head), file);
+    }
     let mut levels = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         let where_ = if docs.len() > 1 { format!("object {}", i + 1) } else { String::new() };
@@ -238,6 +252,13 @@ fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
         }
         match tool {
             Tool::Guidellm => levels.extend(guidellm::levels(&doc.head).map_err(|m| ConfigError::new(file, "", m))?),
+            Tool::Aiperf if aiperf::is_summary(&doc.head) => {
+                levels.push(aiperf::summary_level(&doc.head).map_err(|m| ConfigError::new(file, &where_, m))?)
+            }
+            Tool::Aiperf => {
+                let msg = "an AIPerf record beside a summary: one file must hold one of AIPerf's files";
+                return Err(ConfigError::new(file, where_, msg));
+            }
             _ => levels.push(vllm::level(doc, tool, i)),
         }
     }
@@ -249,7 +270,8 @@ fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
 
 /// The formats [`sniff`] recognises, for its errors.
 const SUPPORTED: &str = "supported: llmsim bench JSON, vllm bench serve --save-result (also --append-result), \
-                         sglang bench_serving JSONL, guidellm benchmarks.json";
+                         sglang bench_serving JSONL, guidellm benchmarks.json, AIPerf profile_export_aiperf.json \
+                         and profile_export.jsonl";
 
 /// An object whose tool [`sniff`] does not read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -261,6 +283,13 @@ pub enum UnknownTool {
     Unsupported(&'static str),
     #[error("not a benchmark result this tool knows ({SUPPORTED})")]
     Unknown,
+    /// AIPerf's summary over a sweep's runs or a run's trials.
+    #[error(
+        "this is an NVIDIA AIPerf aggregate (aggregation_type `{0}`), a summary of several runs: give one run's \
+         profile_export_aiperf.json or profile_export.jsonl (a sweep writes one directory a value, rate_* or \
+         concurrency_*)"
+    )]
+    AiperfAggregate(String),
 }
 
 /// A `--level` (or `--trace-level`) that picks no level of a file: out of
@@ -296,6 +325,12 @@ pub fn sniff(doc: &Value) -> Result<Tool, UnknownTool> {
     if has("benchmarks") {
         return Ok(Tool::Guidellm);
     }
+    if let Some(kind) = doc.get("aggregation_type") {
+        return Err(UnknownTool::AiperfAggregate(kind.as_str().unwrap_or("?").to_string()));
+    }
+    if aiperf::is_summary(doc) || aiperf::is_record(doc) {
+        return Ok(Tool::Aiperf);
+    }
     if has("request_throughput") && has("backend") {
         if has("burstiness") || has("model_id") {
             return Ok(Tool::Vllm);
@@ -304,9 +339,7 @@ pub fn sniff(doc: &Value) -> Result<Tool, UnknownTool> {
             return Ok(Tool::Sglang);
         }
     }
-    let other = if has("schema_version") && has("aiperf_version") || has("aggregation_type") {
-        Some("NVIDIA AIPerf")
-    } else if doc.pointer("/time_to_first_token/unit").is_some() && has("input_config") {
+    let other = if doc.pointer("/time_to_first_token/unit").is_some() && has("input_config") {
         Some("genai-perf")
     } else if has("results_ttft_s_mean") {
         Some("llmperf")
@@ -375,7 +408,12 @@ mod tests {
     #[test]
     fn other_tools_are_named_when_refused() {
         let aiperf = serde_json::json!({"schema_version": "1.4", "aiperf_version": "0.13.0"});
-        assert!(sniff(&aiperf).unwrap_err().to_string().contains("AIPerf"));
+        assert_eq!(sniff(&aiperf), Ok(Tool::Aiperf));
+        let sweep = serde_json::json!({"aggregation_type": "sweep", "per_combination_metrics": []});
+        let e = sniff(&sweep).unwrap_err().to_string();
+        assert!(e.contains("AIPerf aggregate") && e.contains("sweep") && e.contains("rate_*"), "{e}");
+        let genai = serde_json::json!({"time_to_first_token": {"unit": "ms"}, "input_config": {}});
+        assert!(sniff(&genai).unwrap_err().to_string().contains("genai-perf"));
         let run = serde_json::json!({"capacity": {}, "ttft_ms": {}, "itl_ms": {}});
         assert!(sniff(&run).unwrap_err().to_string().contains("prediction"));
         assert!(sniff(&serde_json::json!({"x": 1})).unwrap_err().to_string().contains("supported:"));
@@ -383,7 +421,8 @@ mod tests {
 
     #[test]
     fn trace_rows_are_relative_sorted_and_skip_failures() {
-        let req = |sent_s, output_tokens, ok| MeasuredRequest { sent_s, prompt_tokens: 5, output_tokens, ok };
+        let req =
+            |sent_s, output_tokens, ok| MeasuredRequest { sent_s, prompt_tokens: 5, output_tokens, ok, ttft_ms: None };
         let level = LoadLevel {
             label: "x".into(),
             strategy: Strategy::Other("x".into()),

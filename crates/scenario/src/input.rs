@@ -313,6 +313,22 @@ impl Input {
         Ok(text)
     }
 
+    /// The next `n` bytes (fewer at the end of the file), without
+    /// consuming them: what a reader sniffs a format by.
+    pub fn peek(&mut self, n: usize) -> Result<&[u8], InputError> {
+        while self.replay.len() - self.replayed < n {
+            let buf = self.inner.fill_buf().map_err(|e| InputError::from_io(&self.file, self.kind, &e))?;
+            if buf.is_empty() {
+                break;
+            }
+            let take = buf.len().min(n - (self.replay.len() - self.replayed));
+            self.replay.extend_from_slice(&buf[..take]);
+            self.inner.consume(take);
+        }
+        let end = self.replay.len().min(self.replayed + n);
+        Ok(&self.replay[self.replayed..end])
+    }
+
     /// The first byte that is not ASCII whitespace (`None`: there is none),
     /// without consuming anything: what a reader sniffs a format by.
     pub fn first_non_space(&mut self) -> Result<Option<u8>, InputError> {

@@ -402,7 +402,11 @@ fn from_json(src: &ScenarioSource, input: input::Input, file: &Path) -> Result<V
         let mut notes = Vec::new();
         let measured_figures = level_figures(level, &mut notes);
         let failed = level.failed.unwrap_or(0).max(skipped as u64);
-        let trend = if measured.tool == Tool::Guidellm { None } else { docs.get(i).and_then(json_trend) };
+        let trend = match measured.tool {
+            Tool::Guidellm => None,
+            Tool::Aiperf => requests_trend(level),
+            _ => docs.get(i).and_then(json_trend),
+        };
         let saturated = match failed {
             0 => trend,
             n => Some(format!("{n} requests failed")),
@@ -470,6 +474,12 @@ fn json_trend(doc: &crate::measured::json::Doc) -> Option<String> {
     let ok = |i: usize| errors.and_then(|e| e.get(i)).is_none_or(|ok| *ok);
     let points = (0..sent.len()).filter(|&i| ok(i)).map(|i| (sent[i], ttft[i] * 1e3)).collect();
     growing_queue(points)
+}
+
+/// The TTFT trend of a level whose requests carry their TTFT (AIPerf's records).
+fn requests_trend(level: &LoadLevel) -> Option<String> {
+    let requests = level.requests.as_ref().ok()?;
+    growing_queue(requests.iter().filter(|r| r.ok).filter_map(|r| Some((r.sent_s, r.ttft_ms?))).collect())
 }
 
 /// Whether TTFT grew through the run: `points` are (send time, TTFT ms).

@@ -54,7 +54,15 @@ pub fn render(c: &Comparison, predicted: &str, measured: &str) -> String {
     for d in &c.definitions {
         let _ = writeln!(out, "  {d}");
     }
-    if c.predicted_requests != c.measured_requests.unwrap_or(c.predicted_requests) {
+    let other_load = c.predicted_requests != c.measured_requests.unwrap_or(c.predicted_requests);
+    if let (true, Some(why)) = (other_load, &c.unreplayable) {
+        let _ = writeln!(
+            out,
+            "note: {} predicted vs {n} measured requests; {measured} cannot be replayed to compare the same load: \
+             {why}",
+            c.predicted_requests
+        );
+    } else if other_load {
         let _ = writeln!(
             out,
             "note: {} predicted vs {n} measured requests: predict on the measured requests with \

@@ -163,6 +163,7 @@ fn request(r: &Value) -> Option<MeasuredRequest> {
         prompt_tokens: num_at(r, "prompt_tokens")? as u32,
         output_tokens: num_at(r, "output_tokens")? as u32,
         ok: true,
+        ttft_ms: None,
     })
 }
 

@@ -70,7 +70,7 @@ pub fn read_docs<R: Read>(reader: R, file: &Path, kind: Kind) -> Result<Vec<Doc>
 
 /// A JSON error: an IO error is the input's (its limit), any other the
 /// JSON's own, at its line and column.
-fn json_error(file: &Path, kind: Kind, e: serde_json::Error) -> ConfigError {
+pub(crate) fn json_error(file: &Path, kind: Kind, e: serde_json::Error) -> ConfigError {
     if e.is_io() {
         return InputError::from_io(file, kind, &io::Error::from(e)).into();
     }
@@ -80,7 +80,7 @@ fn json_error(file: &Path, kind: Kind, e: serde_json::Error) -> ConfigError {
 
 /// serde_json ends its messages with "at line L column C"; we report the
 /// position ourselves.
-fn strip_position(msg: &str) -> &str {
+pub(crate) fn strip_position(msg: &str) -> &str {
     msg.rfind(" at line ").map_or(msg, |i| &msg[..i])
 }
 

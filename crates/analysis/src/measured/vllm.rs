@@ -257,6 +257,7 @@ fn requests(a: &PerRequest, tool: Tool) -> Result<Vec<MeasuredRequest>, String> 
             prompt_tokens: input[i].max(0.0) as u32,
             output_tokens: output[i].max(0.0) as u32,
             ok: errors.and_then(|e| e.get(i)).is_none_or(|ok| *ok) && output[i] > 0.0,
+            ttft_ms: None,
         })
         .collect())
 }

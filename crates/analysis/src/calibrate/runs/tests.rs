@@ -120,7 +120,21 @@ fn files_of_unknown_shape_name_the_known_shapes() {
         &LoadOptions::default(),
     )
     .unwrap_err();
-    assert!(e.message.contains("AIPerf"), "{e}");
+    assert!(e.message.contains("no per-request data") && e.message.contains("profile_export.jsonl"), "{e}");
+}
+
+#[test]
+fn aiperf_records_are_a_run_replayed_request_by_request() {
+    let src = source("scenarios/deployments/llama-3.1-8b-h100.yml");
+    let runs = load(&src, &repo("tests/integration/fixtures/aiperf-profile_export.jsonl"), &LoadOptions::default())
+        .unwrap()
+        .runs;
+    let r = &runs[0];
+    assert_eq!((runs.len(), r.kind), (1, InputKind::PerRequest(Tool::Aiperf)));
+    assert_eq!(r.base.trace.as_ref().unwrap().len(), 3);
+    // The mean of the three records' TTFTs, worked outside llmsim.
+    assert!((r.measured[&metric(Family::Ttft, Stat::Mean)] - 83.71534366666667).abs() < 1e-9);
+    assert_eq!(r.not_fitted, None);
 }
 
 #[test]
