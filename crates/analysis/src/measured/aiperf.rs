@@ -314,9 +314,14 @@ fn scalar_ms(s: &Option<Scalar>, tag: &str) -> Result<Option<f64>, String> {
     to_ms(s.unit.as_deref(), x).map(Some).map_err(|m| format!("metrics.{tag}.unit: {m}"))
 }
 
-/// A token count of a record.
-fn tokens(s: &Option<Scalar>) -> Option<u32> {
-    s.as_ref()?.value.0.filter(|x| x.is_finite() && *x >= 0.0).map(|x| x.min(f64::from(u32::MAX)) as u32)
+/// A token count of a record (`None` when absent, not finite or negative;
+/// an error past what a request can hold).
+fn tokens(s: &Option<Scalar>, tag: &str) -> Result<Option<u32>, String> {
+    let Some(x) = s.as_ref().and_then(|s| s.value.0).filter(|x| x.is_finite() && *x >= 0.0) else { return Ok(None) };
+    if x > f64::from(u32::MAX) {
+        return Err(format!("metrics.{tag}: {x} tokens is more than a request can hold (at most {})", u32::MAX));
+    }
+    Ok(Some(x as u32))
 }
 
 /// The profiling phase's records, folded as they are read.
@@ -354,7 +359,8 @@ impl Records {
         if !ok {
             self.failed += 1;
         }
-        let (prompt, output) = (tokens(&m.input_sequence_length), tokens(&m.output_sequence_length));
+        let prompt = tokens(&m.input_sequence_length, "input_sequence_length")?;
+        let output = tokens(&m.output_sequence_length, "output_sequence_length")?;
         let ttft_ms = scalar_ms(&m.time_to_first_token, "time_to_first_token")?;
         match (start, prompt, output) {
             (Some(s), Some(p), Some(o)) => {

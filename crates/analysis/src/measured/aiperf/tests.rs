@@ -115,6 +115,10 @@ fn bad_records_are_named_by_their_number() {
     assert!(e.contains("not valid JSON") || e.contains("EOF"), "{e}");
     let e = read(&record(1, 90.0, &[10.0], 70, "warmup")).unwrap_err().to_string();
     assert!(e.contains("no profiling-phase records") && e.contains("1 warm-up"), "{e}");
+    let huge = good.replace("\"value\":70}", "\"value\":1e12}");
+    assert_ne!(huge, good, "the record has a 70-token prompt to change");
+    let e = read(&huge).unwrap_err().to_string();
+    assert!(e.contains("record 1") && e.contains("input_sequence_length") && e.contains("4294967295"), "{e}");
     let e = read(&good.replace("\"value\":90.0", "\"value\":\"soon\"")).unwrap_err().to_string();
     assert!(e.contains("`soon` is not a number"), "{e}");
 }
