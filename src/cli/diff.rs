@@ -24,8 +24,8 @@ pub struct DiffArgs {
     pub predicted: PathBuf,
     /// A measured result: `llmsim bench --json`, `vllm bench serve
     /// --save-result` (also `--append-result`), sglang bench_serving JSONL,
-    /// guidellm benchmarks.json, or AIPerf's profile_export_aiperf.json or
-    /// profile_export.jsonl.
+    /// guidellm benchmarks.json, AIPerf's profile_export_aiperf.json or
+    /// profile_export.jsonl, or genai-perf's profile_export_genai_perf.json.
     pub measured: PathBuf,
     /// Largest relative error that passes, e.g. 10% or 2.5%.
     #[arg(long, default_value = "10%", value_name = "PERCENT")]

@@ -170,6 +170,29 @@ fn the_aiperf_summary_is_compared_with_its_own_numbers_but_not_replayed() {
 }
 
 #[test]
+fn the_genai_perf_summary_is_compared_with_its_own_numbers() {
+    let file = fixture("genai-perf-profile_export_genai_perf.json");
+    let (m, raw) = (measured::load(&file).unwrap(), json_of(&file));
+    let l = &m.levels[0];
+    assert_eq!((m.tool, &l.strategy), (Tool::GenaiPerf, &Strategy::Closed { concurrency: 2 }));
+    assert_eq!(raw["input_config"]["perf_analyzer"]["stimulus"]["concurrency"], 2);
+    assert_eq!(l.completed, raw["request_count"]["avg"].as_f64().map(|x| x as u64));
+    assert_eq!(l.throughput.output_tokens_per_s, raw["output_token_throughput"]["avg"].as_f64());
+    for (kind, tag) in [
+        (MetricKind::Ttft, "time_to_first_token"),
+        (MetricKind::DecodeMean, "inter_token_latency"),
+        (MetricKind::E2e, "request_latency"),
+    ] {
+        let d = &l.metrics[&kind];
+        assert_eq!(d.mean, raw[tag]["avg"].as_f64(), "{tag}");
+        assert_eq!(d.percentile(990), raw[tag]["p99"].as_f64(), "{tag}");
+    }
+    assert!(!l.metrics.contains_key(&MetricKind::ChunkGap), "genai-perf has no pooled chunk gaps");
+    let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&file).fails_with(2);
+    out.stderr_has(&["cannot replay concurrency 2", "counts no tokens"]);
+}
+
+#[test]
 fn aiperf_records_are_replayed_and_their_statistics_computed_as_aiperf_does() {
     let dir = tempfile::tempdir().unwrap();
     let records = fixture("aiperf-profile_export.jsonl");

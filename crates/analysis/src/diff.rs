@@ -310,6 +310,7 @@ fn window(tool: Tool) -> &'static str {
         Tool::Guidellm => "guidellm's measurement window (warm-up and cool-down excluded)",
         Tool::Llmsim => "the bench's run (first scheduled arrival to the last response)",
         Tool::Aiperf => "AIPerf's profiling phase (warm-up excluded; from records: first send to last response)",
+        Tool::GenaiPerf => "genai-perf's window (first send to the last response)",
         _ => "the tool's run (start of sending to the last response)",
     }
 }

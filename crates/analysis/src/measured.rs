@@ -13,9 +13,10 @@
 //! Supported: `llmsim bench` JSON, `vllm bench serve --save-result` (one
 //! object, the `--append-result` multi-object file, and the JSON array of
 //! `vllm bench sweep`), SGLang `bench_serving` JSONL, guidellm
-//! `benchmarks.json`, and NVIDIA AIPerf's `profile_export_aiperf.json` and
-//! `profile_export.jsonl`. Other tools' files are recognised and refused
-//! with a message naming the tool.
+//! `benchmarks.json`, NVIDIA AIPerf's `profile_export_aiperf.json` and
+//! `profile_export.jsonl`, and genai-perf's `profile_export_genai_perf.json`.
+//! Other tools' files are recognised and refused with a message naming the
+//! tool.
 
 pub mod aic;
 pub mod aic_kernels;
@@ -45,6 +46,7 @@ pub enum Tool {
     Sglang,
     Guidellm,
     Aiperf,
+    GenaiPerf,
 }
 
 impl Tool {
@@ -55,6 +57,7 @@ impl Tool {
             Tool::Sglang => "sglang bench_serving",
             Tool::Guidellm => "guidellm",
             Tool::Aiperf => "NVIDIA AIPerf",
+            Tool::GenaiPerf => "genai-perf",
         }
     }
 }
@@ -252,6 +255,9 @@ fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
         }
         match tool {
             Tool::Guidellm => levels.extend(guidellm::levels(&doc.head).map_err(|m| ConfigError::new(file, "", m))?),
+            Tool::GenaiPerf => {
+                levels.push(aiperf::genai_perf_level(&doc.head).map_err(|m| ConfigError::new(file, &where_, m))?)
+            }
             Tool::Aiperf if aiperf::is_summary(&doc.head) => {
                 levels.push(aiperf::summary_level(&doc.head).map_err(|m| ConfigError::new(file, &where_, m))?)
             }
@@ -271,7 +277,7 @@ fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
 /// The formats [`sniff`] recognises, for its errors.
 const SUPPORTED: &str = "supported: llmsim bench JSON, vllm bench serve --save-result (also --append-result), \
                          sglang bench_serving JSONL, guidellm benchmarks.json, AIPerf profile_export_aiperf.json \
-                         and profile_export.jsonl";
+                         and profile_export.jsonl, genai-perf profile_export_genai_perf.json";
 
 /// An object whose tool [`sniff`] does not read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -290,6 +296,12 @@ pub enum UnknownTool {
          concurrency_*)"
     )]
     AiperfAggregate(String),
+    /// genai-perf's `profile_export.json`.
+    #[error(
+        "this is perf_analyzer's raw export (genai-perf's profile_export.json), which counts no tokens: give the \
+         profile_export_genai_perf.json written beside it ({SUPPORTED})"
+    )]
+    PerfAnalyzerRaw,
 }
 
 /// A `--level` (or `--trace-level`) that picks no level of a file: out of
@@ -331,6 +343,9 @@ pub fn sniff(doc: &Value) -> Result<Tool, UnknownTool> {
     if aiperf::is_summary(doc) || aiperf::is_record(doc) {
         return Ok(Tool::Aiperf);
     }
+    if doc.pointer("/time_to_first_token/unit").is_some() && has("input_config") {
+        return Ok(Tool::GenaiPerf);
+    }
     if has("request_throughput") && has("backend") {
         if has("burstiness") || has("model_id") {
             return Ok(Tool::Vllm);
@@ -339,14 +354,12 @@ pub fn sniff(doc: &Value) -> Result<Tool, UnknownTool> {
             return Ok(Tool::Sglang);
         }
     }
-    let other = if doc.pointer("/time_to_first_token/unit").is_some() && has("input_config") {
-        Some("genai-perf")
-    } else if has("results_ttft_s_mean") {
+    let other = if has("results_ttft_s_mean") {
         Some("llmperf")
     } else if has("load_summary") && has("successes") {
         Some("inference-perf")
     } else if has("experiments") {
-        Some("perf_analyzer")
+        return Err(UnknownTool::PerfAnalyzerRaw);
     } else if has("capacity") && has("ttft_ms") && has("itl_ms") {
         Some("llmsim run (a prediction, not a measurement)")
     } else {
@@ -413,7 +426,9 @@ mod tests {
         let e = sniff(&sweep).unwrap_err().to_string();
         assert!(e.contains("AIPerf aggregate") && e.contains("sweep") && e.contains("rate_*"), "{e}");
         let genai = serde_json::json!({"time_to_first_token": {"unit": "ms"}, "input_config": {}});
-        assert!(sniff(&genai).unwrap_err().to_string().contains("genai-perf"));
+        assert_eq!(sniff(&genai), Ok(Tool::GenaiPerf));
+        let raw = serde_json::json!({"experiments": [], "version": "x"});
+        assert!(sniff(&raw).unwrap_err().to_string().contains("profile_export_genai_perf.json"));
         let run = serde_json::json!({"capacity": {}, "ttft_ms": {}, "itl_ms": {}});
         assert!(sniff(&run).unwrap_err().to_string().contains("prediction"));
         assert!(sniff(&serde_json::json!({"x": 1})).unwrap_err().to_string().contains("supported:"));

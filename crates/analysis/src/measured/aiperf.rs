@@ -78,7 +78,38 @@ pub fn starts_records(prefix: &[u8]) -> bool {
 
 /// The one level of a summary.
 pub fn summary_level(doc: &Value) -> Result<LoadLevel, String> {
-    let (label, strategy) = strategy(doc);
+    let requests = "AIPerf's summary has no per-request data: replay the profile_export.jsonl written beside it \
+                    (AIPerf's default --export-level records)";
+    stats_level(doc, strategy(doc), requests)
+}
+
+/// The one level of genai-perf's `profile_export_genai_perf.json`, which
+/// AIPerf's summary continues: the same metric objects (its
+/// `inter_token_latency` the same per-request definition, rounded to the
+/// nanosecond; no pooled chunk gaps), the load at
+/// `input_config.perf_analyzer.stimulus` (0.0.13 on) or the flat
+/// `concurrency` / `request_rate` (0.0.12 and before). perf_analyzer's
+/// request rate spaces requests evenly by default.
+pub fn genai_perf_level(doc: &Value) -> Result<LoadLevel, String> {
+    let ic = doc.get("input_config").unwrap_or(&Value::Null);
+    let stimulus = at(ic, "perf_analyzer.stimulus").unwrap_or(ic);
+    let users = finite_at(stimulus, "concurrency").filter(|c| *c >= 1.0).map(|c| c as u64);
+    let rate = finite_at(stimulus, "request_rate").filter(|r| *r > 0.0);
+    let load = match (users, rate) {
+        (_, Some(r)) => (
+            format!("rate {r}"),
+            Strategy::Open { rate: Some(r), burstiness: Some(f64::INFINITY), max_concurrency: None },
+        ),
+        (Some(c), None) => (format!("concurrency {c}"), Strategy::Closed { concurrency: c }),
+        (None, None) => ("run".into(), Strategy::Other("load not recorded (no perf_analyzer.stimulus)".into())),
+    };
+    let requests = "genai-perf's summary has no per-request data, and perf_analyzer's profile_export.json \
+                    counts no tokens (genai-perf counts them with its tokenizer), so the run cannot be replayed";
+    stats_level(doc, load, requests)
+}
+
+/// A level of one metric object a key, as AIPerf and genai-perf write them.
+fn stats_level(doc: &Value, (label, strategy): (String, Strategy), requests: &str) -> Result<LoadLevel, String> {
     let mut metrics = BTreeMap::new();
     for (kind, tag) in METRICS {
         if let Some(stats) = doc.get(tag).filter(|s| s.is_object()) {
@@ -110,9 +141,7 @@ pub fn summary_level(doc: &Value) -> Result<LoadLevel, String> {
             total_tokens_per_s: avg("total_token_throughput"),
         },
         metrics,
-        requests: Err("AIPerf's summary has no per-request data: replay the profile_export.jsonl written beside it \
-                       (AIPerf's default --export-level records)"
-            .into()),
+        requests: Err(requests.into()),
         health,
         spec_decode: None,
     })

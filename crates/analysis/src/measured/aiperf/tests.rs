@@ -162,3 +162,18 @@ fn the_summary_reads_its_phase_and_units() {
     bad["request_latency"]["unit"] = json!("parsecs");
     assert!(summary_level(&bad).unwrap_err().contains("request_latency.unit: `parsecs`"));
 }
+
+#[test]
+fn genai_perf_reads_its_load_in_either_config_shape() {
+    let stats = json!({"unit": "ms", "avg": 20.0, "p50": 19.0});
+    let new =
+        json!({"inter_token_latency": stats, "input_config": {"perf_analyzer": {"stimulus": {"request_rate": 2.5}}}});
+    let l = genai_perf_level(&new).unwrap();
+    let constant = Strategy::Open { rate: Some(2.5), burstiness: Some(f64::INFINITY), max_concurrency: None };
+    assert_eq!((l.label.as_str(), &l.strategy), ("rate 2.5", &constant));
+    assert_eq!(l.metrics[&MetricKind::DecodeMean].percentile(500), Some(19.0));
+    let old = json!({"time_to_first_token": stats, "input_config": {"concurrency": 4, "request_rate": null}});
+    assert_eq!(genai_perf_level(&old).unwrap().strategy, Strategy::Closed { concurrency: 4 });
+    let none = json!({"time_to_first_token": stats, "input_config": {}});
+    assert!(matches!(genai_perf_level(&none).unwrap().strategy, Strategy::Other(_)));
+}
