@@ -25,7 +25,8 @@ pub struct DiffArgs {
     /// A measured result: `llmsim bench --json`, `vllm bench serve
     /// --save-result` (also `--append-result`), sglang bench_serving JSONL,
     /// guidellm benchmarks.json, AIPerf's profile_export_aiperf.json or
-    /// profile_export.jsonl, or genai-perf's profile_export_genai_perf.json.
+    /// profile_export.jsonl, genai-perf's profile_export_genai_perf.json, or
+    /// llmperf's *_summary.json.
     pub measured: PathBuf,
     /// Largest relative error that passes, e.g. 10% or 2.5%.
     #[arg(long, default_value = "10%", value_name = "PERCENT")]

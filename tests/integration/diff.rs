@@ -127,10 +127,15 @@ fn the_guidellm_sample_gives_one_level_per_benchmark_with_its_own_definitions() 
 #[test]
 fn files_from_unsupported_tools_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let llmperf = dir.path().join("m_550_150_summary.json");
-    std::fs::write(&llmperf, r#"{"version": "2023-08-31", "results_ttft_s_mean": 0.1}"#).unwrap();
-    let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&llmperf).fails_with(2);
-    out.stderr_has(&["m_550_150_summary.json", "llmperf", "supported:", "AIPerf"]);
+    let ip = dir.path().join("stage_0_lifecycle_metrics.json");
+    std::fs::write(&ip, r#"{"load_summary": {}, "successes": {}}"#).unwrap();
+    let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&ip).fails_with(2);
+    out.stderr_has(&["stage_0_lifecycle_metrics.json", "inference-perf", "supported:", "AIPerf"]);
+    let responses = dir.path().join("m_individual_responses.json");
+    std::fs::write(&responses, r#"[{"ttft_s": 0.1, "end_to_end_latency_s": 0.3, "number_output_tokens": 14}]"#)
+        .unwrap();
+    let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&responses).fails_with(2);
+    out.stderr_has(&["individual_responses.json", "_summary.json is read"]);
     let sweep = dir.path().join("profile_export_aiperf_sweep.json");
     std::fs::write(&sweep, r#"{"aggregation_type": "sweep", "per_combination_metrics": []}"#).unwrap();
     let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&sweep).fails_with(2);
@@ -190,6 +195,23 @@ fn the_genai_perf_summary_is_compared_with_its_own_numbers() {
     assert!(!l.metrics.contains_key(&MetricKind::ChunkGap), "genai-perf has no pooled chunk gaps");
     let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&file).fails_with(2);
     out.stderr_has(&["cannot replay concurrency 2", "counts no tokens"]);
+}
+
+#[test]
+fn the_llmperf_summary_is_one_closed_loop_with_its_own_numbers() {
+    let file = fixture("llmperf-summary.json");
+    let (m, raw) = (measured::load(&file).unwrap(), json_of(&file));
+    let l = &m.levels[0];
+    assert_eq!((m.tool, &l.strategy), (Tool::Llmperf, &Strategy::Closed { concurrency: 3 }));
+    let ttft = &l.metrics[&MetricKind::Ttft];
+    assert!(close(ttft.mean.unwrap(), raw["results_ttft_s_mean"].as_f64().unwrap() * 1e3));
+    assert!(close(ttft.percentile(990).unwrap(), raw["results_ttft_s_quantiles_p99"].as_f64().unwrap() * 1e3));
+    let e2e = l.metrics[&MetricKind::E2e].percentile(500).unwrap();
+    assert!(close(e2e, raw["results_end_to_end_latency_s_quantiles_p50"].as_f64().unwrap() * 1e3));
+    assert!(!l.metrics.contains_key(&MetricKind::DecodeMean) && !l.metrics.contains_key(&MetricKind::ChunkGap));
+    let per_min = raw["results_num_completed_requests_per_min"].as_f64().unwrap();
+    assert!(close(l.throughput.requests_per_s.unwrap(), per_min / 60.0));
+    assert_eq!(l.completed, raw["results_num_completed_requests"].as_u64());
 }
 
 #[test]

@@ -308,6 +308,7 @@ fn mutated_measured_files_end_with_exit_0_1_or_2_under_the_guard() {
         "tests/integration/fixtures/aiperf-profile_export_aiperf.json",
         "tests/integration/fixtures/aiperf-profile_export.jsonl",
         "tests/integration/fixtures/genai-perf-profile_export_genai_perf.json",
+        "tests/integration/fixtures/llmperf-summary.json",
     ];
     let pred_dir = tempdir();
     prediction(pred_dir.path());

@@ -311,6 +311,9 @@ fn window(tool: Tool) -> &'static str {
         Tool::Llmsim => "the bench's run (first scheduled arrival to the last response)",
         Tool::Aiperf => "AIPerf's profiling phase (warm-up excluded; from records: first send to last response)",
         Tool::GenaiPerf => "genai-perf's window (first send to the last response)",
+        Tool::Llmperf => {
+            "llmperf's run (its completed requests a minute over 60; output tokens re-counted by its Llama-2 tokenizer)"
+        }
         _ => "the tool's run (start of sending to the last response)",
     }
 }

@@ -14,7 +14,8 @@
 //! object, the `--append-result` multi-object file, and the JSON array of
 //! `vllm bench sweep`), SGLang `bench_serving` JSONL, guidellm
 //! `benchmarks.json`, NVIDIA AIPerf's `profile_export_aiperf.json` and
-//! `profile_export.jsonl`, and genai-perf's `profile_export_genai_perf.json`.
+//! `profile_export.jsonl`, genai-perf's `profile_export_genai_perf.json`,
+//! and llmperf's `*_summary.json`.
 //! Other tools' files are recognised and refused with a message naming the
 //! tool.
 
@@ -24,6 +25,7 @@ pub mod aiperf;
 pub mod guidellm;
 pub mod inference_perf;
 pub mod json;
+pub mod llmperf;
 pub mod table;
 pub mod vllm;
 
@@ -47,6 +49,7 @@ pub enum Tool {
     Guidellm,
     Aiperf,
     GenaiPerf,
+    Llmperf,
 }
 
 impl Tool {
@@ -58,6 +61,7 @@ impl Tool {
             Tool::Guidellm => "guidellm",
             Tool::Aiperf => "NVIDIA AIPerf",
             Tool::GenaiPerf => "genai-perf",
+            Tool::Llmperf => "llmperf",
         }
     }
 }
@@ -255,6 +259,7 @@ fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
         }
         match tool {
             Tool::Guidellm => levels.extend(guidellm::levels(&doc.head).map_err(|m| ConfigError::new(file, "", m))?),
+            Tool::Llmperf => levels.push(llmperf::level(&doc.head)),
             Tool::GenaiPerf => {
                 levels.push(aiperf::genai_perf_level(&doc.head).map_err(|m| ConfigError::new(file, &where_, m))?)
             }
@@ -277,7 +282,7 @@ fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
 /// The formats [`sniff`] recognises, for its errors.
 const SUPPORTED: &str = "supported: llmsim bench JSON, vllm bench serve --save-result (also --append-result), \
                          sglang bench_serving JSONL, guidellm benchmarks.json, AIPerf profile_export_aiperf.json \
-                         and profile_export.jsonl, genai-perf profile_export_genai_perf.json";
+                         and profile_export.jsonl, genai-perf profile_export_genai_perf.json, llmperf *_summary.json";
 
 /// An object whose tool [`sniff`] does not read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -346,6 +351,9 @@ pub fn sniff(doc: &Value) -> Result<Tool, UnknownTool> {
     if doc.pointer("/time_to_first_token/unit").is_some() && has("input_config") {
         return Ok(Tool::GenaiPerf);
     }
+    if llmperf::is_summary(doc) {
+        return Ok(Tool::Llmperf);
+    }
     if has("request_throughput") && has("backend") {
         if has("burstiness") || has("model_id") {
             return Ok(Tool::Vllm);
@@ -354,8 +362,8 @@ pub fn sniff(doc: &Value) -> Result<Tool, UnknownTool> {
             return Ok(Tool::Sglang);
         }
     }
-    let other = if has("results_ttft_s_mean") {
-        Some("llmperf")
+    let other = if has("end_to_end_latency_s") && has("ttft_s") && has("number_output_tokens") {
+        Some("llmperf's individual_responses.json (its *_summary.json is read)")
     } else if has("load_summary") && has("successes") {
         Some("inference-perf")
     } else if has("experiments") {
