@@ -25,8 +25,9 @@ pub struct DiffArgs {
     /// A measured result: `llmsim bench --json`, `vllm bench serve
     /// --save-result` (also `--append-result`), sglang bench_serving JSONL,
     /// guidellm benchmarks.json, AIPerf's profile_export_aiperf.json or
-    /// profile_export.jsonl, genai-perf's profile_export_genai_perf.json, or
-    /// llmperf's *_summary.json.
+    /// profile_export.jsonl, genai-perf's profile_export_genai_perf.json,
+    /// llmperf's *_summary.json, or an inference-perf
+    /// stage_N_lifecycle_metrics.json.
     pub measured: PathBuf,
     /// Largest relative error that passes, e.g. 10% or 2.5%.
     #[arg(long, default_value = "10%", value_name = "PERCENT")]

@@ -127,10 +127,14 @@ fn the_guidellm_sample_gives_one_level_per_benchmark_with_its_own_definitions() 
 #[test]
 fn files_from_unsupported_tools_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = dir.path().join("stage_0_lifecycle_metrics.json");
-    std::fs::write(&ip, r#"{"load_summary": {}, "successes": {}}"#).unwrap();
+    let ip = dir.path().join("summary_lifecycle_metrics.json");
+    std::fs::write(&ip, r#"{"load_summary": {"count": 3}, "successes": {}}"#).unwrap();
     let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&ip).fails_with(2);
-    out.stderr_has(&["stage_0_lifecycle_metrics.json", "inference-perf", "supported:", "AIPerf"]);
+    out.stderr_has(&["summary_lifecycle_metrics.json", "inference-perf's summary of every stage", "supported:"]);
+    let per_request = dir.path().join("per_request_lifecycle_metrics.json");
+    std::fs::write(&per_request, r#"[{"start_time": 1.0, "end_time": 2.0, "request": "{}", "info": {}}]"#).unwrap();
+    let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&per_request).fails_with(2);
+    out.stderr_has(&["per_request_lifecycle_metrics.json, which says no stage"]);
     let responses = dir.path().join("m_individual_responses.json");
     std::fs::write(&responses, r#"[{"ttft_s": 0.1, "end_to_end_latency_s": 0.3, "number_output_tokens": 14}]"#)
         .unwrap();
@@ -212,6 +216,24 @@ fn the_llmperf_summary_is_one_closed_loop_with_its_own_numbers() {
     let per_min = raw["results_num_completed_requests_per_min"].as_f64().unwrap();
     assert!(close(l.throughput.requests_per_s.unwrap(), per_min / 60.0));
     assert_eq!(l.completed, raw["results_num_completed_requests"].as_u64());
+}
+
+#[test]
+fn an_inference_perf_stage_file_gives_its_ttft_e2e_and_throughputs() {
+    let file = fixture("inference-perf-stage_1_lifecycle_metrics.json");
+    let (m, raw) = (measured::load(&file).unwrap(), json_of(&file));
+    let l = &m.levels[0];
+    let open = Strategy::Open { rate: Some(8.0), burstiness: None, max_concurrency: None };
+    assert_eq!((m.tool, &l.strategy), (Tool::InferencePerf, &open));
+    let lat = &raw["successes"]["latency"];
+    let ttft = &l.metrics[&MetricKind::Ttft];
+    assert!(close(ttft.mean.unwrap(), lat["time_to_first_token"]["mean"].as_f64().unwrap() * 1e3));
+    assert!(close(ttft.percentile(500).unwrap(), lat["time_to_first_token"]["median"].as_f64().unwrap() * 1e3));
+    let e2e = l.metrics[&MetricKind::E2e].percentile(990).unwrap();
+    assert!(close(e2e, lat["request_latency"]["p99"].as_f64().unwrap() * 1e3));
+    assert_eq!(l.metrics.len(), 2, "its chunk-timed TPOT and ITL are not read");
+    assert_eq!((l.completed, l.failed), (raw["successes"]["count"].as_u64(), Some(0)));
+    assert_eq!(l.throughput.output_tokens_per_s, raw["successes"]["throughput"]["output_tokens_per_sec"].as_f64());
 }
 
 #[test]

@@ -309,6 +309,7 @@ fn mutated_measured_files_end_with_exit_0_1_or_2_under_the_guard() {
         "tests/integration/fixtures/aiperf-profile_export.jsonl",
         "tests/integration/fixtures/genai-perf-profile_export_genai_perf.json",
         "tests/integration/fixtures/llmperf-summary.json",
+        "tests/integration/fixtures/inference-perf-stage_1_lifecycle_metrics.json",
     ];
     let pred_dir = tempdir();
     prediction(pred_dir.path());

@@ -177,6 +177,13 @@ pub fn compare(pred: &RunResult, level: &LoadLevel, tool: Tool, tolerance: f64, 
     if pred.speculative.is_some() || level.spec_decode.is_some() {
         speculative_rows(pred, level, tolerance, &is_selected, &mut rows, &mut definitions);
     }
+    if tool == Tool::InferencePerf {
+        definitions.push(
+            "not compared: inference-perf's time_per_output_token and inter_token_latency time each token by the \
+             chunk it arrived in (docs/bench-diff.md, \"inference-perf\")"
+                .into(),
+        );
+    }
     if level.metrics.contains_key(&MetricKind::TimePerTokenWithTtft) {
         definitions.push(
             "not compared: guidellm time_per_output_token_ms ((last token - request sent) / output tokens, \
@@ -311,6 +318,7 @@ fn window(tool: Tool) -> &'static str {
         Tool::Llmsim => "the bench's run (first scheduled arrival to the last response)",
         Tool::Aiperf => "AIPerf's profiling phase (warm-up excluded; from records: first send to last response)",
         Tool::GenaiPerf => "genai-perf's window (first send to the last response)",
+        Tool::InferencePerf => "inference-perf's stage (its successful requests)",
         Tool::Llmperf => {
             "llmperf's run (its completed requests a minute over 60; output tokens re-counted by its Llama-2 tokenizer)"
         }

@@ -15,7 +15,8 @@
 //! `vllm bench sweep`), SGLang `bench_serving` JSONL, guidellm
 //! `benchmarks.json`, NVIDIA AIPerf's `profile_export_aiperf.json` and
 //! `profile_export.jsonl`, genai-perf's `profile_export_genai_perf.json`,
-//! and llmperf's `*_summary.json`.
+//! llmperf's `*_summary.json`, and inference-perf's
+//! `stage_N_lifecycle_metrics.json`.
 //! Other tools' files are recognised and refused with a message naming the
 //! tool.
 
@@ -50,6 +51,7 @@ pub enum Tool {
     Aiperf,
     GenaiPerf,
     Llmperf,
+    InferencePerf,
 }
 
 impl Tool {
@@ -62,6 +64,7 @@ impl Tool {
             Tool::Aiperf => "NVIDIA AIPerf",
             Tool::GenaiPerf => "genai-perf",
             Tool::Llmperf => "llmperf",
+            Tool::InferencePerf => "inference-perf",
         }
     }
 }
@@ -260,6 +263,7 @@ fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
         match tool {
             Tool::Guidellm => levels.extend(guidellm::levels(&doc.head).map_err(|m| ConfigError::new(file, "", m))?),
             Tool::Llmperf => levels.push(llmperf::level(&doc.head)),
+            Tool::InferencePerf => levels.push(inference_perf::stage_level(&doc.head)),
             Tool::GenaiPerf => {
                 levels.push(aiperf::genai_perf_level(&doc.head).map_err(|m| ConfigError::new(file, &where_, m))?)
             }
@@ -282,7 +286,8 @@ fn from_docs(docs: &[json::Doc], file: &Path) -> Result<Measured, ConfigError> {
 /// The formats [`sniff`] recognises, for its errors.
 const SUPPORTED: &str = "supported: llmsim bench JSON, vllm bench serve --save-result (also --append-result), \
                          sglang bench_serving JSONL, guidellm benchmarks.json, AIPerf profile_export_aiperf.json \
-                         and profile_export.jsonl, genai-perf profile_export_genai_perf.json, llmperf *_summary.json";
+                         and profile_export.jsonl, genai-perf profile_export_genai_perf.json, llmperf *_summary.json, \
+                         inference-perf stage_N_lifecycle_metrics.json";
 
 /// An object whose tool [`sniff`] does not read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -354,6 +359,9 @@ pub fn sniff(doc: &Value) -> Result<Tool, UnknownTool> {
     if llmperf::is_summary(doc) {
         return Ok(Tool::Llmperf);
     }
+    if inference_perf::is_stage_file(doc) {
+        return Ok(Tool::InferencePerf);
+    }
     if has("request_throughput") && has("backend") {
         if has("burstiness") || has("model_id") {
             return Ok(Tool::Vllm);
@@ -364,8 +372,12 @@ pub fn sniff(doc: &Value) -> Result<Tool, UnknownTool> {
     }
     let other = if has("end_to_end_latency_s") && has("ttft_s") && has("number_output_tokens") {
         Some("llmperf's individual_responses.json (its *_summary.json is read)")
+    } else if has("start_time") && has("end_time") && has("info") && has("request") {
+        Some(
+            "inference-perf's per_request_lifecycle_metrics.json, which says no stage (each stage_N_lifecycle_metrics.json is read)",
+        )
     } else if has("load_summary") && has("successes") {
-        Some("inference-perf")
+        Some("inference-perf's summary of every stage (each stage_N_lifecycle_metrics.json is read)")
     } else if has("experiments") {
         return Err(UnknownTool::PerfAnalyzerRaw);
     } else if has("capacity") && has("ttft_ms") && has("itl_ms") {

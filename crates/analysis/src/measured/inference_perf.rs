@@ -226,6 +226,73 @@ fn stage(index: usize, rate: f64, duration_s: f64, file: &Path) -> Result<Stage,
     })
 }
 
+/// Whether `doc` is one stage's `stage_N_lifecycle_metrics.json` (its
+/// `load_summary` has the stage's `requested_rate` or `send_duration`; the
+/// run's `summary_lifecycle_metrics.json` has neither).
+pub fn is_stage_file(doc: &Value) -> bool {
+    doc.get("successes").is_some()
+        && doc
+            .get("load_summary")
+            .is_some_and(|l| l.get("requested_rate").is_some() || l.get("send_duration").is_some())
+}
+
+/// One stage's lifecycle metrics as a load level for `llmsim diff`: TTFT
+/// and E2E (seconds in the file), the counts and the throughputs. Its
+/// `time_per_output_token` and `inter_token_latency` time tokens by the
+/// chunk they arrived in (see the module's docs), so they are not read.
+pub fn stage_level(doc: &Value) -> super::LoadLevel {
+    use super::{Dist, MetricKind, Strategy, Throughput};
+    let load = doc.get("load_summary").unwrap_or(&Value::Null);
+    let users = finite_at(load, "concurrency").filter(|c| *c >= 1.0).map(|c| c as u64);
+    let rate = finite_at(load, "requested_rate").filter(|r| *r > 0.0);
+    let (label, strategy) = match (users, rate) {
+        (Some(c), _) => (format!("concurrency {c}"), Strategy::Closed { concurrency: c }),
+        (None, Some(r)) => {
+            (format!("rate {r}"), Strategy::Open { rate: Some(r), burstiness: None, max_concurrency: None })
+        }
+        (None, None) => ("stage".into(), Strategy::Other("load not in the stage file".into())),
+    };
+    let dist = |name: &str| -> Option<Dist> {
+        let stats = at(doc, &format!("successes.latency.{name}")).filter(|s| s.is_object())?;
+        let ms = |k: &str| finite_at(stats, k).map(|x| x * 1e3);
+        let mut d = Dist { field: name.to_string(), mean: ms("mean"), ..Dist::default() };
+        for (key, v) in stats.as_object()? {
+            let tenths =
+                if key == "median" { Some(500) } else { key.strip_prefix('p').and_then(super::vllm::tenths_of) };
+            if let (Some(t), Some(x)) = (tenths, super::json::num(v).filter(|x| x.is_finite())) {
+                d.percentiles.insert(t, x * 1e3);
+            }
+        }
+        Some(d)
+    };
+    let mut metrics = std::collections::BTreeMap::new();
+    for (kind, name) in [(MetricKind::Ttft, "time_to_first_token"), (MetricKind::E2e, "request_latency")] {
+        if let Some(d) = dist(name) {
+            metrics.insert(kind, d);
+        }
+    }
+    let tput = |k: &str| at(doc, "successes.throughput").and_then(|t| finite_at(t, k));
+    super::LoadLevel {
+        label,
+        strategy,
+        duration_s: None,
+        completed: at(doc, "successes.count").and_then(Value::as_u64),
+        failed: at(doc, "failures.count").and_then(Value::as_u64),
+        throughput: Throughput {
+            requests_per_s: tput("requests_per_sec"),
+            input_tokens_per_s: tput("input_tokens_per_sec"),
+            output_tokens_per_s: tput("output_tokens_per_sec"),
+            total_tokens_per_s: tput("total_tokens_per_sec"),
+        },
+        metrics,
+        requests: Err("an inference-perf stage file has no per-request data (its per_request_lifecycle_metrics.json \
+                       does not say which stage a request belonged to)"
+            .into()),
+        health: Vec::new(),
+        spec_decode: None,
+    }
+}
+
 impl InferencePerfRun {
     /// The prompts the data cycles through.
     pub fn distinct_prompts(&self) -> u32 {
