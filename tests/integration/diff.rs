@@ -146,6 +146,23 @@ fn files_from_unsupported_tools_are_refused_by_name() {
     out.stderr_has(&["AIPerf aggregate", "`sweep`", "profile_export.jsonl"]);
 }
 
+/// Each metric's mean and `percentiles` equal the file's `avg` and `pNN`
+/// of its `tag` (AIPerf's and genai-perf's summaries, in ms).
+fn assert_stats_as_in_the_file(
+    l: &measured::LoadLevel,
+    raw: &Value,
+    tags: &[(MetricKind, &str)],
+    percentiles: &[(u32, &str)],
+) {
+    for &(kind, tag) in tags {
+        let d = &l.metrics[&kind];
+        assert_eq!(d.mean, raw[tag]["avg"].as_f64(), "{tag}");
+        for &(tenths, p) in percentiles {
+            assert_eq!(d.percentile(tenths), raw[tag][p].as_f64(), "{tag} {p}");
+        }
+    }
+}
+
 #[test]
 fn the_aiperf_summary_is_compared_with_its_own_numbers_but_not_replayed() {
     let m = measured::load(&fixture("aiperf-profile_export_aiperf.json")).unwrap();
@@ -158,19 +175,16 @@ fn the_aiperf_summary_is_compared_with_its_own_numbers_but_not_replayed() {
     assert_eq!(l.duration_s, raw["benchmark_duration"]["avg"].as_f64());
     assert_eq!(l.throughput.requests_per_s, raw["request_throughput"]["avg"].as_f64());
     assert_eq!(l.throughput.input_tokens_per_s, raw["input_token_throughput"]["avg"].as_f64());
-    for (kind, tag) in [
+    let tags = [
         (MetricKind::Ttft, "time_to_first_token"),
         (MetricKind::DecodeMean, "inter_token_latency"),
         (MetricKind::ChunkGap, "inter_chunk_latency"),
         (MetricKind::E2e, "request_latency"),
-    ] {
-        let d = &l.metrics[&kind];
+    ];
+    assert_stats_as_in_the_file(l, &raw, &tags, &[(10, "p1"), (500, "p50"), (900, "p90"), (990, "p99")]);
+    for (kind, tag) in tags {
         assert_eq!(raw[tag]["unit"], "ms", "{tag}");
-        assert_eq!(d.mean, raw[tag]["avg"].as_f64(), "{tag}");
-        for (tenths, p) in [(10, "p1"), (500, "p50"), (900, "p90"), (990, "p99")] {
-            assert_eq!(d.percentile(tenths), raw[tag][p].as_f64(), "{tag} {p}");
-        }
-        assert!(d.recomputed.is_empty());
+        assert!(l.metrics[&kind].recomputed.is_empty());
     }
     let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"])
         .arg(fixture("aiperf-profile_export_aiperf.json"))
@@ -187,15 +201,12 @@ fn the_genai_perf_summary_is_compared_with_its_own_numbers() {
     assert_eq!(raw["input_config"]["perf_analyzer"]["stimulus"]["concurrency"], 2);
     assert_eq!(l.completed, raw["request_count"]["avg"].as_f64().map(|x| x as u64));
     assert_eq!(l.throughput.output_tokens_per_s, raw["output_token_throughput"]["avg"].as_f64());
-    for (kind, tag) in [
+    let tags = [
         (MetricKind::Ttft, "time_to_first_token"),
         (MetricKind::DecodeMean, "inter_token_latency"),
         (MetricKind::E2e, "request_latency"),
-    ] {
-        let d = &l.metrics[&kind];
-        assert_eq!(d.mean, raw[tag]["avg"].as_f64(), "{tag}");
-        assert_eq!(d.percentile(990), raw[tag]["p99"].as_f64(), "{tag}");
-    }
+    ];
+    assert_stats_as_in_the_file(l, &raw, &tags, &[(990, "p99")]);
     assert!(!l.metrics.contains_key(&MetricKind::ChunkGap), "genai-perf has no pooled chunk gaps");
     let out = TestCommand::new(&["run", "scenarios/base.yml", "--trace-from"]).arg(&file).fails_with(2);
     out.stderr_has(&["cannot replay concurrency 2", "counts no tokens"]);

@@ -177,13 +177,7 @@ pub fn compare(pred: &RunResult, level: &LoadLevel, tool: Tool, tolerance: f64, 
     if pred.speculative.is_some() || level.spec_decode.is_some() {
         speculative_rows(pred, level, tolerance, &is_selected, &mut rows, &mut definitions);
     }
-    if tool == Tool::InferencePerf {
-        definitions.push(
-            "not compared: inference-perf's time_per_output_token and inter_token_latency time each token by the \
-             chunk it arrived in (docs/bench-diff.md, \"inference-perf\")"
-                .into(),
-        );
-    }
+    definitions.extend(level.not_compared.iter().map(|why| format!("not compared: {why}")));
     if level.metrics.contains_key(&MetricKind::TimePerTokenWithTtft) {
         definitions.push(
             "not compared: guidellm time_per_output_token_ms ((last token - request sent) / output tokens, \

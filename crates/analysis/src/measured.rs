@@ -177,6 +177,9 @@ pub struct LoadLevel {
     /// Speculative decoding's figures, when the file has them (`vllm bench
     /// serve` reads the server's `spec_decode` counters around a run).
     pub spec_decode: Option<SpecDecode>,
+    /// Figures the file has that the reader leaves out, each with why (the
+    /// diff lists them under its definitions).
+    pub not_compared: Vec<String>,
 }
 
 /// `spec_decode_acceptance_length` and `spec_decode_acceptance_rate` (in
@@ -193,6 +196,28 @@ pub struct Measured {
     pub file: PathBuf,
     pub tool: Tool,
     pub levels: Vec<LoadLevel>,
+}
+
+impl Strategy {
+    /// The level's label from its load (`rate 8`, `concurrency 32`), when
+    /// it has a rate or users.
+    pub fn label(&self) -> Option<String> {
+        match self {
+            Strategy::Open { rate: Some(r), .. } => Some(format!("rate {r}")),
+            Strategy::Closed { concurrency } => Some(format!("concurrency {concurrency}")),
+            _ => None,
+        }
+    }
+}
+
+impl Dist {
+    /// Records percentile `p` (`"50"`, `"99.9"`) at `v * scale` when `p`
+    /// names one and `v` is a finite number.
+    pub fn set_percentile(&mut self, p: &str, v: &Value, scale: f64) {
+        if let (Some(t), Some(x)) = (vllm::tenths_of(p), json::num(v).filter(|x| x.is_finite())) {
+            self.percentiles.insert(t, x * scale);
+        }
+    }
 }
 
 impl fmt::Display for Strategy {
@@ -469,6 +494,7 @@ mod tests {
             requests: Ok(vec![req(10.5, 3, true), req(10.25, 2, true), req(10.0, 0, false)]),
             health: vec![],
             spec_decode: None,
+            not_compared: Vec::new(),
         };
         let (rows, skipped) = level.trace_rows().unwrap();
         assert_eq!(skipped, 1);

@@ -39,7 +39,7 @@ use llmsim_scenario::config::ConfigError;
 use llmsim_scenario::input::Kind;
 
 use super::json::{QuoteBare, at, finite_at, num, num_str};
-use super::vllm::{COMPARED, mean_std, tenths_of};
+use super::vllm::{COMPARED, mean_std};
 use super::{Dist, LoadLevel, Measured, MeasuredRequest, MetricKind, Strategy, Throughput, Tool};
 
 /// The latency metrics read, by definition and AIPerf tag.
@@ -49,6 +49,11 @@ const METRICS: [(MetricKind, &str); 4] = [
     (MetricKind::ChunkGap, "inter_chunk_latency"),
     (MetricKind::E2e, "request_latency"),
 ];
+
+/// AIPerf's tag of a metric read.
+fn tag(kind: MetricKind) -> &'static str {
+    METRICS.iter().find(|(k, _)| *k == kind).map_or("", |(_, t)| t)
+}
 
 /// Whether `doc` is an AIPerf summary (`profile_export_aiperf.json`).
 pub fn is_summary(doc: &Value) -> bool {
@@ -95,14 +100,12 @@ pub fn genai_perf_level(doc: &Value) -> Result<LoadLevel, String> {
     let stimulus = at(ic, "perf_analyzer.stimulus").unwrap_or(ic);
     let users = finite_at(stimulus, "concurrency").filter(|c| *c >= 1.0).map(|c| c as u64);
     let rate = finite_at(stimulus, "request_rate").filter(|r| *r > 0.0);
-    let load = match (users, rate) {
-        (_, Some(r)) => (
-            format!("rate {r}"),
-            Strategy::Open { rate: Some(r), burstiness: Some(f64::INFINITY), max_concurrency: None },
-        ),
-        (Some(c), None) => (format!("concurrency {c}"), Strategy::Closed { concurrency: c }),
-        (None, None) => ("run".into(), Strategy::Other("load not recorded (no perf_analyzer.stimulus)".into())),
+    let strategy = match (users, rate) {
+        (_, Some(r)) => Strategy::Open { rate: Some(r), burstiness: Some(f64::INFINITY), max_concurrency: None },
+        (Some(c), None) => Strategy::Closed { concurrency: c },
+        (None, None) => Strategy::Other("load not recorded (no perf_analyzer.stimulus)".into()),
     };
+    let load = (strategy.label().unwrap_or_else(|| "run".into()), strategy);
     let requests = "genai-perf's summary has no per-request data, and perf_analyzer's profile_export.json \
                     counts no tokens (genai-perf counts them with its tokenizer), so the run cannot be replayed";
     stats_level(doc, load, requests)
@@ -144,6 +147,7 @@ fn stats_level(doc: &Value, (label, strategy): (String, Strategy), requests: &st
         requests: Err(requests.into()),
         health,
         spec_decode: None,
+        not_compared: Vec::new(),
     })
 }
 
@@ -181,12 +185,7 @@ fn strategy(doc: &Value) -> (String, Strategy) {
         "gamma" => open(finite_at(phase, "smoothness").or_else(|| finite_at(phase, "arrival_smoothness"))),
         other => Strategy::Other(format!("AIPerf phase type {other}")),
     };
-    let label = match &strategy {
-        Strategy::Open { rate: Some(r), .. } => format!("rate {r}"),
-        Strategy::Closed { concurrency } => format!("concurrency {concurrency}"),
-        _ => kind.to_string(),
-    };
-    (label, strategy)
+    (strategy.label().unwrap_or_else(|| kind.to_string()), strategy)
 }
 
 /// One metric's `{unit, avg, std, count, pNN}`, in milliseconds.
@@ -198,9 +197,8 @@ fn summary_dist(stats: &Value, tag: &str) -> Result<Dist, String> {
     d.mean = finite_at(stats, "avg").map(|x| x * scale);
     d.std = finite_at(stats, "std").map(|x| x * scale);
     for (key, v) in stats.as_object().into_iter().flatten() {
-        let tenths = key.strip_prefix('p').and_then(tenths_of);
-        if let (Some(t), Some(x)) = (tenths, num(v).filter(|x| x.is_finite())) {
-            d.percentiles.insert(t, x * scale);
+        if let Some(p) = key.strip_prefix('p') {
+            d.set_percentile(p, v, scale);
         }
     }
     Ok(d)
@@ -415,8 +413,7 @@ impl Records {
             self.samples.entry(MetricKind::Ttft).or_default().push(x);
         }
         for (kind, s) in [(MetricKind::DecodeMean, &m.inter_token_latency), (MetricKind::E2e, &m.request_latency)] {
-            let tag = METRICS.iter().find(|(k, _)| *k == kind).map_or("", |(_, t)| t);
-            if let Some(x) = scalar_ms(s, tag)? {
+            if let Some(x) = scalar_ms(s, tag(kind))? {
                 self.samples.entry(kind).or_default().push(x);
             }
         }
@@ -441,10 +438,9 @@ impl Records {
             .into_iter()
             .filter(|(_, xs)| !xs.is_empty())
             .map(|(kind, mut xs)| {
-                let tag = METRICS.iter().find(|(k, _)| *k == kind).map_or("", |(_, t)| t);
                 xs.sort_by(f64::total_cmp);
                 let (mean, std) = mean_std(&xs);
-                let mut d = Dist { field: tag.to_string(), count: Some(xs.len() as u64), ..Dist::default() };
+                let mut d = Dist { field: tag(kind).to_string(), count: Some(xs.len() as u64), ..Dist::default() };
                 (d.mean, d.std) = (Some(mean), Some(std));
                 for q in COMPARED {
                     if let Some(x) = percentile_sorted(&xs, f64::from(q) / 10.0) {
@@ -476,6 +472,7 @@ impl Records {
             },
             health: Vec::new(),
             spec_decode: None,
+            not_compared: Vec::new(),
         })
     }
 }

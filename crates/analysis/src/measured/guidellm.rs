@@ -47,6 +47,7 @@ fn level(b: &Value) -> Result<LoadLevel, String> {
         requests: requests(b, completed),
         health: Vec::new(),
         spec_decode: None,
+        not_compared: Vec::new(),
     })
 }
 

@@ -245,22 +245,19 @@ pub fn stage_level(doc: &Value) -> super::LoadLevel {
     let load = doc.get("load_summary").unwrap_or(&Value::Null);
     let users = finite_at(load, "concurrency").filter(|c| *c >= 1.0).map(|c| c as u64);
     let rate = finite_at(load, "requested_rate").filter(|r| *r > 0.0);
-    let (label, strategy) = match (users, rate) {
-        (Some(c), _) => (format!("concurrency {c}"), Strategy::Closed { concurrency: c }),
-        (None, Some(r)) => {
-            (format!("rate {r}"), Strategy::Open { rate: Some(r), burstiness: None, max_concurrency: None })
-        }
-        (None, None) => ("stage".into(), Strategy::Other("load not in the stage file".into())),
+    let strategy = match (users, rate) {
+        (Some(c), _) => Strategy::Closed { concurrency: c },
+        (None, Some(r)) => Strategy::Open { rate: Some(r), burstiness: None, max_concurrency: None },
+        (None, None) => Strategy::Other("load not in the stage file".into()),
     };
+    let label = strategy.label().unwrap_or_else(|| "stage".into());
     let dist = |name: &str| -> Option<Dist> {
         let stats = at(doc, &format!("successes.latency.{name}")).filter(|s| s.is_object())?;
         let ms = |k: &str| finite_at(stats, k).map(|x| x * 1e3);
         let mut d = Dist { field: name.to_string(), mean: ms("mean"), ..Dist::default() };
         for (key, v) in stats.as_object()? {
-            let tenths =
-                if key == "median" { Some(500) } else { key.strip_prefix('p').and_then(super::vllm::tenths_of) };
-            if let (Some(t), Some(x)) = (tenths, super::json::num(v).filter(|x| x.is_finite())) {
-                d.percentiles.insert(t, x * 1e3);
+            if let Some(p) = if key == "median" { Some("50") } else { key.strip_prefix('p') } {
+                d.set_percentile(p, v, 1e3);
             }
         }
         Some(d)
@@ -290,6 +287,11 @@ pub fn stage_level(doc: &Value) -> super::LoadLevel {
             .into()),
         health: Vec::new(),
         spec_decode: None,
+        not_compared: vec![
+            "inference-perf's time_per_output_token and inter_token_latency time each token by the chunk it \
+             arrived in (docs/bench-diff.md, \"inference-perf\")"
+                .into(),
+        ],
     }
 }
 

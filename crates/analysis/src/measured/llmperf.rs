@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::json::{finite_at, num_at};
-use super::vllm::tenths_of;
 use super::{Dist, LoadLevel, MetricKind, Strategy, Throughput};
 
 /// Whether `doc` is an llmperf summary.
@@ -23,10 +22,11 @@ pub fn is_summary(doc: &Value) -> bool {
 /// The one level of a summary.
 pub fn level(doc: &Value) -> LoadLevel {
     let users = num_at(doc, "num_concurrent_requests").filter(|n| n.is_finite() && *n >= 1.0).map(|n| n as u64);
-    let (label, strategy) = match users {
-        Some(c) => (format!("concurrency {c}"), Strategy::Closed { concurrency: c }),
-        None => ("run".into(), Strategy::Other("num_concurrent_requests missing".into())),
+    let strategy = match users {
+        Some(c) => Strategy::Closed { concurrency: c },
+        None => Strategy::Other("num_concurrent_requests missing".into()),
     };
+    let label = strategy.label().unwrap_or_else(|| "run".into());
     let mut metrics = BTreeMap::new();
     for (kind, stem) in [(MetricKind::Ttft, "ttft_s"), (MetricKind::E2e, "end_to_end_latency_s")] {
         if let Some(d) = dist(doc, stem) {
@@ -51,6 +51,7 @@ pub fn level(doc: &Value) -> LoadLevel {
             .into()),
         health: Vec::new(),
         spec_decode: None,
+        not_compared: Vec::new(),
     }
 }
 
@@ -60,9 +61,8 @@ fn dist(doc: &Value, stem: &str) -> Option<Dist> {
     let ms = |key: &str| finite_at(doc, &format!("{prefix}{key}")).map(|s| s * 1e3);
     let mut d = Dist { field: format!("results_{stem}"), mean: ms("mean"), std: ms("stddev"), ..Dist::default() };
     for (key, v) in doc.as_object()? {
-        let Some(p) = key.strip_prefix(&prefix).and_then(|k| k.strip_prefix("quantiles_p")) else { continue };
-        if let (Some(t), Some(x)) = (tenths_of(p), super::json::num(v).filter(|x| x.is_finite())) {
-            d.percentiles.insert(t, x * 1e3);
+        if let Some(p) = key.strip_prefix(&prefix).and_then(|k| k.strip_prefix("quantiles_p")) {
+            d.set_percentile(p, v, 1e3);
         }
     }
     (d.mean.is_some() || !d.percentiles.is_empty()).then_some(d)

@@ -44,6 +44,7 @@ pub fn level(d: &Doc, tool: Tool, index: usize) -> LoadLevel {
         requests: requests(&d.arrays, tool),
         health: health(doc),
         spec_decode: spec_decode(doc),
+        not_compared: Vec::new(),
     }
 }
 
@@ -80,11 +81,9 @@ fn strategy(doc: &Value) -> Strategy {
 
 fn label(doc: &Value, strategy: &Strategy, index: usize) -> String {
     let name = doc.get("label").and_then(Value::as_str).or_else(|| doc.get("tag").and_then(Value::as_str));
-    match (name, strategy) {
-        (Some(n), _) if !n.is_empty() => n.to_string(),
-        (_, Strategy::Open { rate: Some(r), .. }) => format!("rate {r}"),
-        (_, Strategy::Closed { concurrency }) => format!("concurrency {concurrency}"),
-        _ => format!("run {}", index + 1),
+    match name {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => strategy.label().unwrap_or_else(|| format!("run {}", index + 1)),
     }
 }
 
