@@ -178,13 +178,6 @@ pub fn compare(pred: &RunResult, level: &LoadLevel, tool: Tool, tolerance: f64, 
         speculative_rows(pred, level, tolerance, &is_selected, &mut rows, &mut definitions);
     }
     definitions.extend(level.not_compared.iter().map(|why| format!("not compared: {why}")));
-    if level.metrics.contains_key(&MetricKind::TimePerTokenWithTtft) {
-        definitions.push(
-            "not compared: guidellm time_per_output_token_ms ((last token - request sent) / output tokens, \
-             includes the TTFT) has no predicted counterpart"
-                .into(),
-        );
-    }
     Comparison {
         level: format!("{} ({})", level.label, level.strategy),
         tool: tool.name(),

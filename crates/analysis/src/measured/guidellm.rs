@@ -31,6 +31,7 @@ fn level(b: &Value) -> Result<LoadLevel, String> {
         (None, None) => None,
         (e, i) => Some(e.unwrap_or(0) + i.unwrap_or(0)),
     };
+    let dists = distributions(metrics);
     Ok(LoadLevel {
         label,
         strategy,
@@ -43,12 +44,26 @@ fn level(b: &Value) -> Result<LoadLevel, String> {
             output_tokens_per_s: rate(metrics, "output_tokens_per_second"),
             total_tokens_per_s: rate(metrics, "tokens_per_second"),
         },
-        metrics: distributions(metrics),
         requests: requests(b, completed),
         health: Vec::new(),
         spec_decode: None,
-        not_compared: Vec::new(),
+        not_compared: not_compared(&dists),
+        metrics: dists,
     })
+}
+
+/// What the file holds that no prediction is compared with: its
+/// time_per_output_token_ms includes the TTFT.
+fn not_compared(metrics: &BTreeMap<MetricKind, Dist>) -> Vec<String> {
+    let mut out = Vec::new();
+    if metrics.contains_key(&MetricKind::TimePerTokenWithTtft) {
+        out.push(
+            "guidellm time_per_output_token_ms ((last token - request sent) / output tokens, includes the TTFT) \
+             has no predicted counterpart"
+                .into(),
+        );
+    }
+    out
 }
 
 /// The load-level label guidellm itself prints (`constant@22.52`).
