@@ -116,7 +116,12 @@ fn the_guidellm_sample_gives_one_level_per_benchmark_with_its_own_definitions() 
     assert_eq!((itl.field.as_str(), itl.token_weighted), ("inter_token_latency_ms", true));
     assert_eq!(itl.percentile(990), Some(s("inter_token_latency_ms", "p99")));
     assert_eq!(itl.percentile(1), Some(s("inter_token_latency_ms", "p001")));
-    assert!(l.metrics[&MetricKind::TimePerTokenWithTtft].token_weighted);
+    assert!(
+        l.not_compared.iter().any(|n| n.contains("time_per_output_token_ms") && n.contains("includes the TTFT")),
+        "guidellm's TTFT-inclusive time per token is said not compared: {:?}",
+        l.not_compared
+    );
+    assert_eq!(l.metrics.len(), 3, "TTFT, the decode mean and E2E only: {:?}", l.metrics.keys());
     assert!(!l.metrics.contains_key(&MetricKind::ChunkGap), "guidellm has no pooled chunk gaps");
     assert!(close(l.metrics[&MetricKind::E2e].percentile(500).unwrap(), s("request_latency", "p50") * 1e3));
     assert_eq!(l.throughput.requests_per_s, b["requests_per_second"]["successful"]["mean"].as_f64());

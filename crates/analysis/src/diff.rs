@@ -283,7 +283,7 @@ fn definition(name: &str, field: &str, kind: MetricKind, m: Option<&Dist>, tool:
         MetricKind::Ttft => "arrival at the engine -> first token",
         MetricKind::ChunkGap => "every gap between two tokens of a request, pooled",
         MetricKind::DecodeMean => "per request (last token - first token) / (tokens - 1)",
-        _ => "arrival at the engine -> last token",
+        MetricKind::E2e => "arrival at the engine -> last token",
     };
     let Some(m) = m else {
         return format!("{name}: predicted {field} ({predicted}); {} has no figure of this definition", tool.name());

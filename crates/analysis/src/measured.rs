@@ -78,8 +78,6 @@ pub enum MetricKind {
     DecodeMean,
     /// Every gap between consecutive streamed chunks, pooled over requests.
     ChunkGap,
-    /// Per request: (last token - send) / output tokens (includes the TTFT).
-    TimePerTokenWithTtft,
     /// Last token (or end of response) minus the send time.
     E2e,
 }
@@ -91,7 +89,6 @@ impl MetricKind {
             MetricKind::Ttft => "first token - request sent",
             MetricKind::DecodeMean => "per request (last token - first token) / (output tokens - 1)",
             MetricKind::ChunkGap => "every gap between consecutive streamed chunks, pooled",
-            MetricKind::TimePerTokenWithTtft => "per request (last token - request sent) / output tokens",
             MetricKind::E2e => "last token - request sent",
         }
     }

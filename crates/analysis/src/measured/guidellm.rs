@@ -47,16 +47,16 @@ fn level(b: &Value) -> Result<LoadLevel, String> {
         requests: requests(b, completed),
         health: Vec::new(),
         spec_decode: None,
-        not_compared: not_compared(&dists),
+        not_compared: not_compared(metrics),
         metrics: dists,
     })
 }
 
 /// What the file holds that no prediction is compared with: its
 /// time_per_output_token_ms includes the TTFT.
-fn not_compared(metrics: &BTreeMap<MetricKind, Dist>) -> Vec<String> {
+fn not_compared(metrics: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    if metrics.contains_key(&MetricKind::TimePerTokenWithTtft) {
+    if at(metrics, "time_per_output_token_ms.successful").is_some_and(Value::is_object) {
         out.push(
             "guidellm time_per_output_token_ms ((last token - request sent) / output tokens, includes the TTFT) \
              has no predicted counterpart"
@@ -102,7 +102,6 @@ fn distributions(metrics: &Value) -> BTreeMap<MetricKind, Dist> {
     let wanted = [
         (MetricKind::Ttft, "time_to_first_token_ms", 1.0, false),
         (MetricKind::DecodeMean, "inter_token_latency_ms", 1.0, true),
-        (MetricKind::TimePerTokenWithTtft, "time_per_output_token_ms", 1.0, true),
         (MetricKind::E2e, "request_latency", 1e3, false),
     ];
     let mut out = BTreeMap::new();

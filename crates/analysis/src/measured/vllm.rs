@@ -223,7 +223,6 @@ impl<'a> Samples<'a> {
                 let (t, e, n) = (self.ttft_s.as_ref()?, self.e2e_s.as_ref()?, self.output_lens.as_ref()?);
                 t.iter().zip(e).zip(n).filter(|(_, n)| **n > 1.0).map(|((t, e), n)| (e - t) / (n - 1.0) * 1e3).collect()
             }
-            MetricKind::TimePerTokenWithTtft => return None,
         };
         ms.sort_by(f64::total_cmp);
         Some(ms)
