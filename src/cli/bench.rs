@@ -18,8 +18,8 @@ use llmsim_scenario::trace::{self, TraceRow};
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("load").required(true).args(["rate", "concurrency"])))]
-#[command(after_help = "Exit codes: 0 the bench ran (failed requests are counted in the result); 1 no request \
-succeeded or an output could not be written; 2 bad usage.")]
+#[command(after_help = "Exit codes: 0 the bench ran (failed requests are counted in the result); 1 the server \
+could not be reached, no request succeeded or an output could not be written; 2 bad usage.")]
 pub struct BenchArgs {
     /// The server, e.g. http://127.0.0.1:8080 (plain HTTP).
     #[arg(long, value_name = "URL")]

@@ -42,7 +42,7 @@ fn the_vllm_sample_parses_and_its_figures_equal_the_files_numbers() {
         assert_eq!(d.percentile(500), raw[format!("median_{stem}_ms")].as_f64(), "{stem}");
         assert_eq!(d.percentile(900), raw[format!("p90_{stem}_ms")].as_f64(), "{stem}");
         assert_eq!(d.percentile(990), raw[format!("p99_{stem}_ms")].as_f64(), "{stem}");
-        assert!(d.recomputed.is_empty(), "the file had every figure");
+        assert!(d.recomputed.is_empty() && !d.mean_recomputed, "the file had every figure");
     }
     let requests = l.requests.as_ref().unwrap();
     assert_eq!(requests.len(), 8);
@@ -66,6 +66,7 @@ fn recomputing_the_vllm_samples_summary_from_its_arrays_gives_the_same_figures()
     ] {
         let d = &l.metrics[&kind];
         assert_eq!(d.recomputed, vec![500, 900, 990], "{stem}");
+        assert!(d.mean_recomputed, "{stem}: the mean came from the arrays too");
         let want = |k: &str| raw[format!("{k}_{stem}_ms")].as_f64().unwrap();
         assert!(close(d.mean.unwrap(), want("mean")), "{stem} mean");
         assert!(close(d.std.unwrap(), want("std")), "{stem} std (population)");
@@ -433,6 +434,26 @@ fn missing_percentiles_are_shown_as_not_compared_never_invented() {
     assert!(line("ttft.p90").contains("not compared: not in the file (never estimated)"), "{text}");
     assert!(line("ttft.p99").contains("ok"), "{text}");
     assert!(line("itl.p50").contains("not compared"), "{text}");
+}
+
+#[test]
+fn figures_computed_from_the_arrays_say_so_the_mean_too() {
+    // vLLM writes no e2el summary keys by default: the mean and the
+    // percentiles then come from `latencies`, and each row says so.
+    let dir = tempdir();
+    let pred = predict_vllm_sample(dir.path());
+    let mut raw = json_of(&fixture("vllm-bench-serve.json"));
+    raw.as_object_mut().unwrap().retain(|k, _| !k.ends_with("_e2el_ms"));
+    let measured = write(dir.path(), "no-e2el.json", &raw.to_string());
+    let out = TestCommand::new(&["diff", "--tolerance", "100000%"]).arg(&pred).arg(&measured).ok();
+    let text = out.stdout();
+    let line = |id: &str| text.lines().find(|l| l.trim_start().starts_with(id)).unwrap_or_default().to_string();
+    for id in ["e2e.mean", "e2e.p50", "e2e.p99"] {
+        assert!(line(id).contains("computed from the per-request arrays"), "{id}:\n{text}");
+    }
+    for id in ["ttft.mean", "ttft.p50"] {
+        assert!(!line(id).contains("computed"), "{id} is the file's own figure:\n{text}");
+    }
 }
 
 #[test]

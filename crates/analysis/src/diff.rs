@@ -250,7 +250,9 @@ fn latency_pair(p: &Stats, m: Option<&Dist>, q: u32) -> (Option<f64>, Option<f64
     let mv = if q == 0 { m.mean } else { m.percentile(q) };
     let note = match mv {
         None => Some("not in the file (never estimated)".to_string()),
-        Some(_) if m.recomputed.contains(&q) => Some("measured value computed from the per-request arrays".into()),
+        Some(_) if (q == 0 && m.mean_recomputed) || (q != 0 && m.recomputed.contains(&q)) => {
+            Some("measured value computed from the per-request arrays".into())
+        }
         Some(_) if m.token_weighted => Some("measured distribution is token-weighted".into()),
         Some(_) => None,
     };

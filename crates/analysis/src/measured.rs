@@ -109,6 +109,8 @@ pub struct Dist {
     /// Percentiles this parser computed from per-request arrays because the
     /// file's summary did not have them (tenths of a percent).
     pub recomputed: Vec<u32>,
+    /// The mean, computed the same way.
+    pub mean_recomputed: bool,
 }
 
 impl Dist {

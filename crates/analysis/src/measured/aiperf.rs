@@ -441,7 +441,7 @@ impl Records {
                 xs.sort_by(f64::total_cmp);
                 let (mean, std) = mean_std(&xs);
                 let mut d = Dist { field: tag(kind).to_string(), count: Some(xs.len() as u64), ..Dist::default() };
-                (d.mean, d.std) = (Some(mean), Some(std));
+                (d.mean, d.std, d.mean_recomputed) = (Some(mean), Some(std), true);
                 for q in COMPARED {
                     if let Some(x) = percentile_sorted(&xs, f64::from(q) / 10.0) {
                         d.percentiles.insert(q, x);

@@ -135,6 +135,7 @@ fn dist(s: &Value, name: &str, to_ms: f64, token_weighted: bool) -> Dist {
         percentiles,
         token_weighted,
         recomputed: Vec::new(),
+        mean_recomputed: false,
     }
 }
 

@@ -142,7 +142,9 @@ fn merge(file: Option<Dist>, arrays: Option<Vec<f64>>, stem: &str) -> Option<Dis
     if let Some(sorted) = samples {
         d.count = Some(sorted.len() as u64);
         let (mean, std) = mean_std(&sorted);
-        d.mean.get_or_insert(mean);
+        if d.mean.is_none() {
+            (d.mean, d.mean_recomputed) = (Some(mean), true);
+        }
         d.std.get_or_insert(std);
         for q in COMPARED {
             if !d.percentiles.contains_key(&q)
@@ -291,8 +293,11 @@ mod tests {
         assert_eq!(ttft.percentile(990), Some(29.8), "the file's own figure wins");
         assert!((ttft.percentile(900).unwrap() - 28.0).abs() < 1e-9);
         assert_eq!(ttft.recomputed, vec![900]);
+        assert_eq!((ttft.mean, ttft.mean_recomputed), (Some(20.0), false), "the file's mean stays and is not marked");
         let e2e = &l.metrics[&MetricKind::E2e];
         assert_eq!(e2e.recomputed, vec![500, 900, 990]);
+        // (100 + 200 + 300) / 3 ms, by hand.
+        assert!((e2e.mean.unwrap() - 200.0).abs() < 1e-9 && e2e.mean_recomputed, "{e2e:?}");
         assert!(!l.metrics.contains_key(&MetricKind::ChunkGap), "no itl in the file or arrays");
     }
 
