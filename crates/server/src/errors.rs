@@ -74,6 +74,14 @@ impl ApiError {
         }
     }
 
+    /// A completions prompt of no tokens (`[""]`, `[[]]`, `[]`; `""`
+    /// itself is refused earlier, by the request's validator): vLLM's
+    /// input processor refuses it with this sentence, a 400 with no
+    /// `param`.
+    pub fn empty_prompt() -> ApiError {
+        ApiError::bad_request("The decoder prompt cannot be empty".to_string())
+    }
+
     /// A prompt longer than the whole context: vLLM 0.33's renderer
     /// (`TokenizeParams._token_len_check`). A prompt of text (or a chat) is
     /// tokenized with truncation at one token past the context, so vLLM

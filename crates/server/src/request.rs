@@ -763,7 +763,9 @@ fn read_prompts(r: &mut Reader) -> Vec<PromptIn> {
     };
     match v {
         Value::String(s) => vec![PromptIn::Text(s.clone())],
-        Value::Array(items) if items.is_empty() => wrong(r),
+        // pydantic takes `[]` as an empty list of token ids (the first
+        // member of vLLM's union), which the engine then refuses as empty.
+        Value::Array(items) if items.is_empty() => vec![PromptIn::Ids(Vec::new())],
         Value::Array(items) => {
             if items.iter().all(|x| x.is_string()) {
                 items.iter().map(|x| PromptIn::Text(x.as_str().unwrap_or_default().to_string())).collect()

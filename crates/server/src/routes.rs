@@ -604,6 +604,9 @@ fn plan_reply(
     for prompt in &parsed.prompts {
         let (count, text, echo) = prompt_tokens(model, prompt, parsed.chat.as_ref())?;
         let ids = matches!(prompt, PromptIn::Ids(_));
+        if count == 0 {
+            return Err(ApiError::empty_prompt());
+        }
         if count as u64 > u64::from(context) {
             return Err(ApiError::prompt_too_long(context, count as u64, !ids));
         }

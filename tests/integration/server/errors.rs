@@ -117,6 +117,26 @@ fn max_tokens_past_what_the_prompt_leaves_is_clamped_as_vllm_0_33_does() {
 }
 
 #[test]
+fn a_prompt_of_no_tokens_is_vllms_empty_decoder_prompt_400_and_the_server_keeps_serving() {
+    let server = Server::start_with(SMALL, &[]);
+    // `[""]`, `[[]]`, `[]`, and one empty prompt among others: each is a
+    // prompt of 0 tokens, which vLLM's input processor refuses.
+    for prompt in [r#"[""]"#, "[[]]", "[]", r#"["a b", ""]"#, "[[1, 2], []]"] {
+        for stream in ["false", "true"] {
+            let r = completion(&server, &format!(r#""prompt":{prompt},"max_tokens":3,"stream":{stream}"#));
+            assert_eq!(envelope(&r, 400, "BadRequestError"), "The decoder prompt cannot be empty", "{prompt}");
+            assert_eq!(r.json()["error"]["param"], serde_json::Value::Null, "{prompt}");
+        }
+    }
+    // `""` itself is the request validator's, which names the field.
+    let r = completion(&server, r#""prompt":"","max_tokens":3"#);
+    let msg = envelope(&r, 400, "BadRequestError");
+    assert!(msg.starts_with("Either prompt or prompt_embeds must be provided and non-empty."), "{msg}");
+    let v = completion(&server, r#""prompt":["a b"],"max_tokens":3,"ignore_eos":true"#).json();
+    assert_eq!(v["usage"]["prompt_tokens"], 2, "{v}");
+}
+
+#[test]
 fn only_a_max_tokens_over_the_whole_context_is_refused_with_vllms_wording() {
     let server = Server::start_with(SMALL, &[]);
     let r = completion(&server, r#""prompt":"a b c","max_tokens":21"#);
