@@ -174,6 +174,29 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     std::fs::write(path, bytes).map_err(|e| CliError::Failure(format!("cannot write {}: {e}", path.display())))
 }
 
+/// Writes a CSV to a file, or to stdout for `-`, as `write` makes it
+/// (buffered), not built in memory first; a closed pipe is not a failure,
+/// as for [`print_bytes`].
+pub fn write_output_with<F>(path: &Path, write: F) -> Result<(), CliError>
+where
+    F: FnOnce(&mut dyn Write) -> csv::Result<()>,
+{
+    let failed = |e: csv::Error| match e.kind() {
+        csv::ErrorKind::Io(io) if path == Path::new("-") && io.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        _ => Err(csv_failure(path, e)),
+    };
+    if path == Path::new("-") {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        return write(&mut out).or_else(failed);
+    }
+    let file =
+        std::fs::File::create(path).map_err(|e| CliError::Failure(format!("cannot write {}: {e}", path.display())))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
+    write(&mut out).or_else(failed)?;
+    out.into_inner().map_err(|e| CliError::Failure(format!("cannot write {}: {}", path.display(), e.error())))?;
+    Ok(())
+}
+
 /// Prints to stdout; a closed pipe (`| head`) is not a failure.
 pub fn print_bytes(bytes: &[u8]) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();

@@ -77,6 +77,17 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     if let Some(file) = &a.trace_from {
         eprintln!("{}", replay_measured(&mut scenario, file, a.trace_level)?);
     }
+    let most = llmsim_scenario::limits::MAX_REQUESTS;
+    if let (Some(n), Some(_)) = (scenario.workload.requests.filter(|&n| n > most), &a.requests_csv) {
+        return Err(CliError::Usage(format!(
+            "--requests-csv keeps every request's record, so a run with it may issue at most {} requests: \
+             workload.requests is {} (set fewer, or drop --requests-csv: without it a run keeps no record and \
+             may issue {})",
+            llmsim_core::util::thousands(most),
+            llmsim_core::util::thousands(n),
+            llmsim_core::util::thousands(llmsim_scenario::limits::MAX_SUMMARY_REQUESTS),
+        )));
+    }
     if a.explain {
         print(&super::explain::render(&scenario))?;
     }
@@ -106,12 +117,12 @@ pub fn execute(a: RunArgs) -> Result<(), CliError> {
     }
     if let Some(path) = &a.requests_csv {
         let caching = scenario.prefix_caching();
-        let bytes = match &out.placement {
-            Some(p) => report::cluster::requests(&out.requests, caching, p),
-            None => report::csv_out::requests_with(&out.requests, caching),
-        }
-        .map_err(|e| csv_failure(path, e))?;
-        write_output(path, &bytes)?;
+        // Streamed: at 10 million requests the CSV is about 1 GB, which
+        // would otherwise sit beside the records.
+        super::write_output_with(path, |w| match &out.placement {
+            Some(p) => report::cluster::write_requests(w, &out.requests, caching, p),
+            None => report::csv_out::write_requests(w, &out.requests, caching),
+        })?;
     }
     let pools: Vec<String> =
         scenario.cluster.as_ref().map(|c| c.pools.iter().map(|p| p.name.clone()).collect()).unwrap_or_default();

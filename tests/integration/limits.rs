@@ -95,6 +95,18 @@ fn a_closed_loop_rejected_one_nanosecond_apart_stops_at_the_request_limit() {
 }
 
 #[test]
+fn more_requests_than_requests_csv_may_keep_are_refused_before_the_run() {
+    // 10,000,001 would run for half a minute and 1 GB before the request
+    // limit stopped it; the count is known up front.
+    let dir = tempdir();
+    let out = TestCommand::new(&["run", BASE, "--set", "workload.requests=10000001", "--requests-csv"])
+        .arg(dir.path().join("r.csv"))
+        .bounded(HANG_S, MEM_MIB);
+    refused(&out, &["--requests-csv", "at most 10,000,000 requests", "workload.requests is 10,000,001"]);
+    assert!(!dir.path().join("r.csv").exists(), "nothing written");
+}
+
+#[test]
 fn lognormal_moments_beyond_the_token_range_are_refused() {
     let out = run_set(&["workload.prompt_tokens={lognormal: {mean: 1e300, std: 1e300}}"]);
     refused(&out, &["workload.prompt_tokens.lognormal.mean", "1e300 is not allowed", "[1, 4,294,967,295]"]);

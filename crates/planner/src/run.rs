@@ -158,8 +158,14 @@ struct Parts<'a> {
 
 impl Parts<'_> {
     fn collector(&self, s: &Scenario) -> Collector {
+        // The run's requests when nothing else ends it first.
+        let known = match s.workload.duration_s {
+            None => s.workload.requests.map_or(0, |n| n.min(llmsim_scenario::limits::MAX_REQUESTS) as usize),
+            Some(_) => 0,
+        };
         Collector::new(&s.capacity, self.options)
             .summary_only_if(self.summary)
+            .reserve_records(known)
             .classes(crate::workload::classes::Classes::of(s))
     }
 

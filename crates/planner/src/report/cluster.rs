@@ -274,7 +274,19 @@ fn pools(out: &mut String, r: &RunResult) {
 /// `--requests-csv` of a cluster run: the usual columns, then `replica`
 /// (empty for a request rejected before routing).
 pub fn requests(records: &[RequestRecord], prefix_caching: bool, placement: &Placement) -> csv::Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut out = Vec::new();
+    write_requests(&mut out, records, prefix_caching, placement)?;
+    Ok(out)
+}
+
+/// [`requests`] written to `out` as the rows are made.
+pub fn write_requests<W: std::io::Write>(
+    out: W,
+    records: &[RequestRecord],
+    prefix_caching: bool,
+    placement: &Placement,
+) -> csv::Result<()> {
+    let mut w = csv::Writer::from_writer(out);
     let mut columns: Vec<RequestColumn> = csv_out::REQUEST_COLUMNS.to_vec();
     if prefix_caching {
         columns.extend(csv_out::PREFIX_REQUEST_COLUMNS);
@@ -295,7 +307,8 @@ pub fn requests(records: &[RequestRecord], prefix_caching: bool, placement: &Pla
         }
         w.write_record(row)?;
     }
-    w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+    w.flush()?;
+    Ok(())
 }
 
 /// `--steps-csv` of a cluster run: the usual columns, then `replica`.

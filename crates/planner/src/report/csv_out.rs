@@ -110,7 +110,15 @@ pub fn requests(records: &[RequestRecord]) -> csv::Result<Vec<u8>> {
 /// prompt tokens found in the cache at the request's first admission
 /// (empty if it was never admitted).
 pub fn requests_with(records: &[RequestRecord], prefix_caching: bool) -> csv::Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut out = Vec::new();
+    write_requests(&mut out, records, prefix_caching)?;
+    Ok(out)
+}
+
+/// [`requests_with`] written to `out` as the rows are made, so a run of
+/// millions of requests does not hold its CSV beside its records.
+pub fn write_requests<W: std::io::Write>(out: W, records: &[RequestRecord], prefix_caching: bool) -> csv::Result<()> {
+    let mut w = csv::Writer::from_writer(out);
     let columns: Vec<RequestColumn> = match prefix_caching {
         false => REQUEST_COLUMNS.to_vec(),
         true => REQUEST_COLUMNS.iter().chain(&PREFIX_REQUEST_COLUMNS).copied().collect(),
@@ -119,7 +127,8 @@ pub fn requests_with(records: &[RequestRecord], prefix_caching: bool) -> csv::Re
     for r in records {
         w.write_record(request_row(r, &columns))?;
     }
-    w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+    w.flush()?;
+    Ok(())
 }
 
 pub const STEP_COLUMNS: [&str; 13] = [
