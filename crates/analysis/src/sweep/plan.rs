@@ -155,7 +155,8 @@ impl Plan {
 
     /// A hash of everything that decides the sweep's output: the llmsim
     /// version, the seeds, the axes and every point's effective scenario
-    /// (trace rows included). Shards of one sweep share it.
+    /// (a trace's rows and its content and class columns included).
+    /// Shards of one sweep share it.
     pub fn fingerprint(&self, points: &[Point]) -> String {
         let mut h = Fnv::new();
         h.add(b"llmsim-sweep\n");
@@ -185,6 +186,11 @@ impl Plan {
                     for id in &c.hash_ids {
                         h.add(&id.to_le_bytes());
                     }
+                }
+                // The `class` column (with `workload.classes`).
+                if let Some(classes) = &t.classes {
+                    h.add(b"classes");
+                    h.add(classes);
                 }
             }
         }
@@ -332,6 +338,27 @@ mod tests {
         let mut c = a.clone();
         c.seeds = 3;
         assert_ne!(fa, c.fingerprint(&c.points().unwrap()));
+    }
+
+    #[test]
+    fn the_fingerprint_follows_a_traces_class_column() {
+        use llmsim_core::time::SimTime;
+        use llmsim_scenario::config::Trace;
+        use llmsim_scenario::trace::TraceRow;
+        let a = plan(&[]);
+        let mut points = a.points().unwrap();
+        let rows = std::sync::Arc::new(vec![TraceRow { arrival: SimTime::ZERO, prompt: 10, output: 5 }; 2]);
+        let trace = |classes: Option<Vec<u8>>| {
+            let classes = classes.map(std::sync::Arc::new);
+            Arrivals::Trace(Trace { path: "t.csv".into(), rows: rows.clone(), content: None, classes })
+        };
+        let mut print = |classes| {
+            points[0].scenario.workload.arrivals = trace(classes);
+            a.fingerprint(&points)
+        };
+        let (none, ab, ba) = (print(None), print(Some(vec![0, 1])), print(Some(vec![1, 0])));
+        assert!(none != ab && ab != ba && none != ba, "{none} {ab} {ba}");
+        assert_eq!(ab, print(Some(vec![0, 1])));
     }
 
     #[test]
