@@ -171,7 +171,12 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     if path == Path::new("-") {
         return print_bytes(bytes);
     }
-    std::fs::write(path, bytes).map_err(|e| CliError::Failure(format!("cannot write {}: {e}", path.display())))
+    std::fs::write(path, bytes).map_err(|e| cannot_write(path, e))
+}
+
+/// A failure to write `path`, naming it.
+fn cannot_write(path: &Path, e: impl std::fmt::Display) -> CliError {
+    CliError::Failure(format!("cannot write {}: {e}", path.display()))
 }
 
 /// Writes a CSV to a file, or to stdout for `-`, as `write` makes it
@@ -189,11 +194,10 @@ where
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         return write(&mut out).or_else(failed);
     }
-    let file =
-        std::fs::File::create(path).map_err(|e| CliError::Failure(format!("cannot write {}: {e}", path.display())))?;
+    let file = std::fs::File::create(path).map_err(|e| cannot_write(path, e))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
     write(&mut out).or_else(failed)?;
-    out.into_inner().map_err(|e| CliError::Failure(format!("cannot write {}: {}", path.display(), e.error())))?;
+    out.into_inner().map_err(|e| cannot_write(path, e.error()))?;
     Ok(())
 }
 
@@ -213,5 +217,5 @@ pub fn print(text: &str) -> Result<(), CliError> {
 
 /// Turns a CSV export error into a failure naming the file.
 pub fn csv_failure(what: &Path, e: csv::Error) -> CliError {
-    CliError::Failure(format!("cannot write {}: {e}", what.display()))
+    cannot_write(what, e)
 }

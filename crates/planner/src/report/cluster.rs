@@ -271,15 +271,9 @@ fn pools(out: &mut String, r: &RunResult) {
     }
 }
 
-/// `--requests-csv` of a cluster run: the usual columns, then `replica`
-/// (empty for a request rejected before routing).
-pub fn requests(records: &[RequestRecord], prefix_caching: bool, placement: &Placement) -> csv::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    write_requests(&mut out, records, prefix_caching, placement)?;
-    Ok(out)
-}
-
-/// [`requests`] written to `out` as the rows are made.
+/// `--requests-csv` of a cluster run, written to `out` as the rows are
+/// made: the usual columns, then `replica` (empty for a request rejected
+/// before routing).
 pub fn write_requests<W: std::io::Write>(
     out: W,
     records: &[RequestRecord],

@@ -103,20 +103,16 @@ pub const PREFIX_STEP_COLUMNS: [&str; 2] = ["cached_blocks", "evictions"];
 
 /// One row per request, in id (arrival) order.
 pub fn requests(records: &[RequestRecord]) -> csv::Result<Vec<u8>> {
-    requests_with(records, false)
-}
-
-/// [`requests`]; with `prefix_caching`, a last column `cached_tokens`: the
-/// prompt tokens found in the cache at the request's first admission
-/// (empty if it was never admitted).
-pub fn requests_with(records: &[RequestRecord], prefix_caching: bool) -> csv::Result<Vec<u8>> {
     let mut out = Vec::new();
-    write_requests(&mut out, records, prefix_caching)?;
+    write_requests(&mut out, records, false)?;
     Ok(out)
 }
 
-/// [`requests_with`] written to `out` as the rows are made, so a run of
-/// millions of requests does not hold its CSV beside its records.
+/// [`requests`] written to `out` as the rows are made, so a run of
+/// millions of requests does not hold its CSV beside its records; with
+/// `prefix_caching`, a last column `cached_tokens`: the prompt tokens
+/// found in the cache at the request's first admission (empty if it was
+/// never admitted).
 pub fn write_requests<W: std::io::Write>(out: W, records: &[RequestRecord], prefix_caching: bool) -> csv::Result<()> {
     let mut w = csv::Writer::from_writer(out);
     let columns: Vec<RequestColumn> = match prefix_caching {
